@@ -1,0 +1,24 @@
+# SPDX-License-Identifier: Apache-2.0
+# Flags for wisp's own binaries (tests, benchmarks, tools, examples). The exported targets carry
+# none of them: consumers keep their own warning level.
+
+add_library(wisp_project_options INTERFACE)
+add_library(wisp::project_options ALIAS wisp_project_options)
+target_compile_options(
+  wisp_project_options
+  INTERFACE $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Wall -Wextra -Wpedantic -Werror>
+            # nvcc: warnings of the host compiler are errors too; CCCL headers are system headers.
+            $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror --Werror=all-warnings>)
+if(WISP_SANITIZE)
+  target_compile_options(
+    wisp_project_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined
+                                   -fno-sanitize-recover=all -fno-omit-frame-pointer>)
+  target_link_options(wisp_project_options INTERFACE -fsanitize=address,undefined)
+endif()
+
+# wisp_add_executable(name SOURCES ... [LIBRARIES ...]): an executable built with the project flags.
+function(wisp_add_executable name)
+  cmake_parse_arguments(arg "" "" "SOURCES;LIBRARIES" ${ARGN})
+  add_executable(${name} ${arg_SOURCES})
+  target_link_libraries(${name} PRIVATE wisp::wisp wisp::project_options ${arg_LIBRARIES})
+endfunction()

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds and runs every wisp test: the gcc build with all tests, the same tests under ASan+UBSan,
+# wisp::cuda on Thrust's CPP device system, an nvcc compile of cuda/ (when nvcc is present), the
+# install + find_package consumer test and the header self-containment test.
+# Usage: scripts/test.sh   (installs missing Debian packages when run as root)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/deps.sh
+
+step() { printf '\n==== %s\n' "$*"; }
+run_preset() { # run_preset NAME: configure, build and test one CMake preset
+  mkdir -p build
+  cmake --preset "$1" >"build/configure-$1.log" 2>&1 || { cat "build/configure-$1.log"; return 1; }
+  cmake --build --preset "$1"
+  ctest --preset "$1" -j "$(nproc)"
+}
+
+step "ASan + UBSan: all tests (preset asan-ubsan)"
+run_preset asan-ubsan
+
+if [[ -f /usr/local/cuda/lib/cmake/cccl/cccl-config.cmake ]]; then
+  step "wisp::cuda on Thrust's CPP device system, built by g++ (preset cuda-cpu)"
+  run_preset cuda-cpu
+else
+  step "SKIPPED cuda-cpu: CCCL not found under /usr/local/cuda/lib/cmake (no CUDA toolkit)"
+fi
+
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  step "nvcc compile of cuda/ and its tests; GPU tests skip without a device (preset cuda-nvcc)"
+  run_preset cuda-nvcc
+else
+  step "SKIPPED cuda-nvcc: /usr/local/cuda/bin/nvcc does not exist"
+fi
+
+step "gcc: everything, all tests, install + consumer, header self-containment (preset dev)"
+run_preset dev

@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: Apache-2.0
+// Subcommands of the `wisp` tool. Each lives in its own .cpp and is registered here; a
+// subcommand's callback runs inside CLI11's parse, so wisp::error propagates to main.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace wisp::tool {
+
+void add_info_command(CLI::App& app);   // info.cpp
+void add_trace_command(CLI::App& app);  // trace_cmd.cpp: wisp trace import|stats|synth
+void add_reuse_command(CLI::App& app);  // reuse_cmd.cpp: wisp reuse
+
+inline void add_commands(CLI::App& app) {
+  add_info_command(app);
+  add_trace_command(app);
+  add_reuse_command(app);
+}
+
+}  // namespace wisp::tool
