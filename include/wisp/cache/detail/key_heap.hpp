@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Internal: an indexed binary min-heap over dense keys with a two-word priority, ties
+/// broken by the smaller key. push/update/erase O(log n); allocation-free after `reset`.
+#pragma once
+
+#include <wisp/cache/eviction_policy.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace wisp::detail {
+
+/// Lexicographic priority; the smallest one is at the top of a `key_heap`.
+struct heap_priority {
+  std::uint64_t major = 0;
+  std::uint64_t minor = 0;
+  friend constexpr auto operator<=>(const heap_priority&, const heap_priority&) = default;
+};
+
+class key_heap {
+ public:
+  void reset(std::int32_t key_space) {
+    heap_.clear();
+    heap_.reserve(static_cast<std::size_t>(key_space));
+    pos_.assign(static_cast<std::size_t>(key_space), npos);
+    prio_.assign(static_cast<std::size_t>(key_space), heap_priority{});
+    stack_.clear();
+    stack_.reserve(static_cast<std::size_t>(key_space));
+  }
+
+  [[nodiscard]] bool contains(cache_key key) const noexcept {
+    return pos_[static_cast<std::size_t>(key)] != npos;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
+
+  /// Inserts `key` (absent) or changes its priority (present). O(log n).
+  void set(cache_key key, heap_priority prio) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    if (pos_[k] == npos) {
+      prio_[k] = prio;
+      pos_[k] = heap_.size();
+      heap_.push_back(key);  // capacity reserved in reset: no allocation
+      sift_up(pos_[k]);
+      return;
+    }
+    const heap_priority old = prio_[k];
+    prio_[k] = prio;
+    if (prio < old) {
+      sift_up(pos_[k]);
+    } else {
+      sift_down(pos_[k]);
+    }
+  }
+
+  /// Removes `key` if present. O(log n).
+  void erase(cache_key key) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    const std::size_t i = pos_[k];
+    if (i == npos) {
+      return;
+    }
+    const std::size_t last = heap_.size() - 1;
+    pos_[k] = npos;
+    const cache_key moved = heap_[last];
+    heap_.pop_back();
+    if (i != last) {
+      place(i, moved);
+      sift_up(i);
+      sift_down(pos_[static_cast<std::size_t>(moved)]);
+    }
+  }
+
+  /// The smallest key (by priority, then key) with `!is_protected(key)`, or `no_key`.
+  /// O(1 + p), p = protected keys that sit above it in the heap (a search of the protected region
+  /// around the root; the answer has only protected ancestors).
+  [[nodiscard]] cache_key min_unprotected(protected_keys is_protected) noexcept {
+    if (heap_.empty()) {
+      return no_key;
+    }
+    cache_key best = no_key;
+    stack_.clear();
+    stack_.push_back(0);
+    while (!stack_.empty()) {
+      const std::size_t i = stack_.back();
+      stack_.pop_back();
+      const cache_key k = heap_[i];
+      if (!is_protected(k)) {
+        if (best == no_key || before(k, best)) {
+          best = k;
+        }
+        continue;  // its descendants are not smaller
+      }
+      for (std::size_t c = 2 * i + 1; c <= 2 * i + 2 && c < heap_.size(); ++c) {
+        stack_.push_back(c);
+      }
+    }
+    return best;
+  }
+
+ private:
+  static constexpr std::size_t npos = ~std::size_t{0};
+
+  [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
+    const heap_priority& pa = prio_[static_cast<std::size_t>(a)];
+    const heap_priority& pb = prio_[static_cast<std::size_t>(b)];
+    return pa < pb || (pa == pb && a < b);
+  }
+  void place(std::size_t i, cache_key key) noexcept {
+    heap_[i] = key;
+    pos_[static_cast<std::size_t>(key)] = i;
+  }
+  void sift_up(std::size_t i) noexcept {
+    const cache_key key = heap_[i];
+    while (i > 0) {
+      const std::size_t parent = (i - 1) / 2;
+      if (!before(key, heap_[parent])) {
+        break;
+      }
+      place(i, heap_[parent]);
+      i = parent;
+    }
+    place(i, key);
+  }
+  void sift_down(std::size_t i) noexcept {
+    const cache_key key = heap_[i];
+    const std::size_t n = heap_.size();
+    while (true) {
+      std::size_t child = 2 * i + 1;
+      if (child >= n) {
+        break;
+      }
+      if (child + 1 < n && before(heap_[child + 1], heap_[child])) {
+        ++child;
+      }
+      if (!before(heap_[child], key)) {
+        break;
+      }
+      place(i, heap_[child]);
+      i = child;
+    }
+    place(i, key);
+  }
+
+  std::vector<cache_key> heap_;
+  std::vector<std::size_t> pos_;
+  std::vector<heap_priority> prio_;
+  std::vector<std::size_t> stack_;  // scratch for min_unprotected, reserved to key_space
+};
+
+}  // namespace wisp::detail

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief `lru` and `fifo`: the two list-ordered policies.
+#pragma once
+
+#include <wisp/cache/detail/key_lists.hpp>
+#include <wisp/cache/eviction_policy.hpp>
+
+#include <string_view>
+
+namespace wisp {
+
+/// @brief Least recently used: evicts the resident key whose last access is oldest.
+///
+/// An intrusive doubly-linked list over key-indexed arrays. `on_insert`, `on_hit`, `on_erase`:
+/// O(1). `victim`: O(1 + p), p = protected keys at the LRU end that it skips (at most the size of
+/// the current call). Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::slot_cache<wisp::lru> cache(wisp::key_layout::per_layer(64), 8);
+/// @endcode
+class lru {
+ public:
+  static constexpr std::string_view name = "lru";
+
+  /// Forgets every key; sizes for `layout.size()` keys. @throws std::bad_alloc
+  void reset(const key_layout& layout) { order_.reset(layout.size(), 1); }
+  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
+    order_.push_back(0, key);
+  }
+  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
+    order_.move_to_back(0, key);
+  }
+  void on_erase(cache_key key) noexcept { order_.remove(key); }
+  /// The least recently used unprotected resident key, or `no_key`.
+  [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
+                                 protected_keys is_protected) const noexcept {
+    return order_.first_unprotected(0, is_protected);
+  }
+
+ private:
+  detail::key_lists order_;  // front = least recently used
+};
+static_assert(eviction_policy<lru>);
+
+/// @brief First in, first out: evicts the resident key inserted longest ago; hits do not reorder.
+///
+/// Same structure and costs as `lru`.
+class fifo {
+ public:
+  static constexpr std::string_view name = "fifo";
+
+  /// Forgets every key; sizes for `layout.size()` keys. @throws std::bad_alloc
+  void reset(const key_layout& layout) { order_.reset(layout.size(), 1); }
+  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
+    order_.push_back(0, key);
+  }
+  void on_hit(cache_key /*key*/, const access_context& /*ctx*/) noexcept {}
+  void on_erase(cache_key key) noexcept { order_.remove(key); }
+  /// The oldest-inserted unprotected resident key, or `no_key`. O(1 + p).
+  [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
+                                 protected_keys is_protected) const noexcept {
+    return order_.first_unprotected(0, is_protected);
+  }
+
+ private:
+  detail::key_lists order_;  // front = inserted first
+};
+static_assert(eviction_policy<fifo>);
+
+}  // namespace wisp

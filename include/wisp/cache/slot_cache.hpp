@@ -1,0 +1,210 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief `slot_cache<Policy>`: a fixed number of device slots holding keys (experts), with
+/// key <-> slot maps, a free list, per-call protection and hit/miss/eviction/collision statistics.
+///
+/// The cache is pure bookkeeping: it says which slot an expert lives in and which expert a miss
+/// displaced; moving the bytes is the caller's job (the pager's copy plan).
+/// @code
+/// wisp::slot_cache<wisp::lru> cache(wisp::key_layout::per_layer(/*experts=*/64), /*capacity=*/8);
+/// std::array<wisp::cache_key, 2> ids{3, 17};
+/// std::array<wisp::access_result, 2> out{};
+/// cache.access_call(ids, {.step = 0, .layer = 0, .time = 0}, out);   // both protected
+/// if (!out[0].hit) { /* copy expert 3 into slot out[0].slot */ }
+/// @endcode
+#pragma once
+
+#include <wisp/cache/eviction_policy.hpp>
+#include <wisp/core/config.hpp>
+#include <wisp/core/error.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <utility>
+#include <vector>
+
+namespace wisp {
+
+/// What one access did.
+struct access_result {
+  std::int32_t slot = -1;      ///< slot that now holds the key
+  bool hit = false;            ///< the key was resident before the access
+  cache_key evicted = no_key;  ///< key displaced from `slot` by this miss, or `no_key`
+  bool collision = false;      ///< miss on a key evicted earlier in the same forward pass (step)
+
+  friend constexpr bool operator==(const access_result&, const access_result&) = default;
+};
+
+/// Counters of a cache (or the sum over a set of caches).
+struct cache_stats {
+  std::uint64_t accesses = 0;
+  std::uint64_t hits = 0;
+  std::uint64_t misses = 0;
+  std::uint64_t evictions = 0;         ///< keys evicted by the policy (accesses and shrinks)
+  std::uint64_t collision_misses = 0;  ///< misses on a key evicted earlier in the same step
+
+  /// hits / accesses, or 0 when there were no accesses.
+  [[nodiscard]] constexpr double hit_rate() const noexcept {
+    return accesses == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(accesses);
+  }
+  constexpr cache_stats& operator+=(const cache_stats& other) noexcept {
+    accesses += other.accesses;
+    hits += other.hits;
+    misses += other.misses;
+    evictions += other.evictions;
+    collision_misses += other.collision_misses;
+    return *this;
+  }
+  friend constexpr bool operator==(const cache_stats&, const cache_stats&) = default;
+};
+
+/// A resident key that `resize` moved from a slot beyond the new capacity to a free slot below it;
+/// the caller copies the slot's bytes `from` -> `to`.
+struct slot_move {
+  cache_key key = no_key;
+  std::int32_t from = -1;
+  std::int32_t to = -1;
+  friend constexpr bool operator==(const slot_move&, const slot_move&) = default;
+};
+
+/// What `resize` did: the keys it evicted (in eviction order) and the slots it relocated.
+struct resize_report {
+  std::vector<cache_key> evicted;
+  std::vector<slot_move> moves;
+};
+
+/// @brief A fixed-slot cache of keys in `[0, layout.size())` governed by an `eviction_policy`.
+///
+/// - **Slots** are `[0, capacity)`. A miss takes a free slot (popped from the end of the free list,
+///   as vLLM does; do not rely on absolute slot numbers) or, when none is free, the slot of the
+///   policy's victim.
+/// - **Calls and protection.** Accesses are grouped into *calls* (one MoE layer's request). Every
+///   key requested by the current call is protected: the call can never evict it. A call starts at
+///   `begin_call(ctx)`, at `access_call(...)`, or implicitly when an access's `(step, layer)`
+///   differs from the current call's.
+/// - **Collision miss** (SpecMD): a miss on a key that was evicted earlier in the same step.
+/// - **Errors** throw `wisp::logic_error` naming the values; a failed operation leaves the cache
+///   unchanged (the current call's protect set excepted where stated).
+/// - **Cost.** All arrays are sized at construction (O(key_space) memory); no operation except
+///   `resize`'s report allocates. Access is O(1) plus the policy's cost.
+/// - **Thread safety:** none; one thread at a time (like a std container).
+template <eviction_policy Policy>
+class slot_cache {
+ public:
+  using policy_type = Policy;
+
+  /// @param layout    key space (scope, layers, experts); `layout.size()` keys.
+  /// @param capacity  number of slots, in `[1, layout.size()]`.
+  /// @param policy    the policy value; `reset(layout)` is called on it.
+  /// @throws wisp::logic_error on an invalid layout or capacity; std::bad_alloc.
+  slot_cache(key_layout layout, std::int32_t capacity, Policy policy = Policy{});
+
+  /// Shorthand: per-layer scope over `key_space` keys (one layer).
+  slot_cache(std::int32_t key_space, std::int32_t capacity, Policy policy = Policy{})
+      : slot_cache(key_layout::per_layer(key_space), capacity, std::move(policy)) {}
+
+  // ------------------------------------------------------------------ calls and accesses
+
+  /// Starts a new call for `(ctx.step, ctx.layer)`: the protect set becomes empty. O(1), noexcept.
+  void begin_call(const access_context& ctx) noexcept;
+
+  /// Protects `key` for the rest of the current call without accessing it. O(1).
+  /// @throws wisp::logic_error if `key` is outside `[0, key_space)`.
+  void protect(cache_key key);
+
+  /// One access. Starts a new call first if `(ctx.step, ctx.layer)` differs from the current
+  /// call's. The key is protected for the rest of the call. O(1) + policy hook.
+  /// @throws wisp::logic_error if `key` or `ctx.layer` is out of range, or on a miss when every
+  ///   resident key is protected (the cache is unchanged, the key is not left protected).
+  access_result access(cache_key key, const access_context& ctx);
+
+  /// One whole call: starts a call, protects every key of `keys`, then accesses them in order; the
+  /// i-th access uses time `ctx.time + i`. Duplicates are allowed (later ones hit).
+  /// O(keys.size()) + policy hooks.
+  /// @param out receives one result per key; `out.size() >= keys.size()`.
+  /// @returns the number of misses.
+  /// @throws wisp::logic_error if a key or `ctx.layer` is out of range, `out` is too small, or the
+  ///   call requests more distinct keys than `capacity()`. Nothing is accessed then (the previous
+  ///   call's protection is gone in the last case).
+  std::size_t access_call(std::span<const cache_key> keys, const access_context& ctx,
+                          std::span<access_result> out);
+
+  /// Drops `key` if resident, returning its slot to the free list; no-op otherwise. Not counted
+  /// as an eviction. O(1) + `on_erase`. @returns whether it was resident.
+  /// @throws wisp::logic_error if `key` is outside `[0, key_space)`.
+  bool invalidate(cache_key key);
+
+  /// Changes the number of slots. Growing adds free slots. Shrinking first evicts (through the
+  /// policy, never a protected key of the current call) until at most `new_capacity` keys are
+  /// resident, then moves keys living in slots `>= new_capacity` into free slots below it.
+  /// Strong guarantee (provided the policy's `victim` does not throw). O(capacity + evictions x
+  /// policy victim cost). Allocates the report.
+  /// @throws wisp::logic_error if `new_capacity` is outside `[1, key_space]`, or if fewer than
+  ///   `size() - new_capacity` resident keys are unprotected.
+  resize_report resize(std::int32_t new_capacity, const access_context& ctx);
+
+  // ------------------------------------------------------------------ queries (all O(1))
+
+  /// True if `key` is resident. @throws wisp::logic_error if `key` is out of range.
+  [[nodiscard]] bool contains(cache_key key) const;
+  /// The slot holding `key`, or -1. @throws wisp::logic_error if `key` is out of range.
+  [[nodiscard]] std::int32_t slot_of(cache_key key) const;
+  /// The key in `slot`, or `no_key`. @throws wisp::logic_error if `slot` is outside
+  /// `[0, capacity)`.
+  [[nodiscard]] cache_key key_in_slot(std::int32_t slot) const;
+  /// True if `key` is protected in the current call. @throws on an out-of-range key.
+  [[nodiscard]] bool is_protected(cache_key key) const;
+
+  [[nodiscard]] std::int32_t capacity() const noexcept { return capacity_; }
+  [[nodiscard]] std::int32_t size() const noexcept { return capacity_ - free_count(); }
+  [[nodiscard]] std::int32_t free_count() const noexcept {
+    return static_cast<std::int32_t>(free_size_);
+  }
+  [[nodiscard]] std::int32_t key_space() const noexcept { return layout_.size(); }
+  [[nodiscard]] const key_layout& layout() const noexcept { return layout_; }
+  [[nodiscard]] const cache_stats& stats() const noexcept { return stats_; }
+  /// Zeroes the counters (the contents stay).
+  void reset_stats() noexcept { stats_ = cache_stats{}; }
+  [[nodiscard]] const Policy& policy() const noexcept { return policy_; }
+  /// The free slots, in pop order reversed (the last one is taken next).
+  [[nodiscard]] std::span<const std::int32_t> free_slots() const noexcept {
+    return {free_.data(), free_size_};
+  }
+
+  /// Calls `f(key, slot)` for every resident key, in slot order. O(capacity).
+  template <class F>
+  void for_each_resident(F&& f) const {
+    for (std::int32_t s = 0; s < capacity_; ++s) {
+      if (const cache_key k = slot_to_key_[static_cast<std::size_t>(s)]; k != no_key) {
+        f(k, s);
+      }
+    }
+  }
+
+  /// Checks every internal invariant (maps agree, no slot holds two keys, free + resident =
+  /// capacity, free slots are empty and distinct). O(key_space). For tests and debugging.
+  [[nodiscard]] bool invariants_hold() const;
+
+ private:
+  void check_key(cache_key key, const char* what) const;
+  void check_context(const access_context& ctx) const;
+  void evict(cache_key victim, const access_context& ctx);
+
+  key_layout layout_;
+  std::int32_t capacity_ = 0;
+  Policy policy_;
+  std::vector<std::int32_t> key_to_slot_;  // key_space entries, -1 if absent
+  std::vector<cache_key> slot_to_key_;     // key_space entries (capacity used), no_key if free
+  std::vector<std::int32_t> free_;         // key_space entries, first free_size_ used
+  std::size_t free_size_ = 0;
+  std::vector<std::uint64_t> evicted_in_;  // key -> step + 1 of its last eviction, 0 = never
+  protect_set protect_;
+  std::uint32_t call_step_ = 0;
+  std::int32_t call_layer_ = -1;
+  cache_stats stats_;
+};
+
+}  // namespace wisp
+
+#include <wisp/cache/detail/slot_cache.inl>
