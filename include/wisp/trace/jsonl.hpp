@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Importer for routing traces logged as JSON Lines: one record per (token, layer),
+/// `{"layer": L, "experts": [e0, ...], "token_idx": t, "weights": [w0, ...], "<group>": g, ...}`.
+///
+/// Records may come in any order. They are sorted into (group, token, layer) order, where groups
+/// keep the order of their first appearance in the file and tokens ascend by `token_idx` within a
+/// group (gaps in `token_idx` are allowed: each distinct index is one step). Every (group, token)
+/// must carry every layer exactly once. Each group begins a sequence (without a group key the
+/// whole file is one sequence). Unknown fields are skipped; `weights` is optional but must be
+/// present in all records or in none. The JSON is parsed by a small strict parser in the header
+/// (detail/json.hpp), so the core needs only the standard library.
+///
+/// @code
+/// wisp::trace::jsonl_options opt;
+/// opt.group_key = "problem_id";
+/// auto trace = wisp::trace::import_jsonl("routing.jsonl", opt);
+/// @endcode
+#pragma once
+
+#include <wisp/core/config.hpp>
+#include <wisp/core/error.hpp>
+#include <wisp/trace/detail/json.hpp>
+#include <wisp/trace/routing_trace.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <istream>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wisp::trace {
+
+/// @brief How to read a JSONL routing log.
+struct jsonl_options {
+  /// Field whose value (string or number) groups records into sequences; empty: no grouping.
+  std::string group_key;
+  /// Experts per layer; 0 infers `max id + 1`.
+  std::int32_t experts = 0;
+  /// Number of MoE layers; 0 infers `max layer + 1`.
+  std::int32_t layers = 0;
+  std::string layer_key = "layer";      ///< Field holding the 0-based MoE layer.
+  std::string experts_key = "experts";  ///< Field holding the top-k expert ids.
+  std::string token_key = "token_idx";  ///< Field holding the token index.
+  std::string weights_key = "weights";  ///< Optional field holding the gate weights.
+};
+
+namespace detail {
+
+struct jsonl_record {
+  std::size_t group;
+  std::int64_t token;
+  std::int32_t layer;
+  std::size_t line;      // 1-based
+  std::uint64_t offset;  // byte offset of the line
+  std::size_t first;     // index of the first id in the flat id / weight arrays
+};
+
+[[noreturn]] inline void jsonl_fail(std::uint64_t offset, std::size_t line,
+                                    const std::string& what) {
+  throw format_error(offset, "line " + std::to_string(line) + ": " + what);
+}
+
+[[nodiscard]] inline std::int64_t jsonl_int(const json_value* v, std::string_view key,
+                                            std::uint64_t off, std::size_t line) {
+  if (v == nullptr) {
+    jsonl_fail(off, line, "missing field \"" + std::string(key) + "\"");
+  }
+  if (v->type != json_value::kind::number || v->number != std::floor(v->number) ||
+      std::abs(v->number) > 9.0e15) {
+    jsonl_fail(off, line, "field \"" + std::string(key) + "\" is not an integer");
+  }
+  return static_cast<std::int64_t>(v->number);
+}
+
+}  // namespace detail
+
+/// @brief Imports a JSONL routing log from `in` (see the file comment for the record format).
+/// Time O(n log n) in the number of records, memory O(file) during import.
+/// @throws wisp::format_error naming the line (and its byte offset) for malformed JSON, missing or
+///         mistyped fields, inconsistent k, ids out of range or repeated within a record, weights
+///         present in some records only, a layer given twice or missing for a (group, token), or
+///         an empty input; wisp::logic_error if the options give an invalid shape.
+[[nodiscard]] inline routing_trace import_jsonl(std::istream& in, const jsonl_options& opt = {}) {
+  using detail::jsonl_fail;
+  std::vector<detail::jsonl_record> records;
+  std::vector<std::int32_t> ids;
+  std::vector<float> weights;
+  std::map<std::string, std::size_t> groups;  // group value (type-tagged) -> first-appearance index
+  std::int64_t k = -1;
+  int with_weights = -1;
+  std::int64_t max_layer = -1;
+  std::int64_t max_id = -1;
+  std::uint64_t offset = 0;
+  std::size_t line_no = 0;
+  std::string line;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::uint64_t off = offset;
+    offset += line.size() + 1;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) {
+      continue;  // blank line
+    }
+    detail::json_value v;
+    try {
+      v = detail::json_parser(line, off).parse_document();
+    } catch (const format_error& e) {
+      std::string what = e.what();
+      const std::string prefix = "at byte " + std::to_string(e.offset()) + ": ";
+      if (what.starts_with(prefix)) {
+        what.erase(0, prefix.size());
+      }
+      jsonl_fail(e.offset(), line_no, what);
+    }
+    if (v.type != detail::json_value::kind::object) {
+      jsonl_fail(off, line_no, "record is not a JSON object");
+    }
+    detail::jsonl_record rec{};
+    rec.line = line_no;
+    rec.offset = off;
+    const std::int64_t layer =
+        detail::jsonl_int(v.find(opt.layer_key), opt.layer_key, off, line_no);
+    if (layer < 0 || layer > 1'000'000 || (opt.layers > 0 && layer >= opt.layers)) {
+      jsonl_fail(off, line_no, "layer " + std::to_string(layer) + " out of range");
+    }
+    rec.layer = static_cast<std::int32_t>(layer);
+    max_layer = std::max(max_layer, layer);
+    rec.token = detail::jsonl_int(v.find(opt.token_key), opt.token_key, off, line_no);
+    if (rec.token < 0) {
+      jsonl_fail(off, line_no, "negative " + opt.token_key);
+    }
+    std::string group_name;
+    if (!opt.group_key.empty()) {
+      const detail::json_value* g = v.find(opt.group_key);
+      if (g == nullptr) {
+        jsonl_fail(off, line_no, "missing group field \"" + opt.group_key + "\"");
+      }
+      if (g->type == detail::json_value::kind::string) {
+        group_name = "s" + g->text;
+      } else if (g->type == detail::json_value::kind::number) {
+        group_name = "n" + g->text;
+      } else {
+        jsonl_fail(off, line_no, "group field \"" + opt.group_key + "\" is not a string or number");
+      }
+    }
+    rec.group = groups.emplace(group_name, groups.size()).first->second;
+
+    const detail::json_value* e = v.find(opt.experts_key);
+    if (e == nullptr || e->type != detail::json_value::kind::array) {
+      jsonl_fail(off, line_no, "missing or non-array field \"" + opt.experts_key + "\"");
+    }
+    if (e->items.empty()) {
+      jsonl_fail(off, line_no, "empty \"" + opt.experts_key + "\"");
+    }
+    if (k < 0) {
+      k = static_cast<std::int64_t>(e->items.size());
+    } else if (static_cast<std::int64_t>(e->items.size()) != k) {
+      jsonl_fail(off, line_no,
+                 std::to_string(e->items.size()) + " experts but earlier records have " +
+                     std::to_string(k));
+    }
+    rec.first = ids.size();
+    for (const auto& item : e->items) {
+      const std::int64_t id = detail::jsonl_int(&item, opt.experts_key, off, line_no);
+      if (id < 0 || id >= trace_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
+        jsonl_fail(off, line_no, "expert id " + std::to_string(id) + " out of range");
+      }
+      for (std::size_t j = rec.first; j < ids.size(); ++j) {
+        if (ids[j] == id) {
+          jsonl_fail(off, line_no, "expert " + std::to_string(id) + " appears twice");
+        }
+      }
+      ids.push_back(static_cast<std::int32_t>(id));
+      max_id = std::max(max_id, id);
+    }
+    const detail::json_value* w = v.find(opt.weights_key);
+    const bool has_w = w != nullptr && w->type != detail::json_value::kind::null;
+    if (with_weights < 0) {
+      with_weights = has_w ? 1 : 0;
+    } else if ((with_weights == 1) != has_w) {
+      jsonl_fail(off, line_no,
+                 has_w ? "has weights but earlier records do not"
+                       : "has no weights but earlier "
+                         "records do");
+    }
+    if (has_w) {
+      if (w->type != detail::json_value::kind::array ||
+          static_cast<std::int64_t>(w->items.size()) != k) {
+        jsonl_fail(
+            off, line_no,
+            "\"" + opt.weights_key + "\" must be an array of " + std::to_string(k) + " numbers");
+      }
+      for (const auto& item : w->items) {
+        if (item.type != detail::json_value::kind::number) {
+          jsonl_fail(off, line_no, "weight is not a number");
+        }
+        const auto f = static_cast<float>(item.number);
+        if (!std::isfinite(f)) {
+          jsonl_fail(off, line_no, "weight does not fit a float");
+        }
+        weights.push_back(f);
+      }
+    }
+    records.push_back(rec);
+  }
+  if (in.bad()) {
+    WISP_FAIL(wisp::error, "reading the JSONL input failed");
+  }
+  if (records.empty()) {
+    throw format_error("JSONL input holds no records");
+  }
+  const auto layers = opt.layers > 0 ? opt.layers : static_cast<std::int32_t>(max_layer + 1);
+  const auto experts = opt.experts > 0 ? opt.experts : static_cast<std::int32_t>(max_id + 1);
+  if (k > experts) {
+    throw format_error("top-k " + std::to_string(k) + " exceeds the " + std::to_string(experts) +
+                       " experts");
+  }
+  routing_trace trace({layers, experts, static_cast<std::int32_t>(k)});
+
+  std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
+    if (a.group != b.group) {
+      return a.group < b.group;
+    }
+    if (a.token != b.token) {
+      return a.token < b.token;
+    }
+    return a.layer < b.layer;
+  });
+  const auto uk = static_cast<std::size_t>(k);
+  std::vector<std::int32_t> step_ids(static_cast<std::size_t>(layers) * uk);
+  std::vector<float> step_w(with_weights == 1 ? step_ids.size() : 0);
+  std::size_t i = 0;
+  std::size_t current_group = records.front().group + 1;
+  while (i < records.size()) {
+    const auto& head = records[i];
+    for (std::int32_t l = 0; l < layers; ++l) {
+      if (i >= records.size() || records[i].group != head.group || records[i].token != head.token) {
+        jsonl_fail(head.offset, head.line,
+                   "token " + std::to_string(head.token) + " has no record for layer " +
+                       std::to_string(l));
+      }
+      const auto& r = records[i];
+      if (r.layer != l) {
+        // Sorted by layer: a smaller layer than expected is a repeat, a larger one a gap.
+        if (r.layer < l) {
+          jsonl_fail(r.offset, r.line,
+                     "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
+                         " repeats line " + std::to_string(records[i - 1].line));
+        }
+        jsonl_fail(head.offset, head.line,
+                   "token " + std::to_string(head.token) + " has no record for layer " +
+                       std::to_string(l));
+      }
+      std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
+                  step_ids.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(l) * uk));
+      if (!step_w.empty()) {
+        std::copy_n(weights.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
+                    step_w.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(l) * uk));
+      }
+      ++i;
+    }
+    if (i < records.size() && records[i].group == head.group && records[i].token == head.token) {
+      const auto& r = records[i];
+      jsonl_fail(r.offset, r.line,
+                 "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
+                     " repeats line " + std::to_string(records[i - 1].line));
+    }
+    if (head.group != current_group) {
+      trace.begin_sequence();
+      current_group = head.group;
+    }
+    trace.append_step(step_ids, step_w);
+  }
+  return trace;
+}
+
+/// @brief Imports the JSONL file at `path`. @throws wisp::error if it cannot be opened;
+/// wisp::format_error as the stream overload (the message names the file).
+[[nodiscard]] inline routing_trace import_jsonl(const std::filesystem::path& path,
+                                                const jsonl_options& opt = {}) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    WISP_FAIL(wisp::error, "cannot open ", path.string());
+  }
+  try {
+    return import_jsonl(in, opt);
+  } catch (const format_error& e) {
+    std::string what = e.what();
+    if (e.offset() != format_error::no_offset) {
+      const std::string prefix = "at byte " + std::to_string(e.offset()) + ": ";
+      if (what.starts_with(prefix)) {
+        what.erase(0, prefix.size());
+      }
+    }
+    throw format_error(e.offset(), path.string() + ": " + what);
+  }
+}
+
+}  // namespace wisp::trace

@@ -1,0 +1,395 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief `wisp::trace::routing_trace`: an in-memory record of MoE routing decisions (which
+/// `top_k` of `experts` experts every MoE layer chose for every forward step), stored compactly and
+/// replayed in one canonical order.
+///
+/// A trace is a sequence of *steps* (one token's forward pass through every MoE layer). Each step
+/// holds `layers x top_k` expert ids, row-major by layer, in the order the router produced them,
+/// and optionally one gate weight per id. Sequence boundaries (prompts, ESFT lines, JSONL groups)
+/// are recorded as the step indices where sequences begin.
+///
+/// **Canonical replay order** (the order of `for_each_access` and `accesses()`): for each step,
+/// for each layer 0..layers-1, the `top_k` ids as recorded. For the ESFT trace this is exactly the
+/// order of shared/traces/SOURCES.md (line, token, layer, id).
+///
+/// **Memory.** Ids are stored as `uint8_t` when `experts <= 256` and as `uint16_t` otherwise
+/// (`experts <= 65536`), so a step costs `layers * top_k` bytes (or twice that). Gate weights,
+/// when present, are stored as IEEE-754 `float` (`4 * layers * top_k` bytes per step): the
+/// importers read decimal text and round-tripping it exactly is worth more than halving the
+/// weight storage with bf16, and a trace with weights is typically a few MB. Sequence starts cost
+/// 8 bytes per sequence. The ESFT trace (8,222 steps x 26 layers x top-6) takes 1.28 MB of ids
+/// and 5.1 MB of weights.
+///
+/// @code
+/// wisp::trace::routing_trace t({.layers = 2, .experts = 8, .top_k = 2});
+/// t.begin_sequence();
+/// const std::int32_t ids[] = {0, 5, 3, 1};      // layer 0: {0,5}, layer 1: {3,1}
+/// t.append_step(ids);
+/// t.for_each_access([](wisp::trace::access a) { /* (0,0,0) (0,0,5) (0,1,3) (0,1,1) */ });
+/// @endcode
+///
+/// Thread-safety: const member functions may be called concurrently; mutation needs exclusive
+/// access (the usual standard-library rules).
+#pragma once
+
+#include <wisp/core/config.hpp>
+#include <wisp/core/error.hpp>
+#include <wisp/core/ids.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <limits>
+#include <ostream>
+#include <span>
+#include <vector>
+
+namespace wisp::trace {
+
+/// @brief The dimensions of a routing trace. A valid shape has `layers > 0`, `experts > 0`,
+/// `0 < top_k <= experts` and `experts <= 65536` (see `validate`).
+struct trace_shape {
+  std::int32_t layers;   ///< Number of MoE layers (dense layers are not counted).
+  std::int32_t experts;  ///< Routed experts per layer; ids are in `[0, experts)`.
+  std::int32_t top_k;    ///< Experts chosen per token and layer.
+
+  /// Largest supported number of experts (ids must fit in 16 bits).
+  static constexpr std::int32_t max_experts = 65536;
+
+  /// @brief Throws `wisp::logic_error` naming the bad field unless the shape is valid.
+  void validate() const {
+    WISP_EXPECTS(layers > 0, "trace shape needs layers > 0, got ", layers);
+    WISP_EXPECTS(experts > 0 && experts <= max_experts,
+                 "trace shape needs 0 < experts <= ", max_experts, ", got ", experts);
+    WISP_EXPECTS(top_k > 0 && top_k <= experts, "trace shape needs 0 < top_k <= experts (", experts,
+                 "), got ", top_k);
+  }
+
+  /// Expert ids per step: `layers * top_k`.
+  [[nodiscard]] constexpr std::size_t ids_per_step() const noexcept {
+    return static_cast<std::size_t>(layers) * static_cast<std::size_t>(top_k);
+  }
+
+  friend constexpr bool operator==(const trace_shape&, const trace_shape&) = default;
+
+  /// Prints `{layers, experts, top_k}` as "26 layers x 64 experts, top-6".
+  friend std::ostream& operator<<(std::ostream& out, const trace_shape& s) {
+    return out << s.layers << " layers x " << s.experts << " experts, top-" << s.top_k;
+  }
+};
+
+/// @brief One (step, layer, expert) activation, as visited in canonical order.
+struct access {
+  std::uint32_t step;   ///< Forward step (token) index.
+  std::int32_t layer;   ///< MoE layer, 0-based.
+  std::int32_t expert;  ///< Expert id in `[0, experts)`.
+
+  friend constexpr bool operator==(const access&, const access&) = default;
+};
+
+/// @brief An append-only, memory-compact routing trace. See the file comment for layout and order.
+///
+/// Copyable and movable (a value type); copies are deep.
+class routing_trace {
+ public:
+  /// Largest number of steps a trace can hold (`access::step` is 32-bit).
+  static constexpr std::size_t max_steps = std::numeric_limits<std::uint32_t>::max();
+
+  /// @brief An empty trace of the given shape.
+  /// @throws wisp::logic_error if the shape is invalid (see `trace_shape::validate`).
+  explicit routing_trace(trace_shape shape) : shape_(shape) {
+    shape_.validate();
+    wide_ = shape_.experts > 256;
+  }
+
+  /// The trace's dimensions.
+  [[nodiscard]] const trace_shape& shape() const noexcept { return shape_; }
+  /// Number of steps (forward passes, i.e. tokens) recorded. O(1).
+  [[nodiscard]] std::size_t steps() const noexcept { return steps_; }
+  /// Number of (step, layer, expert) activations: `steps * layers * top_k`. O(1).
+  [[nodiscard]] std::size_t access_count() const noexcept { return steps_ * shape_.ids_per_step(); }
+  /// Whether gate weights are recorded. Decided by the first appended step. O(1).
+  [[nodiscard]] bool has_weights() const noexcept { return has_weights_; }
+  /// Bytes used per stored id: 1 when `experts <= 256`, else 2.
+  [[nodiscard]] std::size_t id_bytes() const noexcept { return wide_ ? 2 : 1; }
+
+  /// @brief Reserves storage for `steps` steps in total (weights only if already known present).
+  /// @throws std::bad_alloc, std::length_error from the underlying vectors.
+  void reserve(std::size_t steps) {
+    const std::size_t n = steps * shape_.ids_per_step();
+    if (wide_) {
+      ids16_.reserve(n);
+    } else {
+      ids8_.reserve(n);
+    }
+    if (has_weights_) {
+      weights_.reserve(n);
+    }
+  }
+
+  /// @brief Appends one step.
+  ///
+  /// @param ids `layers x top_k` expert ids, row-major by layer, each in `[0, experts)` and
+  ///        distinct within a layer's row.
+  /// @param weights empty, or one finite gate weight per id. The first step decides whether the
+  ///        trace has weights; every later step must agree.
+  /// @throws wisp::logic_error on a size mismatch, an id out of range, a duplicate id within a
+  ///         row, a non-finite weight, weights presence differing from earlier steps, or more than
+  ///         `max_steps` steps. Strong guarantee: on any exception the trace is unchanged.
+  /// Complexity: O(layers * top_k) for small `top_k` (<= 32), O(layers * top_k log top_k)
+  /// otherwise; amortised O(1) allocations.
+  void append_step(std::span<const std::int32_t> ids, std::span<const float> weights = {}) {
+    const std::size_t n = shape_.ids_per_step();
+    WISP_EXPECTS(ids.size() == n, "append_step needs layers*top_k = ", n, " ids, got ", ids.size());
+    WISP_EXPECTS(weights.empty() || weights.size() == n, "append_step needs 0 or ", n,
+                 " weights, got ", weights.size());
+    const bool with_weights = !weights.empty();
+    WISP_EXPECTS(steps_ == 0 || with_weights == has_weights_, "step ", steps_,
+                 (with_weights ? " has weights but earlier steps do not"
+                               : " has no weights but earlier steps do"));
+    WISP_EXPECTS(steps_ < max_steps, "routing_trace is full (", max_steps, " steps)");
+    validate_ids(ids);
+    for (std::size_t i = 0; i < weights.size(); ++i) {
+      WISP_EXPECTS(std::isfinite(weights[i]), "step ", steps_, " weight ", i,
+                   " is not finite: ", weights[i]);
+    }
+    // Reserve everything first: after this point nothing throws (trivial types, no reallocation).
+    const std::size_t total = (steps_ + 1) * n;
+    auto grow = [](auto& v, std::size_t want) {
+      if (v.capacity() < want) {
+        v.reserve(std::max(want, v.capacity() * 2));
+      }
+    };
+    if (wide_) {
+      grow(ids16_, total);
+    } else {
+      grow(ids8_, total);
+    }
+    if (with_weights) {
+      grow(weights_, total);
+    }
+    if (pending_sequence_) {
+      grow(sequence_starts_, sequence_starts_.size() + 1);
+    }
+    if (wide_) {
+      for (const std::int32_t id : ids) {
+        ids16_.push_back(static_cast<std::uint16_t>(id));
+      }
+    } else {
+      for (const std::int32_t id : ids) {
+        ids8_.push_back(static_cast<std::uint8_t>(id));
+      }
+    }
+    weights_.insert(weights_.end(), weights.begin(), weights.end());
+    if (pending_sequence_) {
+      sequence_starts_.push_back(steps_);
+      pending_sequence_ = false;
+    }
+    has_weights_ = with_weights;
+    ++steps_;
+  }
+
+  /// @brief The `j`-th expert chosen at `layer` in `step`. O(1).
+  /// @throws wisp::logic_error if an index is out of range.
+  [[nodiscard]] std::int32_t expert(std::size_t step, std::int32_t layer, std::int32_t j) const {
+    const std::size_t i = index_of(step, layer, j);
+    return wide_ ? static_cast<std::int32_t>(ids16_[i]) : static_cast<std::int32_t>(ids8_[i]);
+  }
+
+  /// @brief Strongly typed form of `expert(step, layer, j)` for API edges.
+  /// @throws wisp::logic_error if an index is out of range.
+  [[nodiscard]] expert_id expert(std::size_t step, layer_id layer, std::int32_t j) const {
+    return expert_id{expert(step, layer.value(), j)};
+  }
+
+  /// @brief The gate weight of `expert(step, layer, j)`. O(1).
+  /// @throws wisp::logic_error if the trace has no weights or an index is out of range.
+  [[nodiscard]] float weight(std::size_t step, std::int32_t layer, std::int32_t j) const {
+    WISP_EXPECTS(has_weights_, "this routing trace has no gate weights");
+    return weights_[index_of(step, layer, j)];
+  }
+
+  /// @brief Marks the next appended step as the start of a sequence. Calling it again before
+  /// appending has no further effect. O(1), no allocation (the start is recorded on append).
+  void begin_sequence() noexcept { pending_sequence_ = true; }
+
+  /// @brief Step indices where sequences begin, strictly increasing, each `< steps()`.
+  /// Steps before the first start (if any) belong to no marked sequence. O(1).
+  [[nodiscard]] std::span<const std::size_t> sequence_starts() const noexcept {
+    return sequence_starts_;
+  }
+
+  /// @brief Calls `f(access)` for every activation in canonical order (step, layer, then the
+  /// `top_k` ids as recorded). O(access_count()), no allocation; the id width is dispatched once.
+  template <class F>
+  void for_each_access(F&& f) const {
+    if (wide_) {
+      visit_all(ids16_.data(), f);
+    } else {
+      visit_all(ids8_.data(), f);
+    }
+  }
+
+  class access_iterator;
+  class access_range;
+
+  /// @brief A forward range over every activation in canonical order (same as
+  /// `for_each_access`). The range refers to this trace: appending invalidates it. O(1).
+  [[nodiscard]] access_range accesses() const noexcept;
+
+  /// Traces are equal when shape, ids, weights (bitwise float equality) and sequence starts are.
+  friend bool operator==(const routing_trace& a, const routing_trace& b) noexcept {
+    return a.shape_ == b.shape_ && a.steps_ == b.steps_ && a.has_weights_ == b.has_weights_ &&
+           a.ids8_ == b.ids8_ && a.ids16_ == b.ids16_ && a.weights_ == b.weights_ &&
+           a.sequence_starts_ == b.sequence_starts_;
+  }
+
+ private:
+  template <class Id, class F>
+  void visit_all(const Id* p, F& f) const {
+    const std::int32_t layers = shape_.layers;
+    const std::int32_t k = shape_.top_k;
+    const auto steps = static_cast<std::uint32_t>(steps_);
+    for (std::uint32_t s = 0; s < steps; ++s) {
+      for (std::int32_t l = 0; l < layers; ++l) {
+        for (std::int32_t j = 0; j < k; ++j) {
+          f(access{s, l, static_cast<std::int32_t>(*p++)});
+        }
+      }
+    }
+  }
+
+  [[nodiscard]] std::size_t index_of(std::size_t step, std::int32_t layer, std::int32_t j) const {
+    WISP_EXPECTS(step < steps_, "step ", step, " out of range (", steps_, " steps)");
+    WISP_EXPECTS(layer >= 0 && layer < shape_.layers, "layer ", layer, " out of range (",
+                 shape_.layers, " layers)");
+    WISP_EXPECTS(j >= 0 && j < shape_.top_k, "rank ", j, " out of range (top_k ", shape_.top_k,
+                 ")");
+    return (step * static_cast<std::size_t>(shape_.layers) + static_cast<std::size_t>(layer)) *
+               static_cast<std::size_t>(shape_.top_k) +
+           static_cast<std::size_t>(j);
+  }
+
+  void validate_ids(std::span<const std::int32_t> ids) const {
+    const std::size_t k = static_cast<std::size_t>(shape_.top_k);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      WISP_EXPECTS(ids[i] >= 0 && ids[i] < shape_.experts, "step ", steps_, " layer ", i / k,
+                   ": expert id ", ids[i], " out of range [0, ", shape_.experts, ")");
+    }
+    std::vector<std::int32_t> sorted;
+    for (std::size_t row = 0; row < ids.size(); row += k) {
+      const auto r = ids.subspan(row, k);
+      if (k <= 32) {
+        for (std::size_t a = 1; a < k; ++a) {
+          for (std::size_t b = 0; b < a; ++b) {
+            WISP_EXPECTS(r[a] != r[b], "step ", steps_, " layer ", row / k, ": expert ", r[a],
+                         " chosen twice");
+          }
+        }
+      } else {
+        sorted.assign(r.begin(), r.end());
+        std::sort(sorted.begin(), sorted.end());
+        const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+        WISP_EXPECTS(dup == sorted.end(), "step ", steps_, " layer ", row / k, ": expert ",
+                     (dup == sorted.end() ? 0 : *dup), " chosen twice");
+      }
+    }
+  }
+
+  trace_shape shape_;
+  bool wide_ = false;
+  bool has_weights_ = false;
+  bool pending_sequence_ = false;
+  std::size_t steps_ = 0;
+  std::vector<std::uint8_t> ids8_;    // used when experts <= 256
+  std::vector<std::uint16_t> ids16_;  // used when experts > 256
+  std::vector<float> weights_;
+  std::vector<std::size_t> sequence_starts_;
+};
+
+/// @brief Forward iterator over a trace's activations in canonical order. Dereferencing yields an
+/// `access` by value.
+class routing_trace::access_iterator {
+ public:
+  using iterator_concept = std::forward_iterator_tag;
+  using iterator_category = std::input_iterator_tag;  // reference is a prvalue
+  using value_type = access;
+  using difference_type = std::ptrdiff_t;
+  using reference = access;
+
+  access_iterator() = default;
+
+  [[nodiscard]] access operator*() const noexcept {
+    const std::int32_t e =
+        wide_ ? static_cast<std::int32_t>(ids16_[pos_]) : static_cast<std::int32_t>(ids8_[pos_]);
+    return access{step_, layer_, e};
+  }
+  access_iterator& operator++() noexcept {
+    ++pos_;
+    if (++j_ == k_) {
+      j_ = 0;
+      if (++layer_ == layers_) {
+        layer_ = 0;
+        ++step_;
+      }
+    }
+    return *this;
+  }
+  access_iterator operator++(int) noexcept {
+    access_iterator old = *this;
+    ++*this;
+    return old;
+  }
+  friend bool operator==(const access_iterator& a, const access_iterator& b) noexcept {
+    return a.pos_ == b.pos_;
+  }
+
+ private:
+  friend class routing_trace;
+  const std::uint8_t* ids8_ = nullptr;
+  const std::uint16_t* ids16_ = nullptr;
+  bool wide_ = false;
+  std::size_t pos_ = 0;
+  std::uint32_t step_ = 0;
+  std::int32_t layer_ = 0;
+  std::int32_t j_ = 0;
+  std::int32_t layers_ = 1;
+  std::int32_t k_ = 1;
+};
+
+/// @brief The range returned by `routing_trace::accesses()`: a cheap view (pointer + sizes).
+class routing_trace::access_range {
+ public:
+  [[nodiscard]] access_iterator begin() const noexcept { return first_; }
+  [[nodiscard]] access_iterator end() const noexcept {
+    access_iterator last = first_;
+    last.pos_ = size_;
+    return last;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+
+ private:
+  friend class routing_trace;
+  access_iterator first_;
+  std::size_t size_ = 0;
+};
+
+inline routing_trace::access_range routing_trace::accesses() const noexcept {
+  access_range r;
+  if (wide_) {
+    r.first_.ids16_ = ids16_.data();
+    r.first_.wide_ = true;
+  } else {
+    r.first_.ids8_ = ids8_.data();
+  }
+  r.first_.layers_ = shape_.layers;
+  r.first_.k_ = shape_.top_k;
+  r.size_ = access_count();
+  return r;
+}
+
+}  // namespace wisp::trace

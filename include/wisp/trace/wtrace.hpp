@@ -1,0 +1,393 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief The `.wtrace` binary file format for `routing_trace`: writer and validating reader.
+///
+/// Layout (all integers little-endian regardless of host; see docs/formats.md for the table):
+/// a 64-byte header (magic, version, flags, shape, id width, step and sequence counts, payload
+/// size, header CRC-32), the payload (sequence starts as u64, ids as u8 or u16, optional weights
+/// as IEEE-754 binary32), then the CRC-32 of the payload.
+///
+/// The reader never trusts a size before checking it: the header has its own CRC, the payload
+/// size must equal the one implied by the shape and counts, it is compared with the bytes left in
+/// a seekable stream before anything is allocated, and otherwise the payload is read in bounded
+/// chunks so a tiny corrupt file cannot make it allocate gigabytes. Every problem is reported as
+/// `wisp::format_error` with the byte offset (relative to where reading began).
+///
+/// @code
+/// wisp::trace::write_wtrace(trace, "intent.wtrace");
+/// wisp::trace::routing_trace back = wisp::trace::read_wtrace("intent.wtrace");
+/// assert(back == trace);
+/// @endcode
+#pragma once
+
+#include <wisp/core/config.hpp>
+#include <wisp/core/error.hpp>
+#include <wisp/trace/detail/crc32.hpp>
+#include <wisp/trace/routing_trace.hpp>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <istream>
+#include <limits>
+#include <ostream>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace wisp::trace {
+
+/// Constants of the `.wtrace` format.
+namespace wtrace {
+/// File signature: "WTRC" then CR LF SUB LF, which detects text-mode newline translation.
+inline constexpr std::array<std::uint8_t, 8> magic = {'W', 'T', 'R', 'C', 0x0D, 0x0A, 0x1A, 0x0A};
+/// The only version this reader understands.
+inline constexpr std::uint32_t version = 1;
+/// Header size in bytes.
+inline constexpr std::size_t header_bytes = 64;
+/// Flag bit: gate weights are present.
+inline constexpr std::uint32_t flag_weights = 1u;
+}  // namespace wtrace
+
+namespace detail {
+
+inline void put_le(std::vector<std::uint8_t>& out, std::uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) {
+    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+}
+
+[[nodiscard]] inline std::uint64_t get_le(const std::uint8_t* p, int bytes) noexcept {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) {
+    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  }
+  return v;
+}
+
+/// Writes `bytes` and folds them into `crc`. @throws wisp::error if the stream fails.
+inline void write_bytes(std::ostream& out, const std::vector<std::uint8_t>& bytes,
+                        std::uint32_t* crc) {
+  if (crc != nullptr) {
+    *crc = crc32_update(*crc, bytes);
+  }
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    WISP_FAIL(wisp::error, "writing a .wtrace stream failed");
+  }
+}
+
+/// `a * b` or `nullopt`-like failure reported through `ok`.
+[[nodiscard]] inline std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b, bool& ok) {
+  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a) {
+    ok = false;
+    return 0;
+  }
+  return a * b;
+}
+
+}  // namespace detail
+
+/// @brief Writes `trace` in `.wtrace` format to `out` (which should be opened in binary mode).
+/// O(access_count()) time, O(1) extra memory (the payload is streamed in 64 KiB chunks).
+/// @throws wisp::error if the stream reports a failure.
+inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
+  const trace_shape& shape = trace.shape();
+  const std::uint64_t n = trace.access_count();
+  const std::uint64_t seqs = trace.sequence_starts().size();
+  const std::uint64_t id_bytes = trace.id_bytes();
+  const std::uint64_t payload =
+      seqs * 8 + n * id_bytes + (trace.has_weights() ? n * sizeof(float) : 0);
+
+  std::vector<std::uint8_t> buf;
+  buf.reserve(1u << 16);
+  buf.insert(buf.end(), wtrace::magic.begin(), wtrace::magic.end());
+  detail::put_le(buf, wtrace::version, 4);
+  detail::put_le(buf, trace.has_weights() ? wtrace::flag_weights : 0u, 4);
+  detail::put_le(buf, static_cast<std::uint32_t>(shape.layers), 4);
+  detail::put_le(buf, static_cast<std::uint32_t>(shape.experts), 4);
+  detail::put_le(buf, static_cast<std::uint32_t>(shape.top_k), 4);
+  detail::put_le(buf, id_bytes, 4);
+  detail::put_le(buf, trace.steps(), 8);
+  detail::put_le(buf, seqs, 8);
+  detail::put_le(buf, payload, 8);
+  detail::put_le(buf, detail::crc32(buf), 4);
+  detail::put_le(buf, 0, 4);
+  detail::write_bytes(out, buf, nullptr);
+  buf.clear();
+
+  std::uint32_t crc = 0;
+  constexpr std::size_t chunk = (1u << 16) - 8;
+  auto flush_if_full = [&] {
+    if (buf.size() >= chunk) {
+      detail::write_bytes(out, buf, &crc);
+      buf.clear();
+    }
+  };
+  for (const std::size_t s : trace.sequence_starts()) {
+    detail::put_le(buf, s, 8);
+    flush_if_full();
+  }
+  trace.for_each_access([&](access a) {
+    detail::put_le(buf, static_cast<std::uint64_t>(a.expert), static_cast<int>(id_bytes));
+    flush_if_full();
+  });
+  if (trace.has_weights()) {
+    for (std::size_t s = 0; s < trace.steps(); ++s) {
+      for (std::int32_t l = 0; l < shape.layers; ++l) {
+        for (std::int32_t j = 0; j < shape.top_k; ++j) {
+          detail::put_le(buf, std::bit_cast<std::uint32_t>(trace.weight(s, l, j)), 4);
+          flush_if_full();
+        }
+      }
+    }
+  }
+  detail::write_bytes(out, buf, &crc);
+  buf.clear();
+  detail::put_le(buf, crc, 4);
+  detail::write_bytes(out, buf, nullptr);
+}
+
+/// @brief Writes `trace` to the file `path` (created or truncated).
+/// @throws wisp::error if the file cannot be opened or written.
+inline void write_wtrace(const routing_trace& trace, const std::filesystem::path& path) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    WISP_FAIL(wisp::error, "cannot open ", path.string(), " for writing");
+  }
+  write_wtrace(trace, out);
+  out.close();
+  if (!out) {
+    WISP_FAIL(wisp::error, "writing ", path.string(), " failed");
+  }
+}
+
+/// @brief Reads one `.wtrace` trace from `in` (opened in binary mode), consuming exactly its bytes.
+///
+/// Validates magic, version, flags, shape, id width, payload size (against the counts and the
+/// bytes actually present), both CRC-32s, sequence starts (strictly increasing, `< steps`), ids
+/// (`< experts`, distinct within each row) and weights (finite).
+/// Time O(file size); memory: the payload once plus the resulting trace.
+/// @throws wisp::format_error naming the byte offset and the problem.
+[[nodiscard]] inline routing_trace read_wtrace(std::istream& in) {
+  using u64 = std::uint64_t;
+  // Bytes left in a seekable stream, or max when unknown.
+  u64 available = std::numeric_limits<u64>::max();
+  {
+    const auto here = in.tellg();
+    if (here != std::streampos(-1)) {
+      in.seekg(0, std::ios::end);
+      const auto end = in.tellg();
+      in.seekg(here);
+      if (end != std::streampos(-1) && in && end >= here) {
+        available = static_cast<u64>(end - here);
+      }
+    }
+    in.clear(in.rdstate() & ~std::ios::failbit);
+  }
+
+  std::array<std::uint8_t, wtrace::header_bytes> h{};
+  in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(h.size()));
+  const auto got = static_cast<u64>(in.gcount());
+  if (got < 8 || !std::equal(wtrace::magic.begin(), wtrace::magic.end(), h.begin())) {
+    // Report a bad signature before a short header: a non-wtrace file is the likelier mistake.
+    const u64 n = std::min<u64>(got, 8);
+    if (!std::equal(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(n), wtrace::magic.begin())) {
+      throw format_error(0, "not a .wtrace file (bad magic)");
+    }
+    throw format_error(got, "truncated .wtrace header (" + std::to_string(got) + " of 64 bytes)");
+  }
+  if (got < wtrace::header_bytes) {
+    throw format_error(got, "truncated .wtrace header (" + std::to_string(got) + " of 64 bytes)");
+  }
+  auto field = [&](std::size_t off, int bytes) { return detail::get_le(h.data() + off, bytes); };
+  const u64 header_crc = field(56, 4);
+  if (detail::crc32(std::span<const std::uint8_t>(h.data(), 56)) != header_crc) {
+    throw format_error(56, "header checksum mismatch (corrupted header)");
+  }
+  if (field(8, 4) != wtrace::version) {
+    throw format_error(8, "unsupported .wtrace version " + std::to_string(field(8, 4)) +
+                              " (this reader knows version 1)");
+  }
+  const u64 flags = field(12, 4);
+  if ((flags & ~u64{wtrace::flag_weights}) != 0) {
+    throw format_error(12, "unknown flag bits " + std::to_string(flags));
+  }
+  const auto layers = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(16, 4)));
+  const auto experts = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(20, 4)));
+  const auto top_k = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(24, 4)));
+  if (layers <= 0) {
+    throw format_error(16, "layers must be positive, got " + std::to_string(layers));
+  }
+  if (experts <= 0 || experts > trace_shape::max_experts) {
+    throw format_error(20, "experts must be in [1, 65536], got " + std::to_string(experts));
+  }
+  if (top_k <= 0 || top_k > experts) {
+    throw format_error(24, "top_k must be in [1, experts=" + std::to_string(experts) + "], got " +
+                               std::to_string(top_k));
+  }
+  const u64 id_bytes = field(28, 4);
+  const u64 want_id_bytes = experts > 256 ? 2 : 1;
+  if (id_bytes != want_id_bytes) {
+    throw format_error(28, "id width " + std::to_string(id_bytes) + " bytes, expected " +
+                               std::to_string(want_id_bytes) + " for " + std::to_string(experts) +
+                               " experts");
+  }
+  if (field(60, 4) != 0) {
+    throw format_error(60, "reserved header field is not zero");
+  }
+  const u64 steps = field(32, 8);
+  const u64 seqs = field(40, 8);
+  const u64 payload = field(48, 8);
+  const bool weights = (flags & wtrace::flag_weights) != 0;
+  if (steps > routing_trace::max_steps) {
+    throw format_error(32, "step count " + std::to_string(steps) + " exceeds the maximum");
+  }
+  if (seqs > steps) {
+    throw format_error(40, "sequence count " + std::to_string(seqs) + " exceeds step count " +
+                               std::to_string(steps));
+  }
+  bool ok = true;
+  const u64 per_step = static_cast<u64>(layers) * static_cast<u64>(top_k);
+  const u64 n = detail::checked_mul(steps, per_step, ok);
+  const u64 id_part = detail::checked_mul(n, id_bytes, ok);
+  const u64 w_part = weights ? detail::checked_mul(n, 4, ok) : 0;
+  const u64 seq_part = seqs * 8;  // seqs <= 2^32
+  const u64 expected = seq_part + id_part;
+  if (!ok || expected < id_part || expected + w_part < expected) {
+    throw format_error(32, "step count " + std::to_string(steps) + " overflows the payload size");
+  }
+  if (payload != expected + w_part) {
+    throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
+                               std::to_string(expected + w_part) + " implied by the header");
+  }
+  const u64 rest = available == std::numeric_limits<u64>::max()
+                       ? available
+                       : available - std::min<u64>(available, wtrace::header_bytes);
+  if (rest < payload + 4) {
+    throw format_error(wtrace::header_bytes + rest,
+                       "truncated .wtrace file: header announces " + std::to_string(payload + 4) +
+                           " more bytes but only " + std::to_string(rest) + " remain");
+  }
+
+  // Read the payload and trailing CRC in bounded chunks (growth follows the data, not the header).
+  std::vector<std::uint8_t> body;
+  const u64 total = payload + 4;
+  if (available != std::numeric_limits<u64>::max()) {
+    body.reserve(static_cast<std::size_t>(total));
+  }
+  while (body.size() < total) {
+    const u64 want = std::min<u64>(total - body.size(), u64{1} << 20);
+    const std::size_t old = body.size();
+    body.resize(old + static_cast<std::size_t>(want));
+    in.read(reinterpret_cast<char*>(body.data() + old), static_cast<std::streamsize>(want));
+    const auto r = static_cast<u64>(in.gcount());
+    if (r < want) {
+      throw format_error(
+          wtrace::header_bytes + old + r,
+          "truncated .wtrace file: " + std::to_string(total - old - r) + " bytes missing");
+    }
+  }
+  const std::uint8_t* p = body.data();
+  const u64 stored_crc = detail::get_le(p + payload, 4);
+  if (detail::crc32(std::span<const std::uint8_t>(p, static_cast<std::size_t>(payload))) !=
+      stored_crc) {
+    throw format_error(wtrace::header_bytes + payload,
+                       "payload checksum mismatch (corrupted data)");
+  }
+
+  routing_trace trace({layers, experts, top_k});
+  trace.reserve(static_cast<std::size_t>(steps));
+  std::vector<std::size_t> starts(static_cast<std::size_t>(seqs));
+  for (u64 i = 0; i < seqs; ++i) {
+    const u64 s = detail::get_le(p + 8 * i, 8);
+    if (s >= steps || (i > 0 && s <= starts[i - 1])) {
+      throw format_error(
+          wtrace::header_bytes + 8 * i,
+          "sequence start " + std::to_string(s) + " is not increasing or not below the step count");
+    }
+    starts[i] = static_cast<std::size_t>(s);
+  }
+  const u64 id_base = wtrace::header_bytes + seq_part;
+  const u64 w_base = id_base + id_part;
+  const int width = static_cast<int>(id_bytes);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(per_step));
+  std::vector<float> ws(weights ? static_cast<std::size_t>(per_step) : 0);
+  std::vector<std::uint8_t> seen(static_cast<std::size_t>(experts), 0);
+  std::size_t next_seq = 0;
+  for (u64 s = 0; s < steps; ++s) {
+    for (u64 i = 0; i < per_step; ++i) {
+      const u64 idx = s * per_step + i;
+      const u64 off = seq_part + idx * id_bytes;
+      const auto id = static_cast<std::int64_t>(detail::get_le(p + off, width));
+      if (id >= experts) {
+        throw format_error(wtrace::header_bytes + off,
+                           "expert id " + std::to_string(id) + " >= experts " +
+                               std::to_string(experts) + " (step " + std::to_string(s) + ")");
+      }
+      ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(id);
+      if (weights) {
+        const u64 woff = w_base - wtrace::header_bytes + idx * 4;
+        const float w =
+            std::bit_cast<float>(static_cast<std::uint32_t>(detail::get_le(p + woff, 4)));
+        if (!std::isfinite(w)) {
+          throw format_error(wtrace::header_bytes + woff, "weight is not finite");
+        }
+        ws[static_cast<std::size_t>(i)] = w;
+      }
+    }
+    // Distinct ids per (step, layer) row.
+    for (u64 row = 0; row < per_step; row += static_cast<u64>(top_k)) {
+      for (u64 j = row; j < row + static_cast<u64>(top_k); ++j) {
+        auto& mark = seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(j)])];
+        if (mark != 0) {
+          throw format_error(id_base + (s * per_step + j) * id_bytes,
+                             "expert " + std::to_string(ids[static_cast<std::size_t>(j)]) +
+                                 " appears twice in step " + std::to_string(s) + " layer " +
+                                 std::to_string(row / static_cast<u64>(top_k)));
+        }
+        mark = 1;
+      }
+      for (u64 j = row; j < row + static_cast<u64>(top_k); ++j) {
+        seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(j)])] = 0;
+      }
+    }
+    if (next_seq < starts.size() && starts[next_seq] == s) {
+      trace.begin_sequence();
+      ++next_seq;
+    }
+    trace.append_step(ids, ws);
+  }
+  return trace;
+}
+
+/// @brief Reads the `.wtrace` file at `path`.
+/// @throws wisp::error if the file cannot be opened; wisp::format_error if it is malformed (the
+///         message names the file).
+[[nodiscard]] inline routing_trace read_wtrace(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    WISP_FAIL(wisp::error, "cannot open ", path.string(), " for reading");
+  }
+  try {
+    return read_wtrace(in);
+  } catch (const format_error& e) {
+    std::string what = e.what();
+    if (e.offset() != format_error::no_offset) {
+      const std::string prefix = "at byte " + std::to_string(e.offset()) + ": ";
+      if (what.starts_with(prefix)) {
+        what.erase(0, prefix.size());
+      }
+    }
+    throw format_error(e.offset(), path.string() + ": " + what);
+  }
+}
+
+}  // namespace wisp::trace
