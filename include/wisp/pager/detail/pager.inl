@@ -1,0 +1,220 @@
+// SPDX-License-Identifier: Apache-2.0
+// Implementation of pager<Policy>; included at the end of <wisp/pager/pager.hpp>.
+#pragma once
+
+#include <algorithm>
+
+namespace wisp {
+
+template <eviction_policy Policy>
+template <class MakePolicy>
+requires std::invocable<MakePolicy&, std::int32_t> &&
+    std::convertible_to<std::invoke_result_t<MakePolicy&, std::int32_t>, Policy>
+    pager<Policy>::pager(const pager_config& config, MakePolicy make_policy)
+    : layers_(config.layers), experts_(config.experts), top_k_(config.top_k), scope_(config.scope) {
+  WISP_EXPECTS(config.layers >= 1, "pager: layers must be >= 1, got ", config.layers);
+  WISP_EXPECTS(config.experts >= 1, "pager: experts must be >= 1, got ", config.experts);
+  WISP_EXPECTS(config.top_k >= 1, "pager: top_k must be >= 1, got ", config.top_k);
+  WISP_EXPECTS(config.max_tokens >= 0, "pager: max_tokens must be >= 0, got ", config.max_tokens);
+  const key_layout layout = scope_ == cache_scope::global
+                                ? key_layout::global(config.layers, config.experts)
+                                : key_layout::per_layer(config.experts, config.layers);
+  layout.validate();
+  const auto layers = static_cast<std::size_t>(layers_);
+  const auto experts = static_cast<std::size_t>(experts_);
+
+  if (scope_ == cache_scope::global) {
+    WISP_EXPECTS(config.layer_capacities.empty(),
+                 "pager: layer_capacities is for per-layer scope; the global pool has one "
+                 "capacity (got ",
+                 config.layer_capacities.size(), " entries)");
+    WISP_EXPECTS(config.capacity >= top_k_ && config.capacity <= layout.size(), "pager: capacity ",
+                 config.capacity, " of the global pool is below top_k ", top_k_,
+                 " or above layers * experts = ", layout.size());
+    caches_.emplace_back(layout, config.capacity, make_policy(0));
+  } else {
+    WISP_EXPECTS(config.layer_capacities.empty() || config.layer_capacities.size() == layers,
+                 "pager: layer_capacities has ", config.layer_capacities.size(), " entries for ",
+                 layers_, " layers");
+    caches_.reserve(layers);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      const std::int32_t cap = config.layer_capacities.empty()
+                                   ? config.capacity
+                                   : config.layer_capacities[static_cast<std::size_t>(l)];
+      WISP_EXPECTS(cap >= top_k_ && cap <= experts_, "pager: capacity ", cap, " of layer ", l,
+                   " must be in [top_k = ", top_k_, ", experts = ", experts_,
+                   "] (vLLM: --moe-expert-cache-size must be >= top_k)");
+      caches_.emplace_back(layout, cap, make_policy(l));
+    }
+  }
+  times_.assign(caches_.size(), 0);
+  maps_.assign(layers * experts, -1);
+  visible_.assign(layers * experts, -1);
+  visible_count_.assign(layers, 0);
+  copies_.assign(layers * experts, copy_op{});
+  keys_.assign(experts, no_key);
+  seen_ = protect_set(experts_);
+  planner_ = group_planner(experts_, config.max_tokens, top_k_);
+}
+
+template <eviction_policy Policy>
+template <topk_id Id>
+void pager<Policy>::fail_over_capacity(const char* where, std::int32_t layer,
+                                       std::span<const Id> ids, std::int32_t k,
+                                       std::int32_t distinct) {
+  const std::int32_t cap = cache_of(layer).capacity();
+  const auto uk = static_cast<std::size_t>(k);
+  // Name the widest row when it alone cannot fit (no split can help then).
+  for (std::size_t r = 0; r * uk < ids.size(); ++r) {
+    seen_.clear();
+    std::int32_t row_distinct = 0;
+    for (std::size_t j = 0; j < uk; ++j) {
+      row_distinct += seen_.insert(static_cast<cache_key>(ids[r * uk + j])) ? 1 : 0;
+    }
+    if (row_distinct > cap) {
+      WISP_FAIL(logic_error, where, ": layer ", layer, ": one token (row ", r, ") routes to ",
+                row_distinct, " experts but capacity is ", cap,
+                "; no split can serve it (raise the capacity to at least ", row_distinct, ")");
+    }
+  }
+  WISP_FAIL(logic_error, where, ": layer ", layer, ": ", distinct,
+            " distinct experts requested but capacity is ", cap,
+            "; split the batch with plan_token_groups or plan_expert_groups");
+}
+
+template <eviction_policy Policy>
+template <topk_id Id>
+prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer,
+                                           std::span<const Id> ids, std::int32_t tokens,
+                                           std::int32_t k) {
+  check_layer(where, layer);
+  detail::check_topk_shape(where, ids.size(), tokens, k);
+
+  // 1. Validate and deduplicate (first-seen order). Only scratch is written until the cache call.
+  seen_.clear();
+  std::size_t distinct = 0;
+  const std::int64_t experts = experts_;
+  const cache_key base = key_of(layer, 0);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    const std::int64_t id = ids[i];
+    if (id < 0 || id >= experts) [[unlikely]] {
+      detail::fail_bad_id(where, ids, i, k, experts_);
+    }
+    if (seen_.insert(static_cast<cache_key>(id))) {
+      keys_[distinct++] = base + static_cast<cache_key>(id);
+    }
+  }
+  cache_type& cache = cache_of(layer);
+  if (static_cast<std::int64_t>(distinct) > cache.capacity()) [[unlikely]] {
+    fail_over_capacity(where, layer, ids, k, static_cast<std::int32_t>(distinct));
+  }
+
+  // 2. One cache call (what slot_cache::access_call does, minus its result array: its 16-byte
+  //    copies cost a store-forwarding stall per access): begin the call, protect every key, then
+  //    access them in order at times time, time + 1, ... Every precondition was checked above, so
+  //    nothing below throws unless the policy breaks its contract (`victim` returning a protected
+  //    or absent key).
+  std::uint64_t& time = times_[cache_index(layer)];
+  access_context ctx{step_, layer, time};
+  cache.begin_call(ctx);
+  for (std::size_t i = 0; i < distinct; ++i) {
+    cache.protect(keys_[i]);
+  }
+
+  // 3. Publish while accessing: hide the previous call's experts, show this call's.
+  const std::size_t off = offset(layer);
+  std::int32_t* map = maps_.data() + off;
+  std::int32_t* visible = visible_.data() + off;
+  copy_op* copies = copies_.data() + off;
+  std::int32_t& visible_count = visible_count_[static_cast<std::size_t>(layer)];
+  for (std::int32_t i = 0; i < visible_count; ++i) {
+    map[visible[i]] = -1;
+  }
+  visible_count = 0;
+  std::int32_t misses = 0;
+  for (std::size_t i = 0; i < distinct; ++i) {
+    ctx.time = time + i;
+    const access_result r = cache.access(keys_[i], ctx);
+    const std::int32_t expert = keys_[i] - base;
+    visible[i] = expert;
+    map[expert] = r.slot;
+    if (!r.hit) {
+      copies[misses++] = copy_op{expert, r.slot};
+    }
+  }
+  visible_count = static_cast<std::int32_t>(distinct);
+  time += distinct;
+
+  prepare_result result;
+  result.layer = layer;
+  result.expert_map = std::span<const std::int32_t>(map, static_cast<std::size_t>(experts_));
+  result.copy_plan = std::span<const copy_op>(copies, static_cast<std::size_t>(misses));
+  result.experts = std::span<const std::int32_t>(visible, distinct);
+  result.hits = static_cast<std::int32_t>(distinct) - misses;
+  result.misses = misses;
+  return result;
+}
+
+template <eviction_policy Policy>
+template <topk_id Id>
+std::span<const expert_group> pager<Policy>::plan_expert_groups_impl(std::int32_t layer,
+                                                                     std::span<const Id> ids,
+                                                                     std::int32_t tokens,
+                                                                     std::int32_t k) {
+  const std::int32_t cap = capacity_for("plan_expert_groups", layer);
+  const cache_type& cache = cache_of(layer);
+  const cache_key base = key_of(layer, 0);
+  return planner_.plan_expert_groups(
+      ids, tokens, k, cap, [&](std::int32_t expert) { return cache.slot_of(base + expert) >= 0; });
+}
+
+template <eviction_policy Policy>
+void pager<Policy>::refresh_map(std::int32_t layer) {
+  const std::size_t off = offset(layer);
+  const cache_type& cache = cache_of(layer);
+  const cache_key base = key_of(layer, 0);
+  const std::int32_t count = visible_count_[static_cast<std::size_t>(layer)];
+  for (std::int32_t i = 0; i < count; ++i) {
+    const std::int32_t expert = visible_[off + static_cast<std::size_t>(i)];
+    maps_[off + static_cast<std::size_t>(expert)] = cache.slot_of(base + expert);
+  }
+}
+
+template <eviction_policy Policy>
+bool pager<Policy>::invalidate(std::int32_t layer, std::int32_t expert) {
+  check_expert("pager::invalidate", layer, expert);
+  const bool was_resident = cache_of(layer).invalidate(key_of(layer, expert));
+  maps_[offset(layer) + static_cast<std::size_t>(expert)] = -1;
+  return was_resident;
+}
+
+template <eviction_policy Policy>
+resize_report pager<Policy>::resize_layer(std::int32_t layer, std::int32_t capacity) {
+  WISP_EXPECTS(scope_ == cache_scope::per_layer,
+               "pager::resize_layer: the pager has one global pool; use resize_pool");
+  check_layer("pager::resize_layer", layer);
+  WISP_EXPECTS(capacity >= top_k_ && capacity <= experts_, "pager::resize_layer: capacity ",
+               capacity, " of layer ", layer, " must be in [top_k = ", top_k_,
+               ", experts = ", experts_, "]");
+  // The layer's cache still protects its last call, i.e. exactly the visible experts.
+  resize_report report =
+      cache_of(layer).resize(capacity, access_context{step_, layer, times_[cache_index(layer)]});
+  refresh_map(layer);
+  return report;
+}
+
+template <eviction_policy Policy>
+resize_report pager<Policy>::resize_pool(std::int32_t capacity) {
+  WISP_EXPECTS(scope_ == cache_scope::global,
+               "pager::resize_pool: the pager has per-layer caches; use resize_layer");
+  const std::int32_t keys = layers_ * experts_;
+  WISP_EXPECTS(capacity >= top_k_ && capacity <= keys, "pager::resize_pool: capacity ", capacity,
+               " must be in [top_k = ", top_k_, ", layers * experts = ", keys, "]");
+  resize_report report = caches_.front().resize(capacity, access_context{step_, 0, times_.front()});
+  for (std::int32_t l = 0; l < layers_; ++l) {
+    refresh_map(l);
+  }
+  return report;
+}
+
+}  // namespace wisp
