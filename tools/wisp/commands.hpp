@@ -10,11 +10,13 @@ namespace wisp::tool {
 void add_info_command(CLI::App& app);   // info.cpp
 void add_trace_command(CLI::App& app);  // trace_cmd.cpp: wisp trace import|stats|synth
 void add_reuse_command(CLI::App& app);  // reuse_cmd.cpp: wisp reuse
+void add_sim_command(CLI::App& app);    // sim_cmd.cpp: wisp sim
 
 inline void add_commands(CLI::App& app) {
   add_info_command(app);
   add_trace_command(app);
   add_reuse_command(app);
+  add_sim_command(app);
 }
 
 }  // namespace wisp::tool

@@ -1,7 +1,247 @@
 // SPDX-License-Identifier: Apache-2.0
-// PLACEHOLDER: replaced by the implementation of `wisp trace`.
+// `wisp trace import|stats|synth`: convert routing logs to .wtrace, summarise a trace, generate a
+// synthetic one. Library errors (wisp::error) propagate to main, which prints them.
 #include "commands.hpp"
 
+#include <wisp/trace/esft.hpp>
+#include <wisp/trace/jsonl.hpp>
+#include <wisp/trace/routing_trace.hpp>
+#include <wisp/trace/synthetic.hpp>
+#include <wisp/trace/wtrace.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
 namespace wisp::tool {
-void add_trace_command(CLI::App& app) { (void)app; }
+namespace {
+
+struct layer_stats {
+  double top10_share = 0;         // share of accesses going to the top 10% experts (ceil)
+  double normalized_entropy = 0;  // entropy of the expert distribution / log(experts)
+  double mean_working_set = 0;    // distinct experts per window, averaged over windows
+};
+
+struct trace_stats {
+  std::vector<layer_stats> layers;
+  std::size_t windows = 0;
+};
+
+trace_stats compute_stats(const trace::routing_trace& t, std::size_t window) {
+  const auto L = static_cast<std::size_t>(t.shape().layers);
+  const auto E = static_cast<std::size_t>(t.shape().experts);
+  std::vector<std::uint64_t> counts(L * E, 0);
+  std::vector<std::uint32_t> last_window(L * E, ~std::uint32_t{0});
+  std::vector<std::uint64_t> distinct_sum(L, 0);
+  // Full windows only, unless the trace is shorter than one window (then the whole trace).
+  const std::size_t windows = t.steps() < window ? (t.steps() > 0 ? 1 : 0) : t.steps() / window;
+  const std::size_t covered = t.steps() < window ? t.steps() : windows * window;
+  t.for_each_access([&](trace::access a) {
+    const std::size_t i =
+        static_cast<std::size_t>(a.layer) * E + static_cast<std::size_t>(a.expert);
+    ++counts[i];
+    if (a.step < covered) {
+      const auto w = static_cast<std::uint32_t>(a.step / window);
+      if (last_window[i] != w) {
+        last_window[i] = w;
+        ++distinct_sum[static_cast<std::size_t>(a.layer)];
+      }
+    }
+  });
+  trace_stats out;
+  out.windows = windows;
+  out.layers.resize(L);
+  const std::size_t top = (E + 9) / 10;
+  std::vector<std::uint64_t> sorted(E);
+  for (std::size_t l = 0; l < L; ++l) {
+    std::copy_n(counts.begin() + static_cast<std::ptrdiff_t>(l * E), E, sorted.begin());
+    std::sort(sorted.begin(), sorted.end(), std::greater<>());
+    std::uint64_t total = 0;
+    std::uint64_t top_sum = 0;
+    for (std::size_t e = 0; e < E; ++e) {
+      total += sorted[e];
+      if (e < top) {
+        top_sum += sorted[e];
+      }
+    }
+    auto& s = out.layers[l];
+    if (total > 0) {
+      s.top10_share = static_cast<double>(top_sum) / static_cast<double>(total);
+      double h = 0;
+      for (const std::uint64_t c : sorted) {
+        if (c > 0) {
+          const double p = static_cast<double>(c) / static_cast<double>(total);
+          h -= p * std::log(p);
+        }
+      }
+      s.normalized_entropy = E > 1 ? h / std::log(static_cast<double>(E)) : 0.0;
+    }
+    s.mean_working_set =
+        windows > 0 ? static_cast<double>(distinct_sum[l]) / static_cast<double>(windows) : 0.0;
+  }
+  return out;
+}
+
+double mean_of(const std::vector<layer_stats>& v, double layer_stats::*field) {
+  double sum = 0;
+  for (const auto& s : v) {
+    sum += s.*field;
+  }
+  return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
+}
+
+void print_stats(const trace::routing_trace& t, const std::string& file, std::size_t window,
+                 bool json) {
+  const trace_stats st = compute_stats(t, window);
+  const auto& shape = t.shape();
+  if (json) {
+    nlohmann::json j;
+    j["file"] = file;
+    j["layers"] = shape.layers;
+    j["experts"] = shape.experts;
+    j["top_k"] = shape.top_k;
+    j["steps"] = t.steps();
+    j["sequences"] = t.sequence_starts().size();
+    j["accesses"] = t.access_count();
+    j["has_weights"] = t.has_weights();
+    j["window"] = window;
+    j["windows"] = st.windows;
+    j["mean_top10_share"] = mean_of(st.layers, &layer_stats::top10_share);
+    j["mean_normalized_entropy"] = mean_of(st.layers, &layer_stats::normalized_entropy);
+    j["mean_working_set"] = mean_of(st.layers, &layer_stats::mean_working_set);
+    auto& per_layer = j["per_layer"] = nlohmann::json::array();
+    for (std::size_t l = 0; l < st.layers.size(); ++l) {
+      per_layer.push_back({{"layer", l},
+                           {"top10_share", st.layers[l].top10_share},
+                           {"normalized_entropy", st.layers[l].normalized_entropy},
+                           {"mean_working_set", st.layers[l].mean_working_set}});
+    }
+    std::cout << j.dump(2) << '\n';
+    return;
+  }
+  std::printf("%s\n", file.c_str());
+  std::printf("  shape      %d layers x %d experts, top-%d\n", shape.layers, shape.experts,
+              shape.top_k);
+  std::printf("  steps      %zu\n  sequences  %zu\n  accesses   %zu\n  weights    %s\n", t.steps(),
+              t.sequence_starts().size(), t.access_count(), t.has_weights() ? "yes" : "no");
+  std::printf("  window     %zu steps (%zu windows)\n\n", window, st.windows);
+  std::printf("  layer  top10%%-share  norm-entropy  working-set/window\n");
+  for (std::size_t l = 0; l < st.layers.size(); ++l) {
+    std::printf("  %5zu  %12.4f  %12.4f  %18.2f\n", l, st.layers[l].top10_share,
+                st.layers[l].normalized_entropy, st.layers[l].mean_working_set);
+  }
+  std::printf("  %5s  %12.4f  %12.4f  %18.2f\n", "mean",
+              mean_of(st.layers, &layer_stats::top10_share),
+              mean_of(st.layers, &layer_stats::normalized_entropy),
+              mean_of(st.layers, &layer_stats::mean_working_set));
+}
+
+}  // namespace
+
+void add_trace_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand("trace", "Import, summarise and synthesise routing traces");
+  cmd->require_subcommand(1);
+
+  // wisp trace import --format esft|jsonl INPUT -o OUT.wtrace [--group-key K]
+  struct import_args {
+    std::string format;
+    std::string input;
+    std::string output;
+    std::string group_key;
+    std::int32_t experts = 0;
+    std::int32_t top_k = 0;
+  };
+  auto ia = std::make_shared<import_args>();
+  auto* imp = cmd->add_subcommand("import", "Convert an ESFT folder or a JSONL log to .wtrace");
+  imp->add_option("--format", ia->format, "Input format")
+      ->required()
+      ->check(CLI::IsMember({"esft", "jsonl"}));
+  imp->add_option("input", ia->input, "ESFT folder or JSONL file")->required();
+  imp->add_option("-o,--output", ia->output, "Output .wtrace file")->required();
+  imp->add_option("--group-key", ia->group_key,
+                  "JSONL: field grouping records into sequences (e.g. problem_id)");
+  imp->add_option("--experts", ia->experts,
+                  "Experts per layer (ESFT default 64; JSONL default: max id + 1)");
+  imp->add_option("--top-k", ia->top_k, "ESFT: ids per token (default 6)");
+  imp->callback([ia] {
+    trace::routing_trace t = [&] {
+      if (ia->format == "esft") {
+        trace::esft_options opt;
+        if (ia->experts > 0) {
+          opt.experts = ia->experts;
+        }
+        if (ia->top_k > 0) {
+          opt.top_k = ia->top_k;
+        }
+        return trace::import_esft(ia->input, opt);
+      }
+      trace::jsonl_options opt;
+      opt.group_key = ia->group_key;
+      opt.experts = ia->experts;
+      return trace::import_jsonl(std::filesystem::path(ia->input), opt);
+    }();
+    trace::write_wtrace(t, std::filesystem::path(ia->output));
+    std::printf(
+        "wrote %s: %d layers x %d experts, top-%d; %zu steps, %zu sequences, %zu accesses\n",
+        ia->output.c_str(), t.shape().layers, t.shape().experts, t.shape().top_k, t.steps(),
+        t.sequence_starts().size(), t.access_count());
+  });
+
+  // wisp trace stats FILE [--json] [--window N]
+  struct stats_args {
+    std::string file;
+    bool json = false;
+    std::size_t window = 16;
+  };
+  auto sa = std::make_shared<stats_args>();
+  auto* stats = cmd->add_subcommand("stats", "Summarise a .wtrace file");
+  stats->add_option("file", sa->file, ".wtrace file")->required();
+  stats->add_flag("--json", sa->json, "Print JSON instead of a table");
+  stats->add_option("--window", sa->window, "Window length in steps for working-set sizes")
+      ->check(CLI::PositiveNumber);
+  stats->callback([sa] {
+    const trace::routing_trace t = trace::read_wtrace(std::filesystem::path(sa->file));
+    print_stats(t, sa->file, sa->window, sa->json);
+  });
+
+  // wisp trace synth [--preset NAME] [--steps N] [--seed S] -o OUT.wtrace
+  struct synth_args {
+    std::string preset = "default";
+    std::size_t steps = 8222;
+    std::uint64_t seed = 1;
+    std::string output;
+  };
+  auto ya = std::make_shared<synth_args>();
+  auto* synth = cmd->add_subcommand("synth", "Generate a synthetic routing trace");
+  std::string presets;
+  for (const auto n : trace::synthetic_preset_names()) {
+    presets += presets.empty() ? "" : ", ";
+    presets += n;
+  }
+  synth->add_option("--preset", ya->preset, "Preset: " + presets)->capture_default_str();
+  synth->add_option("--steps", ya->steps, "Number of steps (tokens)")->capture_default_str();
+  synth->add_option("--seed", ya->seed, "Random seed")->capture_default_str();
+  synth->add_option("-o,--output", ya->output, "Output .wtrace file")->required();
+  synth->callback([ya] {
+    const trace::routing_trace t =
+        trace::make_synthetic_trace(trace::synthetic_preset(ya->preset), ya->steps, ya->seed);
+    trace::write_wtrace(t, std::filesystem::path(ya->output));
+    std::printf(
+        "wrote %s: preset %s, seed %llu; %d layers x %d experts, top-%d; %zu steps, "
+        "%zu sequences\n",
+        ya->output.c_str(), ya->preset.c_str(), static_cast<unsigned long long>(ya->seed),
+        t.shape().layers, t.shape().experts, t.shape().top_k, t.steps(),
+        t.sequence_starts().size());
+  });
+}
+
 }  // namespace wisp::tool
