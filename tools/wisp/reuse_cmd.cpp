@@ -1,7 +1,173 @@
 // SPDX-License-Identifier: Apache-2.0
-// PLACEHOLDER: replaced by the implementation of `wisp reuse`.
+// `wisp reuse FILE --scope global|layer [--capacities 8,16,...] [--json|--csv]`: the exact LRU
+// miss curve of a routing trace, from one pass of stack distances (wisp/reuse).
+//
+// FILE is a .wtrace file, the literal `synthetic` (the built-in default synthetic trace:
+// preset "default", 8,222 steps, seed 1), or a folder of ESFT expert_weights_<L>.txt files.
 #include "commands.hpp"
 
+#include <wisp/reuse/histogram.hpp>
+#include <wisp/reuse/trace_profile.hpp>
+#include <wisp/trace/esft.hpp>
+#include <wisp/trace/routing_trace.hpp>
+#include <wisp/trace/synthetic.hpp>
+#include <wisp/trace/wtrace.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
 namespace wisp::tool {
-void add_reuse_command(CLI::App& app) { (void)app; }
+namespace {
+
+struct reuse_options {
+  std::string file;
+  std::string scope = "global";
+  std::vector<std::uint64_t> capacities;
+  bool json = false;
+  bool csv = false;
+};
+
+// The default synthetic trace: what the project's main-job script profiles.
+constexpr std::size_t synthetic_steps = 8222;
+constexpr std::uint64_t synthetic_seed = 1;
+
+trace::routing_trace load_trace(const std::string& file) {
+  if (file == "synthetic") {
+    return trace::make_synthetic_trace(trace::synthetic_preset("default"), synthetic_steps,
+                                       synthetic_seed);
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(file, ec)) {
+    return trace::import_esft(file);
+  }
+  return trace::read_wtrace(std::filesystem::path{file});
+}
+
+// 1, 2, 4, ... below `distinct`, then `distinct` itself.
+std::vector<std::uint64_t> default_capacities(std::uint64_t distinct) {
+  std::vector<std::uint64_t> out;
+  for (std::uint64_t c = 1; c < distinct; c *= 2) {
+    out.push_back(c);
+  }
+  out.push_back(distinct == 0 ? 1 : distinct);
+  return out;
+}
+
+void print_human(const reuse_options& opt, const trace::routing_trace& t,
+                 const reuse::reuse_profile& profile, const reuse::miss_curve& curve,
+                 const std::vector<std::uint64_t>& capacities) {
+  const auto& shape = t.shape();
+  const bool global = profile.histogram.shape().scope == reuse::reuse_scope::global;
+  std::printf("%s: %zu steps, %d layers x %d experts, top-%d, %llu accesses\n", opt.file.c_str(),
+              t.steps(), shape.layers, shape.experts, shape.top_k,
+              static_cast<unsigned long long>(curve.accesses()));
+  if (global) {
+    std::printf(
+        "scope global: one LRU cache over all %d (layer, expert) keys; capacity = slots "
+        "in that cache\n",
+        shape.layers * shape.experts);
+  } else {
+    std::printf(
+        "scope layer: one LRU cache per layer (%d caches); capacity = slots in EACH "
+        "layer, misses summed over layers\n",
+        shape.layers);
+  }
+  const double accesses = static_cast<double>(curve.accesses());
+  std::printf(
+      "distinct keys per cache %zu; cold (compulsory) misses %llu = %.3f%% of accesses, "
+      "the floor no capacity removes\n",
+      profile.distinct_per_cache, static_cast<unsigned long long>(curve.cold()),
+      accesses > 0 ? 100.0 * static_cast<double>(curve.cold()) / accesses : 0.0);
+  std::printf("only cold misses remain from capacity %llu on (the largest stack distance)\n\n",
+              static_cast<unsigned long long>(curve.max_capacity()));
+  std::printf("capacity needed per cache for a hit ratio of:\n");
+  for (const double target : {0.5, 0.8, 0.9, 0.95, 0.99}) {
+    const auto c = curve.capacity_for_hit_ratio(target);
+    if (c) {
+      std::printf(
+          "  %4.0f%%  %6llu slots (%.1f%% of the cache's keys)\n", 100 * target,
+          static_cast<unsigned long long>(*c),
+          profile.distinct_per_cache > 0
+              ? 100.0 * static_cast<double>(*c) / static_cast<double>(profile.distinct_per_cache)
+              : 0.0);
+    } else {
+      std::printf("  %4.0f%%  unreachable (cold misses cap the hit ratio at %.2f%%)\n",
+                  100 * target, 100.0 * curve.hit_ratio(curve.max_capacity()));
+    }
+  }
+  std::printf("\n%10s %12s %11s %10s\n", "capacity", "misses", "miss_ratio", "hit_ratio");
+  for (const auto c : capacities) {
+    std::printf("%10llu %12llu %11.4f %10.4f\n", static_cast<unsigned long long>(c),
+                static_cast<unsigned long long>(curve.misses(c)), curve.miss_ratio(c),
+                curve.hit_ratio(c));
+  }
+}
+
+void run(const reuse_options& opt) {
+  const auto scope = reuse::parse_scope(opt.scope);
+  if (!scope || *scope == reuse::reuse_scope::stream) {
+    WISP_FAIL(wisp::logic_error, "--scope must be global or layer, got '", opt.scope, "'");
+  }
+  const trace::routing_trace t = load_trace(opt.file);
+  const reuse::reuse_profile profile = reuse::profile_trace(t, *scope);
+  const reuse::miss_curve curve{profile.histogram};
+  const std::vector<std::uint64_t> capacities =
+      opt.capacities.empty() ? default_capacities(profile.distinct_per_cache) : opt.capacities;
+
+  if (opt.json) {
+    nlohmann::ordered_json out;
+    out["scope"] = std::string{reuse::to_string(*scope)};
+    out["accesses"] = curve.accesses();
+    out["cold_misses"] = curve.cold();
+    out["distinct"] = profile.distinct_per_cache;
+    out["miss_curve"] = nlohmann::ordered_json::array();
+    for (const auto c : capacities) {
+      out["miss_curve"].push_back(
+          {{"capacity", c}, {"misses", curve.misses(c)}, {"miss_ratio", curve.miss_ratio(c)}});
+    }
+    std::cout << out.dump() << '\n';
+  } else if (opt.csv) {
+    std::printf("capacity,misses,miss_ratio\n");
+    for (const auto c : capacities) {
+      std::printf("%llu,%llu,%.9g\n", static_cast<unsigned long long>(c),
+                  static_cast<unsigned long long>(curve.misses(c)), curve.miss_ratio(c));
+    }
+  } else {
+    print_human(opt, t, profile, curve, capacities);
+  }
+}
+
+}  // namespace
+
+void add_reuse_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "reuse", "Exact LRU miss curve of a routing trace, every capacity from one pass");
+  auto opt = std::make_shared<reuse_options>();
+  cmd->add_option("FILE", opt->file,
+                  "a .wtrace file, 'synthetic' (built-in default synthetic trace, 8222 steps, "
+                  "seed 1), or an ESFT expert_weights folder")
+      ->required();
+  cmd->add_option("--scope", opt->scope,
+                  "global: one cache over all (layer, expert) keys; layer: one cache per layer, "
+                  "each with the given capacity")
+      ->check(CLI::IsMember({"global", "layer"}))
+      ->capture_default_str();
+  cmd->add_option("--capacities", opt->capacities,
+                  "comma-separated capacities (slots per cache); default 1,2,4,... up to the "
+                  "distinct keys per cache")
+      ->delimiter(',');
+  auto* json = cmd->add_flag("--json", opt->json, "print one JSON object");
+  auto* csv = cmd->add_flag("--csv", opt->csv, "print CSV: capacity,misses,miss_ratio");
+  json->excludes(csv);
+  cmd->callback([opt] { run(*opt); });
+}
+
 }  // namespace wisp::tool

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Reuse profile of a whole routing trace in one scope (the glue between `wisp::trace`
+/// and the trace-independent reuse headers).
+/// @code
+/// auto trace = wisp::trace::import_esft("shared/traces/raw/esft_deepseek_v2_lite_intent");
+/// auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::global);
+/// wisp::reuse::miss_curve curve{profile.histogram};
+/// @endcode
+#pragma once
+
+#include <wisp/core/config.hpp>
+#include <wisp/core/error.hpp>
+#include <wisp/reuse/histogram.hpp>
+#include <wisp/reuse/scoped_counter.hpp>
+#include <wisp/trace/routing_trace.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace wisp::reuse {
+
+/// @brief What `profile_trace` measures.
+struct reuse_profile {
+  reuse_histogram histogram;       ///< Distances of every access (summed over layers if per-layer).
+  std::size_t distinct_per_cache;  ///< Distinct keys of the largest cache (global: all keys).
+  std::size_t distinct_total;      ///< Distinct (layer, expert) keys over all caches.
+};
+
+/// @brief Exact reuse profile of `trace` replayed in canonical order, in `scope`.
+///
+/// Complexity: O(accesses * log(keys)), memory O(layers * experts), one pass.
+/// @throws wisp::logic_error if `scope` is `reuse_scope::stream`.
+[[nodiscard]] inline reuse_profile profile_trace(const trace::routing_trace& trace,
+                                                 reuse_scope scope) {
+  const auto& shape = trace.shape();
+  scoped_reuse_counter counter{scope, static_cast<std::uint32_t>(shape.layers),
+                               static_cast<std::uint32_t>(shape.experts)};
+  trace.for_each_access([&](const trace::access& a) {
+    counter.access(static_cast<std::uint32_t>(a.layer), static_cast<std::uint32_t>(a.expert));
+  });
+  return {counter.histogram(), counter.distinct_per_cache(), counter.distinct_total()};
+}
+
+}  // namespace wisp::reuse

@@ -1,0 +1,128 @@
+// SPDX-License-Identifier: Apache-2.0
+// Exact miss curves of the real ESFT routing trace (shared/traces) against brute-force LRU, in
+// the global and the per-layer scope. Skips when the trace folder is absent.
+#include "reuse/oracle.hpp"
+
+#include <wisp/reuse/histogram.hpp>
+#include <wisp/reuse/trace_profile.hpp>
+#include <wisp/trace/esft.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+namespace {
+
+using wisp::reuse::miss_curve;
+using wisp::reuse::reuse_scope;
+namespace oracle = wisp::reuse::testing;
+
+const std::filesystem::path esft_dir =
+    std::filesystem::path{WISP_TEST_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
+
+class EsftReuse : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (std::filesystem::is_directory(esft_dir)) {
+      trace_ = std::make_unique<wisp::trace::routing_trace>(wisp::trace::import_esft(esft_dir));
+    }
+  }
+  static void TearDownTestSuite() { trace_.reset(); }
+
+  void SetUp() override {
+    if (!trace_) {
+      GTEST_SKIP() << "ESFT trace not found at " << esft_dir;
+    }
+  }
+
+  // Global keys (layer * E + expert) and per-layer expert streams, canonical order.
+  static std::vector<std::uint32_t> global_stream() {
+    const auto experts = static_cast<std::uint32_t>(trace_->shape().experts);
+    std::vector<std::uint32_t> out;
+    out.reserve(trace_->access_count());
+    trace_->for_each_access([&](const wisp::trace::access& a) {
+      out.push_back(static_cast<std::uint32_t>(a.layer) * experts +
+                    static_cast<std::uint32_t>(a.expert));
+    });
+    return out;
+  }
+  static std::vector<std::vector<std::uint32_t>> layer_streams() {
+    std::vector<std::vector<std::uint32_t>> out(static_cast<std::size_t>(trace_->shape().layers));
+    trace_->for_each_access([&](const wisp::trace::access& a) {
+      out[static_cast<std::size_t>(a.layer)].push_back(static_cast<std::uint32_t>(a.expert));
+    });
+    return out;
+  }
+
+  static std::unique_ptr<wisp::trace::routing_trace> trace_;
+};
+
+std::unique_ptr<wisp::trace::routing_trace> EsftReuse::trace_;
+
+TEST_F(EsftReuse, ShapeAsDocumented) {
+  EXPECT_EQ(trace_->shape().layers, 26);
+  EXPECT_EQ(trace_->shape().experts, 64);
+  EXPECT_EQ(trace_->access_count(), 1282632u);
+}
+
+TEST_F(EsftReuse, PerLayerScopeEqualsBruteForceAtEveryCapacity) {
+  const auto profile = wisp::reuse::profile_trace(*trace_, reuse_scope::per_layer);
+  const miss_curve curve{profile.histogram};
+  EXPECT_EQ(curve.accesses(), trace_->access_count());
+  EXPECT_EQ(profile.distinct_per_cache, 64u);
+  EXPECT_EQ(profile.distinct_total, curve.cold());
+
+  // Every access's distance: per-layer explicit LRU stacks over the whole trace.
+  wisp::reuse::reuse_histogram want{profile.histogram.shape()};
+  for (const auto& stream : layer_streams()) {
+    for (const auto d : oracle::stack_distances(stream)) {
+      want.record(d);
+    }
+  }
+  EXPECT_EQ(profile.histogram, want);
+
+  // An actual LRU cache per layer at every capacity 0..64 (+1), misses summed over layers.
+  const auto streams = layer_streams();
+  for (std::uint32_t c = 0; c <= 65; ++c) {
+    std::uint64_t misses = 0;
+    for (const auto& stream : streams) {
+      misses += oracle::lru_misses(stream, 64, c);
+    }
+    ASSERT_EQ(curve.misses(c), misses) << "capacity " << c;
+  }
+}
+
+TEST_F(EsftReuse, GlobalScopeEqualsBruteForce) {
+  const auto profile = wisp::reuse::profile_trace(*trace_, reuse_scope::global);
+  const miss_curve curve{profile.histogram};
+  const auto stream = global_stream();
+  constexpr std::uint32_t keys = 26 * 64;
+  EXPECT_EQ(curve.accesses(), stream.size());
+  EXPECT_EQ(profile.distinct_per_cache, keys);
+  EXPECT_EQ(curve.cold(), keys);
+
+  // Whole trace, a spread of capacities (every power of two, odd sizes, k, E, D, D + 1).
+  for (const std::uint32_t c : {0u,   1u,   2u,   5u,   6u,    8u,    32u,   64u,   100u,  156u,
+                                256u, 333u, 512u, 777u, 1024u, 1400u, 1600u, 1663u, 1664u, 1665u}) {
+    ASSERT_EQ(curve.misses(c), oracle::lru_misses(stream, keys, c)) << "capacity " << c;
+  }
+
+  // A prefix (the first ~770 tokens): every access's distance against an explicit LRU stack, and
+  // an LRU cache at every capacity.
+  const std::vector<std::uint32_t> prefix(stream.begin(), stream.begin() + 20000);
+  wisp::reuse::scoped_reuse_counter counter{reuse_scope::global, 26, 64};
+  std::vector<std::uint32_t> got;
+  for (const auto key : prefix) {
+    got.push_back(counter.access(key / 64, key % 64));
+  }
+  ASSERT_EQ(got, oracle::stack_distances(prefix));
+  const miss_curve prefix_curve{counter.histogram()};
+  for (std::uint32_t c = 1; c <= counter.distinct_per_cache(); ++c) {
+    ASSERT_EQ(prefix_curve.misses(c), oracle::lru_misses(prefix, keys, c)) << "capacity " << c;
+  }
+}
+
+}  // namespace
