@@ -1,9 +1,46 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
 /// @brief Umbrella header: the whole core of wisp (everything under include/wisp/, no CUDA).
+///
+/// Standard library only. Including single headers instead keeps compile times down; the
+/// `headers.umbrella_is_complete` test keeps this list in step with the tree.
 #pragma once
 
+// clang-format off
+#include <wisp/version.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/ids.hpp>
-#include <wisp/version.hpp>
+
+#include <wisp/trace/routing_trace.hpp>
+#include <wisp/trace/wtrace.hpp>
+#include <wisp/trace/esft.hpp>
+#include <wisp/trace/jsonl.hpp>
+#include <wisp/trace/synthetic.hpp>
+
+#include <wisp/reuse/reuse_distance.hpp>
+#include <wisp/reuse/histogram.hpp>
+#include <wisp/reuse/histogram_io.hpp>
+#include <wisp/reuse/scoped_counter.hpp>
+#include <wisp/reuse/decayed_histogram.hpp>
+#include <wisp/reuse/shards.hpp>
+#include <wisp/reuse/trace_profile.hpp>
+
+#include <wisp/cache/eviction_policy.hpp>
+#include <wisp/cache/lru.hpp>
+#include <wisp/cache/lfu.hpp>
+#include <wisp/cache/least_stale.hpp>
+#include <wisp/cache/belady.hpp>
+#include <wisp/cache/policies.hpp>
+#include <wisp/cache/slot_cache.hpp>
+#include <wisp/cache/per_layer_cache.hpp>
+
+#include <wisp/pager/types.hpp>
+#include <wisp/pager/group_planner.hpp>
+#include <wisp/pager/pager.hpp>
+#include <wisp/pager/reroute_table.hpp>
+#include <wisp/pager/host_expert_store.hpp>
+
+#include <wisp/sim/simulate.hpp>
+#include <wisp/sim/trace_sim.hpp>
+// clang-format on
