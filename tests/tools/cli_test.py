@@ -36,6 +36,23 @@ def lru_misses(stream, capacity):
     return misses
 
 
+def protected_lru_misses(calls, capacity):
+    """Oracle for `wisp sim --policy lru`: LRU where the experts of one call (a (step, layer)
+    request) cannot evict each other, as in vLLM's provider."""
+    cache, misses = collections.OrderedDict(), 0
+    for call in calls:
+        for key in call:
+            if key in cache:
+                cache.move_to_end(key)
+                continue
+            misses += 1
+            if len(cache) >= capacity:
+                victim = next(k for k in cache if k not in call)
+                del cache[victim]
+            cache[key] = True
+    return misses
+
+
 class CliTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -79,6 +96,35 @@ class CliTest(unittest.TestCase):
                                    for layer in range(self.layers))
                 self.assertEqual(point["misses"], expected, f"{scope} capacity {c}")
                 self.assertAlmostEqual(point["miss_ratio"], expected / len(self.stream))
+
+    def test_sim_lru_matches_protected_lru_oracle_and_belady_bounds_all(self):
+        calls = [self.stream[i:i + self.k] for i in range(0, len(self.stream), self.k)]
+        for scope, caps in (("global", [2, 4, 9]), ("layer", [2, 3, 5])):
+            out = json.loads(wisp("sim", self.wtrace, "--scope", scope, "--capacity",
+                                  ",".join(map(str, caps)), "--json").stdout)
+            by = {(r["policy"], r["capacity"]): r for r in out["results"]}
+            self.assertEqual({p for p, _ in by},
+                             {"lru", "fifo", "lfu", "lfru", "fld", "least-stale", "belady"})
+            for c in caps:
+                if scope == "global":
+                    expected = protected_lru_misses(calls, c)
+                else:
+                    expected = sum(protected_lru_misses(
+                        [call for call in calls if call[0][0] == layer], c)
+                        for layer in range(self.layers))
+                lru = by[("lru", c)]
+                self.assertEqual(lru["misses"], expected, f"{scope} capacity {c}")
+                self.assertEqual(lru["hits"] + lru["misses"], len(self.stream))
+                for (policy, cap), r in by.items():
+                    if cap == c:
+                        self.assertLessEqual(by[("belady", c)]["misses"], r["misses"], policy)
+
+    def test_sim_rejects_unknown_policy_and_capacity_below_k(self):
+        proc = wisp("sim", self.wtrace, "--policy", "mru", "--capacity", "4", ok=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("least-stale", proc.stderr)
+        proc = wisp("sim", self.wtrace, "--capacity", "1", ok=False)
+        self.assertNotEqual(proc.returncode, 0)
 
     def test_reuse_csv_has_header_and_rows(self):
         lines = wisp("reuse", self.wtrace, "--capacities", "2,4", "--csv").stdout.split()

@@ -28,6 +28,7 @@
 #include <iostream>
 #include <iterator>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -52,6 +53,14 @@ struct sim_options {
 // The default synthetic trace: the same one `wisp reuse synthetic` profiles.
 constexpr std::size_t synthetic_steps = 8222;
 constexpr std::uint64_t synthetic_seed = 1;
+
+// A usage error: wisp::logic_error with a plain message (no source location: the user typed it).
+template <class... Parts>
+[[noreturn]] void usage_error(const Parts&... parts) {
+  std::ostringstream message;
+  (message << ... << parts);
+  throw wisp::logic_error(message.str());
+}
 
 // Command-line policy names and the library's names, in the order they are reported.
 struct policy_name_pair {
@@ -80,11 +89,10 @@ std::string_view library_policy(std::string_view cli) {
     }
   }
   if (cli == "least_stale") {
-    WISP_FAIL(wisp::logic_error,
-              "unknown policy 'least_stale': did you mean 'least-stale'? (valid: ",
-              valid_policy_list(), ")");
+    usage_error("unknown policy 'least_stale': did you mean 'least-stale'? (valid: ",
+                valid_policy_list(), ")");
   }
-  WISP_FAIL(wisp::logic_error, "unknown policy '", cli, "' (valid: ", valid_policy_list(), ")");
+  usage_error("unknown policy '", cli, "' (valid: ", valid_policy_list(), ")");
 }
 
 trace::routing_trace load_trace(const std::string& file) {
@@ -197,19 +205,19 @@ std::vector<std::int32_t> checked_capacities(const std::vector<std::int64_t>& re
       global ? static_cast<std::int64_t>(shape.layers) * shape.experts : shape.experts;
   std::vector<std::int32_t> out;
   for (const std::int64_t c : requested) {
-    if (global) {
-      WISP_EXPECTS(
-          c >= low && c <= high, "--capacity ", c,
-          " is out of range for --scope global: the one cache needs at least top_k = ", low,
-          " slots (one layer's request) and at most layers x experts = ", shape.layers, " x ",
-          shape.experts, " = ", high);
+    if (c >= low && c <= high) {
+      out.push_back(static_cast<std::int32_t>(c));
+    } else if (global) {
+      usage_error("--capacity ", c,
+                  " is out of range for --scope global: the one cache needs at least top_k = ", low,
+                  " slots (one layer's request) and at most layers x experts = ", shape.layers,
+                  " x ", shape.experts, " = ", high);
     } else {
-      WISP_EXPECTS(c >= low && c <= high, "--capacity ", c,
-                   " is out of range for --scope layer: each layer's cache needs at least top_k = ",
-                   low, " slots and at most experts = ", high,
-                   " (the capacity is per layer; use --scope global for a total)");
+      usage_error("--capacity ", c,
+                  " is out of range for --scope layer: each layer's cache needs at least top_k = ",
+                  low, " slots and at most experts = ", high,
+                  " (the capacity is per layer; use --scope global for a total)");
     }
-    out.push_back(static_cast<std::int32_t>(c));
   }
   return out;
 }
@@ -338,8 +346,9 @@ void print_table(const sim_options& opt, const trace::routing_trace& t,
 // ------------------------------------------------------------------------------------ run
 
 void run(const sim_options& opt) {
-  WISP_EXPECTS(opt.scope == "global" || opt.scope == "layer",
-               "--scope must be global or layer, got '", opt.scope, "'");
+  if (opt.scope != "global" && opt.scope != "layer") {
+    usage_error("--scope must be global or layer, got '", opt.scope, "'");
+  }
   const std::vector<std::string> policies = checked_policies(opt.policies);
   const trace::routing_trace t = load_trace(opt.file);
   const bool global = opt.scope == "global";
