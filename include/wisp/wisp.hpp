@@ -41,6 +41,12 @@
 #include <wisp/pager/reroute_table.hpp>
 #include <wisp/pager/host_expert_store.hpp>
 
+#include <wisp/vmm/vmm_backend.hpp>
+#include <wisp/vmm/posix_vmm.hpp>
+#include <wisp/vmm/page_pool.hpp>
+#include <wisp/vmm/virtual_expert_tensor.hpp>
+#include <wisp/vmm/adapter_layout.hpp>
+
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
 // clang-format on
