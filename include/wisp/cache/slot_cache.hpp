@@ -14,10 +14,13 @@
 /// @endcode
 #pragma once
 
+#include <wisp/cache/detail/call_set.hpp>
+#include <wisp/cache/detail/inline.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -25,6 +28,10 @@
 #include <vector>
 
 namespace wisp {
+
+namespace detail {
+struct slot_cache_unchecked;  // the pager's way in to the unchecked bulk call (see pager.inl)
+}  // namespace detail
 
 /// What one access did.
 struct access_result {
@@ -110,8 +117,9 @@ class slot_cache {
   void begin_call(const access_context& ctx) noexcept;
 
   /// Protects `key` for the rest of the current call without accessing it. O(1).
+  /// @returns true if `key` was not protected yet in this call (so callers can deduplicate).
   /// @throws wisp::logic_error if `key` is outside `[0, key_space)`.
-  void protect(cache_key key);
+  bool protect(cache_key key);
 
   /// One access. Starts a new call first if `(ctx.step, ctx.layer)` differs from the current
   /// call's. The key is protected for the rest of the call. O(1) + policy hook.
@@ -129,6 +137,30 @@ class slot_cache {
   ///   call's protection is gone in the last case).
   std::size_t access_call(std::span<const cache_key> keys, const access_context& ctx,
                           std::span<access_result> out);
+
+  /// @brief One whole call over the *distinct* keys of `keys`, checked once up front, reporting
+  /// each access to `visit` instead of through a result array (the pager's hot path).
+  ///
+  /// Checks `ctx.layer` and every key, starts a call, protects every key, then accesses each
+  /// distinct key once, in first-seen order: the i-th distinct key uses time `ctx.time + i`, and
+  /// `visit(key, result)` is called right after its access (`result` is only valid during the
+  /// call of `visit`). Duplicates are skipped, not accessed again. `visit` must not throw.
+  /// O(keys.size()) + policy hooks; no allocation.
+  /// @code
+  /// cache.access_distinct(ids, {.step = s, .layer = 0, .time = t},
+  ///                       [&](wisp::cache_key key, const wisp::access_result& r) {
+  ///                         if (!r.hit) { /* copy key into slot r.slot */ }
+  ///                       });
+  /// @endcode
+  /// @returns the number of distinct keys (= accesses made).
+  /// @throws wisp::logic_error if `ctx.layer` or a key is out of range, or the call requests more
+  ///   distinct keys than `capacity()`. Nothing is accessed then (the previous call's protection is
+  ///   gone in the last case, as with `access_call`).
+  template <class Visit>
+  requires std::invocable<Visit&, cache_key, const access_result&>
+      WISP_DETAIL_ALWAYS_INLINE std::size_t access_distinct(std::span<const cache_key> keys,
+                                                            const access_context& ctx,
+                                                            Visit&& visit);
 
   /// Drops `key` if resident, returning its slot to the free list; no-op otherwise. Not counted
   /// as an eviction. O(1) + `on_erase`. @returns whether it was resident.
@@ -188,8 +220,26 @@ class slot_cache {
 
  private:
   void check_key(cache_key key, const char* what) const;
+  // Checks every key of a call at once (branch-free scan; the cold path names the first bad one).
+  void check_keys(std::span<const cache_key> keys, const char* what) const;
   void check_context(const access_context& ctx) const;
   void evict(cache_key victim, const access_context& ctx);
+  // The miss half of every access: `key` is in range, protected by the current call (which
+  // matches `ctx`) and not resident. The 16-byte result comes back in registers.
+  // `newly_protected`: the access itself protected `key` (undone if the access fails).
+  access_result miss_unchecked(cache_key key, access_context ctx, bool newly_protected);
+  // The bulk calls count their hits once: the accesses made minus the misses counted since.
+  void count_hits(std::size_t accesses, std::uint64_t misses_before) noexcept;
+  // Starts a call for `ctx` and protects `keys` (already checked); returns the distinct ones in
+  // first-seen order (valid until the next call), or throws (protection cleared) if they exceed
+  // the capacity.
+  std::span<const cache_key> protect_call(std::span<const cache_key> keys,
+                                          const access_context& ctx, const char* where);
+  // `access_distinct` minus its checks: every key is in range and `ctx.layer` too.
+  template <class Visit>
+  std::size_t access_distinct_unchecked(std::span<const cache_key> keys, const access_context& ctx,
+                                        Visit& visit);
+  friend struct detail::slot_cache_unchecked;
 
   key_layout layout_;
   std::int32_t capacity_ = 0;
@@ -199,7 +249,7 @@ class slot_cache {
   std::vector<std::int32_t> free_;         // key_space entries, first free_size_ used
   std::size_t free_size_ = 0;
   std::vector<std::uint64_t> evicted_in_;  // key -> step + 1 of its last eviction, 0 = never
-  protect_set protect_;
+  detail::call_set protect_;               // the current call's keys
   std::uint32_t call_step_ = 0;
   std::int32_t call_layer_ = -1;
   cache_stats stats_;

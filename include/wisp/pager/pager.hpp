@@ -81,7 +81,9 @@ struct pager_config {
 ///   construction from `experts` (maps, distinct-expert lists, copy plans) — the
 ///   number of distinct experts of one call never exceeds `experts`, so `prepare` has no
 ///   max-token limit. Distinct experts are accessed in first-seen order; all of them are
-///   protected for the whole call, so no miss evicts an expert of the same call.
+///   protected for the whole call, so no miss evicts an expert of the same call. The ids are
+///   checked once, up front; the cache call then runs without re-checking them (its bulk
+///   `access_distinct` path), deduplicating while it protects.
 /// - **Policy context.** `ctx.layer` is the layer; `ctx.step` is `step()` (advance it with
 ///   `begin_step()` once per forward pass — Least-Stale and collision counts use it); `ctx.time`
 ///   counts the accesses of the cache serving the layer (so a per-layer `belady` is built from that
@@ -304,8 +306,8 @@ class pager {
   std::vector<std::int32_t> visible_;        // [layers x experts]: first visible_count_[l] used
   std::vector<std::int32_t> visible_count_;  // per layer
   std::vector<copy_op> copies_;              // [layers x experts]: the layer's last copy plan
-  std::vector<cache_key> keys_;              // scratch [experts]: distinct keys of the call
-  protect_set seen_;                         // scratch: "expert seen in this call"
+  std::vector<cache_key> keys_;              // scratch [experts]: the call's keys (ids + base)
+  protect_set seen_;                         // scratch: "expert seen" (wide calls, messages)
   group_planner planner_;
 };
 

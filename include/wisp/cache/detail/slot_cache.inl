@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <utility>
 
 namespace wisp {
 
@@ -18,7 +19,7 @@ slot_cache<Policy>::slot_cache(key_layout layout, std::int32_t capacity, Policy 
   slot_to_key_.assign(size, no_key);
   free_.assign(size, -1);
   evicted_in_.assign(size, 0);
-  protect_ = protect_set(n);
+  protect_ = detail::call_set(n);
   for (std::int32_t s = 0; s < capacity_; ++s) {
     free_[static_cast<std::size_t>(s)] = s;
   }
@@ -30,6 +31,23 @@ template <eviction_policy Policy>
 void slot_cache<Policy>::check_key(cache_key key, const char* what) const {
   WISP_EXPECTS(key >= 0 && key < layout_.size(), "slot_cache::", what, ": key ", key,
                " is outside [0, key_space = ", layout_.size(), ")");
+}
+
+template <eviction_policy Policy>
+void slot_cache<Policy>::check_keys(std::span<const cache_key> keys, const char* what) const {
+  // `key | (n - 1 - key)` has its sign bit set exactly when `key` is outside [0, n): an
+  // or-reduction the compiler vectorises. The cold path names the first bad key.
+  const auto last = static_cast<std::uint32_t>(key_to_slot_.size()) - 1u;
+  std::uint32_t acc = 0;
+  for (const cache_key key : keys) {
+    const auto u = static_cast<std::uint32_t>(key);
+    acc |= u | (last - u);
+  }
+  if ((acc >> 31) != 0) [[unlikely]] {
+    for (const cache_key key : keys) {
+      check_key(key, what);
+    }
+  }
 }
 
 template <eviction_policy Policy>
@@ -46,9 +64,9 @@ void slot_cache<Policy>::begin_call(const access_context& ctx) noexcept {
 }
 
 template <eviction_policy Policy>
-void slot_cache<Policy>::protect(cache_key key) {
+bool slot_cache<Policy>::protect(cache_key key) {
   check_key(key, "protect");
-  protect_.insert(key);
+  return protect_.insert(key);
 }
 
 template <eviction_policy Policy>
@@ -63,6 +81,66 @@ void slot_cache<Policy>::evict(cache_key victim, const access_context& ctx) {
   ++stats_.evictions;
 }
 
+// The miss half of every access, shared by the checked single access and the bulk calls: no
+// validation here, every caller has checked the key and the context and protected the key. Only
+// the policy's victim is checked (a contract violation must not corrupt the maps).
+template <eviction_policy Policy>
+access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_context ctx,
+                                                 bool newly_protected) {
+  const auto k = static_cast<std::size_t>(key);
+  std::int32_t slot;
+  cache_key evicted = no_key;
+  if (free_size_ == 0) {
+    const cache_key victim = policy_.victim(ctx, protect_.view());
+    const auto v = static_cast<std::size_t>(victim);
+    // One unsigned compare rejects no_key and every other out-of-range victim.
+    if (v >= key_to_slot_.size() || key_to_slot_[v] < 0 || protect_.contains(victim)) [[unlikely]] {
+      if (newly_protected) {
+        protect_.erase(key);
+      }
+      if (victim == no_key) {
+        WISP_FAIL(logic_error, "slot_cache::access: miss on key ", key, " but all ", capacity_,
+                  " resident keys are protected by the current call (step ", ctx.step, ", layer ",
+                  ctx.layer, "); the call requests more distinct keys than the capacity");
+      }
+      WISP_FAIL(logic_error, "slot_cache::access: policy ", policy_name<Policy>(),
+                " returned victim ", victim, ", which is not a resident unprotected key");
+    }
+    // The full cache's common case: the missing key takes the victim's slot directly (what
+    // `evict` then a free-list pop would do, without the round trip through the free list).
+    slot = key_to_slot_[v];
+    key_to_slot_[v] = -1;
+    evicted_in_[v] = static_cast<std::uint64_t>(ctx.step) + 1;
+    policy_.on_erase(victim);
+    ++stats_.evictions;
+    evicted = victim;
+  } else {
+    slot = free_[--free_size_];
+  }
+  key_to_slot_[k] = slot;
+  slot_to_key_[static_cast<std::size_t>(slot)] = key;
+  const bool collision = evicted_in_[k] == static_cast<std::uint64_t>(ctx.step) + 1;
+  if constexpr (noexcept(policy_.on_insert(key, ctx))) {
+    policy_.on_insert(key, ctx);
+  } else {
+    try {
+      policy_.on_insert(key, ctx);
+    } catch (...) {
+      // Only a policy whose contract was violated throws here (e.g. belady off its sequence):
+      // undo the insertion so the cache stays consistent; the eviction, if any, stands (its slot
+      // is free).
+      key_to_slot_[k] = -1;
+      slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
+      free_[free_size_++] = slot;
+      throw;
+    }
+  }
+  ++stats_.accesses;
+  ++stats_.misses;
+  stats_.collision_misses += collision ? 1u : 0u;
+  return access_result{slot, false, evicted, collision};
+}
+
 template <eviction_policy Policy>
 access_result slot_cache<Policy>::access(cache_key key, const access_context& ctx) {
   check_key(key, "access");
@@ -71,89 +149,106 @@ access_result slot_cache<Policy>::access(cache_key key, const access_context& ct
     begin_call(ctx);
   }
   const bool newly_protected = protect_.insert(key);
-  const auto k = static_cast<std::size_t>(key);
-
-  if (const std::int32_t slot = key_to_slot_[k]; slot >= 0) {
+  if (const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)]; slot >= 0) {
     policy_.on_hit(key, ctx);
     ++stats_.accesses;
     ++stats_.hits;
     return access_result{slot, true, no_key, false};
   }
+  return miss_unchecked(key, ctx, newly_protected);
+}
 
-  access_result result;
-  if (free_size_ == 0) {
-    const cache_key victim = policy_.victim(ctx, protect_.view());
-    if (victim == no_key) [[unlikely]] {
-      if (newly_protected) {
-        protect_.erase(key);
-      }
-      WISP_FAIL(logic_error, "slot_cache::access: miss on key ", key, " but all ", capacity_,
-                " resident keys are protected by the current call (step ", ctx.step, ", layer ",
-                ctx.layer, "); the call requests more distinct keys than the capacity");
-    }
-    const bool valid_victim = victim >= 0 && victim < layout_.size() &&
-                              key_to_slot_[static_cast<std::size_t>(victim)] >= 0 &&
-                              !protect_.contains(victim);
-    if (!valid_victim) [[unlikely]] {
-      if (newly_protected) {
-        protect_.erase(key);
-      }
-      WISP_FAIL(logic_error, "slot_cache::access: policy ", policy_name<Policy>(),
-                " returned victim ", victim, ", which is not a resident unprotected key");
-    }
-    evict(victim, ctx);
-    result.evicted = victim;
+template <eviction_policy Policy>
+std::span<const cache_key> slot_cache<Policy>::protect_call(std::span<const cache_key> keys,
+                                                            const access_context& ctx,
+                                                            const char* where) {
+  call_step_ = ctx.step;
+  call_layer_ = ctx.layer;
+  const std::span<const cache_key> distinct = protect_.assign(keys);  // begins the call
+  if (distinct.size() > static_cast<std::size_t>(capacity_)) [[unlikely]] {
+    protect_.clear();
+    WISP_FAIL(logic_error, "slot_cache::", where, ": ", distinct.size(),
+              " distinct keys requested but capacity is ", capacity_, " (step ", ctx.step,
+              ", layer ", ctx.layer, ")");
   }
-  const std::int32_t slot = free_[--free_size_];
-  key_to_slot_[k] = slot;
-  slot_to_key_[static_cast<std::size_t>(slot)] = key;
-  result.slot = slot;
-  result.collision = evicted_in_[k] == static_cast<std::uint64_t>(ctx.step) + 1;
-  try {
-    policy_.on_insert(key, ctx);
-  } catch (...) {
-    // Only a policy whose contract was violated throws here (e.g. belady off its sequence):
-    // undo the insertion so the cache stays consistent; the eviction, if any, stands.
-    key_to_slot_[k] = -1;
-    slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
-    free_[free_size_++] = slot;
-    throw;
-  }
-  ++stats_.accesses;
-  ++stats_.misses;
-  stats_.collision_misses += result.collision ? 1u : 0u;
-  return result;
+  return distinct;
+}
+
+template <eviction_policy Policy>
+void slot_cache<Policy>::count_hits(std::size_t accesses, std::uint64_t misses_before) noexcept {
+  const std::uint64_t hits = accesses - (stats_.misses - misses_before);
+  stats_.accesses += hits;
+  stats_.hits += hits;
 }
 
 template <eviction_policy Policy>
 std::size_t slot_cache<Policy>::access_call(std::span<const cache_key> keys,
                                             const access_context& ctx,
                                             std::span<access_result> out) {
+  // Validate the whole call once; the accesses below run unchecked.
   check_context(ctx);
   WISP_EXPECTS(out.size() >= keys.size(), "slot_cache::access_call: output holds ", out.size(),
                " results for ", keys.size(), " keys");
-  for (const cache_key key : keys) {
-    check_key(key, "access_call");
+  check_keys(keys, "access_call");
+  protect_call(keys, ctx, "access_call");
+  const std::uint64_t misses_before = stats_.misses;
+  std::size_t i = 0;
+  try {
+    for (; i < keys.size(); ++i) {
+      const cache_key key = keys[i];
+      const access_context each{ctx.step, ctx.layer, ctx.time + i};
+      if (const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)]; slot >= 0) {
+        policy_.on_hit(key, each);
+        out[i] = access_result{slot, true, no_key, false};
+      } else {
+        out[i] = miss_unchecked(key, each, false);
+      }
+    }
+  } catch (...) {
+    count_hits(i, misses_before);
+    throw;
   }
-  begin_call(ctx);
-  std::int32_t distinct = 0;
-  for (const cache_key key : keys) {
-    distinct += protect_.insert(key) ? 1 : 0;
-  }
-  if (distinct > capacity_) [[unlikely]] {
-    protect_.clear();
-    WISP_FAIL(logic_error, "slot_cache::access_call: ", distinct,
-              " distinct keys requested but capacity is ", capacity_, " (step ", ctx.step,
-              ", layer ", ctx.layer, ")");
-  }
-  std::size_t misses = 0;
-  access_context each = ctx;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    each.time = ctx.time + i;
-    out[i] = access(keys[i], each);
-    misses += out[i].hit ? 0u : 1u;
-  }
+  const std::size_t misses = static_cast<std::size_t>(stats_.misses - misses_before);
+  count_hits(keys.size(), misses_before);
   return misses;
+}
+
+template <eviction_policy Policy>
+template <class Visit>
+requires std::invocable<Visit&, cache_key, const access_result&>
+    WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::access_distinct(
+        std::span<const cache_key> keys, const access_context& ctx, Visit&& visit) {
+  // Validate the whole call once; the accesses run unchecked.
+  check_context(ctx);
+  check_keys(keys, "access_distinct");
+  return access_distinct_unchecked(keys, ctx, visit);
+}
+
+template <eviction_policy Policy>
+template <class Visit>
+WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::access_distinct_unchecked(
+    std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
+  const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
+  const std::size_t distinct = call_keys.size();
+  const std::uint64_t misses_before = stats_.misses;
+  std::size_t i = 0;
+  try {
+    for (; i < distinct; ++i) {
+      const cache_key key = call_keys[i];
+      const access_context each{ctx.step, ctx.layer, ctx.time + i};
+      if (const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)]; slot >= 0) {
+        policy_.on_hit(key, each);
+        visit(key, access_result{slot, true, no_key, false});
+      } else {
+        visit(key, miss_unchecked(key, each, false));
+      }
+    }
+  } catch (...) {
+    count_hits(i, misses_before);
+    throw;
+  }
+  count_hits(distinct, misses_before);
+  return distinct;
 }
 
 template <eviction_policy Policy>
@@ -312,5 +407,21 @@ bool slot_cache<Policy>::invariants_hold() const {
   }
   return mapped == resident && resident + free_count() == capacity_;
 }
+
+namespace detail {
+/// For wisp's own layers only (the pager): `slot_cache::access_distinct` without its checks, for
+/// a caller that has already validated every key of the call and the layer against the same
+/// bounds (the pager checks ids against `[0, experts)` with its own error messages). Calling it
+/// with an out-of-range key or layer is undefined behaviour.
+struct slot_cache_unchecked {
+  template <class Policy, class Visit>
+  WISP_DETAIL_ALWAYS_INLINE static std::size_t access_distinct(slot_cache<Policy>& cache,
+                                                               std::span<const cache_key> keys,
+                                                               const access_context& ctx,
+                                                               Visit& visit) {
+    return cache.access_distinct_unchecked(keys, ctx, visit);
+  }
+};
+}  // namespace detail
 
 }  // namespace wisp

@@ -88,61 +88,97 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
                                            std::span<const Id> ids, std::int32_t tokens,
                                            std::int32_t k) {
   check_layer(where, layer);
-  detail::check_topk_shape(where, ids.size(), tokens, k);
-
-  // 1. Validate and deduplicate (first-seen order). Only scratch is written until the cache call.
-  seen_.clear();
-  std::size_t distinct = 0;
-  const std::int64_t experts = experts_;
-  const cache_key base = key_of(layer, 0);
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    const std::int64_t id = ids[i];
-    if (id < 0 || id >= experts) [[unlikely]] {
-      detail::fail_bad_id(where, ids, i, k, experts_);
-    }
-    if (seen_.insert(static_cast<cache_key>(id))) {
-      keys_[distinct++] = base + static_cast<cache_key>(id);
-    }
+  if (tokens < 0 || k < 1 ||
+      static_cast<std::int64_t>(tokens) * k != static_cast<std::int64_t>(ids.size())) [[unlikely]] {
+    detail::check_topk_shape(where, ids.size(), tokens, k);  // throws the message
   }
+
+  // 1. Validate (only scratch is written until the cache call). A call of at most `capacity` ids
+  //    cannot exceed the capacity, so it needs no deduplication here: the cache's bulk call
+  //    deduplicates while protecting. A wider call (or, in global scope, one of more ids than
+  //    `keys_` holds: it has duplicates) is deduplicated first to check its union.
   cache_type& cache = cache_of(layer);
-  if (static_cast<std::int64_t>(distinct) > cache.capacity()) [[unlikely]] {
-    fail_over_capacity(where, layer, ids, k, static_cast<std::int32_t>(distinct));
+  const cache_key base = key_of(layer, 0);
+  std::span<const cache_key> keys;
+  if (ids.size() <= static_cast<std::size_t>(cache.capacity()) && ids.size() <= keys_.size())
+      [[likely]] {
+    // `id | (experts - 1 - id)` has its sign bit set exactly when `id` is outside
+    // [0, experts): an or-reduction without an early exit, which the compiler vectorises. The
+    // cold path finds the first bad id for the message.
+    using uid = std::make_unsigned_t<Id>;
+    const auto last = static_cast<uid>(experts_ - 1);
+    uid acc = 0;
+    const auto to_keys = [&] {
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        const auto id = static_cast<uid>(ids[i]);
+        acc |= id | (last - id);
+        keys_[i] = base + static_cast<cache_key>(id);
+      }
+      keys = std::span<const cache_key>(keys_.data(), ids.size());
+    };
+    if constexpr (std::is_same_v<Id, cache_key>) {
+      if (base == 0) {
+        for (const Id id : ids) {
+          acc |= static_cast<uid>(id) | (last - static_cast<uid>(id));
+        }
+        keys = ids;  // per-layer keys are the ids themselves
+      } else {
+        to_keys();
+      }
+    } else {
+      to_keys();
+    }
+    if ((acc >> (sizeof(uid) * 8 - 1)) != 0) [[unlikely]] {
+      detail::check_topk_ids(where, ids, k, experts_);
+    }
+  } else {
+    seen_.clear();
+    std::size_t distinct = 0;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::int64_t id = ids[i];
+      if (id < 0 || id >= experts_) [[unlikely]] {
+        detail::fail_bad_id(where, ids, i, k, experts_);
+      }
+      if (seen_.insert(static_cast<cache_key>(id))) {
+        keys_[distinct++] = base + static_cast<cache_key>(id);
+      }
+    }
+    if (distinct > static_cast<std::size_t>(cache.capacity())) [[unlikely]] {
+      fail_over_capacity(where, layer, ids, k, static_cast<std::int32_t>(distinct));
+    }
+    keys = std::span<const cache_key>(keys_.data(), distinct);
   }
 
-  // 2. One cache call (what slot_cache::access_call does, minus its result array: its 16-byte
-  //    copies cost a store-forwarding stall per access): begin the call, protect every key, then
-  //    access them in order at times time, time + 1, ... Every precondition was checked above, so
-  //    nothing below throws unless the policy breaks its contract (`victim` returning a protected
-  //    or absent key).
-  std::uint64_t& time = times_[cache_index(layer)];
-  access_context ctx{step_, layer, time};
-  cache.begin_call(ctx);
-  for (std::size_t i = 0; i < distinct; ++i) {
-    cache.protect(keys_[i]);
-  }
-
-  // 3. Publish while accessing: hide the previous call's experts, show this call's.
+  // 2. Publish while accessing: hide the previous call's experts, then one bulk cache call (begin
+  //    the call, protect every key, access the distinct ones in first-seen order at times time,
+  //    time + 1, ...) shows this call's. Every precondition was checked above, so nothing below
+  //    throws unless the policy breaks its contract (`victim` returning a protected or absent
+  //    key, `belady` off its sequence).
   const std::size_t off = offset(layer);
   std::int32_t* map = maps_.data() + off;
   std::int32_t* visible = visible_.data() + off;
   copy_op* copies = copies_.data() + off;
   std::int32_t& visible_count = visible_count_[static_cast<std::size_t>(layer)];
-  for (std::int32_t i = 0; i < visible_count; ++i) {
+  const std::int32_t shown_before = visible_count;  // a local: the stores below may alias it
+  for (std::int32_t i = 0; i < shown_before; ++i) {
     map[visible[i]] = -1;
   }
   visible_count = 0;
+  std::uint64_t& time = times_[cache_index(layer)];
+  std::int32_t shown = 0;
   std::int32_t misses = 0;
-  for (std::size_t i = 0; i < distinct; ++i) {
-    ctx.time = time + i;
-    const access_result r = cache.access(keys_[i], ctx);
-    const std::int32_t expert = keys_[i] - base;
-    visible[i] = expert;
+  auto publish = [&](cache_key key, const access_result& r) {
+    const std::int32_t expert = key - base;
+    visible[shown++] = expert;
     map[expert] = r.slot;
     if (!r.hit) {
       copies[misses++] = copy_op{expert, r.slot};
     }
-  }
-  visible_count = static_cast<std::int32_t>(distinct);
+  };
+  // The keys and the layer were checked above against the same bounds the cache would check.
+  const std::size_t distinct = detail::slot_cache_unchecked::access_distinct(
+      cache, keys, access_context{step_, layer, time}, publish);
+  visible_count = shown;
   time += distinct;
 
   prepare_result result;

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+// The checked-once bulk call `slot_cache::access_distinct` and `protect()`'s return value: the
+// bulk call must do exactly what `access_call` does on the deduplicated keys (first-seen order),
+// report each access once, and reject bad input before touching the cache.
+#include "cache/reference.hpp"
+
+#include <wisp/cache/policies.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using namespace wisp;
+using wisp::test::make_policy;
+using wisp::test::snapshot;
+
+template <class P>
+class AccessDistinct : public ::testing::Test {};
+using all_policies = ::testing::Types<lru, fifo, lfu, lfru, fld, least_stale, belady>;
+TYPED_TEST_SUITE(AccessDistinct, all_policies, wisp::test::policy_names);
+
+std::vector<cache_key> first_seen(const std::vector<cache_key>& keys) {
+  std::vector<cache_key> out;
+  std::set<cache_key> seen;
+  for (const cache_key k : keys) {
+    if (seen.insert(k).second) {
+      out.push_back(k);
+    }
+  }
+  return out;
+}
+
+TEST(SlotCacheProtect, ReturnsWhetherTheKeyWasNewlyProtected) {
+  slot_cache<lru> cache(8, 4);
+  cache.begin_call({0, 0, 0});
+  EXPECT_TRUE(cache.protect(3));
+  EXPECT_FALSE(cache.protect(3));
+  EXPECT_TRUE(cache.protect(5));
+  EXPECT_TRUE(cache.is_protected(3));
+  cache.begin_call({1, 0, 0});
+  EXPECT_FALSE(cache.is_protected(3));
+  EXPECT_TRUE(cache.protect(3));
+  // access() protects too: protecting an accessed key again is not new.
+  (void)cache.access(6, {1, 0, 1});
+  EXPECT_FALSE(cache.protect(6));
+}
+
+// Random calls with repeats, global scope over 3 layers: access_distinct on the raw keys against
+// access_call on the deduplicated keys, result by result and state by state.
+TYPED_TEST(AccessDistinct, EqualsAccessCallOnTheDistinctKeys) {
+  const key_layout layout = key_layout::global(3, 6);
+  std::mt19937 rng(7);
+  std::vector<std::vector<cache_key>> calls;
+  std::vector<std::pair<std::uint32_t, std::int32_t>> where;
+  std::vector<cache_key> future;
+  for (std::uint32_t step = 0; step < 40; ++step) {
+    for (std::int32_t layer = 0; layer < 3; ++layer) {
+      std::vector<cache_key> keys;
+      const int n = static_cast<int>(rng() % 7);  // 0..6 keys, repeats likely
+      for (int j = 0; j < n; ++j) {
+        keys.push_back(layout.key_of(layer, static_cast<std::int32_t>(rng() % 4)));
+      }
+      const std::vector<cache_key> distinct = first_seen(keys);
+      future.insert(future.end(), distinct.begin(), distinct.end());
+      calls.push_back(std::move(keys));
+      where.emplace_back(step, layer);
+    }
+  }
+  slot_cache<TypeParam> bulk(layout, 5, make_policy<TypeParam>(future));
+  slot_cache<TypeParam> each(layout, 5, make_policy<TypeParam>(future));
+  std::uint64_t time = 0;
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    const access_context ctx{where[c].first, where[c].second, time};
+    const std::vector<cache_key> distinct = first_seen(calls[c]);
+    std::vector<access_result> expected(distinct.size());
+    each.access_call(distinct, ctx, expected);
+    std::vector<std::pair<cache_key, access_result>> got;
+    const std::size_t n = bulk.access_distinct(
+        calls[c], ctx, [&](cache_key key, const access_result& r) { got.emplace_back(key, r); });
+    ASSERT_EQ(n, distinct.size());
+    ASSERT_EQ(got.size(), distinct.size());
+    for (std::size_t i = 0; i < distinct.size(); ++i) {
+      EXPECT_EQ(got[i].first, distinct[i]) << "call " << c << " access " << i;
+      EXPECT_EQ(got[i].second, expected[i]) << "call " << c << " access " << i;
+      EXPECT_TRUE(bulk.is_protected(distinct[i]));
+    }
+    EXPECT_EQ(snapshot(bulk), snapshot(each)) << "call " << c;
+    ASSERT_TRUE(bulk.invariants_hold());
+    time += distinct.size();
+  }
+}
+
+TYPED_TEST(AccessDistinct, RejectsBadInputBeforeTouchingTheCache) {
+  slot_cache<TypeParam> cache(8, 2, make_policy<TypeParam>({0, 1, 4}));
+  std::vector<cache_key> warm{0, 1};
+  std::vector<access_result> out(2);
+  cache.access_call(warm, {0, 0, 0}, out);
+  const auto before = snapshot(cache);
+  auto expect_error = [&](std::vector<cache_key> keys, access_context ctx,
+                          const std::string& needle) {
+    int visits = 0;
+    try {
+      cache.access_distinct(keys, ctx, [&](cache_key, const access_result&) { ++visits; });
+      ADD_FAILURE() << "expected wisp::logic_error containing: " << needle;
+    } catch (const logic_error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(visits, 0);
+    EXPECT_EQ(snapshot(cache), before);
+  };
+  expect_error({4, 8}, {1, 0, 2},
+               "slot_cache::access_distinct: key 8 is outside [0, key_space = 8)");
+  expect_error({-1}, {1, 0, 2}, "access_distinct: key -1");
+  expect_error({4}, {1, 1, 2}, "layer 1 is outside [0, layers = 1)");
+  // Range errors leave the previous call's protection in place.
+  EXPECT_TRUE(cache.is_protected(0));
+  EXPECT_TRUE(cache.is_protected(1));
+  expect_error({4, 5, 4, 6}, {1, 0, 2},
+               "slot_cache::access_distinct: 3 distinct keys requested but capacity is 2");
+}
+
+TEST(SlotCacheAccessDistinct, SkipsRepeatsAndNumbersTimesByDistinctKey) {
+  slot_cache<lru> cache(8, 3);
+  std::vector<std::pair<cache_key, bool>> got;
+  const std::vector<cache_key> keys{2, 2, 5, 2, 5};
+  EXPECT_EQ(cache.access_distinct(
+                keys, {0, 0, 10},
+                [&](cache_key key, const access_result& r) { got.emplace_back(key, r.hit); }),
+            2u);
+  EXPECT_EQ(got, (std::vector<std::pair<cache_key, bool>>{{2, false}, {5, false}}));
+  EXPECT_EQ(cache.stats().accesses, 2u);
+  EXPECT_EQ(cache.stats().misses, 2u);
+  got.clear();
+  EXPECT_EQ(cache.access_distinct(
+                std::vector<cache_key>{5, 7, 5}, {1, 0, 12},
+                [&](cache_key key, const access_result& r) { got.emplace_back(key, r.hit); }),
+            2u);
+  EXPECT_EQ(got, (std::vector<std::pair<cache_key, bool>>{{5, true}, {7, false}}));
+  EXPECT_EQ(cache.stats().hits, 1u);
+  EXPECT_EQ(cache.stats().accesses, 4u);
+  EXPECT_EQ(cache.access_distinct(std::vector<cache_key>{}, {2, 0, 14},
+                                  [&](cache_key, const access_result&) { ADD_FAILURE(); }),
+            0u);
+  EXPECT_TRUE(cache.invariants_hold());
+}
+
+}  // namespace
