@@ -222,7 +222,9 @@ class reference_cache {
   [[nodiscard]] bool before(cache_key a, const entry& ea, cache_key b, const entry& eb,
                             const access_context& ctx) const {
     const std::int64_t L = layout_.layers;
-    auto dist = [&](const entry& e) { return ((e.layer - ctx.layer) % L + L) % L; };
+    // Layer executions until the key's layer runs again after this call: the executing layer's
+    // unrequested keys are next needed a whole pass later (distance L).
+    auto dist = [&](const entry& e) { return ((e.layer - ctx.layer - 1) % L + L) % L + 1; };
     switch (rule_) {
       case rule::lru:
         return ea.last < eb.last;

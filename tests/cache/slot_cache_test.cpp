@@ -467,7 +467,10 @@ TEST(SlotCacheCollision, InvalidateIsNotAnEviction) {
 
 // ---------------------------------------------------------------- position-aware orders
 
-TEST(LeastStale, EvictsStaleBeforeCurrentAndPassedLayersFirst) {
+// Layer distance from executing layer c (L layers): d = ((layer - c - 1) mod L) + 1, so the next
+// layer has d = 1 and the executing layer d = L (its unrequested keys are needed a pass later).
+
+TEST(LeastStale, EvictsStaleBeforeCurrentAndTheLayerNeededLastFirst) {
   // 4 layers x 2 experts, global scope, capacity 5.
   const key_layout layout = key_layout::global(4, 2);
   slot_cache<least_stale> cache(layout, 5);
@@ -478,22 +481,26 @@ TEST(LeastStale, EvictsStaleBeforeCurrentAndPassedLayersFirst) {
   // pass 0: layers 0..3 expert 0 (keys 0, 2, 4, 6)
   for (std::int32_t l = 0; l < 4; ++l)
     at(0, l, 0);
-  // pass 1: layer 0 expert 1 (key 1), layer 1 expert 1 (key 3): the cache is full after key 1.
+  // pass 1: layer 0 expert 1 (key 1): the cache is full.
   at(1, 0, 1);
-  // Now executing layer 1 of pass 1: stale = {0,2,4,6}; d from layer 1: layer0->3, layer2->1,
-  // layer3->2, layer1->0. Farthest stale: layer 0 (key 0).
-  EXPECT_EQ(at(1, 1, 1).evicted, 0);
-  // layer 2 of pass 1, expert 1 (key 5): stale {2,4,6}: d: layer1->3, layer3->1, layer2->0 -> key 2
-  EXPECT_EQ(at(1, 2, 1).evicted, 2);
-  // layer 3 expert 1 (key 7): stale {4,6}: d: layer2->3 (key 4), layer3->0 (key 6) -> key 4
-  EXPECT_EQ(at(1, 3, 1).evicted, 4);
-  // pass 2 layer 0 expert 0 (key 0): stale now = everything: {6 (pass 0), 1, 3, 5, 7 (pass 1)}.
-  // d from layer 0: layer3 -> 3 (keys 6 then 7, LRU: 6 first).
-  EXPECT_EQ(at(2, 0, 0).evicted, 6);
-  EXPECT_EQ(at(2, 0, 1).hit, true);  // key 1 still resident
-  // layer 1 expert 0 (key 2): current = {0, 1}, stale = {3, 5, 7}; d from 1: layer0->3 (current),
-  // layer3->2 (key 7, stale) -> key 7 (stale before current even though layer 0 is farther).
-  EXPECT_EQ(at(2, 1, 0).evicted, 7);
+  // layer 1 of pass 1 requests expert 1 (key 3): stale = {0, 2, 4, 6}; d from layer 1:
+  // layer1 -> 4 (key 2), layer0 -> 3, layer3 -> 2, layer2 -> 1. Key 2 is needed last.
+  EXPECT_EQ(at(1, 1, 1).evicted, 2);
+  // layer 2, expert 1 (key 5): stale {0, 4, 6}: layer2 -> 4 (key 4), layer1 -> 3, layer0 -> 2.
+  EXPECT_EQ(at(1, 2, 1).evicted, 4);
+  // layer 3, expert 1 (key 7): stale {0, 6}: layer3 -> 4 (key 6), layer0 -> 1 (key 0).
+  EXPECT_EQ(at(1, 3, 1).evicted, 6);
+  // pass 2: key 0 survived because layer 0 runs first in the next pass.
+  EXPECT_TRUE(at(2, 0, 0).hit);
+  EXPECT_TRUE(at(2, 0, 1).hit);
+  // layer 1, expert 0 (key 2): current = {0, 1} (layer 0, d = 3), stale = {3 (layer 1, d = 4),
+  // 5 (layer 2, d = 1), 7 (layer 3, d = 2)} -> key 3.
+  EXPECT_EQ(at(2, 1, 0).evicted, 3);
+  // layer 2, expert 0 (key 4): current = {0, 1, 2}, stale = {5 (d = 4), 7 (d = 1)} -> key 5, the
+  // executing layer's unrequested expert.
+  EXPECT_EQ(at(2, 2, 0).evicted, 5);
+  // layer 3, expert 0 (key 6): stale = {7} (layer 3, d = 4); current keys are kept.
+  EXPECT_EQ(at(2, 3, 0).evicted, 7);
 }
 
 TEST(LeastStale, CurrentKeysGoOnlyWhenNoStaleKeyIsLeft) {
@@ -521,6 +528,31 @@ TEST(Fld, EvictsTheLayerNeededLast) {
   // executing layer 0 of the next pass, key 0 resident (hit); then layer 2: d(3)=1, d(0)=2, d(1)=3
   EXPECT_TRUE(cache.access(0, {1, 0, t++}).hit);
   EXPECT_EQ(cache.access(2, {1, 2, t++}).evicted, 1);
+}
+
+TEST(Fld, EvictsTheExecutingLayersUnrequestedExpertsFirst) {
+  const key_layout layout = key_layout::global(3, 2);  // key = layer * 2 + expert
+  slot_cache<fld> cache(layout, 3);
+  std::uint64_t t = 0;
+  for (std::int32_t l = 0; l < 3; ++l)
+    cache.access(layout.key_of(l, 0), {0, l, t++});  // keys 0, 2, 4
+  EXPECT_TRUE(cache.access(0, {1, 0, t++}).hit);
+  // layer 1 of pass 1 requests expert 1 (key 3): d(key 2, layer 1) = 3, d(key 0) = 2,
+  // d(key 4) = 1. Key 2 is not needed until layer 1 of the next pass, after key 0.
+  EXPECT_EQ(cache.access(layout.key_of(1, 1), {1, 1, t++}).evicted, 2);
+}
+
+TEST(LayerPolicies, PerLayerScopeReducesToTheTieBreak) {
+  // One layer's cache: the distance is the same for every key, so fld is LRU and least_stale is
+  // stale-then-LRU.
+  slot_cache<fld> f(key_layout::per_layer(4, 3), 2);
+  slot_cache<lru> l(key_layout::per_layer(4, 3), 2);
+  std::uint64_t t = 0;
+  for (const cache_key k : {0, 1, 0, 2, 3, 1, 0, 2}) {
+    const access_context ctx{static_cast<std::uint32_t>(t), 1, t};
+    ++t;
+    EXPECT_EQ(f.access(k, ctx), l.access(k, ctx)) << "key " << k;
+  }
 }
 
 // ---------------------------------------------------------------- per-layer set

@@ -100,9 +100,10 @@ class model {
   }
 
  private:
+  // Layer executions until the key's layer runs again after this call (the executing layer: L).
   [[nodiscard]] std::int32_t layer_distance(std::int32_t key, std::int32_t layer) const {
     const std::int32_t key_layer = global_ ? key / experts_ : layer;
-    return ((key_layer - layer) % layers_ + layers_) % layers_;
+    return ((key_layer - layer - 1) % layers_ + layers_) % layers_ + 1;
   }
   [[nodiscard]] std::uint64_t next_use(std::int32_t key) const {
     for (std::size_t i = position_; i < future_.size(); ++i) {

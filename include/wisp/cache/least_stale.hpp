@@ -5,14 +5,16 @@
 ///
 /// Both rank a resident key by its *layer distance* from the layer now executing, `c`:
 ///
-///     d(key) = (layer(key) - c) mod L        in [0, L)
+///     d(key) = ((layer(key) - c - 1) mod L) + 1        in [1, L]
 ///
 /// Layers run 0, 1, ..., L-1 in every forward pass, so `d` is the number of layer executions
-/// until the key's layer runs again: the key needed last has the largest `d`. Layers already
-/// passed in this pass (`layer < c`) have `d >= L - c`, larger than any layer still ahead
-/// (`d <= L - 1 - c`), so they rank first; among them the layer passed most recently (c - 1) is
-/// needed last (next pass) and goes first. In per-layer scope every key of a cache has the same
-/// layer, `d` is constant and both policies reduce to their tie-break.
+/// until the key's layer runs again *after the current call*: the next layer has `d = 1`, and the
+/// executing layer itself has `d = L`, because its keys that the current call did not request
+/// (the requested ones are protected) are needed next in the following pass. The key needed last
+/// has the largest `d`: first the executing layer, then the layers already passed in this pass,
+/// most recently passed first, then the layers still ahead from the farthest to the nearest.
+/// In per-layer scope every key of a cache has the same layer, `d` is constant and both policies
+/// reduce to their tie-break (they then keep one list, not one per layer).
 #pragma once
 
 #include <wisp/cache/detail/key_lists.hpp>
@@ -24,45 +26,74 @@
 #include <vector>
 
 namespace wisp {
+namespace detail {
 
-/// @brief Farthest layer distance: evicts the unprotected resident key with the largest
-/// `d = (layer(key) - ctx.layer) mod L`; ties go to the least recently used.
+/// LRU lists of resident keys by layer, visited from the largest layer distance down: one list
+/// per layer in global scope, a single list in per-layer scope (where the distance is constant).
+class layer_lists {
+ public:
+  void reset(const key_layout& layout) {
+    layout_ = layout;
+    count_ = layout.scope == cache_scope::global ? layout.layers : 1;
+    lists_.reset(layout.size(), count_);
+  }
+  void insert(cache_key key) noexcept { lists_.push_back(list_of(key), key); }
+  void touch(cache_key key) noexcept { lists_.move_to_back(lists_.list_of(key), key); }
+  void remove(cache_key key) noexcept { lists_.remove(key); }
+
+  /// Calls `visit(k)` with the least recently used unprotected key of each non-empty list, from
+  /// the largest layer distance from `layer` to the smallest, until `visit` returns true.
+  template <class Visit>
+  void farthest_first(std::int32_t layer, protected_keys is_protected, Visit&& visit) const {
+    for (std::int32_t d = count_; d >= 1; --d) {  // list (layer + d) mod count has distance d
+      const cache_key k = lists_.first_unprotected((layer + d) % count_, is_protected);
+      if (k != no_key && visit(k)) {
+        return;
+      }
+    }
+  }
+
+ private:
+  [[nodiscard]] std::int32_t list_of(cache_key key) const noexcept {
+    return count_ == 1 ? 0 : layout_.layer_of(key, 0);
+  }
+
+  key_layout layout_;
+  std::int32_t count_ = 1;
+  key_lists lists_;  // front = least recently used
+};
+
+}  // namespace detail
+
+/// @brief Farthest layer distance: evicts the unprotected resident key with the largest layer
+/// distance `d` (see the file description); ties go to the least recently used.
 ///
-/// One intrusive LRU list per layer. `on_insert`, `on_hit`, `on_erase`: O(1). `victim`: O(L + p),
-/// p = protected keys skipped. Allocation-free after `reset`. Not thread-safe.
+/// One intrusive LRU list per layer (one in per-layer scope). `on_insert`, `on_hit`, `on_erase`:
+/// O(1). `victim`: O(L + p) in global scope, O(1 + p) per layer, p = protected keys skipped.
+/// Allocation-free after `reset`. Not thread-safe.
 class fld {
  public:
   static constexpr std::string_view name = "fld";
 
   /// Forgets every key; sizes for `layout.size()` keys and `layout.layers` layers.
   /// @throws std::bad_alloc
-  void reset(const key_layout& layout) {
-    layout_ = layout;
-    lists_.reset(layout.size(), layout.layers);
-  }
-  void on_insert(cache_key key, const access_context& ctx) noexcept {
-    lists_.push_back(layout_.layer_of(key, ctx.layer), key);
-  }
-  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
-    lists_.move_to_back(lists_.list_of(key), key);
-  }
+  void reset(const key_layout& layout) { lists_.reset(layout); }
+  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept { lists_.insert(key); }
+  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept { lists_.touch(key); }
   void on_erase(cache_key key) noexcept { lists_.remove(key); }
   /// See the class description; `no_key` if every resident key is protected.
   [[nodiscard]] cache_key victim(const access_context& ctx,
                                  protected_keys is_protected) const noexcept {
-    const std::int32_t layers = layout_.layers;
-    for (std::int32_t d = layers - 1; d >= 0; --d) {
-      const cache_key k = lists_.first_unprotected((ctx.layer + d) % layers, is_protected);
-      if (k != no_key) {
-        return k;
-      }
-    }
-    return no_key;
+    cache_key found = no_key;
+    lists_.farthest_first(ctx.layer, is_protected, [&](cache_key k) {
+      found = k;
+      return true;
+    });
+    return found;
   }
 
  private:
-  key_layout layout_;
-  detail::key_lists lists_;  // one list per layer, front = least recently used
+  detail::layer_lists lists_;
 };
 static_assert(eviction_policy<fld>);
 
@@ -71,20 +102,21 @@ static_assert(eviction_policy<fld>);
 /// lexicographic order of
 ///
 ///   1. stale before current (SpecMD: current experts are evicted only when nothing else can go);
-///   2. larger layer distance `d = (layer(key) - ctx.layer) mod L` first, i.e. layers already
-///      passed in this pass first, the most recently passed of them first, then the layers still
-///      ahead from the farthest to the nearest, the executing layer last;
+///   2. larger layer distance `d` first (see the file description): the executing layer's
+///      unrequested keys, then layers already passed in this pass, the most recently passed of
+///      them first, then the layers still ahead from the farthest to the nearest;
 ///   3. least recently used first (distinct keys have distinct last-access times).
 ///
 /// Why (2) orders by distance rather than SpecMD's "FIFO by layer position": the distance is when
 /// the key's layer runs next, so (2) is Belady's choice for the cyclic layer order. It evicts the
-/// just-finished layer before layer 0 (needed first in the next pass), which is what avoids the
+/// executing and just-finished layers before layer 0 (needed first in the next pass), avoiding the
 /// cyclic-scan pathology where FIFO/LRU miss on every access once the pass does not fit. Steps
 /// must be non-decreasing.
 ///
-/// One intrusive LRU list per layer; stale keys form a prefix of each list (steps never go back),
-/// so one walk per layer finds both classes. `on_insert`, `on_hit`, `on_erase`: O(1). `victim`:
-/// O(L + p), p = protected keys skipped. Allocation-free after `reset`. Not thread-safe.
+/// One intrusive LRU list per layer (one in per-layer scope); stale keys form a prefix of each list
+/// (steps never go back), so one walk per layer finds both classes. `on_insert`, `on_hit`,
+/// `on_erase`: O(1). `victim`: O(L + p) in global scope, O(1 + p) per layer, p = protected keys
+/// skipped. Allocation-free after `reset`. Not thread-safe.
 class least_stale {
  public:
   static constexpr std::string_view name = "least_stale";
@@ -92,37 +124,34 @@ class least_stale {
   /// Forgets every key; sizes for `layout.size()` keys and `layout.layers` layers.
   /// @throws std::bad_alloc
   void reset(const key_layout& layout) {
-    layout_ = layout;
-    lists_.reset(layout.size(), layout.layers);
+    lists_.reset(layout);
     step_.assign(static_cast<std::size_t>(layout.size()), 0);
   }
   void on_insert(cache_key key, const access_context& ctx) noexcept {
     step_[static_cast<std::size_t>(key)] = ctx.step;
-    lists_.push_back(layout_.layer_of(key, ctx.layer), key);
+    lists_.insert(key);
   }
   void on_hit(cache_key key, const access_context& ctx) noexcept {
     step_[static_cast<std::size_t>(key)] = ctx.step;
-    lists_.move_to_back(lists_.list_of(key), key);
+    lists_.touch(key);
   }
   void on_erase(cache_key key) noexcept { lists_.remove(key); }
   /// See the class description; `no_key` if every resident key is protected.
   [[nodiscard]] cache_key victim(const access_context& ctx,
                                  protected_keys is_protected) const noexcept {
-    const std::int32_t layers = layout_.layers;
+    cache_key stale = no_key;
     cache_key current = no_key;
-    for (std::int32_t d = layers - 1; d >= 0; --d) {
-      const cache_key k = lists_.first_unprotected((ctx.layer + d) % layers, is_protected);
-      if (k == no_key) {
-        continue;
-      }
+    lists_.farthest_first(ctx.layer, is_protected, [&](cache_key k) {
       if (step_[static_cast<std::size_t>(k)] != ctx.step) {
-        return k;  // the farthest layer holding an unprotected stale key
+        stale = k;  // the farthest layer holding an unprotected stale key
+        return true;
       }
       if (current == no_key) {
         current = k;
       }
-    }
-    return current;
+      return false;
+    });
+    return stale != no_key ? stale : current;
   }
 
   /// True if resident `key` was last accessed in forward pass `step`.
@@ -131,8 +160,7 @@ class least_stale {
   }
 
  private:
-  key_layout layout_;
-  detail::key_lists lists_;          // one list per layer, front = least recently used
+  detail::layer_lists lists_;
   std::vector<std::uint32_t> step_;  // step of the last access
 };
 static_assert(eviction_policy<least_stale>);
