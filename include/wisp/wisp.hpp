@@ -47,6 +47,17 @@
 #include <wisp/vmm/virtual_expert_tensor.hpp>
 #include <wisp/vmm/adapter_layout.hpp>
 
+#include <wisp/alloc/model_spec.hpp>
+#include <wisp/alloc/model_file.hpp>
+#include <wisp/alloc/units.hpp>
+#include <wisp/alloc/split.hpp>
+#include <wisp/alloc/cost_model.hpp>
+#include <wisp/alloc/configurator.hpp>
+#include <wisp/alloc/controller.hpp>
+#include <wisp/alloc/resize.hpp>
+#include <wisp/alloc/kv_workload.hpp>
+#include <wisp/alloc/evaluation.hpp>
+
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
 // clang-format on

@@ -11,12 +11,14 @@ void add_info_command(CLI::App& app);   // info.cpp
 void add_trace_command(CLI::App& app);  // trace_cmd.cpp: wisp trace import|stats|synth
 void add_reuse_command(CLI::App& app);  // reuse_cmd.cpp: wisp reuse
 void add_sim_command(CLI::App& app);    // sim_cmd.cpp: wisp sim
+void add_plan_command(CLI::App& app);   // plan_cmd.cpp: wisp plan
 
 inline void add_commands(CLI::App& app) {
   add_info_command(app);
   add_trace_command(app);
   add_reuse_command(app);
   add_sim_command(app);
+  add_plan_command(app);
 }
 
 }  // namespace wisp::tool

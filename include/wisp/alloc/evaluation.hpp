@@ -1,0 +1,396 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Trace-driven evaluation of expert/KV split policies (WiSP §5.3, Table 5): an expert
+/// stream (a routing trace, one step per decoded token) and a KV stream (agentic sessions,
+/// kv_workload.hpp) replayed against LRU pools sized by each policy.
+///
+/// Arms:
+/// - **per-workflow oracle**: the best fixed cap in hindsight on this workload (for a workload that
+///   shifts regime it is the *global oracle*: one best split over the whole session);
+/// - **MV-WSA configurator**: the offline configurator run open-loop on the first
+///   `representative_fraction` of the workload, then held fixed;
+/// - **MV-WSA online**: the online controller (Algorithm 2), one burst per round, starting from
+///   the 50-50 cap;
+/// - **dual-resize**: the closed-form law of Appendix D on each round's peak KV blocks;
+/// - **50-50**: half the budget to experts (cap rounded down, clamped to `[k, E]`);
+/// - **Flux-prop**: KV-blind, expert-working-set-proportional: the smallest cap that catches
+///   `flux_hit_fraction` of the expert stream's warm reuse, limited only by the budget (not the
+///   admission floor).
+///
+/// Fixed arms are costed from the exact miss curves (the replay of a fixed split equals the
+/// curve); adaptive arms are replayed with resizable LRU pools (a shrink evicts LRU entries, a grow
+/// adds empty room). The reported cost is the *warm* latency: misses other than first sight, which
+/// every arm pays alike (the new prompt's prefill, an expert's first load).
+/// @code
+/// auto w = wisp::alloc::make_eval_workload("tool-burst", spec, phases, 1);
+/// auto r = wisp::alloc::evaluate(spec, w, {.budget = 8_GiB});
+/// for (const auto& arm : r.arms) std::cout << arm.name << ' ' << arm.seconds << '\n';
+/// @endcode
+#pragma once
+
+#include <wisp/alloc/configurator.hpp>
+#include <wisp/alloc/controller.hpp>
+#include <wisp/alloc/cost_model.hpp>
+#include <wisp/alloc/detail/resizable_lru.hpp>
+#include <wisp/alloc/kv_workload.hpp>
+#include <wisp/alloc/model_spec.hpp>
+#include <wisp/alloc/resize.hpp>
+#include <wisp/alloc/split.hpp>
+#include <wisp/core/config.hpp>
+#include <wisp/core/error.hpp>
+#include <wisp/reuse/histogram.hpp>
+#include <wisp/reuse/reuse_distance.hpp>
+#include <wisp/trace/routing_trace.hpp>
+#include <wisp/trace/synthetic.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace wisp::alloc {
+
+/// @brief One phase of an evaluation workload: the sessions' turn mix and the expert routing
+/// behaviour during `rounds` rounds.
+struct eval_phase {
+  agentic_config kv;
+  trace::synthetic_config experts;
+  std::uint32_t rounds = 0;
+};
+
+/// @brief A workload: the KV stream and the expert stream (one routing step per decoded token,
+/// in round order).
+struct eval_workload {
+  std::string name;
+  admission_floor floor;  ///< The sessions' concurrency x context (WiSP Eq. 6).
+  kv_stream kv;
+  trace::routing_trace experts{trace::trace_shape{1, 1, 1}};
+};
+
+/// @brief Builds a workload from phases run back to back (the sessions carry over; each phase's
+/// expert steps come from its own synthetic router). Deterministic in `seed`.
+/// @throws wisp::logic_error if a phase's router shape differs from the model's or the pool's
+/// block size differs from the model's.
+[[nodiscard]] inline eval_workload make_eval_workload(std::string name, const model_spec& m,
+                                                      std::span<const eval_phase> phases,
+                                                      std::uint64_t seed) {
+  m.validate();
+  WISP_EXPECTS(!phases.empty(), "an evaluation workload needs at least one phase");
+  std::vector<agentic_phase> kv_phases;
+  for (const auto& p : phases) {
+    WISP_EXPECTS(p.experts.layers == static_cast<std::int32_t>(m.layers) &&
+                     p.experts.experts == static_cast<std::int32_t>(m.experts) &&
+                     p.experts.top_k == static_cast<std::int32_t>(m.top_k),
+                 "a phase's router shape (", p.experts.layers, " x ", p.experts.experts, ", top-",
+                 p.experts.top_k, ") differs from the model ", m);
+    WISP_EXPECTS(p.kv.block_tokens == m.block_tokens, "the sessions' block size ",
+                 p.kv.block_tokens, " differs from the model's ", m.block_tokens);
+    kv_phases.push_back({p.kv, p.rounds});
+  }
+  eval_workload w;
+  w.name = std::move(name);
+  w.floor = {phases.front().kv.concurrency, phases.front().kv.context};
+  w.kv = make_agentic_kv_stream(kv_phases, seed);
+  w.experts = trace::routing_trace{trace::trace_shape{static_cast<std::int32_t>(m.layers),
+                                                      static_cast<std::int32_t>(m.experts),
+                                                      static_cast<std::int32_t>(m.top_k)}};
+  w.experts.reserve(w.kv.decode_tokens);
+  std::vector<std::int32_t> ids(w.experts.shape().ids_per_step());
+  for (std::uint32_t p = 0; p < phases.size(); ++p) {
+    std::size_t steps = 0;
+    for (const auto& r : w.kv.rounds) {
+      steps += r.phase == p ? r.decode_tokens : 0;
+    }
+    if (steps == 0) {
+      continue;
+    }
+    const auto t = trace::make_synthetic_trace(phases[p].experts, steps, seed * 1000003u + p);
+    for (std::size_t s = 0; s < t.steps(); ++s) {
+      for (std::int32_t l = 0; l < t.shape().layers; ++l) {
+        for (std::int32_t j = 0; j < t.shape().top_k; ++j) {
+          ids[static_cast<std::size_t>(l * t.shape().top_k + j)] = t.expert(s, l, j);
+        }
+      }
+      w.experts.append_step(ids);
+    }
+  }
+  return w;
+}
+
+/// @brief Evaluation settings.
+struct eval_params {
+  byte_size budget{};
+  cost_params costs{};
+  controller_config controller{};
+  dual_resize_config dual{};              ///< Headroom and dead-zone of the closed-form law.
+  double representative_fraction = 0.25;  ///< Prefix the offline configurator sees.
+  double flux_hit_fraction = 0.95;        ///< Flux-prop's share of warm expert reuse.
+};
+
+/// @brief One arm's outcome.
+struct arm_result {
+  std::string name;
+  bool adaptive = false;
+  bool admissible = true;  ///< Met the admission floor throughout.
+  std::uint32_t cap_start = 0;
+  std::uint32_t cap_end = 0;
+  std::uint32_t cap_min = 0;
+  std::uint32_t cap_max = 0;
+  std::uint32_t moves = 0;
+  std::uint64_t expert_warm_misses = 0;
+  std::uint64_t kv_warm_misses = 0;
+  double seconds = 0;  ///< Warm latency: expert + KV warm misses times their costs.
+};
+
+/// @brief An evaluation's arms and the fixed-split cost curve.
+struct eval_result {
+  std::string workload;
+  admission_floor floor;
+  std::uint32_t max_feasible_cap = 0;
+  std::vector<arm_result> arms;
+  /// Warm seconds of every fixed cap k..E (NaN where the cap does not fit the budget).
+  std::vector<double> fixed_seconds;
+
+  /// @throws wisp::logic_error if there is no arm called `name`.
+  [[nodiscard]] const arm_result& arm(std::string_view name) const {
+    for (const auto& a : arms) {
+      if (a.name == name) {
+        return a;
+      }
+    }
+    WISP_FAIL(logic_error, "no arm called '", name, "'");
+  }
+};
+
+namespace detail {
+
+// Exact distances of both streams, computed once per workload.
+struct stream_distances {
+  std::vector<std::uint16_t> expert_ids;  // canonical order
+  std::vector<std::uint32_t> expert_d;    // per-layer distance, cold = reuse counter's cold
+  std::vector<std::uint32_t> kv_d;
+};
+
+inline stream_distances measure(const eval_workload& w) {
+  const auto& shape = w.experts.shape();
+  stream_distances out;
+  out.expert_ids.reserve(w.experts.access_count());
+  out.expert_d.reserve(w.experts.access_count());
+  std::vector<reuse::reuse_distance_counter> per_layer;
+  for (std::int32_t l = 0; l < shape.layers; ++l) {
+    per_layer.emplace_back(static_cast<std::size_t>(shape.experts));
+  }
+  w.experts.for_each_access([&](const trace::access& a) {
+    out.expert_ids.push_back(static_cast<std::uint16_t>(a.expert));
+    out.expert_d.push_back(
+        per_layer[static_cast<std::size_t>(a.layer)].access(static_cast<std::uint32_t>(a.expert)));
+  });
+  reuse::reuse_distance_counter kv{std::max<std::size_t>(w.kv.blocks, 1)};
+  out.kv_d.reserve(w.kv.accesses.size());
+  for (const std::uint32_t b : w.kv.accesses) {
+    out.kv_d.push_back(kv.access(b));
+  }
+  return out;
+}
+
+// Exact curves of a prefix of the workload: rounds [0, rounds).
+inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workload& w,
+                                                              const stream_distances& d,
+                                                              std::size_t rounds) {
+  const auto& shape = w.experts.shape();
+  std::uint64_t steps = 0;
+  for (std::size_t r = 0; r < rounds; ++r) {
+    steps += w.kv.rounds[r].decode_tokens;
+  }
+  const std::uint64_t expert_accesses = steps * shape.ids_per_step();
+  const std::uint64_t kv_accesses = rounds == 0 ? 0 : w.kv.rounds[rounds - 1].end;
+  reuse::reuse_histogram he{{reuse::reuse_scope::per_layer,
+                             static_cast<std::uint32_t>(shape.layers),
+                             static_cast<std::uint32_t>(shape.experts)}};
+  for (std::uint64_t i = 0; i < expert_accesses; ++i) {
+    he.record(d.expert_d[i]);
+  }
+  reuse::reuse_histogram hk{{reuse::reuse_scope::stream, 1, 0}};
+  for (std::uint64_t i = 0; i < kv_accesses; ++i) {
+    hk.record(d.kv_d[i]);
+  }
+  return {reuse::miss_curve{he}, reuse::miss_curve{hk}};
+}
+
+}  // namespace detail
+
+/// @brief Runs every arm on `w` (see the file comment). Deterministic.
+/// Complexity: O(accesses) per adaptive arm plus O(E * curve) for the fixed arms.
+/// @throws wisp::infeasible_error if no split meets the floor (`concurrency x context` of the
+/// workload's sessions); wisp::logic_error on invalid parameters.
+[[nodiscard]] inline eval_result evaluate(const model_spec& m, const eval_workload& w,
+                                          const eval_params& p) {
+  m.validate();
+  p.costs.validate();
+  p.controller.validate();
+  WISP_EXPECTS(!w.kv.rounds.empty(), "the workload has no rounds");
+  WISP_EXPECTS(m.experts < 65536, "the evaluation stores expert ids in 16 bits");
+  const auto& shape = w.experts.shape();
+  WISP_EXPECTS(shape.layers == static_cast<std::int32_t>(m.layers) &&
+                   shape.experts == static_cast<std::int32_t>(m.experts) &&
+                   shape.top_k == static_cast<std::int32_t>(m.top_k),
+               "the workload's routing shape ", shape, " differs from the model ", m);
+  WISP_EXPECTS(w.kv.block_tokens == m.block_tokens, "the workload's block size differs");
+  WISP_EXPECTS(w.experts.steps() == w.kv.decode_tokens,
+               "the expert stream must hold one step per decoded token");
+
+  eval_result out;
+  out.workload = w.name;
+  out.floor = w.floor;
+  out.max_feasible_cap = max_feasible_cap(m, p.budget, out.floor);
+
+  const auto dist = detail::measure(w);
+  const auto [expert_curve, kv_curve] = detail::curves(w, dist, w.kv.rounds.size());
+  const cost_model<> cost{m, expert_curve, kv_curve, p.costs};
+  auto warm_seconds = [&](const cost_model<>& c, std::uint32_t cap) {
+    const split s = make_split(m, p.budget, cap);
+    return (c.expert_misses(cap) - static_cast<double>(c.expert_curve().cold())) *
+               c.expert_miss_seconds() +
+           (c.kv_misses(s.kv_blocks) - static_cast<double>(c.kv_curve().cold())) *
+               c.kv_miss_seconds();
+  };
+  for (std::uint32_t c = m.top_k; c <= m.experts; ++c) {
+    out.fixed_seconds.push_back(m.expert_pool_bytes(c) <= p.budget
+                                    ? warm_seconds(cost, c)
+                                    : std::numeric_limits<double>::quiet_NaN());
+  }
+  auto fixed_arm = [&](std::string name, std::uint32_t cap) {
+    arm_result a;
+    a.name = std::move(name);
+    a.cap_start = a.cap_end = a.cap_min = a.cap_max = cap;
+    const split s = make_split(m, p.budget, cap);
+    a.admissible = out.floor.admits(m, s);
+    a.expert_warm_misses = expert_curve.misses(cap) - expert_curve.cold();
+    a.kv_warm_misses = kv_curve.misses(s.kv_blocks) - kv_curve.cold();
+    a.seconds = warm_seconds(cost, cap);
+    return a;
+  };
+
+  // Per-workflow (or global) oracle: the configurator on the whole workload is exactly that.
+  const configuration oracle = configure(cost, p.budget, out.floor);
+  out.arms.push_back(fixed_arm("oracle", oracle.choice.expert_cap));
+
+  // MV-WSA configurator on a representative prefix.
+  const auto prefix_rounds =
+      std::max<std::size_t>(1, static_cast<std::size_t>(p.representative_fraction *
+                                                        static_cast<double>(w.kv.rounds.size())));
+  const auto [pe, pk] = detail::curves(w, dist, std::min(prefix_rounds, w.kv.rounds.size()));
+  const configuration offline = configure(cost_model<>{m, pe, pk, p.costs}, p.budget, out.floor);
+  out.arms.push_back(fixed_arm("mv-wsa-configurator", offline.choice.expert_cap));
+
+  // 50-50 and Flux-prop.
+  const std::uint32_t by_budget =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(m.experts, p.budget / m.cap_unit_bytes()));
+  WISP_EXPECTS(by_budget >= m.top_k, "the budget cannot hold top_k experts per layer");
+  const std::uint32_t half = std::clamp<std::uint32_t>(
+      static_cast<std::uint32_t>((byte_size{p.budget.count() / 2}) / m.cap_unit_bytes()), m.top_k,
+      by_budget);
+  out.arms.push_back(fixed_arm("50-50", half));
+  std::uint32_t flux = m.experts;
+  {
+    const double warm_total = static_cast<double>(expert_curve.accesses() - expert_curve.cold());
+    for (std::uint32_t c = m.top_k; c <= m.experts; ++c) {
+      const double warm_hits =
+          static_cast<double>(expert_curve.accesses() - expert_curve.misses(c));
+      if (warm_hits >= p.flux_hit_fraction * warm_total) {
+        flux = c;
+        break;
+      }
+    }
+    flux = std::clamp(flux, m.top_k, by_budget);
+  }
+  out.arms.push_back(fixed_arm("flux-prop", flux));
+
+  // Adaptive arms: replay with resizable LRU pools. `decide(round, current)` returns the next cap.
+  const std::uint32_t start = std::min(half, out.max_feasible_cap);
+  auto replay = [&](std::string name, auto&& on_round) {
+    arm_result a;
+    a.name = std::move(name);
+    a.adaptive = true;
+    split current = make_split(m, p.budget, start);
+    a.cap_start = a.cap_min = a.cap_max = start;
+    std::vector<detail::resizable_lru> layers;
+    for (std::uint32_t l = 0; l < m.layers; ++l) {
+      layers.emplace_back(m.experts, current.expert_cap);
+    }
+    detail::resizable_lru kv{std::max<std::uint32_t>(w.kv.blocks, 1), current.kv_blocks};
+    std::uint64_t cursor = 0;
+    const std::uint64_t per_step = shape.ids_per_step();
+    const auto k = static_cast<std::uint64_t>(shape.top_k);
+    for (std::size_t r = 0; r < w.kv.rounds.size(); ++r) {
+      const kv_round& round = w.kv.rounds[r];
+      const std::uint64_t begin = cursor;
+      const std::uint64_t end = cursor + std::uint64_t{round.decode_tokens} * per_step;
+      for (std::uint64_t i = begin; i < end; ++i) {
+        const auto layer = static_cast<std::size_t>((i / k) % m.layers);
+        if (!layers[layer].access(dist.expert_ids[i]) &&
+            dist.expert_d[i] != reuse::reuse_distance_counter::cold) {
+          ++a.expert_warm_misses;
+        }
+      }
+      cursor = end;
+      for (std::uint64_t i = round.begin; i < round.end; ++i) {
+        if (!kv.access(w.kv.accesses[i]) && dist.kv_d[i] != reuse::reuse_distance_counter::cold) {
+          ++a.kv_warm_misses;
+        }
+      }
+      a.admissible = a.admissible && out.floor.admits(m, current);
+      const split next =
+          on_round(r, round, std::span(dist.expert_d).subspan(begin, end - begin),
+                   std::span(dist.kv_d).subspan(round.begin, round.end - round.begin), current);
+      if (next != current) {
+        ++a.moves;
+        for (auto& layer : layers) {
+          layer.set_capacity(next.expert_cap);
+        }
+        kv.set_capacity(next.kv_blocks);
+        current = next;
+        a.cap_min = std::min(a.cap_min, current.expert_cap);
+        a.cap_max = std::max(a.cap_max, current.expert_cap);
+      }
+    }
+    a.cap_end = current.expert_cap;
+    a.seconds = static_cast<double>(a.expert_warm_misses) * cost.expert_miss_seconds() +
+                static_cast<double>(a.kv_warm_misses) * cost.kv_miss_seconds();
+    return a;
+  };
+
+  split_controller controller{m, p.budget, out.floor, p.costs, p.controller, start};
+  out.arms.push_back(
+      replay("mv-wsa-online", [&](std::size_t, const kv_round&, std::span<const std::uint32_t> ed,
+                                  std::span<const std::uint32_t> kd, const split&) {
+        for (const auto d : ed) {
+          controller.record_expert(d);
+        }
+        for (const auto d : kd) {
+          controller.record_kv(d);
+        }
+        const auto decision = controller.end_burst();
+        if (decision.moves()) {
+          controller.commit(decision);
+        }
+        return controller.current();
+      }));
+
+  out.arms.push_back(
+      replay("dual-resize", [&](std::size_t, const kv_round& round, std::span<const std::uint32_t>,
+                                std::span<const std::uint32_t>, const split& current) {
+        const auto plan =
+            plan_dual_resize(m, p.budget, out.floor, current, round.working_blocks, p.dual);
+        return plan.empty() ? current : plan.to;
+      }));
+  return out;
+}
+
+}  // namespace wisp::alloc

@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: Apache-2.0
+// `wisp plan --model NAME|FILE.json --budget BYTES|24GiB [--trace FILE.wtrace]
+//            [--concurrency C --context N] [--bandwidth GBps] [--recompute SECONDS_PER_TOKEN]
+//            [--sweep-cap 8,16,32] [--json]`:
+// splits a device budget between expert slots and KV blocks (wisp/alloc, MV-WSA's offline
+// configurator) and prints the chosen split, the engine knobs and a sweep of caps.
+//
+// The expert miss curve comes from --trace (per-layer scope), or, without one, from a synthetic
+// trace of the model's shape (8,222 steps, seed 1). The KV stream is the working set of the
+// admission floor (C sessions x N tokens) read every decode round: a step curve, so past the
+// floor extra KV blocks buy nothing and the choice is the smallest cap reaching the lowest
+// predicted latency.
+#include "commands.hpp"
+
+#include <wisp/alloc/configurator.hpp>
+#include <wisp/alloc/cost_model.hpp>
+#include <wisp/alloc/model_file.hpp>
+#include <wisp/alloc/model_spec.hpp>
+#include <wisp/alloc/split.hpp>
+#include <wisp/alloc/units.hpp>
+#include <wisp/core/error.hpp>
+#include <wisp/reuse/histogram.hpp>
+#include <wisp/reuse/trace_profile.hpp>
+#include <wisp/trace/esft.hpp>
+#include <wisp/trace/routing_trace.hpp>
+#include <wisp/trace/synthetic.hpp>
+#include <wisp/trace/wtrace.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <vector>
+
+namespace wisp::tool {
+
+void add_plan_command(CLI::App& app);  // declared in commands.hpp once registered
+
+namespace {
+
+struct plan_options {
+  std::string model;
+  std::string budget;
+  std::string trace;
+  std::optional<std::uint64_t> concurrency;
+  std::optional<std::uint64_t> context;
+  double bandwidth_gbps = 25.0;
+  double recompute = 2e-4;
+  std::vector<std::int64_t> sweep_caps;
+  bool json = false;
+};
+
+constexpr std::size_t synthetic_steps = 8222;
+constexpr std::uint64_t synthetic_seed = 1;
+
+template <class... Parts>
+[[noreturn]] void usage_error(const Parts&... parts) {
+  std::ostringstream message;
+  (message << ... << parts);
+  throw wisp::logic_error(message.str());
+}
+
+alloc::model_spec load_model(const std::string& name) {
+  if (alloc::find_model_preset(name) != nullptr) {
+    return alloc::model_preset(name);
+  }
+  std::error_code ec;
+  if (name.ends_with(".json") || std::filesystem::is_regular_file(name, ec)) {
+    if (!std::filesystem::is_regular_file(name, ec)) {
+      usage_error("--model: model file '", name, "' does not exist");
+    }
+    return alloc::read_model_json(name).spec;
+  }
+  usage_error("--model: unknown model '", name, "' (presets: ", alloc::model_preset_names(),
+              "; or give a model .json file)");
+}
+
+trace::synthetic_config synthetic_for(const alloc::model_spec& m) {
+  for (const auto name : trace::synthetic_preset_names()) {
+    if (name == m.name) {
+      return trace::synthetic_preset(name);
+    }
+  }
+  trace::synthetic_config c;  // the default locality model, working set scaled to the shape
+  c.layers = static_cast<std::int32_t>(m.layers);
+  c.experts = static_cast<std::int32_t>(m.experts);
+  c.top_k = static_cast<std::int32_t>(m.top_k);
+  c.working_set = std::clamp<std::int32_t>(c.top_k + c.top_k / 4, 1, c.experts);
+  return c;
+}
+
+trace::routing_trace load_trace(const std::string& file, const alloc::model_spec& m) {
+  if (file.empty()) {
+    return trace::make_synthetic_trace(synthetic_for(m), synthetic_steps, synthetic_seed);
+  }
+  std::error_code ec;
+  trace::routing_trace t = std::filesystem::is_directory(file, ec)
+                               ? trace::import_esft(file)
+                               : trace::read_wtrace(std::filesystem::path{file});
+  const auto& s = t.shape();
+  if (s.layers != static_cast<std::int32_t>(m.layers) ||
+      s.experts != static_cast<std::int32_t>(m.experts) ||
+      s.top_k != static_cast<std::int32_t>(m.top_k)) {
+    usage_error("--trace ", file, " has shape ", s, " but model ", m.name, " has ", m.layers,
+                " MoE layers x ", m.experts, " experts, top-", m.top_k);
+  }
+  return t;
+}
+
+void run(const plan_options& opt) {
+  const alloc::model_spec m = load_model(opt.model);
+  const byte_size budget = alloc::parse_byte_size(opt.budget);
+  if (opt.concurrency.has_value() != opt.context.has_value()) {
+    usage_error(
+        "--concurrency and --context go together (the admission floor is C sessions x N "
+        "tokens)");
+  }
+  const alloc::admission_floor floor{opt.concurrency.value_or(0), opt.context.value_or(0)};
+  if (!(std::isfinite(opt.bandwidth_gbps) && opt.bandwidth_gbps > 0)) {
+    usage_error("--bandwidth must be a positive number of GB/s, got ", opt.bandwidth_gbps);
+  }
+  if (!(std::isfinite(opt.recompute) && opt.recompute >= 0)) {
+    usage_error("--recompute must be a number of seconds per token >= 0, got ", opt.recompute);
+  }
+  std::vector<std::uint32_t> caps;
+  for (const std::int64_t c : opt.sweep_caps) {
+    if (c < static_cast<std::int64_t>(m.top_k) || c > static_cast<std::int64_t>(m.experts)) {
+      usage_error("--sweep-cap ", c, " is outside [top_k, experts] = [", m.top_k, ", ", m.experts,
+                  "] for ", m.name, " (the cap is expert slots per MoE layer)");
+    }
+    caps.push_back(static_cast<std::uint32_t>(c));
+  }
+  if (caps.empty()) {
+    for (std::uint32_t c = m.top_k; c <= m.experts; ++c) {
+      caps.push_back(c);
+    }
+  }
+  // Feasibility first: an infeasible request fails before any trace work.
+  alloc::require_feasible(m, budget, floor);
+
+  const trace::routing_trace t = load_trace(opt.trace, m);
+  const auto profile = reuse::profile_trace(t, reuse::reuse_scope::per_layer);
+  const std::uint64_t rounds =
+      std::max<std::uint64_t>(1, t.steps() / std::max<std::uint64_t>(1, floor.concurrency));
+  const alloc::cost_params params{opt.bandwidth_gbps * 1e9, opt.recompute};
+  const alloc::cost_model<> cost{m, reuse::miss_curve{profile.histogram},
+                                 alloc::working_set_kv_curve(floor.blocks(m.block_tokens), rounds),
+                                 params};
+  const alloc::configuration conf = alloc::configure(cost, budget, floor);
+  const auto points = alloc::sweep(cost, budget, floor, caps);
+  const alloc::split& c = conf.choice;
+
+  if (opt.json) {
+    nlohmann::ordered_json out;
+    out["model"] = m.name;
+    out["budget_bytes"] = budget.count();
+    out["expert_slot_bytes"] = m.expert_bytes.count();
+    out["kv_bytes_per_token"] = m.kv_bytes_per_token.count();
+    out["block_tokens"] = m.block_tokens;
+    out["choice"] = {
+        {"expert_cap", c.expert_cap},     {"kv_blocks", c.kv_blocks},
+        {"kv_tokens", c.kv_tokens},       {"expert_bytes", c.expert_bytes.count()},
+        {"kv_bytes", c.kv_bytes.count()}, {"predicted_latency_s", conf.predicted_seconds}};
+    out["sweep"] = nlohmann::ordered_json::array();
+    for (const auto& p : points) {
+      out["sweep"].push_back({{"expert_cap", p.expert_cap},
+                              {"kv_blocks", p.s.kv_blocks},
+                              {"kv_tokens", p.s.kv_tokens},
+                              {"feasible", p.feasible}});
+    }
+    std::cout << out.dump() << '\n';
+    return;
+  }
+  std::printf(
+      "model %s: %u MoE layers x %u experts, top-%u; one expert %s (a cap unit, one slot "
+      "in every layer: %s); KV %s per token, %u-token blocks (%s)\n",
+      m.name.c_str(), m.layers, m.experts, m.top_k,
+      alloc::format_bytes(m.expert_bytes.count()).c_str(),
+      alloc::format_bytes(m.cap_unit_bytes().count()).c_str(),
+      alloc::format_bytes(m.kv_bytes_per_token.count()).c_str(), m.block_tokens,
+      alloc::format_bytes(m.kv_block_bytes().count()).c_str());
+  std::printf(
+      "budget %s (%llu B); admission floor %llu sessions x %llu tokens = %llu blocks; "
+      "feasible caps [%u, %u]\n",
+      alloc::format_bytes(budget.count()).c_str(), static_cast<unsigned long long>(budget.count()),
+      static_cast<unsigned long long>(floor.concurrency),
+      static_cast<unsigned long long>(floor.context),
+      static_cast<unsigned long long>(floor.blocks(m.block_tokens)), m.top_k,
+      conf.max_feasible_cap);
+  std::printf("expert stream: %s, %zu steps; bandwidth %.3g GB/s, recompute %.3g s/token\n\n",
+              opt.trace.empty() ? "synthetic trace of the model's shape" : opt.trace.c_str(),
+              t.steps(), opt.bandwidth_gbps, opt.recompute);
+  std::printf(
+      "choice: expert cap %u per layer (%s), KV %llu blocks = %llu tokens (%s), slack %llu "
+      "B; predicted latency %.6g s\n",
+      c.expert_cap, alloc::format_bytes(c.expert_bytes.count()).c_str(),
+      static_cast<unsigned long long>(c.kv_blocks), static_cast<unsigned long long>(c.kv_tokens),
+      alloc::format_bytes(c.kv_bytes.count()).c_str(),
+      static_cast<unsigned long long>(c.slack.count()), conf.predicted_seconds);
+  std::printf("engine knobs: per-layer expert cap %u, KV cache bytes %llu\n\n",
+              conf.knobs.per_layer_expert_cap,
+              static_cast<unsigned long long>(conf.knobs.kv_cache_bytes.count()));
+  std::printf("%8s %12s %12s %10s %9s %14s\n", "cap", "kv_blocks", "kv_tokens", "miss_rate",
+              "feasible", "predicted_s");
+  for (const auto& p : points) {
+    std::printf("%8u %12llu %12llu %10.4f %9s %14.6g\n", p.expert_cap,
+                static_cast<unsigned long long>(p.s.kv_blocks),
+                static_cast<unsigned long long>(p.s.kv_tokens),
+                reuse::miss_curve{profile.histogram}.miss_ratio(p.expert_cap),
+                p.feasible ? "yes" : (p.fits ? "floor" : "budget"), p.seconds);
+  }
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "plan",
+      "Split a device budget between expert slots and KV blocks (MV-WSA configurator): the "
+      "minimum predicted-latency split that meets the KV admission floor");
+  auto opt = std::make_shared<plan_options>();
+  cmd->add_option("--model", opt->model,
+                  "a preset (" + alloc::model_preset_names() + ") or a model .json file")
+      ->required();
+  cmd->add_option("--budget", opt->budget,
+                  "pageable device budget shared by experts and KV: bytes or a size such as "
+                  "24GiB, 1.5GiB, 80GB")
+      ->required();
+  cmd->add_option("--trace", opt->trace,
+                  "routing trace for the expert miss curve: a .wtrace file or an ESFT folder "
+                  "(default: a synthetic trace of the model's shape)");
+  cmd->add_option("--concurrency", opt->concurrency, "sessions served at once (admission floor)");
+  cmd->add_option("--context", opt->context, "tokens per session (admission floor)");
+  cmd->add_option("--bandwidth", opt->bandwidth_gbps,
+                  "host-to-device bandwidth for expert pages, GB/s (1e9 B/s)")
+      ->capture_default_str();
+  cmd->add_option("--recompute", opt->recompute,
+                  "prefill recompute time of one token of a missed KV block, seconds")
+      ->capture_default_str();
+  cmd->add_option("--sweep-cap", opt->sweep_caps,
+                  "comma-separated caps to report (default: every cap in [top_k, experts])")
+      ->delimiter(',');
+  cmd->add_flag("--json", opt->json, "print one JSON object");
+  cmd->footer(
+      "predicted latency = expert misses x expert bytes / bandwidth + KV block misses x "
+      "block_tokens x recompute (WiSP Eq. 4). An infeasible budget exits 1 with the smallest "
+      "budget that works.");
+  cmd->callback([opt] { run(*opt); });
+}
+
+}  // namespace wisp::tool
