@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The KV session model, the resizable LRU, and the trace-driven evaluation. The full table of
-// docs/allocator.md is the DISABLED_ test at the end (run it from a Release build with
-// --gtest_also_run_disabled_tests --gtest_filter='*Table*').
+// docs/allocator.md comes from `wisp evaluate`.
 #include <wisp/alloc/detail/resizable_lru.hpp>
 #include <wisp/alloc/evaluation.hpp>
 #include <wisp/alloc/kv_workload.hpp>
@@ -141,78 +140,6 @@ TEST(Evaluation, AdaptiveArmsMoveAndStayAdmissible) {
     }
   }
   EXPECT_GT(r.arm("dual-resize").moves, 0u);
-}
-
-// ---------------------------------------------------------------------------------- the table
-
-struct workload_def {
-  const char* name;
-  std::vector<eval_phase> phases;
-};
-
-eval_phase phase(const wisp::alloc::model_spec& m, double tool_fraction, bool tool_router,
-                 std::uint32_t rounds) {
-  eval_phase p;
-  p.kv.sessions = 16;
-  p.kv.concurrency = 2;
-  p.kv.context = 8192;
-  p.kv.long_turn = {1024, 3072, 32};
-  p.kv.tool_turn = {64, 256, 160};
-  p.kv.tool_call_fraction = tool_fraction;
-  p.experts = wisp::trace::synthetic_preset(m.name);
-  if (tool_router) {  // tool-call bursts revisit a small expert set
-    p.experts.locality = 0.7;
-    p.experts.coactivation = 0.1;
-    p.experts.drift_rate = 0.02;
-  } else {  // long documents spread routing: less locality, more drift
-    p.experts.locality = 0.25;
-    p.experts.drift_rate = 0.2;
-  }
-  p.rounds = rounds;
-  return p;
-}
-
-void print_table(const wisp::alloc::model_spec& m, wisp::byte_size budget, std::uint32_t rounds,
-                 double recompute) {
-  const std::vector<workload_def> defs = {
-      {"long-context", {phase(m, 0.1, false, rounds)}},
-      {"mixed", {phase(m, 0.5, false, rounds)}},
-      {"tool-burst", {phase(m, 0.9, true, rounds)}},
-      {"shift long->tool", {phase(m, 0.1, false, rounds / 2), phase(m, 0.9, true, rounds / 2)}},
-      {"shift tool->long", {phase(m, 0.9, true, rounds / 2), phase(m, 0.1, false, rounds / 2)}},
-  };
-  wisp::alloc::eval_params p;
-  p.budget = budget;
-  p.costs.recompute_seconds_per_token = recompute;
-  p.dual.headroom_blocks = 64;
-  p.dual.dead_zone = 2;
-  std::printf("\n%s at %s, %u rounds per workload, bandwidth %.0f GB/s, recompute %.0f us/token\n",
-              m.name.c_str(), std::to_string(budget.count()).c_str(), rounds,
-              p.costs.bandwidth_bytes_per_second / 1e9, p.costs.recompute_seconds_per_token * 1e6);
-  std::printf(
-      "| workload | arm | cap (start->end, min..max) | moves | warm expert misses | warm KV "
-      "misses | warm latency (s) | x oracle |\n|---|---|---|---|---|---|---|---|\n");
-  for (std::uint64_t seed = 1; seed <= 1; ++seed) {
-    for (const auto& d : defs) {
-      const auto w = wisp::alloc::make_eval_workload(d.name, m, d.phases, seed);
-      const auto r = wisp::alloc::evaluate(m, w, p);
-      const double oracle = r.arm("oracle").seconds;
-      for (const auto& a : r.arms) {
-        std::printf(
-            "| %s | %s%s | %u->%u, %u..%u | %u | %llu | %llu | %.2f | %.3f |\n", d.name,
-            a.name.c_str(), a.admissible ? "" : " (below floor)", a.cap_start, a.cap_end, a.cap_min,
-            a.cap_max, a.moves, static_cast<unsigned long long>(a.expert_warm_misses),
-            static_cast<unsigned long long>(a.kv_warm_misses), a.seconds, a.seconds / oracle);
-      }
-    }
-  }
-  std::fflush(stdout);
-}
-
-TEST(Evaluation, DISABLED_Table) {
-  // Expert-pressured (recompute is cheap next to expert paging) and KV-competitive regimes.
-  print_table(wisp::alloc::model_preset("olmoe-1b-7b"), 12_GiB, 400, 2e-4);
-  print_table(wisp::alloc::model_preset("olmoe-1b-7b"), 12_GiB, 400, 2e-3);
 }
 
 }  // namespace

@@ -7,11 +7,12 @@
 
 namespace wisp::tool {
 
-void add_info_command(CLI::App& app);   // info.cpp
-void add_trace_command(CLI::App& app);  // trace_cmd.cpp: wisp trace import|stats|synth
-void add_reuse_command(CLI::App& app);  // reuse_cmd.cpp: wisp reuse
-void add_sim_command(CLI::App& app);    // sim_cmd.cpp: wisp sim
-void add_plan_command(CLI::App& app);   // plan_cmd.cpp: wisp plan
+void add_info_command(CLI::App& app);      // info.cpp
+void add_trace_command(CLI::App& app);     // trace_cmd.cpp: wisp trace import|stats|synth
+void add_reuse_command(CLI::App& app);     // reuse_cmd.cpp: wisp reuse
+void add_sim_command(CLI::App& app);       // sim_cmd.cpp: wisp sim
+void add_plan_command(CLI::App& app);      // plan_cmd.cpp: wisp plan
+void add_evaluate_command(CLI::App& app);  // evaluate_cmd.cpp: wisp evaluate
 
 inline void add_commands(CLI::App& app) {
   add_info_command(app);
@@ -19,6 +20,7 @@ inline void add_commands(CLI::App& app) {
   add_reuse_command(app);
   add_sim_command(app);
   add_plan_command(app);
+  add_evaluate_command(app);
 }
 
 }  // namespace wisp::tool
