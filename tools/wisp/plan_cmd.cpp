@@ -11,6 +11,7 @@
 // floor extra KV blocks buy nothing and the choice is the smallest cap reaching the lowest
 // predicted latency.
 #include "commands.hpp"
+#include "trace_source.hpp"
 
 #include <wisp/alloc/configurator.hpp>
 #include <wisp/alloc/cost_model.hpp>
@@ -60,9 +61,6 @@ struct plan_options {
   bool json = false;
 };
 
-constexpr std::size_t synthetic_steps = 8222;
-constexpr std::uint64_t synthetic_seed = 1;
-
 template <class... Parts>
 [[noreturn]] void usage_error(const Parts&... parts) {
   std::ostringstream message;
@@ -103,10 +101,7 @@ trace::routing_trace load_trace(const std::string& file, const alloc::model_spec
   if (file.empty()) {
     return trace::make_synthetic_trace(synthetic_for(m), synthetic_steps, synthetic_seed);
   }
-  std::error_code ec;
-  trace::routing_trace t = std::filesystem::is_directory(file, ec)
-                               ? trace::import_esft(file)
-                               : trace::read_wtrace(std::filesystem::path{file});
+  trace::routing_trace t = read_trace_file(file);
   const auto& s = t.shape();
   if (s.layers != static_cast<std::int32_t>(m.layers) ||
       s.experts != static_cast<std::int32_t>(m.experts) ||

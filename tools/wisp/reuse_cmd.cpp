@@ -5,6 +5,7 @@
 // FILE is a .wtrace file, the literal `synthetic` (the built-in default synthetic trace:
 // preset "default", 8,222 steps, seed 1), or a folder of ESFT expert_weights_<L>.txt files.
 #include "commands.hpp"
+#include "trace_source.hpp"
 
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/trace_profile.hpp>
@@ -34,22 +35,6 @@ struct reuse_options {
   bool json = false;
   bool csv = false;
 };
-
-// The default synthetic trace: what the project's main-job script profiles.
-constexpr std::size_t synthetic_steps = 8222;
-constexpr std::uint64_t synthetic_seed = 1;
-
-trace::routing_trace load_trace(const std::string& file) {
-  if (file == "synthetic") {
-    return trace::make_synthetic_trace(trace::synthetic_preset("default"), synthetic_steps,
-                                       synthetic_seed);
-  }
-  std::error_code ec;
-  if (std::filesystem::is_directory(file, ec)) {
-    return trace::import_esft(file);
-  }
-  return trace::read_wtrace(std::filesystem::path{file});
-}
 
 // 1, 2, 4, ... below `distinct`, then `distinct` itself.
 std::vector<std::uint64_t> default_capacities(std::uint64_t distinct) {
@@ -151,10 +136,7 @@ void add_reuse_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "reuse", "Exact LRU miss curve of a routing trace, every capacity from one pass");
   auto opt = std::make_shared<reuse_options>();
-  cmd->add_option("FILE", opt->file,
-                  "a .wtrace file, 'synthetic' (built-in default synthetic trace, 8222 steps, "
-                  "seed 1), or an ESFT expert_weights folder")
-      ->required();
+  cmd->add_option("FILE", opt->file, trace_file_help)->required();
   cmd->add_option("--scope", opt->scope,
                   "global: one cache over all (layer, expert) keys; layer: one cache per layer, "
                   "each with the given capacity")

@@ -7,6 +7,7 @@
 // FILE is a .wtrace file, the literal `synthetic` (the built-in default synthetic trace: preset
 // "default", 8,222 steps, seed 1), or a folder of ESFT expert_weights_<L>.txt files.
 #include "commands.hpp"
+#include "trace_source.hpp"
 
 #include <wisp/core/error.hpp>
 #include <wisp/sim/simulate.hpp>
@@ -50,10 +51,6 @@ struct sim_options {
   double miss_latency_us = 0.0;
 };
 
-// The default synthetic trace: the same one `wisp reuse synthetic` profiles.
-constexpr std::size_t synthetic_steps = 8222;
-constexpr std::uint64_t synthetic_seed = 1;
-
 // A usage error: wisp::logic_error with a plain message (no source location: the user typed it).
 template <class... Parts>
 [[noreturn]] void usage_error(const Parts&... parts) {
@@ -93,18 +90,6 @@ std::string_view library_policy(std::string_view cli) {
                 valid_policy_list(), ")");
   }
   usage_error("unknown policy '", cli, "' (valid: ", valid_policy_list(), ")");
-}
-
-trace::routing_trace load_trace(const std::string& file) {
-  if (file == "synthetic") {
-    return trace::make_synthetic_trace(trace::synthetic_preset("default"), synthetic_steps,
-                                       synthetic_seed);
-  }
-  std::error_code ec;
-  if (std::filesystem::is_directory(file, ec)) {
-    return trace::import_esft(file);
-  }
-  return trace::read_wtrace(std::filesystem::path{file});
 }
 
 // ------------------------------------------------------------------------------------ progress
@@ -401,10 +386,7 @@ void add_sim_command(CLI::App& app) {
       "Replay a routing trace through eviction policies: hits, misses, collision misses, "
       "bytes moved and stall time");
   auto opt = std::make_shared<sim_options>();
-  cmd->add_option("FILE", opt->file,
-                  "a .wtrace file, 'synthetic' (built-in default synthetic trace, 8222 steps, "
-                  "seed 1), or an ESFT expert_weights folder")
-      ->required();
+  cmd->add_option("FILE", opt->file, trace_file_help)->required();
   cmd->add_option("--policy,--policies", opt->policies,
                   "comma-separated policies among " + valid_policy_list() + " (default: all)")
       ->delimiter(',');
