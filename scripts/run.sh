@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
-# wisp's main job: builds the optimised `wisp` tool and sizes a per-layer expert cache for the
-# built-in synthetic routing trace (calibrated to a real DeepSeek-V2-Lite trace): the exact LRU
-# miss curve from reuse distances, then the eviction policies replayed against Belady's bound.
-# Usage: scripts/run.sh   (installs missing Debian packages when run as root)
+# wisp's main job: the example serving engine. A small MoE transformer (8 layers x 64 experts,
+# top-6, bf16 weights) serves 16 chat sessions on the CPU under a 48 MiB device budget that holds
+# half its experts, once per arm: full residency (infeasible at this budget), static offload,
+# the wisp pager, the pager sized by the offline configurator, and the pager with dynamic
+# resizing. It prints a comparison table and checks every arm produced the same bytes.
+# Usage: scripts/run.sh [wisp-engine options, e.g. --workload shift --policy least_stale --json]
+#        (installs missing Debian packages when run as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 
 cmake --preset release >/dev/null
-cmake --build --preset release --target wisp_tool >/dev/null
-wisp=build/release/bin/wisp
+cmake --build --preset release --target wisp-engine wisp_tool >/dev/null
 
-"$wisp" info
-echo
-"$wisp" reuse synthetic --scope layer
-echo
-"$wisp" sim synthetic --scope layer --capacity 8,16,32 --policy lru,least-stale,lfru,belady
+build/release/examples/engine/wisp-engine "$@"

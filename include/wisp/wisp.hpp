@@ -47,6 +47,8 @@
 #include <wisp/vmm/virtual_expert_tensor.hpp>
 #include <wisp/vmm/adapter_layout.hpp>
 
+#include <wisp/kernel/fused_moe.hpp>
+
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/alloc/model_file.hpp>
 #include <wisp/alloc/units.hpp>
