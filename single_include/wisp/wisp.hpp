@@ -7795,6 +7795,82 @@ class adapter_layout {
 }  // namespace wisp
 // ---- end wisp/vmm/adapter_layout.hpp -----------------------------------------------------------
 
+// ---- begin wisp/kernel/fused_moe.hpp -----------------------------------------------------------
+/// @file
+/// @brief `fused_moe_kernel`: the concept a user-supplied fused-MoE kernel models, and
+/// `fused_moe_args`, the trivially copyable argument block wisp hands it.
+///
+/// The kernel is the engine's own code (a Triton/CUTLASS launch on a GPU, a loop on the CPU). wisp
+/// never calls it; the engine does, after `pager::prepare` and the copy plan. The kernel reads
+/// expert weights **only** through `expert_map` and `experts` (row `expert_map[e]` of the expert
+/// tensor holds expert `e`), so it never knows whether the weights are paged: with every expert
+/// resident the map is the identity, with a pager it is the call's `prepare_result::expert_map`.
+///
+/// Contract (what every model must do, and what the engine may rely on):
+/// - `out` row `t` (`t < tokens`) is overwritten with `sum_j topk_weights[t*k + j] *
+///   expert(topk_ids[t*k + j])(hidden row t)` over the positions `j` whose expert is visible
+///   (`expert_map[id] >= 0`); positions whose expert is hidden contribute nothing (an expert split
+///   sums partial outputs; a token split makes every position of its rows visible).
+/// - A token's output depends only on its own row, ids, weights and the bytes of its experts, so
+///   the output is the same whatever the batch composition or the slots the experts occupy.
+/// - The kernel reads rows `expert_map[e]` of `experts` for the visible ids of the batch and no
+///   other row; rows that are not mapped must not be touched.
+/// @code
+/// struct my_kernel {
+///   void operator()(const wisp::fused_moe_args& a) { /* launch */ }
+/// };
+/// static_assert(wisp::fused_moe_kernel<my_kernel>);
+/// auto r = pager.prepare(layer, ids, tokens, k);
+/// copy_engine.apply(r.copy_plan);
+/// kernel(wisp::fused_moe_args{hidden, ids, weights, tensor.view(), r.expert_map, out,
+///                             tokens, k, hidden_dim});
+/// @endcode
+
+namespace wisp {
+
+/// @brief Everything a fused-MoE kernel reads and writes for one launch. Trivially copyable (a
+/// device kernel can take it by value); it owns nothing.
+struct fused_moe_args {
+  std::span<const float> hidden;             ///< `[tokens x hidden_dim]` input activations
+  std::span<const std::int32_t> topk_ids;    ///< `[tokens x top_k]` routed logical experts
+  std::span<const float> topk_weights;       ///< `[tokens x top_k]` gate weights
+  expert_tensor_view experts;                ///< the rows the kernel may read (slots)
+  std::span<const std::int32_t> expert_map;  ///< `int32[E]`: row of expert `e`, or -1 (hidden)
+  std::span<float> out;                      ///< `[tokens x hidden_dim]` output, overwritten
+  std::int32_t tokens = 0;
+  std::int32_t top_k = 1;
+  std::int32_t hidden_dim = 0;
+};
+static_assert(std::is_trivially_copyable_v<fused_moe_args>);
+
+/// @brief A fused-MoE kernel: callable with a `const fused_moe_args&` (see the file comment for
+/// the contract a model must keep).
+template <class K>
+concept fused_moe_kernel = requires(K& kernel, const fused_moe_args& args) {
+  kernel(args);
+};
+
+/// @brief Checks the shapes of `a` (spans sized for `tokens`, `top_k` and `hidden_dim`).
+/// O(1). Engines call it in debug paths; kernels may call it before launching.
+/// @throws wisp::logic_error naming the first bad size.
+inline void check_fused_moe_args(const fused_moe_args& a) {
+  WISP_EXPECTS(a.tokens >= 0 && a.top_k >= 1 && a.hidden_dim >= 1, "fused_moe_args: tokens ",
+               a.tokens, ", top_k ", a.top_k, ", hidden_dim ", a.hidden_dim,
+               " must be >= 0, >= 1, >= 1");
+  const auto rows = static_cast<std::size_t>(a.tokens);
+  const auto ids = rows * static_cast<std::size_t>(a.top_k);
+  const auto values = rows * static_cast<std::size_t>(a.hidden_dim);
+  WISP_EXPECTS(a.topk_ids.size() == ids && a.topk_weights.size() == ids,
+               "fused_moe_args: topk_ids holds ", a.topk_ids.size(), " and topk_weights ",
+               a.topk_weights.size(), " entries but tokens * top_k = ", ids);
+  WISP_EXPECTS(a.hidden.size() == values && a.out.size() == values, "fused_moe_args: hidden holds ",
+               a.hidden.size(), " and out ", a.out.size(),
+               " values but tokens * hidden_dim = ", values);
+}
+
+}  // namespace wisp
+// ---- end wisp/kernel/fused_moe.hpp -------------------------------------------------------------
+
 // ---- begin wisp/alloc/model_spec.hpp -----------------------------------------------------------
 /// @file
 /// @brief `wisp::alloc::model_spec`: the sizes the expert/KV split needs (MoE layers, experts,
