@@ -3647,6 +3647,20 @@ struct reuse_profile {
 /// wisp::slot_cache<my_policy> cache(wisp::key_layout::per_layer(64), /*capacity=*/8);
 /// @endcode
 
+// ---- begin wisp/cache/detail/inline.hpp --------------------------------------------------------
+/// @file
+/// @brief Internal: `WISP_DETAIL_ALWAYS_INLINE`, for the few hot-path templates whose callers must
+/// see through them (a bulk cache call and the callback it runs per access).
+
+#if defined(__GNUC__) || defined(__clang__)
+#define WISP_DETAIL_ALWAYS_INLINE [[gnu::always_inline]] inline
+#elif defined(_MSC_VER)
+#define WISP_DETAIL_ALWAYS_INLINE __forceinline
+#else
+#define WISP_DETAIL_ALWAYS_INLINE inline
+#endif
+// ---- end wisp/cache/detail/inline.hpp ----------------------------------------------------------
+
 namespace wisp {
 
 /// A cache key: an expert id (per-layer scope) or `layer * experts + expert` (global scope).
@@ -3748,7 +3762,8 @@ class protect_set {
   protect_set() = default;
   /// Sizes the set for keys in `[0, key_space)`. Allocates. @throws std::bad_alloc
   explicit protect_set(std::int32_t key_space)
-      : stamps_(static_cast<std::size_t>(std::max(key_space, 0)), 0u) {}
+      : stamps_(static_cast<std::size_t>(std::max(key_space, 0)), 0u),
+        distinct_(static_cast<std::size_t>(std::max(key_space, 0)) + 1, no_key) {}
 
   /// Empties the set. O(1) amortised, noexcept.
   void clear() noexcept {
@@ -3780,8 +3795,51 @@ class protect_set {
     return protected_keys{stamps_.data(), generation_};
   }
 
+  /// Empties the set, then adds every key of `keys` (in range, unchecked) and returns their
+  /// distinct keys in first-seen order: `keys` itself when they are distinct (the common case:
+  /// one pass, no copy), else a list kept in this set, valid until the next `assign`.
+  /// O(keys.size()), no allocation. The generation and the array stay in registers for the whole
+  /// loop (a member-at-a-time `insert` must reload the generation after every stamp store, which
+  /// may alias it): this is the bulk insert that starts a cache call.
+  WISP_DETAIL_ALWAYS_INLINE std::span<const cache_key> assign(
+      std::span<const cache_key> keys) noexcept {
+    clear();
+    std::uint32_t* const stamps = stamps_.data();
+    const std::uint32_t generation = generation_;
+    bool repeated = false;
+    for (const cache_key key : keys) {
+      std::uint32_t& stamp = stamps[static_cast<std::size_t>(key)];
+      repeated |= stamp == generation;
+      stamp = generation;
+    }
+    if (!repeated) [[likely]] {
+      return keys;
+    }
+    return assign_repeated(keys);
+  }
+
  private:
+  // `assign` of keys that repeat: start over under a fresh generation, keeping the first
+  // occurrence of each key (branch-free: `distinct_` has one spare entry for the store after the
+  // last new key).
+  std::span<const cache_key> assign_repeated(std::span<const cache_key> keys) noexcept {
+    clear();
+    std::uint32_t* const stamps = stamps_.data();
+    cache_key* const out = distinct_.data();
+    const std::uint32_t fresh = generation_;
+    std::size_t count = 0;
+    for (const cache_key key : keys) {
+      std::uint32_t& stamp = stamps[static_cast<std::size_t>(key)];
+      const bool added = stamp != fresh;
+      stamp = fresh;
+      out[count] = key;  // overwritten by the next key unless this one was new
+      count += added ? 1u : 0u;
+    }
+    return {out, count};
+  }
+
   std::vector<std::uint32_t> stamps_;
+  std::vector<cache_key> distinct_;  // assign's deduplicated keys (key_space + 1 entries)
   std::uint32_t generation_ = 1;
 };
 
@@ -4598,118 +4656,6 @@ static_assert(eviction_policy<belady>);
 /// if (!out[0].hit) { /* copy expert 3 into slot out[0].slot */ }
 /// @endcode
 
-// ---- begin wisp/cache/detail/call_set.hpp ------------------------------------------------------
-/// @file
-/// @brief Internal: the keys protected by a `slot_cache`'s current call.
-///
-/// The same generation-stamped array as `wisp::protect_set` (and the same `protected_keys` view),
-/// plus `assign`, the bulk insert that starts a cache call. It keeps the generation and the array
-/// in registers for the whole loop (a member-at-a-time `insert` must reload the generation after
-/// every stamp store, which may alias it), and only builds a deduplicated copy of the keys when
-/// they repeat.
-
-// ---- begin wisp/cache/detail/inline.hpp --------------------------------------------------------
-/// @file
-/// @brief Internal: `WISP_DETAIL_ALWAYS_INLINE`, for the few hot-path templates whose callers must
-/// see through them (a bulk cache call and the callback it runs per access).
-
-#if defined(__GNUC__) || defined(__clang__)
-#define WISP_DETAIL_ALWAYS_INLINE [[gnu::always_inline]] inline
-#elif defined(_MSC_VER)
-#define WISP_DETAIL_ALWAYS_INLINE __forceinline
-#else
-#define WISP_DETAIL_ALWAYS_INLINE inline
-#endif
-// ---- end wisp/cache/detail/inline.hpp ----------------------------------------------------------
-
-namespace wisp::detail {
-
-class call_set {
- public:
-  call_set() = default;
-  /// Sizes the set for keys in `[0, key_space)`. Allocates. @throws std::bad_alloc
-  explicit call_set(std::int32_t key_space)
-      : stamps_(static_cast<std::size_t>(std::max(key_space, 0)), 0u),
-        distinct_(static_cast<std::size_t>(std::max(key_space, 0)) + 1, no_key) {}
-
-  /// Empties the set. O(1) amortised, noexcept.
-  void clear() noexcept {
-    if (++generation_ == 0) {
-      std::fill(stamps_.begin(), stamps_.end(), 0u);
-      generation_ = 1;
-    }
-  }
-  /// Adds `key` (in range, unchecked). Returns true if it was not in the set. O(1).
-  bool insert(cache_key key) noexcept {
-    std::uint32_t& stamp = stamps_[static_cast<std::size_t>(key)];
-    const bool added = stamp != generation_;
-    stamp = generation_;
-    return added;
-  }
-  /// Removes `key` (in range, unchecked). O(1).
-  void erase(cache_key key) noexcept {
-    std::uint32_t& stamp = stamps_[static_cast<std::size_t>(key)];
-    if (stamp == generation_) {
-      stamp = 0;
-    }
-  }
-  /// True if `key` (in range, unchecked) is in the set. O(1).
-  [[nodiscard]] bool contains(cache_key key) const noexcept {
-    return stamps_[static_cast<std::size_t>(key)] == generation_;
-  }
-  /// The predicate handed to `victim()`; valid until this set is destroyed or moved.
-  [[nodiscard]] protected_keys view() const noexcept {
-    return protected_keys{stamps_.data(), generation_};
-  }
-
-  /// Empties the set, then adds every key of `keys` (in range, unchecked) and returns their
-  /// distinct keys in first-seen order: `keys` itself when they are distinct (the common case:
-  /// one pass, no copy), else a list kept in this set. Valid until the next call. O(keys.size()).
-  WISP_DETAIL_ALWAYS_INLINE std::span<const cache_key> assign(
-      std::span<const cache_key> keys) noexcept {
-    clear();
-    std::uint32_t* const stamps = stamps_.data();
-    const std::uint32_t generation = generation_;
-    bool repeated = false;
-    for (const cache_key key : keys) {
-      std::uint32_t& stamp = stamps[static_cast<std::size_t>(key)];
-      repeated |= stamp == generation;
-      stamp = generation;
-    }
-    if (!repeated) [[likely]] {
-      return keys;
-    }
-    return assign_repeated(keys);
-  }
-
- private:
-  // `assign` of keys that repeat: start over under a fresh generation, keeping the first
-  // occurrence of each key (branch-free: `distinct_` has one spare entry for the store after the
-  // last new key).
-  std::span<const cache_key> assign_repeated(std::span<const cache_key> keys) noexcept {
-    clear();
-    std::uint32_t* const stamps = stamps_.data();
-    cache_key* const out = distinct_.data();
-    const std::uint32_t fresh = generation_;
-    std::size_t count = 0;
-    for (const cache_key key : keys) {
-      std::uint32_t& stamp = stamps[static_cast<std::size_t>(key)];
-      const bool added = stamp != fresh;
-      stamp = fresh;
-      out[count] = key;  // overwritten by the next key unless this one was new
-      count += added ? 1u : 0u;
-    }
-    return {out, count};
-  }
-
-  std::vector<std::uint32_t> stamps_;
-  std::vector<cache_key> distinct_;
-  std::uint32_t generation_ = 1;
-};
-
-}  // namespace wisp::detail
-// ---- end wisp/cache/detail/call_set.hpp --------------------------------------------------------
-
 namespace wisp {
 
 namespace detail {
@@ -4932,7 +4878,7 @@ class slot_cache {
   std::vector<std::int32_t> free_;         // key_space entries, first free_size_ used
   std::size_t free_size_ = 0;
   std::vector<std::uint64_t> evicted_in_;  // key -> step + 1 of its last eviction, 0 = never
-  detail::call_set protect_;               // the current call's keys
+  protect_set protect_;                    // the current call's keys
   std::uint32_t call_step_ = 0;
   std::int32_t call_layer_ = -1;
   cache_stats stats_;
@@ -4957,7 +4903,7 @@ slot_cache<Policy>::slot_cache(key_layout layout, std::int32_t capacity, Policy 
   slot_to_key_.assign(size, no_key);
   free_.assign(size, -1);
   evicted_in_.assign(size, 0);
-  protect_ = detail::call_set(n);
+  protect_ = protect_set(n);
   for (std::int32_t s = 0; s < capacity_; ++s) {
     free_[static_cast<std::size_t>(s)] = s;
   }

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <vector>
 
 namespace {
@@ -113,6 +115,28 @@ TEST(ProtectSet, GenerationsClearInConstantTime) {
   set.clear();
   EXPECT_FALSE(set.contains(2));
   EXPECT_FALSE(protected_keys{}(0));
+}
+
+TEST(ProtectSet, AssignReturnsTheDistinctKeysInFirstSeenOrder) {
+  protect_set set(16);
+  std::mt19937 rng(3);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<cache_key> keys(rng() % 12);
+    for (auto& k : keys) {
+      k = static_cast<cache_key>(rng() % 16);
+    }
+    std::vector<cache_key> expected;  // oracle: first occurrences, in order
+    for (const cache_key k : keys) {
+      if (std::find(expected.begin(), expected.end(), k) == expected.end()) {
+        expected.push_back(k);
+      }
+    }
+    const auto got = set.assign(keys);
+    EXPECT_EQ(std::vector<cache_key>(got.begin(), got.end()), expected);
+    for (cache_key k = 0; k < 16; ++k) {  // exactly the assigned keys are in the set
+      EXPECT_EQ(set.contains(k), std::find(keys.begin(), keys.end(), k) != keys.end());
+    }
+  }
 }
 
 TEST(KeyLayout, DecodesKeys) {

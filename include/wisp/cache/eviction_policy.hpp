@@ -23,13 +23,16 @@
 /// @endcode
 #pragma once
 
+#include <wisp/cache/detail/inline.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 
 #include <algorithm>
 #include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string_view>
 #include <type_traits>
 #include <vector>
@@ -135,7 +138,8 @@ class protect_set {
   protect_set() = default;
   /// Sizes the set for keys in `[0, key_space)`. Allocates. @throws std::bad_alloc
   explicit protect_set(std::int32_t key_space)
-      : stamps_(static_cast<std::size_t>(std::max(key_space, 0)), 0u) {}
+      : stamps_(static_cast<std::size_t>(std::max(key_space, 0)), 0u),
+        distinct_(static_cast<std::size_t>(std::max(key_space, 0)) + 1, no_key) {}
 
   /// Empties the set. O(1) amortised, noexcept.
   void clear() noexcept {
@@ -167,8 +171,51 @@ class protect_set {
     return protected_keys{stamps_.data(), generation_};
   }
 
+  /// Empties the set, then adds every key of `keys` (in range, unchecked) and returns their
+  /// distinct keys in first-seen order: `keys` itself when they are distinct (the common case:
+  /// one pass, no copy), else a list kept in this set, valid until the next `assign`.
+  /// O(keys.size()), no allocation. The generation and the array stay in registers for the whole
+  /// loop (a member-at-a-time `insert` must reload the generation after every stamp store, which
+  /// may alias it): this is the bulk insert that starts a cache call.
+  WISP_DETAIL_ALWAYS_INLINE std::span<const cache_key> assign(
+      std::span<const cache_key> keys) noexcept {
+    clear();
+    std::uint32_t* const stamps = stamps_.data();
+    const std::uint32_t generation = generation_;
+    bool repeated = false;
+    for (const cache_key key : keys) {
+      std::uint32_t& stamp = stamps[static_cast<std::size_t>(key)];
+      repeated |= stamp == generation;
+      stamp = generation;
+    }
+    if (!repeated) [[likely]] {
+      return keys;
+    }
+    return assign_repeated(keys);
+  }
+
  private:
+  // `assign` of keys that repeat: start over under a fresh generation, keeping the first
+  // occurrence of each key (branch-free: `distinct_` has one spare entry for the store after the
+  // last new key).
+  std::span<const cache_key> assign_repeated(std::span<const cache_key> keys) noexcept {
+    clear();
+    std::uint32_t* const stamps = stamps_.data();
+    cache_key* const out = distinct_.data();
+    const std::uint32_t fresh = generation_;
+    std::size_t count = 0;
+    for (const cache_key key : keys) {
+      std::uint32_t& stamp = stamps[static_cast<std::size_t>(key)];
+      const bool added = stamp != fresh;
+      stamp = fresh;
+      out[count] = key;  // overwritten by the next key unless this one was new
+      count += added ? 1u : 0u;
+    }
+    return {out, count};
+  }
+
   std::vector<std::uint32_t> stamps_;
+  std::vector<cache_key> distinct_;  // assign's deduplicated keys (key_space + 1 entries)
   std::uint32_t generation_ = 1;
 };
 

@@ -14,7 +14,6 @@
 /// @endcode
 #pragma once
 
-#include <wisp/cache/detail/call_set.hpp>
 #include <wisp/cache/detail/inline.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/config.hpp>
@@ -249,7 +248,7 @@ class slot_cache {
   std::vector<std::int32_t> free_;         // key_space entries, first free_size_ used
   std::size_t free_size_ = 0;
   std::vector<std::uint64_t> evicted_in_;  // key -> step + 1 of its last eviction, 0 = never
-  detail::call_set protect_;               // the current call's keys
+  protect_set protect_;                    // the current call's keys
   std::uint32_t call_step_ = 0;
   std::int32_t call_layer_ = -1;
   cache_stats stats_;

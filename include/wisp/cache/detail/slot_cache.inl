@@ -19,7 +19,7 @@ slot_cache<Policy>::slot_cache(key_layout layout, std::int32_t capacity, Policy 
   slot_to_key_.assign(size, no_key);
   free_.assign(size, -1);
   evicted_in_.assign(size, 0);
-  protect_ = detail::call_set(n);
+  protect_ = protect_set(n);
   for (std::int32_t s = 0; s < capacity_; ++s) {
     free_[static_cast<std::size_t>(s)] = s;
   }
