@@ -161,15 +161,31 @@ class format_error : public error {
   /// @param what   description of the problem; the offset is prepended when known.
   format_error(std::uint64_t offset, const std::string& what)
       : error(offset == no_offset ? what : "at byte " + std::to_string(offset) + ": " + what),
-        offset_(offset) {}
+        offset_(offset),
+        problem_(what) {}
 
   explicit format_error(const std::string& what) : format_error(no_offset, what) {}
 
   /// Byte offset of the problem, or `no_offset`.
   [[nodiscard]] std::uint64_t offset() const noexcept { return offset_; }
 
+  /// The problem without the "at byte N: " prefix.
+  [[nodiscard]] const std::string& problem() const noexcept { return problem_; }
+
+  /// The same error located in `file`: "FILE: at byte N: problem". For readers that take a path
+  /// and parse a stream.
+  [[nodiscard]] format_error in_file(const std::string& file) const {
+    return format_error(offset_, file, problem_);
+  }
+
  private:
+  format_error(std::uint64_t offset, const std::string& file, const std::string& problem)
+      : error(file + ": " + format_error(offset, problem).what()),
+        offset_(offset),
+        problem_(file + ": " + problem) {}
+
   std::uint64_t offset_;
+  std::string problem_;  // the description without the offset
 };
 
 /// @brief No configuration satisfies the constraints (e.g. no memory split meets the KV admission
@@ -1158,14 +1174,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   try {
     return read_wtrace(in);
   } catch (const format_error& e) {
-    std::string what = e.what();
-    if (e.offset() != format_error::no_offset) {
-      const std::string prefix = "at byte " + std::to_string(e.offset()) + ": ";
-      if (what.starts_with(prefix)) {
-        what.erase(0, prefix.size());
-      }
-    }
-    throw format_error(e.offset(), path.string() + ": " + what);
+    throw e.in_file(path.string());
   }
 }
 
@@ -1834,12 +1843,7 @@ struct jsonl_record {
     try {
       v = detail::json_parser(line, off).parse_document();
     } catch (const format_error& e) {
-      std::string what = e.what();
-      const std::string prefix = "at byte " + std::to_string(e.offset()) + ": ";
-      if (what.starts_with(prefix)) {
-        what.erase(0, prefix.size());
-      }
-      jsonl_fail(e.offset(), line_no, what);
+      jsonl_fail(e.offset(), line_no, e.problem());
     }
     if (v.type != detail::json_value::kind::object) {
       jsonl_fail(off, line_no, "record is not a JSON object");
@@ -2014,14 +2018,7 @@ struct jsonl_record {
   try {
     return import_jsonl(in, opt);
   } catch (const format_error& e) {
-    std::string what = e.what();
-    if (e.offset() != format_error::no_offset) {
-      const std::string prefix = "at byte " + std::to_string(e.offset()) + ": ";
-      if (what.starts_with(prefix)) {
-        what.erase(0, prefix.size());
-      }
-    }
-    throw format_error(e.offset(), path.string() + ": " + what);
+    throw e.in_file(path.string());
   }
 }
 
@@ -8215,7 +8212,7 @@ using trace::detail::json_value;
   try {
     return parse_model_json(buffer.str(), path.stem().string());
   } catch (const format_error& e) {
-    throw format_error(path.string() + ": " + e.what());
+    throw e.in_file(path.string());
   }
 }
 

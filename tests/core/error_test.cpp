@@ -67,4 +67,13 @@ TEST(FormatError, CarriesTheOffset) {
   EXPECT_STREQ(nowhere.what(), "line 3: expected 6 ids");
 }
 
+TEST(FormatError, InFilePutsTheFileFirstAndKeepsTheOffset) {
+  const wisp::format_error at(42, "bad checksum");
+  EXPECT_EQ(at.problem(), "bad checksum");
+  const wisp::format_error located = at.in_file("trace.wtrace");
+  EXPECT_STREQ(located.what(), "trace.wtrace: at byte 42: bad checksum");
+  EXPECT_EQ(located.offset(), 42u);
+  EXPECT_STREQ(wisp::format_error("no header").in_file("m.json").what(), "m.json: no header");
+}
+
 }  // namespace

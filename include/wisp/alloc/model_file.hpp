@@ -211,7 +211,7 @@ using trace::detail::json_value;
   try {
     return parse_model_json(buffer.str(), path.stem().string());
   } catch (const format_error& e) {
-    throw format_error(path.string() + ": " + e.what());
+    throw e.in_file(path.string());
   }
 }
 

@@ -51,15 +51,31 @@ class format_error : public error {
   /// @param what   description of the problem; the offset is prepended when known.
   format_error(std::uint64_t offset, const std::string& what)
       : error(offset == no_offset ? what : "at byte " + std::to_string(offset) + ": " + what),
-        offset_(offset) {}
+        offset_(offset),
+        problem_(what) {}
 
   explicit format_error(const std::string& what) : format_error(no_offset, what) {}
 
   /// Byte offset of the problem, or `no_offset`.
   [[nodiscard]] std::uint64_t offset() const noexcept { return offset_; }
 
+  /// The problem without the "at byte N: " prefix.
+  [[nodiscard]] const std::string& problem() const noexcept { return problem_; }
+
+  /// The same error located in `file`: "FILE: at byte N: problem". For readers that take a path
+  /// and parse a stream.
+  [[nodiscard]] format_error in_file(const std::string& file) const {
+    return format_error(offset_, file, problem_);
+  }
+
  private:
+  format_error(std::uint64_t offset, const std::string& file, const std::string& problem)
+      : error(file + ": " + format_error(offset, problem).what()),
+        offset_(offset),
+        problem_(file + ": " + problem) {}
+
   std::uint64_t offset_;
+  std::string problem_;  // the description without the offset
 };
 
 /// @brief No configuration satisfies the constraints (e.g. no memory split meets the KV admission

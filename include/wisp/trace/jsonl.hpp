@@ -111,12 +111,7 @@ struct jsonl_record {
     try {
       v = detail::json_parser(line, off).parse_document();
     } catch (const format_error& e) {
-      std::string what = e.what();
-      const std::string prefix = "at byte " + std::to_string(e.offset()) + ": ";
-      if (what.starts_with(prefix)) {
-        what.erase(0, prefix.size());
-      }
-      jsonl_fail(e.offset(), line_no, what);
+      jsonl_fail(e.offset(), line_no, e.problem());
     }
     if (v.type != detail::json_value::kind::object) {
       jsonl_fail(off, line_no, "record is not a JSON object");
@@ -291,14 +286,7 @@ struct jsonl_record {
   try {
     return import_jsonl(in, opt);
   } catch (const format_error& e) {
-    std::string what = e.what();
-    if (e.offset() != format_error::no_offset) {
-      const std::string prefix = "at byte " + std::to_string(e.offset()) + ": ";
-      if (what.starts_with(prefix)) {
-        what.erase(0, prefix.size());
-      }
-    }
-    throw format_error(e.offset(), path.string() + ": " + what);
+    throw e.in_file(path.string());
   }
 }
 

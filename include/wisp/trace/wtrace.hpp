@@ -379,14 +379,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   try {
     return read_wtrace(in);
   } catch (const format_error& e) {
-    std::string what = e.what();
-    if (e.offset() != format_error::no_offset) {
-      const std::string prefix = "at byte " + std::to_string(e.offset()) + ": ";
-      if (what.starts_with(prefix)) {
-        what.erase(0, prefix.size());
-      }
-    }
-    throw format_error(e.offset(), path.string() + ": " + what);
+    throw e.in_file(path.string());
   }
 }
 
