@@ -11,8 +11,12 @@
 ///   floor), copy plans applied through the copy engine, token-group splitting;
 /// - `pager+plan`: the cap and KV blocks of `wisp::alloc::configure` (offline, from the routing
 ///   trace's reuse profile);
-/// - `pager+dynamic`: starts like `pager+plan`, then `wisp::alloc::plan_dual_resize` /
-///   `apply_resize` move bytes between experts and KV at drained barriers (between forwards).
+/// - `pager+dynamic`: starts like `pager+plan`, then the online controller
+///   (`wisp::alloc::split_controller`, fed each burst with the exact per-layer expert reuse
+///   distances and the KV block reuse distances of `wisp::reuse::reuse_distance_counter`) proposes
+///   a split at every drained barrier (between forwards); the proposal is clamped by the
+///   dual-resize law's KV target (`wisp::alloc::dual_resize_target`) and applied shrinking first
+///   through `plan_transition` / `apply_resize`; a failed step leaves the previous split.
 ///
 /// Device memory is emulated: resident experts live in `wisp::virtual_expert_tensor<posix_vmm>`
 /// rows (one tensor per layer, resized in place), KV in a `kv_block_pool`, and host-to-device
@@ -23,6 +27,7 @@
 #include "scheduler.hpp"
 
 #include <wisp/alloc/configurator.hpp>
+#include <wisp/alloc/controller.hpp>
 #include <wisp/alloc/cost_model.hpp>
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/alloc/resize.hpp>
@@ -31,6 +36,7 @@
 #include <wisp/kernel/fused_moe.hpp>
 #include <wisp/pager/pager.hpp>
 #include <wisp/reuse/histogram.hpp>
+#include <wisp/reuse/reuse_distance.hpp>
 #include <wisp/reuse/trace_profile.hpp>
 #include <wisp/trace/routing_trace.hpp>
 #include <wisp/trace/synthetic.hpp>
@@ -130,9 +136,30 @@ struct engine_options {
   routing_source routing = routing_source::trace;
   const wisp::trace::routing_trace* trace = nullptr;  ///< for `routing_source::trace`
   std::int32_t dynamic_burst = 4;                     ///< pager+dynamic: forwards between barriers
+  std::uint64_t dynamic_headroom = 1;  ///< pager+dynamic: KV blocks kept above the observed peak
+  /// pager+dynamic: the online controller's tuning. Decay 0 (only the last burst counts): the
+  /// shift workload's phases last about two bursts, and a KV miss (a block's recompute) costs
+  /// hundreds of expert misses, so any remembered long-context burst pins the split; the law's
+  /// clamp (KV >= observed peak + headroom) already protects KV when long turns return.
+  wisp::alloc::controller_config controller{.decay = 0.0};
+  /// Tests: called before every resize lever pull of `pager+dynamic` (including the undo of a
+  /// rollback) with the pool and its requested size; returning true makes that pull fail with the
+  /// pool unchanged.
+  std::function<bool(wisp::alloc::pool, std::uint64_t)> lever_fault;
   /// Tests: forced per-layer cap changes `(forward index, cap)` for the pager arms.
   std::vector<std::pair<std::int32_t, std::int32_t>> forced_resizes;
   std::function<void(const std::string&)> progress;  ///< called now and then with a status line
+};
+
+/// @brief One drained-barrier resize attempt of `pager+dynamic`.
+struct resize_event {
+  std::int32_t forward = 0;  ///< forwards done before the barrier
+  std::int32_t from_cap = 0, to_cap = 0;
+  std::uint64_t from_kv = 0, to_kv = 0;
+  bool by_controller = false;  ///< the controller proposed a move (else the law's clamp alone)
+  bool applied = false;        ///< every step succeeded
+  std::int32_t cap_after = 0;  ///< the engine's per-layer cap after the attempt
+  std::uint64_t kv_after = 0;  ///< the engine's KV blocks after the attempt
 };
 
 /// @brief What one arm's run measured.
@@ -150,6 +177,9 @@ struct arm_result {
   std::vector<std::vector<std::int32_t>> outputs;  ///< generated tokens per request
   std::vector<std::uint64_t> logits_hashes;        ///< per request
   std::vector<std::string> rejected;               ///< rejection messages
+  std::uint64_t controller_moves = 0;    ///< pager+dynamic: applied resizes the controller proposed
+  std::uint64_t resize_failures = 0;     ///< pager+dynamic: attempts rolled back
+  std::vector<resize_event> resize_log;  ///< pager+dynamic: every attempt
 };
 
 /// The model as wisp's allocator sees it.
@@ -241,6 +271,9 @@ class runner {
       const auto f0 = clock_type::now();
       const std::int32_t rows = run_forward(plan);
       const double dt = seconds_since(f0);
+      if (ctl_) {
+        record_kv_accesses(plan);
+      }
       (plan.prefill ? prefill_s : decode_s) += dt;
       (plan.prefill ? res.prefill_tokens : res.decode_tokens) += static_cast<std::uint64_t>(rows);
       const double t = seconds_since(t0);
@@ -255,7 +288,7 @@ class runner {
       }
       ++forward;
       if (opt_.arm == arm_kind::pager_dynamic && forward % opt_.dynamic_burst == 0) {
-        dynamic_barrier();
+        dynamic_barrier(forward, res);
       }
       if (opt_.progress && forward % 16 == 0) {
         opt_.progress(res.name + ": forward " + std::to_string(forward) + ", " +
@@ -293,6 +326,8 @@ class runner {
     res.bytes_moved = copies_.bytes();
     res.preemptions = sched_->preemptions();
     res.resizes = resizes_;
+    res.controller_moves = controller_moves_;
+    res.resize_failures = resize_failures_;
     res.cap = cap_;
     res.kv_blocks = kv_->capacity();
     if (pager_) {
@@ -383,6 +418,14 @@ class runner {
                                                                           .capacity = cap_,
                                                                           .max_tokens = 1024});
         make_tensors(static_cast<std::size_t>(cfg_.layers), static_cast<std::size_t>(cap_));
+        if (opt_.arm == arm_kind::pager_dynamic) {
+          try {
+            start_controller(budget);
+          } catch (const wisp::error& e) {
+            res.note = std::string("infeasible: ") + e.what();
+            return false;
+          }
+        }
         break;
       }
     }
@@ -462,9 +505,15 @@ class runner {
   struct levers {
     runner* r;
     bool resize_experts(std::uint32_t cap) {
+      if (r->opt_.lever_fault && r->opt_.lever_fault(wisp::alloc::pool::experts, cap)) {
+        return false;
+      }
       return r->resize_experts(static_cast<std::int32_t>(cap));
     }
     bool resize_kv(std::uint64_t blocks) {
+      if (r->opt_.lever_fault && r->opt_.lever_fault(wisp::alloc::pool::kv, blocks)) {
+        return false;
+      }
       return r->kv_->resize(
           static_cast<std::size_t>(blocks),
           [this](std::int32_t from, std::int32_t to) { r->sched_->relocate(from, to); });
@@ -472,20 +521,87 @@ class runner {
   };
   static_assert(wisp::alloc::resize_levers<levers>);
 
-  void dynamic_barrier() {
-    const std::uint64_t demand = sched_->kv_demand();
-    const wisp::alloc::resize_plan plan =
-        wisp::alloc::plan_dual_resize(spec_, wisp::byte_size{opt_.budget_bytes}, floor_, current_,
-                                      demand, {.headroom_blocks = 1, .dead_zone = 2});
-    if (plan.steps.empty()) {
+  // ---------------------------------------------------------------- the online controller
+  /// The controller starts at the offline plan's cap; one exact reuse-distance counter per layer
+  /// (per-layer scope, keys = experts) and one over KV blocks (keys = (request, block index), so
+  /// a block keeps its key when the pool compacts it or a preempted session recomputes it).
+  void start_controller(wisp::byte_size budget) {
+    const wisp::alloc::cost_params params{.bandwidth_bytes_per_second =
+                                              opt_.bandwidth > 0 ? opt_.bandwidth : 25e9};
+    ctl_.emplace(spec_, budget, floor_, params, opt_.controller, current_.expert_cap);
+    for (std::int32_t l = 0; l < cfg_.layers; ++l) {
+      expert_reuse_.emplace_back(static_cast<std::size_t>(cfg_.experts));
+    }
+    kv_key_base_.clear();
+    std::uint64_t keys = 0;
+    for (const request& r : reqs_) {
+      kv_key_base_.push_back(keys);
+      keys += (r.prompt.size() + static_cast<std::uint64_t>(std::max(r.max_new_tokens, 0)) +
+               spec_.block_tokens - 1) /
+              spec_.block_tokens;
+    }
+    kv_reuse_.emplace(static_cast<std::size_t>(std::max<std::uint64_t>(keys, 1)));
+  }
+
+  /// Every block a forward's attention read, once per forward, into the KV stream.
+  void record_kv_accesses(const batch_plan& plan) {
+    for (const session* s : plan.sessions) {
+      const auto i = static_cast<std::size_t>(s - sessions_.data());
+      const std::uint64_t blocks =
+          (static_cast<std::uint64_t>(s->kv_len) + spec_.block_tokens - 1) / spec_.block_tokens;
+      for (std::uint64_t b = 0; b < blocks; ++b) {
+        ctl_->record_kv(kv_reuse_->access(static_cast<std::uint32_t>(kv_key_base_[i] + b)));
+      }
+    }
+    burst_peak_kv_ = std::max<std::uint64_t>(burst_peak_kv_, kv_->used());
+  }
+
+  /// Every (token, expert) access of layer `l`'s MoE, into the expert stream.
+  void record_expert_accesses(std::int32_t l, std::span<const std::int32_t> ids) {
+    auto& counter = expert_reuse_[static_cast<std::size_t>(l)];
+    for (const std::int32_t e : ids) {
+      ctl_->record_expert(counter.access(static_cast<std::uint32_t>(e)));
+    }
+  }
+
+  /// A drained barrier (no forward in flight): close the controller's burst, clamp its proposal
+  /// with the dual-resize law (KV >= max(floor, observed peak + headroom), D.8-D.9) and apply it
+  /// shrinking first; commit only on success, else the previous split stands.
+  void dynamic_barrier(std::int32_t forward, arm_result& res) {
+    const wisp::alloc::controller_decision d = ctl_->end_burst();
+    const wisp::byte_size budget{opt_.budget_bytes};
+    const std::uint64_t peak = std::max<std::uint64_t>(burst_peak_kv_, sched_->kv_demand());
+    burst_peak_kv_ = 0;
+    const wisp::alloc::split law =
+        wisp::alloc::dual_resize_target(spec_, budget, floor_, peak, opt_.dynamic_headroom);
+    const std::uint32_t wanted = d.moves() ? d.next : current_.expert_cap;
+    const std::uint32_t target = std::min(wanted, law.expert_cap);
+    if (target == current_.expert_cap) {
       return;
     }
+    const wisp::alloc::resize_plan plan = wisp::alloc::plan_transition(
+        spec_, budget, current_, wisp::alloc::make_split(spec_, budget, target));
     levers l{this};
     const wisp::alloc::resize_outcome out = wisp::alloc::apply_resize(plan, l);
+    resize_event ev;
+    ev.forward = forward;
+    ev.from_cap = static_cast<std::int32_t>(plan.from.expert_cap);
+    ev.from_kv = plan.from.kv_blocks;
+    ev.to_cap = static_cast<std::int32_t>(plan.to.expert_cap);
+    ev.to_kv = plan.to.kv_blocks;
+    ev.by_controller = d.moves() && target == d.next;
+    ev.applied = out.applied;
     current_ = out.current;
     if (out.applied) {
+      ctl_->set_cap(target);
       ++resizes_;
+      controller_moves_ += ev.by_controller ? 1 : 0;
+    } else {
+      ++resize_failures_;
     }
+    ev.cap_after = cap_;
+    ev.kv_after = kv_->capacity();
+    res.resize_log.push_back(ev);
   }
 
   // ---------------------------------------------------------------- one forward pass
@@ -685,6 +801,9 @@ class runner {
     }
     auto& t = *tensors_[static_cast<std::size_t>(l)];
     const std::span<const std::int32_t> ids(ids_.data(), static_cast<std::size_t>(T) * K);
+    if (ctl_) {
+      record_expert_accesses(l, ids);
+    }
     const auto groups = pager_->plan_token_groups(l, ids, T, K);
     if (groups.size() <= 1) {
       run_group(l, t, pager_->prepare(l, ids, T, K), 0, T);
@@ -728,6 +847,13 @@ class runner {
   std::uint64_t kv_blocks_ = 0;
   wisp::alloc::split current_{};
   std::uint64_t resizes_ = 0;
+  std::uint64_t controller_moves_ = 0;
+  std::uint64_t resize_failures_ = 0;
+  std::optional<wisp::alloc::split_controller> ctl_;               // pager+dynamic only
+  std::vector<wisp::reuse::reuse_distance_counter> expert_reuse_;  // one per layer
+  std::optional<wisp::reuse::reuse_distance_counter> kv_reuse_;
+  std::vector<std::uint64_t> kv_key_base_;  // first KV key of each request
+  std::uint64_t burst_peak_kv_ = 0;         // most KV blocks in use this burst
   std::vector<row> rows_;
   std::vector<float> x_, norm_, qkv_, attn_, moe_, gates_, scores_, logits_, rlogits_, probs_;
   std::vector<std::int32_t> ids_, identity_;

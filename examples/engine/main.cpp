@@ -28,6 +28,8 @@ constexpr const char* usage = R"(usage: wisp-engine [options]
   --routing SRC [FILE]  synthetic (default: built-in synthetic trace), model (the router), or
                         trace FILE.wtrace (recorded routing)
   --layers N --experts N --top-k N --hidden N   model shape (default 8 x 64, top-6, 256)
+  --burst N             pager+dynamic: forwards per controller burst (default 4)
+  --decay G             pager+dynamic: controller's per-burst decay gamma in [0, 1] (default 0.9)
   --json                print the comparison as JSON
 )";
 
@@ -102,6 +104,14 @@ int main(int argc, char** argv) {
         mc.top_k = std::stoi(value());
       } else if (a == "--hidden") {
         mc.hidden = std::stoi(value());
+      } else if (a == "--burst") {
+        opt.dynamic_burst = std::stoi(value());
+        if (opt.dynamic_burst < 1) {
+          throw std::runtime_error("--burst must be at least 1");
+        }
+      } else if (a == "--decay") {
+        opt.controller.decay = std::stod(value());
+        opt.controller.validate();
       } else if (a == "--json") {
         json = true;
       } else {
@@ -178,8 +188,10 @@ int main(int argc, char** argv) {
                     << ",\"tpot_s\":" << r.tpot_s << ",\"hit_rate\":" << r.hit_rate
                     << ",\"bytes_moved\":" << r.bytes_moved
                     << ",\"kv_preemptions\":" << r.preemptions << ",\"resizes\":" << r.resizes
-                    << ",\"cap\":" << r.cap << ",\"kv_blocks\":" << r.kv_blocks
-                    << ",\"output_digest\":\"" << digest << "\"";
+                    << ",\"controller_moves\":" << r.controller_moves
+                    << ",\"resize_failures\":" << r.resize_failures << ",\"cap\":" << r.cap
+                    << ",\"kv_blocks\":" << r.kv_blocks << ",\"output_digest\":\"" << digest
+                    << "\"";
         } else {
           std::cout << ",\"note\":\"" << r.note << "\"";
         }

@@ -162,6 +162,7 @@ TEST(EngineArms, DynamicResizesOnAShiftingWorkloadAndKeepsOutput) {
   }
   const arm_result ref = f.run(f.options(arm_kind::full));
   engine_options o = f.options(arm_kind::pager_dynamic);
+  o.controller.dead_zone = 1;  // 8 experts: a one-cap move is worth making
   // Room for the floor plus a few caps' worth of bytes: the law has something to trade.
   const auto floor = workload_floor(f.reqs, o.max_running);  // what full would keep
   o.budget_bytes =
@@ -170,8 +171,65 @@ TEST(EngineArms, DynamicResizesOnAShiftingWorkloadAndKeepsOutput) {
   const arm_result dyn = f.run(o);
   expect_same(ref, dyn);
   EXPECT_GT(dyn.resizes, 0u);
+  // The online controller itself proposed at least one of the applied moves.
+  EXPECT_GT(dyn.controller_moves, 0u);
+  EXPECT_EQ(dyn.resize_failures, 0u);
+  ASSERT_FALSE(dyn.resize_log.empty());
+  for (const resize_event& ev : dyn.resize_log) {
+    EXPECT_TRUE(ev.applied);
+    EXPECT_EQ(ev.cap_after, ev.to_cap);
+    EXPECT_EQ(ev.kv_after, ev.to_kv);
+  }
   o.arm = arm_kind::pager_plan;
   expect_same(ref, f.run(o));
+}
+
+// A lever that fails: the failed attempt is rolled back (shrink undone) and the previous split
+// stands, in the engine and in the controller (the next attempt starts from it); output is kept.
+TEST(EngineArms, FailedDynamicResizeStepKeepsThePreviousSplit) {
+  fixture f;
+  f.reqs = make_workload("shift", f.cfg, 8);
+  for (request& r : f.reqs) {
+    r.prompt.resize(std::min<std::size_t>(r.prompt.size(), 24));
+    r.max_new_tokens = std::min(r.max_new_tokens, 4);
+  }
+  const arm_result ref = f.run(f.options(arm_kind::full));
+  for (const int fail_at : {1, 2}) {  // the first step (nothing done) or the second (undo)
+    SCOPED_TRACE("failing lever call " + std::to_string(fail_at));
+    engine_options o = f.options(arm_kind::pager_dynamic);
+    o.controller.dead_zone = 1;
+    const auto floor = workload_floor(f.reqs, o.max_running);
+    o.budget_bytes =
+        static_cast<std::uint64_t>(f.cfg.top_k + 3) * f.cfg.layers * f.cfg.expert_bytes() +
+        floor.bytes(alloc_spec(f.cfg)).count();
+    int calls = 0;
+    std::vector<std::pair<wisp::alloc::pool, std::uint64_t>> pulls;
+    o.lever_fault = [&](wisp::alloc::pool which, std::uint64_t to) {
+      pulls.emplace_back(which, to);
+      return ++calls == fail_at;
+    };
+    const arm_result r = f.run(o);
+    expect_same(ref, r);
+    EXPECT_EQ(r.resize_failures, 1u);
+    ASSERT_GE(r.resize_log.size(), 2u);
+    const resize_event& failed = r.resize_log.front();
+    EXPECT_FALSE(failed.applied);
+    EXPECT_EQ(failed.cap_after, failed.from_cap);
+    EXPECT_EQ(failed.kv_after, failed.from_kv);
+    if (fail_at == 2) {  // step 1 was pulled, step 2 failed, step 1 was undone to its start
+      ASSERT_GE(pulls.size(), 3u);
+      EXPECT_EQ(pulls[2].first, pulls[0].first);
+      EXPECT_EQ(pulls[2].second, pulls[0].first == wisp::alloc::pool::kv
+                                     ? failed.from_kv
+                                     : static_cast<std::uint64_t>(failed.from_cap));
+    }
+    // The next attempt starts from the split that stood, and succeeds.
+    const resize_event& next = r.resize_log[1];
+    EXPECT_EQ(next.from_cap, failed.from_cap);
+    EXPECT_EQ(next.from_kv, failed.from_kv);
+    EXPECT_TRUE(next.applied);
+    EXPECT_EQ(r.resizes, r.resize_log.size() - 1);
+  }
 }
 
 TEST(EngineArms, UnknownPolicyIsRejected) {
