@@ -25,10 +25,10 @@
 namespace wisp {
 namespace {
 
-const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+using test::page;
 
-using pool_t = page_pool<test::fault_vmm>;
-using layout = adapter_layout<test::fault_vmm>;
+using test::layout;
+using test::pool_t;
 
 std::vector<expert_id> ids(std::initializer_list<std::int32_t> v) {
   std::vector<expert_id> out;

@@ -24,11 +24,11 @@
 namespace wisp {
 namespace {
 
-const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+using test::page;
 
-using pool_t = page_pool<test::fault_vmm>;
-using tensor = virtual_expert_tensor<test::fault_vmm>;
-using layout = adapter_layout<test::fault_vmm>;
+using test::layout;
+using test::pool_t;
+using test::tensor;
 
 // A fresh world for each n: a pool with free pages, and a tensor with some rows mapped (shared
 // boundary granules) and filled.

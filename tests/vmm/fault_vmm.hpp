@@ -9,12 +9,17 @@
 #include <wisp/vmm/posix_vmm.hpp>
 #include <wisp/vmm/vmm_backend.hpp>
 
+#include <unistd.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
 
 namespace wisp::test {
+
+/// The system page size: the granule the vmm tests use, so pages stay small and many.
+inline const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
 
 /// Thrown by an injected map/set_access failure (create failures throw wisp::out_of_memory).
 class injected_error : public error {

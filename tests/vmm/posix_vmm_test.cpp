@@ -19,7 +19,7 @@
 namespace wisp {
 namespace {
 
-const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+using test::page;
 
 static_assert(vmm_backend<posix_vmm>);
 static_assert(vmm_backend<test::fault_vmm>);

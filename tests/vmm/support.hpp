@@ -6,6 +6,7 @@
 
 #include "vmm/fault_vmm.hpp"
 
+#include <wisp/vmm/adapter_layout.hpp>
 #include <wisp/vmm/page_pool.hpp>
 #include <wisp/vmm/virtual_expert_tensor.hpp>
 
@@ -16,6 +17,11 @@
 #include <vector>
 
 namespace wisp::test {
+
+// The pool, tensor and adapter layout over the counting, fault-injecting backend.
+using pool_t = page_pool<fault_vmm>;
+using tensor = virtual_expert_tensor<fault_vmm>;
+using layout = adapter_layout<fault_vmm>;
 
 /// Everything observable about a tensor, its pool and the backend's live resources.
 struct snapshot {

@@ -23,10 +23,10 @@
 namespace wisp {
 namespace {
 
-const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+using test::page;
 
-using tensor = virtual_expert_tensor<test::fault_vmm>;
-using pool_t = page_pool<test::fault_vmm>;
+using test::pool_t;
+using test::tensor;
 
 static_assert(std::is_trivially_copyable_v<expert_tensor_view>);
 static_assert(!std::is_copy_constructible_v<tensor>);
