@@ -7,19 +7,18 @@
 //   - SHARDS at 1% and 10% vs the exact counter on a large synthetic stream (Zipf 0.9 over 1M
 //     keys, 4M accesses).
 // Quote `accesses_per_s`, and the ratios exact/naive and sampled/exact from one run.
+#include "support/bench_trace.hpp"
+
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/reuse_distance.hpp>
 #include <wisp/reuse/scoped_counter.hpp>
 #include <wisp/reuse/shards.hpp>
-#include <wisp/trace/esft.hpp>
-#include <wisp/trace/synthetic.hpp>
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -34,13 +33,9 @@ struct replay {
 
 const replay& trace_replay() {
   static const replay r = [] {
-    const auto dir =
-        std::filesystem::path{WISP_BENCH_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
     replay out;
-    const bool real = std::filesystem::is_directory(dir);
-    const auto trace =
-        real ? wisp::trace::import_esft(dir)
-             : wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("default"), 8222, 1);
+    const wisp::bench::bench_trace loaded = wisp::bench::load_bench_trace();
+    const wisp::trace::routing_trace& trace = loaded.trace;
     const auto experts = static_cast<std::uint32_t>(trace.shape().experts);
     out.key_space = static_cast<std::uint32_t>(trace.shape().layers) * experts;
     out.keys.reserve(trace.access_count());
@@ -48,8 +43,7 @@ const replay& trace_replay() {
       out.keys.push_back(static_cast<std::uint32_t>(a.layer) * experts +
                          static_cast<std::uint32_t>(a.expert));
     });
-    out.label = real ? "ESFT global scope"
-                     : "ESFT ABSENT: synthetic default trace (8222 steps, seed 1), global scope";
+    out.label = loaded.source + ", global scope";
     return out;
   }();
   return r;

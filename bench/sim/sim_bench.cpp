@@ -17,18 +17,17 @@
 // from one run. sim/*/trace replays straight from the compact routing_trace (what `wisp sim`
 // does); the other wisp rows replay a pre-expanded vector of accesses, as the baseline does.
 // Belady's figure includes its first pass over the stream (collecting the future).
+#include "support/bench_trace.hpp"
+
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
-#include <wisp/trace/esft.hpp>
 #include <wisp/trace/routing_trace.hpp>
-#include <wisp/trace/synthetic.hpp>
 
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <filesystem>
 #include <iterator>
 #include <list>
 #include <span>
@@ -51,19 +50,15 @@ struct replay {
 
 const replay& trace_replay() {
   static const replay r = [] {
-    const auto dir =
-        std::filesystem::path{WISP_BENCH_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
     replay out;
-    const bool real = std::filesystem::is_directory(dir);
-    out.trace =
-        real ? wisp::trace::import_esft(dir)
-             : wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("default"), 8222, 1);
+    auto loaded = wisp::bench::load_bench_trace();
+    out.trace = std::move(loaded.trace);
+    out.source = std::move(loaded.source);
     out.shape = wisp::sim::shape_of(out.trace);
     out.accesses.reserve(out.trace.access_count());
     out.trace.for_each_access([&](const wisp::trace::access& a) {
       out.accesses.push_back({a.step, a.layer, a.expert});
     });
-    out.source = real ? "ESFT" : "ESFT ABSENT: synthetic default trace (8222 steps, seed 1)";
     return out;
   }();
   return r;
