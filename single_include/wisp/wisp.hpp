@@ -3865,6 +3865,37 @@ concept eviction_policy = std::movable<P> &&
   { policy.victim(ctx, is_protected) } -> std::same_as<cache_key>;
 };
 
+/// @brief One whole call of a cache, as handed to a policy's optional `on_call` (see
+/// `call_eviction_policy`).
+///
+/// The call accesses `keys` in order; the i-th access uses time `ctx.time + i`. The first misses
+/// take free slots; each of the last `victims.size()` misses evicts one key, which the policy
+/// writes to `victims`, in eviction order.
+struct call_events {
+  std::span<const cache_key> keys;      ///< the call's distinct keys, in access order
+  std::span<const std::int32_t> slots;  ///< slot of each key before the call; -1 = a miss
+  std::span<cache_key> victims;         ///< out: one victim per evicting miss, in eviction order
+  access_context ctx;                   ///< context of the first access
+  protected_keys is_protected;          ///< exactly the keys of `keys`
+};
+
+/// @brief An `eviction_policy` that can also take a whole call at once:
+/// `policy.on_call(const call_events& call) noexcept`.
+///
+/// Optional: a `slot_cache` uses it for its bulk calls (`access_distinct`) when present and keeps
+/// the per-access events otherwise. Contract: `on_call` leaves the policy in exactly the state,
+/// and writes exactly the victims, that the per-access events would: for each key in order,
+/// `on_hit` if it was resident (`slots[i] >= 0`), else, for one of the last `victims.size()`
+/// misses, `victim` followed by `on_erase` of it, then `on_insert`. It must not allocate. The
+/// cache checks every victim (a resident, unprotected key, each at most once) and throws
+/// `wisp::logic_error` otherwise, its maps and counters unchanged (the policy's state is then
+/// unspecified). `wisp::lru` provides it: one splice of its list per call.
+template <class P>
+concept call_eviction_policy = eviction_policy<P> && requires(P& policy, const call_events& call) {
+  { policy.on_call(call) }
+  noexcept;
+};
+
 /// The policy's `P::name` (a `std::string_view`-convertible static member) if it has one, else
 /// `"custom"`. Used for test names and reports.
 template <class P>
@@ -3886,39 +3917,32 @@ template <class P>
 // ---- begin wisp/cache/detail/key_lists.hpp -----------------------------------------------------
 /// @file
 /// @brief Internal: a family of intrusive doubly-linked lists over dense keys (every key is in at
-/// most one list). All operations O(1), allocation-free after `reset`.
+/// most one list). Single-key operations O(1), allocation-free after `reset`.
 
 namespace wisp::detail {
 
 /// Each list is circular through a sentinel node (index `key_space + list`), so linking and
-/// unlinking never branch on "first" or "last"; `prev`/`next` of a node sit side by side.
+/// unlinking never branch on "first" or "last"; a key in no list is linked to itself, so
+/// unlinking it is a harmless no-op; `prev`/`next` of a node sit side by side.
 class key_lists {
  public:
   /// Sizes for keys in [0, key_space) and `lists` lists, all empty.
   void reset(std::int32_t key_space, std::int32_t lists) {
     key_space_ = static_cast<std::size_t>(key_space);
-    nodes_.assign(static_cast<std::size_t>(key_space) + static_cast<std::size_t>(lists), node{});
-    for (std::int32_t l = 0; l < lists; ++l) {
-      const cache_key s = sentinel(l);
-      nodes_[static_cast<std::size_t>(s)] = node{s, s};
+    nodes_.resize(static_cast<std::size_t>(key_space) + static_cast<std::size_t>(lists));
+    // Every key (in no list yet) and every sentinel (of an empty list) is linked to itself.
+    for (std::size_t k = 0; k < nodes_.size(); ++k) {
+      nodes_[k] = node{static_cast<cache_key>(k), static_cast<cache_key>(k)};
     }
-    list_of_.assign(static_cast<std::size_t>(key_space), -1);
   }
 
   /// Appends `key` (not in any list) at the back (most recent end) of `list`.
-  void push_back(std::int32_t list, cache_key key) noexcept {
-    link_back(list, key);
-    list_of_[static_cast<std::size_t>(key)] = list;
-  }
+  void push_back(std::int32_t list, cache_key key) noexcept { link_back(list, key); }
 
-  /// Unlinks `key` from its list (no-op if in none).
+  /// Unlinks `key` from its list (no-op if in none). Branch-free.
   void remove(cache_key key) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    if (list_of_[k] < 0) {
-      return;
-    }
     unlink(key);
-    list_of_[k] = -1;
+    nodes_[static_cast<std::size_t>(key)] = node{key, key};
   }
 
   /// Moves `key`, which is in `list`, to the back of `list`. O(1), branch-free: the hot path of
@@ -3928,6 +3952,43 @@ class key_lists {
     link_back(list, key);
   }
 
+  /// @brief The whole-call update of `lru`: removes the `victims.size()` front-most keys of
+  /// `list` that are not in `keys` (writing them to `victims`, `no_key` where the list runs out),
+  /// then moves `keys` (distinct; each in `list` or in no list) to the back of `list`, in order.
+  ///
+  /// O(keys.size() + victims.size()). Branch-free but for the victim loop: every key of `keys` is
+  /// unlinked up front (a key in no list is linked to itself, so that is a no-op for it), which
+  /// also leaves the victims at the front, and the keys are then relinked as one chain.
+  void take_front_and_append(std::int32_t list, std::span<const cache_key> keys,
+                             std::span<cache_key> victims) noexcept {
+    node* const nodes = nodes_.data();
+    const cache_key s = sentinel(list);
+    for (const cache_key key : keys) {
+      unlink(key);
+    }
+    cache_key front = nodes[static_cast<std::size_t>(s)].next;
+    for (cache_key& victim : victims) {
+      if (front == s) [[unlikely]] {
+        victim = no_key;
+        continue;
+      }
+      victim = front;
+      const cache_key next = nodes[static_cast<std::size_t>(front)].next;
+      nodes[static_cast<std::size_t>(front)] = node{front, front};
+      front = next;
+    }
+    nodes[static_cast<std::size_t>(s)].next = front;
+    nodes[static_cast<std::size_t>(front)].prev = s;
+    cache_key tail = nodes[static_cast<std::size_t>(s)].prev;
+    for (const cache_key key : keys) {
+      nodes[static_cast<std::size_t>(tail)].next = key;
+      nodes[static_cast<std::size_t>(key)].prev = tail;
+      tail = key;
+    }
+    nodes[static_cast<std::size_t>(tail)].next = s;
+    nodes[static_cast<std::size_t>(s)].prev = tail;
+  }
+
   /// The first (least recent) key of `list`, or `no_key` if it is empty.
   [[nodiscard]] cache_key front(std::int32_t list) const noexcept {
     return key_or_none(nodes_[static_cast<std::size_t>(sentinel(list))].next);
@@ -3935,9 +3996,6 @@ class key_lists {
   /// The key after `key` in its list, or `no_key` at the back.
   [[nodiscard]] cache_key next(cache_key key) const noexcept {
     return key_or_none(nodes_[static_cast<std::size_t>(key)].next);
-  }
-  [[nodiscard]] std::int32_t list_of(cache_key key) const noexcept {
-    return list_of_[static_cast<std::size_t>(key)];
   }
 
   /// First key of `list`, from the front, that `is_protected` rejects; `no_key` if none.
@@ -3966,10 +4024,13 @@ class key_lists {
     return static_cast<std::size_t>(k) >= key_space_ ? no_key : k;
   }
   void unlink(cache_key key) noexcept {
+    // Two 4-byte loads, not one 8-byte one: a neighbour's unlink may just have stored one half of
+    // this node, and a wider load would not be forwarded from that store.
     node* const nodes = nodes_.data();
-    const node n = nodes[static_cast<std::size_t>(key)];
-    nodes[static_cast<std::size_t>(n.prev)].next = n.next;
-    nodes[static_cast<std::size_t>(n.next)].prev = n.prev;
+    const cache_key prev = nodes[static_cast<std::size_t>(key)].prev;
+    const cache_key next = nodes[static_cast<std::size_t>(key)].next;
+    nodes[static_cast<std::size_t>(prev)].next = next;
+    nodes[static_cast<std::size_t>(next)].prev = prev;
   }
   void link_back(std::int32_t list, cache_key key) noexcept {
     node* const nodes = nodes_.data();
@@ -3983,8 +4044,7 @@ class key_lists {
 
   // Not an int32: the list stores (int32) could alias it and force a reload after each one.
   std::size_t key_space_ = 0;
-  std::vector<node> nodes_;            // key_space keys, then one sentinel per list
-  std::vector<std::int32_t> list_of_;  // the list of each key, -1 if none
+  std::vector<node> nodes_;  // key_space keys, then one sentinel per list
 };
 
 }  // namespace wisp::detail
@@ -3996,7 +4056,10 @@ namespace wisp {
 ///
 /// An intrusive doubly-linked list over key-indexed arrays. `on_insert`, `on_hit`, `on_erase`:
 /// O(1). `victim`: O(1 + p), p = protected keys at the LRU end that it skips (at most the size of
-/// the current call). Allocation-free after `reset`. Not thread-safe.
+/// the current call). `on_call` (a whole call, see `call_eviction_policy`): O(keys + victims),
+/// branch-free but for the victims: it unlinks the call's keys, takes the victims from the front
+/// (no protected key is left to skip there) and relinks the keys at the back in access order,
+/// which is the order the per-access events leave. Allocation-free after `reset`. Not thread-safe.
 /// @code
 /// wisp::slot_cache<wisp::lru> cache(wisp::key_layout::per_layer(64), 8);
 /// @endcode
@@ -4018,11 +4081,16 @@ class lru {
                                  protected_keys is_protected) const noexcept {
     return order_.first_unprotected(0, is_protected);
   }
+  /// A whole call: every key becomes most recent in access order; the victims are the least
+  /// recently used keys not in the call.
+  void on_call(const call_events& call) noexcept {
+    order_.take_front_and_append(0, call.keys, call.victims);
+  }
 
  private:
   detail::key_lists order_;  // front = least recently used
 };
-static_assert(eviction_policy<lru>);
+static_assert(call_eviction_policy<lru>);
 
 /// @brief First in, first out: evicts the resident key inserted longest ago; hits do not reorder.
 ///
@@ -4386,7 +4454,7 @@ class layer_lists {
     lists_.reset(layout.size(), count_);
   }
   void insert(cache_key key) noexcept { lists_.push_back(list_of(key), key); }
-  void touch(cache_key key) noexcept { lists_.move_to_back(lists_.list_of(key), key); }
+  void touch(cache_key key) noexcept { lists_.move_to_back(list_of(key), key); }
   void remove(cache_key key) noexcept { lists_.remove(key); }
 
   /// Calls `visit(k)` with the least recently used unprotected key of each non-empty list, from
@@ -4865,6 +4933,28 @@ class slot_cache {
   template <class Visit>
   std::size_t access_distinct_unchecked(std::span<const cache_key> keys, const access_context& ctx,
                                         Visit& visit);
+  // The accesses of a protected call of distinct `keys`, one after the other.
+  template <class Visit>
+  void access_each(std::span<const cache_key> keys, const access_context& ctx, Visit& visit);
+  // The same accesses, slots and counters through the policy's `on_call`, in branch-free passes
+  // over the call plus one over its misses (calling `on_miss(key, slot)` for each, in order).
+  struct whole_call {
+    std::size_t misses = 0;
+    std::size_t from_free = 0;  // the first misses took free slots, the others evicted
+  };
+  // Notes each key of the protected distinct `keys`: its slot before the call (`call_slots_`) and,
+  // for a miss, the key (`missed_`). Returns the misses.
+  std::size_t note_before(std::span<const cache_key> keys) noexcept;
+  // The call of the protected, noted distinct `keys` (`misses` of them missing).
+  template <class OnMiss>
+  whole_call access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                               std::size_t misses, OnMiss& on_miss);
+  // Reports every access of the last `access_whole_call` to `visit`, in order.
+  template <class Visit>
+  std::size_t report_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                                whole_call call, Visit& visit);
+  // Thrown by `access_whole_call` for a bad victim met at miss `j`, after undoing misses [0, j).
+  [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j);
   friend struct detail::slot_cache_unchecked;
 
   key_layout layout_;
@@ -4876,6 +4966,13 @@ class slot_cache {
   std::size_t free_size_ = 0;
   std::vector<std::uint64_t> evicted_in_;  // key -> step + 1 of its last eviction, 0 = never
   protect_set protect_;                    // the current call's keys
+  // Scratch of `access_whole_call` (empty unless the policy takes whole calls): each key's slot
+  // before the call, the missed keys (one spare entry), the victims and their previous eviction
+  // marks (to undo a failed call).
+  std::vector<std::int32_t> call_slots_;
+  std::vector<cache_key> missed_;
+  std::vector<cache_key> victims_;
+  std::vector<std::uint64_t> victim_marks_;
   std::uint32_t call_step_ = 0;
   std::int32_t call_layer_ = -1;
   cache_stats stats_;
@@ -4901,6 +4998,12 @@ slot_cache<Policy>::slot_cache(key_layout layout, std::int32_t capacity, Policy 
   free_.assign(size, -1);
   evicted_in_.assign(size, 0);
   protect_ = protect_set(n);
+  if constexpr (call_eviction_policy<Policy>) {
+    call_slots_.assign(size, -1);
+    missed_.assign(size + 1, no_key);
+    victims_.assign(size, no_key);
+    victim_marks_.assign(size, 0);
+  }
   for (std::int32_t s = 0; s < capacity_; ++s) {
     free_[static_cast<std::size_t>(s)] = s;
   }
@@ -5071,8 +5174,17 @@ std::size_t slot_cache<Policy>::access_call(std::span<const cache_key> keys,
   WISP_EXPECTS(out.size() >= keys.size(), "slot_cache::access_call: output holds ", out.size(),
                " results for ", keys.size(), " keys");
   check_keys(keys, "access_call");
-  protect_call(keys, ctx, "access_call");
+  const std::size_t distinct = protect_call(keys, ctx, "access_call").size();
   const std::uint64_t misses_before = stats_.misses;
+  if constexpr (call_eviction_policy<Policy>) {
+    if (distinct == keys.size()) {
+      access_result* results = out.data();
+      auto record = [&results](cache_key /*key*/, const access_result& r) { *results++ = r; };
+      auto ignore = [](cache_key /*key*/, std::int32_t /*slot*/) {};
+      return report_whole_call(keys, ctx, access_whole_call(keys, ctx, note_before(keys), ignore),
+                               record);
+    }
+  }
   std::size_t i = 0;
   try {
     for (; i < keys.size(); ++i) {
@@ -5109,13 +5221,29 @@ template <eviction_policy Policy>
 template <class Visit>
 WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::access_distinct_unchecked(
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
-  const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
-  const std::size_t distinct = call_keys.size();
+  if constexpr (call_eviction_policy<Policy>) {
+    const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
+    const std::size_t misses = note_before(call_keys);
+    auto ignore = [](cache_key /*key*/, std::int32_t /*slot*/) {};
+    report_whole_call(call_keys, ctx, access_whole_call(call_keys, ctx, misses, ignore), visit);
+    return call_keys.size();
+  } else {
+    const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
+    access_each(call_keys, ctx, visit);
+    return call_keys.size();
+  }
+}
+
+template <eviction_policy Policy>
+template <class Visit>
+WISP_DETAIL_ALWAYS_INLINE void slot_cache<Policy>::access_each(std::span<const cache_key> keys,
+                                                               const access_context& ctx,
+                                                               Visit& visit) {
   const std::uint64_t misses_before = stats_.misses;
   std::size_t i = 0;
   try {
-    for (; i < distinct; ++i) {
-      const cache_key key = call_keys[i];
+    for (; i < keys.size(); ++i) {
+      const cache_key key = keys[i];
       const access_context each{ctx.step, ctx.layer, ctx.time + i};
       if (const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)]; slot >= 0) {
         policy_.on_hit(key, each);
@@ -5128,8 +5256,127 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::access_distinct_unchec
     count_hits(i, misses_before);
     throw;
   }
-  count_hits(distinct, misses_before);
-  return distinct;
+  count_hits(keys.size(), misses_before);
+}
+
+template <eviction_policy Policy>
+WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::note_before(
+    std::span<const cache_key> keys) noexcept {
+  const std::int32_t* const key_to_slot = key_to_slot_.data();
+  std::int32_t* const before = call_slots_.data();
+  cache_key* const missed = missed_.data();
+  std::size_t misses = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::int32_t slot = key_to_slot[static_cast<std::size_t>(keys[i])];
+    before[i] = slot;
+    missed[misses] = keys[i];  // kept only for a miss
+    misses += static_cast<std::uint32_t>(slot) >> 31;
+  }
+  return misses;
+}
+
+template <eviction_policy Policy>
+template <class OnMiss>
+WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::whole_call
+slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                                      std::size_t misses, OnMiss& on_miss) {
+  const std::size_t n = keys.size();
+  std::int32_t* const key_to_slot = key_to_slot_.data();
+  const std::int32_t* const before = call_slots_.data();
+  const cache_key* const missed = missed_.data();
+  // The policy's victims for the last misses (the first ones pop free slots, as single accesses
+  // do).
+  const std::size_t from_free = std::min(misses, free_size_);
+  cache_key* const victims = victims_.data();
+  policy_.on_call(call_events{keys, std::span<const std::int32_t>(before, n),
+                              std::span<cache_key>(victims, misses - from_free), ctx,
+                              protect_.view()});
+  // The misses in order: the j-th takes a popped free slot or the slot of the j-th victim, which
+  // is checked first (and unmapped, so a victim named twice fails the second time).
+  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
+  std::uint64_t* const evicted_in = evicted_in_.data();
+  cache_key* const slot_to_key = slot_to_key_.data();
+  std::uint64_t collisions = 0;
+  for (std::size_t j = 0; j < misses; ++j) {
+    std::int32_t slot;
+    if (j < from_free) {
+      slot = free_[free_size_ - 1 - j];
+    } else {
+      const cache_key victim = victims[j - from_free];
+      const auto v = static_cast<std::size_t>(victim);
+      if (v >= key_to_slot_.size() || key_to_slot[v] < 0 || protect_.contains(victim))
+          [[unlikely]] {
+        fail_call_victim(victim, from_free, j);
+      }
+      slot = key_to_slot[v];
+      key_to_slot[v] = -1;
+      victim_marks_[j - from_free] = evicted_in[v];
+      evicted_in[v] = mark;
+    }
+    const cache_key key = missed[j];
+    const auto k = static_cast<std::size_t>(key);
+    collisions += evicted_in[k] == mark ? 1u : 0u;
+    key_to_slot[k] = slot;
+    slot_to_key[static_cast<std::size_t>(slot)] = key;
+    on_miss(key, slot);
+  }
+  free_size_ -= from_free;
+  stats_.accesses += n;
+  stats_.hits += n - misses;
+  stats_.misses += misses;
+  stats_.evictions += misses - from_free;
+  stats_.collision_misses += collisions;
+  return whole_call{misses, from_free};
+}
+
+template <eviction_policy Policy>
+template <class Visit>
+WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::report_whole_call(
+    std::span<const cache_key> keys, const access_context& ctx, whole_call call, Visit& visit) {
+  const std::int32_t* const before = call_slots_.data();
+  const cache_key* const victims = victims_.data();
+  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
+  const std::size_t from_free = call.from_free;
+  // In access order, with no branch on hit or miss (it would mispredict on every miss).
+  std::size_t j = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const cache_key key = keys[i];
+    const auto k = static_cast<std::size_t>(key);
+    const std::int32_t hit_mask = ~(before[i] >> 31);  // all ones for a hit, 0 for a miss
+    const std::size_t victim_index = j - from_free;    // of this key if it is an evicting miss
+    const cache_key evicted = (j < from_free ? no_key : victims[victim_index]) | hit_mask;
+    visit(key, access_result{key_to_slot_[k], hit_mask != 0, evicted,
+                             hit_mask == 0 && evicted_in_[k] == mark});
+    j += static_cast<std::size_t>(hit_mask + 1);
+  }
+  return call.misses;
+}
+
+template <eviction_policy Policy>
+void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j) {
+  // Misses [0, j) are mapped: unmap them, give back the free slots and remap the victims.
+  for (std::size_t u = 0; u < j; ++u) {
+    const cache_key key = missed_[u];
+    const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)];
+    key_to_slot_[static_cast<std::size_t>(key)] = -1;
+    slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
+    if (u >= from_free) {
+      const auto v = static_cast<std::size_t>(victims_[u - from_free]);
+      key_to_slot_[v] = slot;
+      slot_to_key_[static_cast<std::size_t>(slot)] = victims_[u - from_free];
+      evicted_in_[v] = victim_marks_[u - from_free];
+    }
+  }
+  if (victim == no_key) {
+    WISP_FAIL(logic_error, "slot_cache::access: policy ", policy_name<Policy>(), " found ",
+              j - from_free,
+              " of the call's victims but no further one; every other resident "
+              "key is protected by the current call");
+  }
+  WISP_FAIL(logic_error, "slot_cache::access: policy ", policy_name<Policy>(), " returned victim ",
+            victim,
+            ", which is not a resident unprotected key (or was already taken by this "
+            "call)");
 }
 
 template <eviction_policy Policy>
@@ -5290,17 +5537,44 @@ bool slot_cache<Policy>::invariants_hold() const {
 }
 
 namespace detail {
-/// For wisp's own layers only (the pager): `slot_cache::access_distinct` without its checks, for
-/// a caller that has already validated every key of the call and the layer against the same
-/// bounds (the pager checks ids against `[0, experts)` with its own error messages). Calling it
-/// with an out-of-range key or layer is undefined behaviour.
+/// For wisp's own layers only (the pager): one whole call of `keys` (duplicates allowed) without
+/// `slot_cache::access_distinct`'s checks and per-key reports, for a caller that has already
+/// validated every key and the layer against the same bounds (the pager checks ids against
+/// `[0, experts)` with its own error messages) and reads the slots of the hits itself afterwards
+/// (`slot_of`). Calls `on_miss(key, slot)` for each miss, in access order; returns the distinct
+/// keys (valid until the next call) and the number of misses. Calling it with an out-of-range
+/// key or layer is undefined behaviour.
 struct slot_cache_unchecked {
-  template <class Policy, class Visit>
-  WISP_DETAIL_ALWAYS_INLINE static std::size_t access_distinct(slot_cache<Policy>& cache,
-                                                               std::span<const cache_key> keys,
-                                                               const access_context& ctx,
-                                                               Visit& visit) {
-    return cache.access_distinct_unchecked(keys, ctx, visit);
+  struct call_result {
+    std::span<const cache_key> keys;  ///< distinct keys of the call, first-seen order
+    std::size_t misses = 0;
+  };
+  template <class Policy, class OnMiss>
+  WISP_DETAIL_ALWAYS_INLINE static call_result access_misses(slot_cache<Policy>& cache,
+                                                             std::span<const cache_key> keys,
+                                                             const access_context& ctx,
+                                                             OnMiss& on_miss) {
+    if constexpr (call_eviction_policy<Policy>) {
+      const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
+      const std::size_t misses = cache.note_before(distinct);
+      return {distinct, cache.access_whole_call(distinct, ctx, misses, on_miss).misses};
+    } else {
+      const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
+      auto report = [&on_miss](cache_key key, const access_result& r) {
+        if (!r.hit) {
+          on_miss(key, r.slot);
+        }
+      };
+      const std::uint64_t misses_before = cache.stats_.misses;
+      cache.access_each(distinct, ctx, report);
+      return {distinct, static_cast<std::size_t>(cache.stats_.misses - misses_before)};
+    }
+  }
+  /// `slot_cache::slot_of` without the check of `key`.
+  template <class Policy>
+  WISP_DETAIL_ALWAYS_INLINE static std::int32_t slot_of(const slot_cache<Policy>& cache,
+                                                        cache_key key) noexcept {
+    return cache.key_to_slot_[static_cast<std::size_t>(key)];
   }
 };
 }  // namespace detail
@@ -5857,7 +6131,8 @@ struct pager_config {
 ///   max-token limit. Distinct experts are accessed in first-seen order; all of them are
 ///   protected for the whole call, so no miss evicts an expert of the same call. The ids are
 ///   checked once, up front; the cache call then runs without re-checking them (its bulk
-///   `access_distinct` path), deduplicating while it protects.
+///   path), deduplicating while it protects. With a whole-call policy (`lru`, see
+///   `call_eviction_policy`) the call has no branch on hit or miss.
 /// - **Policy context.** `ctx.layer` is the layer; `ctx.step` is `step()` (advance it with
 ///   `begin_step()` once per forward pass — Least-Stale and collision counts use it); `ctx.time`
 ///   counts the accesses of the cache serving the layer (so a per-layer `belady` is built from that
@@ -6235,11 +6510,11 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
     keys = std::span<const cache_key>(keys_.data(), distinct);
   }
 
-  // 2. Publish while accessing: hide the previous call's experts, then one bulk cache call (begin
+  // 2. Hide the previous call's experts, make this call's resident in one bulk cache call (begin
   //    the call, protect every key, access the distinct ones in first-seen order at times time,
-  //    time + 1, ...) shows this call's. Every precondition was checked above, so nothing below
-  //    throws unless the policy breaks its contract (`victim` returning a protected or absent
-  //    key, `belady` off its sequence).
+  //    time + 1, ...; each miss lands in the copy plan), then show them. Every precondition was
+  //    checked above, so nothing below throws unless the policy breaks its contract (`victim`
+  //    returning a protected or absent key, `belady` off its sequence).
   const std::size_t off = offset(layer);
   std::int32_t* map = maps_.data() + off;
   std::int32_t* visible = visible_.data() + off;
@@ -6251,20 +6526,22 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   }
   visible_count = 0;
   std::uint64_t& time = times_[cache_index(layer)];
-  std::int32_t shown = 0;
   std::int32_t misses = 0;
-  auto publish = [&](cache_key key, const access_result& r) {
-    const std::int32_t expert = key - base;
-    visible[shown++] = expert;
-    map[expert] = r.slot;
-    if (!r.hit) {
-      copies[misses++] = copy_op{expert, r.slot};
-    }
+  auto plan_copy = [&](cache_key key, std::int32_t slot) {
+    copies[misses++] = copy_op{key - base, slot};
   };
   // The keys and the layer were checked above against the same bounds the cache would check.
-  const std::size_t distinct = detail::slot_cache_unchecked::access_distinct(
-      cache, keys, access_context{step_, layer, time}, publish);
-  visible_count = shown;
+  const auto call = detail::slot_cache_unchecked::access_misses(
+      cache, keys, access_context{step_, layer, time}, plan_copy);
+  const std::size_t distinct = call.keys.size();
+  // Every key of the call is resident now (and stays so until the next call).
+  for (std::size_t i = 0; i < distinct; ++i) {
+    const cache_key key = call.keys[i];
+    const std::int32_t slot = detail::slot_cache_unchecked::slot_of(cache, key);
+    visible[i] = key - base;
+    map[key - base] = slot;
+  }
+  visible_count = static_cast<std::int32_t>(distinct);
   time += distinct;
 
   prepare_result result;

@@ -244,6 +244,37 @@ concept eviction_policy = std::movable<P> &&
   { policy.victim(ctx, is_protected) } -> std::same_as<cache_key>;
 };
 
+/// @brief One whole call of a cache, as handed to a policy's optional `on_call` (see
+/// `call_eviction_policy`).
+///
+/// The call accesses `keys` in order; the i-th access uses time `ctx.time + i`. The first misses
+/// take free slots; each of the last `victims.size()` misses evicts one key, which the policy
+/// writes to `victims`, in eviction order.
+struct call_events {
+  std::span<const cache_key> keys;      ///< the call's distinct keys, in access order
+  std::span<const std::int32_t> slots;  ///< slot of each key before the call; -1 = a miss
+  std::span<cache_key> victims;         ///< out: one victim per evicting miss, in eviction order
+  access_context ctx;                   ///< context of the first access
+  protected_keys is_protected;          ///< exactly the keys of `keys`
+};
+
+/// @brief An `eviction_policy` that can also take a whole call at once:
+/// `policy.on_call(const call_events& call) noexcept`.
+///
+/// Optional: a `slot_cache` uses it for its bulk calls (`access_distinct`) when present and keeps
+/// the per-access events otherwise. Contract: `on_call` leaves the policy in exactly the state,
+/// and writes exactly the victims, that the per-access events would: for each key in order,
+/// `on_hit` if it was resident (`slots[i] >= 0`), else, for one of the last `victims.size()`
+/// misses, `victim` followed by `on_erase` of it, then `on_insert`. It must not allocate. The
+/// cache checks every victim (a resident, unprotected key, each at most once) and throws
+/// `wisp::logic_error` otherwise, its maps and counters unchanged (the policy's state is then
+/// unspecified). `wisp::lru` provides it: one splice of its list per call.
+template <class P>
+concept call_eviction_policy = eviction_policy<P> && requires(P& policy, const call_events& call) {
+  { policy.on_call(call) }
+  noexcept;
+};
+
 /// The policy's `P::name` (a `std::string_view`-convertible static member) if it has one, else
 /// `"custom"`. Used for test names and reports.
 template <class P>

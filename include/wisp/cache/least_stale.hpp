@@ -38,7 +38,7 @@ class layer_lists {
     lists_.reset(layout.size(), count_);
   }
   void insert(cache_key key) noexcept { lists_.push_back(list_of(key), key); }
-  void touch(cache_key key) noexcept { lists_.move_to_back(lists_.list_of(key), key); }
+  void touch(cache_key key) noexcept { lists_.move_to_back(list_of(key), key); }
   void remove(cache_key key) noexcept { lists_.remove(key); }
 
   /// Calls `visit(k)` with the least recently used unprotected key of each non-empty list, from

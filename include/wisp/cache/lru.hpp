@@ -14,7 +14,10 @@ namespace wisp {
 ///
 /// An intrusive doubly-linked list over key-indexed arrays. `on_insert`, `on_hit`, `on_erase`:
 /// O(1). `victim`: O(1 + p), p = protected keys at the LRU end that it skips (at most the size of
-/// the current call). Allocation-free after `reset`. Not thread-safe.
+/// the current call). `on_call` (a whole call, see `call_eviction_policy`): O(keys + victims),
+/// branch-free but for the victims: it unlinks the call's keys, takes the victims from the front
+/// (no protected key is left to skip there) and relinks the keys at the back in access order,
+/// which is the order the per-access events leave. Allocation-free after `reset`. Not thread-safe.
 /// @code
 /// wisp::slot_cache<wisp::lru> cache(wisp::key_layout::per_layer(64), 8);
 /// @endcode
@@ -36,11 +39,16 @@ class lru {
                                  protected_keys is_protected) const noexcept {
     return order_.first_unprotected(0, is_protected);
   }
+  /// A whole call: every key becomes most recent in access order; the victims are the least
+  /// recently used keys not in the call.
+  void on_call(const call_events& call) noexcept {
+    order_.take_front_and_append(0, call.keys, call.victims);
+  }
 
  private:
   detail::key_lists order_;  // front = least recently used
 };
-static_assert(eviction_policy<lru>);
+static_assert(call_eviction_policy<lru>);
 
 /// @brief First in, first out: evicts the resident key inserted longest ago; hits do not reorder.
 ///

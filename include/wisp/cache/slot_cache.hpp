@@ -238,6 +238,28 @@ class slot_cache {
   template <class Visit>
   std::size_t access_distinct_unchecked(std::span<const cache_key> keys, const access_context& ctx,
                                         Visit& visit);
+  // The accesses of a protected call of distinct `keys`, one after the other.
+  template <class Visit>
+  void access_each(std::span<const cache_key> keys, const access_context& ctx, Visit& visit);
+  // The same accesses, slots and counters through the policy's `on_call`, in branch-free passes
+  // over the call plus one over its misses (calling `on_miss(key, slot)` for each, in order).
+  struct whole_call {
+    std::size_t misses = 0;
+    std::size_t from_free = 0;  // the first misses took free slots, the others evicted
+  };
+  // Notes each key of the protected distinct `keys`: its slot before the call (`call_slots_`) and,
+  // for a miss, the key (`missed_`). Returns the misses.
+  std::size_t note_before(std::span<const cache_key> keys) noexcept;
+  // The call of the protected, noted distinct `keys` (`misses` of them missing).
+  template <class OnMiss>
+  whole_call access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                               std::size_t misses, OnMiss& on_miss);
+  // Reports every access of the last `access_whole_call` to `visit`, in order.
+  template <class Visit>
+  std::size_t report_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                                whole_call call, Visit& visit);
+  // Thrown by `access_whole_call` for a bad victim met at miss `j`, after undoing misses [0, j).
+  [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j);
   friend struct detail::slot_cache_unchecked;
 
   key_layout layout_;
@@ -249,6 +271,13 @@ class slot_cache {
   std::size_t free_size_ = 0;
   std::vector<std::uint64_t> evicted_in_;  // key -> step + 1 of its last eviction, 0 = never
   protect_set protect_;                    // the current call's keys
+  // Scratch of `access_whole_call` (empty unless the policy takes whole calls): each key's slot
+  // before the call, the missed keys (one spare entry), the victims and their previous eviction
+  // marks (to undo a failed call).
+  std::vector<std::int32_t> call_slots_;
+  std::vector<cache_key> missed_;
+  std::vector<cache_key> victims_;
+  std::vector<std::uint64_t> victim_marks_;
   std::uint32_t call_step_ = 0;
   std::int32_t call_layer_ = -1;
   cache_stats stats_;

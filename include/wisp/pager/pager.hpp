@@ -83,7 +83,8 @@ struct pager_config {
 ///   max-token limit. Distinct experts are accessed in first-seen order; all of them are
 ///   protected for the whole call, so no miss evicts an expert of the same call. The ids are
 ///   checked once, up front; the cache call then runs without re-checking them (its bulk
-///   `access_distinct` path), deduplicating while it protects.
+///   path), deduplicating while it protects. With a whole-call policy (`lru`, see
+///   `call_eviction_policy`) the call has no branch on hit or miss.
 /// - **Policy context.** `ctx.layer` is the layer; `ctx.step` is `step()` (advance it with
 ///   `begin_step()` once per forward pass — Least-Stale and collision counts use it); `ctx.time`
 ///   counts the accesses of the cache serving the layer (so a per-layer `belady` is built from that

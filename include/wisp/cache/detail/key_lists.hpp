@@ -1,46 +1,40 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
 /// @brief Internal: a family of intrusive doubly-linked lists over dense keys (every key is in at
-/// most one list). All operations O(1), allocation-free after `reset`.
+/// most one list). Single-key operations O(1), allocation-free after `reset`.
 #pragma once
 
 #include <wisp/cache/eviction_policy.hpp>
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace wisp::detail {
 
 /// Each list is circular through a sentinel node (index `key_space + list`), so linking and
-/// unlinking never branch on "first" or "last"; `prev`/`next` of a node sit side by side.
+/// unlinking never branch on "first" or "last"; a key in no list is linked to itself, so
+/// unlinking it is a harmless no-op; `prev`/`next` of a node sit side by side.
 class key_lists {
  public:
   /// Sizes for keys in [0, key_space) and `lists` lists, all empty.
   void reset(std::int32_t key_space, std::int32_t lists) {
     key_space_ = static_cast<std::size_t>(key_space);
-    nodes_.assign(static_cast<std::size_t>(key_space) + static_cast<std::size_t>(lists), node{});
-    for (std::int32_t l = 0; l < lists; ++l) {
-      const cache_key s = sentinel(l);
-      nodes_[static_cast<std::size_t>(s)] = node{s, s};
+    nodes_.resize(static_cast<std::size_t>(key_space) + static_cast<std::size_t>(lists));
+    // Every key (in no list yet) and every sentinel (of an empty list) is linked to itself.
+    for (std::size_t k = 0; k < nodes_.size(); ++k) {
+      nodes_[k] = node{static_cast<cache_key>(k), static_cast<cache_key>(k)};
     }
-    list_of_.assign(static_cast<std::size_t>(key_space), -1);
   }
 
   /// Appends `key` (not in any list) at the back (most recent end) of `list`.
-  void push_back(std::int32_t list, cache_key key) noexcept {
-    link_back(list, key);
-    list_of_[static_cast<std::size_t>(key)] = list;
-  }
+  void push_back(std::int32_t list, cache_key key) noexcept { link_back(list, key); }
 
-  /// Unlinks `key` from its list (no-op if in none).
+  /// Unlinks `key` from its list (no-op if in none). Branch-free.
   void remove(cache_key key) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    if (list_of_[k] < 0) {
-      return;
-    }
     unlink(key);
-    list_of_[k] = -1;
+    nodes_[static_cast<std::size_t>(key)] = node{key, key};
   }
 
   /// Moves `key`, which is in `list`, to the back of `list`. O(1), branch-free: the hot path of
@@ -50,6 +44,43 @@ class key_lists {
     link_back(list, key);
   }
 
+  /// @brief The whole-call update of `lru`: removes the `victims.size()` front-most keys of
+  /// `list` that are not in `keys` (writing them to `victims`, `no_key` where the list runs out),
+  /// then moves `keys` (distinct; each in `list` or in no list) to the back of `list`, in order.
+  ///
+  /// O(keys.size() + victims.size()). Branch-free but for the victim loop: every key of `keys` is
+  /// unlinked up front (a key in no list is linked to itself, so that is a no-op for it), which
+  /// also leaves the victims at the front, and the keys are then relinked as one chain.
+  void take_front_and_append(std::int32_t list, std::span<const cache_key> keys,
+                             std::span<cache_key> victims) noexcept {
+    node* const nodes = nodes_.data();
+    const cache_key s = sentinel(list);
+    for (const cache_key key : keys) {
+      unlink(key);
+    }
+    cache_key front = nodes[static_cast<std::size_t>(s)].next;
+    for (cache_key& victim : victims) {
+      if (front == s) [[unlikely]] {
+        victim = no_key;
+        continue;
+      }
+      victim = front;
+      const cache_key next = nodes[static_cast<std::size_t>(front)].next;
+      nodes[static_cast<std::size_t>(front)] = node{front, front};
+      front = next;
+    }
+    nodes[static_cast<std::size_t>(s)].next = front;
+    nodes[static_cast<std::size_t>(front)].prev = s;
+    cache_key tail = nodes[static_cast<std::size_t>(s)].prev;
+    for (const cache_key key : keys) {
+      nodes[static_cast<std::size_t>(tail)].next = key;
+      nodes[static_cast<std::size_t>(key)].prev = tail;
+      tail = key;
+    }
+    nodes[static_cast<std::size_t>(tail)].next = s;
+    nodes[static_cast<std::size_t>(s)].prev = tail;
+  }
+
   /// The first (least recent) key of `list`, or `no_key` if it is empty.
   [[nodiscard]] cache_key front(std::int32_t list) const noexcept {
     return key_or_none(nodes_[static_cast<std::size_t>(sentinel(list))].next);
@@ -57,9 +88,6 @@ class key_lists {
   /// The key after `key` in its list, or `no_key` at the back.
   [[nodiscard]] cache_key next(cache_key key) const noexcept {
     return key_or_none(nodes_[static_cast<std::size_t>(key)].next);
-  }
-  [[nodiscard]] std::int32_t list_of(cache_key key) const noexcept {
-    return list_of_[static_cast<std::size_t>(key)];
   }
 
   /// First key of `list`, from the front, that `is_protected` rejects; `no_key` if none.
@@ -88,10 +116,13 @@ class key_lists {
     return static_cast<std::size_t>(k) >= key_space_ ? no_key : k;
   }
   void unlink(cache_key key) noexcept {
+    // Two 4-byte loads, not one 8-byte one: a neighbour's unlink may just have stored one half of
+    // this node, and a wider load would not be forwarded from that store.
     node* const nodes = nodes_.data();
-    const node n = nodes[static_cast<std::size_t>(key)];
-    nodes[static_cast<std::size_t>(n.prev)].next = n.next;
-    nodes[static_cast<std::size_t>(n.next)].prev = n.prev;
+    const cache_key prev = nodes[static_cast<std::size_t>(key)].prev;
+    const cache_key next = nodes[static_cast<std::size_t>(key)].next;
+    nodes[static_cast<std::size_t>(prev)].next = next;
+    nodes[static_cast<std::size_t>(next)].prev = prev;
   }
   void link_back(std::int32_t list, cache_key key) noexcept {
     node* const nodes = nodes_.data();
@@ -105,8 +136,7 @@ class key_lists {
 
   // Not an int32: the list stores (int32) could alias it and force a reload after each one.
   std::size_t key_space_ = 0;
-  std::vector<node> nodes_;            // key_space keys, then one sentinel per list
-  std::vector<std::int32_t> list_of_;  // the list of each key, -1 if none
+  std::vector<node> nodes_;  // key_space keys, then one sentinel per list
 };
 
 }  // namespace wisp::detail

@@ -20,6 +20,12 @@ slot_cache<Policy>::slot_cache(key_layout layout, std::int32_t capacity, Policy 
   free_.assign(size, -1);
   evicted_in_.assign(size, 0);
   protect_ = protect_set(n);
+  if constexpr (call_eviction_policy<Policy>) {
+    call_slots_.assign(size, -1);
+    missed_.assign(size + 1, no_key);
+    victims_.assign(size, no_key);
+    victim_marks_.assign(size, 0);
+  }
   for (std::int32_t s = 0; s < capacity_; ++s) {
     free_[static_cast<std::size_t>(s)] = s;
   }
@@ -190,8 +196,17 @@ std::size_t slot_cache<Policy>::access_call(std::span<const cache_key> keys,
   WISP_EXPECTS(out.size() >= keys.size(), "slot_cache::access_call: output holds ", out.size(),
                " results for ", keys.size(), " keys");
   check_keys(keys, "access_call");
-  protect_call(keys, ctx, "access_call");
+  const std::size_t distinct = protect_call(keys, ctx, "access_call").size();
   const std::uint64_t misses_before = stats_.misses;
+  if constexpr (call_eviction_policy<Policy>) {
+    if (distinct == keys.size()) {
+      access_result* results = out.data();
+      auto record = [&results](cache_key /*key*/, const access_result& r) { *results++ = r; };
+      auto ignore = [](cache_key /*key*/, std::int32_t /*slot*/) {};
+      return report_whole_call(keys, ctx, access_whole_call(keys, ctx, note_before(keys), ignore),
+                               record);
+    }
+  }
   std::size_t i = 0;
   try {
     for (; i < keys.size(); ++i) {
@@ -228,13 +243,29 @@ template <eviction_policy Policy>
 template <class Visit>
 WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::access_distinct_unchecked(
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
-  const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
-  const std::size_t distinct = call_keys.size();
+  if constexpr (call_eviction_policy<Policy>) {
+    const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
+    const std::size_t misses = note_before(call_keys);
+    auto ignore = [](cache_key /*key*/, std::int32_t /*slot*/) {};
+    report_whole_call(call_keys, ctx, access_whole_call(call_keys, ctx, misses, ignore), visit);
+    return call_keys.size();
+  } else {
+    const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
+    access_each(call_keys, ctx, visit);
+    return call_keys.size();
+  }
+}
+
+template <eviction_policy Policy>
+template <class Visit>
+WISP_DETAIL_ALWAYS_INLINE void slot_cache<Policy>::access_each(std::span<const cache_key> keys,
+                                                               const access_context& ctx,
+                                                               Visit& visit) {
   const std::uint64_t misses_before = stats_.misses;
   std::size_t i = 0;
   try {
-    for (; i < distinct; ++i) {
-      const cache_key key = call_keys[i];
+    for (; i < keys.size(); ++i) {
+      const cache_key key = keys[i];
       const access_context each{ctx.step, ctx.layer, ctx.time + i};
       if (const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)]; slot >= 0) {
         policy_.on_hit(key, each);
@@ -247,8 +278,127 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::access_distinct_unchec
     count_hits(i, misses_before);
     throw;
   }
-  count_hits(distinct, misses_before);
-  return distinct;
+  count_hits(keys.size(), misses_before);
+}
+
+template <eviction_policy Policy>
+WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::note_before(
+    std::span<const cache_key> keys) noexcept {
+  const std::int32_t* const key_to_slot = key_to_slot_.data();
+  std::int32_t* const before = call_slots_.data();
+  cache_key* const missed = missed_.data();
+  std::size_t misses = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const std::int32_t slot = key_to_slot[static_cast<std::size_t>(keys[i])];
+    before[i] = slot;
+    missed[misses] = keys[i];  // kept only for a miss
+    misses += static_cast<std::uint32_t>(slot) >> 31;
+  }
+  return misses;
+}
+
+template <eviction_policy Policy>
+template <class OnMiss>
+WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::whole_call
+slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                                      std::size_t misses, OnMiss& on_miss) {
+  const std::size_t n = keys.size();
+  std::int32_t* const key_to_slot = key_to_slot_.data();
+  const std::int32_t* const before = call_slots_.data();
+  const cache_key* const missed = missed_.data();
+  // The policy's victims for the last misses (the first ones pop free slots, as single accesses
+  // do).
+  const std::size_t from_free = std::min(misses, free_size_);
+  cache_key* const victims = victims_.data();
+  policy_.on_call(call_events{keys, std::span<const std::int32_t>(before, n),
+                              std::span<cache_key>(victims, misses - from_free), ctx,
+                              protect_.view()});
+  // The misses in order: the j-th takes a popped free slot or the slot of the j-th victim, which
+  // is checked first (and unmapped, so a victim named twice fails the second time).
+  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
+  std::uint64_t* const evicted_in = evicted_in_.data();
+  cache_key* const slot_to_key = slot_to_key_.data();
+  std::uint64_t collisions = 0;
+  for (std::size_t j = 0; j < misses; ++j) {
+    std::int32_t slot;
+    if (j < from_free) {
+      slot = free_[free_size_ - 1 - j];
+    } else {
+      const cache_key victim = victims[j - from_free];
+      const auto v = static_cast<std::size_t>(victim);
+      if (v >= key_to_slot_.size() || key_to_slot[v] < 0 || protect_.contains(victim))
+          [[unlikely]] {
+        fail_call_victim(victim, from_free, j);
+      }
+      slot = key_to_slot[v];
+      key_to_slot[v] = -1;
+      victim_marks_[j - from_free] = evicted_in[v];
+      evicted_in[v] = mark;
+    }
+    const cache_key key = missed[j];
+    const auto k = static_cast<std::size_t>(key);
+    collisions += evicted_in[k] == mark ? 1u : 0u;
+    key_to_slot[k] = slot;
+    slot_to_key[static_cast<std::size_t>(slot)] = key;
+    on_miss(key, slot);
+  }
+  free_size_ -= from_free;
+  stats_.accesses += n;
+  stats_.hits += n - misses;
+  stats_.misses += misses;
+  stats_.evictions += misses - from_free;
+  stats_.collision_misses += collisions;
+  return whole_call{misses, from_free};
+}
+
+template <eviction_policy Policy>
+template <class Visit>
+WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::report_whole_call(
+    std::span<const cache_key> keys, const access_context& ctx, whole_call call, Visit& visit) {
+  const std::int32_t* const before = call_slots_.data();
+  const cache_key* const victims = victims_.data();
+  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
+  const std::size_t from_free = call.from_free;
+  // In access order, with no branch on hit or miss (it would mispredict on every miss).
+  std::size_t j = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const cache_key key = keys[i];
+    const auto k = static_cast<std::size_t>(key);
+    const std::int32_t hit_mask = ~(before[i] >> 31);  // all ones for a hit, 0 for a miss
+    const std::size_t victim_index = j - from_free;    // of this key if it is an evicting miss
+    const cache_key evicted = (j < from_free ? no_key : victims[victim_index]) | hit_mask;
+    visit(key, access_result{key_to_slot_[k], hit_mask != 0, evicted,
+                             hit_mask == 0 && evicted_in_[k] == mark});
+    j += static_cast<std::size_t>(hit_mask + 1);
+  }
+  return call.misses;
+}
+
+template <eviction_policy Policy>
+void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j) {
+  // Misses [0, j) are mapped: unmap them, give back the free slots and remap the victims.
+  for (std::size_t u = 0; u < j; ++u) {
+    const cache_key key = missed_[u];
+    const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)];
+    key_to_slot_[static_cast<std::size_t>(key)] = -1;
+    slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
+    if (u >= from_free) {
+      const auto v = static_cast<std::size_t>(victims_[u - from_free]);
+      key_to_slot_[v] = slot;
+      slot_to_key_[static_cast<std::size_t>(slot)] = victims_[u - from_free];
+      evicted_in_[v] = victim_marks_[u - from_free];
+    }
+  }
+  if (victim == no_key) {
+    WISP_FAIL(logic_error, "slot_cache::access: policy ", policy_name<Policy>(), " found ",
+              j - from_free,
+              " of the call's victims but no further one; every other resident "
+              "key is protected by the current call");
+  }
+  WISP_FAIL(logic_error, "slot_cache::access: policy ", policy_name<Policy>(), " returned victim ",
+            victim,
+            ", which is not a resident unprotected key (or was already taken by this "
+            "call)");
 }
 
 template <eviction_policy Policy>
@@ -409,17 +559,44 @@ bool slot_cache<Policy>::invariants_hold() const {
 }
 
 namespace detail {
-/// For wisp's own layers only (the pager): `slot_cache::access_distinct` without its checks, for
-/// a caller that has already validated every key of the call and the layer against the same
-/// bounds (the pager checks ids against `[0, experts)` with its own error messages). Calling it
-/// with an out-of-range key or layer is undefined behaviour.
+/// For wisp's own layers only (the pager): one whole call of `keys` (duplicates allowed) without
+/// `slot_cache::access_distinct`'s checks and per-key reports, for a caller that has already
+/// validated every key and the layer against the same bounds (the pager checks ids against
+/// `[0, experts)` with its own error messages) and reads the slots of the hits itself afterwards
+/// (`slot_of`). Calls `on_miss(key, slot)` for each miss, in access order; returns the distinct
+/// keys (valid until the next call) and the number of misses. Calling it with an out-of-range
+/// key or layer is undefined behaviour.
 struct slot_cache_unchecked {
-  template <class Policy, class Visit>
-  WISP_DETAIL_ALWAYS_INLINE static std::size_t access_distinct(slot_cache<Policy>& cache,
-                                                               std::span<const cache_key> keys,
-                                                               const access_context& ctx,
-                                                               Visit& visit) {
-    return cache.access_distinct_unchecked(keys, ctx, visit);
+  struct call_result {
+    std::span<const cache_key> keys;  ///< distinct keys of the call, first-seen order
+    std::size_t misses = 0;
+  };
+  template <class Policy, class OnMiss>
+  WISP_DETAIL_ALWAYS_INLINE static call_result access_misses(slot_cache<Policy>& cache,
+                                                             std::span<const cache_key> keys,
+                                                             const access_context& ctx,
+                                                             OnMiss& on_miss) {
+    if constexpr (call_eviction_policy<Policy>) {
+      const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
+      const std::size_t misses = cache.note_before(distinct);
+      return {distinct, cache.access_whole_call(distinct, ctx, misses, on_miss).misses};
+    } else {
+      const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
+      auto report = [&on_miss](cache_key key, const access_result& r) {
+        if (!r.hit) {
+          on_miss(key, r.slot);
+        }
+      };
+      const std::uint64_t misses_before = cache.stats_.misses;
+      cache.access_each(distinct, ctx, report);
+      return {distinct, static_cast<std::size_t>(cache.stats_.misses - misses_before)};
+    }
+  }
+  /// `slot_cache::slot_of` without the check of `key`.
+  template <class Policy>
+  WISP_DETAIL_ALWAYS_INLINE static std::int32_t slot_of(const slot_cache<Policy>& cache,
+                                                        cache_key key) noexcept {
+    return cache.key_to_slot_[static_cast<std::size_t>(key)];
   }
 };
 }  // namespace detail

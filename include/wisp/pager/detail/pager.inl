@@ -149,11 +149,11 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
     keys = std::span<const cache_key>(keys_.data(), distinct);
   }
 
-  // 2. Publish while accessing: hide the previous call's experts, then one bulk cache call (begin
+  // 2. Hide the previous call's experts, make this call's resident in one bulk cache call (begin
   //    the call, protect every key, access the distinct ones in first-seen order at times time,
-  //    time + 1, ...) shows this call's. Every precondition was checked above, so nothing below
-  //    throws unless the policy breaks its contract (`victim` returning a protected or absent
-  //    key, `belady` off its sequence).
+  //    time + 1, ...; each miss lands in the copy plan), then show them. Every precondition was
+  //    checked above, so nothing below throws unless the policy breaks its contract (`victim`
+  //    returning a protected or absent key, `belady` off its sequence).
   const std::size_t off = offset(layer);
   std::int32_t* map = maps_.data() + off;
   std::int32_t* visible = visible_.data() + off;
@@ -165,20 +165,22 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   }
   visible_count = 0;
   std::uint64_t& time = times_[cache_index(layer)];
-  std::int32_t shown = 0;
   std::int32_t misses = 0;
-  auto publish = [&](cache_key key, const access_result& r) {
-    const std::int32_t expert = key - base;
-    visible[shown++] = expert;
-    map[expert] = r.slot;
-    if (!r.hit) {
-      copies[misses++] = copy_op{expert, r.slot};
-    }
+  auto plan_copy = [&](cache_key key, std::int32_t slot) {
+    copies[misses++] = copy_op{key - base, slot};
   };
   // The keys and the layer were checked above against the same bounds the cache would check.
-  const std::size_t distinct = detail::slot_cache_unchecked::access_distinct(
-      cache, keys, access_context{step_, layer, time}, publish);
-  visible_count = shown;
+  const auto call = detail::slot_cache_unchecked::access_misses(
+      cache, keys, access_context{step_, layer, time}, plan_copy);
+  const std::size_t distinct = call.keys.size();
+  // Every key of the call is resident now (and stays so until the next call).
+  for (std::size_t i = 0; i < distinct; ++i) {
+    const cache_key key = call.keys[i];
+    const std::int32_t slot = detail::slot_cache_unchecked::slot_of(cache, key);
+    visible[i] = key - base;
+    map[key - base] = slot;
+  }
+  visible_count = static_cast<std::int32_t>(distinct);
   time += distinct;
 
   prepare_result result;
