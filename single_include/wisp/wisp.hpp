@@ -4933,22 +4933,23 @@ class slot_cache {
   template <class Visit>
   std::size_t access_distinct_unchecked(std::span<const cache_key> keys, const access_context& ctx,
                                         Visit& visit);
-  // The accesses of a protected call of distinct `keys`, one after the other.
+  // The accesses of a protected call, one after the other (a repeated key hits).
   template <class Visit>
   void access_each(std::span<const cache_key> keys, const access_context& ctx, Visit& visit);
-  // The same accesses, slots and counters through the policy's `on_call`, in branch-free passes
-  // over the call plus one over its misses (calling `on_miss(key, slot)` for each, in order).
   struct whole_call {
     std::size_t misses = 0;
     std::size_t from_free = 0;  // the first misses took free slots, the others evicted
   };
-  // Notes each key of the protected distinct `keys`: its slot before the call (`call_slots_`) and,
-  // for a miss, the key (`missed_`). Returns the misses.
-  std::size_t note_before(std::span<const cache_key> keys) noexcept;
-  // The call of the protected, noted distinct `keys` (`misses` of them missing).
+  // The same accesses, slots and counters through the policy's `on_call`, in branch-free passes
+  // over the protected distinct `keys` plus one over the misses (calling `on_miss(key, slot)` for
+  // each, in order).
   template <class OnMiss>
   whole_call access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                               std::size_t misses, OnMiss& on_miss);
+                               OnMiss& on_miss);
+  // `access_whole_call`, then `report_whole_call`; returns the misses.
+  template <class Visit>
+  std::size_t run_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                             Visit& visit);
   // Reports every access of the last `access_whole_call` to `visit`, in order.
   template <class Visit>
   std::size_t report_whole_call(std::span<const cache_key> keys, const access_context& ctx,
@@ -5175,35 +5176,16 @@ std::size_t slot_cache<Policy>::access_call(std::span<const cache_key> keys,
                " results for ", keys.size(), " keys");
   check_keys(keys, "access_call");
   const std::size_t distinct = protect_call(keys, ctx, "access_call").size();
-  const std::uint64_t misses_before = stats_.misses;
+  access_result* results = out.data();
+  auto record = [&results](cache_key /*key*/, const access_result& r) { *results++ = r; };
   if constexpr (call_eviction_policy<Policy>) {
-    if (distinct == keys.size()) {
-      access_result* results = out.data();
-      auto record = [&results](cache_key /*key*/, const access_result& r) { *results++ = r; };
-      auto ignore = [](cache_key /*key*/, std::int32_t /*slot*/) {};
-      return report_whole_call(keys, ctx, access_whole_call(keys, ctx, note_before(keys), ignore),
-                               record);
+    if (distinct == keys.size()) {  // repeated keys are accessed again: one at a time
+      return run_whole_call(keys, ctx, record);
     }
   }
-  std::size_t i = 0;
-  try {
-    for (; i < keys.size(); ++i) {
-      const cache_key key = keys[i];
-      const access_context each{ctx.step, ctx.layer, ctx.time + i};
-      if (const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)]; slot >= 0) {
-        policy_.on_hit(key, each);
-        out[i] = access_result{slot, true, no_key, false};
-      } else {
-        out[i] = miss_unchecked(key, each, false);
-      }
-    }
-  } catch (...) {
-    count_hits(i, misses_before);
-    throw;
-  }
-  const std::size_t misses = static_cast<std::size_t>(stats_.misses - misses_before);
-  count_hits(keys.size(), misses_before);
-  return misses;
+  const std::uint64_t misses_before = stats_.misses;
+  access_each(keys, ctx, record);
+  return static_cast<std::size_t>(stats_.misses - misses_before);
 }
 
 template <eviction_policy Policy>
@@ -5223,9 +5205,7 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::access_distinct_unchec
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
   if constexpr (call_eviction_policy<Policy>) {
     const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
-    const std::size_t misses = note_before(call_keys);
-    auto ignore = [](cache_key /*key*/, std::int32_t /*slot*/) {};
-    report_whole_call(call_keys, ctx, access_whole_call(call_keys, ctx, misses, ignore), visit);
+    run_whole_call(call_keys, ctx, visit);
     return call_keys.size();
   } else {
     const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
@@ -5260,30 +5240,22 @@ WISP_DETAIL_ALWAYS_INLINE void slot_cache<Policy>::access_each(std::span<const c
 }
 
 template <eviction_policy Policy>
-WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::note_before(
-    std::span<const cache_key> keys) noexcept {
-  const std::int32_t* const key_to_slot = key_to_slot_.data();
+template <class OnMiss>
+WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::whole_call
+slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                                      OnMiss& on_miss) {
+  const std::size_t n = keys.size();
+  std::int32_t* const key_to_slot = key_to_slot_.data();
+  // Each key's slot before the call (-1: a miss) and the misses, in access order.
   std::int32_t* const before = call_slots_.data();
   cache_key* const missed = missed_.data();
   std::size_t misses = 0;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     const std::int32_t slot = key_to_slot[static_cast<std::size_t>(keys[i])];
     before[i] = slot;
     missed[misses] = keys[i];  // kept only for a miss
     misses += static_cast<std::uint32_t>(slot) >> 31;
   }
-  return misses;
-}
-
-template <eviction_policy Policy>
-template <class OnMiss>
-WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::whole_call
-slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                                      std::size_t misses, OnMiss& on_miss) {
-  const std::size_t n = keys.size();
-  std::int32_t* const key_to_slot = key_to_slot_.data();
-  const std::int32_t* const before = call_slots_.data();
-  const cache_key* const missed = missed_.data();
   // The policy's victims for the last misses (the first ones pop free slots, as single accesses
   // do).
   const std::size_t from_free = std::min(misses, free_size_);
@@ -5327,6 +5299,14 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   stats_.evictions += misses - from_free;
   stats_.collision_misses += collisions;
   return whole_call{misses, from_free};
+}
+
+template <eviction_policy Policy>
+template <class Visit>
+WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::run_whole_call(
+    std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
+  auto ignore = [](cache_key /*key*/, std::int32_t /*slot*/) {};
+  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, ignore), visit);
 }
 
 template <eviction_policy Policy>
@@ -5554,12 +5534,10 @@ struct slot_cache_unchecked {
                                                              std::span<const cache_key> keys,
                                                              const access_context& ctx,
                                                              OnMiss& on_miss) {
+    const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
     if constexpr (call_eviction_policy<Policy>) {
-      const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
-      const std::size_t misses = cache.note_before(distinct);
-      return {distinct, cache.access_whole_call(distinct, ctx, misses, on_miss).misses};
+      return {distinct, cache.access_whole_call(distinct, ctx, on_miss).misses};
     } else {
-      const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
       auto report = [&on_miss](cache_key key, const access_result& r) {
         if (!r.hit) {
           on_miss(key, r.slot);

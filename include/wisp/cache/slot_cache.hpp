@@ -238,22 +238,23 @@ class slot_cache {
   template <class Visit>
   std::size_t access_distinct_unchecked(std::span<const cache_key> keys, const access_context& ctx,
                                         Visit& visit);
-  // The accesses of a protected call of distinct `keys`, one after the other.
+  // The accesses of a protected call, one after the other (a repeated key hits).
   template <class Visit>
   void access_each(std::span<const cache_key> keys, const access_context& ctx, Visit& visit);
-  // The same accesses, slots and counters through the policy's `on_call`, in branch-free passes
-  // over the call plus one over its misses (calling `on_miss(key, slot)` for each, in order).
   struct whole_call {
     std::size_t misses = 0;
     std::size_t from_free = 0;  // the first misses took free slots, the others evicted
   };
-  // Notes each key of the protected distinct `keys`: its slot before the call (`call_slots_`) and,
-  // for a miss, the key (`missed_`). Returns the misses.
-  std::size_t note_before(std::span<const cache_key> keys) noexcept;
-  // The call of the protected, noted distinct `keys` (`misses` of them missing).
+  // The same accesses, slots and counters through the policy's `on_call`, in branch-free passes
+  // over the protected distinct `keys` plus one over the misses (calling `on_miss(key, slot)` for
+  // each, in order).
   template <class OnMiss>
   whole_call access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                               std::size_t misses, OnMiss& on_miss);
+                               OnMiss& on_miss);
+  // `access_whole_call`, then `report_whole_call`; returns the misses.
+  template <class Visit>
+  std::size_t run_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                             Visit& visit);
   // Reports every access of the last `access_whole_call` to `visit`, in order.
   template <class Visit>
   std::size_t report_whole_call(std::span<const cache_key> keys, const access_context& ctx,
