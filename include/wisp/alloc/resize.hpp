@@ -199,21 +199,13 @@ struct dual_resize_config {
   const std::uint64_t distance = target.expert_cap > current.expert_cap
                                      ? target.expert_cap - current.expert_cap
                                      : current.expert_cap - target.expert_cap;
-  const bool floor_ok = floor.admits(m, current);
-  if (distance < config.dead_zone && floor_ok) {
-    resize_plan plan;
-    plan.from = current;
-    plan.to = current;
-    plan.budget = budget;
-    plan.cap_unit_bytes = m.cap_unit_bytes();
-    plan.kv_block_bytes = m.kv_block_bytes();
-    plan.block_tokens = m.block_tokens;
-    plan.kv_target = kv_target;
-    plan.skipped = resize_skip::dead_zone;
-    return plan;
-  }
-  resize_plan plan = plan_transition(m, budget, current, target);
+  // Within the dead zone (and above the floor) the plan stays where it is: no step.
+  const bool stay = distance < config.dead_zone && floor.admits(m, current);
+  resize_plan plan = plan_transition(m, budget, current, stay ? current : target);
   plan.kv_target = kv_target;
+  if (stay) {
+    plan.skipped = resize_skip::dead_zone;
+  }
   return plan;
 }
 
