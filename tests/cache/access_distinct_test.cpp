@@ -3,6 +3,7 @@
 // bulk call must do exactly what `access_call` does on the deduplicated keys (first-seen order),
 // report each access once, and reject bad input before touching the cache.
 #include "cache/reference.hpp"
+#include "support/expect_error.hpp"
 
 #include <wisp/cache/policies.hpp>
 
@@ -106,12 +107,11 @@ TYPED_TEST(AccessDistinct, RejectsBadInputBeforeTouchingTheCache) {
   auto expect_error = [&](std::vector<cache_key> keys, access_context ctx,
                           const std::string& needle) {
     int visits = 0;
-    try {
-      cache.access_distinct(keys, ctx, [&](cache_key, const access_result&) { ++visits; });
-      ADD_FAILURE() << "expected wisp::logic_error containing: " << needle;
-    } catch (const logic_error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
+    wisp::test::expect_error(
+        [&] {
+          cache.access_distinct(keys, ctx, [&](cache_key, const access_result&) { ++visits; });
+        },
+        needle);
     EXPECT_EQ(visits, 0);
     EXPECT_EQ(snapshot(cache), before);
   };

@@ -2,6 +2,7 @@
 // slot_cache behaviour: vLLM CachedWeightProvider tests at the cache level (ANCHORS.md §1a),
 // per-policy expected victims, protection, invalidate, resize, collision misses, bad input.
 #include "cache/reference.hpp"
+#include "support/expect_error.hpp"
 
 #include <wisp/cache/policies.hpp>
 
@@ -15,6 +16,7 @@
 namespace {
 
 using namespace wisp;
+using wisp::test::expect_error;
 using wisp::test::make_policy;
 using wisp::test::snapshot;
 
@@ -316,14 +318,6 @@ TYPED_TEST(SlotCache, MissWithEveryResidentProtectedThrows) {
 
 // Bad input: clear errors, state unchanged.
 TYPED_TEST(SlotCache, RejectsBadInput) {
-  auto expect_error = [](auto&& f, const std::string& needle) {
-    try {
-      f();
-      ADD_FAILURE() << "expected wisp::logic_error mentioning '" << needle << "'";
-    } catch (const logic_error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   expect_error([] { slot_cache<TypeParam> c(8, 0, make_policy<TypeParam>({})); },
                "capacity 0 must be in [1, key_space = 8]");
   expect_error([] { slot_cache<TypeParam> c(8, 9, make_policy<TypeParam>({})); },

@@ -15,6 +15,7 @@
 // provided" (#10: the pager has no notion of scales; a second buffer is just another store
 // applying the same plan), and pinned host memory (#14).
 #include "oracle.hpp"
+#include "support/expect_error.hpp"
 
 #include <wisp/cache/policies.hpp>
 #include <wisp/pager/group_planner.hpp>
@@ -220,22 +221,11 @@ TYPED_TEST(pager_conformance, overflow_raises) {
   h.next();
   const std::vector<std::int32_t> ids = {0, 1, 2, 3};
   const cache_stats before = h.pager().stats();
-  try {
-    (void)h.pager().prepare(0, ids, 1, 4);
-    ADD_FAILURE() << "no error";
-  } catch (const logic_error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("routes to 4 experts but capacity is 2"), std::string::npos) << what;
-  }
+  wisp::test::expect_error([&] { (void)h.pager().prepare(0, ids, 1, 4); },
+                           "routes to 4 experts but capacity is 2");
   const std::vector<std::int32_t> rows = {0, 1, 2, 3};  // 4 rows x k = 1: 4 distinct > 2
-  try {
-    (void)h.pager().prepare(0, rows, 4, 1);
-    ADD_FAILURE() << "no error";
-  } catch (const logic_error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("4 distinct experts requested but capacity is 2"), std::string::npos)
-        << what;
-  }
+  wisp::test::expect_error([&] { (void)h.pager().prepare(0, rows, 4, 1); },
+                           "4 distinct experts requested but capacity is 2");
   EXPECT_EQ(h.pager().stats(), before);
   EXPECT_TRUE(h.resident(0, 5));
   EXPECT_EQ(h.pager().expert_map(0)[5], h.pager().slot_of(0, 5));  // previous result intact
@@ -364,14 +354,8 @@ TYPED_TEST(pager_conformance, token_split_covers_every_row_once) {
 TYPED_TEST(pager_conformance, token_split_rejects_single_row_over_capacity) {
   pager<TypeParam> p(pager_config{.layers = 1, .experts = 8, .top_k = 2, .capacity = 3});
   const std::vector<std::int32_t> ids = {0, 1, 2, 3, 4, 5, 6, 7};  // 2 rows x k = 4
-  try {
-    (void)p.plan_token_groups(0, ids, 2, 4);
-    ADD_FAILURE() << "no error";
-  } catch (const logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("one token (row 0) routes to 4 experts but capacity is 3"),
-              std::string::npos)
-        << e.what();
-  }
+  wisp::test::expect_error([&] { (void)p.plan_token_groups(0, ids, 2, 4); },
+                           "one token (row 0) routes to 4 experts but capacity is 3");
 }
 
 // Newest revision: test_both_splits_reach_every_expert[token|expert].

@@ -2,6 +2,8 @@
 // pager<Policy> beyond the vLLM port: construction checks, bad input (clear errors naming the
 // values, nothing changed), the empty batch, per-layer capacities, the global pool, resizing,
 // randomised invariants over many prepares, and the host expert store.
+#include "support/expect_error.hpp"
+
 #include <wisp/cache/policies.hpp>
 #include <wisp/pager/host_expert_store.hpp>
 #include <wisp/pager/pager.hpp>
@@ -19,49 +21,37 @@
 namespace wisp {
 namespace {
 
+using test::expect_error;
+
 static_assert(std::is_trivially_copyable_v<prepare_result>);
 static_assert(std::is_trivially_copyable_v<copy_op>);
 static_assert(topk_id<std::int32_t> && topk_id<std::int64_t> && !topk_id<std::uint32_t>);
 
-// Runs `f` and expects a wisp::logic_error whose message contains every string of `parts`.
-template <class F>
-void expect_error(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const logic_error& e) {
-    for (const std::string& part : parts) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
-          << "'" << part << "' not in: " << e.what();
-    }
-  }
-}
-
 TEST(pager, construction_checks_name_the_values) {
   expect_error([] { pager<lru> p({.layers = 1, .experts = 8, .top_k = 4, .capacity = 3}); },
-               {"capacity 3", "top_k = 4"});
+               "capacity 3", "top_k = 4");
   expect_error([] { pager<lru> p({.layers = 1, .experts = 8, .top_k = 2, .capacity = 9}); },
-               {"capacity 9", "experts = 8"});
+               "capacity 9", "experts = 8");
   expect_error([] { pager<lru> p({.layers = 0, .experts = 8, .top_k = 2, .capacity = 4}); },
-               {"layers must be >= 1, got 0"});
+               "layers must be >= 1, got 0");
   expect_error(
       [] {
         pager<lru> p(
             {.layers = 2, .experts = 8, .top_k = 2, .capacity = 4, .layer_capacities = {4, 4, 4}});
       },
-      {"3 entries for 2 layers"});
+      "3 entries for 2 layers");
   expect_error(
       [] {
         pager<lru> p(
             {.layers = 2, .experts = 8, .top_k = 2, .capacity = 4, .layer_capacities = {4, 1}});
       },
-      {"capacity 1 of layer 1"});
+      "capacity 1 of layer 1");
   expect_error(
       [] {
         pager<lru> p(
             {.layers = 2, .experts = 8, .top_k = 2, .capacity = 17, .scope = cache_scope::global});
       },
-      {"capacity 17", "layers * experts = 16"});
+      "capacity 17", "layers * experts = 16");
   // Edge capacities: == k and == E are fine.
   pager<lru> at_k({.layers = 1, .experts = 8, .top_k = 8, .capacity = 8});
   EXPECT_EQ(at_k.capacity(0), 8);
@@ -102,43 +92,43 @@ class pager_bad_input : public ::testing::Test {
 
 TEST_F(pager_bad_input, expert_id_out_of_range) {
   const std::vector<std::int32_t> ids = {0, 4, 5, 8};
-  expect_error([&] { (void)p.prepare(1, ids, 2, 2); },
-               {"topk_ids[3] (token 1, position 1) = 8", "[0, experts = 8)"});
+  expect_error([&] { (void)p.prepare(1, ids, 2, 2); }, "topk_ids[3] (token 1, position 1) = 8",
+               "[0, experts = 8)");
   expect_unchanged();
 }
 
 TEST_F(pager_bad_input, negative_id) {
   const std::vector<std::int64_t> ids = {0, -1};
-  expect_error([&] { (void)p.prepare(1, ids, 1, 2); }, {"topk_ids[1]", "= -1"});
+  expect_error([&] { (void)p.prepare(1, ids, 1, 2); }, "topk_ids[1]", "= -1");
   expect_unchanged();
 }
 
 TEST_F(pager_bad_input, huge_int64_id) {
   const std::vector<std::int64_t> ids = {0, std::int64_t{1} << 40};
-  expect_error([&] { (void)p.prepare(1, ids, 1, 2); }, {"= 1099511627776"});
+  expect_error([&] { (void)p.prepare(1, ids, 1, 2); }, "= 1099511627776");
   expect_unchanged();
 }
 
 TEST_F(pager_bad_input, layer_out_of_range) {
   const std::vector<std::int32_t> ids = {0, 1};
-  expect_error([&] { (void)p.prepare(2, ids, 1, 2); }, {"layer 2", "[0, layers = 2)"});
-  expect_error([&] { (void)p.prepare(-1, ids, 1, 2); }, {"layer -1"});
-  expect_error([&] { (void)p.plan_token_groups(5, ids, 1, 2); }, {"layer 5"});
+  expect_error([&] { (void)p.prepare(2, ids, 1, 2); }, "layer 2", "[0, layers = 2)");
+  expect_error([&] { (void)p.prepare(-1, ids, 1, 2); }, "layer -1");
+  expect_error([&] { (void)p.plan_token_groups(5, ids, 1, 2); }, "layer 5");
   expect_unchanged();
 }
 
 TEST_F(pager_bad_input, shape_mismatch) {
   const std::vector<std::int32_t> ids = {0, 1, 2};
-  expect_error([&] { (void)p.prepare(1, ids, 2, 2); }, {"holds 3 ids", "2 * 2 = 4"});
-  expect_error([&] { (void)p.prepare(1, ids, -1, 2); }, {"tokens must be >= 0, got -1"});
-  expect_error([&] { (void)p.prepare(1, ids, 3, 0); }, {"k must be >= 1, got 0"});
+  expect_error([&] { (void)p.prepare(1, ids, 2, 2); }, "holds 3 ids", "2 * 2 = 4");
+  expect_error([&] { (void)p.prepare(1, ids, -1, 2); }, "tokens must be >= 0, got -1");
+  expect_error([&] { (void)p.prepare(1, ids, 3, 0); }, "k must be >= 1, got 0");
   expect_unchanged();
 }
 
 TEST_F(pager_bad_input, too_many_distinct_experts) {
   const std::vector<std::int32_t> ids = {0, 4, 5, 6, 7, 0};
-  expect_error([&] { (void)p.prepare(1, ids, 3, 2); },
-               {"layer 1", "5 distinct experts requested but capacity is 4", "plan_token_groups"});
+  expect_error([&] { (void)p.prepare(1, ids, 3, 2); }, "layer 1",
+               "5 distinct experts requested but capacity is 4", "plan_token_groups");
   expect_unchanged();
 }
 
@@ -327,7 +317,7 @@ TEST(host_expert_store, apply_validates_before_copying) {
   host_expert_store store(4, 2, 8);
   store.fill_pattern();
   const std::vector<copy_op> plan = {{1, 0}, {2, 5}};
-  expect_error([&] { store.apply(plan); }, {"plan[1] = {expert 2, slot 5}"});
+  expect_error([&] { store.apply(plan); }, "plan[1] = {expert 2, slot 5}");
   EXPECT_FALSE(store.slot_holds(0, 1));  // nothing copied
   store.apply(std::span<const copy_op>(plan.data(), 1));
   EXPECT_TRUE(store.slot_holds(0, 1));

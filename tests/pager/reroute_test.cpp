@@ -2,6 +2,8 @@
 // reroute_table (ExpertWeave §4.1/§4.3): assignment rules, batched rerouting against an oracle
 // built from an independent map, in-place use, errors leaving everything unchanged, and paging
 // the rerouted rows.
+#include "support/expect_error.hpp"
+
 #include <wisp/cache/lru.hpp>
 #include <wisp/pager/host_expert_store.hpp>
 #include <wisp/pager/pager.hpp>
@@ -18,6 +20,8 @@
 
 namespace wisp {
 namespace {
+
+using test::expect_error;
 
 TEST(reroute_table, starts_as_identity_and_follows_assignments) {
   reroute_table t(2, 64, 64 + 16);
@@ -36,20 +40,12 @@ TEST(reroute_table, starts_as_identity_and_follows_assignments) {
 TEST(reroute_table, assignment_errors_name_the_values_and_change_nothing) {
   reroute_table t(2, 8, 12);
   t.assign(0, 3, 9);
-  auto expect = [&](auto f, const std::string& part) {
-    try {
-      f();
-      ADD_FAILURE() << "no error";
-    } catch (const logic_error& e) {
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
-  };
-  expect([&] { t.assign(2, 0, 8); }, "adapter 2 is outside [0, adapters = 2)");
-  expect([&] { t.assign(0, 8, 8); }, "expert 8 is outside [0, experts = 8)");
-  expect([&] { t.assign(0, 0, 12); }, "row 12 is outside [0, rows = 12)");
-  expect([&] { t.assign(0, 0, 5); }, "row 5 is base expert 5's row");
-  expect([&] { t.assign(1, 4, 9); }, "row 9 already holds adapter 0's expert 3");
-  expect([&] { (void)t.row(-2, 0); }, "adapter -2");
+  expect_error([&] { t.assign(2, 0, 8); }, "adapter 2 is outside [0, adapters = 2)");
+  expect_error([&] { t.assign(0, 8, 8); }, "expert 8 is outside [0, experts = 8)");
+  expect_error([&] { t.assign(0, 0, 12); }, "row 12 is outside [0, rows = 12)");
+  expect_error([&] { t.assign(0, 0, 5); }, "row 5 is base expert 5's row");
+  expect_error([&] { t.assign(1, 4, 9); }, "row 9 already holds adapter 0's expert 3");
+  expect_error([&] { (void)t.row(-2, 0); }, "adapter -2");
   EXPECT_EQ(t.row(0, 3), 9);
   EXPECT_EQ(t.row(1, 4), 4);
   EXPECT_EQ(t.row(0, 0), 0);
@@ -110,14 +106,8 @@ TEST(reroute_table, apply_validates_everything_before_writing) {
   EXPECT_EQ(out, std::vector<std::int32_t>(4, -7));
   const std::vector<std::int32_t> good = {2, 3, 2, 1};
   const std::vector<std::int32_t> bad_aid = {0, 1};
-  try {
-    t.apply(good, 2, 2, bad_aid, out);
-    ADD_FAILURE() << "no error";
-  } catch (const logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("adapter_ids[1] = 1 is outside [-1, adapters = 1)"),
-              std::string::npos)
-        << e.what();
-  }
+  expect_error([&] { t.apply(good, 2, 2, bad_aid, out); },
+               "adapter_ids[1] = 1 is outside [-1, adapters = 1)");
   EXPECT_EQ(out, std::vector<std::int32_t>(4, -7));
   const std::vector<std::int32_t> short_aid = {0};
   EXPECT_THROW(t.apply(good, 2, 2, short_aid, out), logic_error);

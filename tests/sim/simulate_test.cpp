@@ -2,6 +2,7 @@
 // wisp::sim::simulate: LRU against an independent stack-distance computation at every capacity
 // (both scopes), Belady against every policy, the bandwidth model, sources and errors.
 #include "cache/reference.hpp"
+#include "support/expect_error.hpp"
 
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
@@ -17,6 +18,7 @@ namespace {
 
 using namespace wisp;
 using sim::access;
+using wisp::test::expect_error;
 
 std::vector<access> random_stream(std::uint64_t seed, std::int32_t layers, std::int32_t experts,
                                   std::int32_t k, std::uint32_t steps) {
@@ -158,14 +160,6 @@ TEST(Simulate, ReplaysARoutingTrace) {
 }
 
 TEST(Simulate, RejectsBadInput) {
-  auto expect_error = [](auto&& f, const std::string& needle) {
-    try {
-      f();
-      ADD_FAILURE() << "expected wisp::logic_error mentioning '" << needle << "'";
-    } catch (const logic_error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   const std::vector<access> ok = {{0, 0, 1}, {0, 1, 2}};
   const sim::sim_config cfg{cache_scope::per_layer, 2};
   expect_error([&] { (void)sim::simulate<lru>({0, 8}, ok, cfg); }, "layers must be >= 1, got 0");
