@@ -3952,23 +3952,38 @@ class key_lists {
     link_back(list, key);
   }
 
-  /// @brief The whole-call update of `lru`: removes the `victims.size()` front-most keys of
-  /// `list` that are not in `keys` (writing them to `victims`, `no_key` where the list runs out),
-  /// then moves `keys` (distinct; each in `list` or in no list) to the back of `list`, in order.
+  /// @brief The whole-call update of `lru`: moves `keys` (distinct; each in `list` or in no
+  /// list) to the back of `list`, in order, then removes the `victims.size()` front-most keys of
+  /// `list` that are not in `keys` (writing them to `victims`, `no_key` where the list runs out).
   ///
-  /// O(keys.size() + victims.size()). Branch-free but for the victim loop: every key of `keys` is
-  /// unlinked up front (a key in no list is linked to itself, so that is a no-op for it), which
-  /// also leaves the victims at the front, and the keys are then relinked as one chain.
+  /// O(keys.size() + victims.size()). One branch-free pass moves the keys: each is unlinked (a
+  /// key in no list is linked to itself, so that is a no-op for it) and chained after the
+  /// previous one; the chain is closed once, at the end. The victims are then the keys in front
+  /// of the first moved one.
   void take_front_and_append(std::int32_t list, std::span<const cache_key> keys,
                              std::span<cache_key> victims) noexcept {
+    if (keys.empty()) {
+      return;  // no key, so no miss and no victim
+    }
     node* const nodes = nodes_.data();
     const cache_key s = sentinel(list);
+    // Every link but the chain's last `next` (and `s.prev`) stays exact through the pass, so each
+    // unlink sees its true neighbours. The first key is unlinked before the tail is read: it may
+    // be the tail.
+    unlink(keys[0]);
+    cache_key tail = nodes[static_cast<std::size_t>(s)].prev;
     for (const cache_key key : keys) {
-      unlink(key);
+      unlink(key);  // a no-op the second time for keys[0]
+      nodes[static_cast<std::size_t>(tail)].next = key;
+      nodes[static_cast<std::size_t>(key)].prev = tail;
+      tail = key;
     }
+    nodes[static_cast<std::size_t>(tail)].next = s;
+    nodes[static_cast<std::size_t>(s)].prev = tail;
+    const cache_key stop = keys[0];
     cache_key front = nodes[static_cast<std::size_t>(s)].next;
     for (cache_key& victim : victims) {
-      if (front == s) [[unlikely]] {
+      if (front == stop) [[unlikely]] {
         victim = no_key;
         continue;
       }
@@ -3979,14 +3994,6 @@ class key_lists {
     }
     nodes[static_cast<std::size_t>(s)].next = front;
     nodes[static_cast<std::size_t>(front)].prev = s;
-    cache_key tail = nodes[static_cast<std::size_t>(s)].prev;
-    for (const cache_key key : keys) {
-      nodes[static_cast<std::size_t>(tail)].next = key;
-      nodes[static_cast<std::size_t>(key)].prev = tail;
-      tail = key;
-    }
-    nodes[static_cast<std::size_t>(tail)].next = s;
-    nodes[static_cast<std::size_t>(s)].prev = tail;
   }
 
   /// The first (least recent) key of `list`, or `no_key` if it is empty.
