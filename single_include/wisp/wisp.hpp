@@ -4936,6 +4936,9 @@ class slot_cache {
   // the capacity.
   std::span<const cache_key> protect_call(std::span<const cache_key> keys,
                                           const access_context& ctx, const char* where);
+  // Thrown by `protect_call` (after clearing the protection).
+  [[noreturn]] void fail_protect_call(std::size_t distinct, const access_context& ctx,
+                                      const char* where);
   // `access_distinct` minus its checks: every key is in range and `ctx.layer` too.
   template <class Visit>
   std::size_t access_distinct_unchecked(std::span<const cache_key> keys, const access_context& ctx,
@@ -4948,11 +4951,12 @@ class slot_cache {
     std::size_t from_free = 0;  // the first misses took free slots, the others evicted
   };
   // The same accesses, slots and counters through the policy's `on_call`, in branch-free passes
-  // over the protected distinct `keys` plus one over the misses (calling `on_miss(key, slot)` for
-  // each, in order).
-  template <class OnMiss>
+  // over the protected distinct `keys` plus one over the misses. Calls `note(i, key, slot)` for
+  // each key in order with its slot before the call (-1 for a miss), then `on_miss(key, slot)`
+  // for each miss in order with its new slot.
+  template <class Note, class OnMiss>
   whole_call access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                               OnMiss& on_miss);
+                               Note& note, OnMiss& on_miss);
   // `access_whole_call`, then `report_whole_call`; returns the misses.
   template <class Visit>
   std::size_t run_whole_call(std::span<const cache_key> keys, const access_context& ctx,
@@ -5151,19 +5155,24 @@ access_result slot_cache<Policy>::access(cache_key key, const access_context& ct
 }
 
 template <eviction_policy Policy>
-std::span<const cache_key> slot_cache<Policy>::protect_call(std::span<const cache_key> keys,
-                                                            const access_context& ctx,
-                                                            const char* where) {
+WISP_DETAIL_ALWAYS_INLINE std::span<const cache_key> slot_cache<Policy>::protect_call(
+    std::span<const cache_key> keys, const access_context& ctx, const char* where) {
   call_step_ = ctx.step;
   call_layer_ = ctx.layer;
   const std::span<const cache_key> distinct = protect_.assign(keys);  // begins the call
   if (distinct.size() > static_cast<std::size_t>(capacity_)) [[unlikely]] {
-    protect_.clear();
-    WISP_FAIL(logic_error, "slot_cache::", where, ": ", distinct.size(),
-              " distinct keys requested but capacity is ", capacity_, " (step ", ctx.step,
-              ", layer ", ctx.layer, ")");
+    fail_protect_call(distinct.size(), ctx, where);
   }
   return distinct;
+}
+
+template <eviction_policy Policy>
+void slot_cache<Policy>::fail_protect_call(std::size_t distinct, const access_context& ctx,
+                                           const char* where) {
+  protect_.clear();
+  WISP_FAIL(logic_error, "slot_cache::", where, ": ", distinct,
+            " distinct keys requested but capacity is ", capacity_, " (step ", ctx.step, ", layer ",
+            ctx.layer, ")");
 }
 
 template <eviction_policy Policy>
@@ -5247,10 +5256,10 @@ WISP_DETAIL_ALWAYS_INLINE void slot_cache<Policy>::access_each(std::span<const c
 }
 
 template <eviction_policy Policy>
-template <class OnMiss>
+template <class Note, class OnMiss>
 WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::whole_call
 slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                                      OnMiss& on_miss) {
+                                      Note& note, OnMiss& on_miss) {
   const std::size_t n = keys.size();
   std::int32_t* const key_to_slot = key_to_slot_.data();
   // Each key's slot before the call (-1: a miss) and the misses, in access order.
@@ -5258,10 +5267,12 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   cache_key* const missed = missed_.data();
   std::size_t misses = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::int32_t slot = key_to_slot[static_cast<std::size_t>(keys[i])];
+    const cache_key key = keys[i];
+    const std::int32_t slot = key_to_slot[static_cast<std::size_t>(key)];
     before[i] = slot;
-    missed[misses] = keys[i];  // kept only for a miss
+    missed[misses] = key;  // kept only for a miss
     misses += static_cast<std::uint32_t>(slot) >> 31;
+    note(i, key, slot);
   }
   // The policy's victims for the last misses (the first ones pop free slots, as single accesses
   // do).
@@ -5275,21 +5286,24 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
   std::uint64_t* const evicted_in = evicted_in_.data();
   cache_key* const slot_to_key = slot_to_key_.data();
+  const std::int32_t* const free_top = free_.data() + free_size_ - 1;
+  std::uint64_t* const victim_marks = victim_marks_.data();
+  const std::size_t key_space = key_to_slot_.size();
+  const protected_keys is_protected = protect_.view();
   std::uint64_t collisions = 0;
   for (std::size_t j = 0; j < misses; ++j) {
     std::int32_t slot;
     if (j < from_free) {
-      slot = free_[free_size_ - 1 - j];
+      slot = free_top[-static_cast<std::ptrdiff_t>(j)];
     } else {
       const cache_key victim = victims[j - from_free];
       const auto v = static_cast<std::size_t>(victim);
-      if (v >= key_to_slot_.size() || key_to_slot[v] < 0 || protect_.contains(victim))
-          [[unlikely]] {
+      if (v >= key_space || key_to_slot[v] < 0 || is_protected(victim)) [[unlikely]] {
         fail_call_victim(victim, from_free, j);
       }
       slot = key_to_slot[v];
       key_to_slot[v] = -1;
-      victim_marks_[j - from_free] = evicted_in[v];
+      victim_marks[j - from_free] = evicted_in[v];
       evicted_in[v] = mark;
     }
     const cache_key key = missed[j];
@@ -5312,8 +5326,9 @@ template <eviction_policy Policy>
 template <class Visit>
 WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::run_whole_call(
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
-  auto ignore = [](cache_key /*key*/, std::int32_t /*slot*/) {};
-  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, ignore), visit);
+  auto no_note = [](std::size_t /*i*/, cache_key /*key*/, std::int32_t /*slot*/) {};
+  auto no_miss = [](cache_key /*key*/, std::int32_t /*slot*/) {};
+  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, no_note, no_miss), visit);
 }
 
 template <eviction_policy Policy>
@@ -5527,23 +5542,25 @@ namespace detail {
 /// For wisp's own layers only (the pager): one whole call of `keys` (duplicates allowed) without
 /// `slot_cache::access_distinct`'s checks and per-key reports, for a caller that has already
 /// validated every key and the layer against the same bounds (the pager checks ids against
-/// `[0, experts)` with its own error messages) and reads the slots of the hits itself afterwards
-/// (`slot_of`). Calls `on_miss(key, slot)` for each miss, in access order; returns the distinct
-/// keys (valid until the next call) and the number of misses. Calling it with an out-of-range
-/// key or layer is undefined behaviour.
+/// `[0, experts)` with its own error messages). Calls `on_miss(key, slot)` for each miss with its
+/// new slot, in access order, and `note(i, key, slot)` once for the i-th distinct key, in order,
+/// with `slot` -1 for a miss whose `on_miss` is still to come and the key's current slot
+/// otherwise (a caller storing both ends with every key's slot). Returns the distinct keys (valid
+/// until the next call) and the number of misses. Calling it with an out-of-range key or layer
+/// is undefined behaviour.
 struct slot_cache_unchecked {
   struct call_result {
     std::span<const cache_key> keys;  ///< distinct keys of the call, first-seen order
     std::size_t misses = 0;
   };
-  template <class Policy, class OnMiss>
-  WISP_DETAIL_ALWAYS_INLINE static call_result access_misses(slot_cache<Policy>& cache,
+  template <class Policy, class Note, class OnMiss>
+  WISP_DETAIL_ALWAYS_INLINE static call_result access_noting(slot_cache<Policy>& cache,
                                                              std::span<const cache_key> keys,
-                                                             const access_context& ctx,
+                                                             const access_context& ctx, Note& note,
                                                              OnMiss& on_miss) {
     const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
     if constexpr (call_eviction_policy<Policy>) {
-      return {distinct, cache.access_whole_call(distinct, ctx, on_miss).misses};
+      return {distinct, cache.access_whole_call(distinct, ctx, note, on_miss).misses};
     } else {
       auto report = [&on_miss](cache_key key, const access_result& r) {
         if (!r.hit) {
@@ -5552,14 +5569,11 @@ struct slot_cache_unchecked {
       };
       const std::uint64_t misses_before = cache.stats_.misses;
       cache.access_each(distinct, ctx, report);
+      for (std::size_t i = 0; i < distinct.size(); ++i) {
+        note(i, distinct[i], cache.key_to_slot_[static_cast<std::size_t>(distinct[i])]);
+      }
       return {distinct, static_cast<std::size_t>(cache.stats_.misses - misses_before)};
     }
-  }
-  /// `slot_cache::slot_of` without the check of `key`.
-  template <class Policy>
-  WISP_DETAIL_ALWAYS_INLINE static std::int32_t slot_of(const slot_cache<Policy>& cache,
-                                                        cache_key key) noexcept {
-    return cache.key_to_slot_[static_cast<std::size_t>(key)];
   }
 };
 }  // namespace detail
@@ -6157,6 +6171,9 @@ class pager {
   ///   `[0, experts)`, or the call has more distinct experts than the capacity (split it first
   ///   with `plan_token_groups` / `plan_expert_groups`; a single row over the capacity is
   ///   reported as "one token routes to N experts but capacity C").
+  /// @throws wisp::logic_error if the policy breaks its contract (names a victim that is not a
+  ///   resident unprotected key). The layer's map then shows no expert; a whole-call policy's
+  ///   call is undone, while with a per-access policy the accesses before the failing one stand.
   prepare_result prepare(std::int32_t layer, std::span<const std::int32_t> topk_ids,
                          std::int32_t tokens, std::int32_t k) {
     return prepare_impl("pager::prepare", layer, topk_ids, tokens, k);
@@ -6497,9 +6514,9 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
 
   // 2. Hide the previous call's experts, make this call's resident in one bulk cache call (begin
   //    the call, protect every key, access the distinct ones in first-seen order at times time,
-  //    time + 1, ...; each miss lands in the copy plan), then show them. Every precondition was
-  //    checked above, so nothing below throws unless the policy breaks its contract (`victim`
-  //    returning a protected or absent key, `belady` off its sequence).
+  //    time + 1, ...; each miss lands in the copy plan) and show them as the cache reports them.
+  //    Every precondition was checked above, so nothing below throws unless the policy breaks its
+  //    contract (`victim` returning a protected or absent key, `belady` off its sequence).
   const std::size_t off = offset(layer);
   std::int32_t* map = maps_.data() + off;
   std::int32_t* visible = visible_.data() + off;
@@ -6511,21 +6528,39 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   }
   visible_count = 0;
   std::uint64_t& time = times_[cache_index(layer)];
-  std::int32_t misses = 0;
-  auto plan_copy = [&](cache_key key, std::int32_t slot) {
-    copies[misses++] = copy_op{key - base, slot};
-  };
-  // The keys and the layer were checked above against the same bounds the cache would check.
-  const auto call = detail::slot_cache_unchecked::access_misses(
-      cache, keys, access_context{step_, layer, time}, plan_copy);
-  const std::size_t distinct = call.keys.size();
-  // Every key of the call is resident now (and stays so until the next call).
-  for (std::size_t i = 0; i < distinct; ++i) {
-    const cache_key key = call.keys[i];
-    const std::int32_t slot = detail::slot_cache_unchecked::slot_of(cache, key);
+  // Each key is shown with its slot as it is noted (-1 for a miss of a whole-call policy, shown
+  // again with its new slot as it lands in the copy plan).
+  auto show = [map, visible, base](std::size_t i, cache_key key, std::int32_t slot) {
     visible[i] = key - base;
     map[key - base] = slot;
+  };
+  copy_op* plan_end = copies;
+  auto plan_copy = [map, &plan_end, base](cache_key key, std::int32_t slot) {
+    if constexpr (call_eviction_policy<Policy>) {
+      map[key - base] = slot;
+    } else {
+      (void)map;  // shown once the call has succeeded
+    }
+    *plan_end++ = copy_op{key - base, slot};
+  };
+  // The keys and the layer were checked above against the same bounds the cache would check.
+  using unchecked = detail::slot_cache_unchecked;
+  const access_context ctx{step_, layer, time};
+  unchecked::call_result call;
+  if constexpr (call_eviction_policy<Policy>) {
+    try {
+      call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);
+    } catch (...) {
+      // The policy broke its contract and the cache undid the call; some of its keys may have
+      // been shown already: show none.
+      std::fill(map, map + experts_, -1);
+      throw;
+    }
+  } else {
+    call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);  // shows at the end
   }
+  const auto misses = static_cast<std::int32_t>(call.misses);
+  const std::size_t distinct = call.keys.size();
   visible_count = static_cast<std::int32_t>(distinct);
   time += distinct;
 

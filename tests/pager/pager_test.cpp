@@ -15,6 +15,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -156,6 +157,60 @@ TEST(pager, duplicates_within_and_across_rows_count_once) {
             (std::vector<std::int32_t>{5, 1, 7}));
   EXPECT_EQ(r.misses, 3);
   EXPECT_EQ(p.stats().accesses, 3u);
+}
+
+/// `lru` whose second whole-call victim is a key of the call itself (protected: a broken
+/// contract), so the call fails after its first miss took a slot.
+class victim_in_call : public lru {
+ public:
+  static constexpr std::string_view name = "victim_in_call";
+  void on_call(const call_events& call) noexcept {
+    lru::on_call(call);
+    if (call.victims.size() >= 2) {
+      call.victims[1] = call.keys[0];
+    }
+  }
+};
+static_assert(call_eviction_policy<victim_in_call>);
+
+/// `fifo` (one access at a time) that never finds a victim although one exists.
+class no_victim : public fifo {
+ public:
+  static constexpr std::string_view name = "no_victim";
+  [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
+                                 protected_keys /*is_protected*/) const noexcept {
+    return no_key;
+  }
+};
+static_assert(eviction_policy<no_victim> && !call_eviction_policy<no_victim>);
+
+// A policy breaking its contract fails the call: the layer's experts keep their slots, no miss
+// is counted, and the layer shows no expert (not the slots of misses the cache has undone);
+// other layers are untouched.
+template <class Policy>
+void expect_broken_policy_leaves_the_cache_and_hides_the_layer() {
+  pager<Policy> p({.layers = 2, .experts = 8, .top_k = 3, .capacity = 3});
+  (void)p.prepare(1, std::vector<std::int32_t>{5, 6, 7}, 1, 3);
+  (void)p.prepare(0, std::vector<std::int32_t>{0, 1, 2}, 1, 3);  // layer 0 is full
+  const std::vector<std::int32_t> slots = {p.slot_of(0, 0), p.slot_of(0, 1), p.slot_of(0, 2)};
+  const cache_stats before = p.stats(0);
+  // 0 hits; 3 and 4 miss and need two victims.
+  EXPECT_THROW((void)p.prepare(0, std::vector<std::int32_t>{0, 3, 4}, 1, 3), logic_error);
+  const std::span<const std::int32_t> map = p.expert_map(0);
+  EXPECT_TRUE(std::all_of(map.begin(), map.end(), [](std::int32_t s) { return s == -1; }));
+  EXPECT_EQ((std::vector<std::int32_t>{p.slot_of(0, 0), p.slot_of(0, 1), p.slot_of(0, 2)}), slots);
+  EXPECT_EQ(p.slot_of(0, 3), -1);
+  EXPECT_EQ(p.slot_of(0, 4), -1);
+  EXPECT_EQ(p.stats(0).misses, before.misses);
+  EXPECT_EQ(p.stats(0).evictions, before.evictions);
+  for (const std::int32_t expert : {5, 6, 7}) {
+    EXPECT_GE(p.expert_map(1)[static_cast<std::size_t>(expert)], 0);
+  }
+}
+
+TEST(pager, broken_policy_leaves_the_cache_and_hides_the_layer) {
+  expect_broken_policy_leaves_the_cache_and_hides_the_layer<victim_in_call>();
+  expect_broken_policy_leaves_the_cache_and_hides_the_layer<no_victim>();
 }
 
 TEST(pager, results_of_other_layers_stay_valid) {

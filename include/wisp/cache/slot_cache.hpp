@@ -234,6 +234,9 @@ class slot_cache {
   // the capacity.
   std::span<const cache_key> protect_call(std::span<const cache_key> keys,
                                           const access_context& ctx, const char* where);
+  // Thrown by `protect_call` (after clearing the protection).
+  [[noreturn]] void fail_protect_call(std::size_t distinct, const access_context& ctx,
+                                      const char* where);
   // `access_distinct` minus its checks: every key is in range and `ctx.layer` too.
   template <class Visit>
   std::size_t access_distinct_unchecked(std::span<const cache_key> keys, const access_context& ctx,
@@ -246,11 +249,12 @@ class slot_cache {
     std::size_t from_free = 0;  // the first misses took free slots, the others evicted
   };
   // The same accesses, slots and counters through the policy's `on_call`, in branch-free passes
-  // over the protected distinct `keys` plus one over the misses (calling `on_miss(key, slot)` for
-  // each, in order).
-  template <class OnMiss>
+  // over the protected distinct `keys` plus one over the misses. Calls `note(i, key, slot)` for
+  // each key in order with its slot before the call (-1 for a miss), then `on_miss(key, slot)`
+  // for each miss in order with its new slot.
+  template <class Note, class OnMiss>
   whole_call access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                               OnMiss& on_miss);
+                               Note& note, OnMiss& on_miss);
   // `access_whole_call`, then `report_whole_call`; returns the misses.
   template <class Visit>
   std::size_t run_whole_call(std::span<const cache_key> keys, const access_context& ctx,

@@ -124,6 +124,9 @@ class pager {
   ///   `[0, experts)`, or the call has more distinct experts than the capacity (split it first
   ///   with `plan_token_groups` / `plan_expert_groups`; a single row over the capacity is
   ///   reported as "one token routes to N experts but capacity C").
+  /// @throws wisp::logic_error if the policy breaks its contract (names a victim that is not a
+  ///   resident unprotected key). The layer's map then shows no expert; a whole-call policy's
+  ///   call is undone, while with a per-access policy the accesses before the failing one stand.
   prepare_result prepare(std::int32_t layer, std::span<const std::int32_t> topk_ids,
                          std::int32_t tokens, std::int32_t k) {
     return prepare_impl("pager::prepare", layer, topk_ids, tokens, k);

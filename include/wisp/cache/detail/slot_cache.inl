@@ -165,19 +165,24 @@ access_result slot_cache<Policy>::access(cache_key key, const access_context& ct
 }
 
 template <eviction_policy Policy>
-std::span<const cache_key> slot_cache<Policy>::protect_call(std::span<const cache_key> keys,
-                                                            const access_context& ctx,
-                                                            const char* where) {
+WISP_DETAIL_ALWAYS_INLINE std::span<const cache_key> slot_cache<Policy>::protect_call(
+    std::span<const cache_key> keys, const access_context& ctx, const char* where) {
   call_step_ = ctx.step;
   call_layer_ = ctx.layer;
   const std::span<const cache_key> distinct = protect_.assign(keys);  // begins the call
   if (distinct.size() > static_cast<std::size_t>(capacity_)) [[unlikely]] {
-    protect_.clear();
-    WISP_FAIL(logic_error, "slot_cache::", where, ": ", distinct.size(),
-              " distinct keys requested but capacity is ", capacity_, " (step ", ctx.step,
-              ", layer ", ctx.layer, ")");
+    fail_protect_call(distinct.size(), ctx, where);
   }
   return distinct;
+}
+
+template <eviction_policy Policy>
+void slot_cache<Policy>::fail_protect_call(std::size_t distinct, const access_context& ctx,
+                                           const char* where) {
+  protect_.clear();
+  WISP_FAIL(logic_error, "slot_cache::", where, ": ", distinct,
+            " distinct keys requested but capacity is ", capacity_, " (step ", ctx.step, ", layer ",
+            ctx.layer, ")");
 }
 
 template <eviction_policy Policy>
@@ -261,10 +266,10 @@ WISP_DETAIL_ALWAYS_INLINE void slot_cache<Policy>::access_each(std::span<const c
 }
 
 template <eviction_policy Policy>
-template <class OnMiss>
+template <class Note, class OnMiss>
 WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::whole_call
 slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                                      OnMiss& on_miss) {
+                                      Note& note, OnMiss& on_miss) {
   const std::size_t n = keys.size();
   std::int32_t* const key_to_slot = key_to_slot_.data();
   // Each key's slot before the call (-1: a miss) and the misses, in access order.
@@ -272,10 +277,12 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   cache_key* const missed = missed_.data();
   std::size_t misses = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    const std::int32_t slot = key_to_slot[static_cast<std::size_t>(keys[i])];
+    const cache_key key = keys[i];
+    const std::int32_t slot = key_to_slot[static_cast<std::size_t>(key)];
     before[i] = slot;
-    missed[misses] = keys[i];  // kept only for a miss
+    missed[misses] = key;  // kept only for a miss
     misses += static_cast<std::uint32_t>(slot) >> 31;
+    note(i, key, slot);
   }
   // The policy's victims for the last misses (the first ones pop free slots, as single accesses
   // do).
@@ -289,21 +296,24 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
   std::uint64_t* const evicted_in = evicted_in_.data();
   cache_key* const slot_to_key = slot_to_key_.data();
+  const std::int32_t* const free_top = free_.data() + free_size_ - 1;
+  std::uint64_t* const victim_marks = victim_marks_.data();
+  const std::size_t key_space = key_to_slot_.size();
+  const protected_keys is_protected = protect_.view();
   std::uint64_t collisions = 0;
   for (std::size_t j = 0; j < misses; ++j) {
     std::int32_t slot;
     if (j < from_free) {
-      slot = free_[free_size_ - 1 - j];
+      slot = free_top[-static_cast<std::ptrdiff_t>(j)];
     } else {
       const cache_key victim = victims[j - from_free];
       const auto v = static_cast<std::size_t>(victim);
-      if (v >= key_to_slot_.size() || key_to_slot[v] < 0 || protect_.contains(victim))
-          [[unlikely]] {
+      if (v >= key_space || key_to_slot[v] < 0 || is_protected(victim)) [[unlikely]] {
         fail_call_victim(victim, from_free, j);
       }
       slot = key_to_slot[v];
       key_to_slot[v] = -1;
-      victim_marks_[j - from_free] = evicted_in[v];
+      victim_marks[j - from_free] = evicted_in[v];
       evicted_in[v] = mark;
     }
     const cache_key key = missed[j];
@@ -326,8 +336,9 @@ template <eviction_policy Policy>
 template <class Visit>
 WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::run_whole_call(
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
-  auto ignore = [](cache_key /*key*/, std::int32_t /*slot*/) {};
-  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, ignore), visit);
+  auto no_note = [](std::size_t /*i*/, cache_key /*key*/, std::int32_t /*slot*/) {};
+  auto no_miss = [](cache_key /*key*/, std::int32_t /*slot*/) {};
+  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, no_note, no_miss), visit);
 }
 
 template <eviction_policy Policy>
@@ -541,23 +552,25 @@ namespace detail {
 /// For wisp's own layers only (the pager): one whole call of `keys` (duplicates allowed) without
 /// `slot_cache::access_distinct`'s checks and per-key reports, for a caller that has already
 /// validated every key and the layer against the same bounds (the pager checks ids against
-/// `[0, experts)` with its own error messages) and reads the slots of the hits itself afterwards
-/// (`slot_of`). Calls `on_miss(key, slot)` for each miss, in access order; returns the distinct
-/// keys (valid until the next call) and the number of misses. Calling it with an out-of-range
-/// key or layer is undefined behaviour.
+/// `[0, experts)` with its own error messages). Calls `on_miss(key, slot)` for each miss with its
+/// new slot, in access order, and `note(i, key, slot)` once for the i-th distinct key, in order,
+/// with `slot` -1 for a miss whose `on_miss` is still to come and the key's current slot
+/// otherwise (a caller storing both ends with every key's slot). Returns the distinct keys (valid
+/// until the next call) and the number of misses. Calling it with an out-of-range key or layer
+/// is undefined behaviour.
 struct slot_cache_unchecked {
   struct call_result {
     std::span<const cache_key> keys;  ///< distinct keys of the call, first-seen order
     std::size_t misses = 0;
   };
-  template <class Policy, class OnMiss>
-  WISP_DETAIL_ALWAYS_INLINE static call_result access_misses(slot_cache<Policy>& cache,
+  template <class Policy, class Note, class OnMiss>
+  WISP_DETAIL_ALWAYS_INLINE static call_result access_noting(slot_cache<Policy>& cache,
                                                              std::span<const cache_key> keys,
-                                                             const access_context& ctx,
+                                                             const access_context& ctx, Note& note,
                                                              OnMiss& on_miss) {
     const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
     if constexpr (call_eviction_policy<Policy>) {
-      return {distinct, cache.access_whole_call(distinct, ctx, on_miss).misses};
+      return {distinct, cache.access_whole_call(distinct, ctx, note, on_miss).misses};
     } else {
       auto report = [&on_miss](cache_key key, const access_result& r) {
         if (!r.hit) {
@@ -566,14 +579,11 @@ struct slot_cache_unchecked {
       };
       const std::uint64_t misses_before = cache.stats_.misses;
       cache.access_each(distinct, ctx, report);
+      for (std::size_t i = 0; i < distinct.size(); ++i) {
+        note(i, distinct[i], cache.key_to_slot_[static_cast<std::size_t>(distinct[i])]);
+      }
       return {distinct, static_cast<std::size_t>(cache.stats_.misses - misses_before)};
     }
-  }
-  /// `slot_cache::slot_of` without the check of `key`.
-  template <class Policy>
-  WISP_DETAIL_ALWAYS_INLINE static std::int32_t slot_of(const slot_cache<Policy>& cache,
-                                                        cache_key key) noexcept {
-    return cache.key_to_slot_[static_cast<std::size_t>(key)];
   }
 };
 }  // namespace detail

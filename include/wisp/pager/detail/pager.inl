@@ -151,9 +151,9 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
 
   // 2. Hide the previous call's experts, make this call's resident in one bulk cache call (begin
   //    the call, protect every key, access the distinct ones in first-seen order at times time,
-  //    time + 1, ...; each miss lands in the copy plan), then show them. Every precondition was
-  //    checked above, so nothing below throws unless the policy breaks its contract (`victim`
-  //    returning a protected or absent key, `belady` off its sequence).
+  //    time + 1, ...; each miss lands in the copy plan) and show them as the cache reports them.
+  //    Every precondition was checked above, so nothing below throws unless the policy breaks its
+  //    contract (`victim` returning a protected or absent key, `belady` off its sequence).
   const std::size_t off = offset(layer);
   std::int32_t* map = maps_.data() + off;
   std::int32_t* visible = visible_.data() + off;
@@ -165,21 +165,39 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   }
   visible_count = 0;
   std::uint64_t& time = times_[cache_index(layer)];
-  std::int32_t misses = 0;
-  auto plan_copy = [&](cache_key key, std::int32_t slot) {
-    copies[misses++] = copy_op{key - base, slot};
-  };
-  // The keys and the layer were checked above against the same bounds the cache would check.
-  const auto call = detail::slot_cache_unchecked::access_misses(
-      cache, keys, access_context{step_, layer, time}, plan_copy);
-  const std::size_t distinct = call.keys.size();
-  // Every key of the call is resident now (and stays so until the next call).
-  for (std::size_t i = 0; i < distinct; ++i) {
-    const cache_key key = call.keys[i];
-    const std::int32_t slot = detail::slot_cache_unchecked::slot_of(cache, key);
+  // Each key is shown with its slot as it is noted (-1 for a miss of a whole-call policy, shown
+  // again with its new slot as it lands in the copy plan).
+  auto show = [map, visible, base](std::size_t i, cache_key key, std::int32_t slot) {
     visible[i] = key - base;
     map[key - base] = slot;
+  };
+  copy_op* plan_end = copies;
+  auto plan_copy = [map, &plan_end, base](cache_key key, std::int32_t slot) {
+    if constexpr (call_eviction_policy<Policy>) {
+      map[key - base] = slot;
+    } else {
+      (void)map;  // shown once the call has succeeded
+    }
+    *plan_end++ = copy_op{key - base, slot};
+  };
+  // The keys and the layer were checked above against the same bounds the cache would check.
+  using unchecked = detail::slot_cache_unchecked;
+  const access_context ctx{step_, layer, time};
+  unchecked::call_result call;
+  if constexpr (call_eviction_policy<Policy>) {
+    try {
+      call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);
+    } catch (...) {
+      // The policy broke its contract and the cache undid the call; some of its keys may have
+      // been shown already: show none.
+      std::fill(map, map + experts_, -1);
+      throw;
+    }
+  } else {
+    call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);  // shows at the end
   }
+  const auto misses = static_cast<std::int32_t>(call.misses);
+  const std::size_t distinct = call.keys.size();
   visible_count = static_cast<std::int32_t>(distinct);
   time += distinct;
 
