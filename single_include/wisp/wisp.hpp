@@ -3889,7 +3889,7 @@ struct call_events {
 /// misses, `victim` followed by `on_erase` of it, then `on_insert`. It must not allocate. The
 /// cache checks every victim (a resident, unprotected key, each at most once) and throws
 /// `wisp::logic_error` otherwise, its maps and counters unchanged (the policy's state is then
-/// unspecified). `wisp::lru` provides it: one splice of its list per call.
+/// unspecified). `wisp::lru` provides it: one pass over its list per call.
 template <class P>
 concept call_eviction_policy = eviction_policy<P> && requires(P& policy, const call_events& call) {
   { policy.on_call(call) }
@@ -4064,9 +4064,9 @@ namespace wisp {
 /// An intrusive doubly-linked list over key-indexed arrays. `on_insert`, `on_hit`, `on_erase`:
 /// O(1). `victim`: O(1 + p), p = protected keys at the LRU end that it skips (at most the size of
 /// the current call). `on_call` (a whole call, see `call_eviction_policy`): O(keys + victims),
-/// branch-free but for the victims: it unlinks the call's keys, takes the victims from the front
-/// (no protected key is left to skip there) and relinks the keys at the back in access order,
-/// which is the order the per-access events leave. Allocation-free after `reset`. Not thread-safe.
+/// branch-free but for the victims: one pass moves the call's keys to the back in access order
+/// (the order the per-access events leave), then the victims are taken from the front (no
+/// protected key is left to skip there). Allocation-free after `reset`. Not thread-safe.
 /// @code
 /// wisp::slot_cache<wisp::lru> cache(wisp::key_layout::per_layer(64), 8);
 /// @endcode

@@ -268,7 +268,7 @@ struct call_events {
 /// misses, `victim` followed by `on_erase` of it, then `on_insert`. It must not allocate. The
 /// cache checks every victim (a resident, unprotected key, each at most once) and throws
 /// `wisp::logic_error` otherwise, its maps and counters unchanged (the policy's state is then
-/// unspecified). `wisp::lru` provides it: one splice of its list per call.
+/// unspecified). `wisp::lru` provides it: one pass over its list per call.
 template <class P>
 concept call_eviction_policy = eviction_policy<P> && requires(P& policy, const call_events& call) {
   { policy.on_call(call) }
