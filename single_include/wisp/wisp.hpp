@@ -4990,6 +4990,16 @@ class slot_cache {
   cache_stats stats_;
 };
 
+/// Counters summed over `caches` (the caches of a `per_layer_cache` or a `pager`). O(caches).
+template <eviction_policy Policy>
+[[nodiscard]] cache_stats total_stats(std::span<const slot_cache<Policy>> caches) noexcept {
+  cache_stats total;
+  for (const slot_cache<Policy>& c : caches) {
+    total += c.stats();
+  }
+  return total;
+}
+
 }  // namespace wisp
 
 // ---- begin wisp/cache/detail/slot_cache.inl ----------------------------------------------------
@@ -5666,11 +5676,7 @@ class per_layer_cache {
   }
   /// Counters summed over all layers. O(L).
   [[nodiscard]] cache_stats stats() const noexcept {
-    cache_stats total;
-    for (const cache_type& c : caches_) {
-      total += c.stats();
-    }
-    return total;
+    return total_stats(std::span<const cache_type>(caches_));
   }
 
  private:
@@ -6297,11 +6303,7 @@ class pager {
   [[nodiscard]] const cache_stats& stats(std::int32_t layer) const { return cache(layer).stats(); }
   /// Counters summed over every cache. O(layers).
   [[nodiscard]] cache_stats stats() const noexcept {
-    cache_stats total;
-    for (const cache_type& c : caches_) {
-      total += c.stats();
-    }
-    return total;
+    return total_stats(std::span<const cache_type>(caches_));
   }
 
  private:

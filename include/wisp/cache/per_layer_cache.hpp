@@ -105,11 +105,7 @@ class per_layer_cache {
   }
   /// Counters summed over all layers. O(L).
   [[nodiscard]] cache_stats stats() const noexcept {
-    cache_stats total;
-    for (const cache_type& c : caches_) {
-      total += c.stats();
-    }
-    return total;
+    return total_stats(std::span<const cache_type>(caches_));
   }
 
  private:

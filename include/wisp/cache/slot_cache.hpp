@@ -288,6 +288,16 @@ class slot_cache {
   cache_stats stats_;
 };
 
+/// Counters summed over `caches` (the caches of a `per_layer_cache` or a `pager`). O(caches).
+template <eviction_policy Policy>
+[[nodiscard]] cache_stats total_stats(std::span<const slot_cache<Policy>> caches) noexcept {
+  cache_stats total;
+  for (const slot_cache<Policy>& c : caches) {
+    total += c.stats();
+  }
+  return total;
+}
+
 }  // namespace wisp
 
 #include <wisp/cache/detail/slot_cache.inl>

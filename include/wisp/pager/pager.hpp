@@ -250,11 +250,7 @@ class pager {
   [[nodiscard]] const cache_stats& stats(std::int32_t layer) const { return cache(layer).stats(); }
   /// Counters summed over every cache. O(layers).
   [[nodiscard]] cache_stats stats() const noexcept {
-    cache_stats total;
-    for (const cache_type& c : caches_) {
-      total += c.stats();
-    }
-    return total;
+    return total_stats(std::span<const cache_type>(caches_));
   }
 
  private:
