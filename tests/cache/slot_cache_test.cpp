@@ -109,6 +109,9 @@ TYPED_TEST(SlotCache, CapacityEqualsKeySpace) {
     EXPECT_EQ(d.cache_.stats().hits, static_cast<std::uint64_t>(experts));
     EXPECT_EQ(d.cache_.stats().evictions, 0u);
     EXPECT_TRUE(d.cache_.invariants_hold());
+    d.cache_.reset_stats();  // zeroes the counters, keeps the contents
+    EXPECT_EQ(d.cache_.stats(), cache_stats{});
+    EXPECT_EQ(d.cache_.size(), experts);
   }
 }
 

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <vector>
 
 namespace {
@@ -97,10 +98,14 @@ TEST(Shards, RateOneIsExact) {
     for (const auto key : stream) {
       EXPECT_TRUE(sampled.access(key));
     }
+    EXPECT_EQ(sampled.adjusted(), adjust);
+    EXPECT_EQ(sampled.sampled_keys(), exact.distinct);
     const auto estimate = sampled.estimate(exact.distinct + 5);
     for (std::uint64_t c = 0; c <= exact.distinct + 5; ++c) {
       ASSERT_DOUBLE_EQ(estimate.ratio(c), exact.curve.ratio(c)) << "capacity " << c;
       ASSERT_DOUBLE_EQ(sampled.estimated_miss_ratio(c), exact.curve.ratio(c));
+      ASSERT_NEAR(sampled.estimated_misses(c),
+                  exact.curve.ratio(c) * static_cast<double>(stream.size()), 1e-6);
     }
   }
 }
@@ -146,6 +151,8 @@ TEST(Shards, SampledSubstreamHasExactDistances) {
   }
   EXPECT_EQ(sampled.sample_histogram(), want);
   EXPECT_EQ(sampled.sampled_accesses(), substream.size());
+  EXPECT_EQ(sampled.sampled_keys(),
+            std::set<std::uint32_t>(substream.begin(), substream.end()).size());
 }
 
 TEST(Shards, RejectsBadArguments) {

@@ -53,6 +53,7 @@ TEST(virtual_expert_tensor, rows_read_back_after_unrelated_rows_are_mapped_and_u
   const std::size_t stride = 3 * page / 2 + 40;  // misaligned: boundary granules are shared
   tensor t(pool, {.max_rows = 40, .row_stride = stride});
   EXPECT_EQ(t.granules(), (40 * stride + page - 1) / page);
+  EXPECT_EQ(t.reserved_bytes(), t.granules() * page);
   std::byte* const base = t.data();
   t.map_rows(10, 3);
   for (std::size_t r = 10; r < 13; ++r) {
