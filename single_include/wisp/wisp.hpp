@@ -4939,10 +4939,6 @@ class slot_cache {
   // Thrown by `protect_call` (after clearing the protection).
   [[noreturn]] void fail_protect_call(std::size_t distinct, const access_context& ctx,
                                       const char* where);
-  // `access_distinct` minus its checks: every key is in range and `ctx.layer` too.
-  template <class Visit>
-  std::size_t access_distinct_unchecked(std::span<const cache_key> keys, const access_context& ctx,
-                                        Visit& visit);
   // The accesses of a protected call, one after the other (a repeated key hits).
   template <class Visit>
   void access_each(std::span<const cache_key> keys, const access_context& ctx, Visit& visit);
@@ -4979,8 +4975,8 @@ class slot_cache {
   std::vector<std::uint64_t> evicted_in_;  // key -> step + 1 of its last eviction, 0 = never
   protect_set protect_;                    // the current call's keys
   // Scratch of `access_whole_call` (empty unless the policy takes whole calls): each key's slot
-  // before the call, the missed keys (one spare entry), the victims and their previous eviction
-  // marks (to undo a failed call).
+  // before the call, the missed keys, the victims and their previous eviction marks (to undo a
+  // failed call). A call has at most `capacity_` distinct keys, so key_space entries suffice.
   std::vector<std::int32_t> call_slots_;
   std::vector<cache_key> missed_;
   std::vector<cache_key> victims_;
@@ -5022,7 +5018,7 @@ slot_cache<Policy>::slot_cache(key_layout layout, std::int32_t capacity, Policy 
   protect_ = protect_set(n);
   if constexpr (call_eviction_policy<Policy>) {
     call_slots_.assign(size, -1);
-    missed_.assign(size + 1, no_key);
+    missed_.assign(size, no_key);
     victims_.assign(size, no_key);
     victim_marks_.assign(size, 0);
   }
@@ -5222,22 +5218,13 @@ requires std::invocable<Visit&, cache_key, const access_result&>
   // Validate the whole call once; the accesses run unchecked.
   check_context(ctx);
   check_keys(keys, "access_distinct");
-  return access_distinct_unchecked(keys, ctx, visit);
-}
-
-template <eviction_policy Policy>
-template <class Visit>
-WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::access_distinct_unchecked(
-    std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
+  const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
   if constexpr (call_eviction_policy<Policy>) {
-    const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
     run_whole_call(call_keys, ctx, visit);
-    return call_keys.size();
   } else {
-    const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
     access_each(call_keys, ctx, visit);
-    return call_keys.size();
   }
+  return call_keys.size();
 }
 
 template <eviction_policy Policy>

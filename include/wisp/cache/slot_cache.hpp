@@ -237,10 +237,6 @@ class slot_cache {
   // Thrown by `protect_call` (after clearing the protection).
   [[noreturn]] void fail_protect_call(std::size_t distinct, const access_context& ctx,
                                       const char* where);
-  // `access_distinct` minus its checks: every key is in range and `ctx.layer` too.
-  template <class Visit>
-  std::size_t access_distinct_unchecked(std::span<const cache_key> keys, const access_context& ctx,
-                                        Visit& visit);
   // The accesses of a protected call, one after the other (a repeated key hits).
   template <class Visit>
   void access_each(std::span<const cache_key> keys, const access_context& ctx, Visit& visit);
@@ -277,8 +273,8 @@ class slot_cache {
   std::vector<std::uint64_t> evicted_in_;  // key -> step + 1 of its last eviction, 0 = never
   protect_set protect_;                    // the current call's keys
   // Scratch of `access_whole_call` (empty unless the policy takes whole calls): each key's slot
-  // before the call, the missed keys (one spare entry), the victims and their previous eviction
-  // marks (to undo a failed call).
+  // before the call, the missed keys, the victims and their previous eviction marks (to undo a
+  // failed call). A call has at most `capacity_` distinct keys, so key_space entries suffice.
   std::vector<std::int32_t> call_slots_;
   std::vector<cache_key> missed_;
   std::vector<cache_key> victims_;

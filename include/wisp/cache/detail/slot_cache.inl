@@ -22,7 +22,7 @@ slot_cache<Policy>::slot_cache(key_layout layout, std::int32_t capacity, Policy 
   protect_ = protect_set(n);
   if constexpr (call_eviction_policy<Policy>) {
     call_slots_.assign(size, -1);
-    missed_.assign(size + 1, no_key);
+    missed_.assign(size, no_key);
     victims_.assign(size, no_key);
     victim_marks_.assign(size, 0);
   }
@@ -222,22 +222,13 @@ requires std::invocable<Visit&, cache_key, const access_result&>
   // Validate the whole call once; the accesses run unchecked.
   check_context(ctx);
   check_keys(keys, "access_distinct");
-  return access_distinct_unchecked(keys, ctx, visit);
-}
-
-template <eviction_policy Policy>
-template <class Visit>
-WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::access_distinct_unchecked(
-    std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
+  const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
   if constexpr (call_eviction_policy<Policy>) {
-    const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
     run_whole_call(call_keys, ctx, visit);
-    return call_keys.size();
   } else {
-    const std::span<const cache_key> call_keys = protect_call(keys, ctx, "access_distinct");
     access_each(call_keys, ctx, visit);
-    return call_keys.size();
   }
+  return call_keys.size();
 }
 
 template <eviction_policy Policy>
