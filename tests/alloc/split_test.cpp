@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // Exact split arithmetic, the admission floor, the smallest feasible budget and byte parsing.
+#include "support/expect_error.hpp"
+
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/alloc/split.hpp>
 #include <wisp/alloc/units.hpp>
@@ -90,12 +92,7 @@ TEST(Split, CapOutsideTopKToExpertsIsRejected) {
   EXPECT_THROW((void)make_split(m, 80_GiB, 65), wisp::logic_error);
   EXPECT_NO_THROW((void)make_split(m, 80_GiB, 8));   // capacity == k
   EXPECT_NO_THROW((void)make_split(m, 80_GiB, 64));  // capacity == E
-  try {
-    (void)make_split(m, 80_GiB, 0);
-    FAIL();
-  } catch (const wisp::logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("[8, 64]"), std::string::npos) << e.what();
-  }
+  wisp::test::expect_error([&] { (void)make_split(m, 80_GiB, 0); }, "[8, 64]");
 }
 
 TEST(AdmissionFloor, BlocksRoundUpAndAdmits) {
@@ -143,28 +140,18 @@ TEST(AdmissionFloor, SmallestBudgetIsExact) {
     const auto lowest = wisp::alloc::minimum_budget(m, f);
     EXPECT_EQ(wisp::alloc::max_feasible_cap(m, lowest, f), m.top_k);
     const byte_size below{lowest.count() - 1};
-    try {
-      (void)wisp::alloc::max_feasible_cap(m, below, f);
-      FAIL() << "expected infeasible";
-    } catch (const wisp::infeasible_error& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find(std::to_string(below.count())), std::string::npos) << what;
-      EXPECT_NE(what.find(std::to_string(lowest.count())), std::string::npos) << what;
-      EXPECT_NE(what.find("32764 tokens"), std::string::npos) << what;  // the floor
-    }
+    wisp::test::expect_error<wisp::infeasible_error>(
+        [&] { (void)wisp::alloc::max_feasible_cap(m, below, f); }, std::to_string(below.count()),
+        std::to_string(lowest.count()), "32764 tokens");  // the floor
   }
 }
 
 TEST(AdmissionFloor, BudgetBelowTheMinimumExpertCap) {
   const auto m = model_preset("qwen3-30b-a3b");
-  try {
-    (void)wisp::alloc::max_feasible_cap(m, 1_GiB, {});
-    FAIL();
-  } catch (const wisp::infeasible_error& e) {
-    const std::string what = e.what();
-    EXPECT_NE(what.find("below the fixed cost of the minimum expert cap"), std::string::npos);
-    EXPECT_NE(what.find(std::to_string(m.expert_pool_bytes(8).count())), std::string::npos);
-  }
+  wisp::test::expect_error<wisp::infeasible_error>(
+      [&] { (void)wisp::alloc::max_feasible_cap(m, 1_GiB, {}); },
+      "below the fixed cost of the minimum expert cap",
+      std::to_string(m.expert_pool_bytes(8).count()));
 }
 
 TEST(Units, ParsesSizesExactly) {

@@ -2,6 +2,7 @@
 // virtual_expert_tensor on posix_vmm: contents survive unrelated mapping traffic, boundary
 // granules are shared and reference-counted, resize keeps resident rows byte-identical at a fixed
 // base address, no memory is wasted, moves and errors.
+#include "support/expect_error.hpp"
 #include "vmm/fault_vmm.hpp"
 #include "vmm/support.hpp"
 
@@ -155,12 +156,8 @@ TEST(virtual_expert_tensor, running_out_changes_nothing) {
   t.map_rows(0, 3);
   test::fill_row(t.row(1), page, 1, 9);
   const auto before = test::take(t);
-  try {
-    t.map_rows(2, 5);  // needs 4 new pages, 2 left
-    FAIL() << "mapped past the limit";
-  } catch (const out_of_memory& e) {
-    EXPECT_NE(std::string(e.what()).find("limit of 5 pages"), std::string::npos) << e.what();
-  }
+  // Needs 4 new pages, 2 left.
+  test::expect_error<out_of_memory>([&] { t.map_rows(2, 5); }, "limit of 5 pages");
   EXPECT_EQ(test::take(t), before);
   EXPECT_THROW(t.resize_resident(8), out_of_memory);
   EXPECT_EQ(test::take(t), before);
@@ -173,13 +170,7 @@ TEST(virtual_expert_tensor, errors_name_the_values) {
   EXPECT_THROW(tensor(pool, {.max_rows = 8, .row_stride = 0}), logic_error);
   EXPECT_THROW(tensor(pool, {.max_rows = SIZE_MAX / 2, .row_stride = 4}), logic_error);
   tensor t(pool, {.max_rows = 8, .row_stride = 100});
-  try {
-    t.map_rows(6, 3);
-    FAIL() << "mapped past max_rows";
-  } catch (const logic_error& e) {
-    EXPECT_NE(std::string(e.what()).find("rows [6, 9) leave [0, max_rows = 8)"), std::string::npos)
-        << e.what();
-  }
+  test::expect_error([&] { t.map_rows(6, 3); }, "rows [6, 9) leave [0, max_rows = 8)");
   EXPECT_THROW(t.resize_resident(9), logic_error);
   t.map_rows(0, 2);
   EXPECT_THROW(t.unmap_rows(1, 8), logic_error);  // checked before anything is unmapped
