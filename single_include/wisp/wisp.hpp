@@ -8083,15 +8083,11 @@ concept fused_moe_kernel = requires(K& kernel, const fused_moe_args& args) {
 /// O(1). Engines call it in debug paths; kernels may call it before launching.
 /// @throws wisp::logic_error naming the first bad size.
 inline void check_fused_moe_args(const fused_moe_args& a) {
-  WISP_EXPECTS(a.tokens >= 0 && a.top_k >= 1 && a.hidden_dim >= 1, "fused_moe_args: tokens ",
-               a.tokens, ", top_k ", a.top_k, ", hidden_dim ", a.hidden_dim,
-               " must be >= 0, >= 1, >= 1");
-  const auto rows = static_cast<std::size_t>(a.tokens);
-  const auto ids = rows * static_cast<std::size_t>(a.top_k);
-  const auto values = rows * static_cast<std::size_t>(a.hidden_dim);
-  WISP_EXPECTS(a.topk_ids.size() == ids && a.topk_weights.size() == ids,
-               "fused_moe_args: topk_ids holds ", a.topk_ids.size(), " and topk_weights ",
-               a.topk_weights.size(), " entries but tokens * top_k = ", ids);
+  detail::check_topk_shape("fused_moe_args", a.topk_ids.size(), a.tokens, a.top_k);
+  WISP_EXPECTS(a.topk_weights.size() == a.topk_ids.size(), "fused_moe_args: topk_weights holds ",
+               a.topk_weights.size(), " entries for ", a.topk_ids.size(), " topk_ids");
+  WISP_EXPECTS(a.hidden_dim >= 1, "fused_moe_args: hidden_dim must be >= 1, got ", a.hidden_dim);
+  const auto values = static_cast<std::size_t>(a.tokens) * static_cast<std::size_t>(a.hidden_dim);
   WISP_EXPECTS(a.hidden.size() == values && a.out.size() == values, "fused_moe_args: hidden holds ",
                a.hidden.size(), " and out ", a.out.size(),
                " values but tokens * hidden_dim = ", values);
