@@ -160,9 +160,7 @@ class format_error : public error {
   /// @param offset byte offset in the input where the problem was detected, or `no_offset`.
   /// @param what   description of the problem; the offset is prepended when known.
   format_error(std::uint64_t offset, const std::string& what)
-      : error(offset == no_offset ? what : "at byte " + std::to_string(offset) + ": " + what),
-        offset_(offset),
-        problem_(what) {}
+      : error(located(offset, what)), offset_(offset), problem_(what) {}
 
   explicit format_error(const std::string& what) : format_error(no_offset, what) {}
 
@@ -180,9 +178,13 @@ class format_error : public error {
 
  private:
   format_error(std::uint64_t offset, const std::string& file, const std::string& problem)
-      : error(file + ": " + format_error(offset, problem).what()),
+      : error(file + ": " + located(offset, problem)),
         offset_(offset),
         problem_(file + ": " + problem) {}
+  // `what` behind "at byte N: " when the offset is known.
+  static std::string located(std::uint64_t offset, const std::string& what) {
+    return offset == no_offset ? what : "at byte " + std::to_string(offset) + ": " + what;
+  }
 
   std::uint64_t offset_;
   std::string problem_;  // the description without the offset
