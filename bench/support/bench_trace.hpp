@@ -24,8 +24,11 @@ inline bench_trace load_bench_trace() {
   if (std::filesystem::is_directory(dir)) {
     return {trace::import_esft(dir), "ESFT"};
   }
-  return {trace::make_synthetic_trace(trace::synthetic_preset("default"), 8222, 1),
-          "ESFT ABSENT: synthetic default trace (8222 steps, seed 1)"};
+  return {
+      trace::make_synthetic_trace(trace::synthetic_preset("default"),
+                                  trace::default_synthetic_steps, trace::default_synthetic_seed),
+      "ESFT ABSENT: synthetic default trace (" + std::to_string(trace::default_synthetic_steps) +
+          " steps, seed " + std::to_string(trace::default_synthetic_seed) + ")"};
 }
 
 }  // namespace wisp::bench

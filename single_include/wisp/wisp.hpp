@@ -2326,6 +2326,13 @@ class xoshiro256ss {
   return trace;
 }
 
+/// Steps of the synthetic stand-in for the ESFT trace: as many as that trace has tokens, so a
+/// replay of `make_synthetic_trace(synthetic_preset("default"), default_synthetic_steps,
+/// default_synthetic_seed)` is comparable with one of `import_esft`.
+inline constexpr std::size_t default_synthetic_steps = 8222;
+/// Seed of the synthetic stand-in for the ESFT trace.
+inline constexpr std::uint64_t default_synthetic_seed = 1;
+
 /// @brief Names accepted by `synthetic_preset`.
 [[nodiscard]] inline std::vector<std::string_view> synthetic_preset_names() {
   return {"default", "deepseek-v2-lite", "qwen3-30b-a3b", "mixtral-8x7b", "olmoe-1b-7b", "uniform"};

@@ -99,7 +99,9 @@ TEST(Synthetic, SkewAndLocalityRaiseHitRates) {
 // The "default" preset tracks the real ESFT trace: per-layer LRU hit rate within 0.1 at 8, 16, 32
 // with the same number of steps. Prints both curves (docs/synthetic.md quotes them).
 TEST(Synthetic, DefaultPresetIsCalibratedAgainstEsft) {
-  const auto synth = make_synthetic_trace(synthetic_preset("default"), 8222, 1);
+  const auto synth =
+      make_synthetic_trace(synthetic_preset("default"), wisp::trace::default_synthetic_steps,
+                           wisp::trace::default_synthetic_seed);
   const std::vector<int> caps = {1, 2, 4, 8, 16, 32, 64};
   const std::filesystem::path dir =
       std::filesystem::path(WISP_TEST_TRACES_DIR) / "raw" / "esft_deepseek_v2_lite_intent";

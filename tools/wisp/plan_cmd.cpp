@@ -99,7 +99,8 @@ trace::synthetic_config synthetic_for(const alloc::model_spec& m) {
 
 trace::routing_trace load_trace(const std::string& file, const alloc::model_spec& m) {
   if (file.empty()) {
-    return trace::make_synthetic_trace(synthetic_for(m), synthetic_steps, synthetic_seed);
+    return trace::make_synthetic_trace(synthetic_for(m), trace::default_synthetic_steps,
+                                       trace::default_synthetic_seed);
   }
   trace::routing_trace t = read_trace_file(file);
   const auto& s = t.shape();

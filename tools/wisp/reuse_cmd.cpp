@@ -9,17 +9,13 @@
 
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/trace_profile.hpp>
-#include <wisp/trace/esft.hpp>
 #include <wisp/trace/routing_trace.hpp>
-#include <wisp/trace/synthetic.hpp>
-#include <wisp/trace/wtrace.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>

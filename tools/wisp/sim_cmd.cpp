@@ -12,10 +12,7 @@
 #include <wisp/core/error.hpp>
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
-#include <wisp/trace/esft.hpp>
 #include <wisp/trace/routing_trace.hpp>
-#include <wisp/trace/synthetic.hpp>
-#include <wisp/trace/wtrace.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -25,14 +22,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <memory>
 #include <sstream>
 #include <string>
 #include <string_view>
-#include <system_error>
 #include <utility>
 #include <vector>
 

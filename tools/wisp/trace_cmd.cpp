@@ -216,8 +216,8 @@ void add_trace_command(CLI::App& app) {
   // wisp trace synth [--preset NAME] [--steps N] [--seed S] -o OUT.wtrace
   struct synth_args {
     std::string preset = "default";
-    std::size_t steps = 8222;
-    std::uint64_t seed = 1;
+    std::size_t steps = trace::default_synthetic_steps;
+    std::uint64_t seed = trace::default_synthetic_seed;
     std::string output;
   };
   auto ya = std::make_shared<synth_args>();

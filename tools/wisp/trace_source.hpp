@@ -16,10 +16,6 @@
 
 namespace wisp::tool {
 
-// The built-in synthetic trace: as many steps as the ESFT trace has tokens, seed 1.
-inline constexpr std::size_t synthetic_steps = 8222;
-inline constexpr std::uint64_t synthetic_seed = 1;
-
 // Help text of a FILE argument that load_trace accepts.
 inline constexpr const char* trace_file_help =
     "a .wtrace file, 'synthetic' (built-in default synthetic trace, 8222 steps, seed 1), or an "
@@ -37,8 +33,9 @@ inline trace::routing_trace read_trace_file(const std::string& file) {
 // `synthetic`, or what read_trace_file reads.
 inline trace::routing_trace load_trace(const std::string& file) {
   if (file == "synthetic") {
-    return trace::make_synthetic_trace(trace::synthetic_preset("default"), synthetic_steps,
-                                       synthetic_seed);
+    return trace::make_synthetic_trace(trace::synthetic_preset("default"),
+                                       trace::default_synthetic_steps,
+                                       trace::default_synthetic_seed);
   }
   return read_trace_file(file);
 }
