@@ -118,10 +118,10 @@ wisp::pager<Policy> make_pager() {
 }
 
 /// Prepares call `cursor` of the stream (`ids`, `total` calls), starting a step at layer 0, and
-/// advances `cursor` cyclically; returns the call's misses.
+/// advances `cursor` cyclically.
 template <class Policy>
-std::int32_t prepare_next(wisp::pager<Policy>& pager, const std::vector<std::int32_t>& ids,
-                          std::size_t total, std::size_t& cursor) {
+void prepare_next(wisp::pager<Policy>& pager, const std::vector<std::int32_t>& ids,
+                  std::size_t total, std::size_t& cursor) {
   const auto layer = static_cast<std::int32_t>(cursor % layers);
   if (layer == 0) {
     pager.begin_step();
@@ -130,18 +130,15 @@ std::int32_t prepare_next(wisp::pager<Policy>& pager, const std::vector<std::int
       layer, std::span<const std::int32_t>(ids.data() + cursor * top_k, top_k), 1, top_k);
   benchmark::DoNotOptimize(r.expert_map.data());
   cursor = cursor + 1 == total ? 0 : cursor + 1;
-  return r.misses;
 }
 
-/// Runs `calls` prepares of the stream (cyclically from `cursor`); returns the misses.
+/// Runs `calls` prepares of the stream (cyclically from `cursor`).
 template <class Policy>
-std::int64_t run_calls(wisp::pager<Policy>& pager, std::size_t& cursor, std::size_t calls) {
+void run_calls(wisp::pager<Policy>& pager, std::size_t& cursor, std::size_t calls) {
   const std::vector<std::int32_t>& ids = stream();
-  std::int64_t misses = 0;
   for (std::size_t i = 0; i < calls; ++i) {
-    misses += prepare_next(pager, ids, ids.size() / top_k, cursor);
+    prepare_next(pager, ids, ids.size() / top_k, cursor);
   }
-  return misses;
 }
 
 template <class Policy>

@@ -34,10 +34,7 @@ struct evaluate_options {
 alloc::eval_phase phase(const alloc::model_spec& m, double tool_fraction, std::uint32_t rounds) {
   alloc::eval_phase p;
   p.kv.sessions = 16;
-  p.kv.concurrency = 2;
-  p.kv.context = 8192;
-  p.kv.long_turn = {1024, 3072, 32};
-  p.kv.tool_turn = {64, 256, 160};
+  p.kv.concurrency = 2;  // context and turn shapes: agentic_config's defaults
   p.kv.tool_call_fraction = tool_fraction;
   p.experts = trace::synthetic_preset(m.name);
   if (tool_fraction > 0.5) {  // tool-call bursts revisit a small expert set
