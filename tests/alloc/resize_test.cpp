@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The dual-resize control law on scripted peak sequences: targets, shrink-then-grow order, the
 // footprint bound, the dead-zone and the fail-safe path.
+#include "support/expect_error.hpp"
+
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/alloc/resize.hpp>
 #include <wisp/alloc/split.hpp>
@@ -11,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -148,6 +151,13 @@ TEST(DualResize, DeadZoneSkipsSmallMovesButNeverAFloorViolation) {
   plan = wisp::alloc::plan_dual_resize(m, B, f, starved, 0, {0, 100});
   EXPECT_FALSE(plan.empty());
   EXPECT_TRUE(f.admits(m, plan.to));
+  // Staying put is no escape from the budget: a current split made for a larger one is an error.
+  const auto stale = wisp::alloc::make_split(m, 16_GiB, 37);
+  wisp::test::expect_error(
+      [&] {
+        (void)wisp::alloc::plan_dual_resize(m, B, f, stale, 600, {0, 2});
+      },
+      "exceeds the budget of " + std::to_string(B.count()));
 }
 
 TEST(DualResize, FailedStepLeavesThePreviousSplit) {
