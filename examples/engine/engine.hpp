@@ -51,6 +51,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -81,7 +82,6 @@ class copy_engine {
           std::chrono::duration<double>(static_cast<double>(n) / bw_));
     }
     bytes_ += n;
-    ++copies_;
   }
   /// Waits until every issued copy has completed at the emulated bandwidth.
   void sync() const {
@@ -97,13 +97,11 @@ class copy_engine {
     }
   }
   [[nodiscard]] std::uint64_t bytes() const noexcept { return bytes_; }
-  [[nodiscard]] std::uint64_t copies() const noexcept { return copies_; }
 
  private:
   double bw_;
   clock_type::time_point busy_until_{};
   std::uint64_t bytes_ = 0;
-  std::uint64_t copies_ = 0;
 };
 
 enum class arm_kind : std::uint8_t { full, static_offload, pager, pager_plan, pager_dynamic };
@@ -146,8 +144,15 @@ struct engine_options {
   /// rollback) with the pool and its requested size; returning true makes that pull fail with the
   /// pool unchanged.
   std::function<bool(wisp::alloc::pool, std::uint64_t)> lever_fault;
-  /// Tests: forced per-layer cap changes `(forward index, cap)` for the pager arms.
+  /// Tests: forced per-layer cap changes `(forward index, cap)` for the pager arms, each counted in
+  /// `arm_result::resizes` or, when it fails and is rolled back, `resize_failures`; the KV pool
+  /// keeps its blocks. @throws wisp::logic_error (from `run_arm`) for another arm, or a cap outside
+  /// `[k, E]` or that does not fit the budget beside the KV blocks.
   std::vector<std::pair<std::int32_t, std::int32_t>> forced_resizes;
+  /// Tests: called in every per-layer expert resize (forced, dynamic and their rollbacks) with the
+  /// layer and the cap, after the layer's tensor has grown and before the pager resizes the layer;
+  /// returning true makes that step throw, as a failing `pager::resize_layer` would.
+  std::function<bool(std::int32_t, std::int32_t)> layer_fault;
   std::function<void(const std::string&)> progress;  ///< called now and then with a status line
 };
 
@@ -169,8 +174,8 @@ struct arm_result {
   std::string note;  ///< why infeasible, or the split used
   double decode_tok_s = 0, prefill_tok_s = 0, ttft_s = 0, tpot_s = 0, hit_rate = 0;
   double seconds = 0;
-  std::uint64_t bytes_moved = 0, preemptions = 0, resizes = 0, decode_tokens = 0,
-                prefill_tokens = 0;
+  std::uint64_t bytes_moved = 0, preemptions = 0, decode_tokens = 0, prefill_tokens = 0;
+  std::uint64_t resizes = 0;  ///< successful resizes (forced, and applied pager+dynamic attempts)
   std::int32_t cap = 0;
   std::uint64_t kv_blocks = 0;
   std::uint64_t output_digest = 0;
@@ -178,7 +183,7 @@ struct arm_result {
   std::vector<std::uint64_t> logits_hashes;        ///< per request
   std::vector<std::string> rejected;               ///< rejection messages
   std::uint64_t controller_moves = 0;    ///< pager+dynamic: applied resizes the controller proposed
-  std::uint64_t resize_failures = 0;     ///< pager+dynamic: attempts rolled back
+  std::uint64_t resize_failures = 0;     ///< resizes (forced or pager+dynamic) rolled back
   std::vector<resize_event> resize_log;  ///< pager+dynamic: every attempt
 };
 
@@ -227,13 +232,19 @@ class runner {
         opt_(opt),
         reqs_(reqs),
         spec_(alloc_spec(w.cfg)),
+        budget_(opt.budget_bytes),
         floor_(workload_floor(reqs,
                               opt.arm == arm_kind::pager_plan || opt.arm == arm_kind::pager_dynamic
                                   ? 1
                                   : opt.max_running)),
         copies_(opt.bandwidth),
         kernel_(w.cfg.hidden, w.cfg.intermediate),
-        vmm_pool_(wisp::posix_vmm{wisp::posix_vmm_options{.granule = std::size_t{64} << 10}}) {}
+        vmm_pool_(wisp::posix_vmm{wisp::posix_vmm_options{.granule = std::size_t{64} << 10}}) {
+    const std::int32_t d = cfg_.head_dim();
+    for (std::int32_t i = 0; i < d / 2; ++i) {
+      rope_freq_.push_back(std::pow(10000.0, -2.0 * i / d));
+    }
+  }
 
   arm_result run() {
     arm_result res;
@@ -243,7 +254,8 @@ class runner {
       return res;
     }
     kv_ = std::make_unique<kv_block_pool>(
-        kv_blocks_, static_cast<std::size_t>(cfg_.block_tokens) * cfg_.kv_floats_per_token());
+        static_cast<std::size_t>(current_.kv_blocks),
+        static_cast<std::size_t>(cfg_.block_tokens) * cfg_.kv_floats_per_token());
     sched_ = std::make_unique<scheduler>(*kv_, cfg_.block_tokens, opt_.max_running);
     sessions_.resize(reqs_.size());
     for (std::size_t i = 0; i < reqs_.size(); ++i) {
@@ -257,15 +269,13 @@ class runner {
     std::int32_t forward = 0;
     std::size_t done = 0;
     while (!sched_->idle()) {
-      const double now = seconds_since(t0);
-      batch_plan plan = sched_->next(now);
+      batch_plan plan = sched_->next();
       if (plan.sessions.empty()) {
         break;  // nothing admissible (cannot happen: rejected sessions never queue)
       }
       for (const auto& [at, cap] : opt_.forced_resizes) {
         if (at == forward) {
-          resize_experts(cap);
-          ++resizes_;
+          force_resize(cap);
         }
       }
       const auto f0 = clock_type::now();
@@ -294,7 +304,8 @@ class runner {
         opt_.progress(res.name + ": forward " + std::to_string(forward) + ", " +
                       std::to_string(done) + "/" + std::to_string(reqs_.size()) +
                       " sessions done, " + std::to_string(sched_->running()) + " running, cap " +
-                      std::to_string(cap_) + ", KV blocks " + std::to_string(kv_->capacity()));
+                      std::to_string(current_.expert_cap) + ", KV blocks " +
+                      std::to_string(kv_->capacity()));
       }
     }
     res.seconds = seconds_since(t0);
@@ -328,7 +339,7 @@ class runner {
     res.resizes = resizes_;
     res.controller_moves = controller_moves_;
     res.resize_failures = resize_failures_;
-    res.cap = cap_;
+    res.cap = static_cast<std::int32_t>(current_.expert_cap);
     res.kv_blocks = kv_->capacity();
     if (pager_) {
       res.hit_rate = pager_->stats().hit_rate();
@@ -344,83 +355,66 @@ class runner {
   }
 
   // ---------------------------------------------------------------- memory plan per arm
+  /// Sets `current_`, the split in force, and builds the arm's expert memory.
   bool plan_memory(arm_result& res) {
-    const wisp::byte_size budget{opt_.budget_bytes};
-    const std::uint64_t block_bytes = spec_.kv_block_bytes().count();
-    const std::uint64_t floor_blocks = floor_.blocks(spec_.block_tokens);
     const auto E = static_cast<std::uint64_t>(cfg_.experts);
-    auto kv_left = [&](std::uint64_t expert_bytes) -> std::uint64_t {
-      return expert_bytes > opt_.budget_bytes ? 0
-                                              : (opt_.budget_bytes - expert_bytes) / block_bytes;
-    };
     switch (opt_.arm) {
-      case arm_kind::full: {
-        const std::uint64_t eb = cfg_.all_expert_bytes();
-        kv_blocks_ = kv_left(eb);
-        if (eb > opt_.budget_bytes || kv_blocks_ < floor_blocks) {
-          res.note = "infeasible: all experts need " + std::to_string(eb >> 20) +
-                     " MiB plus a KV floor of " + std::to_string(floor_blocks) +
-                     " blocks, budget " + std::to_string(opt_.budget_bytes >> 20) + " MiB";
+      case arm_kind::full:
+      case arm_kind::static_offload: {
+        // Every expert of every layer, or (static-offload) one layer's staging set: the split of
+        // a one-layer model with every expert resident.
+        const bool full = opt_.arm == arm_kind::full;
+        wisp::alloc::model_spec resident = spec_;
+        resident.layers = full ? resident.layers : 1;
+        const wisp::byte_size eb = resident.expert_pool_bytes(E);
+        if (eb <= budget_) {
+          current_ = wisp::alloc::make_split(resident, budget_, E);
+        }
+        if (eb > budget_ || !floor_.admits(resident, current_)) {
+          res.note = std::string("infeasible: ") + (full ? "all experts" : "one layer's experts") +
+                     " need " + std::to_string(eb.count() >> 20) + " MiB plus a KV floor of " +
+                     std::to_string(floor_.blocks(spec_.block_tokens)) + " blocks, budget " +
+                     std::to_string(opt_.budget_bytes >> 20) + " MiB";
           return false;
         }
-        cap_ = cfg_.experts;
-        make_tensors(static_cast<std::size_t>(cfg_.layers), E);
-        for (std::int32_t l = 0; l < cfg_.layers; ++l) {
+        make_tensors(full ? static_cast<std::size_t>(cfg_.layers) : 1, E);
+        for (std::int32_t l = 0; full && l < cfg_.layers; ++l) {
           for (std::int32_t e = 0; e < cfg_.experts; ++e) {
             std::memcpy(tensors_[static_cast<std::size_t>(l)]->row(static_cast<std::size_t>(e)),
                         w_.master(l, e), cfg_.expert_bytes());
           }
         }
-        break;
-      }
-      case arm_kind::static_offload: {
-        const std::uint64_t eb = E * cfg_.expert_bytes();
-        kv_blocks_ = kv_left(eb);
-        if (eb > opt_.budget_bytes || kv_blocks_ < floor_blocks) {
-          res.note = "infeasible: one layer's experts need " + std::to_string(eb >> 20) +
-                     " MiB plus the KV floor";
-          return false;
-        }
-        cap_ = cfg_.experts;
-        make_tensors(1, E);
+        identity_.resize(static_cast<std::size_t>(cfg_.experts));
+        std::iota(identity_.begin(), identity_.end(), 0);
         break;
       }
       case arm_kind::pager:
       case arm_kind::pager_plan:
       case arm_kind::pager_dynamic: {
-        std::uint32_t cap = 0;
-        std::uint64_t blocks = 0;
         try {
           if (opt_.arm == arm_kind::pager && opt_.cap > 0) {
-            WISP_EXPECTS(opt_.cap >= cfg_.top_k && opt_.cap <= cfg_.experts, "cap ", opt_.cap,
-                         " outside [k, E]");
-            const wisp::alloc::split s = wisp::alloc::make_split(spec_, budget, opt_.cap);
-            cap = s.expert_cap;
-            blocks = s.kv_blocks;
+            current_ =
+                wisp::alloc::make_split(spec_, budget_, static_cast<std::uint64_t>(opt_.cap));
           } else if (opt_.arm == arm_kind::pager) {
-            cap = wisp::alloc::max_feasible_cap(spec_, budget, floor_);
-            blocks = wisp::alloc::make_split(spec_, budget, cap).kv_blocks;
+            current_ = wisp::alloc::make_split(
+                spec_, budget_, wisp::alloc::max_feasible_cap(spec_, budget_, floor_));
           } else {
-            const wisp::alloc::configuration conf = offline_plan(budget);
-            cap = conf.knobs.per_layer_expert_cap;
-            blocks = conf.knobs.kv_blocks;
+            current_ = offline_plan().choice;
           }
         } catch (const wisp::error& e) {
           res.note = std::string("infeasible: ") + e.what();
           return false;
         }
-        cap_ = static_cast<std::int32_t>(cap);
-        kv_blocks_ = blocks;
-        current_ = wisp::alloc::make_split(spec_, budget, cap, blocks);
+        const auto cap = static_cast<std::int32_t>(current_.expert_cap);
         pager_ = std::make_unique<wisp::pager<Policy>>(wisp::pager_config{.layers = cfg_.layers,
                                                                           .experts = cfg_.experts,
                                                                           .top_k = cfg_.top_k,
-                                                                          .capacity = cap_,
+                                                                          .capacity = cap,
                                                                           .max_tokens = 1024});
-        make_tensors(static_cast<std::size_t>(cfg_.layers), static_cast<std::size_t>(cap_));
+        make_tensors(static_cast<std::size_t>(cfg_.layers), static_cast<std::size_t>(cap));
         if (opt_.arm == arm_kind::pager_dynamic) {
           try {
-            start_controller(budget);
+            start_controller();
           } catch (const wisp::error& e) {
             res.note = std::string("infeasible: ") + e.what();
             return false;
@@ -429,12 +423,30 @@ class runner {
         break;
       }
     }
-    res.note = "cap " + std::to_string(cap_) + ", " + std::to_string(kv_blocks_) + " KV blocks";
+    res.note = "cap " + std::to_string(current_.expert_cap) + ", " +
+               std::to_string(current_.kv_blocks) + " KV blocks";
     return true;
   }
 
+  /// KV blocks of a request's whole context (prompt + tokens to generate).
+  [[nodiscard]] std::uint64_t context_blocks(const request& r) const noexcept {
+    return blocks_for_tokens(
+        r.prompt.size() + static_cast<std::uint64_t>(std::max(r.max_new_tokens, 0)),
+        spec_.block_tokens);
+  }
+
+  /// The cost model's parameters: the copy engine's bandwidth, or when it is unthrottled the
+  /// library's default bandwidth.
+  [[nodiscard]] wisp::alloc::cost_params cost_params() const {
+    wisp::alloc::cost_params p;
+    if (opt_.bandwidth > 0) {
+      p.bandwidth_bytes_per_second = opt_.bandwidth;
+    }
+    return p;
+  }
+
   /// WiSP Eq. 7 from the routing trace's per-layer reuse profile and a working-set KV curve.
-  wisp::alloc::configuration offline_plan(wisp::byte_size budget) {
+  wisp::alloc::configuration offline_plan() {
     wisp::reuse::miss_curve expert_curve;
     if (opt_.trace != nullptr) {
       expert_curve = wisp::reuse::miss_curve{
@@ -443,8 +455,7 @@ class runner {
     // KV working set: the blocks of the `max_running` longest sessions (those served at once).
     std::vector<std::uint64_t> blocks;
     for (const request& r : reqs_) {
-      blocks.push_back((r.prompt.size() + r.max_new_tokens + spec_.block_tokens - 1) /
-                       spec_.block_tokens);
+      blocks.push_back(context_blocks(r));
     }
     std::sort(blocks.rbegin(), blocks.rend());
     std::uint64_t working = 0;
@@ -454,11 +465,8 @@ class runner {
     }
     const auto rounds = static_cast<std::uint64_t>(reqs_.empty() ? 1 : reqs_[0].max_new_tokens);
     wisp::alloc::cost_model<> cost{
-        spec_,
-        expert_curve,
-        wisp::alloc::working_set_kv_curve(working, rounds),
-        {.bandwidth_bytes_per_second = opt_.bandwidth > 0 ? opt_.bandwidth : 25e9}};
-    return wisp::alloc::configure(cost, budget, floor_);
+        spec_, expert_curve, wisp::alloc::working_set_kv_curve(working, rounds), cost_params()};
+    return wisp::alloc::configure(cost, budget_, floor_);
   }
 
   void make_tensors(std::size_t count, std::size_t resident) {
@@ -471,27 +479,49 @@ class runner {
   }
 
   // ---------------------------------------------------------------- resizing (drained barriers)
-  /// Sets every layer's cap (pager and tensors); strong: on failure every layer is as before.
+  /// A forced cap change (`engine_options::forced_resizes`): the KV pool keeps its blocks.
+  void force_resize(std::int32_t cap) {
+    WISP_EXPECTS(pager_ != nullptr, "forced resizes need a pager arm, not ", arm_name(opt_.arm));
+    // Throws on a cap outside [k, E] or one that does not fit beside the KV pool.
+    const wisp::alloc::split to = wisp::alloc::make_split(
+        spec_, budget_, static_cast<std::uint64_t>(std::max(cap, 0)), current_.kv_blocks);
+    if (resize_experts(cap)) {
+      current_ = to;
+      ++resizes_;
+      if (ctl_) {
+        ctl_->set_cap(to.expert_cap);
+      }
+    } else {
+      ++resize_failures_;
+    }
+    check_split();
+  }
+
+  /// Sets every layer's cap (pager and tensors); strong: on failure every layer, the one that
+  /// failed included, is as before.
   bool resize_experts(std::int32_t cap) {
-    const std::int32_t old = cap_;
-    std::int32_t done = 0;
+    const std::int32_t old = pager_->capacity(0);  // every layer's (check_split)
+    std::int32_t l = 0;
     try {
-      for (; done < cfg_.layers; ++done) {
-        resize_layer(done, cap);
+      for (; l < cfg_.layers; ++l) {
+        resize_layer(l, cap);
       }
     } catch (...) {
-      for (std::int32_t l = 0; l < done; ++l) {
-        resize_layer(l, old);
+      // Layer l failed part-way (its tensor may have grown before its pager resize threw).
+      for (std::int32_t u = l; u >= 0; --u) {
+        resize_layer(u, old);
       }
       return false;
     }
-    cap_ = cap;
     return true;
   }
   void resize_layer(std::int32_t l, std::int32_t cap) {
     auto& t = *tensors_[static_cast<std::size_t>(l)];
     if (static_cast<std::size_t>(cap) > t.resident_rows()) {
       t.resize_resident(static_cast<std::size_t>(cap));  // grow: map first
+    }
+    if (opt_.layer_fault && opt_.layer_fault(l, cap)) {
+      WISP_FAIL(wisp::error, "injected fault resizing layer ", l, " to cap ", cap);
     }
     pager_->prepare(l, std::span<const std::int32_t>{}, 0, cfg_.top_k);  // drained: unprotect
     const wisp::resize_report rep = pager_->resize_layer(l, cap);
@@ -500,6 +530,20 @@ class runner {
                   cfg_.expert_bytes());
     }
     t.resize_resident(static_cast<std::size_t>(cap));  // shrink: unmap the tail
+  }
+
+  /// After every resize attempt: each layer's pager cap and tensor rows, and the KV pool, are
+  /// those of the split in force. @throws wisp::logic_error naming the layer that differs.
+  void check_split() const {
+    const auto cap = static_cast<std::int32_t>(current_.expert_cap);
+    for (std::int32_t l = 0; l < cfg_.layers; ++l) {
+      const std::size_t rows = tensors_[static_cast<std::size_t>(l)]->resident_rows();
+      WISP_EXPECTS(pager_->capacity(l) == cap && rows == static_cast<std::size_t>(cap), "layer ", l,
+                   " has pager cap ", pager_->capacity(l), " and ", rows,
+                   " resident rows but the split in force has cap ", cap);
+    }
+    WISP_EXPECTS(kv_->capacity() == current_.kv_blocks, "the KV pool has ", kv_->capacity(),
+                 " blocks but the split in force has ", current_.kv_blocks);
   }
 
   struct levers {
@@ -525,10 +569,8 @@ class runner {
   /// The controller starts at the offline plan's cap; one exact reuse-distance counter per layer
   /// (per-layer scope, keys = experts) and one over KV blocks (keys = (request, block index), so
   /// a block keeps its key when the pool compacts it or a preempted session recomputes it).
-  void start_controller(wisp::byte_size budget) {
-    const wisp::alloc::cost_params params{.bandwidth_bytes_per_second =
-                                              opt_.bandwidth > 0 ? opt_.bandwidth : 25e9};
-    ctl_.emplace(spec_, budget, floor_, params, opt_.controller, current_.expert_cap);
+  void start_controller() {
+    ctl_.emplace(spec_, budget_, floor_, cost_params(), opt_.controller, current_.expert_cap);
     for (std::int32_t l = 0; l < cfg_.layers; ++l) {
       expert_reuse_.emplace_back(static_cast<std::size_t>(cfg_.experts));
     }
@@ -536,9 +578,7 @@ class runner {
     std::uint64_t keys = 0;
     for (const request& r : reqs_) {
       kv_key_base_.push_back(keys);
-      keys += (r.prompt.size() + static_cast<std::uint64_t>(std::max(r.max_new_tokens, 0)) +
-               spec_.block_tokens - 1) /
-              spec_.block_tokens;
+      keys += context_blocks(r);
     }
     kv_reuse_.emplace(static_cast<std::size_t>(std::max<std::uint64_t>(keys, 1)));
   }
@@ -548,7 +588,7 @@ class runner {
     for (const session* s : plan.sessions) {
       const auto i = static_cast<std::size_t>(s - sessions_.data());
       const std::uint64_t blocks =
-          (static_cast<std::uint64_t>(s->kv_len) + spec_.block_tokens - 1) / spec_.block_tokens;
+          blocks_for_tokens(static_cast<std::uint64_t>(s->kv_len), spec_.block_tokens);
       for (std::uint64_t b = 0; b < blocks; ++b) {
         ctl_->record_kv(kv_reuse_->access(static_cast<std::uint32_t>(kv_key_base_[i] + b)));
       }
@@ -569,18 +609,17 @@ class runner {
   /// shrinking first; commit only on success, else the previous split stands.
   void dynamic_barrier(std::int32_t forward, arm_result& res) {
     const wisp::alloc::controller_decision d = ctl_->end_burst();
-    const wisp::byte_size budget{opt_.budget_bytes};
     const std::uint64_t peak = std::max<std::uint64_t>(burst_peak_kv_, sched_->kv_demand());
     burst_peak_kv_ = 0;
     const wisp::alloc::split law =
-        wisp::alloc::dual_resize_target(spec_, budget, floor_, peak, opt_.dynamic_headroom);
+        wisp::alloc::dual_resize_target(spec_, budget_, floor_, peak, opt_.dynamic_headroom);
     const std::uint32_t wanted = d.moves() ? d.next : current_.expert_cap;
     const std::uint32_t target = std::min(wanted, law.expert_cap);
     if (target == current_.expert_cap) {
       return;
     }
     const wisp::alloc::resize_plan plan = wisp::alloc::plan_transition(
-        spec_, budget, current_, wisp::alloc::make_split(spec_, budget, target));
+        spec_, budget_, current_, wisp::alloc::make_split(spec_, budget_, target));
     levers l{this};
     const wisp::alloc::resize_outcome out = wisp::alloc::apply_resize(plan, l);
     resize_event ev;
@@ -599,7 +638,8 @@ class runner {
     } else {
       ++resize_failures_;
     }
-    ev.cap_after = cap_;
+    check_split();  // the engine holds the split apply_resize reports
+    ev.cap_after = pager_->capacity(0);
     ev.kv_after = kv_->capacity();
     res.resize_log.push_back(ev);
   }
@@ -673,11 +713,11 @@ class runner {
 
   void rope(float* v, std::int32_t pos) const {
     const std::int32_t d = cfg_.head_dim();
-    for (std::int32_t h = 0; h < cfg_.heads; ++h) {
-      for (std::int32_t i = 0; i < d / 2; ++i) {
-        const double theta = pos * std::pow(10000.0, -2.0 * i / d);
-        const auto c = static_cast<float>(std::cos(theta));
-        const auto sn = static_cast<float>(std::sin(theta));
+    for (std::int32_t i = 0; i < d / 2; ++i) {  // the same rotation in every head
+      const double theta = pos * rope_freq_[static_cast<std::size_t>(i)];
+      const auto c = static_cast<float>(std::cos(theta));
+      const auto sn = static_cast<float>(std::sin(theta));
+      for (std::int32_t h = 0; h < cfg_.heads; ++h) {
         float* p = v + h * d + 2 * i;
         const float a = p[0], b = p[1];
         p[0] = a * c - b * sn;
@@ -785,10 +825,6 @@ class runner {
   void moe(std::int32_t l, std::int32_t T) {
     const std::int32_t K = cfg_.top_k;
     if (!pager_) {
-      identity_.resize(static_cast<std::size_t>(cfg_.experts));
-      for (std::int32_t e = 0; e < cfg_.experts; ++e) {
-        identity_[static_cast<std::size_t>(e)] = e;
-      }
       auto& t = *tensors_[opt_.arm == arm_kind::full ? static_cast<std::size_t>(l) : 0];
       if (opt_.arm == arm_kind::static_offload) {
         for (std::int32_t e = 0; e < cfg_.experts; ++e) {
@@ -834,6 +870,7 @@ class runner {
   engine_options opt_;
   const std::vector<request>& reqs_;
   wisp::alloc::model_spec spec_;
+  wisp::byte_size budget_;
   wisp::alloc::admission_floor floor_;
   copy_engine copies_;
   cpu_reference_moe kernel_;
@@ -843,9 +880,7 @@ class runner {
   std::unique_ptr<kv_block_pool> kv_;
   std::unique_ptr<scheduler> sched_;
   std::vector<session> sessions_;
-  std::int32_t cap_ = 0;
-  std::uint64_t kv_blocks_ = 0;
-  wisp::alloc::split current_{};
+  wisp::alloc::split current_{};  // the split in force (check_split)
   std::uint64_t resizes_ = 0;
   std::uint64_t controller_moves_ = 0;
   std::uint64_t resize_failures_ = 0;
@@ -856,7 +891,9 @@ class runner {
   std::uint64_t burst_peak_kv_ = 0;         // most KV blocks in use this burst
   std::vector<row> rows_;
   std::vector<float> x_, norm_, qkv_, attn_, moe_, gates_, scores_, logits_, rlogits_, probs_;
-  std::vector<std::int32_t> ids_, identity_;
+  std::vector<std::int32_t> ids_;
+  std::vector<std::int32_t> identity_;  // full and static-offload: the expert map
+  std::vector<double> rope_freq_;       // 10000^(-2i/d) for i in [0, d/2)
 };
 
 }  // namespace detail

@@ -29,7 +29,8 @@ constexpr const char* usage = R"(usage: wisp-engine [options]
                         trace FILE.wtrace (recorded routing)
   --layers N --experts N --top-k N --hidden N   model shape (default 8 x 64, top-6, 256)
   --burst N             pager+dynamic: forwards per controller burst (default 4)
-  --decay G             pager+dynamic: controller's per-burst decay gamma in [0, 1] (default 0.9)
+  --decay G             pager+dynamic: controller's per-burst decay gamma in [0, 1] (default 0:
+                        only the last burst counts)
   --json                print the comparison as JSON
 )";
 

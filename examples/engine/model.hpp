@@ -34,7 +34,8 @@ namespace wisp_engine {
   return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-/// @brief Shape of the model. The defaults make expert weights ~94% of the model's bytes.
+/// @brief Shape of the model. The defaults make expert weights ~95% of the model's bytes (96 MiB of
+/// experts, 4.75 MiB of dense weights).
 struct model_config {
   std::int32_t layers = 8;          ///< decoder layers, each with an MoE FFN
   std::int32_t experts = 64;        ///< routed experts per layer

@@ -26,6 +26,12 @@
 
 namespace wisp_engine {
 
+/// KV blocks of `block_tokens` tokens that hold `tokens` tokens: `ceil(tokens / block_tokens)`.
+[[nodiscard]] constexpr std::uint64_t blocks_for_tokens(std::uint64_t tokens,
+                                                        std::uint64_t block_tokens) noexcept {
+  return (tokens + block_tokens - 1) / block_tokens;
+}
+
 /// @brief KV blocks of `block_floats` floats each, lowest free index first. Not thread-safe.
 class kv_block_pool {
  public:
@@ -35,7 +41,6 @@ class kv_block_pool {
   [[nodiscard]] std::size_t capacity() const noexcept { return used_.size(); }
   [[nodiscard]] std::size_t used() const noexcept { return in_use_; }
   [[nodiscard]] std::size_t free_blocks() const noexcept { return capacity() - in_use_; }
-  [[nodiscard]] std::size_t block_floats() const noexcept { return block_floats_; }
 
   /// Takes the lowest free block, or nullopt. O(capacity).
   std::optional<std::int32_t> allocate() {
@@ -115,7 +120,6 @@ struct session {
   std::string reject_reason;
   double t_first = -1;  ///< seconds from start to the first generated token
   double t_done = -1;
-  std::uint64_t admit_order = 0;
   [[nodiscard]] std::int32_t len() const noexcept {
     return static_cast<std::int32_t>(tokens.size());
   }
@@ -137,7 +141,8 @@ class scheduler {
       : pool_(&pool), block_tokens_(block_tokens), max_running_(max_running) {}
 
   [[nodiscard]] std::size_t blocks_for(std::int64_t tokens) const noexcept {
-    return static_cast<std::size_t>((tokens + block_tokens_ - 1) / block_tokens_);
+    return static_cast<std::size_t>(blocks_for_tokens(static_cast<std::uint64_t>(tokens),
+                                                      static_cast<std::uint64_t>(block_tokens_)));
   }
 
   /// Queues `s`, or rejects it (state `rejected`, `reject_reason` set) when its whole context can
@@ -158,9 +163,9 @@ class scheduler {
   /// @brief The next batch: newly admitted sessions (a prefill), else every running session (a
   /// decode step, after growing block tables and preempting where the pool is full). Empty when
   /// everything is done.
-  batch_plan next(double now) {
+  batch_plan next() {
     batch_plan plan;
-    admit(plan, now);
+    admit(plan);
     if (!plan.sessions.empty()) {
       plan.prefill = true;
       return plan;
@@ -237,8 +242,7 @@ class scheduler {
     }
     return true;
   }
-  void admit(batch_plan& plan, double now) {
-    (void)now;
+  void admit(batch_plan& plan) {
     while (!waiting_.empty() && running_.size() < static_cast<std::size_t>(max_running_)) {
       session* s = waiting_.front();
       if (!fits_ever(*s)) {  // the pool may have shrunk since it was queued
@@ -254,7 +258,6 @@ class scheduler {
       }
       waiting_.pop_front();
       s->state = session_state::running;
-      s->admit_order = admissions_++;
       running_.push_back(s);
       plan.sessions.push_back(s);
     }
@@ -279,7 +282,6 @@ class scheduler {
   std::deque<session*> waiting_;
   std::vector<session*> running_;  // in admission order
   std::uint64_t preemptions_ = 0;
-  std::uint64_t admissions_ = 0;
 };
 
 }  // namespace wisp_engine
