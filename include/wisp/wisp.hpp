@@ -62,4 +62,6 @@
 
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
+
+#include <wisp/transfer/timeline.hpp>
 // clang-format on
