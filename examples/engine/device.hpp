@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief The modelled device: expert memory (rows of `wisp::virtual_expert_tensor`), one
+/// host-to-device link and one compute queue (`wisp::device_timeline`), joined per row by events.
+///
+/// - A **copy** of `n` expert rows costs `latency + n * expert_bytes / bandwidth` on the link
+///   (`wisp::link_model`), whatever the host's `memcpy` speed: the link is modelled, not measured.
+///   It starts no earlier than the link is free, the caller's event (e.g. the router that decided
+///   it) and the end of every launch that read its destination rows (a copy never overwrites a
+///   row that a kernel still reads).
+/// - A **compute** op is host code whose CPU time is measured (or, in tests, given by a
+///   `compute_clock`); it starts when the compute queue is free and its waits have happened. A
+///   launch waits only for the copies into the rows it reads.
+/// - The real bytes still move, so outputs stay real: a copy records its source and the `memcpy`
+///   happens just before the first launch that reads the row (`materialize`), outside every
+///   measured region, so its host time is never charged on top of the modelled link time.
+#pragma once
+
+#include "model.hpp"
+
+#include <wisp/transfer/timeline.hpp>
+#include <wisp/vmm/page_pool.hpp>
+#include <wisp/vmm/posix_vmm.hpp>
+#include <wisp/vmm/virtual_expert_tensor.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace wisp_engine {
+
+/// What a compute op does (for a modelled `compute_clock`).
+enum class compute_op : std::uint8_t {
+  embed,      ///< token embeddings; units = rows
+  attention,  ///< RMSNorm, QKV, RoPE, attention over the KV blocks and the router; units = rows
+  plan,       ///< the residency arm's host-side planning of one layer; units = 1
+  kernel,     ///< one fused-MoE launch; units = positions (token, j) computed
+  combine,    ///< the ordered sum of a layer's positions and the residual; units = rows
+  head        ///< the LM head on each session's last row; units = rows
+};
+
+/// Seconds a compute op takes given its kind and units; empty = measure the host CPU time.
+using compute_clock = std::function<double(compute_op, std::int64_t units)>;
+
+/// Host-to-device copy: master experts `[expert, expert + count)` of the current layer into rows
+/// `[row, row + count)` of tensor `tensor` (one copy, one link latency).
+struct row_copy {
+  std::int32_t tensor = 0;
+  std::int32_t row = 0;
+  std::int32_t expert = 0;
+  std::int32_t count = 1;
+};
+
+/// @brief The modelled device of one arm's run. Not thread-safe.
+class device {
+ public:
+  using tensor_type = wisp::virtual_expert_tensor<wisp::posix_vmm>;
+
+  /// @throws wisp::logic_error if `link` is invalid.
+  device(const model_weights& w, const wisp::link_model& link, compute_clock clock = {})
+      : w_(&w),
+        timeline_(link),
+        clock_(std::move(clock)),
+        pool_(wisp::posix_vmm{wisp::posix_vmm_options{.granule = std::size_t{64} << 10}}) {}
+
+  // ------------------------------------------------------------------ memory
+  /// A new tensor of up to `E` rows with `resident` rows mapped. @returns its index.
+  std::int32_t add_tensor(std::size_t resident) {
+    const auto E = static_cast<std::size_t>(w_->cfg.experts);
+    tensors_.push_back(
+        std::make_unique<tensor_type>(pool_, wisp::expert_tensor_shape{E, w_->cfg.expert_bytes()}));
+    tensors_.back()->resize_resident(resident);
+    rows_.emplace_back(E);
+    return static_cast<std::int32_t>(tensors_.size() - 1);
+  }
+  [[nodiscard]] tensor_type& tensor(std::int32_t t) { return *tensors_[idx(t)]; }
+  [[nodiscard]] std::size_t tensors() const noexcept { return tensors_.size(); }
+
+  /// Untimed copy (initial residency, warm-up): the bytes land now and cost no link time.
+  void fill(std::int32_t layer, const row_copy& c) {
+    for (std::int32_t i = 0; i < c.count; ++i) {
+      row_state& r = rows_[idx(c.tensor)][static_cast<std::size_t>(c.row + i)];
+      std::memcpy(tensor(c.tensor).row(static_cast<std::size_t>(c.row + i)),
+                  w_->master(layer, c.expert + i), w_->cfg.expert_bytes());
+      r.pending = nullptr;
+    }
+  }
+
+  /// A timed copy on the link (see the file comment). @returns when it lands.
+  wisp::timeline_event copy(std::int32_t layer, const row_copy& c, wisp::timeline_event after) {
+    auto& rows = rows_[idx(c.tensor)];
+    for (std::int32_t i = 0; i < c.count; ++i) {
+      after.time = std::max(after.time, rows[static_cast<std::size_t>(c.row + i)].free.time);
+    }
+    const wisp::timeline_event done =
+        timeline_.copy(static_cast<std::uint64_t>(c.count) * w_->cfg.expert_bytes(), after);
+    for (std::int32_t i = 0; i < c.count; ++i) {
+      row_state& r = rows[static_cast<std::size_t>(c.row + i)];
+      r.ready = done;
+      r.pending = w_->master(layer, c.expert + i);
+    }
+    expert_copies_ += static_cast<std::uint64_t>(c.count);
+    return done;
+  }
+
+  /// When the last copy into row `row` of tensor `t` lands.
+  [[nodiscard]] wisp::timeline_event ready(std::int32_t t, std::int32_t row) const {
+    return rows_[idx(t)][static_cast<std::size_t>(row)].ready;
+  }
+  /// Performs the pending real copy into the row, if any (outside measured regions).
+  void materialize(std::int32_t t, std::int32_t row) {
+    row_state& r = rows_[idx(t)][static_cast<std::size_t>(row)];
+    if (r.pending != nullptr) {
+      std::memcpy(tensor(t).row(static_cast<std::size_t>(row)), r.pending, w_->cfg.expert_bytes());
+      r.pending = nullptr;
+    }
+  }
+  /// Materializes every pending copy of tensor `t` (before it is resized or its rows move).
+  void flush(std::int32_t t) {
+    for (std::size_t r = 0; r < rows_[idx(t)].size(); ++r) {
+      materialize(t, static_cast<std::int32_t>(r));
+    }
+  }
+  /// A launch that ends at `done` read the row: a later copy into it waits for `done`.
+  void read(std::int32_t t, std::int32_t row, wisp::timeline_event done) {
+    row_state& r = rows_[idx(t)][static_cast<std::size_t>(row)];
+    r.free.time = std::max(r.free.time, done.time);
+  }
+  /// A device-side row move (a resize at a drained barrier): bytes and events follow the row.
+  void move_row(std::int32_t t, std::int32_t from, std::int32_t to) {
+    materialize(t, from);
+    materialize(t, to);
+    std::memcpy(tensor(t).row(static_cast<std::size_t>(to)),
+                tensor(t).row(static_cast<std::size_t>(from)), w_->cfg.expert_bytes());
+    auto& rows = rows_[idx(t)];
+    const row_state src = rows[static_cast<std::size_t>(from)];
+    row_state& dst = rows[static_cast<std::size_t>(to)];
+    dst.ready = src.ready;
+    dst.free.time = std::max(dst.free.time, src.free.time);
+  }
+
+  // ------------------------------------------------------------------ compute
+  /// Runs `f` (which returns the op's units) as a compute op that starts after `waits`; its
+  /// duration is the measured CPU time, or the clock's for `(op, units)`. @returns when it ends.
+  template <class F>
+  wisp::timeline_event compute(compute_op op, F&& f,
+                               std::span<const wisp::timeline_event> waits = {}) {
+    double seconds = 0;
+    if (clock_) {
+      const std::int64_t units = f();
+      seconds = clock_(op, units);
+    } else {
+      const auto t0 = std::chrono::steady_clock::now();
+      (void)f();
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return timeline_.compute(seconds, waits);
+  }
+
+  /// When the compute queue is free (the time the next compute op would start at the earliest).
+  [[nodiscard]] double compute_free() const noexcept { return timeline_.compute_done().time; }
+  [[nodiscard]] const wisp::device_timeline& timeline() const noexcept { return timeline_; }
+  /// Expert rows copied over the link so far.
+  [[nodiscard]] std::uint64_t expert_copies() const noexcept { return expert_copies_; }
+
+ private:
+  struct row_state {
+    wisp::timeline_event ready{};        // the last copy into the row lands
+    wisp::timeline_event free{};         // the last launch that read the row ends
+    const std::byte* pending = nullptr;  // real bytes still to copy in
+  };
+  static std::size_t idx(std::int32_t t) noexcept { return static_cast<std::size_t>(t); }
+
+  const model_weights* w_;
+  wisp::device_timeline timeline_;
+  compute_clock clock_;
+  wisp::page_pool<wisp::posix_vmm> pool_;
+  std::vector<std::unique_ptr<tensor_type>> tensors_;
+  std::vector<std::vector<row_state>> rows_;  // per tensor, per row
+  std::uint64_t expert_copies_ = 0;
+};
+
+}  // namespace wisp_engine
