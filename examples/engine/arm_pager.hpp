@@ -10,8 +10,9 @@
 ///   barriers (pager_resize.hpp).
 ///
 /// Per layer: a call whose distinct experts fit the cap is one `prepare` (one launch); a wider
-/// call (prefill) uses the expert-group split, `plan_expert_groups` (resident experts first, each
-/// expert fetched at most once per forward), one `prepare` and one launch per group.
+/// call (prefill) is split by expert, each expert fetched at most once per forward: the resident
+/// experts (first in `plan_expert_groups`' order) in one launch, then the misses in launches of
+/// half the cap, double-buffered (see `layer`).
 #pragma once
 
 #include "pager_resize.hpp"
@@ -99,8 +100,23 @@ class pager_residency final : public residency {
     if (static_cast<std::int32_t>(experts_.size()) <= pager_->capacity(layer)) {
       keep(n++, layer, pager_->prepare(layer, ids, tokens, K_));
     } else {
+      // Each expert once: the resident ones in one launch, then the misses in chunks of half
+      // the cap, so (with LRU) a chunk's copies evict rows the previous chunk does not read and
+      // overlap its compute.
+      resident_.clear();
+      missing_.clear();
       for (const wisp::expert_group& g : pager_->plan_expert_groups(layer, ids, tokens, K_)) {
-        keep(n++, layer, pager_->prepare(layer, g));
+        for (const std::int32_t e : g.experts) {
+          (pager_->slot_of(layer, e) >= 0 ? resident_ : missing_).push_back(e);
+        }
+      }
+      if (!resident_.empty()) {
+        keep(n++, layer, pager_->prepare_experts(layer, resident_));
+      }
+      const auto chunk = static_cast<std::size_t>(std::max(1, pager_->capacity(layer) / 2));
+      for (std::size_t i = 0; i < missing_.size(); i += chunk) {
+        const std::size_t len = std::min(chunk, missing_.size() - i);
+        keep(n++, layer, pager_->prepare_experts(layer, std::span(missing_).subspan(i, len)));
       }
     }
     launches_.resize(n);
@@ -166,7 +182,7 @@ class pager_residency final : public residency {
   std::unique_ptr<wisp::pager<Policy>> pager_;
   std::optional<pager_resizer<Policy>> resizer_;
   std::vector<std::uint8_t> seen_;
-  std::vector<std::int32_t> experts_;
+  std::vector<std::int32_t> experts_, resident_, missing_;
   std::vector<std::vector<std::int32_t>> maps_;
   std::vector<std::vector<row_copy>> copies_;
   std::vector<moe_launch> launches_;

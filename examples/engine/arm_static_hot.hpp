@@ -7,8 +7,9 @@
 /// The cap is the pager's (same rows, same KV). `H` (unless `--hot` fixes it) is the value in
 /// `[0, cap - k]` with the fewest misses when the warm-up is replayed through this very logic, so
 /// both the pinned set and the split come from the warm-up and never from the evaluated sessions.
-/// A call whose misses do not fit the staging rows beside its own staged experts runs in several
-/// launches; each later launch reuses rows of the earlier ones (its copies wait for them).
+/// A call whose misses do not fit the staging rows beside its own staged experts (a prefill) runs
+/// in several launches of half the staging rows each, double-buffered: a launch's copies go to
+/// rows the previous launch does not read, so they overlap its compute.
 #pragma once
 
 #include "residency.hpp"
@@ -61,17 +62,25 @@ class hot_layer {
         touch(row);
       }
     }
-    std::size_t n = 1;
+    // Misses that fit the free staging rows join the first launch; a wider call streams them in
+    // launches of half the staging rows, so one launch's copies overlap the previous one's
+    // compute (the least recently used rows are not the ones just read).
+    const auto free_rows = static_cast<std::size_t>(std::count(busy_.begin(), busy_.end(), 0));
+    const std::size_t chunk =
+        misses_.size() <= free_rows ? misses_.size() : std::max<std::size_t>(1, busy_.size() / 2);
+    std::size_t n = 1, in_launch = 0;
     for (const std::int32_t e : misses_) {
-      std::int32_t row = victim();
-      if (row < 0) {  // every staging row holds an expert of this launch: start another
+      std::int32_t row = in_launch < chunk ? victim() : -1;
+      if (row < 0) {
         std::fill(busy_.begin(), busy_.end(), 0);
         reset(n++);
+        in_launch = 0;
         row = victim();
       }
       place(row, e);
       add(n - 1, e, row);
       launches_[n - 1].copied.push_back(e);
+      ++in_launch;
     }
     return n;
   }

@@ -8,9 +8,10 @@
 ///   It starts no earlier than the link is free, the caller's event (e.g. the router that decided
 ///   it) and the end of every launch that read its destination rows (a copy never overwrites a
 ///   row that a kernel still reads).
-/// - A **compute** op is host code whose CPU time is measured (or, in tests, given by a
+/// - A **compute** op is host code whose thread CPU time is measured (or, in tests, given by a
 ///   `compute_clock`); it starts when the compute queue is free and its waits have happened. A
-///   launch waits only for the copies into the rows it reads.
+///   launch waits only for the copies into the rows it reads. CPU time, not wall time: on a
+///   shared machine the time other processes run is not charged to the engine.
 /// - The real bytes still move, so outputs stay real: a copy records its source and the `memcpy`
 ///   happens just before the first launch that reads the row (`materialize`), outside every
 ///   measured region, so its host time is never charged on top of the modelled link time.
@@ -23,8 +24,9 @@
 #include <wisp/vmm/posix_vmm.hpp>
 #include <wisp/vmm/virtual_expert_tensor.hpp>
 
+#include <time.h>  // clock_gettime (POSIX)
+
 #include <algorithm>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -147,7 +149,8 @@ class device {
 
   // ------------------------------------------------------------------ compute
   /// Runs `f` (which returns the op's units) as a compute op that starts after `waits`; its
-  /// duration is the measured CPU time, or the clock's for `(op, units)`. @returns when it ends.
+  /// duration is the thread CPU time `f` took, or the clock's for `(op, units)`. @returns when it
+  /// ends.
   template <class F>
   wisp::timeline_event compute(compute_op op, F&& f,
                                std::span<const wisp::timeline_event> waits = {}) {
@@ -156,9 +159,9 @@ class device {
       const std::int64_t units = f();
       seconds = clock_(op, units);
     } else {
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = thread_seconds();
       (void)f();
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      seconds = thread_seconds() - t0;
     }
     return timeline_.compute(seconds, waits);
   }
@@ -176,6 +179,12 @@ class device {
     const std::byte* pending = nullptr;  // real bytes still to copy in
   };
   static std::size_t idx(std::int32_t t) noexcept { return static_cast<std::size_t>(t); }
+  /// CPU time of this thread: time the OS gives other processes (a busy machine) is not counted.
+  static double thread_seconds() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
 
   const model_weights* w_;
   wisp::device_timeline timeline_;
