@@ -12,7 +12,7 @@
 /// Per layer: a call whose distinct experts fit the cap is one `prepare` (one launch); a wider
 /// call (prefill) is split by expert, each expert fetched at most once per forward: the resident
 /// experts (first in `plan_expert_groups`' order) in one launch, then the misses in launches of
-/// half the cap, double-buffered (see `layer`).
+/// `min(k, cap / 2)`, double-buffered (see `layer`).
 #pragma once
 
 #include "pager_resize.hpp"
@@ -100,9 +100,9 @@ class pager_residency final : public residency {
     if (static_cast<std::int32_t>(experts_.size()) <= pager_->capacity(layer)) {
       keep(n++, layer, pager_->prepare(layer, ids, tokens, K_));
     } else {
-      // Each expert once: the resident ones in one launch, then the misses in chunks of half
-      // the cap, so (with LRU) a chunk's copies evict rows the previous chunk does not read and
-      // overlap its compute.
+      // Each expert once: the resident ones in one launch, then the misses in chunks of k (or
+      // half the cap, if smaller), so (with LRU) a chunk's copies evict rows the previous chunk
+      // does not read and overlap its compute.
       resident_.clear();
       missing_.clear();
       for (const wisp::expert_group& g : pager_->plan_expert_groups(layer, ids, tokens, K_)) {
@@ -113,7 +113,8 @@ class pager_residency final : public residency {
       if (!resident_.empty()) {
         keep(n++, layer, pager_->prepare_experts(layer, resident_));
       }
-      const auto chunk = static_cast<std::size_t>(std::max(1, pager_->capacity(layer) / 2));
+      const auto chunk =
+          static_cast<std::size_t>(std::max(1, std::min(K_, pager_->capacity(layer) / 2)));
       for (std::size_t i = 0; i < missing_.size(); i += chunk) {
         const std::size_t len = std::min(chunk, missing_.size() - i);
         keep(n++, layer, pager_->prepare_experts(layer, std::span(missing_).subspan(i, len)));

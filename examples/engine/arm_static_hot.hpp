@@ -8,8 +8,8 @@
 /// `[0, cap - k]` with the fewest misses when the warm-up is replayed through this very logic, so
 /// both the pinned set and the split come from the warm-up and never from the evaluated sessions.
 /// A call whose misses do not fit the staging rows beside its own staged experts (a prefill) runs
-/// in several launches of half the staging rows each, double-buffered: a launch's copies go to
-/// rows the previous launch does not read, so they overlap its compute.
+/// in several launches of `min(k, (cap - H) / 2)` misses each, double-buffered: a launch's copies
+/// go to rows the previous launch does not read, so they overlap its compute.
 #pragma once
 
 #include "residency.hpp"
@@ -33,8 +33,10 @@ class hot_layer {
     std::vector<std::int32_t> copied;         // the experts of this launch that are copied
   };
 
-  hot_layer(std::int32_t experts, std::span<const std::int32_t> pinned, std::int32_t cap)
-      : row_of_(static_cast<std::size_t>(experts), -1),
+  hot_layer(std::int32_t experts, std::int32_t top_k, std::span<const std::int32_t> pinned,
+            std::int32_t cap)
+      : k_(static_cast<std::size_t>(top_k)),
+        row_of_(static_cast<std::size_t>(experts), -1),
         pinned_(static_cast<std::size_t>(pinned.size())),
         staged_(static_cast<std::size_t>(cap) - pinned.size(), -1),
         last_use_(staged_.size(), 0),
@@ -63,11 +65,12 @@ class hot_layer {
       }
     }
     // Misses that fit the free staging rows join the first launch; a wider call streams them in
-    // launches of half the staging rows, so one launch's copies overlap the previous one's
-    // compute (the least recently used rows are not the ones just read).
+    // launches of k (or half the staging rows, if fewer), so one launch's copies overlap the
+    // previous one's compute (the least recently used rows are not the ones just read).
     const auto free_rows = static_cast<std::size_t>(std::count(busy_.begin(), busy_.end(), 0));
-    const std::size_t chunk =
-        misses_.size() <= free_rows ? misses_.size() : std::max<std::size_t>(1, busy_.size() / 2);
+    const std::size_t chunk = misses_.size() <= free_rows
+                                  ? misses_.size()
+                                  : std::max<std::size_t>(1, std::min(k_, busy_.size() / 2));
     std::size_t n = 1, in_launch = 0;
     for (const std::int32_t e : misses_) {
       std::int32_t row = in_launch < chunk ? victim() : -1;
@@ -123,6 +126,7 @@ class hot_layer {
     touch(row);
   }
 
+  std::size_t k_;
   std::vector<std::int32_t> row_of_;  // expert -> row, -1 when neither pinned nor staged
   std::size_t pinned_;
   std::vector<std::int32_t> staged_;  // staging row - H -> expert or -1
@@ -154,7 +158,7 @@ class static_hot_residency final : public residency {
       WISP_EXPECTS(hot >= 0 && hot <= cap - K, "static-hot: ", hot, " pinned experts leave ",
                    cap - hot, " staging rows of a cap of ", cap, ", fewer than k = ", K);
       const std::span<const std::int32_t> pinned(order.data(), static_cast<std::size_t>(hot));
-      layers_.emplace_back(E, pinned, cap);
+      layers_.emplace_back(E, K, pinned, cap);
       const std::int32_t t = ctx.dev.add_tensor(static_cast<std::size_t>(cap));
       for (std::int32_t i = 0; i < hot; ++i) {
         ctx.dev.fill(l, {.tensor = t, .row = i, .expert = pinned[static_cast<std::size_t>(i)]});
@@ -217,7 +221,7 @@ class static_hot_residency final : public residency {
     std::uint64_t fewest = ~std::uint64_t{0};
     for (std::int32_t hot = 0; hot <= cap - K; ++hot) {
       detail::hot_layer sim(
-          E, std::span<const std::int32_t>(order.data(), static_cast<std::size_t>(hot)), cap);
+          E, K, std::span<const std::int32_t>(order.data(), static_cast<std::size_t>(hot)), cap);
       std::uint64_t misses = 0;
       for (const auto& f : w.forwards) {
         const std::size_t n = sim.plan(f.layer(l, K));

@@ -182,7 +182,7 @@ TEST(EngineStaticHot, StagingMatchesAnLruListOracle) {
   std::iota(order.begin(), order.end(), 0);
   for (std::int32_t hot = 0; hot <= cap - K; ++hot) {
     const std::span<const std::int32_t> pinned(order.data(), static_cast<std::size_t>(hot));
-    detail::hot_layer layer(E, pinned, cap);
+    detail::hot_layer layer(E, K, pinned, cap);
     std::list<std::int32_t> lru;  // front: most recent
     const auto staged = static_cast<std::size_t>(cap - hot);
     std::uint64_t copies = 0, oracle = 0;
@@ -226,7 +226,7 @@ TEST(EngineStaticHot, WideCallsSplitIntoLaunchesThatCoverEveryExpertOnce) {
   std::mt19937 rng(5);
   const std::int32_t E = 12, cap = 6;
   const std::vector<std::int32_t> pinned = {4, 7};
-  detail::hot_layer layer(E, pinned, cap);
+  detail::hot_layer layer(E, 2, pinned, cap);
   std::vector<std::int32_t> row_holds(static_cast<std::size_t>(cap), -1);
   row_holds[0] = 4;
   row_holds[1] = 7;
