@@ -20,6 +20,7 @@
 
 #include <wisp/alloc/configurator.hpp>
 #include <wisp/alloc/cost_model.hpp>
+#include <wisp/cache/belady.hpp>
 #include <wisp/pager/pager.hpp>
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/trace_profile.hpp>
@@ -78,6 +79,7 @@ class pager_residency final : public residency {
       resizer_->start_controller(ctx.requests);
     }
     seen_.assign(static_cast<std::size_t>(E_), 0);
+    record_calls_ = kind_ == arm_kind::pager && ctx.options.forced_resizes.empty();  // fixed cap
     memory_plan m;
     m.kv_blocks = split.kv_blocks;
     m.rows = cap;
@@ -88,6 +90,9 @@ class pager_residency final : public residency {
   void begin_forward(std::int32_t /*tokens*/, bool warm) override {
     pager_->begin_step();
     warm_ = warm;
+    if (record_calls_) {
+      calls_.push_back(-1);  // a forward starts
+    }
   }
 
   std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
@@ -127,6 +132,36 @@ class pager_residency final : public residency {
     return launches_;
   }
 
+  /// `pager` at a fixed cap: replays every recorded call (warm-up included) through a
+  /// `wisp::pager<belady>` of the same cap, built from each layer's future, and reports the
+  /// optimum's copies in the evaluated calls.
+  void finish(arm_result& res) override {
+    if (!record_calls_) {
+      return;
+    }
+    std::vector<std::vector<wisp::cache_key>> future(static_cast<std::size_t>(pager_->layers()));
+    for_each_call([&](std::int32_t layer, std::span<const std::int32_t> experts, bool) {
+      auto& f = future[static_cast<std::size_t>(layer)];
+      f.insert(f.end(), experts.begin(), experts.end());
+    });
+    wisp::pager<wisp::belady> optimum(
+        wisp::pager_config{.layers = pager_->layers(),
+                           .experts = E_,
+                           .top_k = K_,
+                           .capacity = pager_->capacity(0)},
+        [&](std::int32_t l) { return wisp::belady(future[static_cast<std::size_t>(l)]); });
+    std::int64_t copies = 0;
+    for_each_call([&](std::int32_t layer, std::span<const std::int32_t> experts, bool warm) {
+      if (layer < 0) {
+        optimum.begin_step();
+        return;
+      }
+      const std::int32_t misses = optimum.prepare_experts(layer, experts).misses;
+      copies += warm ? 0 : misses;
+    });
+    res.belady_copies = copies;
+  }
+
   void between_forwards(barrier_context& ctx) override {
     if (kind_ == arm_kind::pager_dynamic) {
       resizer_->dynamic_barrier(ctx);
@@ -139,14 +174,36 @@ class pager_residency final : public residency {
   }
 
  private:
-  /// Copies a prepare result (its spans die with the next prepare of the layer) into launch `i`.
+  /// Copies a prepare result (its spans die with the next prepare of the layer) into launch `i`;
+  /// `pager` also records the call for `finish`.
   void keep(std::size_t i, std::int32_t layer, const wisp::prepare_result& r) {
+    if (record_calls_) {  // (layer, warm, n, experts...)
+      calls_.insert(calls_.end(),
+                    {layer, warm_ ? 1 : 0, static_cast<std::int32_t>(r.experts.size())});
+      calls_.insert(calls_.end(), r.experts.begin(), r.experts.end());
+    }
     maps_.resize(std::max(maps_.size(), i + 1));
     copies_.resize(std::max(copies_.size(), i + 1));
     maps_[i].assign(r.expert_map.begin(), r.expert_map.end());
     copies_[i].clear();
     for (const wisp::copy_op& op : r.copy_plan) {
       copies_[i].push_back({.tensor = layer, .row = op.slot, .expert = op.expert, .count = 1});
+    }
+  }
+
+  /// Calls `f(layer, experts, warm)` for every recorded call in order, and `f(-1, {}, false)`
+  /// where a forward starts.
+  template <class F>
+  void for_each_call(F f) const {
+    for (std::size_t i = 0; i < calls_.size();) {
+      if (calls_[i] < 0) {
+        f(-1, std::span<const std::int32_t>{}, false);
+        ++i;
+        continue;
+      }
+      const auto n = static_cast<std::size_t>(calls_[i + 2]);
+      f(calls_[i], std::span<const std::int32_t>(calls_).subspan(i + 3, n), calls_[i + 1] != 0);
+      i += 3 + n;
     }
   }
 
@@ -180,6 +237,7 @@ class pager_residency final : public residency {
   arm_kind kind_;
   std::int32_t K_ = 0, E_ = 0;
   bool warm_ = false;
+  bool record_calls_ = false;  // for the Belady bound (finish)
   std::unique_ptr<wisp::pager<Policy>> pager_;
   std::optional<pager_resizer<Policy>> resizer_;
   std::vector<std::uint8_t> seen_;
@@ -187,6 +245,7 @@ class pager_residency final : public residency {
   std::vector<std::vector<std::int32_t>> maps_;
   std::vector<std::vector<row_copy>> copies_;
   std::vector<moe_launch> launches_;
+  std::vector<std::int32_t> calls_;  // pager: every prepare, see keep() and for_each_call()
 };
 
 }  // namespace wisp_engine

@@ -111,6 +111,7 @@ class serving_loop {
     res.preemptions = sched.preemptions();
     res.kv_blocks = kv.capacity();
     summarize(sessions, res);
+    arm_.finish(res);
   }
 
  private:
@@ -157,8 +158,7 @@ class serving_loop {
       }
       WISP_EXPECTS(positions == static_cast<std::int64_t>(T) * K, "the launches of layer ", l,
                    " computed ", positions, " of ", T * K,
-                   " positions: each routed (token, j) "
-                   "must be visible in exactly one launch");
+                   " positions: each routed (token, j) must be visible in exactly one launch");
       dev_.compute(compute_op::combine, [&] {
         dense_.combine();
         return T;

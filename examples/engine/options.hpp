@@ -113,6 +113,9 @@ struct arm_result {
   double stall_seconds = 0;       ///< compute-queue time spent waiting for copies
   std::uint64_t bytes_moved = 0;  ///< bytes over the link
   std::uint64_t expert_copies = 0, expert_accesses = 0;
+  /// `pager` at a fixed cap: the copies of Belady's offline optimum on the same calls at the same
+  /// cap (a bound on what any eviction policy could save); -1 elsewhere.
+  std::int64_t belady_copies = -1;
   std::uint64_t preemptions = 0, decode_tokens = 0, prefill_tokens = 0;
   std::uint64_t resizes = 0;  ///< successful resizes (forced, and applied pager+dynamic attempts)
   std::int32_t cap = 0;       ///< expert rows per layer (pager, static-hot) or resident layers

@@ -240,8 +240,12 @@ inline void write_json(std::ostream& os, const comparison& c) {
          << ",\"tpot_s\":" << json(figure_of(a, [](auto& x) { return x.tpot_s; }))
          << ",\"stall_s\":" << json(figure_of(a, [](auto& x) { return x.stall_seconds; }))
          << ",\"hit_rate\":" << num(r.hit_rate) << ",\"bytes_moved\":" << r.bytes_moved
-         << ",\"expert_copies\":" << r.expert_copies << ",\"expert_accesses\":" << r.expert_accesses
-         << ",\"decode_tokens\":" << r.decode_tokens << ",\"prefill_tokens\":" << r.prefill_tokens
+         << ",\"expert_copies\":" << r.expert_copies
+         << ",\"expert_accesses\":" << r.expert_accesses;
+      if (r.belady_copies >= 0) {
+        os << ",\"belady_copies\":" << r.belady_copies;
+      }
+      os << ",\"decode_tokens\":" << r.decode_tokens << ",\"prefill_tokens\":" << r.prefill_tokens
          << ",\"preemptions\":" << r.preemptions << ",\"resizes\":" << r.resizes
          << ",\"controller_moves\":" << r.controller_moves
          << ",\"resize_failures\":" << r.resize_failures << ",\"rows\":" << r.cap
@@ -312,6 +316,15 @@ inline void write_table(std::FILE* out, const comparison& c) {
   };
   ratios(c.baseline, "decode", [](auto& x) { return x.decode_tok_s; });
   ratios(c.prefill_baseline, "prefill", [](auto& x) { return x.prefill_tok_s; });
+  for (const arm_runs& a : c.arms) {
+    const arm_result& r = a.runs.front();
+    if (r.feasible && r.belady_copies >= 0) {
+      std::fprintf(out,
+                   "%s: %llu expert copies; Belady's offline optimum on the same calls: %lld\n",
+                   a.label().c_str(), static_cast<unsigned long long>(r.expert_copies),
+                   static_cast<long long>(r.belady_copies));
+    }
+  }
 }
 
 }  // namespace wisp_engine

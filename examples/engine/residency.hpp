@@ -8,13 +8,15 @@
 /// run time, and the loop is compiled once instead of once per arm and policy). Per forward:
 ///
 /// ```
-/// begin_forward(tokens)                    // once
+/// begin_forward(tokens, warm)              // once
 /// ahead(0)                                 // copies of layer 0 known before its routing
 /// for each layer l:
 ///   launches = layer(l, ids, tokens)       // after the router: the launches of l's MoE
 ///   ahead(l + 1)                           // after l's launches; on the link while l computes
 ///                                          // (double buffering) wherever its rows are free
 /// between_forwards(...)                    // a drained barrier (resizes)
+/// ...
+/// finish(result)                           // after the last forward
 /// ```
 ///
 /// Rules the loop checks or relies on:
@@ -121,6 +123,8 @@ class residency {
                                             std::int32_t tokens) = 0;
   /// After every evaluated forward, at a drained barrier.
   virtual void between_forwards(barrier_context& /*ctx*/) {}
+  /// After the last forward: figures only the arm knows.
+  virtual void finish(arm_result& /*result*/) {}
 };
 
 /// KV blocks that fit beside `expert_rows` rows of experts in the budget.

@@ -76,6 +76,13 @@ class EngineJson(unittest.TestCase):
                 self.assertEqual(len(arm["decode_vs_baseline"]["runs"]), 3)
         self.assertIn(self.doc["best_pager_policy"], ("lru", "least_stale"))
 
+    def test_pager_arms_report_the_belady_bound(self):
+        for arm in self.doc["arms"]:
+            if arm["name"] == "pager":
+                self.assertLessEqual(arm["belady_copies"], arm["expert_copies"])
+            elif arm["feasible"]:
+                self.assertNotIn("belady_copies", arm)
+
     def test_caching_arms_move_fewer_bytes_than_on_demand(self):
         arms = {(a["name"], a.get("policy")): a for a in self.doc["arms"]}
         on_demand = arms[("on-demand", None)]["bytes_moved"]

@@ -64,6 +64,12 @@ TEST(EngineArms, EveryCapAndPolicyPreservesOutput) {
           EXPECT_GT(r.bytes_moved, f.cfg.all_expert_bytes());
         }
         EXPECT_EQ(r.expert_copies > 0, cap < f.cfg.experts);  // all resident after the warm-up
+        // Belady on the same calls: never more copies, and fewer than LRU when LRU evicts.
+        ASSERT_GE(r.belady_copies, 0);
+        EXPECT_LE(static_cast<std::uint64_t>(r.belady_copies), r.expert_copies);
+        if (policy == "lru" && cap == f.cfg.top_k + 1) {
+          EXPECT_LT(static_cast<std::uint64_t>(r.belady_copies), r.expert_copies);
+        }
       }
     }
   }
