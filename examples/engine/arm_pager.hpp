@@ -141,8 +141,10 @@ class pager_residency final : public residency {
     }
     std::vector<std::vector<wisp::cache_key>> future(static_cast<std::size_t>(pager_->layers()));
     for_each_call([&](std::int32_t layer, std::span<const std::int32_t> experts, bool) {
-      auto& f = future[static_cast<std::size_t>(layer)];
-      f.insert(f.end(), experts.begin(), experts.end());
+      if (layer >= 0) {  // not a forward's start
+        auto& f = future[static_cast<std::size_t>(layer)];
+        f.insert(f.end(), experts.begin(), experts.end());
+      }
     });
     wisp::pager<wisp::belady> optimum(
         wisp::pager_config{.layers = pager_->layers(),
