@@ -182,12 +182,12 @@ void add_trace_command(CLI::App& app) {
         if (ia->top_k > 0) {
           opt.top_k = ia->top_k;
         }
-        return trace::import_esft(ia->input, opt);
+        return trace::import_esft(ia->input, opt).trace;
       }
       trace::jsonl_options opt;
       opt.group_key = ia->group_key;
       opt.experts = ia->experts;
-      return trace::import_jsonl(std::filesystem::path(ia->input), opt);
+      return trace::import_jsonl(std::filesystem::path(ia->input), opt).trace;
     }();
     trace::write_wtrace(t, std::filesystem::path(ia->output));
     std::printf(

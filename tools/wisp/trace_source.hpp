@@ -25,7 +25,7 @@ inline constexpr const char* trace_file_help =
 inline trace::routing_trace read_trace_file(const std::string& file) {
   std::error_code ec;
   if (std::filesystem::is_directory(file, ec)) {
-    return trace::import_esft(file);
+    return trace::import_esft(file).trace;
   }
   return trace::read_wtrace(std::filesystem::path{file});
 }
