@@ -32,6 +32,16 @@ TEST(Split, HandComputedQwen3At24GiB) {
   EXPECT_EQ(s.slack, 0_B);
 }
 
+// WiSP Table 3: Qwen3-30B-A3B under vLLM with a fixed budget; the KV tokens the engine allocated
+// at each expert cap, as published (not recomputed here).
+TEST(Split, WispTable3KvTokensOfQwen3) {
+  const auto m = model_preset("qwen3-30b-a3b");
+  const byte_size budget{40565735424};
+  EXPECT_EQ(make_split(m, budget, 8).kv_tokens, 375792u);
+  EXPECT_EQ(make_split(m, budget, 16).kv_tokens, 338928u);
+  EXPECT_EQ(make_split(m, budget, 32).kv_tokens, 265200u);
+}
+
 TEST(Split, HandComputedEveryPreset) {
   struct row {
     const char* name;
