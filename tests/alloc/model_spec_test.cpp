@@ -6,6 +6,7 @@
 #include <wisp/alloc/model_file.hpp>
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/trace/synthetic.hpp>
 
 #include <gtest/gtest.h>
 
@@ -20,6 +21,26 @@ using wisp::alloc::model_preset;
 
 const std::filesystem::path models_dir =
     std::filesystem::path{WISP_TEST_SOURCE_DIR} / "data" / "models";
+
+// Every command that takes a model preset can also route it synthetically: one synthetic preset
+// per model preset, same name, same order, same shape.
+TEST(ModelSpec, EveryPresetHasASyntheticRouterOfItsShape) {
+  const auto names = wisp::trace::synthetic_preset_names();
+  ASSERT_EQ(names.size(), wisp::alloc::model_presets().size() + 2);  // + default, uniform
+  EXPECT_EQ(names.front(), "default");
+  EXPECT_EQ(names.back(), "uniform");
+  std::size_t i = 1;
+  for (const auto& p : wisp::alloc::model_presets()) {
+    EXPECT_EQ(names[i++], p.config.name);
+    const auto c = wisp::trace::synthetic_preset(p.config.name);
+    const auto m = p.config.spec();
+    EXPECT_EQ((wisp::trace::trace_shape{c.layers, c.experts, c.top_k}),
+              (wisp::trace::trace_shape{static_cast<std::int32_t>(m.layers),
+                                        static_cast<std::int32_t>(m.experts),
+                                        static_cast<std::int32_t>(m.top_k)}))
+        << p.config.name;
+  }
+}
 
 TEST(ModelSpec, HandComputedPresets) {
   // Qwen3-30B-A3B: 3 x 2048 x 768 x 2 B; 48 layers x 2 x 4 KV heads x 128 x 2 B.

@@ -60,6 +60,8 @@ TEST(Synthetic, PresetsHaveTheDocumentedShapes) {
   EXPECT_EQ(shape("qwen3-30b-a3b"), (wisp::trace::trace_shape{48, 128, 8}));
   EXPECT_EQ(shape("mixtral-8x7b"), (wisp::trace::trace_shape{32, 8, 2}));
   EXPECT_EQ(shape("olmoe-1b-7b"), (wisp::trace::trace_shape{16, 64, 8}));
+  EXPECT_EQ(shape("qwen1.5-moe-a2.7b"), (wisp::trace::trace_shape{24, 60, 4}));
+  EXPECT_EQ(synthetic_preset("qwen1.5-moe-a2.7b").working_set, 3);  // round(0.85 x 4)
   wisp::test::expect_error([] { (void)synthetic_preset("gpt-9"); }, "qwen3-30b-a3b", "gpt-9");
 }
 
