@@ -161,7 +161,13 @@ TEST(AdmissionFloor, BudgetBelowTheMinimumExpertCap) {
   wisp::test::expect_error<wisp::infeasible_error>(
       [&] { (void)wisp::alloc::max_feasible_cap(m, 1_GiB, {}); },
       "below the fixed cost of the minimum expert cap",
-      std::to_string(m.expert_pool_bytes(8).count()));
+      std::to_string(m.expert_pool_bytes(8).count()), "budget 1073741824 B (1.00 GiB)");
+}
+
+TEST(Units, BytesWithGibBeside) {
+  EXPECT_EQ(wisp::alloc::format_bytes_and_gib(25769803776), "25769803776 B (24.00 GiB)");
+  EXPECT_EQ(wisp::alloc::format_bytes_and_gib(0), "0 B (0.00 GiB)");
+  EXPECT_EQ(wisp::alloc::format_bytes_and_gib(40565735424), "40565735424 B (37.78 GiB)");
 }
 
 TEST(Units, ParsesSizesExactly) {
