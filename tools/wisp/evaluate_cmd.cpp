@@ -176,7 +176,7 @@ void add_evaluate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "evaluate",
       "Compare expert/KV split policies (MV-WSA configurator and online controller, dual resize, "
-      "50-50, Flux-prop, oracle) on agentic workloads, as Markdown tables");
+      "50-50, Flux-prop, oracle) on agentic workloads: Markdown tables, or JSON");
   cmd->add_option("--model", options->model, model_source_help())->capture_default_str();
   cmd->add_option("--budget", options->budget, "device budget, e.g. 12GiB")->capture_default_str();
   cmd->add_option("--rounds", options->rounds, "serving rounds per workload")
