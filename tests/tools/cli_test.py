@@ -217,6 +217,27 @@ class CliTest(unittest.TestCase):
         self.assertEqual(lines[0], "capacity,misses,miss_ratio,hit_ratio")
         self.assertEqual([l.split(",")[0] for l in lines[1:]], ["2", "4"])
 
+    def test_plot_scripts_read_the_csv_and_fail_politely_without_matplotlib(self):
+        tools = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
+        no_matplotlib = os.path.join(self.tmp.name, "no_matplotlib", "matplotlib")
+        os.makedirs(no_matplotlib, exist_ok=True)
+        with open(os.path.join(no_matplotlib, "__init__.py"), "w") as f:
+            f.write("raise ImportError('matplotlib is not installed here')\n")
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(no_matplotlib))
+        curve = os.path.join(self.tmp.name, "curve.csv")
+        with open(curve, "w") as f:
+            f.write(wisp("reuse", self.wtrace, "--csv").stdout)
+        runs = os.path.join(self.tmp.name, "runs.csv")
+        with open(runs, "w") as f:
+            f.write(wisp("sim", self.wtrace, "--capacity", "4", "--csv").stdout)
+        for script, arg in (("plot_curves.py", f"LRU={curve}"), ("plot_policies.py", f"sim={runs}")):
+            proc = subprocess.run([sys.executable, os.path.join(tools, script), "-o",
+                                   os.path.join(self.tmp.name, "x.png"), arg],
+                                  capture_output=True, text=True, env=env, timeout=60)
+            self.assertEqual(proc.returncode, 1, script)
+            self.assertEqual(proc.stderr.strip(),
+                             "matplotlib is missing: apt-get install python3-matplotlib", script)
+
     def test_synth_is_deterministic_and_stats_reports_the_shape(self):
         a, b = (os.path.join(self.tmp.name, n) for n in ("a.wtrace", "b.wtrace"))
         wisp("trace", "synth", "--steps", "50", "--seed", "7", "-o", a)
