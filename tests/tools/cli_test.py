@@ -181,6 +181,8 @@ class CliTest(unittest.TestCase):
         stats = json.loads(wisp("trace", "stats", out, "--json").stdout)
         self.assertEqual(stats["steps"], self.tokens)
         self.assertEqual(stats["accesses"], (self.tokens * self.layers - 2) * self.k)
+        self.assertEqual(stats["missing_rows"], 2)
+        self.assertIn("missing    2 (step, layer) rows", wisp("trace", "stats", out).stdout)
 
     def test_sim_lru_matches_protected_lru_oracle_and_belady_bounds_all(self):
         calls = [self.stream[i:i + self.k] for i in range(0, len(self.stream), self.k)]

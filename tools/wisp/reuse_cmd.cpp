@@ -107,15 +107,9 @@ void print_human(const reuse_options& opt, const trace::routing_trace& t,
 void print_json(const reuse_options& opt, const trace::routing_trace& t,
                 const reuse::reuse_profile& profile, const reuse::miss_curve& curve,
                 const std::vector<std::uint64_t>& capacities) {
-  nlohmann::ordered_json out;
-  out["file"] = opt.file;
-  out["steps"] = t.steps();
-  out["layers"] = t.shape().layers;
-  out["experts"] = t.shape().experts;
-  out["top_k"] = t.shape().top_k;
+  nlohmann::ordered_json out = trace_json(opt.file, t);
   out["scope"] = opt.scope;
   out["granularity"] = opt.granularity;
-  out["accesses"] = curve.accesses();
   out["cold_misses"] = curve.cold();
   out["distinct"] = profile.distinct_per_cache;
   out["max_capacity"] = curve.max_capacity();

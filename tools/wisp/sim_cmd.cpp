@@ -152,13 +152,7 @@ std::int64_t total_slots(const row& r, bool global, std::int32_t layers) {
 void print_json(const sim_options& opt, const trace::routing_trace& t,
                 const std::vector<row>& rows) {
   const bool global = opt.scope == "global";
-  nlohmann::ordered_json out;
-  out["file"] = opt.file;
-  out["steps"] = t.steps();
-  out["layers"] = t.shape().layers;
-  out["experts"] = t.shape().experts;
-  out["top_k"] = t.shape().top_k;
-  out["accesses"] = t.access_count();
+  nlohmann::ordered_json out = trace_json(opt.file, t);
   out["scope"] = opt.scope;
   out["expert_bytes"] = opt.expert_bytes;
   out["bandwidth_gbps"] = opt.bandwidth_gbps;

@@ -108,21 +108,16 @@ void print_stats(const trace::routing_trace& t, const std::string& file, std::si
   const trace_stats st = compute_stats(t, window);
   const auto& shape = t.shape();
   if (json) {
-    nlohmann::json j;
-    j["file"] = file;
-    j["layers"] = shape.layers;
-    j["experts"] = shape.experts;
-    j["top_k"] = shape.top_k;
-    j["steps"] = t.steps();
+    nlohmann::ordered_json j = trace_json(file, t);
     j["sequences"] = t.sequence_starts().size();
-    j["accesses"] = t.access_count();
+    j["missing_rows"] = t.missing_rows();
     j["has_weights"] = t.has_weights();
     j["window"] = window;
     j["windows"] = st.windows;
     j["mean_top10_share"] = mean_of(st.layers, &layer_stats::top10_share);
     j["mean_normalized_entropy"] = mean_of(st.layers, &layer_stats::normalized_entropy);
     j["mean_working_set"] = mean_of(st.layers, &layer_stats::mean_working_set);
-    auto& per_layer = j["per_layer"] = nlohmann::json::array();
+    auto& per_layer = j["per_layer"] = nlohmann::ordered_json::array();
     for (std::size_t l = 0; l < st.layers.size(); ++l) {
       per_layer.push_back({{"layer", l},
                            {"top10_share", st.layers[l].top10_share},
@@ -135,8 +130,11 @@ void print_stats(const trace::routing_trace& t, const std::string& file, std::si
   std::printf("%s\n", file.c_str());
   std::printf("  shape      %d layers x %d experts, top-%d\n", shape.layers, shape.experts,
               shape.top_k);
-  std::printf("  steps      %zu\n  sequences  %zu\n  accesses   %zu\n  weights    %s\n", t.steps(),
-              t.sequence_starts().size(), t.access_count(), t.has_weights() ? "yes" : "no");
+  std::printf(
+      "  steps      %zu\n  sequences  %zu\n  accesses   %zu\n  missing    %zu (step, layer) "
+      "rows of partial steps\n  weights    %s\n",
+      t.steps(), t.sequence_starts().size(), t.access_count(), t.missing_rows(),
+      t.has_weights() ? "yes" : "no");
   std::printf("  window     %zu steps (%zu windows)\n\n", window, st.windows);
   std::printf("  layer  top10%%-share  norm-entropy  working-set/window\n");
   for (std::size_t l = 0; l < st.layers.size(); ++l) {

@@ -11,6 +11,8 @@
 #include <wisp/trace/synthetic.hpp>
 #include <wisp/trace/wtrace.hpp>
 
+#include <nlohmann/json.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -59,6 +61,18 @@ inline trace::routing_trace load_trace(const std::string& source) {
                                        trace::default_synthetic_seed);
   }
   return read_trace_file(source);
+}
+
+/// The JSON object every command's machine output starts with: the trace it read.
+inline nlohmann::ordered_json trace_json(const std::string& source, const trace::routing_trace& t) {
+  nlohmann::ordered_json out;
+  out["file"] = source;
+  out["steps"] = t.steps();
+  out["layers"] = t.shape().layers;
+  out["experts"] = t.shape().experts;
+  out["top_k"] = t.shape().top_k;
+  out["accesses"] = t.access_count();
+  return out;
 }
 
 /// @brief A trace a command replays: refused when it holds no access (there is nothing to
