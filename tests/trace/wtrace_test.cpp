@@ -366,10 +366,15 @@ TEST(Wtrace, RejectsSpecificCorruptions) {
   }
 }
 
-// Every truncation and many random bit flips: a format_error every time, nothing else.
+// Every truncation and many random bit flips: a format_error every time, nothing else. Complete
+// traces and traces with partial steps (whose row bitmap is read too).
 TEST(Wtrace, FuzzTruncationsAndBitFlips) {
-  for (const bool weights : {false, true}) {
-    const routing_trace t = wisp_test::random_trace({3, 10, 2}, 6, weights, 4);
+  for (const int kind : {0, 1, 2, 3}) {
+    const bool weights = (kind & 1) != 0;
+    const routing_trace t = (kind & 2) != 0
+                                ? wisp_test::random_partial_trace({3, 10, 2}, 6, weights, 4)
+                                : wisp_test::random_trace({3, 10, 2}, 6, weights, 4);
+    ASSERT_EQ((kind & 2) != 0, !t.complete());
     const std::string good = to_bytes(t);
     for (std::size_t len = 0; len < good.size(); ++len) {
       const std::string cut = good.substr(0, len);
@@ -381,7 +386,7 @@ TEST(Wtrace, FuzzTruncationsAndBitFlips) {
         ADD_FAILURE() << "truncation to " << len << " threw something else than format_error";
       }
     }
-    wisp::trace::detail::xoshiro256ss rng(weights ? 99 : 98);
+    wisp::trace::detail::xoshiro256ss rng(98 + static_cast<std::uint64_t>(kind));
     for (int trial = 0; trial < 3000; ++trial) {
       std::string b = good;
       const int flips = 1 + static_cast<int>(rng.below(3));
