@@ -30,8 +30,10 @@ class StrictCliTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.TemporaryDirectory()
-        cls.trace = cls.path("small.wtrace")
+        cls.trace = cls.path("small.wtrace")  # olmoe-1b-7b's shape, for every command and plan
         wisp("trace", "synth", "--preset", "olmoe-1b-7b", "--steps", "40", "-o", cls.trace)
+        cls.qwen3 = cls.path("qwen3.wtrace")
+        wisp("trace", "synth", "--preset", "qwen3-30b-a3b", "--steps", "20", "-o", cls.qwen3)
 
     @classmethod
     def tearDownClass(cls):
@@ -148,7 +150,7 @@ class StrictCliTest(unittest.TestCase):
                             message="1073741824 B (1.00 GiB)")
         self.assertRegex(proc.stderr, r"smallest budget that works is \d+ B \(\d+\.\d\d GiB\)")
         text = wisp("plan", "--model", "olmoe-1b-7b", "--budget", "8GiB", "--concurrency", "2",
-                    "--context", "4096", "--sweep-cap", "8").stdout
+                    "--context", "4096", "--sweep-cap", "8", "--trace", self.trace).stdout
         self.assertRegex(text, r"KV cache bytes \d+ B \(\d+\.\d\d GiB\)")
 
     def test_presets_and_synthetic_sources_agree_in_every_subcommand(self):
@@ -195,22 +197,24 @@ class StrictCliTest(unittest.TestCase):
         self.refused(*args, "--jobs", "0", message="--jobs: must be a whole number in [1, ")
 
     def test_plan_warns_without_a_floor_prints_no_nan_and_its_json_sweep_is_complete(self):
-        proc = wisp("plan", "--model", "olmoe-1b-7b", "--budget", "8GiB", "--sweep-cap", "8,60")
+        proc = wisp("plan", "--model", "olmoe-1b-7b", "--budget", "8GiB", "--sweep-cap", "8,60",
+                    "--trace", self.trace)
         self.assertIn("no admission floor", proc.stderr)
         self.assertNotIn("nan", proc.stdout.lower())
         with_floor = wisp("plan", "--model", "olmoe-1b-7b", "--budget", "8GiB", "--concurrency",
-                          "2", "--context", "4096", "--sweep-cap", "8")
+                          "2", "--context", "4096", "--sweep-cap", "8", "--trace", self.trace)
         self.assertEqual(with_floor.stderr, "")
         out = json.loads(wisp("plan", "--model", "olmoe-1b-7b", "--budget", "8GiB",
                               "--concurrency", "2", "--context", "4096", "--sweep-cap", "8,21,60",
-                              "--json").stdout)
+                              "--trace", self.trace, "--json").stdout)
         sweep = {p["expert_cap"]: p for p in out["sweep"]}
         self.assertGreater(sweep[8]["miss_rate"], sweep[21]["miss_rate"])
         self.assertGreater(sweep[8]["predicted_s"], 0)
         self.assertIsNone(sweep[60]["predicted_s"])  # does not fit: no prediction, no NaN
         self.assertFalse(sweep[60]["fits"])
         full = json.loads(wisp("plan", "--model", "olmoe-1b-7b", "--budget", "8GiB",
-                               "--concurrency", "2", "--context", "4096", "--json").stdout)
+                               "--concurrency", "2", "--context", "4096", "--trace", self.trace,
+                               "--json").stdout)
         self.assertEqual(full["choice"]["predicted_latency_s"],
                          min(p["predicted_s"] for p in full["sweep"] if p["feasible"]))
 
@@ -238,7 +242,8 @@ class StrictCliTest(unittest.TestCase):
                 "num_key_value_heads": 4, "head_dim": 128, "dtype_bytes": 2, "weight_bits": 4,
                 "group_size": 128}}, f)
         out = json.loads(wisp("plan", "--model", path, "--budget", "24GiB", "--concurrency", "4",
-                              "--context", "8192", "--sweep-cap", "8", "--json").stdout)
+                              "--context", "8192", "--sweep-cap", "8", "--trace", self.qwen3,
+                              "--json").stdout)
         self.assertEqual(out["expert_slot_bytes"], 3 * (2048 * 768 // 2 + 2048 * 768 // 128 * 2))
 
     def test_info_lists_the_components(self):
@@ -249,7 +254,9 @@ class StrictCliTest(unittest.TestCase):
         self.assertIn("wisp::cuda", text)
 
     def test_progress_only_on_a_terminal_with_an_eta(self):
-        args = [WISP, "sim", "synthetic", "--capacity", "16", "--policy", "lru"]
+        # 5,120 accesses, 2 capacities x 8 policies (belady twice): past the first 2^16 at which
+        # the bar looks at the clock.
+        args = [WISP, "sim", self.trace, "--capacity", "16,32"]
         env = dict(os.environ, WISP_PROGRESS_DELAY_MS="0")  # draw at once, not after a second
 
         def stderr_on_a_terminal(extra):
