@@ -29,6 +29,17 @@ template <class... Parts>
   throw wisp::logic_error(message.str());
 }
 
+/// The names of `names`, comma-separated ("lru, fifo, ..."): the lists the help texts show.
+template <class Names>
+std::string comma_list(const Names& names) {
+  std::string out;
+  for (const auto& name : names) {
+    out += out.empty() ? "" : ", ";
+    out += name;
+  }
+  return out;
+}
+
 /// Prints "wisp: warning: ..." on stderr (something the user should know; the command goes on).
 template <class... Parts>
 void warn(const Parts&... parts) {

@@ -2,6 +2,7 @@
 // `wisp info`: what this build of wisp contains: version, compiler, the header-only core's areas,
 // the eviction policies, the model and synthetic presets, the file formats, and what the tool
 // does not include.
+#include "cli.hpp"
 #include "commands.hpp"
 #include "trace_source.hpp"
 
@@ -11,7 +12,6 @@
 #include <wisp/version.hpp>
 
 #include <cstdio>
-#include <string>
 
 namespace wisp::tool {
 
@@ -41,12 +41,7 @@ void add_info_command(CLI::App& app) {
         "  kernel    the fused_moe_kernel concept\n"
         "not in this tool: wisp::cuda (cuda/include/wisp/cuda/, the device side; build with "
         "WISP_ENABLE_CUDA=ON)\n\n");
-    std::string policies;
-    for (const auto name : sim::builtin_policies) {
-      policies += policies.empty() ? "" : ", ";
-      policies += name;
-    }
-    std::printf("eviction policies: %s\n", policies.c_str());
+    std::printf("eviction policies: %s\n", comma_list(sim::builtin_policies).c_str());
     std::printf("model presets: %s\n", alloc::model_preset_names().c_str());
     std::printf("synthetic presets: %s\n", synthetic_presets_text().c_str());
     std::printf(".wtrace format version %u; imports: ESFT expert_weights folders, JSONL logs\n",

@@ -52,12 +52,7 @@ struct sim_options {
 // The policies, by the library's names (sim::builtin_policies), in the order they are reported.
 // The one place where the command turns a name into a policy: anything else is refused.
 std::string valid_policy_list() {
-  std::string out;
-  for (const auto name : sim::builtin_policies) {
-    out += out.empty() ? "" : ", ";
-    out += name;
-  }
-  return out;
+  return comma_list(sim::builtin_policies);
 }
 
 std::string_view policy_named(std::string_view name) {

@@ -24,12 +24,7 @@ namespace wisp::tool {
 
 /// The synthetic presets, comma-separated (the same list `wisp trace synth --preset` takes).
 inline std::string synthetic_presets_text() {
-  std::string out;
-  for (const auto name : trace::synthetic_preset_names()) {
-    out += out.empty() ? "" : ", ";
-    out += name;
-  }
-  return out;
+  return comma_list(trace::synthetic_preset_names());
 }
 
 /// Help text of a trace argument.
