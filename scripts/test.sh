@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Builds and runs every wisp test: the gcc build with all tests, the same tests under ASan+UBSan,
-# wisp::cuda on Thrust's CPP device system, an nvcc compile of cuda/ (when nvcc is present), the
-# install + find_package consumer test and the header self-containment test.
+# a clang build of everything with all tests, wisp::cuda on Thrust's CPP device system, an nvcc
+# compile of cuda/ (when nvcc is present), the install + find_package consumer test, the header
+# self-containment test and a brief smoke run of every benchmark binary.
+# Tests that need the real traces (../shared/traces) skip without them, or fail when
+# WISP_REQUIRE_TRACES=1 is set (CI sets it: .ci/run).
 # Usage: scripts/test.sh   (installs missing Debian packages when run as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +20,9 @@ run_preset() { # run_preset NAME: configure, build and test one CMake preset
 
 step "ASan + UBSan: all tests (preset asan-ubsan)"
 run_preset asan-ubsan
+
+step "clang: everything, optimised, all tests (preset clang)"
+run_preset clang
 
 if [[ -f /usr/local/cuda/lib/cmake/cccl/cccl-config.cmake ]]; then
   step "wisp::cuda on Thrust's CPP device system, built by g++ (preset cuda-cpu)"

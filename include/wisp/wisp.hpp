@@ -15,6 +15,7 @@
 #include <wisp/trace/routing_trace.hpp>
 #include <wisp/trace/wtrace.hpp>
 #include <wisp/trace/esft.hpp>
+#include <wisp/trace/import.hpp>
 #include <wisp/trace/jsonl.hpp>
 #include <wisp/trace/synthetic.hpp>
 

@@ -99,6 +99,7 @@
 #include <array>
 #include <bit>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <compare>
@@ -407,9 +408,14 @@ struct std::hash<wisp::byte_size> {
 /// and optionally one gate weight per id. Sequence boundaries (prompts, ESFT lines, JSONL groups)
 /// are recorded as the step indices where sequences begin.
 ///
+/// **Partial steps.** A routing log may lack some layers of a token (a recorder dropped them).
+/// `append_partial_step` keeps such a token with the layers that were recorded: its missing
+/// (step, layer) *rows* are skipped by every replay, `has_layer` says which they are and
+/// `complete()` is false. Traces built from complete steps only never pay for this.
+///
 /// **Canonical replay order** (the order of `for_each_access` and `accesses()`): for each step,
-/// for each layer 0..layers-1, the `top_k` ids as recorded. For the ESFT trace this is exactly the
-/// order of shared/traces/SOURCES.md (line, token, layer, id).
+/// for each layer 0..layers-1 that the step holds, the `top_k` ids as recorded. For the ESFT trace
+/// this is exactly the order of shared/traces/SOURCES.md (line, token, layer, id).
 ///
 /// **Memory.** Ids are stored as `uint8_t` when `experts <= 256` and as `uint16_t` otherwise
 /// (`experts <= 65536`), so a step costs `layers * top_k` bytes (or twice that). Gate weights,
@@ -492,8 +498,23 @@ class routing_trace {
   [[nodiscard]] const trace_shape& shape() const noexcept { return shape_; }
   /// Number of steps (forward passes, i.e. tokens) recorded. O(1).
   [[nodiscard]] std::size_t steps() const noexcept { return steps_; }
-  /// Number of (step, layer, expert) activations: `steps * layers * top_k`. O(1).
-  [[nodiscard]] std::size_t access_count() const noexcept { return steps_ * shape_.ids_per_step(); }
+  /// Number of (step, layer, expert) activations: `top_k` per row held, so
+  /// `(steps * layers - missing_rows()) * top_k`. O(1).
+  [[nodiscard]] std::size_t access_count() const noexcept {
+    return (steps_ * static_cast<std::size_t>(shape_.layers) - missing_rows_) *
+           static_cast<std::size_t>(shape_.top_k);
+  }
+  /// True when every step holds every layer (no partial step was appended). O(1).
+  [[nodiscard]] bool complete() const noexcept { return missing_rows_ == 0; }
+  /// Number of (step, layer) rows that partial steps lack. O(1).
+  [[nodiscard]] std::size_t missing_rows() const noexcept { return missing_rows_; }
+  /// @brief Whether `step` holds layer `layer` (always, unless it was appended as a partial
+  /// step). O(1). @throws wisp::logic_error if an index is out of range.
+  [[nodiscard]] bool has_layer(std::size_t step, std::int32_t layer) const {
+    (void)index_of(step, layer, 0);
+    return row_present(step * static_cast<std::size_t>(shape_.layers) +
+                       static_cast<std::size_t>(layer));
+  }
   /// Whether gate weights are recorded. Decided by the first appended step. O(1).
   [[nodiscard]] bool has_weights() const noexcept { return has_weights_; }
   /// Bytes used per stored id: 1 when `experts <= 256`, else 2.
@@ -525,60 +546,31 @@ class routing_trace {
   /// Complexity: O(layers * top_k) for small `top_k` (<= 32), O(layers * top_k log top_k)
   /// otherwise; amortised O(1) allocations.
   void append_step(std::span<const std::int32_t> ids, std::span<const float> weights = {}) {
-    const std::size_t n = shape_.ids_per_step();
-    WISP_EXPECTS(ids.size() == n, "append_step needs layers*top_k = ", n, " ids, got ", ids.size());
-    WISP_EXPECTS(weights.empty() || weights.size() == n, "append_step needs 0 or ", n,
-                 " weights, got ", weights.size());
-    const bool with_weights = !weights.empty();
-    WISP_EXPECTS(steps_ == 0 || with_weights == has_weights_, "step ", steps_,
-                 (with_weights ? " has weights but earlier steps do not"
-                               : " has no weights but earlier steps do"));
-    WISP_EXPECTS(steps_ < max_steps, "routing_trace is full (", max_steps, " steps)");
-    validate_ids(ids);
-    for (std::size_t i = 0; i < weights.size(); ++i) {
-      WISP_EXPECTS(std::isfinite(weights[i]), "step ", steps_, " weight ", i,
-                   " is not finite: ", weights[i]);
-    }
-    // Reserve everything first: after this point nothing throws (trivial types, no reallocation).
-    const std::size_t total = (steps_ + 1) * n;
-    auto grow = [](auto& v, std::size_t want) {
-      if (v.capacity() < want) {
-        v.reserve(std::max(want, v.capacity() * 2));
-      }
-    };
-    if (wide_) {
-      grow(ids16_, total);
-    } else {
-      grow(ids8_, total);
-    }
-    if (with_weights) {
-      grow(weights_, total);
-    }
-    if (pending_sequence_) {
-      grow(sequence_starts_, sequence_starts_.size() + 1);
-    }
-    if (wide_) {
-      for (const std::int32_t id : ids) {
-        ids16_.push_back(static_cast<std::uint16_t>(id));
-      }
-    } else {
-      for (const std::int32_t id : ids) {
-        ids8_.push_back(static_cast<std::uint8_t>(id));
-      }
-    }
-    weights_.insert(weights_.end(), weights.begin(), weights.end());
-    if (pending_sequence_) {
-      sequence_starts_.push_back(steps_);
-      pending_sequence_ = false;
-    }
-    has_weights_ = with_weights;
-    ++steps_;
+    append(ids, weights, {});
+  }
+
+  /// @brief Appends one step that lacks some layers: `present[l] != 0` for the layers recorded.
+  ///
+  /// `ids` and `weights` are laid out as for `append_step` (`layers x top_k`); the rows of the
+  /// missing layers are ignored (not validated, not stored). The missing rows are skipped by every
+  /// replay and counted by `missing_rows()`.
+  /// @throws wisp::logic_error as `append_step` (for the rows present), if `present` does not hold
+  ///         one entry per layer, or if it marks no layer present. Strong guarantee.
+  /// Complexity: as `append_step`, plus O(steps * layers) once, at the first partial step.
+  void append_partial_step(std::span<const std::int32_t> ids, std::span<const std::uint8_t> present,
+                           std::span<const float> weights = {}) {
+    WISP_EXPECTS(present.size() == static_cast<std::size_t>(shape_.layers),
+                 "append_partial_step needs one presence flag per layer (", shape_.layers,
+                 "), got ", present.size());
+    WISP_EXPECTS(std::any_of(present.begin(), present.end(), [](std::uint8_t p) { return p != 0; }),
+                 "step ", steps_, " holds no layer at all");
+    append(ids, weights, present);
   }
 
   /// @brief The `j`-th expert chosen at `layer` in `step`. O(1).
-  /// @throws wisp::logic_error if an index is out of range.
+  /// @throws wisp::logic_error if an index is out of range or the step lacks the layer.
   [[nodiscard]] std::int32_t expert(std::size_t step, std::int32_t layer, std::int32_t j) const {
-    const std::size_t i = index_of(step, layer, j);
+    const std::size_t i = present_index_of(step, layer, j);
     return wide_ ? static_cast<std::int32_t>(ids16_[i]) : static_cast<std::int32_t>(ids8_[i]);
   }
 
@@ -589,10 +581,11 @@ class routing_trace {
   }
 
   /// @brief The gate weight of `expert(step, layer, j)`. O(1).
-  /// @throws wisp::logic_error if the trace has no weights or an index is out of range.
+  /// @throws wisp::logic_error if the trace has no weights, an index is out of range or the step
+  ///         lacks the layer.
   [[nodiscard]] float weight(std::size_t step, std::int32_t layer, std::int32_t j) const {
     WISP_EXPECTS(has_weights_, "this routing trace has no gate weights");
-    return weights_[index_of(step, layer, j)];
+    return weights_[present_index_of(step, layer, j)];
   }
 
   /// @brief Marks the next appended step as the start of a sequence. Calling it again before
@@ -616,6 +609,20 @@ class routing_trace {
     }
   }
 
+  /// @brief Calls `f(step, layer, ids)` for every (step, layer) request in canonical order, `ids`
+  /// being that layer's `top_k` expert ids as recorded (a `std::span<const std::int32_t>` valid
+  /// during the call of `f`). One call of an engine's MoE layer: what the pager and the
+  /// call-granular reuse distances take. O(access_count()); one allocation of `top_k` ids.
+  template <class F>
+  void for_each_call(F&& f) const {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(shape_.top_k));
+    if (wide_) {
+      visit_calls(ids16_.data(), ids, f);
+    } else {
+      visit_calls(ids8_.data(), ids, f);
+    }
+  }
+
   class access_iterator;
   class access_range;
 
@@ -623,10 +630,12 @@ class routing_trace {
   /// `for_each_access`). The range refers to this trace: appending invalidates it. O(1).
   [[nodiscard]] access_range accesses() const noexcept;
 
-  /// Traces are equal when shape, ids, weights (bitwise float equality) and sequence starts are.
+  /// Traces are equal when shape, rows held, ids, weights (bitwise float equality) and sequence
+  /// starts are (the ignored ids of missing rows do not count).
   friend bool operator==(const routing_trace& a, const routing_trace& b) noexcept {
     return a.shape_ == b.shape_ && a.steps_ == b.steps_ && a.has_weights_ == b.has_weights_ &&
-           a.ids8_ == b.ids8_ && a.ids16_ == b.ids16_ && a.weights_ == b.weights_ &&
+           a.missing_rows_ == b.missing_rows_ && a.present_ == b.present_ && a.ids8_ == b.ids8_ &&
+           a.ids16_ == b.ids16_ && a.weights_ == b.weights_ &&
            a.sequence_starts_ == b.sequence_starts_;
   }
 
@@ -636,13 +645,126 @@ class routing_trace {
     const std::int32_t layers = shape_.layers;
     const std::int32_t k = shape_.top_k;
     const auto steps = static_cast<std::uint32_t>(steps_);
+    const std::uint8_t* present = present_.empty() ? nullptr : present_.data();
     for (std::uint32_t s = 0; s < steps; ++s) {
       for (std::int32_t l = 0; l < layers; ++l) {
+        if (present != nullptr && *present++ == 0) {
+          p += k;
+          continue;
+        }
         for (std::int32_t j = 0; j < k; ++j) {
           f(access{s, l, static_cast<std::int32_t>(*p++)});
         }
       }
     }
+  }
+
+  template <class Id, class F>
+  void visit_calls(const Id* p, std::vector<std::int32_t>& ids, F& f) const {
+    const std::int32_t layers = shape_.layers;
+    const auto steps = static_cast<std::uint32_t>(steps_);
+    const std::uint8_t* present = present_.empty() ? nullptr : present_.data();
+    for (std::uint32_t s = 0; s < steps; ++s) {
+      for (std::int32_t l = 0; l < layers; ++l) {
+        if (present != nullptr && *present++ == 0) {
+          p += ids.size();
+          continue;
+        }
+        for (std::int32_t& id : ids) {
+          id = static_cast<std::int32_t>(*p++);
+        }
+        f(s, l, std::span<const std::int32_t>(ids));
+      }
+    }
+  }
+
+  [[nodiscard]] bool row_present(std::size_t row) const noexcept {
+    return present_.empty() || present_[row] != 0;
+  }
+
+  // index_of for a row the step holds.
+  [[nodiscard]] std::size_t present_index_of(std::size_t step, std::int32_t layer,
+                                             std::int32_t j) const {
+    const std::size_t i = index_of(step, layer, j);
+    WISP_EXPECTS(row_present(i / static_cast<std::size_t>(shape_.top_k)), "step ", step,
+                 " has no record for layer ", layer);
+    return i;
+  }
+
+  // append_step / append_partial_step; `present` empty = every layer.
+  void append(std::span<const std::int32_t> ids, std::span<const float> weights,
+              std::span<const std::uint8_t> present) {
+    const std::size_t n = shape_.ids_per_step();
+    WISP_EXPECTS(ids.size() == n, "append_step needs layers*top_k = ", n, " ids, got ", ids.size());
+    WISP_EXPECTS(weights.empty() || weights.size() == n, "append_step needs 0 or ", n,
+                 " weights, got ", weights.size());
+    const bool with_weights = !weights.empty();
+    WISP_EXPECTS(steps_ == 0 || with_weights == has_weights_, "step ", steps_,
+                 (with_weights ? " has weights but earlier steps do not"
+                               : " has no weights but earlier steps do"));
+    WISP_EXPECTS(steps_ < max_steps, "routing_trace is full (", max_steps, " steps)");
+    const auto k = static_cast<std::size_t>(shape_.top_k);
+    const auto layers = static_cast<std::size_t>(shape_.layers);
+    auto held = [&](std::size_t row) { return present.empty() || present[row] != 0; };
+    std::size_t missing = 0;
+    for (std::size_t row = 0; row < layers; ++row) {
+      if (!held(row)) {
+        ++missing;
+        continue;
+      }
+      validate_row(ids.subspan(row * k, k), row);
+      for (std::size_t i = row * k; i < (row + 1) * k && with_weights; ++i) {
+        WISP_EXPECTS(std::isfinite(weights[i]), "step ", steps_, " weight ", i,
+                     " is not finite: ", weights[i]);
+      }
+    }
+    // Reserve everything first: after this point nothing throws (trivial types, no reallocation).
+    const std::size_t total = (steps_ + 1) * n;
+    auto grow = [](auto& v, std::size_t want) {
+      if (v.capacity() < want) {
+        v.reserve(std::max(want, v.capacity() * 2));
+      }
+    };
+    if (wide_) {
+      grow(ids16_, total);
+    } else {
+      grow(ids8_, total);
+    }
+    if (with_weights) {
+      grow(weights_, total);
+    }
+    if (pending_sequence_) {
+      grow(sequence_starts_, sequence_starts_.size() + 1);
+    }
+    const bool track_rows = !present_.empty() || missing != 0;
+    if (track_rows) {
+      grow(present_, (steps_ + 1) * layers);
+    }
+    // A missing row stores the ids 0..k-1 and zero weights: never read, so they need no meaning.
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int32_t id = held(i / k) ? ids[i] : static_cast<std::int32_t>(i % k);
+      if (wide_) {
+        ids16_.push_back(static_cast<std::uint16_t>(id));
+      } else {
+        ids8_.push_back(static_cast<std::uint8_t>(id));
+      }
+      if (with_weights) {
+        weights_.push_back(held(i / k) ? weights[i] : 0.0f);
+      }
+    }
+    if (track_rows) {
+      present_.resize(steps_ * layers, 1);  // the complete steps before the first partial one
+      for (std::size_t row = 0; row < layers; ++row) {
+        present_.push_back(held(row) ? 1 : 0);
+      }
+    }
+    if (pending_sequence_) {
+      sequence_starts_.push_back(steps_);
+      pending_sequence_ = false;
+    }
+    has_weights_ = with_weights;
+    missing_rows_ += missing;
+    ++steps_;
   }
 
   [[nodiscard]] std::size_t index_of(std::size_t step, std::int32_t layer, std::int32_t j) const {
@@ -656,29 +778,24 @@ class routing_trace {
            static_cast<std::size_t>(j);
   }
 
-  void validate_ids(std::span<const std::int32_t> ids) const {
-    const std::size_t k = static_cast<std::size_t>(shape_.top_k);
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      WISP_EXPECTS(ids[i] >= 0 && ids[i] < shape_.experts, "step ", steps_, " layer ", i / k,
-                   ": expert id ", ids[i], " out of range [0, ", shape_.experts, ")");
+  void validate_row(std::span<const std::int32_t> r, std::size_t layer) const {
+    for (const std::int32_t id : r) {
+      WISP_EXPECTS(id >= 0 && id < shape_.experts, "step ", steps_, " layer ", layer,
+                   ": expert id ", id, " out of range [0, ", shape_.experts, ")");
     }
-    std::vector<std::int32_t> sorted;
-    for (std::size_t row = 0; row < ids.size(); row += k) {
-      const auto r = ids.subspan(row, k);
-      if (k <= 32) {
-        for (std::size_t a = 1; a < k; ++a) {
-          for (std::size_t b = 0; b < a; ++b) {
-            WISP_EXPECTS(r[a] != r[b], "step ", steps_, " layer ", row / k, ": expert ", r[a],
-                         " chosen twice");
-          }
+    if (r.size() <= 32) {
+      for (std::size_t a = 1; a < r.size(); ++a) {
+        for (std::size_t b = 0; b < a; ++b) {
+          WISP_EXPECTS(r[a] != r[b], "step ", steps_, " layer ", layer, ": expert ", r[a],
+                       " chosen twice");
         }
-      } else {
-        sorted.assign(r.begin(), r.end());
-        std::sort(sorted.begin(), sorted.end());
-        const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-        WISP_EXPECTS(dup == sorted.end(), "step ", steps_, " layer ", row / k, ": expert ",
-                     (dup == sorted.end() ? 0 : *dup), " chosen twice");
       }
+    } else {
+      std::vector<std::int32_t> sorted(r.begin(), r.end());
+      std::sort(sorted.begin(), sorted.end());
+      const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+      WISP_EXPECTS(dup == sorted.end(), "step ", steps_, " layer ", layer, ": expert ",
+                   (dup == sorted.end() ? 0 : *dup), " chosen twice");
     }
   }
 
@@ -687,8 +804,10 @@ class routing_trace {
   bool has_weights_ = false;
   bool pending_sequence_ = false;
   std::size_t steps_ = 0;
-  std::vector<std::uint8_t> ids8_;    // used when experts <= 256
-  std::vector<std::uint16_t> ids16_;  // used when experts > 256
+  std::size_t missing_rows_ = 0;
+  std::vector<std::uint8_t> present_;  // steps x layers flags once a partial step came, else empty
+  std::vector<std::uint8_t> ids8_;     // used when experts <= 256
+  std::vector<std::uint16_t> ids16_;   // used when experts > 256
   std::vector<float> weights_;
   std::vector<std::size_t> sequence_starts_;
 };
@@ -714,10 +833,8 @@ class routing_trace::access_iterator {
     ++pos_;
     if (++j_ == k_) {
       j_ = 0;
-      if (++layer_ == layers_) {
-        layer_ = 0;
-        ++step_;
-      }
+      next_row();
+      skip_missing_rows();
     }
     return *this;
   }
@@ -732,8 +849,26 @@ class routing_trace::access_iterator {
 
  private:
   friend class routing_trace;
+
+  void next_row() noexcept {
+    if (++layer_ == layers_) {
+      layer_ = 0;
+      ++step_;
+    }
+  }
+  // Moves past the rows a partial step lacks (a no-op for a complete trace).
+  void skip_missing_rows() noexcept {
+    while (present_ != nullptr && pos_ < end_ &&
+           present_[pos_ / static_cast<std::size_t>(k_)] == 0) {
+      pos_ += static_cast<std::size_t>(k_);
+      next_row();
+    }
+  }
+
   const std::uint8_t* ids8_ = nullptr;
   const std::uint16_t* ids16_ = nullptr;
+  const std::uint8_t* present_ = nullptr;  // row flags, or null when every row is held
+  std::size_t end_ = 0;                    // one past the last stored id
   bool wide_ = false;
   std::size_t pos_ = 0;
   std::uint32_t step_ = 0;
@@ -749,7 +884,7 @@ class routing_trace::access_range {
   [[nodiscard]] access_iterator begin() const noexcept { return first_; }
   [[nodiscard]] access_iterator end() const noexcept {
     access_iterator last = first_;
-    last.pos_ = size_;
+    last.pos_ = first_.end_;
     return last;
   }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
@@ -771,6 +906,9 @@ inline routing_trace::access_range routing_trace::accesses() const noexcept {
   }
   r.first_.layers_ = shape_.layers;
   r.first_.k_ = shape_.top_k;
+  r.first_.present_ = present_.empty() ? nullptr : present_.data();
+  r.first_.end_ = steps_ * shape_.ids_per_step();
+  r.first_.skip_missing_rows();
   r.size_ = access_count();
   return r;
 }
@@ -784,8 +922,9 @@ inline routing_trace::access_range routing_trace::accesses() const noexcept {
 ///
 /// Layout (all integers little-endian regardless of host; see docs/formats.md for the table):
 /// a 64-byte header (magic, version, flags, shape, id width, step and sequence counts, payload
-/// size, header CRC-32), the payload (sequence starts as u64, ids as u8 or u16, optional weights
-/// as IEEE-754 binary32), then the CRC-32 of the payload.
+/// size, header CRC-32), the payload (sequence starts as u64, for a trace with partial steps a
+/// bitmap of the (step, layer) rows held, ids as u8 or u16, optional weights as IEEE-754
+/// binary32), then the CRC-32 of the payload. The file ends there: trailing bytes are an error.
 ///
 /// The reader never trusts a size before checking it: the header has its own CRC, the payload
 /// size must equal the one implied by the shape and counts, it is compared with the bytes left in
@@ -838,6 +977,48 @@ inline constexpr std::array<std::uint32_t, 256> crc32_table = [] {
 }  // namespace wisp::trace::detail
 // ---- end wisp/trace/detail/crc32.hpp -----------------------------------------------------------
 
+// ---- begin wisp/trace/detail/files.hpp ---------------------------------------------------------
+/// @file
+/// @brief Internal: opening the files wisp's readers and writers use, with errors that say why a
+/// file cannot be opened (the operating system's reason, e.g. "No such file or directory").
+
+namespace wisp::trace::detail {
+
+/// The operating system's reason for the last failed open (`errno`), or a generic one.
+[[nodiscard]] inline std::string os_reason(int saved_errno) {
+  return saved_errno != 0 ? std::generic_category().message(saved_errno) : "unknown reason";
+}
+
+/// @brief Opens `path` for binary reading.
+/// @throws wisp::error "cannot open PATH: REASON" (a folder is refused too: reading one would
+///         fail later with a less clear message).
+[[nodiscard]] inline std::ifstream open_for_reading(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw error("cannot open " + path.string() + ": it is a folder, not a file");
+  }
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw error("cannot open " + path.string() + ": " + os_reason(errno));
+  }
+  return in;
+}
+
+/// @brief Creates or truncates `path` for binary writing.
+/// @throws wisp::error "cannot open PATH for writing: REASON".
+[[nodiscard]] inline std::ofstream open_for_writing(const std::filesystem::path& path) {
+  errno = 0;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    throw error("cannot open " + path.string() + " for writing: " + os_reason(errno));
+  }
+  return out;
+}
+
+}  // namespace wisp::trace::detail
+// ---- end wisp/trace/detail/files.hpp -----------------------------------------------------------
+
 namespace wisp::trace {
 
 /// Constants of the `.wtrace` format.
@@ -850,6 +1031,8 @@ inline constexpr std::uint32_t version = 1;
 inline constexpr std::size_t header_bytes = 64;
 /// Flag bit: gate weights are present.
 inline constexpr std::uint32_t flag_weights = 1u;
+/// Flag bit: some steps lack layers; a row bitmap follows the sequence starts.
+inline constexpr std::uint32_t flag_partial = 2u;
 }  // namespace wtrace
 
 namespace detail {
@@ -900,14 +1083,19 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   const std::uint64_t n = trace.access_count();
   const std::uint64_t seqs = trace.sequence_starts().size();
   const std::uint64_t id_bytes = trace.id_bytes();
+  const bool partial = !trace.complete();
+  const std::uint64_t rows = trace.steps() * static_cast<std::uint64_t>(shape.layers);
+  const std::uint64_t mask_bytes = partial ? (rows + 7) / 8 : 0;
   const std::uint64_t payload =
-      seqs * 8 + n * id_bytes + (trace.has_weights() ? n * sizeof(float) : 0);
+      seqs * 8 + mask_bytes + n * id_bytes + (trace.has_weights() ? n * sizeof(float) : 0);
+  const std::uint32_t flags =
+      (trace.has_weights() ? wtrace::flag_weights : 0u) | (partial ? wtrace::flag_partial : 0u);
 
   std::vector<std::uint8_t> buf;
   buf.reserve(1u << 16);
   buf.insert(buf.end(), wtrace::magic.begin(), wtrace::magic.end());
   detail::put_le(buf, wtrace::version, 4);
-  detail::put_le(buf, trace.has_weights() ? wtrace::flag_weights : 0u, 4);
+  detail::put_le(buf, flags, 4);
   detail::put_le(buf, static_cast<std::uint32_t>(shape.layers), 4);
   detail::put_le(buf, static_cast<std::uint32_t>(shape.experts), 4);
   detail::put_le(buf, static_cast<std::uint32_t>(shape.top_k), 4);
@@ -932,6 +1120,22 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
     detail::put_le(buf, s, 8);
     flush_if_full();
   }
+  if (partial) {  // bit r (LSB first) of the bitmap: row r = step * layers + layer is held
+    std::uint64_t byte = 0;
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      const auto layer = static_cast<std::int32_t>(r % static_cast<std::uint64_t>(shape.layers));
+      byte |= (trace.has_layer(
+                   static_cast<std::size_t>(r / static_cast<std::uint64_t>(shape.layers)), layer)
+                   ? 1u
+                   : 0u)
+              << (r % 8);
+      if (r % 8 == 7 || r + 1 == rows) {
+        detail::put_le(buf, byte, 1);
+        byte = 0;
+        flush_if_full();
+      }
+    }
+  }
   trace.for_each_access([&](access a) {
     detail::put_le(buf, static_cast<std::uint64_t>(a.expert), static_cast<int>(id_bytes));
     flush_if_full();
@@ -939,7 +1143,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   if (trace.has_weights()) {
     for (std::size_t s = 0; s < trace.steps(); ++s) {
       for (std::int32_t l = 0; l < shape.layers; ++l) {
-        for (std::int32_t j = 0; j < shape.top_k; ++j) {
+        for (std::int32_t j = 0; j < shape.top_k && trace.has_layer(s, l); ++j) {
           detail::put_le(buf, std::bit_cast<std::uint32_t>(trace.weight(s, l, j)), 4);
           flush_if_full();
         }
@@ -953,16 +1157,14 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
 }
 
 /// @brief Writes `trace` to the file `path` (created or truncated).
-/// @throws wisp::error if the file cannot be opened or written.
+/// @throws wisp::error if the file cannot be opened (naming the operating system's reason) or
+///         written.
 inline void write_wtrace(const routing_trace& trace, const std::filesystem::path& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    WISP_FAIL(wisp::error, "cannot open ", path.string(), " for writing");
-  }
+  std::ofstream out = detail::open_for_writing(path);
   write_wtrace(trace, out);
   out.close();
   if (!out) {
-    WISP_FAIL(wisp::error, "writing ", path.string(), " failed");
+    throw error("writing " + path.string() + " failed");
   }
 }
 
@@ -1014,7 +1216,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
                               " (this reader knows version 1)");
   }
   const u64 flags = field(12, 4);
-  if ((flags & ~u64{wtrace::flag_weights}) != 0) {
+  if ((flags & ~u64{wtrace::flag_weights | wtrace::flag_partial}) != 0) {
     throw format_error(12, "unknown flag bits " + std::to_string(flags));
   }
   const auto layers = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(16, 4)));
@@ -1044,6 +1246,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   const u64 seqs = field(40, 8);
   const u64 payload = field(48, 8);
   const bool weights = (flags & wtrace::flag_weights) != 0;
+  const bool partial = (flags & wtrace::flag_partial) != 0;
   if (steps > routing_trace::max_steps) {
     throw format_error(32, "step count " + std::to_string(steps) + " exceeds the maximum");
   }
@@ -1051,19 +1254,30 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     throw format_error(40, "sequence count " + std::to_string(seqs) + " exceeds step count " +
                                std::to_string(steps));
   }
+  // Sizes: every (step, layer) row holds top_k ids (and weights); a partial trace stores only the
+  // rows its bitmap marks, so its payload is checked against the bitmap once that is read.
   bool ok = true;
+  const u64 rows = detail::checked_mul(steps, static_cast<u64>(layers), ok);
   const u64 per_step = static_cast<u64>(layers) * static_cast<u64>(top_k);
-  const u64 n = detail::checked_mul(steps, per_step, ok);
-  const u64 id_part = detail::checked_mul(n, id_bytes, ok);
-  const u64 w_part = weights ? detail::checked_mul(n, 4, ok) : 0;
+  const u64 row_bytes = static_cast<u64>(top_k) * (id_bytes + (weights ? 4 : 0));
   const u64 seq_part = seqs * 8;  // seqs <= 2^32
-  const u64 expected = seq_part + id_part;
-  if (!ok || expected < id_part || expected + w_part < expected) {
+  const u64 mask_part = partial ? rows / 8 + (rows % 8 != 0 ? 1 : 0) : 0;
+  const u64 rows_part = detail::checked_mul(rows, row_bytes, ok);
+  const u64 fixed = seq_part + mask_part;
+  if (!ok || fixed + rows_part < fixed) {
     throw format_error(32, "step count " + std::to_string(steps) + " overflows the payload size");
   }
-  if (payload != expected + w_part) {
+  if (!partial && payload != fixed + rows_part) {
     throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
-                               std::to_string(expected + w_part) + " implied by the header");
+                               std::to_string(fixed + rows_part) + " implied by the header");
+  }
+  if (partial &&
+      (payload < fixed || payload - fixed > rows_part || (payload - fixed) % row_bytes != 0)) {
+    throw format_error(48, "payload size " + std::to_string(payload) +
+                               " does not fit the header: sequence starts and row bitmap " +
+                               std::to_string(fixed) + " bytes plus a multiple of " +
+                               std::to_string(row_bytes) + " up to " +
+                               std::to_string(fixed + rows_part));
   }
   const u64 rest = available == std::numeric_limits<u64>::max()
                        ? available
@@ -1112,69 +1326,115 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     }
     starts[i] = static_cast<std::size_t>(s);
   }
-  const u64 id_base = wtrace::header_bytes + seq_part;
-  const u64 w_base = id_base + id_part;
+  const std::uint8_t* mask = p + seq_part;
+  auto held = [&](u64 row) { return !partial || ((mask[row / 8] >> (row % 8)) & 1u) != 0; };
+  u64 held_rows = rows;
+  if (partial) {
+    held_rows = 0;
+    for (u64 r = 0; r < rows; ++r) {
+      held_rows += held(r) ? 1 : 0;
+    }
+    if (rows % 8 != 0 && (mask[rows / 8] >> (rows % 8)) != 0) {
+      throw format_error(wtrace::header_bytes + seq_part + rows / 8,
+                         "row bitmap has bits set past the last row");
+    }
+    if (held_rows == rows) {
+      throw format_error(12, "partial flag set but every step holds every layer");
+    }
+    if (fixed + held_rows * row_bytes != payload) {
+      throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
+                                 std::to_string(fixed + held_rows * row_bytes) +
+                                 " implied by the row bitmap");
+    }
+  }
+  const u64 n = held_rows * static_cast<u64>(top_k);
+  const u64 id_base = fixed;                  // payload offset of the first id
+  const u64 w_base = id_base + n * id_bytes;  // payload offset of the first weight
   const int width = static_cast<int>(id_bytes);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(per_step));
   std::vector<float> ws(weights ? static_cast<std::size_t>(per_step) : 0);
+  std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
   std::vector<std::uint8_t> seen(static_cast<std::size_t>(experts), 0);
   std::size_t next_seq = 0;
+  u64 idx = 0;  // index of the next stored id (and weight)
   for (u64 s = 0; s < steps; ++s) {
-    for (u64 i = 0; i < per_step; ++i) {
-      const u64 idx = s * per_step + i;
-      const u64 off = seq_part + idx * id_bytes;
-      const auto id = static_cast<std::int64_t>(detail::get_le(p + off, width));
-      if (id >= experts) {
-        throw format_error(wtrace::header_bytes + off,
-                           "expert id " + std::to_string(id) + " >= experts " +
-                               std::to_string(experts) + " (step " + std::to_string(s) + ")");
-      }
-      ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(id);
-      if (weights) {
-        const u64 woff = w_base - wtrace::header_bytes + idx * 4;
-        const float w =
-            std::bit_cast<float>(static_cast<std::uint32_t>(detail::get_le(p + woff, 4)));
-        if (!std::isfinite(w)) {
-          throw format_error(wtrace::header_bytes + woff, "weight is not finite");
+    bool any = false;
+    bool all = true;
+    for (std::int32_t l = 0; l < layers; ++l) {
+      const bool row_held = held(s * static_cast<u64>(layers) + static_cast<u64>(l));
+      present[static_cast<std::size_t>(l)] = row_held ? 1 : 0;
+      any = any || row_held;
+      all = all && row_held;
+      for (std::int32_t j = 0; j < top_k; ++j) {
+        const auto i = static_cast<std::size_t>(l * top_k + j);
+        if (!row_held) {
+          ids[i] = j;  // ignored by append_partial_step
+          continue;
         }
-        ws[static_cast<std::size_t>(i)] = w;
-      }
-    }
-    // Distinct ids per (step, layer) row.
-    for (u64 row = 0; row < per_step; row += static_cast<u64>(top_k)) {
-      for (u64 j = row; j < row + static_cast<u64>(top_k); ++j) {
-        auto& mark = seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(j)])];
+        const u64 off = id_base + idx * id_bytes;
+        const auto id = static_cast<std::int64_t>(detail::get_le(p + off, width));
+        if (id >= experts) {
+          throw format_error(wtrace::header_bytes + off,
+                             "expert id " + std::to_string(id) + " >= experts " +
+                                 std::to_string(experts) + " (step " + std::to_string(s) + ")");
+        }
+        auto& mark = seen[static_cast<std::size_t>(id)];
         if (mark != 0) {
-          throw format_error(id_base + (s * per_step + j) * id_bytes,
-                             "expert " + std::to_string(ids[static_cast<std::size_t>(j)]) +
-                                 " appears twice in step " + std::to_string(s) + " layer " +
-                                 std::to_string(row / static_cast<u64>(top_k)));
+          throw format_error(wtrace::header_bytes + off,
+                             "expert " + std::to_string(id) + " appears twice in step " +
+                                 std::to_string(s) + " layer " + std::to_string(l));
         }
         mark = 1;
+        ids[i] = static_cast<std::int32_t>(id);
+        if (weights) {
+          const u64 woff = w_base + idx * 4;
+          const float w =
+              std::bit_cast<float>(static_cast<std::uint32_t>(detail::get_le(p + woff, 4)));
+          if (!std::isfinite(w)) {
+            throw format_error(wtrace::header_bytes + woff, "weight is not finite");
+          }
+          ws[i] = w;
+        }
+        ++idx;
       }
-      for (u64 j = row; j < row + static_cast<u64>(top_k); ++j) {
-        seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(j)])] = 0;
+      for (std::int32_t j = 0; j < top_k && row_held; ++j) {
+        seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(l * top_k + j)])] = 0;
       }
+    }
+    if (!any) {
+      throw format_error(wtrace::header_bytes + seq_part + (s * static_cast<u64>(layers)) / 8,
+                         "step " + std::to_string(s) + " holds no layer in the row bitmap");
     }
     if (next_seq < starts.size() && starts[next_seq] == s) {
       trace.begin_sequence();
       ++next_seq;
     }
-    trace.append_step(ids, ws);
+    if (all) {
+      trace.append_step(ids, ws);
+    } else {
+      trace.append_partial_step(ids, present, ws);
+    }
   }
   return trace;
 }
 
-/// @brief Reads the `.wtrace` file at `path`.
-/// @throws wisp::error if the file cannot be opened; wisp::format_error if it is malformed (the
-///         message names the file).
+/// @brief Reads the `.wtrace` file at `path`, which must hold exactly one trace.
+/// @throws wisp::error if the file cannot be opened (naming the operating system's reason);
+///         wisp::format_error if it is malformed or has bytes after the trace (the message names
+///         the file).
 [[nodiscard]] inline routing_trace read_wtrace(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    WISP_FAIL(wisp::error, "cannot open ", path.string(), " for reading");
-  }
+  std::ifstream in = detail::open_for_reading(path);
   try {
-    return read_wtrace(in);
+    routing_trace trace = read_wtrace(in);
+    const auto end = static_cast<std::uint64_t>(in.tellg());
+    if (in.peek() != std::char_traits<char>::eof()) {
+      in.seekg(0, std::ios::end);
+      const auto size = static_cast<std::uint64_t>(in.tellg());
+      throw format_error(end, std::to_string(size - end) +
+                                  " unexpected bytes after the trace (a .wtrace file holds one "
+                                  "trace)");
+    }
+    return trace;
   } catch (const format_error& e) {
     throw e.in_file(path.string());
   }
@@ -1195,10 +1455,99 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 /// shared/traces/SOURCES.md: for each line, for each token, for each layer, the k ids as written;
 /// each line begins a sequence.
 ///
+/// **Incomplete lines.** A line whose layer files disagree on its token count (a recorder that
+/// stopped early for some layers) is an error unless `esft_options::on_incomplete` says otherwise.
+/// The files do not say which tokens a short line lacks; the importer assumes its last ones (the
+/// files agree on the line's first tokens): `skip` keeps the tokens every file holds and drops the
+/// rest, `keep` keeps every token with the layers that hold it. A line a file lacks altogether
+/// (the file is shorter) holds no token of that layer.
+///
+/// **Top-k.** The files do not record k either. A `top_k` smaller than the data's shows as groups
+/// of a multiple of it that never repeat an id (top-k routing picks k distinct experts, so groups
+/// spanning several tokens do repeat ids); one larger than the data's shows as repeated ids within
+/// a group. Both are reported (`wisp::format_error`) instead of producing a plausible wrong trace.
+///
 /// @code
-/// auto trace = wisp::trace::import_esft("traces/raw/esft_deepseek_v2_lite_intent");
+/// auto [trace, report] = wisp::trace::import_esft("traces/raw/esft_deepseek_v2_lite_intent");
 /// // trace.shape() == {26, 64, 6}; trace.steps() == 8222; trace.sequence_starts().size() == 127
 /// @endcode
+
+// ---- begin wisp/trace/import.hpp ---------------------------------------------------------------
+/// @file
+/// @brief What the importers (`import_jsonl`, `import_esft`) return, and what they do with a
+/// token that lacks some of its layers.
+///
+/// Real routing logs are not always complete: a recorder may drop records, so that a few tokens
+/// lack some layers. By default (`incomplete_tokens::error`) an importer refuses such a log at the
+/// first gap; `skip` leaves those tokens out, `keep` keeps them with the layers that were recorded
+/// (`routing_trace::append_partial_step`). Either way the `import_report` says how many tokens
+/// and records were dropped or kept partial, so nothing is lost silently.
+/// @code
+/// wisp::trace::jsonl_options opt;
+/// opt.on_incomplete = wisp::trace::incomplete_tokens::skip;
+/// auto [trace, report] = wisp::trace::import_jsonl("routing.jsonl", opt);
+/// if (report.dropped_tokens > 0) { /* tell the user */ }
+/// @endcode
+
+namespace wisp::trace {
+
+/// @brief What an importer does with a token that lacks some of its layers.
+enum class incomplete_tokens : std::uint8_t {
+  error,  ///< refuse the input (`wisp::format_error` naming the first gap)
+  skip,   ///< leave the token out
+  keep,   ///< keep the token with the layers present (a partial step)
+};
+
+/// Name as used on the command line: "error", "skip", "keep".
+[[nodiscard]] constexpr std::string_view to_string(incomplete_tokens p) noexcept {
+  switch (p) {
+    case incomplete_tokens::skip:
+      return "skip";
+    case incomplete_tokens::keep:
+      return "keep";
+    case incomplete_tokens::error:
+      break;
+  }
+  return "error";
+}
+
+/// From its name; `std::nullopt` when unknown.
+[[nodiscard]] constexpr std::optional<incomplete_tokens> parse_incomplete_tokens(
+    std::string_view name) noexcept {
+  if (name == "error") {
+    return incomplete_tokens::error;
+  }
+  if (name == "skip") {
+    return incomplete_tokens::skip;
+  }
+  if (name == "keep") {
+    return incomplete_tokens::keep;
+  }
+  return std::nullopt;
+}
+
+/// @brief What an import found missing and what it did about it. A *record* is one (token,
+/// layer) entry of the input: a JSONL line, or one token's `top_k` ids in an ESFT layer file.
+/// All zero when the input was complete.
+struct import_report {
+  std::size_t incomplete_tokens = 0;  ///< tokens lacking at least one layer
+  std::size_t missing_records = 0;    ///< (token, layer) records those tokens lack
+  std::size_t dropped_tokens = 0;     ///< `skip`: incomplete tokens left out
+  std::size_t dropped_records = 0;    ///< `skip`: the records of those tokens, left out
+  std::size_t partial_tokens = 0;     ///< `keep`: incomplete tokens kept with their layers present
+  std::size_t incomplete_sequences = 0;  ///< sequences (ESFT lines, JSONL groups) with such tokens
+
+  friend constexpr bool operator==(const import_report&, const import_report&) = default;
+};
+
+/// @brief An imported trace and its report.
+struct imported_trace {
+  routing_trace trace;
+  import_report report;
+};
+
+}  // namespace wisp::trace
+// ---- end wisp/trace/import.hpp -----------------------------------------------------------------
 
 namespace wisp::trace {
 
@@ -1206,6 +1555,11 @@ namespace wisp::trace {
 struct esft_options {
   std::int32_t experts = 64;  ///< Routed experts per layer (DeepSeek-V2-Lite: 64).
   std::int32_t top_k = 6;     ///< Ids per token and layer (DeepSeek-V2-Lite: 6).
+  /// What to do with the tokens of a line whose files disagree on its token count.
+  incomplete_tokens on_incomplete = incomplete_tokens::error;
+  /// Called after each layer file with the bytes read so far and the files' total size, for a
+  /// progress display. Empty: not called.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
 
 namespace detail {
@@ -1316,24 +1670,89 @@ struct esft_file {
   return out;
 }
 
+/// @brief Throws if the ids look like top-k' routing for a multiple k' of `opt.top_k`: no group of
+/// k' consecutive ids in any line of any file repeats an id, every line splits into such groups,
+/// and that many groups being repeat-free would be very unlikely (below one in a million) if
+/// the routing were top-k over uniformly chosen experts (real routing repeats experts between
+/// neighbouring tokens more often still, so the bound is conservative).
+inline void esft_check_top_k(const std::vector<esft_file>& files,
+                             const std::vector<std::string>& names, const esft_options& opt) {
+  const auto k = static_cast<std::size_t>(opt.top_k);
+  const auto experts = static_cast<std::size_t>(opt.experts);
+  std::vector<std::uint32_t> seen(experts, 0);
+  std::uint32_t stamp = 0;
+  std::size_t looks_like = 0;
+  std::size_t evidence = 0;
+  for (std::size_t group = 2 * k; group <= experts; group += k) {
+    bool repeat_free = true;
+    std::size_t groups = 0;
+    for (const esft_file& f : files) {
+      for (const std::size_t tokens : f.tokens) {
+        repeat_free = repeat_free && (tokens * k) % group == 0;
+      }
+      for (std::size_t g = 0; repeat_free && g + group <= f.ids.size(); g += group) {
+        ++stamp;
+        for (std::size_t i = g; i < g + group && repeat_free; ++i) {
+          auto& mark = seen[static_cast<std::size_t>(f.ids[i])];
+          repeat_free = mark != stamp;
+          mark = stamp;
+        }
+        ++groups;
+      }
+      if (!repeat_free) {
+        break;
+      }
+    }
+    if (!repeat_free || groups == 0) {
+      continue;
+    }
+    // log P(a group of `group / k` independent uniform top-k tokens repeats no id).
+    double log_p = 0.0;
+    for (std::size_t taken = k; taken < group; ++taken) {
+      log_p +=
+          std::log(static_cast<double>(experts - taken) / static_cast<double>(experts - taken % k));
+    }
+    if (static_cast<double>(groups) * log_p < std::log(1e-6)) {
+      looks_like = group;
+      evidence = groups;
+    }
+  }
+  if (looks_like != 0) {
+    throw format_error(
+        "top_k " + std::to_string(k) + " does not fit the data: no group of " +
+        std::to_string(looks_like) + " consecutive ids repeats an expert in any of " +
+        std::to_string(evidence) + " groups of " + names.front() + ".." + names.back() +
+        ", which is what top-" + std::to_string(looks_like) + " routing looks like (top-" +
+        std::to_string(k) + " routing would repeat experts there); give the model's top-k");
+  }
+}
+
 }  // namespace detail
 
 /// @brief Imports an ESFT expert-score folder (see the file comment).
 ///
 /// Reads every `expert_weights_<L>.txt` in `dir` (L must run 1..N without gaps), validates that
-/// all files have the same number of lines and the same token count per line, that every id is
+/// all files have the same number of lines and the same token count per line (unless
+/// `opt.on_incomplete` skips or keeps the tokens of lines that differ), that every id is
 /// in `[0, experts)`, that each token's k ids are distinct and that weights match ids one to one.
 /// Time O(total text), memory O(activations) (all files are parsed before the trace is built).
 /// @throws wisp::logic_error if `opt` is not a valid shape; wisp::error if the folder or a file
-///         cannot be read; wisp::format_error naming the file, line and problem (the offset is
-///         the byte in that file).
-[[nodiscard]] inline routing_trace import_esft(const std::filesystem::path& dir,
-                                               const esft_options& opt = {}) {
+///         cannot be read (naming the operating system's reason); wisp::format_error naming the
+///         file, line and problem (the offset is the byte in that file), or when `top_k` does not
+///         fit the data (see the file comment).
+[[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
+                                                const esft_options& opt = {}) {
   namespace fs = std::filesystem;
   trace_shape{1, opt.experts, opt.top_k}.validate();
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    WISP_FAIL(wisp::error, "ESFT input ", dir.string(), " is not a readable folder");
+  const fs::file_status status = fs::status(dir, ec);
+  if (status.type() == fs::file_type::not_found) {
+    throw error("cannot open ESFT folder " + dir.string() + ": " +
+                std::generic_category().message(ENOENT));
+  }
+  if (ec || status.type() != fs::file_type::directory) {
+    throw error("cannot open ESFT folder " + dir.string() + ": " +
+                (ec ? ec.message() : "it is not a folder"));
   }
   std::map<long, fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -1367,60 +1786,107 @@ struct esft_file {
                        " files, largest index " + std::to_string(files.rbegin()->first) + ")");
   }
 
-  std::vector<detail::esft_file> parsed;
-  parsed.reserve(files.size());
+  std::uint64_t total_bytes = 0;
   for (const auto& [index, path] : files) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      WISP_FAIL(wisp::error, "cannot open ", path.string());
-    }
+    total_bytes += static_cast<std::uint64_t>(fs::file_size(path, ec));
+  }
+  std::vector<detail::esft_file> parsed;
+  std::vector<std::string> names;
+  parsed.reserve(files.size());
+  std::uint64_t read_bytes = 0;
+  for (const auto& [index, path] : files) {
+    std::ifstream in = detail::open_for_reading(path);
     std::ostringstream text;
     text << in.rdbuf();
-    const std::string name = path.filename().string();
-    parsed.push_back(detail::parse_esft_file(text.str(), name, opt));
+    names.push_back(path.filename().string());
+    parsed.push_back(detail::parse_esft_file(text.str(), names.back(), opt));
+    read_bytes += text.str().size();
+    if (opt.progress) {
+      opt.progress(read_bytes, total_bytes);
+    }
+    if (opt.on_incomplete != incomplete_tokens::error) {
+      continue;  // short lines and files are resolved below
+    }
     const auto& cur = parsed.back();
     const auto& first = parsed.front();
     if (cur.tokens.size() != first.tokens.size()) {
-      throw format_error(name + " has " + std::to_string(cur.tokens.size()) + " lines but " +
-                         files.begin()->second.filename().string() + " has " +
-                         std::to_string(first.tokens.size()));
+      throw format_error(names.back() + " has " + std::to_string(cur.tokens.size()) +
+                         " lines but " + names.front() + " has " +
+                         std::to_string(first.tokens.size()) +
+                         " (on_incomplete can skip or keep the tokens a shorter file lacks)");
     }
     for (std::size_t i = 0; i < cur.tokens.size(); ++i) {
       if (cur.tokens[i] != first.tokens[i]) {
-        throw format_error(name + " line " + std::to_string(i + 1) + ": " +
-                           std::to_string(cur.tokens[i]) + " tokens but " +
-                           files.begin()->second.filename().string() + " line " +
-                           std::to_string(i + 1) + " has " + std::to_string(first.tokens[i]));
+        throw format_error(names.back() + " line " + std::to_string(i + 1) + ": " +
+                           std::to_string(cur.tokens[i]) + " tokens but " + names.front() +
+                           " line " + std::to_string(i + 1) + " has " +
+                           std::to_string(first.tokens[i]) +
+                           " (on_incomplete can skip or keep the tokens such a line lacks)");
       }
     }
   }
+  detail::esft_check_top_k(parsed, names, opt);
 
+  // Line i of file l holds tokens_of(l, i) tokens: 0 when the file is shorter.
+  std::size_t lines = 0;
+  for (const auto& f : parsed) {
+    lines = std::max(lines, f.tokens.size());
+  }
+  auto tokens_of = [&](std::size_t l, std::size_t i) {
+    return i < parsed[l].tokens.size() ? parsed[l].tokens[i] : std::size_t{0};
+  };
   const auto L = static_cast<std::int32_t>(layers);
   const auto k = static_cast<std::size_t>(opt.top_k);
   routing_trace trace({L, opt.experts, opt.top_k});
-  std::size_t total_tokens = 0;
-  for (const std::size_t t : parsed.front().tokens) {
-    total_tokens += t;
-  }
-  trace.reserve(total_tokens);
+  trace.reserve(parsed.front().ids.size() / k);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(L) * k);
   std::vector<float> ws(ids.size());
-  std::size_t token_base = 0;  // first token of the current line, in every file's flat arrays
-  for (const std::size_t tokens : parsed.front().tokens) {
-    trace.begin_sequence();
-    for (std::size_t t = 0; t < tokens; ++t) {
-      const std::size_t src = (token_base + t) * k;
+  std::vector<std::uint8_t> present(parsed.size());
+  std::vector<std::size_t> base(parsed.size(), 0);  // each file's first token of the current line
+  import_report report;
+  for (std::size_t i = 0; i < lines; ++i) {
+    std::size_t fewest = tokens_of(0, i);
+    std::size_t most = fewest;
+    for (std::size_t l = 1; l < parsed.size(); ++l) {
+      fewest = std::min(fewest, tokens_of(l, i));
+      most = std::max(most, tokens_of(l, i));
+    }
+    const std::size_t kept = opt.on_incomplete == incomplete_tokens::keep ? most : fewest;
+    if (most != fewest) {
+      ++report.incomplete_sequences;
+      report.incomplete_tokens += most - fewest;
       for (std::size_t l = 0; l < parsed.size(); ++l) {
-        for (std::size_t j = 0; j < k; ++j) {
+        report.missing_records += most - tokens_of(l, i);
+        if (opt.on_incomplete == incomplete_tokens::skip) {
+          report.dropped_records += tokens_of(l, i) - fewest;
+        }
+      }
+      (opt.on_incomplete == incomplete_tokens::skip ? report.dropped_tokens
+                                                    : report.partial_tokens) += most - fewest;
+    }
+    if (kept > 0) {
+      trace.begin_sequence();
+    }
+    for (std::size_t t = 0; t < kept; ++t) {
+      for (std::size_t l = 0; l < parsed.size(); ++l) {
+        present[l] = t < tokens_of(l, i) ? 1 : 0;
+        const std::size_t src = (base[l] + t) * k;
+        for (std::size_t j = 0; j < k && present[l] != 0; ++j) {
           ids[l * k + j] = parsed[l].ids[src + j];
           ws[l * k + j] = parsed[l].weights[src + j];
         }
       }
-      trace.append_step(ids, ws);
+      if (t < fewest) {
+        trace.append_step(ids, ws);
+      } else {
+        trace.append_partial_step(ids, present, ws);
+      }
     }
-    token_base += tokens;
+    for (std::size_t l = 0; l < parsed.size(); ++l) {
+      base[l] += tokens_of(l, i);
+    }
   }
-  return trace;
+  return {std::move(trace), report};
 }
 
 }  // namespace wisp::trace
@@ -1434,15 +1900,17 @@ struct esft_file {
 /// Records may come in any order. They are sorted into (group, token, layer) order, where groups
 /// keep the order of their first appearance in the file and tokens ascend by `token_idx` within a
 /// group (gaps in `token_idx` are allowed: each distinct index is one step). Every (group, token)
-/// must carry every layer exactly once. Each group begins a sequence (without a group key the
-/// whole file is one sequence). Unknown fields are skipped; `weights` is optional but must be
-/// present in all records or in none. The JSON is parsed by a small strict parser in the header
-/// (detail/json.hpp), so the core needs only the standard library.
+/// carries each layer at most once; a token that lacks layers is an error unless
+/// `jsonl_options::on_incomplete` says to skip or keep it (see import.hpp). Each group begins a
+/// sequence (without a group key the whole file is one sequence). Unknown fields are skipped;
+/// `weights` is optional but must be present in all records or in none. The JSON is parsed by a
+/// small strict parser in the header (detail/json.hpp), so the core needs only the standard
+/// library.
 ///
 /// @code
 /// wisp::trace::jsonl_options opt;
 /// opt.group_key = "problem_id";
-/// auto trace = wisp::trace::import_jsonl("routing.jsonl", opt);
+/// const wisp::trace::routing_trace trace = wisp::trace::import_jsonl("routing.jsonl", opt).trace;
 /// @endcode
 
 // ---- begin wisp/trace/detail/json.hpp ----------------------------------------------------------
@@ -1454,7 +1922,10 @@ struct esft_file {
 
 namespace wisp::trace::detail {
 
-/// A parsed JSON value.
+struct json_member;
+
+/// A parsed JSON value. (Members are a struct declared after it, not a `std::pair`: a pair of an
+/// incomplete type cannot be instantiated, which clang with libstdc++ rejects.)
 struct json_value {
   enum class kind : std::uint8_t { null, boolean, number, string, array, object };
   kind type = kind::null;
@@ -1462,18 +1933,26 @@ struct json_value {
   double number = 0;
   std::string text;  // string value, or the number's source spelling
   std::vector<json_value> items;
-  std::vector<std::pair<std::string, json_value>> members;
+  std::vector<json_member> members;
 
   /// Member `key` of an object, or nullptr.
-  [[nodiscard]] const json_value* find(std::string_view key) const noexcept {
-    for (const auto& [k, v] : members) {
-      if (k == key) {
-        return &v;
-      }
-    }
-    return nullptr;
-  }
+  [[nodiscard]] const json_value* find(std::string_view key) const noexcept;
 };
+
+/// One member of a JSON object.
+struct json_member {
+  std::string key;
+  json_value value;
+};
+
+inline const json_value* json_value::find(std::string_view key) const noexcept {
+  for (const json_member& m : members) {
+    if (m.key == key) {
+      return &m.value;
+    }
+  }
+  return nullptr;
+}
 
 /// Parses exactly one JSON value spanning `text` (surrounding whitespace allowed).
 /// Errors are `format_error(base + position, message)`.
@@ -1542,7 +2021,7 @@ class json_parser {
         }
         ++i_;
         json_value member = parse_value(depth + 1);
-        v.members.emplace_back(std::move(key), std::move(member));
+        v.members.push_back(json_member{std::move(key), std::move(member)});
         skip_ws();
         if (i_ < s_.size() && s_[i_] == ',') {
           ++i_;
@@ -1783,6 +2262,11 @@ struct jsonl_options {
   std::string experts_key = "experts";  ///< Field holding the top-k expert ids.
   std::string token_key = "token_idx";  ///< Field holding the token index.
   std::string weights_key = "weights";  ///< Optional field holding the gate weights.
+  /// What to do with a token that lacks some layers (default: refuse the input).
+  incomplete_tokens on_incomplete = incomplete_tokens::error;
+  /// Called now and then with the bytes read so far and the input's size (0 when unknown), for a
+  /// progress display. Empty: not called.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
 
 namespace detail {
@@ -1816,12 +2300,15 @@ struct jsonl_record {
 }  // namespace detail
 
 /// @brief Imports a JSONL routing log from `in` (see the file comment for the record format).
+/// `size` is the input's length for `opt.progress` (0 when unknown).
 /// Time O(n log n) in the number of records, memory O(file) during import.
 /// @throws wisp::format_error naming the line (and its byte offset) for malformed JSON, missing or
 ///         mistyped fields, inconsistent k, ids out of range or repeated within a record, weights
-///         present in some records only, a layer given twice or missing for a (group, token), or
-///         an empty input; wisp::logic_error if the options give an invalid shape.
-[[nodiscard]] inline routing_trace import_jsonl(std::istream& in, const jsonl_options& opt = {}) {
+///         present in some records only, a layer given twice for a (group, token), a layer missing
+///         for one (unless `opt.on_incomplete` skips or keeps such tokens), or an empty input;
+///         wisp::logic_error if the options give an invalid shape.
+[[nodiscard]] inline imported_trace import_jsonl(std::istream& in, const jsonl_options& opt = {},
+                                                 std::uint64_t size = 0) {
   using detail::jsonl_fail;
   std::vector<detail::jsonl_record> records;
   std::vector<std::int32_t> ids;
@@ -1834,10 +2321,15 @@ struct jsonl_record {
   std::uint64_t offset = 0;
   std::size_t line_no = 0;
   std::string line;
+  std::uint64_t reported = 0;
   while (std::getline(in, line)) {
     ++line_no;
     const std::uint64_t off = offset;
     offset += line.size() + 1;
+    if (opt.progress && offset - reported >= (std::uint64_t{1} << 20)) {
+      reported = offset;
+      opt.progress(offset, size);
+    }
     if (line.find_first_not_of(" \t\r") == std::string::npos) {
       continue;  // blank line
     }
@@ -1964,61 +2456,75 @@ struct jsonl_record {
   const auto uk = static_cast<std::size_t>(k);
   std::vector<std::int32_t> step_ids(static_cast<std::size_t>(layers) * uk);
   std::vector<float> step_w(with_weights == 1 ? step_ids.size() : 0);
-  std::size_t i = 0;
+  std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
+  import_report report;
   std::size_t current_group = records.front().group + 1;
-  while (i < records.size()) {
+  std::size_t incomplete_group = current_group;  // last group counted in incomplete_sequences
+  for (std::size_t i = 0; i < records.size();) {
+    // One (group, token): its records are records[i, end), sorted by layer.
     const auto& head = records[i];
-    for (std::int32_t l = 0; l < layers; ++l) {
-      if (i >= records.size() || records[i].group != head.group || records[i].token != head.token) {
-        jsonl_fail(head.offset, head.line,
-                   "token " + std::to_string(head.token) + " has no record for layer " +
-                       std::to_string(l));
+    std::size_t end = i;
+    std::fill(present.begin(), present.end(), std::uint8_t{0});
+    for (; end < records.size() && records[end].group == head.group &&
+           records[end].token == head.token;
+         ++end) {
+      const auto& r = records[end];
+      if (present[static_cast<std::size_t>(r.layer)] != 0) {
+        jsonl_fail(r.offset, r.line,
+                   "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
+                       " repeats line " + std::to_string(records[end - 1].line));
       }
-      const auto& r = records[i];
-      if (r.layer != l) {
-        // Sorted by layer: a smaller layer than expected is a repeat, a larger one a gap.
-        if (r.layer < l) {
-          jsonl_fail(r.offset, r.line,
-                     "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
-                         " repeats line " + std::to_string(records[i - 1].line));
-        }
-        jsonl_fail(head.offset, head.line,
-                   "token " + std::to_string(head.token) + " has no record for layer " +
-                       std::to_string(l));
-      }
-      std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
-                  step_ids.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(l) * uk));
+      present[static_cast<std::size_t>(r.layer)] = 1;
+      const auto at = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r.layer) * uk);
+      std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk, step_ids.begin() + at);
       if (!step_w.empty()) {
         std::copy_n(weights.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
-                    step_w.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(l) * uk));
+                    step_w.begin() + at);
       }
-      ++i;
     }
-    if (i < records.size() && records[i].group == head.group && records[i].token == head.token) {
-      const auto& r = records[i];
-      jsonl_fail(r.offset, r.line,
-                 "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
-                     " repeats line " + std::to_string(records[i - 1].line));
-    }
+    const std::size_t held = end - i;
+    i = end;
     if (head.group != current_group) {
       trace.begin_sequence();
       current_group = head.group;
     }
-    trace.append_step(step_ids, step_w);
+    if (held == static_cast<std::size_t>(layers)) {
+      trace.append_step(step_ids, step_w);
+      continue;
+    }
+    if (opt.on_incomplete == incomplete_tokens::error) {
+      const auto gap = std::find(present.begin(), present.end(), std::uint8_t{0}) - present.begin();
+      jsonl_fail(head.offset, head.line,
+                 "token " + std::to_string(head.token) + " has no record for layer " +
+                     std::to_string(gap) + " (on_incomplete can skip or keep such tokens)");
+    }
+    ++report.incomplete_tokens;
+    report.missing_records += static_cast<std::size_t>(layers) - held;
+    if (incomplete_group != head.group) {
+      incomplete_group = head.group;
+      ++report.incomplete_sequences;
+    }
+    if (opt.on_incomplete == incomplete_tokens::skip) {
+      ++report.dropped_tokens;
+      report.dropped_records += held;
+    } else {
+      ++report.partial_tokens;
+      trace.append_partial_step(step_ids, present, step_w);
+    }
   }
-  return trace;
+  return {std::move(trace), report};
 }
 
-/// @brief Imports the JSONL file at `path`. @throws wisp::error if it cannot be opened;
-/// wisp::format_error as the stream overload (the message names the file).
-[[nodiscard]] inline routing_trace import_jsonl(const std::filesystem::path& path,
-                                                const jsonl_options& opt = {}) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    WISP_FAIL(wisp::error, "cannot open ", path.string());
-  }
+/// @brief Imports the JSONL file at `path`. @throws wisp::error if it cannot be opened (naming
+/// the operating system's reason); wisp::format_error as the stream overload (the message names
+/// the file).
+[[nodiscard]] inline imported_trace import_jsonl(const std::filesystem::path& path,
+                                                 const jsonl_options& opt = {}) {
+  std::ifstream in = detail::open_for_reading(path);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
   try {
-    return import_jsonl(in, opt);
+    return import_jsonl(in, opt, ec ? 0 : static_cast<std::uint64_t>(size));
   } catch (const format_error& e) {
     throw e.in_file(path.string());
   }
@@ -2333,46 +2839,57 @@ inline constexpr std::size_t default_synthetic_steps = 8222;
 /// Seed of the synthetic stand-in for the ESFT trace.
 inline constexpr std::uint64_t default_synthetic_seed = 1;
 
-/// @brief Names accepted by `synthetic_preset`.
+/// @brief The default router's dynamics for a model of another shape: its working set scaled to
+/// `top_k` as the model presets scale it (`round(0.85 k)`, at least 1, at most `experts`).
+/// @code
+/// auto cfg = wisp::trace::synthetic_for_shape({.layers = 24, .experts = 60, .top_k = 4});
+/// @endcode
+/// @throws wisp::logic_error if the shape is invalid.
+[[nodiscard]] inline synthetic_config synthetic_for_shape(const trace_shape& shape) {
+  shape.validate();
+  synthetic_config c;
+  c.layers = shape.layers;
+  c.experts = shape.experts;
+  c.top_k = shape.top_k;
+  c.working_set = std::clamp<std::int32_t>((17 * shape.top_k + 10) / 20, 1, shape.experts);
+  return c;
+}
+
+/// @brief Names accepted by `synthetic_preset`: "default", one per model preset of
+/// `wisp::alloc::model_presets()` (same names, same order, same shapes), then "uniform".
 [[nodiscard]] inline std::vector<std::string_view> synthetic_preset_names() {
-  return {"default", "deepseek-v2-lite", "qwen3-30b-a3b", "mixtral-8x7b", "olmoe-1b-7b", "uniform"};
+  return {"default",          "qwen3-30b-a3b",     "olmoe-1b-7b", "mixtral-8x7b",
+          "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "uniform"};
 }
 
 /// @brief A named configuration.
 /// - "default" / "deepseek-v2-lite": the ESFT trace's shape (26 layers, 64 experts, top-6),
 ///   calibrated to its per-layer LRU hit rates;
-/// - "qwen3-30b-a3b": 48 layers, 128 experts, top-8; "mixtral-8x7b": 32, 8, top-2;
-///   "olmoe-1b-7b": 16, 64, top-8 (same locality model, working sets scaled to the shape);
+/// - "qwen3-30b-a3b": 48 layers, 128 experts, top-8; "olmoe-1b-7b": 16, 64, top-8;
+///   "mixtral-8x7b": 32, 8, top-2 (flatter popularity); "qwen1.5-moe-a2.7b": 24, 60, top-4: the
+///   same locality model with working sets scaled to the shape (`synthetic_for_shape`);
 /// - "uniform": the default shape with no skew or locality (every draw uniform), a baseline.
 /// @throws wisp::logic_error listing the valid names if `name` is unknown.
 [[nodiscard]] inline synthetic_config synthetic_preset(std::string_view name) {
-  synthetic_config c;
   if (name == "default" || name == "deepseek-v2-lite") {
-    return c;
+    return synthetic_config{};
   }
   if (name == "qwen3-30b-a3b") {
-    c.layers = 48;
-    c.experts = 128;
-    c.top_k = 8;
-    c.working_set = 7;
-    return c;
+    return synthetic_for_shape({48, 128, 8});
+  }
+  if (name == "olmoe-1b-7b") {
+    return synthetic_for_shape({16, 64, 8});
   }
   if (name == "mixtral-8x7b") {
-    c.layers = 32;
-    c.experts = 8;
-    c.top_k = 2;
-    c.working_set = 2;
+    synthetic_config c = synthetic_for_shape({32, 8, 2});
     c.zipf_exponent = 0.3;
     return c;
   }
-  if (name == "olmoe-1b-7b") {
-    c.layers = 16;
-    c.experts = 64;
-    c.top_k = 8;
-    c.working_set = 7;
-    return c;
+  if (name == "qwen1.5-moe-a2.7b") {
+    return synthetic_for_shape({24, 60, 4});
   }
   if (name == "uniform") {
+    synthetic_config c;
     c.zipf_exponent = 0;
     c.zipf_spread = 0;
     c.locality = 0;
@@ -2405,6 +2922,18 @@ inline constexpr std::uint64_t default_synthetic_seed = 1;
 /// counter.access(3);   // reuse_distance_counter::cold (first sight)
 /// counter.access(5);   // cold
 /// counter.access(3);   // 2: {5, 3} were touched since the last 3
+/// @endcode
+///
+/// **Calls.** An engine asks for a layer's `k` experts together, and its cache (wisp's pager,
+/// `slot_cache`) never lets one of them evict another. `access_call` measures that cache: every
+/// key of a call gets its distance in the stack as it was *before* the call, then the call's keys
+/// move to the top. This is still a stack algorithm (a protected LRU cache of capacity `c >= k`
+/// holds exactly the `c` most recent keys, the call counted as one step), so one pass still gives
+/// every capacity at once.
+/// @code
+/// const std::uint32_t call[] = {3, 5};
+/// std::uint32_t d[2];
+/// counter.access_call(call, d);   // d = {1, 2}: both were in the stack before the call
 /// @endcode
 
 namespace wisp::reuse {
@@ -2442,6 +2971,18 @@ class reuse_distance_counter {
   /// @throws wisp::logic_error if `key >= key_space()`; the counter is then unchanged.
   distance_type access(key_type key);
 
+  /// @brief Records one call: `out[i]` is the distance of `keys[i]` in the stack as it was before
+  /// the call (`cold` on first sight), then every key becomes most recent, in call order. A key
+  /// repeated within the call gets distance 1 at its later occurrences (it is resident by then at
+  /// every capacity) and is moved again. O(keys.size() log D), no allocation.
+  /// @throws wisp::logic_error if a key is `>= key_space()` or `out.size() < keys.size()`; the
+  ///         counter is then unchanged.
+  void access_call(std::span<const key_type> keys, std::span<distance_type> out);
+
+  /// @brief The distance the next access of `key` would have (`cold` if never seen), without
+  /// recording anything. O(log D). @throws wisp::logic_error if `key >= key_space()`.
+  [[nodiscard]] distance_type distance_of(key_type key) const;
+
   /// Forgets every access; keeps the allocated memory.
   void reset() noexcept;
 
@@ -2458,6 +2999,7 @@ class reuse_distance_counter {
   static constexpr std::uint32_t no_slot = std::numeric_limits<std::uint32_t>::max();
 
   [[nodiscard]] std::uint32_t prefix_words(std::uint32_t words) const noexcept;
+  [[nodiscard]] distance_type peek(key_type key) const noexcept;  // distance_of, unchecked
   void tree_add(std::uint32_t word, std::uint32_t delta) noexcept;
   void seal_word(std::uint32_t word) noexcept;
   void compact();
@@ -2534,20 +3076,35 @@ inline void reuse_distance_counter::seal_word(std::uint32_t word) noexcept {
   }
 }
 
+inline reuse_distance_counter::distance_type reuse_distance_counter::peek(
+    key_type key) const noexcept {
+  const std::uint32_t slot = last_[key];
+  if (slot == no_slot) {
+    return cold;
+  }
+  const std::uint32_t word = slot >> 6;
+  const std::uint64_t bit = std::uint64_t{1} << (slot & 63);
+  const auto below_in_word = static_cast<std::uint32_t>(std::popcount(bits_[word] & (bit - 1)));
+  const std::uint32_t before = below_in_word + (word == (now_ >> 6) ? sealed_ : prefix_words(word));
+  return live_ - before;
+}
+
+inline reuse_distance_counter::distance_type reuse_distance_counter::distance_of(
+    key_type key) const {
+  WISP_EXPECTS(key < last_.size(), "key ", key, " is outside the key space [0, ", last_.size(),
+               ")");
+  return peek(key);
+}
+
 inline reuse_distance_counter::distance_type reuse_distance_counter::access(key_type key) {
   WISP_EXPECTS(key < last_.size(), "key ", key, " is outside the key space [0, ", last_.size(),
                ")");
   ++accesses_;
   const std::uint32_t current = now_ >> 6;
-  distance_type distance = cold;
-  const std::uint32_t slot = last_[key];
-  if (slot != no_slot) {
+  const distance_type distance = peek(key);
+  if (const std::uint32_t slot = last_[key]; slot != no_slot) {
     const std::uint32_t word = slot >> 6;
-    const std::uint64_t bit = std::uint64_t{1} << (slot & 63);
-    const auto below_in_word = static_cast<std::uint32_t>(std::popcount(bits_[word] & (bit - 1)));
-    const std::uint32_t before = below_in_word + (word == current ? sealed_ : prefix_words(word));
-    distance = live_ - before;
-    bits_[word] &= ~bit;
+    bits_[word] &= ~(std::uint64_t{1} << (slot & 63));
     if (word != current) {
       tree_add(word, ~0u);
       --sealed_;
@@ -2566,6 +3123,30 @@ inline reuse_distance_counter::distance_type reuse_distance_counter::access(key_
     }
   }
   return distance;
+}
+
+inline void reuse_distance_counter::access_call(std::span<const key_type> keys,
+                                                std::span<distance_type> out) {
+  WISP_EXPECTS(out.size() >= keys.size(), "access_call: ", keys.size(), " keys but room for ",
+               out.size(), " distances");
+  for (const key_type key : keys) {
+    WISP_EXPECTS(key < last_.size(), "key ", key, " is outside the key space [0, ", last_.size(),
+                 ")");
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    out[i] = peek(keys[i]);
+  }
+  // The call's keys touched so far are the `touched` most recent ones, so a key's access distance
+  // is at most `touched` exactly when it repeats within this call.
+  std::uint32_t touched = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const distance_type now = access(keys[i]);
+    if (now != cold && now <= touched) {
+      out[i] = 1;
+    } else {
+      ++touched;
+    }
+  }
 }
 
 inline void reuse_distance_counter::compact() {
@@ -3087,18 +3668,53 @@ class histogram_text_reader {
 /// *Global*: one LRU stack over the keys `layer * experts + expert`. *Per-layer*: one stack per
 /// layer over its expert ids; the histogram is the sum of the layers' histograms, so its miss
 /// curve at capacity `c` is the total misses when every layer has `c` slots.
+///
+/// *Granularity*: `access_call` measures a layer's request (its top-k experts) as one call whose
+/// keys cannot evict each other, as wisp's pager and `wisp sim` run it; `access` measures every
+/// expert access on its own (the textbook LRU of Mattson et al.). See `reuse_granularity`.
 /// @code
 /// wisp::reuse::scoped_reuse_counter counter{wisp::reuse::reuse_scope::per_layer, 26, 64};
-/// counter.access(0, 17);
+/// const std::uint32_t experts[] = {17, 3};
+/// counter.access_call(0, experts);   // layer 0 asks for experts 17 and 3
 /// wisp::reuse::miss_curve curve{counter.histogram()};
 /// @endcode
 
 namespace wisp::reuse {
 
+/// @brief How the accesses of one layer's request are measured.
+///
+/// `call` (the default everywhere): the request's `k` experts are one call, each looked up in the
+/// LRU stack as it was before the call; the curve is then exactly the miss count of a cache that
+/// protects a call's experts from each other (wisp's `pager`, `slot_cache::access_call`,
+/// `wisp sim --policy lru`) at every capacity of at least one call. `access`: every expert access
+/// on its own (plain LRU), which may evict an expert the same request asks for a moment later and
+/// so over-counts misses (on the ESFT trace with 8 slots per layer: 939,182 against 883,712).
+enum class reuse_granularity : std::uint8_t {
+  call,    ///< a (step, layer) request at a time, as the pager serves it
+  access,  ///< one expert access at a time, textbook LRU
+};
+
+/// Name of a granularity as used on the command line: "call", "access".
+[[nodiscard]] constexpr std::string_view to_string(reuse_granularity g) noexcept {
+  return g == reuse_granularity::call ? "call" : "access";
+}
+
+/// Granularity from its name; `std::nullopt` when the name is unknown.
+[[nodiscard]] constexpr std::optional<reuse_granularity> parse_granularity(
+    std::string_view name) noexcept {
+  if (name == "call") {
+    return reuse_granularity::call;
+  }
+  if (name == "access") {
+    return reuse_granularity::access;
+  }
+  return std::nullopt;
+}
+
 /// @brief Exact reuse-distance profiling of a (layer, expert) stream in one scope.
 ///
-/// Complexity: `access` as `reuse_distance_counter::access`, no allocation. Memory
-/// O(layers * experts). Thread-safety: none.
+/// Complexity: `access` and `access_call` as the `reuse_distance_counter` ones, no allocation
+/// (after the first call of the largest size). Memory O(layers * experts). Thread-safety: none.
 class scoped_reuse_counter {
  public:
   using distance_type = reuse_distance_counter::distance_type;
@@ -3134,6 +3750,37 @@ class scoped_reuse_counter {
     return d;
   }
 
+  /// @brief Records one call of `layer` for `experts` (see `reuse_distance_counter::access_call`)
+  /// and writes each expert's distance in this scope to `out`.
+  /// @throws wisp::logic_error if `layer` or an expert is out of range or `out` is too small
+  ///   (nothing recorded then).
+  void access_call(std::uint32_t layer, std::span<const std::uint32_t> experts,
+                   std::span<distance_type> out) {
+    WISP_EXPECTS(layer < layers_, "call of layer ", layer, " outside ", layers_, " layers");
+    for (const std::uint32_t e : experts) {
+      WISP_EXPECTS(e < experts_, "call of layer ", layer, ": expert ", e, " outside ", experts_,
+                   " experts");
+    }
+    if (counters_.size() == 1) {
+      keys_.resize(experts.size());
+      for (std::size_t i = 0; i < experts.size(); ++i) {
+        keys_[i] = layer * experts_ + experts[i];
+      }
+      counters_[0].access_call(keys_, out);
+    } else {
+      counters_[layer].access_call(experts, out);
+    }
+    for (std::size_t i = 0; i < experts.size(); ++i) {
+      histogram_.record(out[i]);
+    }
+  }
+
+  /// @brief `access_call` that keeps the distances to itself (they go into `histogram()`).
+  void access_call(std::uint32_t layer, std::span<const std::uint32_t> experts) {
+    distances_.resize(experts.size());
+    access_call(layer, experts, distances_);
+  }
+
   [[nodiscard]] reuse_scope scope() const noexcept { return histogram_.shape().scope; }
   /// Histogram of every access so far (summed over layers in the per-layer scope).
   [[nodiscard]] const reuse_histogram& histogram() const noexcept { return histogram_; }
@@ -3160,6 +3807,8 @@ class scoped_reuse_counter {
   std::uint32_t experts_;
   std::vector<reuse_distance_counter> counters_;
   reuse_histogram histogram_;
+  std::vector<std::uint32_t> keys_;       // a global call's keys
+  std::vector<distance_type> distances_;  // distances of `access_call` without an output
 };
 
 }  // namespace wisp::reuse
@@ -3599,7 +4248,7 @@ class sampled_reuse_counter {
 /// @code
 /// auto trace = wisp::trace::import_esft("shared/traces/raw/esft_deepseek_v2_lite_intent");
 /// auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::global);
-/// wisp::reuse::miss_curve curve{profile.histogram};
+/// wisp::reuse::miss_curve curve{profile.histogram};   // == wisp sim --policy lru, per capacity
 /// @endcode
 
 namespace wisp::reuse {
@@ -3613,16 +4262,30 @@ struct reuse_profile {
 
 /// @brief Exact reuse profile of `trace` replayed in canonical order, in `scope`.
 ///
+/// With `reuse_granularity::call` (the default) every (step, layer) request is one call, so the
+/// curve equals the misses of `wisp::sim::simulate<wisp::lru>` (calls protected) at every
+/// capacity from `top_k` up; with `reuse_granularity::access` it is plain per-access LRU (equal to
+/// `simulate<lru>` with `protect_calls = false`, at every capacity from 1).
+///
 /// Complexity: O(accesses * log(keys)), memory O(layers * experts), one pass.
 /// @throws wisp::logic_error if `scope` is `reuse_scope::stream`.
-[[nodiscard]] inline reuse_profile profile_trace(const trace::routing_trace& trace,
-                                                 reuse_scope scope) {
+[[nodiscard]] inline reuse_profile profile_trace(
+    const trace::routing_trace& trace, reuse_scope scope,
+    reuse_granularity granularity = reuse_granularity::call) {
   const auto& shape = trace.shape();
   scoped_reuse_counter counter{scope, static_cast<std::uint32_t>(shape.layers),
                                static_cast<std::uint32_t>(shape.experts)};
-  trace.for_each_access([&](const trace::access& a) {
-    counter.access(static_cast<std::uint32_t>(a.layer), static_cast<std::uint32_t>(a.expert));
-  });
+  if (granularity == reuse_granularity::access) {
+    trace.for_each_access([&](const trace::access& a) {
+      counter.access(static_cast<std::uint32_t>(a.layer), static_cast<std::uint32_t>(a.expert));
+    });
+  } else {
+    std::vector<std::uint32_t> experts(static_cast<std::size_t>(shape.top_k));
+    trace.for_each_call([&](std::uint32_t, std::int32_t layer, std::span<const std::int32_t> ids) {
+      experts.assign(ids.begin(), ids.end());
+      counter.access_call(static_cast<std::uint32_t>(layer), experts);
+    });
+  }
   return {counter.histogram(), counter.distinct_per_cache(), counter.distinct_total()};
 }
 
@@ -4138,7 +4801,8 @@ static_assert(eviction_policy<fifo>);
 
 // ---- begin wisp/cache/lfu.hpp ------------------------------------------------------------------
 /// @file
-/// @brief `lfu` (least frequently used) and `lfru` (vLLM's frequency/recency score).
+/// @brief The frequency policies: `lfu` (counts while resident), `lfu_history` (counts over the
+/// whole history, as SpecMD defines LFU) and `lfru` (vLLM's frequency/recency score).
 
 // ---- begin wisp/cache/detail/key_heap.hpp ------------------------------------------------------
 /// @file
@@ -4310,28 +4974,21 @@ struct wide_product {
   return wide_product{hi_hi + (hi_lo >> 32) + (cross >> 32), (cross << 32) | (lo_lo & 0xffffffffu)};
 }
 
-}  // namespace detail
-
-/// @brief Least frequently used: evicts the resident key with the fewest accesses since it was
-/// inserted (the count restarts at 1 when an evicted key comes back); ties go to the least
-/// recently used.
-///
-/// An indexed binary heap on (count, last access). `on_insert`, `on_hit`, `on_erase`: O(log n).
-/// `victim`: O(1 + p), p = protected keys above the answer in the heap. Allocation-free after
-/// `reset`. Not thread-safe.
-class lfu {
+/// @brief The LFU family's mechanics: an indexed binary heap on (count, last access).
+/// `WholeHistory` says whether a key's count survives its eviction.
+template <bool WholeHistory>
+class basic_lfu {
  public:
-  static constexpr std::string_view name = "lfu";
-
-  /// Forgets every key; sizes for `layout.size()` keys. @throws std::bad_alloc
+  /// Forgets every key and every count; sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
     heap_.reset(layout.size());
     count_.assign(static_cast<std::size_t>(layout.size()), 0);
     tick_ = 0;
   }
   void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
-    count_[static_cast<std::size_t>(key)] = 1;
-    heap_.set(key, {1, ++tick_});
+    std::uint64_t& count = count_[static_cast<std::size_t>(key)];
+    count = WholeHistory ? count + 1 : 1;
+    heap_.set(key, {count, ++tick_});
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
     const std::uint64_t count = ++count_[static_cast<std::size_t>(key)];
@@ -4343,22 +5000,65 @@ class lfu {
                                  protected_keys is_protected) noexcept {
     return heap_.min_unprotected(is_protected);
   }
+  /// The count `key` is ranked by: its accesses since `reset` with `WholeHistory`, else since
+  /// its last insertion (an evicted key shows the count it left with). 0 for a key never seen.
+  [[nodiscard]] std::uint64_t count(cache_key key) const noexcept {
+    return count_[static_cast<std::size_t>(key)];
+  }
 
  private:
-  detail::key_heap heap_;
+  key_heap heap_;
   std::vector<std::uint64_t> count_;
   std::uint64_t tick_ = 0;
 };
+
+}  // namespace detail
+
+/// @brief Least frequently used, counting while resident ("in-cache LFU"): evicts the resident
+/// key with the fewest accesses since it was last inserted (the count restarts at 1 when an
+/// evicted key comes back); ties go to the least recently used. Compare `lfu_history`.
+///
+/// An indexed binary heap on (count, last access). `on_insert`, `on_hit`, `on_erase`: O(log n).
+/// `victim`: O(1 + p), p = protected keys above the answer in the heap. Allocation-free after
+/// `reset`. Not thread-safe.
+class lfu : public detail::basic_lfu<false> {
+ public:
+  static constexpr std::string_view name = "lfu";
+};
 static_assert(eviction_policy<lfu>);
+
+/// @brief Least frequently used over the whole history ("perfect LFU", SpecMD's LFU): evicts the
+/// resident key with the fewest accesses since `reset`, counting the accesses made while it was
+/// evicted too; ties go to the least recently used. Unlike `lfu`, an expert that was popular
+/// keeps its rank when it comes back, at the cost of one counter per key for the whole run.
+///
+/// Same structure and costs as `lfu`. Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout::global(26, 64), 208);
+/// @endcode
+class lfu_history : public detail::basic_lfu<true> {
+ public:
+  static constexpr std::string_view name = "lfu_history";
+};
+static_assert(eviction_policy<lfu_history>);
 
 /// @brief vLLM's LFRU (PR #37190, `CachedWeightProvider`): a clock ticks once per access (hit or
 /// miss); a key remembers its access count `freq` (1 on insertion) and the clock of its last
 /// access `last`; the victim minimises `freq / (clock - last + 1)`, evaluated at the clock before
 /// the missing key's own tick. Ties go to the least recently used key.
 ///
-/// The score's order changes as the clock advances, so `victim` scans the resident keys:
-/// O(resident), exactly like vLLM. Scores are compared exactly by cross-multiplication (no
-/// floating point). Other hooks O(1). Allocation-free after `reset`. Not thread-safe.
+/// The score's order changes as the clock advances, so vLLM scans every resident key per miss.
+/// This implementation picks exactly the same victims without the full scan: keys are grouped by
+/// `freq` into classes kept in increasing order (each a list in order of `last`, since an access
+/// always makes a key the newest of its new class), so a class's best candidate is its oldest
+/// unprotected key; classes are visited from the lowest `freq` up and the walk stops at the first
+/// class whose `freq` divided by the age of the oldest resident key already exceeds the best
+/// score found, since no key from there on can reach it. Scores are compared exactly by
+/// cross-multiplication (no floating point).
+///
+/// `on_insert`, `on_hit`, `on_erase`: O(1). `victim`: O(1 + classes visited + p), at most
+/// O(distinct counts among resident keys); on the ESFT trace it visits a few classes where a scan
+/// would visit hundreds of keys. Allocation-free after `reset`. Not thread-safe.
 class lfru {
  public:
   static constexpr std::string_view name = "lfru";
@@ -4369,42 +5069,75 @@ class lfru {
     const auto n = static_cast<std::size_t>(layout.size());
     freq_.assign(n, 0);
     last_.assign(n, 0);
-    index_.assign(n, -1);
-    resident_.clear();
-    resident_.reserve(n);
+    class_of_.assign(n, no_class);
+    // Class nodes 0..n: at most n are in use, plus the one `on_hit` creates before it frees one.
+    classes_.assign(n + 2, freq_class{});
+    sentinel_ = static_cast<std::int32_t>(n + 1);
+    classes_[static_cast<std::size_t>(sentinel_)] = {0, sentinel_, sentinel_};
+    free_.resize(n + 1);
+    for (std::size_t i = 0; i <= n; ++i) {
+      free_[i] = static_cast<std::int32_t>(n - i);  // pop_back hands out 0, 1, 2, ...
+    }
+    members_.reset(layout.size(), static_cast<std::int32_t>(n + 1));
+    recency_.reset(layout.size(), 1);
     clock_ = 0;
   }
   void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
     const auto k = static_cast<std::size_t>(key);
     freq_[k] = 1;
     last_[k] = ++clock_;
-    index_[k] = static_cast<std::int32_t>(resident_.size());
-    resident_.push_back(key);  // reserved in reset: no allocation
+    const std::int32_t head = classes_[static_cast<std::size_t>(sentinel_)].next;
+    const std::int32_t c = head != sentinel_ && classes_[static_cast<std::size_t>(head)].freq == 1
+                               ? head
+                               : new_class_after(sentinel_, 1);
+    join(key, c);
+    recency_.push_back(0, key);
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
     const auto k = static_cast<std::size_t>(key);
-    ++freq_[k];
+    const std::uint64_t f = ++freq_[k];
     last_[k] = ++clock_;
+    const std::int32_t from = class_of_[k];
+    const std::int32_t next = classes_[static_cast<std::size_t>(from)].next;
+    const std::int32_t to = next != sentinel_ && classes_[static_cast<std::size_t>(next)].freq == f
+                                ? next
+                                : new_class_after(from, f);
+    members_.remove(key);
+    join(key, to);
+    release_if_empty(from);
+    recency_.move_to_back(0, key);
   }
   void on_erase(cache_key key) noexcept {
     const auto k = static_cast<std::size_t>(key);
-    const std::int32_t i = index_[k];
-    if (i < 0) {
+    const std::int32_t c = class_of_[k];
+    if (c == no_class) {
       return;
     }
-    const cache_key moved = resident_.back();
-    resident_[static_cast<std::size_t>(i)] = moved;
-    index_[static_cast<std::size_t>(moved)] = i;
-    resident_.pop_back();
-    index_[k] = -1;
+    members_.remove(key);
+    class_of_[k] = no_class;
+    release_if_empty(c);
+    recency_.remove(key);
   }
-  /// The unprotected resident key with the lowest score, or `no_key`. O(resident).
+  /// The unprotected resident key with the lowest score, or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
                                  protected_keys is_protected) const noexcept {
+    const cache_key oldest = recency_.front(0);
+    if (oldest == no_key) {
+      return no_key;
+    }
+    const std::uint64_t max_age = age(oldest);  // no resident key is older
     cache_key best = no_key;
-    for (const cache_key key : resident_) {
-      if (!is_protected(key) && (best == no_key || before(key, best))) {
-        best = key;
+    for (std::int32_t c = classes_[static_cast<std::size_t>(sentinel_)].next; c != sentinel_;
+         c = classes_[static_cast<std::size_t>(c)].next) {
+      const std::uint64_t f = classes_[static_cast<std::size_t>(c)].freq;
+      // Every key from this class on scores at least f / max_age: stop once that is worse.
+      if (best != no_key && detail::multiply(f, age(best)) >
+                                detail::multiply(freq_[static_cast<std::size_t>(best)], max_age)) {
+        break;
+      }
+      const cache_key candidate = members_.first_unprotected(c, is_protected);
+      if (candidate != no_key && (best == no_key || before(candidate, best))) {
+        best = candidate;
       }
     }
     return best;
@@ -4412,26 +5145,61 @@ class lfru {
 
   /// Current score of a resident key (for reports and tests).
   [[nodiscard]] double score(cache_key key) const noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    return static_cast<double>(freq_[k]) / static_cast<double>(clock_ - last_[k] + 1);
+    return static_cast<double>(freq_[static_cast<std::size_t>(key)]) /
+           static_cast<double>(age(key));
   }
   /// The clock: number of accesses seen since `reset`.
   [[nodiscard]] std::uint64_t clock() const noexcept { return clock_; }
 
  private:
+  static constexpr std::int32_t no_class = -1;
+  struct freq_class {
+    std::uint64_t freq = 0;
+    std::int32_t prev = -1;
+    std::int32_t next = -1;
+  };
+
+  [[nodiscard]] std::uint64_t age(cache_key key) const noexcept {
+    return clock_ - last_[static_cast<std::size_t>(key)] + 1;
+  }
   // a evicts before b: freq_a / age_a < freq_b / age_b, then older last access.
   [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
-    const auto ia = static_cast<std::size_t>(a);
-    const auto ib = static_cast<std::size_t>(b);
-    const detail::wide_product lhs = detail::multiply(freq_[ia], clock_ - last_[ib] + 1);
-    const detail::wide_product rhs = detail::multiply(freq_[ib], clock_ - last_[ia] + 1);
-    return lhs < rhs || (lhs == rhs && last_[ia] < last_[ib]);
+    const detail::wide_product lhs = detail::multiply(freq_[static_cast<std::size_t>(a)], age(b));
+    const detail::wide_product rhs = detail::multiply(freq_[static_cast<std::size_t>(b)], age(a));
+    return lhs < rhs ||
+           (lhs == rhs && last_[static_cast<std::size_t>(a)] < last_[static_cast<std::size_t>(b)]);
+  }
+  std::int32_t new_class_after(std::int32_t at, std::uint64_t freq) noexcept {
+    const std::int32_t c = free_.back();  // reserved in reset: never empty here
+    free_.pop_back();
+    const std::int32_t next = classes_[static_cast<std::size_t>(at)].next;
+    classes_[static_cast<std::size_t>(c)] = {freq, at, next};
+    classes_[static_cast<std::size_t>(at)].next = c;
+    classes_[static_cast<std::size_t>(next)].prev = c;
+    return c;
+  }
+  void release_if_empty(std::int32_t c) noexcept {
+    if (members_.front(c) != no_key) {
+      return;
+    }
+    const freq_class& node = classes_[static_cast<std::size_t>(c)];
+    classes_[static_cast<std::size_t>(node.prev)].next = node.next;
+    classes_[static_cast<std::size_t>(node.next)].prev = node.prev;
+    free_.push_back(c);  // capacity reserved in reset
+  }
+  void join(cache_key key, std::int32_t c) noexcept {
+    members_.push_back(c, key);
+    class_of_[static_cast<std::size_t>(key)] = c;
   }
 
   std::vector<std::uint64_t> freq_;
   std::vector<std::uint64_t> last_;
-  std::vector<std::int32_t> index_;  // position in resident_, -1 if absent
-  std::vector<cache_key> resident_;
+  std::vector<std::int32_t> class_of_;  // key -> its class node, no_class if not resident
+  std::vector<freq_class> classes_;     // class nodes, a list sorted by freq through sentinel_
+  std::vector<std::int32_t> free_;      // unused class nodes
+  detail::key_lists members_;           // one list per class node, oldest `last` first
+  detail::key_lists recency_;           // every resident key, oldest `last` first
+  std::int32_t sentinel_ = 0;
   std::uint64_t clock_ = 0;
 };
 static_assert(eviction_policy<lfru>);
@@ -8324,8 +9092,39 @@ static_assert(presets_consistent(), "a preset's derived sizes disagree with its 
 /// @endcode
 /// The *direct* form gives the spec itself: `{"name": "...", "layers": L, "experts": E, "top_k": k,
 /// "expert_bytes": B, "kv_bytes_per_token": T, "block_tokens": 16}` (block_tokens optional).
+///
+/// **Quantised experts** (config form): the experts are stored in `dtype_bytes` per weight unless
+/// the config says otherwise, with either
+/// - `"expert_bytes": B`, one expert's bytes as stored, for any layout (GGUF k-quants, ...), or
+/// - `"weight_bits": b` (bits per weight, 1..32), optionally with `"group_size": g` (weights per
+///   block scale) and `"scale_bytes": s` (bytes of each block's scale and zero point, default 2):
+///   each of the `expert_matrices` matrices of `hidden_size x moe_intermediate_size` weights
+///   takes `ceil(weights * b / 8) + ceil(weights / g) * s` bytes.
+/// `dtype_bytes` still sizes the KV cache. See docs/formats.md#model-files for the whole schema.
 
 namespace wisp::alloc {
+
+/// @brief How a model file says its experts are stored, when not in `dtype_bytes` per weight.
+struct expert_storage {
+  std::uint64_t expert_bytes = 0;  ///< "expert_bytes": one expert as stored; 0 = from the bits
+  std::uint32_t weight_bits = 0;   ///< "weight_bits": bits per weight
+  std::uint32_t group_size = 0;    ///< "group_size": weights per block scale; 0 = no scales
+  std::uint32_t scale_bytes = 2;   ///< "scale_bytes": bytes of each block's scale (+ zero point)
+
+  /// @brief Bytes of one expert of `matrices` matrices of `weights` weights each.
+  /// @throws wisp::logic_error on overflow.
+  [[nodiscard]] byte_size bytes(std::uint32_t matrices, std::uint64_t weights) const {
+    if (expert_bytes != 0) {
+      return byte_size{expert_bytes};
+    }
+    const byte_size bits = byte_size{weights} * weight_bits;
+    const byte_size packed{bits.count() / 8 + (bits.count() % 8 != 0 ? 1 : 0)};
+    const std::uint64_t blocks =
+        group_size == 0 ? 0 : weights / group_size + (weights % group_size != 0 ? 1 : 0);
+    return (packed + byte_size{blocks} * scale_bytes) * matrices;
+  }
+  friend bool operator==(const expert_storage&, const expert_storage&) = default;
+};
 
 /// @brief What a model file holds: the spec, and for the config form the fields and the derived
 /// sizes as written.
@@ -8335,6 +9134,8 @@ struct model_file {
   /// Config fields (config form only; `name` and `source` views are left empty: see the members
   /// above). `std::nullopt` for the direct form.
   std::optional<model_config> config;
+  /// Quantised experts (config form): how they are stored; `std::nullopt` = `dtype_bytes` each.
+  std::optional<expert_storage> storage;
   std::optional<std::uint64_t> written_expert_bytes;        ///< "derived" as written, if present.
   std::optional<std::uint64_t> written_kv_bytes_per_token;  ///< "derived" as written, if present.
 };
@@ -8442,6 +9243,45 @@ using trace::detail::json_value;
     // Products of 32-bit fields: at most four factors below 2^32 could overflow 64 bits.
     byte_size expert = byte_size{c.expert_matrices} * c.hidden_size * c.moe_intermediate_size;
     expert = expert * c.dtype_bytes;
+    const trace::detail::json_value* given_bytes = cfg->find("expert_bytes");
+    const trace::detail::json_value* bits = cfg->find("weight_bits");
+    if (given_bytes != nullptr && bits != nullptr) {
+      throw format_error(
+          "model file: give \"expert_bytes\" or \"weight_bits\" in \"config\", "
+          "not both");
+    }
+    if (bits == nullptr &&
+        (cfg->find("group_size") != nullptr || cfg->find("scale_bytes") != nullptr)) {
+      throw format_error(
+          "model file: \"group_size\" and \"scale_bytes\" describe quantised "
+          "weights and need \"weight_bits\"");
+    }
+    if (given_bytes != nullptr || bits != nullptr) {
+      expert_storage q;
+      if (given_bytes != nullptr) {
+        q.expert_bytes = detail::json_unsigned(*given_bytes, "expert_bytes",
+                                               std::numeric_limits<std::uint64_t>::max());
+        if (q.expert_bytes == 0) {
+          throw format_error("model file: \"expert_bytes\" must be positive");
+        }
+      } else {
+        q.weight_bits = json_u32(*cfg, "weight_bits");
+        if (q.weight_bits == 0 || q.weight_bits > 32) {
+          throw format_error("model file: \"weight_bits\" must be in [1, 32], got " +
+                             std::to_string(q.weight_bits));
+        }
+        q.group_size = json_u32_or(*cfg, "group_size", 0);
+        q.scale_bytes = json_u32_or(*cfg, "scale_bytes", 2);
+        if (cfg->find("group_size") != nullptr && q.group_size == 0) {
+          throw format_error(
+              "model file: \"group_size\" must be positive (omit it for no "
+              "block scales)");
+        }
+      }
+      expert =
+          q.bytes(c.expert_matrices, (byte_size{c.hidden_size} * c.moe_intermediate_size).count());
+      out.storage = q;
+    }
     const byte_size kv_values{c.attention == attention_kind::gqa
                                   ? (byte_size{2} * c.num_key_value_heads * c.head_dim).count()
                                   : std::uint64_t{c.kv_lora_rank} + c.qk_rope_head_dim};
@@ -8492,12 +9332,10 @@ using trace::detail::json_value;
 }
 
 /// @brief Reads and parses a model file. The file's stem is the fallback name.
-/// @throws wisp::format_error if the file cannot be read or is malformed (the path is named).
+/// @throws wisp::error if the file cannot be opened (naming the operating system's reason);
+/// wisp::format_error if it is malformed (the path is named).
 [[nodiscard]] inline model_file read_model_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw format_error("cannot open model file '" + path.string() + "'");
-  }
+  std::ifstream in = trace::detail::open_for_reading(path);
   std::ostringstream buffer;
   buffer << in.rdbuf();
   try {
@@ -8602,6 +9440,15 @@ namespace wisp::alloc {
   }
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.2f %s", v, names[u]);
+  return buf;
+}
+
+/// @brief `bytes` exactly, with its size in GiB beside it: "25769803776 B (24.00 GiB)". For
+/// budgets and pool sizes, which people read in GiB and engines take in bytes.
+[[nodiscard]] inline std::string format_bytes_and_gib(std::uint64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%llu B (%.2f GiB)", static_cast<unsigned long long>(bytes),
+                static_cast<double>(bytes) / static_cast<double>(1ull << 30));
   return buf;
 }
 
@@ -8746,21 +9593,25 @@ inline void require_feasible(const model_spec& m, byte_size budget, const admiss
   const byte_size needed = minimum_budget(m, floor);
   if (budget < needed) {
     const byte_size experts = m.expert_pool_bytes(m.top_k);
+    const std::string floor_text = std::to_string(floor.tokens()) + " tokens (" +
+                                   std::to_string(floor.concurrency) + " sessions x " +
+                                   std::to_string(floor.context) + " tokens = " +
+                                   std::to_string(floor.blocks(m.block_tokens)) + " blocks = " +
+                                   format_bytes_and_gib(floor.bytes(m).count()) + ")";
     if (budget < experts) {
-      WISP_FAIL(infeasible_error, "no split of the budget ", budget.count(), " B is feasible for ",
-                m.name, ": it is below the fixed cost of the minimum expert cap (top_k = ", m.top_k,
+      WISP_FAIL(infeasible_error, "no split of the budget ", format_bytes_and_gib(budget.count()),
+                " is feasible for ", m.name,
+                ": it is below the fixed cost of the minimum expert cap (top_k = ", m.top_k,
                 " slots x ", m.layers, " layers x ", m.expert_bytes.count(),
-                " B = ", experts.count(), " B); with the KV admission floor of ", floor.tokens(),
-                " tokens (", floor.concurrency, " sessions x ", floor.context,
-                " tokens = ", floor.blocks(m.block_tokens), " blocks = ", floor.bytes(m).count(),
-                " B) the smallest budget that works is ", needed.count(), " B");
+                " B = ", format_bytes_and_gib(experts.count()), "); with the KV admission floor of ",
+                floor_text, " the smallest budget that works is ",
+                format_bytes_and_gib(needed.count()));
     }
-    WISP_FAIL(infeasible_error, "no split of the budget ", budget.count(), " B is feasible for ",
-              m.name, ": the KV admission floor needs ", floor.tokens(), " tokens (",
-              floor.concurrency, " sessions x ", floor.context,
-              " tokens = ", floor.blocks(m.block_tokens), " blocks = ", floor.bytes(m).count(),
-              " B) and the minimum expert cap (top_k = ", m.top_k, ") needs ", experts.count(),
-              " B; the smallest budget that works is ", needed.count(), " B");
+    WISP_FAIL(infeasible_error, "no split of the budget ", format_bytes_and_gib(budget.count()),
+              " is feasible for ", m.name, ": the KV admission floor needs ", floor_text,
+              " and the minimum expert cap (top_k = ", m.top_k, ") needs ",
+              format_bytes_and_gib(experts.count()), "; the smallest budget that works is ",
+              format_bytes_and_gib(needed.count()));
   }
 }
 
@@ -9043,7 +9894,10 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
 /// @brief The MV-WSA online controller (WiSP §3.4, Appendix B, Algorithm 2).
 ///
 /// Per burst (e.g. one scheduler round) the caller records each stream's warm reuse distances:
-/// expert accesses in the per-layer scope, KV block accesses over block keys. `end_burst()` decays
+/// expert accesses in the per-layer scope, KV block accesses over block keys. `record_expert_call`
+/// measures the expert distances itself, one MoE layer's request at a time, the request's experts
+/// protected from each other as wisp's pager serves them (`reuse::reuse_granularity::call`), so
+/// its curve is the pager's. `end_burst()` decays
 /// each stream's histogram by `decay` and adds the burst (first-sight misses are excluded: they are
 /// constant in the split and would bias the controller toward the pool seen less). It then
 /// evaluates the predicted warm cost (Eq. 4 over the decayed curves) on a **fixed grid** of
@@ -9060,7 +9914,7 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
 /// @code
 /// wisp::alloc::split_controller ctl{spec, budget, floor, params, {}, initial_cap};
 /// for (auto& burst : bursts) {
-///   for (auto d : burst.expert_distances) ctl.record_expert(d);
+///   for (auto& [layer, ids] : burst.expert_calls) ctl.record_expert_call(layer, ids);
 ///   for (auto d : burst.kv_distances) ctl.record_kv(d);
 ///   auto decision = ctl.end_burst();
 ///   if (decision.moves() && engine_resize(ctl.current(), decision.next)) ctl.commit(decision);
@@ -9118,8 +9972,10 @@ struct controller_decision {
   [[nodiscard]] bool moves() const noexcept { return reason == controller_reason::move; }
 };
 
-/// @brief MV-WSA's online controller. Owns two decayed histograms; no allocation per access or
-/// per burst. Complexity: `record_*` O(log bins), `end_burst` O(grid * bins). Thread-safety: none.
+/// @brief MV-WSA's online controller. Owns two decayed histograms (and, for `record_expert_call`,
+/// one LRU stack per MoE layer); no allocation per access or per burst. Complexity: `record_*`
+/// O(log bins), `record_expert_call` O(k (log E + log bins)), `end_burst` O(grid * bins).
+/// Thread-safety: none.
 class split_controller {
  public:
   using distance_type = reuse::reuse_distance_counter::distance_type;
@@ -9137,7 +9993,8 @@ class split_controller {
         max_cap_(max_feasible_cap(spec_, budget_, floor_)),
         grid_(make_grid(spec_.top_k, max_cap_, config.grid_points)),
         expert_hist_(reuse::decayed_histogram::unit_edges(spec_.experts), config.decay),
-        kv_hist_(kv_edges(spec_, budget_, grid_), config.decay) {
+        kv_hist_(kv_edges(spec_, budget_, grid_), config.decay),
+        expert_calls_(reuse::reuse_scope::per_layer, spec_.layers, spec_.experts) {
     params_.validate();
     config_.validate();
     WISP_EXPECTS(initial_cap >= spec_.top_k && initial_cap <= max_cap_, "initial cap ", initial_cap,
@@ -9147,6 +10004,17 @@ class split_controller {
 
   /// Records one expert access's per-layer reuse distance (`cold` is counted apart and ignored).
   void record_expert(distance_type d, double weight = 1.0) { expert_hist_.record(d, weight); }
+  /// @brief Records one MoE layer's request for `experts` (its top-k ids, distinct): each one's
+  /// per-layer distance in the stack as it was before the request, as the pager serves it.
+  /// @throws wisp::logic_error if `layer` or an expert is out of the spec's range (nothing
+  ///   recorded then).
+  void record_expert_call(std::uint32_t layer, std::span<const std::uint32_t> experts) {
+    call_distances_.resize(experts.size());
+    expert_calls_.access_call(layer, experts, call_distances_);
+    for (const distance_type d : call_distances_) {
+      expert_hist_.record(d);
+    }
+  }
   /// Records one KV block access's reuse distance (`cold` is counted apart and ignored).
   void record_kv(distance_type d, double weight = 1.0) { kv_hist_.record(d, weight); }
 
@@ -9283,6 +10151,8 @@ class split_controller {
   std::vector<std::uint32_t> grid_;
   reuse::decayed_histogram expert_hist_;
   reuse::decayed_histogram kv_hist_;
+  reuse::scoped_reuse_counter expert_calls_;   // the per-layer stacks of record_expert_call
+  std::vector<distance_type> call_distances_;  // its scratch
   split current_;
 };
 
@@ -9745,8 +10615,11 @@ struct kv_stream {
 ///
 /// Fixed arms are costed from the exact miss curves (the replay of a fixed split equals the
 /// curve); adaptive arms are replayed with resizable LRU pools (a shrink evicts LRU entries, a grow
-/// adds empty room). The reported cost is the *warm* latency: misses other than first sight, which
-/// every arm pays alike (the new prompt's prefill, an expert's first load).
+/// adds empty room). The expert stream is served a (step, layer) request at a time, the request's
+/// experts protected from each other as in wisp's pager, and its curve is the call-granular one
+/// (`reuse::reuse_granularity::call`); the KV stream is served one block access at a time. The
+/// reported cost is the *warm* latency: misses other than first sight, which every arm pays alike
+/// (the new prompt's prefill, an expert's first load).
 /// @code
 /// auto w = wisp::alloc::make_eval_workload("tool-burst", spec, phases, 1);
 /// auto r = wisp::alloc::evaluate(spec, w, {.budget = 8_GiB});
@@ -9757,7 +10630,8 @@ struct kv_stream {
 /// @file
 /// @brief An LRU cache over dense integer keys whose capacity can change between accesses (for
 /// the evaluation of adaptive splits). Shrinking evicts least-recently-used keys; growing adds
-/// empty room (evicted keys stay evicted).
+/// empty room (evicted keys stay evicted). `access_call` serves a layer's request as wisp's pager
+/// does: the call's keys never evict each other.
 
 namespace wisp::alloc::detail {
 
@@ -9787,6 +10661,38 @@ class resizable_lru {
     ++size_;
     push_front(key);
     return false;
+  }
+
+  /// @brief One call: `hit[i]` says whether `keys[i]` (distinct) was resident before the call;
+  /// then every key becomes most recent, in call order, and the least recently used keys outside
+  /// the call make room. Returns the misses. O(keys).
+  /// @throws wisp::logic_error if a key is out of range, `hit` is too small, or the call holds
+  /// more keys than the capacity (nothing changed then).
+  std::uint32_t access_call(std::span<const std::uint32_t> keys, std::span<std::uint8_t> hit) {
+    WISP_EXPECTS(hit.size() >= keys.size() && keys.size() <= capacity_, "a call of ", keys.size(),
+                 " keys with room for ", hit.size(), " results in ", capacity_, " slots");
+    for (const std::uint32_t key : keys) {
+      WISP_EXPECTS(key < resident_.size(), "key ", key, " outside the key space ",
+                   resident_.size());
+    }
+    std::uint32_t misses = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      hit[i] = resident_[keys[i]];
+      misses += hit[i] != 0 ? 0u : 1u;
+    }
+    for (const std::uint32_t key : keys) {  // most recent in call order: the last one in front
+      if (resident_[key] != 0) {
+        unlink(key);
+      } else {
+        resident_[key] = 1;
+        ++size_;
+      }
+      push_front(key);
+    }
+    while (size_ > capacity_) {  // the tail is older than every key of the call
+      evict();
+    }
+    return misses;
   }
 
   /// Sets the capacity, evicting least-recently-used keys when shrinking. O(evicted).
@@ -9960,15 +10866,18 @@ inline stream_distances measure(const eval_workload& w) {
   stream_distances out;
   out.expert_ids.reserve(w.experts.access_count());
   out.expert_d.reserve(w.experts.access_count());
-  std::vector<reuse::reuse_distance_counter> per_layer;
-  for (std::int32_t l = 0; l < shape.layers; ++l) {
-    per_layer.emplace_back(static_cast<std::size_t>(shape.experts));
-  }
-  w.experts.for_each_access([&](const trace::access& a) {
-    out.expert_ids.push_back(static_cast<std::uint16_t>(a.expert));
-    out.expert_d.push_back(
-        per_layer[static_cast<std::size_t>(a.layer)].access(static_cast<std::uint32_t>(a.expert)));
-  });
+  reuse::scoped_reuse_counter per_layer{reuse::reuse_scope::per_layer,
+                                        static_cast<std::uint32_t>(shape.layers),
+                                        static_cast<std::uint32_t>(shape.experts)};
+  std::vector<std::uint32_t> call(static_cast<std::size_t>(shape.top_k));
+  std::vector<std::uint32_t> d(call.size());
+  w.experts.for_each_call(
+      [&](std::uint32_t, std::int32_t layer, std::span<const std::int32_t> ids) {
+        call.assign(ids.begin(), ids.end());
+        per_layer.access_call(static_cast<std::uint32_t>(layer), call, d);
+        out.expert_ids.insert(out.expert_ids.end(), ids.begin(), ids.end());
+        out.expert_d.insert(out.expert_d.end(), d.begin(), d.end());
+      });
   reuse::reuse_distance_counter kv{std::max<std::size_t>(w.kv.blocks, 1)};
   out.kv_d.reserve(w.kv.accesses.size());
   for (const std::uint32_t b : w.kv.accesses) {
@@ -10029,7 +10938,11 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   out.max_feasible_cap = max_feasible_cap(m, p.budget, out.floor);
 
   const auto dist = detail::measure(w);
-  const auto [expert_curve, kv_curve] = detail::curves(w, dist, w.kv.rounds.size());
+  // Named curves, not structured bindings: the lambdas below use them, and clang before 16
+  // cannot capture a structured binding.
+  const auto whole = detail::curves(w, dist, w.kv.rounds.size());
+  const reuse::miss_curve& expert_curve = whole.first;
+  const reuse::miss_curve& kv_curve = whole.second;
   const cost_model<> cost{m, expert_curve, kv_curve, p.costs};
   auto warm_seconds = [&](const cost_model<>& c, std::uint32_t cap) {
     const split s = make_split(m, p.budget, cap);
@@ -10063,8 +10976,9 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   const auto prefix_rounds =
       std::max<std::size_t>(1, static_cast<std::size_t>(p.representative_fraction *
                                                         static_cast<double>(w.kv.rounds.size())));
-  const auto [pe, pk] = detail::curves(w, dist, std::min(prefix_rounds, w.kv.rounds.size()));
-  const configuration offline = configure(cost_model<>{m, pe, pk, p.costs}, p.budget, out.floor);
+  const auto prefix = detail::curves(w, dist, std::min(prefix_rounds, w.kv.rounds.size()));
+  const configuration offline =
+      configure(cost_model<>{m, prefix.first, prefix.second, p.costs}, p.budget, out.floor);
   out.arms.push_back(fixed_arm("mv-wsa-configurator", offline.choice.expert_cap));
 
   // 50-50 and Flux-prop.
@@ -10106,15 +11020,20 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
     std::uint64_t cursor = 0;
     const std::uint64_t per_step = shape.ids_per_step();
     const auto k = static_cast<std::uint64_t>(shape.top_k);
+    std::vector<std::uint32_t> call(k);
+    std::vector<std::uint8_t> hit(k);
     for (std::size_t r = 0; r < w.kv.rounds.size(); ++r) {
       const kv_round& round = w.kv.rounds[r];
       const std::uint64_t begin = cursor;
       const std::uint64_t end = cursor + std::uint64_t{round.decode_tokens} * per_step;
-      for (std::uint64_t i = begin; i < end; ++i) {
+      for (std::uint64_t i = begin; i < end; i += k) {  // one (step, layer) call at a time
         const auto layer = static_cast<std::size_t>((i / k) % m.layers);
-        if (!layers[layer].access(dist.expert_ids[i]) &&
-            dist.expert_d[i] != reuse::reuse_distance_counter::cold) {
-          ++a.expert_warm_misses;
+        std::copy_n(dist.expert_ids.begin() + static_cast<std::ptrdiff_t>(i), k, call.begin());
+        layers[layer].access_call(call, hit);
+        for (std::uint64_t j = 0; j < k; ++j) {
+          if (hit[j] == 0 && dist.expert_d[i + j] != reuse::reuse_distance_counter::cold) {
+            ++a.expert_warm_misses;
+          }
         }
       }
       cursor = end;
@@ -10309,8 +11228,8 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
                                                                        MakePolicy make_policy);
 
 /// Names of the built-in policies accepted by `simulate_named`.
-inline constexpr std::string_view builtin_policies[] = {"lru", "fifo",        "lfu",   "lfru",
-                                                        "fld", "least_stale", "belady"};
+inline constexpr std::string_view builtin_policies[] = {
+    "lru", "fifo", "lfu", "lfu_history", "lfru", "fld", "least_stale", "belady"};
 
 /// @brief Type-erased entry point for tools: picks a built-in policy by name.
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as
@@ -10460,6 +11379,8 @@ sim_result simulate_named(std::string_view policy, model_shape shape, const Sour
     return simulate<fifo>(shape, source, config);
   if (policy == "lfu")
     return simulate<lfu>(shape, source, config);
+  if (policy == "lfu_history")
+    return simulate<lfu_history>(shape, source, config);
   if (policy == "lfru")
     return simulate<lfru>(shape, source, config);
   if (policy == "fld")
@@ -10468,8 +11389,12 @@ sim_result simulate_named(std::string_view policy, model_shape shape, const Sour
     return simulate<least_stale>(shape, source, config);
   if (policy == "belady")
     return simulate<belady>(shape, source, config);
-  WISP_FAIL(logic_error, "simulate: unknown policy '", policy,
-            "' (known: lru, fifo, lfu, lfru, fld, least_stale, belady)");
+  std::string known;
+  for (const std::string_view name : builtin_policies) {
+    known += known.empty() ? "" : ", ";
+    known += name;
+  }
+  WISP_FAIL(logic_error, "simulate: unknown policy '", policy, "' (known: ", known, ")");
 }
 
 }  // namespace wisp::sim
@@ -10567,12 +11492,12 @@ struct timeline_event {
 
 /// Counters of a `device_timeline`.
 struct timeline_stats {
-  std::uint64_t copies = 0;       ///< copies enqueued
-  std::uint64_t copy_bytes = 0;   ///< bytes they moved
-  double copy_seconds = 0;        ///< time the link was busy
-  std::uint64_t computes = 0;     ///< compute operations enqueued
-  double compute_seconds = 0;     ///< time the compute queue was busy
-  double stall_seconds = 0;       ///< time the compute queue sat idle waiting for an event
+  std::uint64_t copies = 0;      ///< copies enqueued
+  std::uint64_t copy_bytes = 0;  ///< bytes they moved
+  double copy_seconds = 0;       ///< time the link was busy
+  std::uint64_t computes = 0;    ///< compute operations enqueued
+  double compute_seconds = 0;    ///< time the compute queue was busy
+  double stall_seconds = 0;      ///< time the compute queue sat idle waiting for an event
 };
 
 /// @brief Two in-order queues of a modelled device: copies on the link, and compute.

@@ -154,8 +154,8 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
                                                                        MakePolicy make_policy);
 
 /// Names of the built-in policies accepted by `simulate_named`.
-inline constexpr std::string_view builtin_policies[] = {"lru", "fifo",        "lfu",   "lfru",
-                                                        "fld", "least_stale", "belady"};
+inline constexpr std::string_view builtin_policies[] = {
+    "lru", "fifo", "lfu", "lfu_history", "lfru", "fld", "least_stale", "belady"};
 
 /// @brief Type-erased entry point for tools: picks a built-in policy by name.
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as

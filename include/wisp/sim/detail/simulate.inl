@@ -140,6 +140,8 @@ sim_result simulate_named(std::string_view policy, model_shape shape, const Sour
     return simulate<fifo>(shape, source, config);
   if (policy == "lfu")
     return simulate<lfu>(shape, source, config);
+  if (policy == "lfu_history")
+    return simulate<lfu_history>(shape, source, config);
   if (policy == "lfru")
     return simulate<lfru>(shape, source, config);
   if (policy == "fld")
@@ -148,8 +150,12 @@ sim_result simulate_named(std::string_view policy, model_shape shape, const Sour
     return simulate<least_stale>(shape, source, config);
   if (policy == "belady")
     return simulate<belady>(shape, source, config);
-  WISP_FAIL(logic_error, "simulate: unknown policy '", policy,
-            "' (known: lru, fifo, lfu, lfru, fld, least_stale, belady)");
+  std::string known;
+  for (const std::string_view name : builtin_policies) {
+    known += known.empty() ? "" : ", ";
+    known += name;
+  }
+  WISP_FAIL(logic_error, "simulate: unknown policy '", policy, "' (known: ", known, ")");
 }
 
 }  // namespace wisp::sim
