@@ -104,7 +104,8 @@ class CliTest(unittest.TestCase):
                                   ",".join(map(str, caps)), "--json").stdout)
             by = {(r["policy"], r["capacity"]): r for r in out["results"]}
             self.assertEqual({p for p, _ in by},
-                             {"lru", "fifo", "lfu", "lfru", "fld", "least-stale", "belady"})
+                             {"lru", "fifo", "lfu", "lfru", "fld", "least-stale",
+                              "decayed-frequency", "predicted-next-use", "belady"})
             for c in caps:
                 if scope == "global":
                     expected = protected_lru_misses(calls, c)

@@ -7,6 +7,7 @@
 // FILE is a .wtrace file, the literal `synthetic` (the built-in default synthetic trace: preset
 // "default", 8,222 steps, seed 1), or a folder of ESFT expert_weights_<L>.txt files.
 #include "commands.hpp"
+#include "timeline_cmd.hpp"
 #include "trace_source.hpp"
 
 #include <wisp/core/error.hpp>
@@ -60,8 +61,14 @@ struct policy_name_pair {
   std::string_view library;
 };
 constexpr policy_name_pair policy_names[] = {
-    {"lru", "lru"},       {"fifo", "fifo"}, {"lfu", "lfu"},
-    {"lfru", "lfru"},     {"fld", "fld"},   {"least-stale", "least_stale"},
+    {"lru", "lru"},
+    {"fifo", "fifo"},
+    {"lfu", "lfu"},
+    {"lfru", "lfru"},
+    {"fld", "fld"},
+    {"least-stale", "least_stale"},
+    {"decayed-frequency", "decayed_frequency"},
+    {"predicted-next-use", "predicted_next_use"},
     {"belady", "belady"},
 };
 
@@ -414,7 +421,27 @@ void add_sim_command(CLI::App& app) {
       "Every (step, layer) request is one call whose experts cannot evict each other. "
       "stall_s = misses x (miss-latency-us + expert-bytes / bandwidth): a serial model "
       "without prefetch or overlap.");
-  cmd->callback([opt] { run(*opt); });
+  auto timeline = add_timeline_options(*cmd);
+  cmd->callback([opt, timeline] {
+    if (!timeline_requested(*timeline)) {
+      run(*opt);
+      return;
+    }
+    timeline_common common{opt->file,
+                           checked_policies(opt->policies),
+                           {},
+                           opt->capacities,
+                           opt->scope,
+                           opt->json,
+                           opt->csv,
+                           opt->expert_bytes,
+                           opt->bandwidth_gbps,
+                           opt->miss_latency_us};
+    for (const std::string& p : common.cli_policies) {
+      common.policies.emplace_back(library_policy(p));
+    }
+    run_timeline(*timeline, common);
+  });
 }
 
 }  // namespace wisp::tool
