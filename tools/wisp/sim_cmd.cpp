@@ -297,7 +297,7 @@ void print_table(const sim_options& opt, const trace::routing_trace& t,
       "collision = a miss on an expert evicted earlier in the same step (forward pass); "
       "x_belady = misses / belady's misses\n\n");
 
-  std::printf("%-12s %8s %7s %10s %10s %9s %10s %9s %8s", "policy", "capacity", "slots", "hits",
+  std::printf("%-18s %8s %7s %10s %10s %9s %10s %9s %8s", "policy", "capacity", "slots", "hits",
               "misses", "miss_rate", "collisions", "coll_rate", "x_belady");
   if (with_model) {
     std::printf(" %12s %10s", "moved", "stall_s");
@@ -317,7 +317,7 @@ void print_table(const sim_options& opt, const trace::routing_trace& t,
     if (bound != rows.end() && bound->result.stats.misses > 0) {
       std::snprintf(versus, sizeof versus, "%.3f", ratio(s.misses, bound->result.stats.misses));
     }
-    std::printf("%-12s %8d %7d %10llu %10llu %9.4f %10llu %9.4f %8s", r.policy.c_str(), r.capacity,
+    std::printf("%-18s %8d %7d %10llu %10llu %9.4f %10llu %9.4f %8s", r.policy.c_str(), r.capacity,
                 global ? r.capacity : r.capacity * shape.layers,
                 static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.misses),
                 ratio(s.misses, s.accesses), static_cast<unsigned long long>(s.collision_misses),

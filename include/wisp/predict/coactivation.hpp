@@ -44,6 +44,7 @@
 #include <wisp/trace/routing_trace.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -93,7 +94,8 @@ struct coactivation_config {
 ///
 /// Memory: `layers x span x experts^2` floats (26 x 7 x 64^2 x 4 B = 3 MB for DeepSeek-V2-Lite with
 /// the default config) plus `layers x experts` marginals, allocated at construction.
-/// `score`: O(window x top_k x experts), no allocation. `learn`: O(layers x span x top_k^2).
+/// `score`: O(window x top_k x experts), no allocation (rows are summed 16 outputs at a time, in
+/// registers). `learn`: O(layers x span x top_k^2).
 /// Thread safety: `score` and the queries are const and may run concurrently; `learn`, `merge`
 /// and `load` need exclusive access.
 class coactivation_predictor {
@@ -129,42 +131,50 @@ class coactivation_predictor {
   void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
     check_query("coactivation_predictor::score", pass, target, scores);
     const std::size_t experts = static_cast<std::size_t>(shape_.experts);
-    float* __restrict out = scores.data();
-    std::fill(out, out + experts, 0.0f);
-    float total = 0.0f;
+    float* out = scores.data();
     const std::int32_t observed = pass.observed();
     const std::int32_t nearest = target - observed + 1;  // distance of the last observed layer
     const std::int32_t farthest =
         std::min(target - std::max(0, observed - config_.window), config_.span());
-    float weight = power(config_.decay, nearest - 1);
+    const float first_weight = power(config_.decay, nearest - 1);
+    // The weights of the rows that take part (experts seen at their layer), for the mean.
+    float total = 0.0f;
+    float weight = first_weight;
     for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
-      const std::int32_t source = target - delta;
-      for (const std::int32_t i : pass.experts(source)) {
-        const float n = marginals_[marginal_index(source, i)];
-        if (n <= 0.0f) {
-          continue;  // never seen at this layer: no conditional to use
-        }
-        const float scale = weight / n;
-        const float* __restrict row = pairs_.data() + pair_row(source, delta, i);
-        for (std::size_t j = 0; j < experts; ++j) {
-          out[j] += scale * row[j];
-        }
-        total += weight;
+      for (const std::int32_t i : pass.experts(target - delta)) {
+        total += marginals_[marginal_index(target - delta, i)] > 0.0f ? weight : 0.0f;
       }
     }
-    if (total > 0.0f) {
-      const float inverse = 1.0f / total;
-      for (std::size_t j = 0; j < experts; ++j) {
-        out[j] *= inverse;
-      }
-      return;
-    }
-    if (passes_ > 0.0) {  // no source applies: the target layer's marginal frequency
-      const float inverse = static_cast<float>(1.0 / passes_);
+    if (!(total > 0.0f)) {  // no source applies: the target layer's marginal frequency
+      const float inverse = passes_ > 0.0 ? static_cast<float>(1.0 / passes_) : 0.0f;
       const float* row = marginals_.data() + marginal_index(target, 0);
       for (std::size_t j = 0; j < experts; ++j) {
         out[j] = row[j] * inverse;
       }
+      return;
+    }
+    // out = sum over rows of (weight / marginal / total) x pair row, a batch of rows at a time.
+    const float norm = 1.0f / total;
+    std::array<scaled_row, rows_per_batch> batch;
+    std::size_t count = 0;
+    bool overwrite = true;
+    weight = first_weight;
+    for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
+      const std::int32_t source = target - delta;
+      for (const std::int32_t i : pass.experts(source)) {
+        const float n = marginals_[marginal_index(source, i)];
+        if (n > 0.0f) {
+          batch[count++] = {pairs_.data() + pair_row(source, delta, i), weight * norm / n};
+          if (count == batch.size()) {
+            add_rows(out, std::span<const scaled_row>(batch.data(), count), experts, overwrite);
+            overwrite = false;
+            count = 0;
+          }
+        }
+      }
+    }
+    if (count > 0) {
+      add_rows(out, std::span<const scaled_row>(batch.data(), count), experts, overwrite);
     }
   }
 
@@ -357,6 +367,56 @@ class coactivation_predictor {
       m *= factor;
     }
     passes_ *= static_cast<double>(factor);
+  }
+
+  struct scaled_row {
+    const float* row;
+    float scale;
+  };
+  static constexpr std::size_t rows_per_batch = 32;
+
+  // out[j] (+)= sum_r rows[r].scale x rows[r].row[j], for j < n (`overwrite`: out starts at 0).
+  // Sixteen outputs at a time stay in registers across all the rows: each row is loaded once and
+  // `out` once per batch.
+  static void add_rows(float* out, std::span<const scaled_row> rows, std::size_t n,
+                       bool overwrite) noexcept {
+    constexpr std::size_t block = 16;
+    std::size_t j = 0;
+    for (; j + block <= n; j += block) {
+      // Two accumulators, rows taken in pairs: twice the independent additions in flight.
+      std::array<float, block> acc{};
+      std::array<float, block> odd{};
+      if (!overwrite) {
+        std::copy(out + j, out + j + block, acc.begin());
+      }
+      std::size_t r = 0;
+      for (; r + 2 <= rows.size(); r += 2) {
+        const float* a = rows[r].row + j;
+        const float* b = rows[r + 1].row + j;
+        const float sa = rows[r].scale;
+        const float sb = rows[r + 1].scale;
+        for (std::size_t x = 0; x < block; ++x) {
+          acc[x] += sa * a[x];
+          odd[x] += sb * b[x];
+        }
+      }
+      if (r < rows.size()) {
+        const float* a = rows[r].row + j;
+        for (std::size_t x = 0; x < block; ++x) {
+          acc[x] += rows[r].scale * a[x];
+        }
+      }
+      for (std::size_t x = 0; x < block; ++x) {
+        out[j + x] = acc[x] + odd[x];
+      }
+    }
+    for (; j < n; ++j) {
+      float acc = overwrite ? 0.0f : out[j];
+      for (const scaled_row& r : rows) {
+        acc += r.scale * r.row[j];
+      }
+      out[j] = acc;
+    }
   }
 
   static float power(float base, std::int32_t exponent) noexcept {

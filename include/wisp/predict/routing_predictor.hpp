@@ -28,6 +28,7 @@
 #include <wisp/trace/routing_trace.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <concepts>
 #include <cstddef>
@@ -131,7 +132,9 @@ concept routing_predictor = requires(P& predictor, const P& cpredictor, const ro
 
 /// @brief The indices of the `out.size()` largest `scores`, best first; equal scores go to the
 /// smaller index. O(n x out.size()) for the small k this serves (a top-k of 6 to 16 over 64 to
-/// 256 experts): one pass with an insertion into a sorted buffer, no allocation.
+/// 256 experts): one pass that compares each score with the worst kept one, held in a register,
+/// and inserts the few that beat it into a sorted buffer. No allocation for `k <= 32` (a larger
+/// k allocates its buffer of kept scores).
 /// @throws wisp::logic_error if `out.size() > scores.size()`.
 inline void select_top_k(std::span<const float> scores, std::span<std::int32_t> out) {
   WISP_EXPECTS(out.size() <= scores.size(), "select_top_k: k = ", out.size(), " exceeds the ",
@@ -140,18 +143,41 @@ inline void select_top_k(std::span<const float> scores, std::span<std::int32_t> 
   if (k == 0) {
     return;
   }
-  std::size_t filled = 0;
-  for (std::size_t i = 0; i < scores.size(); ++i) {
+  constexpr std::size_t local = 32;  // kept values live on the stack for k up to this
+  std::array<float, local> kept_values;
+  std::vector<float> wide;  // only for k > local
+  if (k > local) {
+    wide.resize(k);
+  }
+  float* value = k > local ? wide.data() : kept_values.data();
+  std::int32_t* index = out.data();
+  // Fill with the first k (insertion sort), then keep only what beats the worst kept score.
+  for (std::size_t i = 0; i < k; ++i) {
     const float s = scores[i];
-    if (filled == k && !(s > scores[static_cast<std::size_t>(out[k - 1])])) {
-      continue;  // not better than the worst kept (ties keep the smaller index, seen first)
-    }
-    std::size_t pos = filled < k ? filled++ : k - 1;
-    while (pos > 0 && s > scores[static_cast<std::size_t>(out[pos - 1])]) {
-      out[pos] = out[pos - 1];
+    std::size_t pos = i;
+    while (pos > 0 && s > value[pos - 1]) {
+      value[pos] = value[pos - 1];
+      index[pos] = index[pos - 1];
       --pos;
     }
-    out[pos] = static_cast<std::int32_t>(i);
+    value[pos] = s;
+    index[pos] = static_cast<std::int32_t>(i);
+  }
+  float worst = value[k - 1];
+  for (std::size_t i = k; i < scores.size(); ++i) {
+    const float s = scores[i];
+    if (!(s > worst)) [[likely]] {
+      continue;  // ties keep the smaller index, seen first
+    }
+    std::size_t pos = k - 1;
+    while (pos > 0 && s > value[pos - 1]) {
+      value[pos] = value[pos - 1];
+      index[pos] = index[pos - 1];
+      --pos;
+    }
+    value[pos] = s;
+    index[pos] = static_cast<std::int32_t>(i);
+    worst = value[k - 1];
   }
 }
 
