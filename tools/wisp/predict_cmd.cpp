@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `wisp predict FILE [--predictor coactivation,frequency,previous-token] [--distance 1,2,3,4]
 //                    [--k 6] [--window W --decay D --forgetting F] [--json|--csv]
-//                    [--save TABLE] [--right-size TARGET --users N]`:
+//                    [--save TABLE] [--right-size TARGET --right-size-model lru|static
+//                    --users N]`:
 // online precision@k / recall@k of routing predictors (wisp/predict): every step is predicted
 // from the layers already routed, then learned. With --right-size, per-user caps from each
 // user's co-activation table (WiSP §5.4), checked on that user's later traffic.
@@ -38,13 +39,14 @@ namespace {
 struct predict_options {
   std::string file;
   std::vector<std::string> predictors;
-  std::vector<std::int32_t> distances{1, 2, 3, 4};
+  std::vector<std::int32_t> distances;  // empty: 1 .. min(4, layers - 1)
   std::vector<std::int32_t> ks;
   coactivation_config config;
   bool json = false;
   bool csv = false;
   std::string save;
   double right_size_target = -1.0;
+  std::string right_size_model = "lru";
   std::int32_t users = 8;
 };
 
@@ -147,7 +149,9 @@ std::vector<user_report> right_size_users(const trace::routing_trace& t,
       pass.assign(t, s);
       table.learn(pass);
     }
-    r.caps = right_size(table, opt.right_size_target);
+    r.caps = right_size(
+        table, opt.right_size_target,
+        opt.right_size_model == "static" ? right_size_model::static_top : right_size_model::lru);
     r.measured_miss_ratio = replay_miss_ratio(t, middle, end, r.caps.layer_caps);
     out.push_back(std::move(r));
   }
@@ -162,6 +166,7 @@ nlohmann::ordered_json users_json(const std::vector<user_report>& users, double 
                    {"learn_steps", r.learn_steps},
                    {"check_steps", r.check_steps},
                    {"target_miss_ratio", target},
+                   {"predicted_miss_ratio", r.caps.predicted_miss_ratio},
                    {"layer_caps", r.caps.layer_caps},
                    {"max_cap", r.caps.max_cap()},
                    {"slots", r.caps.slots()},
@@ -186,6 +191,15 @@ void run(predict_options opt) {
   const trace::trace_shape& shape = t.shape();
   if (opt.ks.empty()) {
     opt.ks.push_back(shape.top_k);
+  }
+  if (opt.distances.empty()) {
+    for (std::int32_t d = 1; d <= std::min(4, shape.layers - 1); ++d) {
+      opt.distances.push_back(d);
+    }
+  }
+  if (opt.distances.empty()) {
+    throw logic_error("wisp predict needs a trace of at least 2 layers, got " +
+                      std::to_string(shape.layers));
   }
 
   std::vector<row> rows;
@@ -257,12 +271,18 @@ void run(predict_options opt) {
         opt.right_size_target);
     std::printf("%5s %9s %8s %8s %8s %7s %14s\n", "user", "sequences", "learn", "check", "max_cap",
                 "slots", "measured_miss");
+    std::int32_t global_cap = 0;
     for (std::size_t u = 0; u < users.size(); ++u) {
       const user_report& r = users[u];
       std::printf("%5zu %9zu %8zu %8zu %8d %7lld %14.4f\n", u, r.sequences, r.learn_steps,
                   r.check_steps, r.caps.max_cap(), static_cast<long long>(r.caps.slots()),
                   r.measured_miss_ratio);
+      global_cap = std::max(global_cap, r.caps.max_cap());
     }
+    std::printf(
+        "one cap safe for every user: %d per layer = %lld slots; per-user caps hold the slots "
+        "above\n",
+        global_cap, static_cast<long long>(global_cap) * shape.layers);
   }
 }
 
@@ -280,9 +300,9 @@ void add_predict_command(CLI::App& app) {
                   "(default: all)")
       ->delimiter(',');
   cmd->add_option("--distance,--distances", opt->distances,
-                  "comma-separated target distances (1 = the next layer)")
-      ->delimiter(',')
-      ->capture_default_str();
+                  "comma-separated target distances (1 = the next layer; default 1,2,3,4, at most "
+                  "layers - 1)")
+      ->delimiter(',');
   cmd->add_option("--k", opt->ks, "comma-separated numbers of experts predicted (default: top_k)")
       ->delimiter(',');
   cmd->add_option("--window", opt->config.window, "co-activation: observed layers a score uses")
@@ -303,6 +323,11 @@ void add_predict_command(CLI::App& app) {
                   "write the co-activation table learned over the whole trace to this file");
   cmd->add_option("--right-size", opt->right_size_target,
                   "per-user caps for this miss ratio in [0, 1] (users = groups of sequences)");
+  cmd->add_option("--right-size-model", opt->right_size_model,
+                  "lru: an LRU cache's miss ratio by Che's approximation; static: the most "
+                  "frequent experts pinned")
+      ->check(CLI::IsMember({"lru", "static"}))
+      ->capture_default_str();
   cmd->add_option("--users", opt->users, "users for --right-size: contiguous groups of sequences")
       ->capture_default_str();
   cmd->footer(
