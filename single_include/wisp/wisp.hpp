@@ -4734,13 +4734,76 @@ static_assert(eviction_policy<belady>);
 ///
 /// The order of the counts does not change as time passes (every count decays by the same factor),
 /// so an indexed heap keeps it: `on_insert`, `on_hit`, `on_erase` O(log n), `victim` O(1 + p).
-/// Counts are stored scaled by `2^(s / half_life)`; they are rescaled by an exact power of two (and
-/// the heap rebuilt) every 512 half-lives. Ties (equal counts) go to the least recently
+/// Counts are stored scaled (`detail::decay_clock`); every 512 half-lives they are divided by an
+/// exact power of two and the heap is rebuilt. Ties (equal counts) go to the least recently
 /// used key. Allocation-free after `reset`. Not thread-safe.
 /// @code
 /// wisp::per_layer_cache<wisp::decayed_frequency> caches(26, 64, 21,
 ///                                                       wisp::decayed_frequency(/*half_life=*/256));
 /// @endcode
+
+// ---- begin wisp/cache/detail/decay_clock.hpp ---------------------------------------------------
+/// @file
+/// @brief Internal: exponential decay over forward passes as a growing weight, shared by the
+/// decayed-frequency policies.
+///
+/// An event at pass `s` adds `weight() = 2^((s - base) / half_life)`; two sums of such weights
+/// compare as the decayed counts `sum 2^(-(now - s_i) / half_life)` at any `now`, and the order
+/// never changes as time passes. The weight is kept below 2^512 by moving `base`: `advance`
+/// then returns the power of two by which the owner divides every stored sum (exact).
+
+namespace wisp::detail {
+
+class decay_clock {
+ public:
+  /// @throws wisp::logic_error unless `half_life` is finite and > 0 (`what` names the owner).
+  decay_clock(double half_life, const char* what) : half_life_(half_life) {
+    WISP_EXPECTS(std::isfinite(half_life) && half_life > 0.0, what,
+                 ": half_life must be finite and > 0 passes, got ", half_life);
+  }
+
+  void reset() noexcept {
+    started_ = false;
+    base_ = 0.0;
+    weight_ = 1.0;
+  }
+  /// True when the clock already stands at pass `step`.
+  [[nodiscard]] bool at(std::uint32_t step) const noexcept { return started_ && step == step_; }
+  /// Moves to pass `step` (passes never go back). Returns `e >= 0`: every stored sum must be
+  /// multiplied by `2^-e` (0: nothing to do).
+  [[nodiscard]] int advance(std::uint32_t step) noexcept {
+    if (!started_) {
+      started_ = true;
+      base_ = step;
+    }
+    step_ = step;
+    int shift = 0;
+    const double exponent = (static_cast<double>(step) - base_) / half_life_;
+    if (exponent > 512.0) {
+      shift = static_cast<int>(std::floor(exponent));
+      base_ += shift * half_life_;
+    }
+    weight_ = std::exp2((static_cast<double>(step) - base_) / half_life_);
+    return shift;
+  }
+  /// The weight of an event at the current pass.
+  [[nodiscard]] double weight() const noexcept { return weight_; }
+  /// The factor turning a stored sum into its decayed count at pass `step`.
+  [[nodiscard]] double to_count(std::uint32_t step) const noexcept {
+    return std::exp2(-(static_cast<double>(step) - base_) / half_life_);
+  }
+  [[nodiscard]] double half_life() const noexcept { return half_life_; }
+
+ private:
+  double half_life_;
+  double base_ = 0.0;    // the pass stored sums are scaled to
+  double weight_ = 1.0;  // 2^((step_ - base_) / half_life_)
+  std::uint32_t step_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace wisp::detail
+// ---- end wisp/cache/detail/decay_clock.hpp -----------------------------------------------------
 
 namespace wisp {
 
@@ -4751,10 +4814,8 @@ class decayed_frequency {
   static constexpr double default_half_life = 256.0;
 
   /// @throws wisp::logic_error unless `half_life` is finite and > 0.
-  explicit decayed_frequency(double half_life = default_half_life) : half_life_(half_life) {
-    WISP_EXPECTS(std::isfinite(half_life) && half_life > 0.0,
-                 "decayed_frequency: half_life must be finite and > 0 passes, got ", half_life);
-  }
+  explicit decayed_frequency(double half_life = default_half_life)
+      : clock_(half_life, "decayed_frequency") {}
 
   /// Forgets every key (and every count); sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
@@ -4764,7 +4825,7 @@ class decayed_frequency {
     resident_.clear();
     resident_.reserve(static_cast<std::size_t>(layout.size()));
     tick_ = 0;
-    started_ = false;
+    clock_.reset();
   }
   void on_insert(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
   void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
@@ -4780,18 +4841,17 @@ class decayed_frequency {
   /// half_life)`; 0 for a key never accessed.
   [[nodiscard]] double count(cache_key key, std::uint32_t step) const noexcept {
     const double stored = count_[static_cast<std::size_t>(key)];
-    return stored == 0.0 ? 0.0
-                         : stored * std::exp2(-(static_cast<double>(step) - base_) / half_life_);
+    return stored == 0.0 ? 0.0 : stored * clock_.to_count(step);
   }
-  [[nodiscard]] double half_life() const noexcept { return half_life_; }
+  [[nodiscard]] double half_life() const noexcept { return clock_.half_life(); }
 
  private:
   void bump(cache_key key, const access_context& ctx) noexcept {
-    if (!started_ || ctx.step != step_) {
+    if (!clock_.at(ctx.step)) {
       advance(ctx.step);
     }
     const auto k = static_cast<std::size_t>(key);
-    count_[k] += weight_;
+    count_[k] += clock_.weight();
     last_[k] = ++tick_;
     heap_.set(key, priority(key));
   }
@@ -4801,41 +4861,30 @@ class decayed_frequency {
     return {std::bit_cast<std::uint64_t>(count_[k]), last_[k]};
   }
   void advance(std::uint32_t step) noexcept {
-    if (!started_) {
-      started_ = true;
-      base_ = step;
+    const int shift = clock_.advance(step);
+    if (shift == 0) {
+      return;
     }
-    step_ = step;
-    const double exponent = (static_cast<double>(step) - base_) / half_life_;
-    if (exponent > 512.0) {  // keep the scaled counts finite: divide by 2^shift, exactly
-      const double shift = std::floor(exponent);
-      resident_.clear();
-      for (std::size_t k = 0; k < count_.size(); ++k) {
-        count_[k] = std::ldexp(count_[k], -static_cast<int>(shift));
-        if (heap_.contains(static_cast<cache_key>(k))) {
-          resident_.push_back(static_cast<cache_key>(k));
-        }
-      }
-      base_ += shift * half_life_;
-      // Counts that became equal (or 0) may have changed order: rebuild the heap.
-      heap_.reset(static_cast<std::int32_t>(count_.size()));
-      for (const cache_key k : resident_) {
-        heap_.set(k, priority(k));
+    resident_.clear();
+    for (std::size_t k = 0; k < count_.size(); ++k) {
+      count_[k] = std::ldexp(count_[k], -shift);
+      if (heap_.contains(static_cast<cache_key>(k))) {
+        resident_.push_back(static_cast<cache_key>(k));
       }
     }
-    weight_ = std::exp2((static_cast<double>(step) - base_) / half_life_);
+    // Counts that became equal (or 0) may have changed order: rebuild the heap.
+    heap_.reset(static_cast<std::int32_t>(count_.size()));
+    for (const cache_key k : resident_) {
+      heap_.set(k, priority(k));
+    }
   }
 
-  double half_life_;
+  detail::decay_clock clock_;
   detail::key_heap heap_;            // resident keys by (scaled count, last access)
-  std::vector<double> count_;        // every key's count, scaled by 2^(base_ / half_life)
+  std::vector<double> count_;        // every key's count, scaled by clock_
   std::vector<std::uint64_t> last_;  // every key's last access tick
   std::vector<cache_key> resident_;  // scratch of a rescale
   std::uint64_t tick_ = 0;
-  double base_ = 0.0;    // the pass counts are scaled to
-  double weight_ = 1.0;  // 2^((step_ - base_) / half_life)
-  std::uint32_t step_ = 0;
-  bool started_ = false;
 };
 static_assert(eviction_policy<decayed_frequency>);
 
@@ -5153,33 +5202,28 @@ inline void select_top_k(std::span<const float> scores, std::span<std::int32_t> 
   }
   float* value = k > local ? wide.data() : kept_values.data();
   std::int32_t* index = out.data();
-  // Fill with the first k (insertion sort), then keep only what beats the worst kept score.
-  for (std::size_t i = 0; i < k; ++i) {
+  // Inserts score i into the sorted `filled` first entries (the last one drops off when full).
+  const auto insert = [&](std::size_t i, std::size_t filled) {
     const float s = scores[i];
-    std::size_t pos = i;
-    while (pos > 0 && s > value[pos - 1]) {
+    std::size_t pos = filled < k ? filled : k - 1;
+    while (pos > 0 && s > value[pos - 1]) {  // strict: ties keep the smaller index, seen first
       value[pos] = value[pos - 1];
       index[pos] = index[pos - 1];
       --pos;
     }
     value[pos] = s;
     index[pos] = static_cast<std::int32_t>(i);
+  };
+  for (std::size_t i = 0; i < k; ++i) {  // fill with the first k
+    insert(i, i);
   }
+  // Then keep only what beats the worst kept score.
   float worst = value[k - 1];
   for (std::size_t i = k; i < scores.size(); ++i) {
-    const float s = scores[i];
-    if (!(s > worst)) [[likely]] {
-      continue;  // ties keep the smaller index, seen first
+    if (scores[i] > worst) [[unlikely]] {
+      insert(i, k);
+      worst = value[k - 1];
     }
-    std::size_t pos = k - 1;
-    while (pos > 0 && s > value[pos - 1]) {
-      value[pos] = value[pos - 1];
-      index[pos] = index[pos - 1];
-      --pos;
-    }
-    value[pos] = s;
-    index[pos] = static_cast<std::int32_t>(i);
-    worst = value[k - 1];
   }
 }
 
@@ -5646,9 +5690,7 @@ class predicted_next_use {
   /// @param lookahead   layers ahead scored by an attached predictor (>= 0).
   /// @throws wisp::logic_error on an out-of-range parameter.
   explicit predicted_next_use(double half_life = 256.0, std::int32_t lookahead = 4)
-      : half_life_(half_life), lookahead_(lookahead) {
-    WISP_EXPECTS(std::isfinite(half_life) && half_life > 0.0,
-                 "predicted_next_use: half_life must be finite and > 0 passes, got ", half_life);
+      : clock_(half_life, "predicted_next_use"), lookahead_(lookahead) {
     WISP_EXPECTS(lookahead >= 0, "predicted_next_use: lookahead must be >= 0, got ", lookahead);
   }
 
@@ -5673,7 +5715,7 @@ class predicted_next_use {
     resident_.reserve(n);
     passes_ = 0.0;
     tick_ = 0;
-    started_ = false;
+    clock_.reset();
     scored_step_ = 0;
     scored_observed_ = -1;
     const bool predicts = predictor_ != nullptr && layout.scope == cache_scope::global;
@@ -5737,31 +5779,18 @@ class predicted_next_use {
 
  private:
   void bump(cache_key key, const access_context& ctx) noexcept {
-    if (!started_ || ctx.step != step_) {
-      advance(ctx.step);
+    if (!clock_.at(ctx.step)) {
+      if (const int shift = clock_.advance(ctx.step); shift != 0) {
+        for (double& c : count_) {
+          c = std::ldexp(c, -shift);
+        }
+        passes_ = std::ldexp(passes_, -shift);
+      }
+      passes_ += clock_.weight();  // a new pass
     }
     const auto k = static_cast<std::size_t>(key);
-    count_[k] += weight_;
+    count_[k] += clock_.weight();
     last_[k] = ++tick_;
-  }
-  // Counts and passes are scaled by 2^((step - base) / half_life); see decayed_frequency.
-  void advance(std::uint32_t step) noexcept {
-    if (!started_) {
-      started_ = true;
-      base_ = step;
-    }
-    step_ = step;
-    const double exponent = (static_cast<double>(step) - base_) / half_life_;
-    if (exponent > 512.0) {
-      const int shift = static_cast<int>(std::floor(exponent));
-      for (double& c : count_) {
-        c = std::ldexp(c, -shift);
-      }
-      passes_ = std::ldexp(passes_, -shift);
-      base_ += shift * half_life_;
-    }
-    weight_ = std::exp2((static_cast<double>(step) - base_) / half_life_);
-    passes_ += weight_;
   }
   [[nodiscard]] double probability(cache_key key, std::int32_t key_layer,
                                    std::int32_t layer) const noexcept {
@@ -5794,7 +5823,7 @@ class predicted_next_use {
     }
   }
 
-  double half_life_;
+  detail::decay_clock clock_;  // counts and passes are scaled by it (see decayed_frequency)
   std::int32_t lookahead_;
   const coactivation_predictor* predictor_ = nullptr;
   const routing_pass* pass_ = nullptr;
@@ -5805,13 +5834,9 @@ class predicted_next_use {
   std::vector<cache_key> resident_;
   std::vector<float> scores_;  // [lookahead x experts]: predicted probabilities
   double passes_ = 0.0;        // decayed passes seen, scaled
-  double base_ = 0.0;
-  double weight_ = 1.0;
   std::uint64_t tick_ = 0;
-  std::uint32_t step_ = 0;
   std::uint32_t scored_step_ = 0;
   std::int32_t scored_observed_ = -1;
-  bool started_ = false;
 };
 static_assert(eviction_policy<predicted_next_use>);
 
@@ -7385,7 +7410,8 @@ class pager {
   // ------------------------------------------------------------------ prefetch
 
   /// @brief Loads the `candidates` of `layer` (best first; duplicates ignored) ahead of its next
-  /// call, and returns the copies to issue (SpecMD §3.1.4). Changes no visible map.
+  /// call, and returns the copies to issue (SpecMD §3.1.4). No map shows a prefetched expert
+  /// before the call that requests it.
   ///
   /// Each candidate that is not resident takes a free slot or the slot of the policy's victim
   /// (`slot_cache::prefetch`); victims are never experts of the **pending call** (the most recent
@@ -12938,7 +12964,9 @@ struct timeline_result {
 
 /// @brief Replays `trace` on the modelled device with eviction policy `Policy`, made by
 /// `make_policy(layer)` (per-layer scope: once per layer; global: once, with -1). O(accesses x
-/// (policy cost + prefetch scoring)); allocates its state once.
+/// (policy cost + prefetch scoring)); allocates its state once. A `predicted_next_use` policy gets
+/// the simulator's own predictor and pass attached (global scope uses them). Not thread-safe in
+/// itself; separate runs may go in parallel.
 /// @throws wisp::logic_error on an invalid config, a capacity outside `[top_k, experts]` (per
 ///   layer) or `[top_k, layers x experts]` (global), `belady` with prefetch or an approximate
 ///   miss policy (its future would not be the sequence replayed), or a policy breaking its

@@ -24,8 +24,8 @@
 ///
 /// The order of the counts does not change as time passes (every count decays by the same factor),
 /// so an indexed heap keeps it: `on_insert`, `on_hit`, `on_erase` O(log n), `victim` O(1 + p).
-/// Counts are stored scaled by `2^(s / half_life)`; they are rescaled by an exact power of two (and
-/// the heap rebuilt) every 512 half-lives. Ties (equal counts) go to the least recently
+/// Counts are stored scaled (`detail::decay_clock`); every 512 half-lives they are divided by an
+/// exact power of two and the heap is rebuilt. Ties (equal counts) go to the least recently
 /// used key. Allocation-free after `reset`. Not thread-safe.
 /// @code
 /// wisp::per_layer_cache<wisp::decayed_frequency> caches(26, 64, 21,
@@ -33,6 +33,7 @@
 /// @endcode
 #pragma once
 
+#include <wisp/cache/detail/decay_clock.hpp>
 #include <wisp/cache/detail/key_heap.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/error.hpp>
@@ -53,10 +54,8 @@ class decayed_frequency {
   static constexpr double default_half_life = 256.0;
 
   /// @throws wisp::logic_error unless `half_life` is finite and > 0.
-  explicit decayed_frequency(double half_life = default_half_life) : half_life_(half_life) {
-    WISP_EXPECTS(std::isfinite(half_life) && half_life > 0.0,
-                 "decayed_frequency: half_life must be finite and > 0 passes, got ", half_life);
-  }
+  explicit decayed_frequency(double half_life = default_half_life)
+      : clock_(half_life, "decayed_frequency") {}
 
   /// Forgets every key (and every count); sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
@@ -66,7 +65,7 @@ class decayed_frequency {
     resident_.clear();
     resident_.reserve(static_cast<std::size_t>(layout.size()));
     tick_ = 0;
-    started_ = false;
+    clock_.reset();
   }
   void on_insert(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
   void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
@@ -82,18 +81,17 @@ class decayed_frequency {
   /// half_life)`; 0 for a key never accessed.
   [[nodiscard]] double count(cache_key key, std::uint32_t step) const noexcept {
     const double stored = count_[static_cast<std::size_t>(key)];
-    return stored == 0.0 ? 0.0
-                         : stored * std::exp2(-(static_cast<double>(step) - base_) / half_life_);
+    return stored == 0.0 ? 0.0 : stored * clock_.to_count(step);
   }
-  [[nodiscard]] double half_life() const noexcept { return half_life_; }
+  [[nodiscard]] double half_life() const noexcept { return clock_.half_life(); }
 
  private:
   void bump(cache_key key, const access_context& ctx) noexcept {
-    if (!started_ || ctx.step != step_) {
+    if (!clock_.at(ctx.step)) {
       advance(ctx.step);
     }
     const auto k = static_cast<std::size_t>(key);
-    count_[k] += weight_;
+    count_[k] += clock_.weight();
     last_[k] = ++tick_;
     heap_.set(key, priority(key));
   }
@@ -103,41 +101,30 @@ class decayed_frequency {
     return {std::bit_cast<std::uint64_t>(count_[k]), last_[k]};
   }
   void advance(std::uint32_t step) noexcept {
-    if (!started_) {
-      started_ = true;
-      base_ = step;
+    const int shift = clock_.advance(step);
+    if (shift == 0) {
+      return;
     }
-    step_ = step;
-    const double exponent = (static_cast<double>(step) - base_) / half_life_;
-    if (exponent > 512.0) {  // keep the scaled counts finite: divide by 2^shift, exactly
-      const double shift = std::floor(exponent);
-      resident_.clear();
-      for (std::size_t k = 0; k < count_.size(); ++k) {
-        count_[k] = std::ldexp(count_[k], -static_cast<int>(shift));
-        if (heap_.contains(static_cast<cache_key>(k))) {
-          resident_.push_back(static_cast<cache_key>(k));
-        }
-      }
-      base_ += shift * half_life_;
-      // Counts that became equal (or 0) may have changed order: rebuild the heap.
-      heap_.reset(static_cast<std::int32_t>(count_.size()));
-      for (const cache_key k : resident_) {
-        heap_.set(k, priority(k));
+    resident_.clear();
+    for (std::size_t k = 0; k < count_.size(); ++k) {
+      count_[k] = std::ldexp(count_[k], -shift);
+      if (heap_.contains(static_cast<cache_key>(k))) {
+        resident_.push_back(static_cast<cache_key>(k));
       }
     }
-    weight_ = std::exp2((static_cast<double>(step) - base_) / half_life_);
+    // Counts that became equal (or 0) may have changed order: rebuild the heap.
+    heap_.reset(static_cast<std::int32_t>(count_.size()));
+    for (const cache_key k : resident_) {
+      heap_.set(k, priority(k));
+    }
   }
 
-  double half_life_;
+  detail::decay_clock clock_;
   detail::key_heap heap_;            // resident keys by (scaled count, last access)
-  std::vector<double> count_;        // every key's count, scaled by 2^(base_ / half_life)
+  std::vector<double> count_;        // every key's count, scaled by clock_
   std::vector<std::uint64_t> last_;  // every key's last access tick
   std::vector<cache_key> resident_;  // scratch of a rescale
   std::uint64_t tick_ = 0;
-  double base_ = 0.0;    // the pass counts are scaled to
-  double weight_ = 1.0;  // 2^((step_ - base_) / half_life)
-  std::uint32_t step_ = 0;
-  bool started_ = false;
 };
 static_assert(eviction_policy<decayed_frequency>);
 

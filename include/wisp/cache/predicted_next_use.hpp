@@ -37,6 +37,7 @@
 /// @endcode
 #pragma once
 
+#include <wisp/cache/detail/decay_clock.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/predict/coactivation.hpp>
@@ -60,9 +61,7 @@ class predicted_next_use {
   /// @param lookahead   layers ahead scored by an attached predictor (>= 0).
   /// @throws wisp::logic_error on an out-of-range parameter.
   explicit predicted_next_use(double half_life = 256.0, std::int32_t lookahead = 4)
-      : half_life_(half_life), lookahead_(lookahead) {
-    WISP_EXPECTS(std::isfinite(half_life) && half_life > 0.0,
-                 "predicted_next_use: half_life must be finite and > 0 passes, got ", half_life);
+      : clock_(half_life, "predicted_next_use"), lookahead_(lookahead) {
     WISP_EXPECTS(lookahead >= 0, "predicted_next_use: lookahead must be >= 0, got ", lookahead);
   }
 
@@ -87,7 +86,7 @@ class predicted_next_use {
     resident_.reserve(n);
     passes_ = 0.0;
     tick_ = 0;
-    started_ = false;
+    clock_.reset();
     scored_step_ = 0;
     scored_observed_ = -1;
     const bool predicts = predictor_ != nullptr && layout.scope == cache_scope::global;
@@ -151,31 +150,18 @@ class predicted_next_use {
 
  private:
   void bump(cache_key key, const access_context& ctx) noexcept {
-    if (!started_ || ctx.step != step_) {
-      advance(ctx.step);
+    if (!clock_.at(ctx.step)) {
+      if (const int shift = clock_.advance(ctx.step); shift != 0) {
+        for (double& c : count_) {
+          c = std::ldexp(c, -shift);
+        }
+        passes_ = std::ldexp(passes_, -shift);
+      }
+      passes_ += clock_.weight();  // a new pass
     }
     const auto k = static_cast<std::size_t>(key);
-    count_[k] += weight_;
+    count_[k] += clock_.weight();
     last_[k] = ++tick_;
-  }
-  // Counts and passes are scaled by 2^((step - base) / half_life); see decayed_frequency.
-  void advance(std::uint32_t step) noexcept {
-    if (!started_) {
-      started_ = true;
-      base_ = step;
-    }
-    step_ = step;
-    const double exponent = (static_cast<double>(step) - base_) / half_life_;
-    if (exponent > 512.0) {
-      const int shift = static_cast<int>(std::floor(exponent));
-      for (double& c : count_) {
-        c = std::ldexp(c, -shift);
-      }
-      passes_ = std::ldexp(passes_, -shift);
-      base_ += shift * half_life_;
-    }
-    weight_ = std::exp2((static_cast<double>(step) - base_) / half_life_);
-    passes_ += weight_;
   }
   [[nodiscard]] double probability(cache_key key, std::int32_t key_layer,
                                    std::int32_t layer) const noexcept {
@@ -208,7 +194,7 @@ class predicted_next_use {
     }
   }
 
-  double half_life_;
+  detail::decay_clock clock_;  // counts and passes are scaled by it (see decayed_frequency)
   std::int32_t lookahead_;
   const coactivation_predictor* predictor_ = nullptr;
   const routing_pass* pass_ = nullptr;
@@ -219,13 +205,9 @@ class predicted_next_use {
   std::vector<cache_key> resident_;
   std::vector<float> scores_;  // [lookahead x experts]: predicted probabilities
   double passes_ = 0.0;        // decayed passes seen, scaled
-  double base_ = 0.0;
-  double weight_ = 1.0;
   std::uint64_t tick_ = 0;
-  std::uint32_t step_ = 0;
   std::uint32_t scored_step_ = 0;
   std::int32_t scored_observed_ = -1;
-  bool started_ = false;
 };
 static_assert(eviction_policy<predicted_next_use>);
 

@@ -170,7 +170,8 @@ class pager {
   // ------------------------------------------------------------------ prefetch
 
   /// @brief Loads the `candidates` of `layer` (best first; duplicates ignored) ahead of its next
-  /// call, and returns the copies to issue (SpecMD §3.1.4). Changes no visible map.
+  /// call, and returns the copies to issue (SpecMD §3.1.4). No map shows a prefetched expert
+  /// before the call that requests it.
   ///
   /// Each candidate that is not resident takes a free slot or the slot of the policy's victim
   /// (`slot_cache::prefetch`); victims are never experts of the **pending call** (the most recent

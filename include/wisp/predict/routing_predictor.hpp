@@ -151,33 +151,28 @@ inline void select_top_k(std::span<const float> scores, std::span<std::int32_t> 
   }
   float* value = k > local ? wide.data() : kept_values.data();
   std::int32_t* index = out.data();
-  // Fill with the first k (insertion sort), then keep only what beats the worst kept score.
-  for (std::size_t i = 0; i < k; ++i) {
+  // Inserts score i into the sorted `filled` first entries (the last one drops off when full).
+  const auto insert = [&](std::size_t i, std::size_t filled) {
     const float s = scores[i];
-    std::size_t pos = i;
-    while (pos > 0 && s > value[pos - 1]) {
+    std::size_t pos = filled < k ? filled : k - 1;
+    while (pos > 0 && s > value[pos - 1]) {  // strict: ties keep the smaller index, seen first
       value[pos] = value[pos - 1];
       index[pos] = index[pos - 1];
       --pos;
     }
     value[pos] = s;
     index[pos] = static_cast<std::int32_t>(i);
+  };
+  for (std::size_t i = 0; i < k; ++i) {  // fill with the first k
+    insert(i, i);
   }
+  // Then keep only what beats the worst kept score.
   float worst = value[k - 1];
   for (std::size_t i = k; i < scores.size(); ++i) {
-    const float s = scores[i];
-    if (!(s > worst)) [[likely]] {
-      continue;  // ties keep the smaller index, seen first
+    if (scores[i] > worst) [[unlikely]] {
+      insert(i, k);
+      worst = value[k - 1];
     }
-    std::size_t pos = k - 1;
-    while (pos > 0 && s > value[pos - 1]) {
-      value[pos] = value[pos - 1];
-      index[pos] = index[pos - 1];
-      --pos;
-    }
-    value[pos] = s;
-    index[pos] = static_cast<std::int32_t>(i);
-    worst = value[k - 1];
   }
 }
 

@@ -130,7 +130,9 @@ struct timeline_result {
 
 /// @brief Replays `trace` on the modelled device with eviction policy `Policy`, made by
 /// `make_policy(layer)` (per-layer scope: once per layer; global: once, with -1). O(accesses x
-/// (policy cost + prefetch scoring)); allocates its state once.
+/// (policy cost + prefetch scoring)); allocates its state once. A `predicted_next_use` policy gets
+/// the simulator's own predictor and pass attached (global scope uses them). Not thread-safe in
+/// itself; separate runs may go in parallel.
 /// @throws wisp::logic_error on an invalid config, a capacity outside `[top_k, experts]` (per
 ///   layer) or `[top_k, layers x experts]` (global), `belady` with prefetch or an approximate
 ///   miss policy (its future would not be the sequence replayed), or a policy breaking its
