@@ -32,6 +32,8 @@
 #include <wisp/cache/lfu.hpp>
 #include <wisp/cache/least_stale.hpp>
 #include <wisp/cache/belady.hpp>
+#include <wisp/cache/decayed_frequency.hpp>
+#include <wisp/cache/predicted_next_use.hpp>
 #include <wisp/cache/policies.hpp>
 #include <wisp/cache/slot_cache.hpp>
 #include <wisp/cache/per_layer_cache.hpp>
@@ -41,6 +43,15 @@
 #include <wisp/pager/pager.hpp>
 #include <wisp/pager/reroute_table.hpp>
 #include <wisp/pager/host_expert_store.hpp>
+#include <wisp/pager/miss_policy.hpp>
+
+#include <wisp/predict/routing_predictor.hpp>
+#include <wisp/predict/coactivation.hpp>
+#include <wisp/predict/baselines.hpp>
+#include <wisp/predict/personal.hpp>
+#include <wisp/predict/evaluate.hpp>
+#include <wisp/predict/right_size.hpp>
+#include <wisp/predict/prefetch.hpp>
 
 #include <wisp/vmm/vmm_backend.hpp>
 #include <wisp/vmm/posix_vmm.hpp>
@@ -63,6 +74,7 @@
 
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
+#include <wisp/sim/timeline_sim.hpp>
 
 #include <wisp/transfer/timeline.hpp>
 // clang-format on

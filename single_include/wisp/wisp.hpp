@@ -117,6 +117,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <ostream>
 #include <ranges>
@@ -5475,10 +5476,1146 @@ static_assert(eviction_policy<belady>);
 }  // namespace wisp
 // ---- end wisp/cache/belady.hpp -----------------------------------------------------------------
 
+// ---- begin wisp/cache/decayed_frequency.hpp ----------------------------------------------------
+/// @file
+/// @brief `decayed_frequency`: an adaptive frequency + recency policy. Evicts the resident key with
+/// the smallest exponentially decayed access count, the count being kept for every key, resident
+/// or not.
+///
+/// Each access at forward pass `s` adds `2^(s / half_life)` to its key's count; comparing counts
+/// at pass `now` is comparing `sum_i 2^(-(now - s_i) / half_life)`, LRFU's combined recency and
+/// frequency value with `F(x) = 2^(-x / half_life)` (Lee et al., "LRFU: a spectrum of policies
+/// that subsumes the least recently used and least frequently used policies", IEEE Trans.
+/// Computers 50(12), 2001). Two choices differ from LRFU as published:
+///
+/// - **History outside the cache.** LRFU forgets a block's value when it is evicted. Here every key
+///   keeps its decayed count after eviction, as TinyLFU keeps frequencies of non-resident items
+///   (Einziger, Friedman and Manes, "TinyLFU: a highly efficient cache admission policy", ACM
+///   Trans. Storage 13(4), 2017); with at most `L x E` experts the history costs one double per
+///   key, and an expert that returns is judged by its whole recent past, not as a newcomer.
+/// - **Time is the forward pass** (`ctx.step`), not the access: every layer's cache decays at the
+///   same rate whatever its traffic.
+///
+/// `half_life` (in passes) moves the policy between LFU (infinite) and a recency order (small). On
+/// the ESFT trace, per-layer scope, 21 of 64 slots, the misses fall from 1.77x Belady's (LRU) to
+/// about 1.49x at the default of 256 passes (docs/predict.md has the sweep).
+///
+/// The order of the counts does not change as time passes (every count decays by the same factor),
+/// so an indexed heap keeps it: `on_insert`, `on_hit`, `on_erase` O(log n), `victim` O(1 + p).
+/// Counts are stored scaled (`detail::decay_clock`); every 512 half-lives they are divided by an
+/// exact power of two and the heap is rebuilt. Ties (equal counts) go to the least recently
+/// used key. Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::per_layer_cache<wisp::decayed_frequency> caches(26, 64, 21,
+///                                                       wisp::decayed_frequency(/*half_life=*/256));
+/// @endcode
+
+// ---- begin wisp/cache/detail/decay_clock.hpp ---------------------------------------------------
+/// @file
+/// @brief Internal: exponential decay over forward passes as a growing weight, shared by the
+/// decayed-frequency policies.
+///
+/// An event at pass `s` adds `weight() = 2^((s - base) / half_life)`; two sums of such weights
+/// compare as the decayed counts `sum 2^(-(now - s_i) / half_life)` at any `now`, and the order
+/// never changes as time passes. The weight is kept below 2^512 by moving `base`: `advance`
+/// then returns the power of two by which the owner divides every stored sum (exact).
+
+namespace wisp::detail {
+
+class decay_clock {
+ public:
+  /// @throws wisp::logic_error unless `half_life` is finite and > 0 (`what` names the owner).
+  decay_clock(double half_life, const char* what) : half_life_(half_life) {
+    WISP_EXPECTS(std::isfinite(half_life) && half_life > 0.0, what,
+                 ": half_life must be finite and > 0 passes, got ", half_life);
+  }
+
+  void reset() noexcept {
+    started_ = false;
+    base_ = 0.0;
+    weight_ = 1.0;
+  }
+  /// True when the clock already stands at pass `step`.
+  [[nodiscard]] bool at(std::uint32_t step) const noexcept { return started_ && step == step_; }
+  /// Moves to pass `step` (passes never go back). Returns `e >= 0`: every stored sum must be
+  /// multiplied by `2^-e` (0: nothing to do).
+  [[nodiscard]] int advance(std::uint32_t step) noexcept {
+    if (!started_) {
+      started_ = true;
+      base_ = step;
+    }
+    step_ = step;
+    int shift = 0;
+    const double exponent = (static_cast<double>(step) - base_) / half_life_;
+    if (exponent > 512.0) {
+      shift = static_cast<int>(std::floor(exponent));
+      base_ += shift * half_life_;
+    }
+    weight_ = std::exp2((static_cast<double>(step) - base_) / half_life_);
+    return shift;
+  }
+  /// The weight of an event at the current pass.
+  [[nodiscard]] double weight() const noexcept { return weight_; }
+  /// The factor turning a stored sum into its decayed count at pass `step`.
+  [[nodiscard]] double to_count(std::uint32_t step) const noexcept {
+    return std::exp2(-(static_cast<double>(step) - base_) / half_life_);
+  }
+  [[nodiscard]] double half_life() const noexcept { return half_life_; }
+
+ private:
+  double half_life_;
+  double base_ = 0.0;    // the pass stored sums are scaled to
+  double weight_ = 1.0;  // 2^((step_ - base_) / half_life_)
+  std::uint32_t step_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace wisp::detail
+// ---- end wisp/cache/detail/decay_clock.hpp -----------------------------------------------------
+
+namespace wisp {
+
+class decayed_frequency {
+ public:
+  static constexpr std::string_view name = "decayed_frequency";
+  /// The default half-life, in forward passes.
+  static constexpr double default_half_life = 256.0;
+
+  /// @throws wisp::logic_error unless `half_life` is finite and > 0.
+  explicit decayed_frequency(double half_life = default_half_life)
+      : clock_(half_life, "decayed_frequency") {}
+
+  /// Forgets every key (and every count); sizes for `layout.size()` keys. @throws std::bad_alloc
+  void reset(const key_layout& layout) {
+    heap_.reset(layout.size());
+    count_.assign(static_cast<std::size_t>(layout.size()), 0.0);
+    last_.assign(static_cast<std::size_t>(layout.size()), 0);
+    resident_.clear();
+    resident_.reserve(static_cast<std::size_t>(layout.size()));
+    tick_ = 0;
+    clock_.reset();
+  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
+  void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
+  void on_erase(cache_key key) noexcept { heap_.erase(key); }  // the count stays
+  /// The unprotected resident key with the smallest decayed count (then least recently used), or
+  /// `no_key`.
+  [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
+                                 protected_keys is_protected) noexcept {
+    return heap_.min_unprotected(is_protected);
+  }
+
+  /// The decayed count of `key` at pass `step` (>= the last access): `sum_i 2^-((step - s_i) /
+  /// half_life)`; 0 for a key never accessed.
+  [[nodiscard]] double count(cache_key key, std::uint32_t step) const noexcept {
+    const double stored = count_[static_cast<std::size_t>(key)];
+    return stored == 0.0 ? 0.0 : stored * clock_.to_count(step);
+  }
+  [[nodiscard]] double half_life() const noexcept { return clock_.half_life(); }
+
+ private:
+  void bump(cache_key key, const access_context& ctx) noexcept {
+    if (!clock_.at(ctx.step)) {
+      advance(ctx.step);
+    }
+    const auto k = static_cast<std::size_t>(key);
+    count_[k] += clock_.weight();
+    last_[k] = ++tick_;
+    heap_.set(key, priority(key));
+  }
+  // Non-negative doubles order as their bit patterns.
+  [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    return {std::bit_cast<std::uint64_t>(count_[k]), last_[k]};
+  }
+  void advance(std::uint32_t step) noexcept {
+    const int shift = clock_.advance(step);
+    if (shift == 0) {
+      return;
+    }
+    resident_.clear();
+    for (std::size_t k = 0; k < count_.size(); ++k) {
+      count_[k] = std::ldexp(count_[k], -shift);
+      if (heap_.contains(static_cast<cache_key>(k))) {
+        resident_.push_back(static_cast<cache_key>(k));
+      }
+    }
+    // Counts that became equal (or 0) may have changed order: rebuild the heap.
+    heap_.reset(static_cast<std::int32_t>(count_.size()));
+    for (const cache_key k : resident_) {
+      heap_.set(k, priority(k));
+    }
+  }
+
+  detail::decay_clock clock_;
+  detail::key_heap heap_;            // resident keys by (scaled count, last access)
+  std::vector<double> count_;        // every key's count, scaled by clock_
+  std::vector<std::uint64_t> last_;  // every key's last access tick
+  std::vector<cache_key> resident_;  // scratch of a rescale
+  std::uint64_t tick_ = 0;
+};
+static_assert(eviction_policy<decayed_frequency>);
+
+}  // namespace wisp
+// ---- end wisp/cache/decayed_frequency.hpp ------------------------------------------------------
+
+// ---- begin wisp/cache/predicted_next_use.hpp ---------------------------------------------------
+/// @file
+/// @brief `predicted_next_use`: a prediction-aware policy. Evicts the resident key whose predicted
+/// next use is farthest away (Belady's rule with a prediction in place of the future).
+///
+/// Let `c` be the layer now executing and `d(k)` the layer distance of `least_stale.hpp` (layer
+/// executions until key `k`'s layer runs again after the current call, in `[1, L]`). If `k`'s
+/// expert is routed at its layer's next execution with probability `p(k)`, and independently at
+/// later ones with the same probability, its expected next use is
+///
+///     D(k) = d(k) + L x (1 / p(k) - 1)          layer executions from now
+///
+/// and the victim is the unprotected resident key with the largest `D` (ties: least recently
+/// used; `p = 0` gives `D = inf`). `p(k)` comes from:
+///
+/// - **the routing predictor**, for a key whose layer is still ahead in the current pass and
+///   within `lookahead` layers of the next one to run, when a `coactivation_predictor` and the
+///   current `routing_pass` are attached (global scope): the predictor's estimate given the
+///   experts routed so far in this pass;
+/// - **the key's decayed routing rate** otherwise: its `decayed_frequency` count over the decayed
+///   count of passes, with the same half-life (in passes).
+///
+/// In per-layer scope `d` is the same for every key of a cache, so the order is the decayed rate's
+/// and the victims are `decayed_frequency`'s. In global scope the rule weighs layer position
+/// (as `fld` does) against how likely the key is to be needed at all.
+///
+/// The attached predictor and pass are read, never written: their owner observes each layer's
+/// routing into the pass before that layer's cache call and learns complete passes (the timeline
+/// simulator does). `victim` scans the resident keys: O(n) plus, once per (pass, layer), a score
+/// of the `lookahead` layers ahead (O(lookahead x window x top_k x E)). Other hooks O(1).
+/// Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::coactivation_predictor table(shape);
+/// wisp::routing_pass pass(shape);
+/// wisp::slot_cache<wisp::predicted_next_use> cache(
+///     wisp::key_layout::global(26, 64), 546, wisp::predicted_next_use(256.0).attach(table, pass));
+/// @endcode
+
+// ---- begin wisp/predict/coactivation.hpp -------------------------------------------------------
+/// @file
+/// @brief `coactivation_predictor`: WiSP's parameter-free co-activation table (Appendix C) and its
+/// distance-decayed scoring, with online learning, exponential forgetting, merging and a versioned
+/// binary format.
+///
+/// **Table.** For every source layer `s`, later layer `t = s + delta` (`1 <= delta <= span`) and
+/// expert pair `(i, j)`, the table counts the passes in which `i` fired at `s` and `j` at `t`;
+/// `marginal(s, i)` counts the passes in which `i` fired at `s`. Their ratio is the conditional
+/// co-activation probability `P(j at t | i at s)`.
+///
+/// **Score.** With layers `0 .. o-1` of the current pass observed, the score of expert `j` at
+/// target layer `t >= o` is the weighted mean of the conditionals over the experts fired at the
+/// `window` most recent observed layers, a source `delta` layers before the target weighing
+/// `decay^(delta - 1)` (nearer layers weigh more):
+///
+///     score(j) = sum_s sum_{i fired at s} w(t - s) P(j at t | i at s)
+///              / sum_s sum_{i fired at s} w(t - s)                       (over seen i only)
+///
+/// an estimate of the probability that `j` is routed at `t` (the scores of a layer sum to top_k).
+/// When no source applies (nothing observed yet, every source beyond `span`, or never seen), the
+/// score falls back to the marginal frequency `marginal(t, j) / passes`.
+///
+/// **Forgetting.** With `forgetting = f < 1` every count is multiplied by `f` per learned pass, so
+/// a pass learned `n` passes ago weighs `f^n` (half-life `ln 2 / -ln f` passes). It is exact and
+/// O(1) per pass: new passes are added with weight `f^-passes` and the table is rescaled by a power
+/// of two when that weight grows large (scaling by a power of two is exact in floating point, and
+/// the counts it means do not change). Without forgetting the counts are integers, exact up to
+/// 2^23 passes per marginal; a marginal reaching that halves every count, so older passes then
+/// weigh half of the newer ones (an ageing step, as in TinyLFU's periodic reset).
+///
+/// @code
+/// wisp::coactivation_predictor table({.layers = 26, .experts = 64, .top_k = 6});
+/// for (std::size_t s = 0; s < trace.steps(); ++s) { pass.assign(trace, s); table.learn(pass); }
+/// std::ofstream out("user17.coact", std::ios::binary);
+/// table.save(out);
+/// @endcode
+
+// ---- begin wisp/predict/detail/binary_io.hpp ---------------------------------------------------
+/// @file
+/// @brief Internal: little-endian binary writer and reader with a running CRC-32 and the byte
+/// offset of every field, for the predictor table format.
+
+namespace wisp::detail {
+
+/// Writes fixed-width little-endian fields and keeps the CRC-32 of everything written.
+class binary_writer {
+ public:
+  explicit binary_writer(std::ostream& out) : out_(out) {}
+
+  void u32(std::uint32_t v) { put(v, 4); }
+  void i32(std::int32_t v) { put(static_cast<std::uint32_t>(v), 4); }
+  void u64(std::uint64_t v) { put(v, 8); }
+  void f32(float v) { put(std::bit_cast<std::uint32_t>(v), 4); }
+  void f64(double v) { put(std::bit_cast<std::uint64_t>(v), 8); }
+  void bytes(std::span<const std::uint8_t> b) {
+    crc_ = trace::detail::crc32_update(crc_, b);
+    out_.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  }
+  /// Writes the CRC-32 of everything written so far (not itself included).
+  void finish() {
+    const std::uint32_t crc = crc_;
+    put(crc, 4);
+  }
+
+ private:
+  void put(std::uint64_t v, int width) {
+    std::array<std::uint8_t, 8> b{};
+    for (int i = 0; i < width; ++i) {
+      b[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
+    }
+    bytes(std::span<const std::uint8_t>(b.data(), static_cast<std::size_t>(width)));
+  }
+
+  std::ostream& out_;
+  std::uint32_t crc_ = 0;
+};
+
+/// Reads what `binary_writer` wrote; every failure is a `wisp::format_error` at its byte offset,
+/// prefixed with `what` (the format's name).
+class binary_reader {
+ public:
+  binary_reader(std::istream& in, std::string what) : in_(in), what_(std::move(what)) {}
+
+  std::uint32_t u32(const char* field) { return static_cast<std::uint32_t>(get(4, field)); }
+  std::int32_t i32(const char* field) { return static_cast<std::int32_t>(u32(field)); }
+  std::uint64_t u64(const char* field) { return get(8, field); }
+  float f32(const char* field) { return std::bit_cast<float>(u32(field)); }
+  double f64(const char* field) { return std::bit_cast<double>(get(8, field)); }
+  void bytes(std::span<std::uint8_t> b, const char* field) {
+    in_.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    if (static_cast<std::size_t>(in_.gcount()) != b.size()) {
+      fail(offset_ + static_cast<std::uint64_t>(in_.gcount()), "truncated input in ", field);
+    }
+    crc_ = trace::detail::crc32_update(crc_, b);
+    offset_ += b.size();
+  }
+  /// Reads the stored CRC-32 and compares it with the CRC of everything read before it.
+  void finish() {
+    const std::uint32_t expected = crc_;
+    const std::uint64_t at = offset_;
+    const std::uint32_t stored = u32("checksum");
+    if (stored != expected) {
+      fail(at, "checksum mismatch (stored ", stored, ", computed ", expected, ")");
+    }
+  }
+  /// Byte offset of the next field.
+  [[nodiscard]] std::uint64_t offset() const noexcept { return offset_; }
+
+  template <class... Parts>
+  [[noreturn]] void fail(std::uint64_t at, const Parts&... parts) const {
+    throw format_error(at, concat(what_, ": ", parts...));
+  }
+
+ private:
+  std::uint64_t get(int width, const char* field) {
+    std::array<std::uint8_t, 8> b{};
+    bytes(std::span<std::uint8_t>(b.data(), static_cast<std::size_t>(width)), field);
+    std::uint64_t v = 0;
+    for (int i = 0; i < width; ++i) {
+      v |= static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]) << (8 * i);
+    }
+    return v;
+  }
+
+  std::istream& in_;
+  std::string what_;
+  std::uint64_t offset_ = 0;
+  std::uint32_t crc_ = 0;
+};
+
+}  // namespace wisp::detail
+// ---- end wisp/predict/detail/binary_io.hpp -----------------------------------------------------
+
+// ---- begin wisp/predict/routing_predictor.hpp --------------------------------------------------
+/// @file
+/// @brief The `routing_predictor` concept, the forward pass it predicts from (`routing_pass`) and
+/// the selections every consumer of scores shares (`select_top_k`, `select_above_percentile`).
+///
+/// A predictor scores every expert of a *target* layer from the layers of the current forward
+/// pass observed so far (0 .. observed-1) and from what it learned of earlier passes; a higher
+/// score means "more likely routed". The distance to the target is `target - observed + 1`: 1 for
+/// the next layer. Once a pass is complete the caller hands it to `learn`: evaluation is online
+/// (predict, then learn), as a server would run it.
+/// @code
+/// wisp::routing_pass pass({.layers = 26, .experts = 64, .top_k = 6});
+/// std::vector<float> scores(64);
+/// std::array<std::int32_t, 6> next{};
+/// for (std::int32_t l = 0; l < 26; ++l) {
+///   pass.observe(l, router_topk(l));                       // layer l's ids are now known
+///   if (l + 1 < 26) {
+///     predictor.score(pass, l + 1, scores);                // the next layer's experts
+///     wisp::select_top_k(scores, next);                    // the 6 most likely
+///   }
+/// }
+/// predictor.learn(pass);
+/// @endcode
+
+namespace wisp {
+
+/// @brief The routing of one forward pass as it unfolds: the top-k ids of layers
+/// `0 .. observed() - 1`, layers observed in order.
+///
+/// Owns `layers x top_k` ids sized at construction; `observe` and `clear` never allocate. Not
+/// thread-safe (one writer; const reads may run concurrently).
+class routing_pass {
+ public:
+  /// An empty pass of shape {1 layer, 1 expert, top-1}.
+  routing_pass() : routing_pass(trace::trace_shape{1, 1, 1}) {}
+  /// @throws wisp::logic_error if `shape` is invalid (see `trace::trace_shape::validate`).
+  explicit routing_pass(const trace::trace_shape& shape) : shape_(shape) {
+    shape_.validate();
+    ids_.assign(shape_.ids_per_step(), 0);
+  }
+
+  /// Starts a new pass: nothing observed. O(1).
+  void clear() noexcept { observed_ = 0; }
+
+  /// @brief Records the `top_k` ids `ids` of `layer`, which must be the next layer of the pass.
+  /// O(top_k).
+  /// @throws wisp::logic_error, leaving the pass unchanged, if `layer != observed()`,
+  ///   `ids.size() != top_k` or an id is outside `[0, experts)`.
+  void observe(std::int32_t layer, std::span<const std::int32_t> ids) {
+    WISP_EXPECTS(layer == observed_, "routing_pass::observe: layer ", layer,
+                 " given but the next layer of the pass is ", observed_, " (of ", shape_.layers,
+                 ")");
+    WISP_EXPECTS(observed_ < shape_.layers, "routing_pass::observe: all ", shape_.layers,
+                 " layers already observed; clear() starts the next pass");
+    WISP_EXPECTS(ids.size() == static_cast<std::size_t>(shape_.top_k),
+                 "routing_pass::observe: ", ids.size(), " ids for layer ", layer, " but top_k is ",
+                 shape_.top_k);
+    for (std::size_t j = 0; j < ids.size(); ++j) {
+      WISP_EXPECTS(ids[j] >= 0 && ids[j] < shape_.experts, "routing_pass::observe: layer ", layer,
+                   " id ", j, " = ", ids[j], " is outside [0, experts = ", shape_.experts, ")");
+    }
+    std::copy(ids.begin(), ids.end(), ids_.begin() + offset(layer));
+    ++observed_;
+  }
+
+  /// Clears the pass and observes every layer of step `step` of `trace` (same shape). O(L x k).
+  /// @throws wisp::logic_error on a shape mismatch or an out-of-range step.
+  void assign(const trace::routing_trace& trace, std::size_t step) {
+    WISP_EXPECTS(trace.shape() == shape_, "routing_pass::assign: trace shape (", trace.shape(),
+                 ") differs from the pass shape (", shape_, ")");
+    WISP_EXPECTS(step < trace.steps(), "routing_pass::assign: step ", step, " of ", trace.steps());
+    for (std::int32_t l = 0; l < shape_.layers; ++l) {
+      for (std::int32_t j = 0; j < shape_.top_k; ++j) {
+        ids_[offset(l) + static_cast<std::size_t>(j)] = trace.expert(step, l, j);
+      }
+    }
+    observed_ = shape_.layers;
+  }
+
+  /// Number of layers observed so far (the next layer to observe).
+  [[nodiscard]] std::int32_t observed() const noexcept { return observed_; }
+  /// True once every layer is observed.
+  [[nodiscard]] bool complete() const noexcept { return observed_ == shape_.layers; }
+  [[nodiscard]] const trace::trace_shape& shape() const noexcept { return shape_; }
+  /// The ids of observed layer `layer` (unchecked: `layer < observed()`). O(1).
+  [[nodiscard]] std::span<const std::int32_t> experts(std::int32_t layer) const noexcept {
+    return {ids_.data() + offset(layer), static_cast<std::size_t>(shape_.top_k)};
+  }
+
+ private:
+  [[nodiscard]] std::size_t offset(std::int32_t layer) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.top_k);
+  }
+
+  trace::trace_shape shape_;
+  std::vector<std::int32_t> ids_;  // [layers x top_k], first observed_ rows valid
+  std::int32_t observed_ = 0;
+};
+
+/// @brief A routing predictor: scores the experts of a target layer from a partly observed pass,
+/// and learns from complete passes.
+///
+/// - `score(pass, target, scores)`: writes one score per expert of layer `target` into `scores`
+///   (`scores.size() == experts`), using only `pass.observed()` layers (`target >=
+///   pass.observed()`) and what was learned before; higher = more likely routed. Const: a
+///   predictor may be shared by readers.
+/// - `learn(pass)`: folds a complete pass into the predictor.
+///
+/// Models: `coactivation_predictor`, `frequency_predictor`, `previous_token_predictor`,
+/// `personal_predictor`. A user's own predictor (a learned gate look-ahead, say) only needs these
+/// two members.
+template <class P>
+concept routing_predictor = requires(P& predictor, const P& cpredictor, const routing_pass& pass,
+                                     std::int32_t target, std::span<float> scores) {
+  { cpredictor.score(pass, target, scores) } -> std::same_as<void>;
+  predictor.learn(pass);
+};
+
+/// @brief The indices of the `out.size()` largest `scores`, best first; equal scores go to the
+/// smaller index. O(n x out.size()) for the small k this serves (a top-k of 6 to 16 over 64 to
+/// 256 experts): one pass that compares each score with the worst kept one, held in a register,
+/// and inserts the few that beat it into a sorted buffer. No allocation for `k <= 32` (a larger
+/// k allocates its buffer of kept scores).
+/// @throws wisp::logic_error if `out.size() > scores.size()`.
+inline void select_top_k(std::span<const float> scores, std::span<std::int32_t> out) {
+  WISP_EXPECTS(out.size() <= scores.size(), "select_top_k: k = ", out.size(), " exceeds the ",
+               scores.size(), " scores");
+  const std::size_t k = out.size();
+  if (k == 0) {
+    return;
+  }
+  constexpr std::size_t local = 32;  // kept values live on the stack for k up to this
+  std::array<float, local> kept_values;
+  std::vector<float> wide;  // only for k > local
+  if (k > local) {
+    wide.resize(k);
+  }
+  float* value = k > local ? wide.data() : kept_values.data();
+  std::int32_t* index = out.data();
+  // Inserts score i into the sorted `filled` first entries (the last one drops off when full).
+  const auto insert = [&](std::size_t i, std::size_t filled) {
+    const float s = scores[i];
+    std::size_t pos = filled < k ? filled : k - 1;
+    while (pos > 0 && s > value[pos - 1]) {  // strict: ties keep the smaller index, seen first
+      value[pos] = value[pos - 1];
+      index[pos] = index[pos - 1];
+      --pos;
+    }
+    value[pos] = s;
+    index[pos] = static_cast<std::int32_t>(i);
+  };
+  for (std::size_t i = 0; i < k; ++i) {  // fill with the first k
+    insert(i, i);
+  }
+  // Then keep only what beats the worst kept score.
+  float worst = value[k - 1];
+  for (std::size_t i = k; i < scores.size(); ++i) {
+    if (scores[i] > worst) [[unlikely]] {
+      insert(i, k);
+      worst = value[k - 1];
+    }
+  }
+}
+
+/// @brief Appends to `out` the indices whose score is strictly above the `percentile`-th
+/// percentile of `scores` (nearest-rank, in [0, 100]), best first, at most `limit` of them (SpecMD
+/// §3.1.4's score-based prefetch: the count adapts to the score distribution). Returns how many.
+/// O(n log n); `scratch` is resized to n (no allocation once it is large enough).
+/// @throws wisp::logic_error if `percentile` is outside [0, 100].
+inline std::size_t select_above_percentile(std::span<const float> scores, double percentile,
+                                           std::size_t limit, std::vector<std::int32_t>& scratch,
+                                           std::vector<std::int32_t>& out) {
+  WISP_EXPECTS(percentile >= 0.0 && percentile <= 100.0,
+               "select_above_percentile: percentile must be in [0, 100], got ", percentile);
+  const std::size_t n = scores.size();
+  if (n == 0 || limit == 0) {
+    return 0;
+  }
+  scratch.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    scratch[i] = static_cast<std::int32_t>(i);
+  }
+  std::sort(scratch.begin(), scratch.end(), [&](std::int32_t a, std::int32_t b) {
+    const float sa = scores[static_cast<std::size_t>(a)];
+    const float sb = scores[static_cast<std::size_t>(b)];
+    return sa > sb || (sa == sb && a < b);
+  });
+  // Nearest rank: the threshold is the value of rank ceil(p/100 * n) in ascending order.
+  const auto rank = static_cast<std::size_t>(std::max(1.0, std::ceil(percentile / 100.0 * n)));
+  const float threshold = scores[static_cast<std::size_t>(scratch[n - rank])];
+  std::size_t added = 0;
+  for (std::size_t i = 0; i < n && added < limit; ++i) {
+    if (!(scores[static_cast<std::size_t>(scratch[i])] > threshold)) {
+      break;
+    }
+    out.push_back(scratch[i]);
+    ++added;
+  }
+  return added;
+}
+
+}  // namespace wisp
+// ---- end wisp/predict/routing_predictor.hpp ----------------------------------------------------
+
+namespace wisp {
+
+/// @brief Parameters of a `coactivation_predictor`.
+struct coactivation_config {
+  /// Observed layers a score uses: the `window` most recent ones (>= 1).
+  std::int32_t window = 4;
+  /// Weight ratio between a source layer and the next nearer one, in (0, 1]: a source `delta`
+  /// layers before the target weighs `decay^(delta - 1)`.
+  float decay = 0.5f;
+  /// Farthest target distance served with co-activation (>= 1): distance 1 is the layer right
+  /// after the last observed one. The table keeps `span() = max_distance + window - 1` layer
+  /// distances.
+  std::int32_t max_distance = 4;
+  /// Per-pass multiplier of every count, in (0, 1]; 1 = no forgetting.
+  double forgetting = 1.0;
+
+  /// Layer distances the table keeps.
+  [[nodiscard]] constexpr std::int32_t span() const noexcept { return max_distance + window - 1; }
+
+  /// @throws wisp::logic_error naming the field if a parameter is out of range.
+  void validate() const {
+    WISP_EXPECTS(window >= 1 && window <= 1024,
+                 "coactivation_config: window must be in [1, 1024], got ", window);
+    WISP_EXPECTS(max_distance >= 1 && max_distance <= 1024,
+                 "coactivation_config: max_distance must be in [1, 1024], got ", max_distance);
+    WISP_EXPECTS(decay > 0.0f && decay <= 1.0f,
+                 "coactivation_config: decay must be in (0, 1], got ", decay);
+    WISP_EXPECTS(forgetting > 0.0 && forgetting <= 1.0,
+                 "coactivation_config: forgetting must be in (0, 1], got ", forgetting);
+  }
+
+  friend constexpr bool operator==(const coactivation_config&,
+                                   const coactivation_config&) = default;
+};
+
+/// @brief The co-activation predictor (see the file description). Models `routing_predictor`.
+///
+/// Memory: `layers x span x experts^2` floats (26 x 7 x 64^2 x 4 B = 3 MB for DeepSeek-V2-Lite with
+/// the default config) plus `layers x experts` marginals, allocated at construction.
+/// `score`: O(window x top_k x experts), no allocation (rows are summed 16 outputs at a time, in
+/// registers). `learn`: O(layers x span x top_k^2).
+/// Thread safety: `score` and the queries are const and may run concurrently; `learn`, `merge`
+/// and `load` need exclusive access.
+class coactivation_predictor {
+ public:
+  static constexpr std::string_view name = "coactivation";
+  /// Format identifier (8 bytes) and version of `save` / `load`.
+  static constexpr std::string_view magic = "WISPCOA1";
+  static constexpr std::uint32_t format_version = 1;
+
+  /// An empty table (every score falls back to the marginal, itself 0 before any pass).
+  /// @throws wisp::logic_error on an invalid shape or config; std::bad_alloc.
+  explicit coactivation_predictor(const trace::trace_shape& shape,
+                                  const coactivation_config& config = {})
+      : shape_(shape), config_(config) {
+    shape_.validate();
+    config_.validate();
+    const auto layers = static_cast<std::size_t>(shape_.layers);
+    const auto experts = static_cast<std::size_t>(shape_.experts);
+    const auto span = static_cast<std::size_t>(config_.span());
+    WISP_EXPECTS(static_cast<double>(layers) * span * experts * experts < 1e9,
+                 "coactivation_predictor: the table of ", layers, " layers x ", span,
+                 " distances x ", experts, "^2 experts is over 1e9 entries");
+    pairs_.assign(layers * span * experts * experts, 0.0f);
+    marginals_.assign(layers * experts, 0.0f);
+  }
+
+  // ------------------------------------------------------------------ predictor
+
+  /// @brief Scores every expert of layer `target` from the observed layers of `pass` (see the
+  /// file description). O(window x top_k x experts), no allocation.
+  /// @throws wisp::logic_error if the pass shape differs, `target` is not in
+  ///   `[pass.observed(), layers)`, or `scores.size() != experts`.
+  void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+    check_query("coactivation_predictor::score", pass, target, scores);
+    const std::size_t experts = static_cast<std::size_t>(shape_.experts);
+    float* out = scores.data();
+    const std::int32_t observed = pass.observed();
+    const std::int32_t nearest = target - observed + 1;  // distance of the last observed layer
+    const std::int32_t farthest =
+        std::min(target - std::max(0, observed - config_.window), config_.span());
+    const float first_weight = power(config_.decay, nearest - 1);
+    // The weights of the rows that take part (experts seen at their layer), for the mean.
+    float total = 0.0f;
+    float weight = first_weight;
+    for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
+      for (const std::int32_t i : pass.experts(target - delta)) {
+        total += marginals_[marginal_index(target - delta, i)] > 0.0f ? weight : 0.0f;
+      }
+    }
+    if (!(total > 0.0f)) {  // no source applies: the target layer's marginal frequency
+      const float inverse = passes_ > 0.0 ? static_cast<float>(1.0 / passes_) : 0.0f;
+      const float* row = marginals_.data() + marginal_index(target, 0);
+      for (std::size_t j = 0; j < experts; ++j) {
+        out[j] = row[j] * inverse;
+      }
+      return;
+    }
+    // out = sum over rows of (weight / marginal / total) x pair row, a batch of rows at a time.
+    const float norm = 1.0f / total;
+    std::array<scaled_row, rows_per_batch> batch;
+    std::size_t count = 0;
+    bool overwrite = true;
+    weight = first_weight;
+    for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
+      const std::int32_t source = target - delta;
+      for (const std::int32_t i : pass.experts(source)) {
+        const float n = marginals_[marginal_index(source, i)];
+        if (n > 0.0f) {
+          batch[count++] = {pairs_.data() + pair_row(source, delta, i), weight * norm / n};
+          if (count == batch.size()) {
+            add_rows(out, std::span<const scaled_row>(batch.data(), count), experts, overwrite);
+            overwrite = false;
+            count = 0;
+          }
+        }
+      }
+    }
+    if (count > 0) {
+      add_rows(out, std::span<const scaled_row>(batch.data(), count), experts, overwrite);
+    }
+  }
+
+  /// @brief Folds a complete pass into the table (after one forgetting step). O(layers x span x
+  /// top_k^2); no allocation.
+  /// @throws wisp::logic_error if the pass shape differs or the pass is not complete.
+  void learn(const routing_pass& pass) {
+    WISP_EXPECTS(pass.shape() == shape_, "coactivation_predictor::learn: pass shape (",
+                 pass.shape(), ") differs from the table shape (", shape_, ")");
+    WISP_EXPECTS(pass.complete(), "coactivation_predictor::learn: only ", pass.observed(), " of ",
+                 shape_.layers, " layers observed; learn takes complete passes");
+    weight_ /= config_.forgetting;
+    const auto w = static_cast<float>(weight_);
+    const std::int32_t span = config_.span();
+    float largest = 0.0f;
+    for (std::int32_t s = 0; s < shape_.layers; ++s) {
+      for (const std::int32_t i : pass.experts(s)) {
+        float& m = marginals_[marginal_index(s, i)];
+        m += w;
+        largest = std::max(largest, m);
+        for (std::int32_t delta = 1; delta <= span && s + delta < shape_.layers; ++delta) {
+          float* row = pairs_.data() + pair_row(s, delta, i);
+          for (const std::int32_t j : pass.experts(s + delta)) {
+            row[j] += w;
+          }
+        }
+      }
+    }
+    passes_ += weight_;
+    keep_in_range(largest);
+  }
+
+  // ------------------------------------------------------------------ combining and storing
+
+  /// @brief Adds `other`'s counts to this table (e.g. a worker's table into the population one).
+  /// Forgetting ages both tables independently; their counts are added as they weigh now.
+  /// O(table size).
+  /// @throws wisp::logic_error, leaving this table unchanged, if the shapes or configs differ.
+  void merge(const coactivation_predictor& other) {
+    WISP_EXPECTS(other.shape_ == shape_, "coactivation_predictor::merge: shape ", other.shape_,
+                 " differs from ", shape_);
+    WISP_EXPECTS(other.config_ == config_,
+                 "coactivation_predictor::merge: the tables were built with different configs "
+                 "(window ",
+                 other.config_.window, " vs ", config_.window, ", max_distance ",
+                 other.config_.max_distance, " vs ", config_.max_distance, ", decay ",
+                 other.config_.decay, " vs ", config_.decay, ", forgetting ",
+                 other.config_.forgetting, " vs ", config_.forgetting, ")");
+    const auto ratio = static_cast<float>(weight_ / other.weight_);
+    for (std::size_t x = 0; x < pairs_.size(); ++x) {
+      pairs_[x] += ratio * other.pairs_[x];
+    }
+    for (std::size_t x = 0; x < marginals_.size(); ++x) {
+      marginals_[x] += ratio * other.marginals_[x];
+    }
+    passes_ += static_cast<double>(ratio) * other.passes_;
+    keep_in_range(*std::max_element(marginals_.begin(), marginals_.end()));
+  }
+
+  /// @brief Writes the table in wisp's binary format (little-endian): magic `WISPCOA1`, version,
+  /// shape, config, pass weights, marginals, pair counts, CRC-32 of all of it. O(table size).
+  void save(std::ostream& out) const {
+    detail::binary_writer w(out);
+    w.bytes(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(magic.data()),
+                                          magic.size()));
+    w.u32(format_version);
+    w.i32(shape_.layers);
+    w.i32(shape_.experts);
+    w.i32(shape_.top_k);
+    w.i32(config_.window);
+    w.i32(config_.max_distance);
+    w.f32(config_.decay);
+    w.f64(config_.forgetting);
+    w.f64(passes_);
+    w.f64(weight_);
+    for (const float m : marginals_) {
+      w.f32(m);
+    }
+    for (const float p : pairs_) {
+      w.f32(p);
+    }
+    w.finish();
+    WISP_EXPECTS(out.good(), "coactivation_predictor::save: the stream failed while writing");
+  }
+
+  /// @brief Reads a table written by `save`. O(table size).
+  /// @throws wisp::format_error (with the byte offset) on a wrong magic or version, an invalid
+  ///   shape or config, a negative or non-finite count, truncated input or a checksum mismatch.
+  [[nodiscard]] static coactivation_predictor load(std::istream& in) {
+    detail::binary_reader r(in, "coactivation table");
+    std::array<std::uint8_t, 8> head{};
+    r.bytes(head, "magic");
+    if (std::string_view(reinterpret_cast<const char*>(head.data()), head.size()) != magic) {
+      r.fail(0, "not a co-activation table (bad magic)");
+    }
+    const std::uint64_t version_at = r.offset();
+    if (const std::uint32_t version = r.u32("version"); version != format_version) {
+      r.fail(version_at, "unsupported version ", version, " (this build reads version ",
+             format_version, ")");
+    }
+    const std::uint64_t shape_at = r.offset();
+    trace::trace_shape shape{};
+    shape.layers = r.i32("layers");
+    shape.experts = r.i32("experts");
+    shape.top_k = r.i32("top_k");
+    coactivation_config config;
+    config.window = r.i32("window");
+    config.max_distance = r.i32("max_distance");
+    config.decay = r.f32("decay");
+    config.forgetting = r.f64("forgetting");
+    try {
+      shape.validate();
+      config.validate();
+    } catch (const logic_error& e) {
+      r.fail(shape_at, "invalid shape or config: ", e.what());
+    }
+    coactivation_predictor table(shape, config);
+    const std::uint64_t counts_at = r.offset();
+    table.passes_ = r.f64("passes");
+    table.weight_ = r.f64("weight");
+    if (!(std::isfinite(table.passes_) && table.passes_ >= 0 && std::isfinite(table.weight_) &&
+          table.weight_ > 0)) {
+      r.fail(counts_at, "invalid pass weights ", table.passes_, " and ", table.weight_);
+    }
+    const auto read_counts = [&r](std::vector<float>& counts, const char* field) {
+      for (float& c : counts) {
+        const std::uint64_t at = r.offset();
+        c = r.f32(field);
+        if (!(std::isfinite(c) && c >= 0.0f)) {
+          r.fail(at, field, " count ", c, " is negative or not finite");
+        }
+      }
+    };
+    read_counts(table.marginals_, "marginal");
+    read_counts(table.pairs_, "pair");
+    r.finish();
+    return table;
+  }
+
+  // ------------------------------------------------------------------ queries
+
+  [[nodiscard]] const trace::trace_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] const coactivation_config& config() const noexcept { return config_; }
+  /// Learned passes, each weighted by its forgetting factor (the count of passes without it).
+  [[nodiscard]] double passes() const noexcept { return passes_ / weight_; }
+  /// Weighted passes in which expert `i` fired at layer `s`. @throws on an out-of-range index.
+  [[nodiscard]] double marginal(std::int32_t s, std::int32_t i) const {
+    check_expert("marginal", s, i);
+    return marginals_[marginal_index(s, i)] / weight_;
+  }
+  /// Weighted passes in which `i` fired at `s` and `j` at `t` (0 when `t - s` is outside
+  /// `[1, span]`). @throws on an out-of-range index.
+  [[nodiscard]] double pair(std::int32_t s, std::int32_t i, std::int32_t t, std::int32_t j) const {
+    check_expert("pair", s, i);
+    check_expert("pair", t, j);
+    const std::int32_t delta = t - s;
+    if (delta < 1 || delta > config_.span()) {
+      return 0.0;
+    }
+    return pairs_[pair_row(s, delta, i) + static_cast<std::size_t>(j)] / weight_;
+  }
+  /// `P(j at t | i at s) = pair / marginal`, 0 if `i` never fired at `s`.
+  [[nodiscard]] double conditional(std::int32_t s, std::int32_t i, std::int32_t t,
+                                   std::int32_t j) const {
+    const double m = marginal(s, i);
+    return m > 0.0 ? pair(s, i, t, j) / m : 0.0;
+  }
+
+ private:
+  // Keeps the stored counts exact and finite, given the largest marginal. Two cases:
+  // - the pass weight grew past 2^32 (forgetting): divide every stored value and the weight by
+  //   2^32; a power of two is exact and the counts the table means do not change;
+  // - a marginal reached 2^23 passes of the current weight (floats count exactly below 2^24):
+  //   halve the stored counts, so older passes weigh half of the newer ones (an ageing step).
+  void keep_in_range(float largest) noexcept {
+    if (weight_ >= 4294967296.0) {
+      scale_counts(0x1p-32f);
+      weight_ *= 0x1p-32;
+      largest *= 0x1p-32f;
+    }
+    if (static_cast<double>(largest) >= 8388608.0 * weight_) {
+      scale_counts(0.5f);
+    }
+  }
+  void scale_counts(float factor) noexcept {
+    for (float& p : pairs_) {
+      p *= factor;
+    }
+    for (float& m : marginals_) {
+      m *= factor;
+    }
+    passes_ *= static_cast<double>(factor);
+  }
+
+  struct scaled_row {
+    const float* row;
+    float scale;
+  };
+  static constexpr std::size_t rows_per_batch = 32;
+
+  // out[j] (+)= sum_r rows[r].scale x rows[r].row[j], for j < n (`overwrite`: out starts at 0).
+  // Sixteen outputs at a time stay in registers across all the rows: each row is loaded once and
+  // `out` once per batch.
+  static void add_rows(float* out, std::span<const scaled_row> rows, std::size_t n,
+                       bool overwrite) noexcept {
+    constexpr std::size_t block = 16;
+    std::size_t j = 0;
+    for (; j + block <= n; j += block) {
+      // Two accumulators, rows taken in pairs: twice the independent additions in flight.
+      std::array<float, block> acc{};
+      std::array<float, block> odd{};
+      if (!overwrite) {
+        std::copy(out + j, out + j + block, acc.begin());
+      }
+      std::size_t r = 0;
+      for (; r + 2 <= rows.size(); r += 2) {
+        const float* a = rows[r].row + j;
+        const float* b = rows[r + 1].row + j;
+        const float sa = rows[r].scale;
+        const float sb = rows[r + 1].scale;
+        for (std::size_t x = 0; x < block; ++x) {
+          acc[x] += sa * a[x];
+          odd[x] += sb * b[x];
+        }
+      }
+      if (r < rows.size()) {
+        const float* a = rows[r].row + j;
+        for (std::size_t x = 0; x < block; ++x) {
+          acc[x] += rows[r].scale * a[x];
+        }
+      }
+      for (std::size_t x = 0; x < block; ++x) {
+        out[j + x] = acc[x] + odd[x];
+      }
+    }
+    for (; j < n; ++j) {
+      float acc = overwrite ? 0.0f : out[j];
+      for (const scaled_row& r : rows) {
+        acc += r.scale * r.row[j];
+      }
+      out[j] = acc;
+    }
+  }
+
+  static float power(float base, std::int32_t exponent) noexcept {
+    float r = 1.0f;
+    for (std::int32_t e = 0; e < exponent; ++e) {
+      r *= base;
+    }
+    return r;
+  }
+
+  void check_expert(const char* what, std::int32_t layer, std::int32_t expert) const {
+    WISP_EXPECTS(layer >= 0 && layer < shape_.layers, "coactivation_predictor::", what, ": layer ",
+                 layer, " is outside [0, ", shape_.layers, ")");
+    WISP_EXPECTS(expert >= 0 && expert < shape_.experts, "coactivation_predictor::", what,
+                 ": expert ", expert, " is outside [0, ", shape_.experts, ")");
+  }
+  void check_query(const char* where, const routing_pass& pass, std::int32_t target,
+                   std::span<float> scores) const {
+    WISP_EXPECTS(pass.shape() == shape_, where, ": pass shape (", pass.shape(),
+                 ") differs from the table shape (", shape_, ")");
+    WISP_EXPECTS(target >= pass.observed() && target < shape_.layers, where, ": target layer ",
+                 target, " is outside [observed = ", pass.observed(), ", layers = ", shape_.layers,
+                 ")");
+    WISP_EXPECTS(scores.size() == static_cast<std::size_t>(shape_.experts), where, ": ",
+                 scores.size(), " scores for ", shape_.experts, " experts");
+  }
+  [[nodiscard]] std::size_t marginal_index(std::int32_t layer, std::int32_t expert) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.experts) +
+           static_cast<std::size_t>(expert);
+  }
+  [[nodiscard]] std::size_t pair_row(std::int32_t s, std::int32_t delta,
+                                     std::int32_t i) const noexcept {
+    const auto experts = static_cast<std::size_t>(shape_.experts);
+    const std::size_t block =
+        static_cast<std::size_t>(s) * static_cast<std::size_t>(config_.span()) +
+        static_cast<std::size_t>(delta - 1);
+    return (block * experts + static_cast<std::size_t>(i)) * experts;
+  }
+
+  trace::trace_shape shape_;
+  coactivation_config config_;
+  std::vector<float> pairs_;      // [layers x span x experts x experts], scaled by weight_
+  std::vector<float> marginals_;  // [layers x experts], scaled by weight_
+  double passes_ = 0.0;           // weighted passes, scaled by weight_
+  double weight_ = 1.0;           // weight of the next pass: forgetting^-passes, rescaled
+};
+static_assert(routing_predictor<coactivation_predictor>);
+
+}  // namespace wisp
+// ---- end wisp/predict/coactivation.hpp ---------------------------------------------------------
+
+namespace wisp {
+
+class predicted_next_use {
+ public:
+  static constexpr std::string_view name = "predicted_next_use";
+
+  /// @param half_life   of the decayed rates, in forward passes (finite, > 0).
+  /// @param lookahead   layers ahead scored by an attached predictor (>= 0).
+  /// @throws wisp::logic_error on an out-of-range parameter.
+  explicit predicted_next_use(double half_life = 256.0, std::int32_t lookahead = 4)
+      : clock_(half_life, "predicted_next_use"), lookahead_(lookahead) {
+    WISP_EXPECTS(lookahead >= 0, "predicted_next_use: lookahead must be >= 0, got ", lookahead);
+  }
+
+  /// Attaches a predictor and the pass it reads (both must outlive the policy and its copies).
+  /// Returns `*this` for chaining.
+  predicted_next_use& attach(const coactivation_predictor& predictor, const routing_pass& pass) {
+    predictor_ = &predictor;
+    pass_ = &pass;
+    return *this;
+  }
+
+  /// Forgets every key; sizes for `layout` (and, with a predictor attached in global scope, the
+  /// scores of `lookahead` layers). @throws wisp::logic_error if the attached predictor's shape
+  /// does not match the layout; std::bad_alloc.
+  void reset(const key_layout& layout) {
+    layout_ = layout;
+    const auto n = static_cast<std::size_t>(layout.size());
+    count_.assign(n, 0.0);
+    last_.assign(n, 0);
+    index_.assign(n, -1);
+    resident_.clear();
+    resident_.reserve(n);
+    passes_ = 0.0;
+    tick_ = 0;
+    clock_.reset();
+    scored_step_ = 0;
+    scored_observed_ = -1;
+    const bool predicts = predictor_ != nullptr && layout.scope == cache_scope::global;
+    if (predicts) {
+      WISP_EXPECTS(predictor_->shape().layers == layout.layers &&
+                       predictor_->shape().experts == layout.experts,
+                   "predicted_next_use: the predictor's shape (", predictor_->shape(),
+                   ") does not match the cache's ", layout.layers, " layers x ", layout.experts,
+                   " experts");
+    }
+    scores_.assign(predicts ? static_cast<std::size_t>(lookahead_) * n / layout.layers : 0, 0.0f);
+  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    index_[k] = static_cast<std::int32_t>(resident_.size());
+    resident_.push_back(key);  // reserved in reset: no allocation
+    bump(key, ctx);
+  }
+  void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
+  void on_erase(cache_key key) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    const std::int32_t i = index_[k];
+    if (i < 0) {
+      return;
+    }
+    const cache_key moved = resident_.back();
+    resident_[static_cast<std::size_t>(i)] = moved;
+    index_[static_cast<std::size_t>(moved)] = i;
+    resident_.pop_back();
+    index_[k] = -1;
+  }
+  /// The unprotected resident key with the largest predicted next-use distance, or `no_key`.
+  [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) {
+    refresh_scores(ctx);
+    cache_key best = no_key;
+    double best_distance = 0.0;
+    for (const cache_key key : resident_) {
+      if (is_protected(key)) {
+        continue;
+      }
+      const double d = distance(key, ctx.layer);
+      if (best == no_key || d > best_distance ||
+          (d == best_distance &&
+           last_[static_cast<std::size_t>(key)] < last_[static_cast<std::size_t>(best)])) {
+        best = key;
+        best_distance = d;
+      }
+    }
+    return best;
+  }
+
+  /// The predicted next-use distance `D(key)` (layer executions) with layer `layer` executing.
+  /// Uses the predictor's scores as of the last `victim` call.
+  [[nodiscard]] double distance(cache_key key, std::int32_t layer) const noexcept {
+    const std::int32_t layers = layout_.layers;
+    const std::int32_t key_layer = layout_.layer_of(key, layer);
+    const std::int32_t d = ((key_layer - layer - 1) % layers + layers) % layers + 1;
+    const double p = probability(key, key_layer, layer);
+    return p <= 0.0 ? std::numeric_limits<double>::infinity() : d + layers * (1.0 / p - 1.0);
+  }
+
+ private:
+  void bump(cache_key key, const access_context& ctx) noexcept {
+    if (!clock_.at(ctx.step)) {
+      if (const int shift = clock_.advance(ctx.step); shift != 0) {
+        for (double& c : count_) {
+          c = std::ldexp(c, -shift);
+        }
+        passes_ = std::ldexp(passes_, -shift);
+      }
+      passes_ += clock_.weight();  // a new pass
+    }
+    const auto k = static_cast<std::size_t>(key);
+    count_[k] += clock_.weight();
+    last_[k] = ++tick_;
+  }
+  [[nodiscard]] double probability(cache_key key, std::int32_t key_layer,
+                                   std::int32_t layer) const noexcept {
+    if (!scores_.empty() && scored_observed_ >= 0 && key_layer > layer) {
+      const std::int32_t ahead = key_layer - scored_observed_;  // 0 = the next layer to observe
+      if (ahead >= 0 && ahead < lookahead_) {
+        const auto experts = static_cast<std::size_t>(layout_.experts);
+        const std::size_t expert = static_cast<std::size_t>(key) % experts;
+        return scores_[static_cast<std::size_t>(ahead) * experts + expert];
+      }
+    }
+    return passes_ > 0.0 ? count_[static_cast<std::size_t>(key)] / passes_ : 0.0;
+  }
+  // Scores the lookahead layers after the pass's observed ones, once per (pass, observed).
+  void refresh_scores(const access_context& ctx) {
+    if (scores_.empty() || pass_ == nullptr) {
+      return;
+    }
+    const std::int32_t observed = pass_->observed();
+    if (scored_observed_ == observed && scored_step_ == ctx.step) {
+      return;
+    }
+    scored_step_ = ctx.step;
+    scored_observed_ = observed;
+    const auto experts = static_cast<std::size_t>(layout_.experts);
+    for (std::int32_t a = 0; a < lookahead_ && observed + a < layout_.layers; ++a) {
+      predictor_->score(
+          *pass_, observed + a,
+          std::span<float>(scores_.data() + static_cast<std::size_t>(a) * experts, experts));
+    }
+  }
+
+  detail::decay_clock clock_;  // counts and passes are scaled by it (see decayed_frequency)
+  std::int32_t lookahead_;
+  const coactivation_predictor* predictor_ = nullptr;
+  const routing_pass* pass_ = nullptr;
+  key_layout layout_;
+  std::vector<double> count_;        // every key's decayed count, scaled
+  std::vector<std::uint64_t> last_;  // every key's last access tick
+  std::vector<std::int32_t> index_;  // position in resident_, -1 if absent
+  std::vector<cache_key> resident_;
+  std::vector<float> scores_;  // [lookahead x experts]: predicted probabilities
+  double passes_ = 0.0;        // decayed passes seen, scaled
+  std::uint64_t tick_ = 0;
+  std::uint32_t scored_step_ = 0;
+  std::int32_t scored_observed_ = -1;
+};
+static_assert(eviction_policy<predicted_next_use>);
+
+}  // namespace wisp
+// ---- end wisp/cache/predicted_next_use.hpp -----------------------------------------------------
+
 // ---- begin wisp/cache/policies.hpp -------------------------------------------------------------
 /// @file
 /// @brief Every built-in eviction policy and the slot cache: `lru`, `fifo`, `lfu`, `lfru`, `fld`,
-/// `least_stale`, `belady`, `slot_cache<P>`, `per_layer_cache<P>`.
+/// `least_stale`, `decayed_frequency`, `predicted_next_use`, `belady`, `slot_cache<P>`,
+/// `per_layer_cache<P>`.
 
 // ---- begin wisp/cache/per_layer_cache.hpp ------------------------------------------------------
 /// @file
@@ -5528,6 +6665,7 @@ struct cache_stats {
   std::uint64_t misses = 0;
   std::uint64_t evictions = 0;         ///< keys evicted by the policy (accesses and shrinks)
   std::uint64_t collision_misses = 0;  ///< misses on a key evicted earlier in the same step
+  std::uint64_t prefetches = 0;        ///< keys loaded by `prefetch` (not accesses)
 
   /// hits / accesses, or 0 when there were no accesses.
   [[nodiscard]] constexpr double hit_rate() const noexcept {
@@ -5539,6 +6677,7 @@ struct cache_stats {
     misses += other.misses;
     evictions += other.evictions;
     collision_misses += other.collision_misses;
+    prefetches += other.prefetches;
     return *this;
   }
   friend constexpr bool operator==(const cache_stats&, const cache_stats&) = default;
@@ -5639,6 +6778,20 @@ class slot_cache {
       WISP_DETAIL_ALWAYS_INLINE std::size_t access_distinct(std::span<const cache_key> keys,
                                                             const access_context& ctx,
                                                             Visit&& visit);
+
+  /// @brief Loads `key` ahead of the call that will request it (a prefetch), outside any call:
+  /// the current call and its protection are unchanged, and no access is counted.
+  ///
+  /// A resident key is left as it is (`hit`). Otherwise the key takes a free slot or the slot of
+  /// the policy's victim among the resident keys for which `keep` is false (the caller keeps the
+  /// experts of pending calls, and the other keys of the same prefetch, out of reach), and the
+  /// policy sees `on_insert(key, ctx)`: to Least-Stale, a key prefetched in pass `ctx.step` is
+  /// *current*. Counted in `stats().prefetches` (and `evictions`); an expert evicted here and
+  /// requested later in the same step is a collision miss. O(1) + policy hooks.
+  /// @returns the result (`slot == -1` and nothing changed when every resident key is kept).
+  /// @throws wisp::logic_error if `key` or `ctx.layer` is out of range, or if the policy breaks its
+  ///   contract (the cache is then unchanged but for an eviction that already happened).
+  access_result prefetch(cache_key key, const access_context& ctx, protected_keys keep);
 
   /// Drops `key` if resident, returning its slot to the free list; no-op otherwise. Not counted
   /// as an eviction. O(1) + `on_erase`. @returns whether it was resident.
@@ -6153,6 +7306,44 @@ void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_fre
             victim,
             ", which is not a resident unprotected key (or was already taken by this "
             "call)");
+}
+
+template <eviction_policy Policy>
+access_result slot_cache<Policy>::prefetch(cache_key key, const access_context& ctx,
+                                           protected_keys keep) {
+  check_key(key, "prefetch");
+  check_context(ctx);
+  const auto k = static_cast<std::size_t>(key);
+  if (const std::int32_t slot = key_to_slot_[k]; slot >= 0) {
+    return access_result{slot, true, no_key, false};
+  }
+  cache_key evicted = no_key;
+  if (free_size_ == 0) {
+    const cache_key victim = policy_.victim(ctx, keep);
+    if (victim == no_key) {
+      return access_result{};  // every resident key is kept: nothing to replace
+    }
+    const auto v = static_cast<std::size_t>(victim);
+    WISP_EXPECTS(v < key_to_slot_.size() && key_to_slot_[v] >= 0 && !keep(victim),
+                 "slot_cache::prefetch: policy ", policy_name<Policy>(), " returned victim ",
+                 victim, ", which is not a resident key outside the kept ones");
+    evict(victim, ctx);
+    evicted = victim;
+  }
+  const std::int32_t slot = free_[--free_size_];
+  key_to_slot_[k] = slot;
+  slot_to_key_[static_cast<std::size_t>(slot)] = key;
+  try {
+    policy_.on_insert(key, ctx);
+  } catch (...) {
+    // A policy off its contract (belady takes only its own future sequence): undo the load.
+    key_to_slot_[k] = -1;
+    slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
+    free_[free_size_++] = slot;
+    throw;
+  }
+  ++stats_.prefetches;
+  return access_result{slot, false, evicted, false};
 }
 
 template <eviction_policy Policy>
@@ -6874,6 +8065,18 @@ struct prepare_result {
   std::int32_t misses = 0;  ///< distinct experts that were not (`== copy_plan.size()`)
 };
 
+/// @brief What one `prefetch` did, as views into a pager-owned buffer: valid until the next
+/// `prefetch`, or until the pager is moved or destroyed. Trivially copyable.
+struct prefetch_result {
+  std::int32_t layer = 0;
+  /// Copies to issue, in candidate order: master `expert` into `slot`. Issue them at a lower
+  /// priority than any call's copy plan (a demand copy must never wait behind a speculation).
+  /// No slot holds an expert of the pending call.
+  std::span<const copy_op> copy_plan;
+  std::int32_t resident = 0;  ///< distinct candidates already resident (no copy)
+  std::int32_t dropped = 0;   ///< distinct candidates left out: no slot could be taken
+};
+
 /// @brief Configuration of a `pager`.
 struct pager_config {
   std::int32_t layers = 1;   ///< MoE layers, >= 1
@@ -6971,6 +8174,28 @@ class pager {
   prepare_result prepare(std::int32_t layer, const expert_group& group) {
     return prepare_experts(layer, group.experts);
   }
+
+  // ------------------------------------------------------------------ prefetch
+
+  /// @brief Loads the `candidates` of `layer` (best first; duplicates ignored) ahead of its next
+  /// call, and returns the copies to issue (SpecMD §3.1.4). No map shows a prefetched expert
+  /// before the call that requests it.
+  ///
+  /// Each candidate that is not resident takes a free slot or the slot of the policy's victim
+  /// (`slot_cache::prefetch`); victims are never experts of the **pending call** (the most recent
+  /// `prepare*`, whose kernel may still be reading its slots: in global scope always, in per-layer
+  /// scope when `layer` is that call's layer) nor other candidates of this prefetch. A candidate
+  /// with no slot left is dropped. The policy sees an insertion in the current step: Least-Stale
+  /// treats prefetched experts as *current*. An expert a prefetch evicts disappears from every map
+  /// that showed it. Candidates already resident change nothing.
+  ///
+  /// O(candidates) + policy hooks; no allocation.
+  /// @throws wisp::logic_error, leaving everything unchanged, on a bad layer or a candidate
+  ///   outside `[0, experts)`; or if the policy breaks its contract (as `prepare`).
+  prefetch_result prefetch(std::int32_t layer, std::span<const std::int32_t> candidates);
+
+  /// The layer of the pending call (the most recent `prepare*`), or -1 before the first.
+  [[nodiscard]] std::int32_t pending_layer() const noexcept { return pending_layer_; }
 
   // ------------------------------------------------------------------ splitting a wide batch
 
@@ -7112,6 +8337,7 @@ class pager {
     return static_cast<std::size_t>(layer) * static_cast<std::size_t>(experts_);
   }
 
+  std::int32_t pending_layer_ = -1;  // layer of the most recent prepare*
   std::int32_t layers_ = 1;
   std::int32_t experts_ = 1;
   std::int32_t top_k_ = 1;
@@ -7125,6 +8351,8 @@ class pager {
   std::vector<copy_op> copies_;              // [layers x experts]: the layer's last copy plan
   std::vector<cache_key> keys_;              // scratch [experts]: the call's keys (ids + base)
   protect_set seen_;                         // scratch: "expert seen" (wide calls, messages)
+  protect_set keep_;                         // scratch of prefetch: keys it must not evict
+  std::vector<copy_op> prefetch_copies_;     // [experts]: the last prefetch's copy plan
   group_planner planner_;
 };
 
@@ -7183,6 +8411,8 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   copies_.assign(layers * experts, copy_op{});
   keys_.assign(experts, no_key);
   seen_ = protect_set(experts_);
+  keep_ = protect_set(layout.size());
+  prefetch_copies_.assign(experts, copy_op{});
   planner_ = group_planner(experts_, config.max_tokens, top_k_);
 }
 
@@ -7329,6 +8559,7 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   const std::size_t distinct = call.keys.size();
   visible_count = static_cast<std::int32_t>(distinct);
   time += distinct;
+  pending_layer_ = layer;
 
   prepare_result result;
   result.layer = layer;
@@ -7351,6 +8582,58 @@ std::span<const expert_group> pager<Policy>::plan_expert_groups_impl(std::int32_
   const cache_key base = key_of(layer, 0);
   return planner_.plan_expert_groups(
       ids, tokens, k, cap, [&](std::int32_t expert) { return cache.slot_of(base + expert) >= 0; });
+}
+
+template <eviction_policy Policy>
+prefetch_result pager<Policy>::prefetch(std::int32_t layer,
+                                        std::span<const std::int32_t> candidates) {
+  check_layer("pager::prefetch", layer);
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    WISP_EXPECTS(candidates[i] >= 0 && candidates[i] < experts_, "pager::prefetch: candidate ", i,
+                 " = ", candidates[i], " of layer ", layer, " is outside [0, experts = ", experts_,
+                 ")");
+  }
+  cache_type& cache = cache_of(layer);
+  // Out of reach: the pending call's experts when it used this cache, then every candidate.
+  keep_.clear();
+  if (pending_layer_ >= 0 && cache_index(pending_layer_) == cache_index(layer)) {
+    const std::size_t off = offset(pending_layer_);
+    for (std::int32_t i = 0; i < visible_count_[static_cast<std::size_t>(pending_layer_)]; ++i) {
+      keep_.insert(key_of(pending_layer_, visible_[off + static_cast<std::size_t>(i)]));
+    }
+  }
+  prefetch_result result;
+  result.layer = layer;
+  std::size_t planned = 0;
+  seen_.clear();
+  for (const std::int32_t expert : candidates) {
+    if (seen_.insert(expert)) {
+      keep_.insert(key_of(layer, expert));
+    }
+  }
+  seen_.clear();
+  const access_context ctx{step_, layer, times_[cache_index(layer)]};
+  for (const std::int32_t expert : candidates) {
+    if (!seen_.insert(expert)) {
+      continue;  // a duplicate
+    }
+    const access_result r = cache.prefetch(key_of(layer, expert), ctx, keep_.view());
+    if (r.hit) {
+      ++result.resident;
+    } else if (r.slot < 0) {
+      ++result.dropped;
+    } else {
+      prefetch_copies_[planned++] = copy_op{expert, r.slot};
+      if (r.evicted != no_key) {  // hide it wherever it was shown
+        const std::int32_t victim_layer =
+            scope_ == cache_scope::global ? r.evicted / experts_ : layer;
+        maps_[offset(victim_layer) +
+              static_cast<std::size_t>(r.evicted - key_of(victim_layer, 0))] = -1;
+      }
+    }
+  }
+  result.copy_plan = std::span<const copy_op>(prefetch_copies_.data(), planned);
+  return result;
 }
 
 template <eviction_policy Policy>
@@ -7693,6 +8976,919 @@ class host_expert_store {
 
 }  // namespace wisp
 // ---- end wisp/pager/host_expert_store.hpp ------------------------------------------------------
+
+// ---- begin wisp/pager/miss_policy.hpp ----------------------------------------------------------
+/// @file
+/// @brief Miss policies (SpecMD §3.1.2): what a layer does with a routed expert that is not
+/// resident. `miss_policy::fetch` (block until copied) is the default and the only exact one;
+/// **`drop` and `substitute` change the model's outputs** and are opt-in.
+///
+/// - `fetch`: every routed expert is made resident (`pager::prepare`). Outputs are exact.
+/// - `drop` (APPROXIMATE): a missing expert is skipped; the token's remaining gate weights are
+///   rescaled so that they sum to what the token's weights summed to before.
+/// - `substitute` (APPROXIMATE): a missing expert is replaced by the resident expert of the layer
+///   with the highest router score for that token (not already routed by it), keeping the gate
+///   weight. SpecMD reports that substitution degrades quality badly; it is here to measure that.
+///
+/// Both approximate policies keep the token's `always_fetch_top` highest-weight experts exact
+/// (SpecMD drops only low-ranked experts: models tolerate losing rank 3 and beyond far better
+/// than rank 1), and a token never loses every expert: if none of its experts may be kept, its
+/// top-ranked one is fetched.
+///
+/// `rewrite_misses` edits one batch's `topk_ids` / `topk_weights` in place from a residency test;
+/// `prepare_with_misses` runs it against a pager's resident set and then `prepare`s the rewritten
+/// batch, so only the experts still routed are fetched. A dropped entry keeps a valid id (the
+/// token's first kept expert) with weight 0, so an unmodified fused-MoE kernel computes the
+/// token exactly as if the expert were absent.
+/// @code
+/// wisp::miss_options approx{.policy = wisp::miss_policy::drop, .always_fetch_top = 2};
+/// auto r = wisp::prepare_with_misses(pager, layer, ids, weights, tokens, k, approx);
+/// // r.prepared: map and copy plan as from prepare; r.rewrite.dropped_weight: gate mass lost
+/// @endcode
+
+namespace wisp {
+
+/// What a layer does with a routed expert that is not resident.
+enum class miss_policy : std::uint8_t {
+  fetch,       ///< copy it in and wait (exact; the default)
+  drop,        ///< APPROXIMATE: skip it and rescale the token's remaining weights
+  substitute,  ///< APPROXIMATE: use the resident expert with the highest router score instead
+};
+
+/// The policy's name: "fetch", "drop" or "substitute".
+[[nodiscard]] constexpr std::string_view to_string(miss_policy p) noexcept {
+  switch (p) {
+    case miss_policy::fetch:
+      return "fetch";
+    case miss_policy::drop:
+      return "drop";
+    case miss_policy::substitute:
+      return "substitute";
+  }
+  return "fetch";
+}
+
+/// @brief Options of `rewrite_misses` / `prepare_with_misses`.
+struct miss_options {
+  miss_policy policy = miss_policy::fetch;
+  /// Each token's highest-weight experts that are always fetched (exact), >= 0.
+  std::int32_t always_fetch_top = 0;
+};
+
+/// @brief What `rewrite_misses` changed: the quality cost of an approximate policy.
+struct miss_rewrite {
+  std::int32_t fetched = 0;       ///< missing entries kept (they will be fetched)
+  std::int32_t dropped = 0;       ///< missing entries dropped
+  std::int32_t substituted = 0;   ///< missing entries replaced by a resident expert
+  double dropped_weight = 0;      ///< gate weight of the dropped entries (before rescaling)
+  double substituted_weight = 0;  ///< gate weight moved to a substitute expert
+};
+
+/// @brief Rewrites a `[tokens x k]` batch for `options.policy` given a residency test
+/// `is_resident(expert)` (see the file description). `fetch` changes nothing. Rank within a token
+/// is by gate weight (ties: the earlier position). `scores` holds `[tokens x experts]` router
+/// scores and is needed by `substitute` only. O(tokens x (k^2 + experts)); no allocation.
+/// @throws wisp::logic_error, before changing anything, on a shape mismatch, a negative
+///   `always_fetch_top`, an id outside `[0, experts)`, `substitute` without `scores`, or `k > 64`
+///   with an approximate policy.
+template <topk_id Id, class IsResident>
+miss_rewrite rewrite_misses(std::span<Id> topk_ids, std::span<float> topk_weights,
+                            std::int32_t tokens, std::int32_t k, std::int32_t experts,
+                            const miss_options& options, IsResident&& is_resident,
+                            std::span<const float> scores = {}) {
+  detail::check_topk_shape("rewrite_misses", topk_ids.size(), tokens, k);
+  WISP_EXPECTS(topk_weights.size() == topk_ids.size(), "rewrite_misses: ", topk_weights.size(),
+               " weights for ", topk_ids.size(), " ids");
+  WISP_EXPECTS(options.always_fetch_top >= 0, "rewrite_misses: always_fetch_top must be >= 0, got ",
+               options.always_fetch_top);
+  detail::check_topk_ids("rewrite_misses", std::span<const Id>(topk_ids), k, experts);
+  WISP_EXPECTS(
+      options.policy != miss_policy::substitute ||
+          scores.size() == static_cast<std::size_t>(tokens) * static_cast<std::size_t>(experts),
+      "rewrite_misses: substitute needs [tokens x experts] = ", tokens, " x ", experts,
+      " router scores, got ", scores.size());
+  miss_rewrite out;
+  if (options.policy == miss_policy::fetch) {
+    return out;
+  }
+  WISP_EXPECTS(k <= 64, "rewrite_misses: drop and substitute take k <= 64, got ", k);
+  const auto uk = static_cast<std::size_t>(k);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(tokens); ++t) {
+    Id* ids = topk_ids.data() + t * uk;
+    float* weights = topk_weights.data() + t * uk;
+    // Which entries stay, decided on the row as routed: the top `always_fetch_top` by weight
+    // (ties: the earlier position) and every resident expert.
+    std::uint64_t kept = 0;
+    std::size_t top = 0;  // the top-ranked entry
+    for (std::size_t j = 0; j < uk; ++j) {
+      std::size_t rank = 0;
+      for (std::size_t i = 0; i < uk; ++i) {
+        rank += weights[i] > weights[j] || (weights[i] == weights[j] && i < j) ? 1u : 0u;
+      }
+      top = rank == 0 ? j : top;
+      const bool keep = rank < static_cast<std::size_t>(options.always_fetch_top) ||
+                        is_resident(static_cast<std::int32_t>(ids[j]));
+      kept |= static_cast<std::uint64_t>(keep) << j;
+    }
+    if (kept == 0) {  // nothing may stay: fetch the top-ranked expert
+      kept = std::uint64_t{1} << top;
+    }
+    const auto first_kept = static_cast<std::size_t>(std::countr_zero(kept));
+    double total = 0.0;
+    double lost = 0.0;
+    for (std::size_t j = 0; j < uk; ++j) {
+      total += weights[j];
+      if ((kept >> j & 1u) != 0) {
+        out.fetched += is_resident(static_cast<std::int32_t>(ids[j])) ? 0 : 1;
+        continue;
+      }
+      std::int32_t best = -1;
+      if (options.policy == miss_policy::substitute) {
+        // the resident expert with the best score that the token's row does not hold
+        const float* row = scores.data() + t * static_cast<std::size_t>(experts);
+        for (std::int32_t e = 0; e < experts; ++e) {
+          if (!is_resident(e) || (best >= 0 && !(row[e] > row[best]))) {
+            continue;
+          }
+          bool routed = false;
+          for (std::size_t i = 0; i < uk; ++i) {
+            routed |= static_cast<std::int32_t>(ids[i]) == e;
+          }
+          best = routed ? best : e;
+        }
+      }
+      if (best >= 0) {
+        ++out.substituted;
+        out.substituted_weight += weights[j];
+        ids[j] = static_cast<Id>(best);
+        continue;
+      }
+      // drop (or substitute with no resident expert left): weight 0 on a kept expert's id
+      ++out.dropped;
+      out.dropped_weight += weights[j];
+      lost += weights[j];
+      weights[j] = 0.0f;
+      ids[j] = ids[first_kept];
+    }
+    if (lost > 0.0 && total > lost) {  // rescale the kept weights to the token's old sum
+      const auto scale = static_cast<float>(total / (total - lost));
+      for (std::size_t j = 0; j < uk; ++j) {
+        weights[j] *= scale;
+      }
+    }
+  }
+  return out;
+}
+
+/// @brief The result of `prepare_with_misses`: the `prepare` of the rewritten batch and what the
+/// rewrite changed.
+struct miss_prepare_result {
+  prepare_result prepared;
+  miss_rewrite rewrite;
+};
+
+/// @brief `rewrite_misses` against `pager`'s residency at `layer`, then `pager.prepare` of the
+/// rewritten ids: with `drop` / `substitute` only kept experts are fetched. APPROXIMATE unless
+/// `options.policy == fetch` (then exactly `prepare`). Costs and errors: those of both calls (if
+/// `prepare` throws, the batch stays rewritten).
+template <eviction_policy Policy, topk_id Id>
+miss_prepare_result prepare_with_misses(pager<Policy>& pager, std::int32_t layer,
+                                        std::span<Id> topk_ids, std::span<float> topk_weights,
+                                        std::int32_t tokens, std::int32_t k,
+                                        const miss_options& options,
+                                        std::span<const float> scores = {}) {
+  (void)pager.capacity(layer);  // checks the layer before anything changes
+  miss_prepare_result out;
+  out.rewrite = rewrite_misses(
+      topk_ids, topk_weights, tokens, k, pager.experts(), options,
+      [&](std::int32_t expert) { return pager.slot_of(layer, expert) >= 0; }, scores);
+  out.prepared = pager.prepare(layer, std::span<const Id>(topk_ids), tokens, k);
+  return out;
+}
+
+}  // namespace wisp
+// ---- end wisp/pager/miss_policy.hpp ------------------------------------------------------------
+
+// ---- begin wisp/predict/baselines.hpp ----------------------------------------------------------
+/// @file
+/// @brief Baseline routing predictors in the `routing_predictor` interface:
+/// `frequency_predictor` (each layer's most frequent experts) and `previous_token_predictor`
+/// (the experts the previous pass routed at the same layer).
+///
+/// Neither looks at the layers already observed in the current pass; they are what the
+/// co-activation predictor has to beat.
+/// @code
+/// wisp::frequency_predictor freq({.layers = 26, .experts = 64, .top_k = 6});
+/// freq.score(pass, /*target=*/3, scores);   // scores[j] = share of passes routing j at layer 3
+/// @endcode
+
+namespace wisp {
+namespace detail {
+
+inline void check_baseline_query(const char* where, const trace::trace_shape& shape,
+                                 const routing_pass& pass, std::int32_t target,
+                                 std::span<float> scores) {
+  WISP_EXPECTS(pass.shape() == shape, where, ": pass shape (", pass.shape(),
+               ") differs from the predictor shape (", shape, ")");
+  WISP_EXPECTS(target >= pass.observed() && target < shape.layers, where, ": target layer ", target,
+               " is outside [observed = ", pass.observed(), ", layers = ", shape.layers, ")");
+  WISP_EXPECTS(scores.size() == static_cast<std::size_t>(shape.experts), where, ": ", scores.size(),
+               " scores for ", shape.experts, " experts");
+}
+
+inline void check_learned_pass(const char* where, const trace::trace_shape& shape,
+                               const routing_pass& pass) {
+  WISP_EXPECTS(pass.shape() == shape, where, ": pass shape (", pass.shape(),
+               ") differs from the predictor shape (", shape, ")");
+  WISP_EXPECTS(pass.complete(), where, ": only ", pass.observed(), " of ", shape.layers,
+               " layers observed; learn takes complete passes");
+}
+
+}  // namespace detail
+
+/// @brief Per-layer frequency: `score(j) = passes routing j at the target layer / passes`.
+///
+/// Memory `layers x experts` counts. `score`: O(experts); `learn`: O(layers x top_k). No
+/// allocation after construction. Thread safety: const calls may run concurrently.
+class frequency_predictor {
+ public:
+  static constexpr std::string_view name = "frequency";
+
+  /// @throws wisp::logic_error on an invalid shape.
+  explicit frequency_predictor(const trace::trace_shape& shape) : shape_(shape) {
+    shape_.validate();
+    counts_.assign(
+        static_cast<std::size_t>(shape_.layers) * static_cast<std::size_t>(shape_.experts), 0);
+  }
+
+  /// @throws wisp::logic_error on a shape mismatch, a target outside `[observed, layers)` or a
+  ///   wrong `scores` size.
+  void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+    detail::check_baseline_query("frequency_predictor::score", shape_, pass, target, scores);
+    const auto experts = static_cast<std::size_t>(shape_.experts);
+    const std::uint64_t* row = counts_.data() + static_cast<std::size_t>(target) * experts;
+    const float inverse = passes_ == 0 ? 0.0f : 1.0f / static_cast<float>(passes_);
+    for (std::size_t j = 0; j < experts; ++j) {
+      scores[j] = static_cast<float>(row[j]) * inverse;
+    }
+  }
+
+  /// @throws wisp::logic_error on a shape mismatch or an incomplete pass.
+  void learn(const routing_pass& pass) {
+    detail::check_learned_pass("frequency_predictor::learn", shape_, pass);
+    const auto experts = static_cast<std::size_t>(shape_.experts);
+    for (std::int32_t l = 0; l < shape_.layers; ++l) {
+      for (const std::int32_t j : pass.experts(l)) {
+        ++counts_[static_cast<std::size_t>(l) * experts + static_cast<std::size_t>(j)];
+      }
+    }
+    ++passes_;
+  }
+
+  [[nodiscard]] std::uint64_t passes() const noexcept { return passes_; }
+
+ private:
+  trace::trace_shape shape_;
+  std::vector<std::uint64_t> counts_;  // [layers x experts]
+  std::uint64_t passes_ = 0;
+};
+static_assert(routing_predictor<frequency_predictor>);
+
+/// @brief The previous token: `score(j) = 1` if the last learned pass routed `j` at the target
+/// layer, else 0 (all 0 before the first pass). Ties among the top_k go to the smaller id.
+///
+/// Memory `layers x top_k` ids. `score`: O(experts); `learn`: O(layers x top_k). No allocation
+/// after construction. Thread safety: const calls may run concurrently.
+class previous_token_predictor {
+ public:
+  static constexpr std::string_view name = "previous-token";
+
+  /// @throws wisp::logic_error on an invalid shape.
+  explicit previous_token_predictor(const trace::trace_shape& shape) : last_(shape) {}
+
+  /// @throws wisp::logic_error on a shape mismatch, a target outside `[observed, layers)` or a
+  ///   wrong `scores` size.
+  void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+    detail::check_baseline_query("previous_token_predictor::score", last_.shape(), pass, target,
+                                 scores);
+    std::fill(scores.begin(), scores.end(), 0.0f);
+    if (last_.complete()) {
+      for (const std::int32_t j : last_.experts(target)) {
+        scores[static_cast<std::size_t>(j)] = 1.0f;
+      }
+    }
+  }
+
+  /// @throws wisp::logic_error on a shape mismatch or an incomplete pass.
+  void learn(const routing_pass& pass) {
+    detail::check_learned_pass("previous_token_predictor::learn", last_.shape(), pass);
+    last_.clear();
+    for (std::int32_t l = 0; l < pass.shape().layers; ++l) {
+      last_.observe(l, pass.experts(l));
+    }
+  }
+
+ private:
+  routing_pass last_;
+};
+static_assert(routing_predictor<previous_token_predictor>);
+
+}  // namespace wisp
+// ---- end wisp/predict/baselines.hpp ------------------------------------------------------------
+
+// ---- begin wisp/predict/personal.hpp -----------------------------------------------------------
+/// @file
+/// @brief `personal_predictor`: per-user co-activation tables beside a population table (WiSP
+/// §5.4, Appendix G.1: a user's own table, grown from a session or two, predicts that user's
+/// routing better than a population table).
+///
+/// A user's score blends the two tables by the evidence the user's table holds:
+///
+///     score = a * user score + (1 - a) * population score,   a = n / (n + prior_passes)
+///
+/// with `n` the user's learned passes: a new user starts on the population table and moves to
+/// their own as it fills. `user(id)` is a `routing_predictor` whose `learn` feeds the user's table
+/// and (by default) the population's.
+/// @code
+/// wisp::personal_predictor tables(shape);
+/// const std::size_t alice = tables.add_user();
+/// auto p = tables.user(alice);              // a routing_predictor
+/// p.score(pass, target, scores);
+/// p.learn(pass);
+/// @endcode
+
+namespace wisp {
+
+/// @brief A population co-activation table and one table per user (see the file description).
+///
+/// Memory: one `coactivation_predictor` per user plus the population's. `add_user` allocates;
+/// scoring and learning do not. Not thread-safe: scoring blends through an internal buffer.
+class personal_predictor {
+ public:
+  /// @param prior_passes the user passes at which both tables weigh the same (>= 0; 0 = the
+  ///   user's table alone once it has learned anything).
+  /// @param learn_population whether a user's `learn` also feeds the population table.
+  /// @throws wisp::logic_error on an invalid shape, config or prior.
+  explicit personal_predictor(const trace::trace_shape& shape,
+                              const coactivation_config& config = {}, double prior_passes = 16.0,
+                              bool learn_population = true)
+      : population_(shape, config),
+        prior_(prior_passes),
+        learn_population_(learn_population),
+        blend_(static_cast<std::size_t>(shape.experts)) {
+    WISP_EXPECTS(std::isfinite(prior_passes) && prior_passes >= 0.0,
+                 "personal_predictor: prior_passes must be finite and >= 0, got ", prior_passes);
+  }
+
+  /// A user's view: a `routing_predictor` over that user's table and the population's.
+  class user_predictor {
+   public:
+    static constexpr std::string_view name = "personal";
+
+    /// The blended score (see the file description). @throws as `coactivation_predictor::score`.
+    void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+      owner_->score_user(user_, pass, target, scores);
+    }
+    /// Learns `pass` into the user's table (and the population's unless disabled).
+    /// @throws as `coactivation_predictor::learn`.
+    void learn(const routing_pass& pass) { owner_->learn_user(user_, pass); }
+    [[nodiscard]] std::size_t id() const noexcept { return user_; }
+
+   private:
+    friend class personal_predictor;
+    user_predictor(personal_predictor* owner, std::size_t user) : owner_(owner), user_(user) {}
+    personal_predictor* owner_;
+    std::size_t user_;
+  };
+
+  /// Adds a user with an empty table; returns its id (0, 1, 2, ...). Allocates one table.
+  std::size_t add_user() {
+    users_.emplace_back(population_.shape(), population_.config());
+    return users_.size() - 1;
+  }
+  /// Adds a user whose table was saved earlier (same shape and config as the population).
+  /// @throws wisp::logic_error on a mismatch (nothing added).
+  std::size_t add_user(coactivation_predictor table) {
+    WISP_EXPECTS(table.shape() == population_.shape() && table.config() == population_.config(),
+                 "personal_predictor::add_user: the table's shape (", table.shape(),
+                 ") or config differs from the population's (", population_.shape(), ")");
+    users_.push_back(std::move(table));
+    return users_.size() - 1;
+  }
+
+  /// The view of user `id`, valid while this object lives and is not moved.
+  /// @throws wisp::logic_error on an unknown id.
+  [[nodiscard]] user_predictor user(std::size_t id) {
+    check_user("user", id);
+    return user_predictor(this, id);
+  }
+  /// The table of user `id`. @throws wisp::logic_error on an unknown id.
+  [[nodiscard]] const coactivation_predictor& table(std::size_t id) const {
+    check_user("table", id);
+    return users_[id];
+  }
+  [[nodiscard]] const coactivation_predictor& population() const noexcept { return population_; }
+  /// The population table, e.g. to `merge` tables learned elsewhere or to `learn` anonymous
+  /// traffic.
+  [[nodiscard]] coactivation_predictor& population() noexcept { return population_; }
+  [[nodiscard]] std::size_t users() const noexcept { return users_.size(); }
+  /// The weight `a` of user `id`'s own table in its blended score.
+  [[nodiscard]] double user_weight(std::size_t id) const {
+    const double n = table(id).passes();
+    return n + prior_ > 0.0 ? n / (n + prior_) : 0.0;
+  }
+
+ private:
+  void check_user(const char* where, std::size_t id) const {
+    WISP_EXPECTS(id < users_.size(), "personal_predictor::", where, ": user ", id, " is unknown (",
+                 users_.size(), " users)");
+  }
+  void score_user(std::size_t id, const routing_pass& pass, std::int32_t target,
+                  std::span<float> scores) {
+    const auto a = static_cast<float>(user_weight(id));
+    population_.score(pass, target, scores);
+    if (a <= 0.0f) {
+      return;
+    }
+    users_[id].score(pass, target, blend_);
+    for (std::size_t j = 0; j < scores.size(); ++j) {
+      scores[j] = a * blend_[j] + (1.0f - a) * scores[j];
+    }
+  }
+  void learn_user(std::size_t id, const routing_pass& pass) {
+    users_[id].learn(pass);
+    if (learn_population_) {
+      population_.learn(pass);
+    }
+  }
+
+  coactivation_predictor population_;
+  std::vector<coactivation_predictor> users_;
+  double prior_;
+  bool learn_population_;
+  std::vector<float> blend_;  // scratch: the user table's scores
+};
+static_assert(routing_predictor<personal_predictor::user_predictor>);
+
+}  // namespace wisp
+// ---- end wisp/predict/personal.hpp -------------------------------------------------------------
+
+// ---- begin wisp/predict/evaluate.hpp -----------------------------------------------------------
+/// @file
+/// @brief Online precision@k / recall@k of a `routing_predictor` on a routing trace: for every
+/// step, every observed prefix and every distance, predict, compare with what the trace routed,
+/// then learn the step (predict, then learn, as a live server would).
+///
+/// For distance `d`, a target layer `t >= d` is predicted once per step from layers `0 .. t-d`
+/// (layer `t - d` is the last one observed; distance 1 is the next layer). With `hits` the
+/// predicted experts the trace routed at `t`:
+///
+///     precision@k = sum hits / (k x predictions)        recall@k = sum hits / (top_k x
+///     predictions)
+///
+/// (they are equal when `k == top_k`).
+/// @code
+/// wisp::coactivation_predictor table(trace.shape());
+/// const std::int32_t distances[] = {1, 2, 3, 4};
+/// const std::int32_t ks[] = {6};
+/// auto quality = wisp::evaluate_online(trace, table, distances, ks);
+/// // quality[0].precision: precision@6 for the next layer
+/// @endcode
+
+namespace wisp {
+
+/// @brief Prediction quality at one (distance, k).
+struct prediction_quality {
+  std::int32_t distance = 1;      ///< target layer - last observed layer
+  std::int32_t k = 1;             ///< experts predicted per target
+  std::uint64_t predictions = 0;  ///< (step, target layer) pairs predicted
+  std::uint64_t hits = 0;         ///< predicted experts that were routed
+  double precision = 0.0;         ///< hits / (k x predictions)
+  double recall = 0.0;            ///< hits / (top_k x predictions)
+};
+
+/// @brief Runs `predictor` online over `trace` (see the file description) and returns one entry
+/// per (distance, k), distances outer, in the order given.
+///
+/// O(steps x layers x distances x (score cost + experts x max k)); allocates its buffers once.
+/// `predictor` learns every step of the trace.
+/// @throws wisp::logic_error if a distance is outside `[1, layers - 1]`, a k outside
+///   `[1, experts]`, either list is empty, or the predictor throws.
+template <routing_predictor Predictor>
+std::vector<prediction_quality> evaluate_online(const trace::routing_trace& trace,
+                                                Predictor& predictor,
+                                                std::span<const std::int32_t> distances,
+                                                std::span<const std::int32_t> ks) {
+  const trace::trace_shape& shape = trace.shape();
+  WISP_EXPECTS(!distances.empty() && !ks.empty(), "evaluate_online: ", distances.size(),
+               " distances and ", ks.size(), " values of k given; both lists must be non-empty");
+  for (const std::int32_t d : distances) {
+    WISP_EXPECTS(d >= 1 && d < shape.layers, "evaluate_online: distance ", d,
+                 " is outside [1, layers - 1 = ", shape.layers - 1, "]");
+  }
+  for (const std::int32_t k : ks) {
+    WISP_EXPECTS(k >= 1 && k <= shape.experts, "evaluate_online: k = ", k,
+                 " is outside [1, experts = ", shape.experts, "]");
+  }
+  const std::int32_t max_k = *std::max_element(ks.begin(), ks.end());
+  std::vector<prediction_quality> out;
+  for (const std::int32_t d : distances) {
+    for (const std::int32_t k : ks) {
+      out.push_back(prediction_quality{d, k, 0, 0, 0.0, 0.0});
+    }
+  }
+  routing_pass pass(shape);
+  std::vector<float> scores(static_cast<std::size_t>(shape.experts));
+  std::vector<std::int32_t> best(static_cast<std::size_t>(max_k));
+  std::vector<char> routed(static_cast<std::size_t>(shape.experts), 0);
+  std::vector<std::int32_t> layer_ids(static_cast<std::size_t>(shape.top_k));
+  for (std::size_t step = 0; step < trace.steps(); ++step) {
+    pass.clear();
+    for (std::int32_t observed = 0; observed < shape.layers; ++observed) {
+      if (observed >= 1) {
+        for (std::size_t di = 0; di < distances.size(); ++di) {
+          const std::int32_t target = observed - 1 + distances[di];
+          if (target >= shape.layers) {
+            continue;
+          }
+          predictor.score(pass, target, scores);
+          select_top_k(scores, best);
+          for (std::int32_t j = 0; j < shape.top_k; ++j) {
+            routed[static_cast<std::size_t>(trace.expert(step, target, j))] = 1;
+          }
+          for (std::size_t ki = 0; ki < ks.size(); ++ki) {
+            prediction_quality& q = out[di * ks.size() + ki];
+            ++q.predictions;
+            for (std::int32_t r = 0; r < q.k; ++r) {
+              q.hits += routed[static_cast<std::size_t>(best[static_cast<std::size_t>(r)])] != 0;
+            }
+          }
+          for (std::int32_t j = 0; j < shape.top_k; ++j) {
+            routed[static_cast<std::size_t>(trace.expert(step, target, j))] = 0;
+          }
+        }
+      }
+      for (std::int32_t j = 0; j < shape.top_k; ++j) {
+        layer_ids[static_cast<std::size_t>(j)] = trace.expert(step, observed, j);
+      }
+      pass.observe(observed, layer_ids);
+    }
+    predictor.learn(pass);
+  }
+  for (prediction_quality& q : out) {
+    if (q.predictions > 0) {
+      const double n = static_cast<double>(q.predictions);
+      q.precision = static_cast<double>(q.hits) / (n * q.k);
+      q.recall = static_cast<double>(q.hits) / (n * shape.top_k);
+    }
+  }
+  return out;
+}
+
+}  // namespace wisp
+// ---- end wisp/predict/evaluate.hpp -------------------------------------------------------------
+
+// ---- begin wisp/predict/right_size.hpp ---------------------------------------------------------
+/// @file
+/// @brief Per-user right-sizing (WiSP §4, §5.4): from a user's co-activation table, the smallest
+/// per-layer expert cap that keeps that user's miss ratio under a target, without a sweep over
+/// caps on the device.
+///
+/// The table's marginals are the user's routing frequencies: `p_l(j) = marginal(l, j) / passes` is
+/// the probability that a pass routes expert `j` at layer `l` (a layer's probabilities sum to
+/// top_k). Two models turn them into a miss ratio at a per-layer cap `c`:
+///
+/// - `right_size_model::lru` (default): an LRU cache under the independent reference model, by
+///   Che's approximation (Che, Tung and Wang, "Hierarchical Web caching systems", IEEE JSAC 2002;
+///   accurate for LRU per Fricker, Robert and Roberts, ITC 2012). The characteristic time `T`
+///   (in passes) solves `sum_j (1 - exp(-p_j T)) = c`, and
+///   `miss_l(c) = 1 - sum_j p_j (1 - exp(-p_j T)) / top_k`;
+/// - `right_size_model::static_top`: a cache pinning the `c` most frequent experts misses on the
+///   rest of the mass, `miss_l(c) = 1 - (sum of the c largest p_l(j)) / top_k` (the support of the
+///   converged working set at that coverage; optimistic for an online policy, which must first
+///   find the set).
+///
+/// Layer `l`'s cap is the smallest `c` in `[top_k, experts]` with `miss_l(c) <= target`. Both are
+/// estimates from frequencies alone; `wisp predict --right-size` replays each user's later traffic
+/// at the caps chosen and reports the measured miss ratio beside the target.
+///
+/// The result feeds the pager (`pager_config::layer_capacities = caps.layer_caps`) and the
+/// allocator (`alloc::make_split(model, budget, caps.max_cap())` reserves enough for every layer;
+/// `caps.slots()` is what the pager actually holds, the memory a per-user cap frees against a
+/// global one).
+/// @code
+/// wisp::right_size_result caps = wisp::right_size(tables.table(alice), /*target=*/0.10);
+/// cfg.layer_capacities = caps.layer_caps;
+/// @endcode
+
+namespace wisp {
+
+/// How `right_size` turns routing frequencies into a miss ratio (see the file description).
+enum class right_size_model : std::uint8_t {
+  lru,         ///< LRU under the independent reference model (Che's approximation)
+  static_top,  ///< the `c` most frequent experts pinned
+};
+
+namespace detail {
+
+/// Che's approximation: the LRU miss ratio of a cache of `capacity` slots over keys requested
+/// with per-call probabilities `p` (summing to `top_k`). Bisection on the characteristic time.
+[[nodiscard]] inline double che_lru_miss_ratio(const std::vector<double>& p, std::int32_t capacity,
+                                               std::int32_t top_k) {
+  std::int32_t positive = 0;
+  for (const double x : p) {
+    positive += x > 0.0 ? 1 : 0;
+  }
+  if (capacity >= positive) {
+    return 0.0;  // every key ever requested fits (cold misses are not modelled)
+  }
+  const auto occupancy = [&p](double t) {
+    double sum = 0.0;
+    for (const double x : p) {
+      sum += -std::expm1(-x * t);
+    }
+    return sum;
+  };
+  double low = 0.0;
+  double high = 1.0;
+  while (occupancy(high) < capacity) {
+    high *= 2.0;
+  }
+  for (int i = 0; i < 100 && high - low > 1e-12 * high; ++i) {
+    const double mid = 0.5 * (low + high);
+    (occupancy(mid) < capacity ? low : high) = mid;
+  }
+  double hits = 0.0;
+  for (const double x : p) {
+    hits += x * -std::expm1(-x * low);
+  }
+  return std::max(0.0, 1.0 - hits / top_k);
+}
+
+}  // namespace detail
+
+/// @brief What `right_size` chose.
+struct right_size_result {
+  std::vector<std::int32_t> layer_caps;      ///< per-layer cap, each in [top_k, experts]
+  std::vector<double> predicted_miss_ratio;  ///< miss_l(cap_l) per layer (0 with no data)
+
+  /// The largest layer cap: the uniform per-layer cap an allocator that takes one cap reserves.
+  [[nodiscard]] std::int32_t max_cap() const noexcept {
+    return layer_caps.empty() ? 0 : *std::max_element(layer_caps.begin(), layer_caps.end());
+  }
+  /// Slots over all layers (the expert memory of this user, in experts).
+  [[nodiscard]] std::int64_t slots() const noexcept {
+    return std::accumulate(layer_caps.begin(), layer_caps.end(), std::int64_t{0});
+  }
+};
+
+/// @brief The smallest per-layer caps whose predicted miss ratio under `model` (see the file
+/// description) is at most `target_miss_ratio`. A table that has learned nothing gets the full
+/// cap (`experts`) on every layer. O(layers x experts^2) with the LRU model (a bisection per
+/// cap), O(layers x experts log experts) with the static one; allocates the result.
+/// @throws wisp::logic_error if `target_miss_ratio` is outside [0, 1].
+[[nodiscard]] inline right_size_result right_size(const coactivation_predictor& table,
+                                                  double target_miss_ratio,
+                                                  right_size_model model = right_size_model::lru) {
+  WISP_EXPECTS(target_miss_ratio >= 0.0 && target_miss_ratio <= 1.0,
+               "right_size: target miss ratio must be in [0, 1], got ", target_miss_ratio);
+  const trace::trace_shape& shape = table.shape();
+  right_size_result out;
+  out.layer_caps.assign(static_cast<std::size_t>(shape.layers), shape.experts);
+  out.predicted_miss_ratio.assign(static_cast<std::size_t>(shape.layers), 0.0);
+  const double passes = table.passes();
+  if (!(passes > 0.0)) {
+    return out;
+  }
+  std::vector<double> p(static_cast<std::size_t>(shape.experts));
+  for (std::int32_t l = 0; l < shape.layers; ++l) {
+    for (std::int32_t j = 0; j < shape.experts; ++j) {
+      p[static_cast<std::size_t>(j)] = table.marginal(l, j) / passes;
+    }
+    std::sort(p.begin(), p.end(), std::greater<>());
+    double covered = 0.0;  // static model: the mass of the c most frequent experts
+    for (std::int32_t c = 1; c <= shape.experts; ++c) {
+      covered += p[static_cast<std::size_t>(c - 1)];
+      if (c < shape.top_k) {
+        continue;
+      }
+      const double miss = model == right_size_model::lru
+                              ? detail::che_lru_miss_ratio(p, c, shape.top_k)
+                              : std::max(0.0, 1.0 - covered / shape.top_k);
+      if (miss <= target_miss_ratio + 1e-12 || c == shape.experts) {  // up to rounding
+        out.layer_caps[static_cast<std::size_t>(l)] = c;
+        out.predicted_miss_ratio[static_cast<std::size_t>(l)] = miss;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace wisp
+// ---- end wisp/predict/right_size.hpp -----------------------------------------------------------
+
+// ---- begin wisp/predict/prefetch.hpp -----------------------------------------------------------
+/// @file
+/// @brief Prefetch policies (SpecMD §3.1.4) and the prefetch queue.
+///
+/// A prefetch policy turns a predictor's scores for a target layer into the experts to load ahead
+/// of that layer's call:
+///
+/// - `prefetch_rule::top_k`: the `ceil(k x overfetch)` best-scored experts (SpecMD's top-k with an
+///   overfetch factor: 1.5 loads 9 experts for a top-6 model);
+/// - `prefetch_rule::percentile`: every expert scored above the `percentile`-th percentile of the
+///   layer's scores, at most `limit` (SpecMD's score-based prefetch: the count adapts to how
+///   peaked the prediction is).
+///
+/// The target is `distance` layers after the last routed one (1: the next layer, SpecMD's and
+/// WiSP's choice), scored by any `routing_predictor` (the co-activation table by default).
+///
+/// `prefetch_queue` holds submitted prefetches until the link takes them, lowest priority first
+/// out after every demand copy; `cancel_passed` drops the ones whose layer has started (or whose
+/// pass has ended): a prefetch that did not start before its layer is useless, and the demand
+/// copy takes over.
+/// @code
+/// wisp::prefetch_config cfg{.rule = wisp::prefetch_rule::top_k, .overfetch = 1.5};
+/// predictor.score(pass, layer + 1, scores);
+/// candidates.clear();
+/// wisp::choose_prefetch(scores, /*top_k=*/6, cfg, scratch, candidates);
+/// queue.submit(step, layer + 1, candidates);
+/// @endcode
+
+namespace wisp {
+
+/// How many experts a prefetch takes from the scores.
+enum class prefetch_rule : std::uint8_t {
+  none,        ///< no prefetch
+  top_k,       ///< the ceil(k x overfetch) best
+  percentile,  ///< all above a score percentile, at most `limit`
+};
+
+/// The rule's name: "none", "top-k" or "percentile".
+[[nodiscard]] constexpr std::string_view to_string(prefetch_rule r) noexcept {
+  switch (r) {
+    case prefetch_rule::none:
+      return "none";
+    case prefetch_rule::top_k:
+      return "top-k";
+    case prefetch_rule::percentile:
+      return "percentile";
+  }
+  return "none";
+}
+
+/// @brief A prefetch policy (see the file description).
+struct prefetch_config {
+  prefetch_rule rule = prefetch_rule::none;
+  /// top_k: the multiplier m of the model's top-k (>= 0; 1 = exactly k).
+  double overfetch = 1.0;
+  /// percentile: the score percentile to exceed, in [0, 100] (SpecMD's default: 80).
+  double percentile = 80.0;
+  /// percentile: at most this many experts (>= 1).
+  std::int32_t limit = 64;
+  /// Target layer = last routed layer + distance (>= 1).
+  std::int32_t distance = 1;
+
+  /// @throws wisp::logic_error naming the field if a parameter is out of range.
+  void validate() const {
+    WISP_EXPECTS(std::isfinite(overfetch) && overfetch >= 0.0,
+                 "prefetch_config: overfetch must be finite and >= 0, got ", overfetch);
+    WISP_EXPECTS(percentile >= 0.0 && percentile <= 100.0,
+                 "prefetch_config: percentile must be in [0, 100], got ", percentile);
+    WISP_EXPECTS(limit >= 1, "prefetch_config: limit must be >= 1, got ", limit);
+    WISP_EXPECTS(distance >= 1, "prefetch_config: distance must be >= 1, got ", distance);
+  }
+};
+
+/// @brief Appends to `out` the experts `config` prefetches given one target layer's `scores`, best
+/// first; returns how many. `top_k` is the model's k. O(E log E) for `percentile`, O(E x m k)
+/// for `top_k`; `scratch` is reused (no allocation once large enough).
+/// @throws wisp::logic_error on an invalid config or `top_k < 1`.
+inline std::size_t choose_prefetch(std::span<const float> scores, std::int32_t top_k,
+                                   const prefetch_config& config,
+                                   std::vector<std::int32_t>& scratch,
+                                   std::vector<std::int32_t>& out) {
+  config.validate();
+  WISP_EXPECTS(top_k >= 1, "choose_prefetch: top_k must be >= 1, got ", top_k);
+  switch (config.rule) {
+    case prefetch_rule::none:
+      return 0;
+    case prefetch_rule::top_k: {
+      const auto wanted = static_cast<std::size_t>(
+          std::min(std::ceil(top_k * config.overfetch), static_cast<double>(scores.size())));
+      scratch.resize(wanted);
+      select_top_k(scores, scratch);
+      out.insert(out.end(), scratch.begin(), scratch.end());
+      return wanted;
+    }
+    case prefetch_rule::percentile:
+      return select_above_percentile(scores, config.percentile,
+                                     static_cast<std::size_t>(config.limit), scratch, out);
+  }
+  return 0;
+}
+
+/// @brief One queued prefetch: load `expert` of layer `layer` for pass `step`.
+struct prefetch_request {
+  std::uint32_t step = 0;
+  std::int32_t layer = 0;
+  std::int32_t expert = 0;
+  friend constexpr bool operator==(const prefetch_request&, const prefetch_request&) = default;
+};
+
+/// @brief Prefetches waiting for the link, first in first out, each (layer, expert) at most once.
+///
+/// A ring buffer of `layers x experts` entries sized at construction: `submit`, `pop` and
+/// `cancel_passed` never allocate. `submit` is O(experts submitted), `pop` O(1), `cancel_passed`
+/// O(queued). Not thread-safe.
+class prefetch_queue {
+ public:
+  /// @throws wisp::logic_error if `layers` or `experts` is not positive.
+  prefetch_queue(std::int32_t layers, std::int32_t experts) : layers_(layers), experts_(experts) {
+    WISP_EXPECTS(layers >= 1 && experts >= 1,
+                 "prefetch_queue: needs layers >= 1 and experts >= 1, got ", layers, " and ",
+                 experts);
+    const auto n = static_cast<std::size_t>(layers) * static_cast<std::size_t>(experts);
+    ring_.resize(n);
+    queued_.assign(n, 0);
+  }
+
+  /// Queues `experts` of `layer` for pass `step`, skipping those already queued. Returns how many
+  /// were added. @throws wisp::logic_error, adding nothing, on an out-of-range layer or expert.
+  std::size_t submit(std::uint32_t step, std::int32_t layer,
+                     std::span<const std::int32_t> experts) {
+    WISP_EXPECTS(layer >= 0 && layer < layers_, "prefetch_queue::submit: layer ", layer,
+                 " is outside [0, ", layers_, ")");
+    for (const std::int32_t e : experts) {
+      WISP_EXPECTS(e >= 0 && e < experts_, "prefetch_queue::submit: expert ", e, " is outside [0, ",
+                   experts_, ")");
+    }
+    std::size_t added = 0;
+    for (const std::int32_t e : experts) {
+      char& queued = queued_[index(layer, e)];
+      if (queued != 0) {
+        continue;
+      }
+      queued = 1;
+      ring_[(head_ + size_) % ring_.size()] = prefetch_request{step, layer, e};
+      ++size_;
+      ++added;
+    }
+    return added;
+  }
+
+  /// @brief Drops every request whose layer has started: pass before `step`, or pass `step` and
+  /// layer `<= layer`. Keeps the others in order. Returns how many were dropped.
+  std::size_t cancel_passed(std::uint32_t step, std::int32_t layer) noexcept {
+    std::size_t kept = 0;
+    const std::size_t n = size_;
+    for (std::size_t i = 0; i < n; ++i) {
+      const prefetch_request r = ring_[(head_ + i) % ring_.size()];
+      if (r.step < step || (r.step == step && r.layer <= layer)) {
+        queued_[index(r.layer, r.expert)] = 0;
+      } else {
+        ring_[(head_ + kept++) % ring_.size()] = r;
+      }
+    }
+    size_ = kept;
+    return n - kept;
+  }
+
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// The oldest request. Precondition: `!empty()`.
+  [[nodiscard]] const prefetch_request& front() const noexcept { return ring_[head_]; }
+  /// Removes the oldest request. Precondition: `!empty()`.
+  void pop() noexcept {
+    const prefetch_request& r = ring_[head_];
+    queued_[index(r.layer, r.expert)] = 0;
+    head_ = (head_ + 1) % ring_.size();
+    --size_;
+  }
+  /// Drops everything. O(queued).
+  void clear() noexcept {
+    while (!empty()) {
+      pop();
+    }
+  }
+
+ private:
+  [[nodiscard]] std::size_t index(std::int32_t layer, std::int32_t expert) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(experts_) +
+           static_cast<std::size_t>(expert);
+  }
+
+  std::int32_t layers_;
+  std::int32_t experts_;
+  std::vector<prefetch_request> ring_;
+  std::vector<char> queued_;  // [layers x experts]: the request is in the ring
+  std::size_t head_ = 0;
+  std::size_t size_ = 0;
+};
+
+}  // namespace wisp
+// ---- end wisp/predict/prefetch.hpp -------------------------------------------------------------
 
 // ---- begin wisp/vmm/vmm_backend.hpp ------------------------------------------------------------
 /// @file
@@ -11229,7 +13425,8 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
 
 /// Names of the built-in policies accepted by `simulate_named`.
 inline constexpr std::string_view builtin_policies[] = {
-    "lru", "fifo", "lfu", "lfu_history", "lfru", "fld", "least_stale", "belady"};
+    "lru",   "fifo",        "lfu",    "lfu_history", "lfru", "fld", "least_stale", "decayed_frequency",
+    "predicted_next_use", "belady"};
 
 /// @brief Type-erased entry point for tools: picks a built-in policy by name.
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as
@@ -11387,6 +13584,10 @@ sim_result simulate_named(std::string_view policy, model_shape shape, const Sour
     return simulate<fld>(shape, source, config);
   if (policy == "least_stale")
     return simulate<least_stale>(shape, source, config);
+  if (policy == "decayed_frequency")
+    return simulate<decayed_frequency>(shape, source, config);
+  if (policy == "predicted_next_use")
+    return simulate<predicted_next_use>(shape, source, config);
   if (policy == "belady")
     return simulate<belady>(shape, source, config);
   std::string known;
@@ -11443,6 +13644,55 @@ inline sim_result simulate_named(std::string_view policy, const trace::routing_t
 
 }  // namespace wisp::sim
 // ---- end wisp/sim/trace_sim.hpp ----------------------------------------------------------------
+
+// ---- begin wisp/sim/timeline_sim.hpp -----------------------------------------------------------
+/// @file
+/// @brief The timeline simulator: a routing trace replayed through a slot cache on a modelled
+/// device with one host-to-device link and a compute queue, with optional predictor-driven
+/// prefetch and approximate miss policies. It shows when prefetch pays and when it does not.
+///
+/// **The model, per forward pass (one trace step), per layer `l`:**
+/// 1. Layer `l`'s routing is known at `T_l`, when layer `l - 1`'s compute ends (the previous
+///    pass's last layer for `l = 0`).
+/// 2. Before `T_l` the link works through queued prefetches whenever it is free (they were
+///    submitted at the previous layer's `T`): each starts at `max(link free, submission)`, loads
+///    its expert into the cache at that moment (`slot_cache::prefetch`, never evicting the experts
+///    of the layer computing meanwhile, nor what this gap already prefetched) and occupies the
+///    link for `link.copy_seconds(expert_bytes)`. A prefetch whose layer started (or whose pass
+///    ended) before it could start is cancelled and costs nothing.
+/// 3. At `T_l` the layer's call accesses the cache. Each miss is a demand copy, queued ahead of
+///    every prefetch not yet started (demand first; the link does not preempt a copy in flight):
+///    it starts at `max(link free, T_l)`.
+/// 4. The layer computes `compute_seconds + compute_per_token_seconds x tokens` once every expert
+///    it routes is on the device (demand copies, and prefetches still in flight): it waits only for
+///    its own experts. The wait is its stall.
+/// 5. With prefetch on, layer `l` is observed into the pass and the predictor scores layer
+///    `l + distance`; the prefetch policy's candidates that are not resident are queued at `T_l`.
+///    After the pass the predictor learns it (online: predict, then learn).
+///
+/// TPOT is the modelled time per pass (one token per trace step). With no prefetch and zero
+/// compute the stall is the serial model's (`sim::simulate`: every miss costs one copy).
+///
+/// **Prefetch accounting.** A prefetch is *useful* when its layer's call in that pass routes the
+/// expert. precision = useful / started; recall = useful / (useful + demand misses); wasted bytes
+/// = (started - useful) x expert_bytes.
+///
+/// **Miss policies.** `miss_policy::drop` and `substitute` (APPROXIMATE, see
+/// `<wisp/pager/miss_policy.hpp>`) rewrite each token's row before its call, using the trace's
+/// gate weights for ranks (recorded order without weights); their cost to quality is reported as
+/// the routed gate weight they dropped or moved. The trace records only the top-k, so
+/// `substitute` ranks resident experts by the co-activation predictor's score instead of the
+/// router's.
+/// @code
+/// wisp::timeline_config cfg;
+/// cfg.capacity = 8;
+/// cfg.link = {.bytes_per_second = 50e9, .latency_seconds = 10e-6};
+/// cfg.expert_bytes = 17'301'504;
+/// cfg.compute_seconds = 50e-6;
+/// cfg.prefetch = {.rule = wisp::prefetch_rule::top_k};
+/// wisp::timeline_result r = wisp::simulate_timeline<wisp::least_stale>(trace, cfg);
+/// // r.tpot_seconds, r.stall_seconds, r.prefetch_precision, ...
+/// @endcode
 
 // ---- begin wisp/transfer/timeline.hpp ----------------------------------------------------------
 /// @file
@@ -11576,5 +13826,432 @@ class device_timeline {
 
 }  // namespace wisp
 // ---- end wisp/transfer/timeline.hpp ------------------------------------------------------------
+
+namespace wisp {
+
+/// @brief What the timeline simulator models (see the file description).
+struct timeline_config {
+  cache_scope scope = cache_scope::per_layer;
+  /// Slots per layer (per-layer scope) or of the one cache (global scope).
+  std::int32_t capacity = 1;
+  link_model link{};                       ///< the host-to-device link
+  std::uint64_t expert_bytes = 0;          ///< bytes one expert copy moves
+  double compute_seconds = 0.0;            ///< per layer, fixed part
+  double compute_per_token_seconds = 0.0;  ///< per layer and token
+  /// Tokens each layer computes per pass (a batch; the routing stays the trace's one token).
+  std::int32_t tokens = 1;
+  prefetch_config prefetch{};       ///< `rule = none`: demand paging only
+  coactivation_config predictor{};  ///< the prefetch predictor (learned online)
+  miss_options miss{};              ///< fetch (exact) by default
+
+  /// Seconds one layer computes.
+  [[nodiscard]] double layer_compute_seconds() const noexcept {
+    return compute_seconds + compute_per_token_seconds * tokens;
+  }
+  /// @throws wisp::logic_error naming the field if a parameter is out of range.
+  void validate() const {
+    link.validate();
+    WISP_EXPECTS(std::isfinite(compute_seconds) && compute_seconds >= 0.0,
+                 "timeline_config: compute_seconds must be finite and >= 0, got ", compute_seconds);
+    WISP_EXPECTS(std::isfinite(compute_per_token_seconds) && compute_per_token_seconds >= 0.0,
+                 "timeline_config: compute_per_token_seconds must be finite and >= 0, got ",
+                 compute_per_token_seconds);
+    WISP_EXPECTS(tokens >= 1, "timeline_config: tokens must be >= 1, got ", tokens);
+    WISP_EXPECTS(miss.always_fetch_top >= 0,
+                 "timeline_config: miss.always_fetch_top must be >= 0, got ",
+                 miss.always_fetch_top);
+    prefetch.validate();
+    predictor.validate();
+  }
+};
+
+/// @brief What one timeline run measured.
+struct timeline_result {
+  std::string policy;              ///< eviction policy name
+  cache_stats stats;               ///< demand accesses, hits, misses, prefetches, evictions
+  std::uint64_t steps = 0;         ///< passes (tokens) replayed
+  double total_seconds = 0.0;      ///< modelled time of the whole replay
+  double compute_seconds = 0.0;    ///< time spent computing
+  double stall_seconds = 0.0;      ///< time layers waited for their experts
+  double tpot_seconds = 0.0;       ///< total_seconds / steps
+  double link_busy_seconds = 0.0;  ///< time the link was copying
+  std::uint64_t demand_copies = 0;
+  std::uint64_t prefetches_started = 0;    ///< prefetch copies that ran on the link
+  std::uint64_t prefetches_useful = 0;     ///< ... whose layer's call routed the expert
+  std::uint64_t prefetches_cancelled = 0;  ///< dropped before starting (their layer had begun)
+  std::uint64_t wasted_prefetch_bytes = 0;
+  double prefetch_precision = 0.0;  ///< useful / started (0 without prefetch)
+  double prefetch_recall = 0.0;     ///< useful / (useful + demand misses)
+  miss_rewrite rewrite;             ///< what an approximate miss policy changed
+  double routed_weight = 0.0;       ///< gate weight routed in total (quality denominators)
+};
+
+/// @brief Replays `trace` on the modelled device with eviction policy `Policy`, made by
+/// `make_policy(layer)` (per-layer scope: once per layer; global: once, with -1). O(accesses x
+/// (policy cost + prefetch scoring)); allocates its state once. A `predicted_next_use` policy gets
+/// the simulator's own predictor and pass attached (global scope uses them). Not thread-safe in
+/// itself; separate runs may go in parallel.
+/// @throws wisp::logic_error on an invalid config, a capacity outside `[top_k, experts]` (per
+///   layer) or `[top_k, layers x experts]` (global), `belady` with prefetch or an approximate
+///   miss policy (its future would not be the sequence replayed), or a policy breaking its
+///   contract.
+template <eviction_policy Policy, class MakePolicy>
+timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config,
+                                  MakePolicy make_policy);
+
+/// @brief `simulate_timeline` with a default-constructed policy; `belady` is built from the
+/// trace's future, `predicted_next_use` gets the simulator's predictor attached.
+template <eviction_policy Policy>
+timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config);
+
+/// The built-in policy named `policy` (the names of `sim::builtin_policies`).
+/// @throws wisp::logic_error on an unknown name, and as `simulate_timeline`.
+inline timeline_result simulate_timeline_named(std::string_view policy,
+                                               const trace::routing_trace& trace,
+                                               const timeline_config& config);
+
+}  // namespace wisp
+
+// ---- begin wisp/sim/detail/timeline_sim.inl ----------------------------------------------------
+// Implementation of the timeline simulator; included at the end of <wisp/sim/timeline_sim.hpp>.
+
+namespace wisp {
+namespace detail {
+
+/// The discrete-event replay behind `simulate_timeline` (see the header's description).
+template <eviction_policy Policy>
+class timeline_replay {
+ public:
+  template <class MakePolicy>
+  timeline_replay(const trace::routing_trace& trace, const timeline_config& config,
+                  MakePolicy& make_policy)
+      : trace_(trace),
+        config_(config),
+        shape_(trace.shape()),
+        global_(config.scope == cache_scope::global),
+        predictor_(shape_, config.predictor),
+        pass_(shape_),
+        queue_(shape_.layers, shape_.experts) {
+    const key_layout layout = global_ ? key_layout::global(shape_.layers, shape_.experts)
+                                      : key_layout::per_layer(shape_.experts, shape_.layers);
+    const std::int32_t high = layout.size();
+    WISP_EXPECTS(config.capacity >= shape_.top_k && config.capacity <= high,
+                 "simulate_timeline: capacity ", config.capacity,
+                 " is outside [top_k = ", shape_.top_k, ", ", high, "] for ",
+                 global_ ? "global" : "per-layer", " scope");
+    const std::int32_t caches = global_ ? 1 : shape_.layers;
+    caches_.reserve(static_cast<std::size_t>(caches));
+    for (std::int32_t c = 0; c < caches; ++c) {
+      Policy policy = make_policy(global_ ? -1 : c);
+      if constexpr (std::is_same_v<Policy, predicted_next_use>) {
+        policy.attach(predictor_, pass_);
+      }
+      caches_.emplace_back(layout, config.capacity, std::move(policy));
+    }
+    const std::size_t keys =
+        static_cast<std::size_t>(shape_.layers) * static_cast<std::size_t>(shape_.experts);
+    times_.assign(caches_.size(), 0);
+    ready_.assign(keys, 0.0);
+    prefetched_for_.assign(keys, 0);
+    stamps_.assign(keys, 0);
+    const auto k = static_cast<std::size_t>(shape_.top_k);
+    ids_.resize(k);
+    original_.resize(k);
+    weights_.resize(k);
+    keys_.resize(k);
+    out_.resize(k);
+    scores_.resize(static_cast<std::size_t>(shape_.experts));
+    learns_ = config.prefetch.rule != prefetch_rule::none ||
+              config.miss.policy == miss_policy::substitute ||
+              (std::is_same_v<Policy, predicted_next_use> && global_);
+  }
+
+  timeline_result run() {
+    const double copy = config_.link.copy_seconds(config_.expert_bytes);
+    const double compute = config_.layer_compute_seconds();
+    const bool prefetching = config_.prefetch.rule != prefetch_rule::none;
+    const auto k = static_cast<std::size_t>(shape_.top_k);
+    timeline_result r;
+    r.policy = std::string(policy_name<Policy>());
+    double now = 0.0;  // T of the layer being processed
+    for (std::size_t s = 0; s < trace_.steps(); ++s) {
+      const auto step = static_cast<std::uint32_t>(s);
+      pass_.clear();
+      for (std::int32_t l = 0; l < shape_.layers; ++l) {
+        // 2. Prefetches the link starts before this layer begins, then the ones it can no longer.
+        if (prefetching) {
+          start_prefetches(now, step, l, copy, r);
+          r.prefetches_cancelled += queue_.cancel_passed(step, l);
+        }
+        // 3. The call: the routed row (rewritten by an approximate miss policy), its keys kept
+        //    out of reach of the prefetches that run while it computes.
+        load_row(s, l, r);
+        pass_.observe(l, original_);
+        next_generation();
+        std::size_t n = 0;
+        for (std::size_t j = 0; j < k; ++j) {
+          const cache_key key = key_of(l, ids_[j]);
+          if (std::find(keys_.begin(), keys_.begin() + static_cast<std::ptrdiff_t>(n), key) ==
+              keys_.begin() + static_cast<std::ptrdiff_t>(n)) {
+            keys_[n++] = key;
+            stamps_[index(l, ids_[j])] = generation_;
+          }
+        }
+        slot_cache<Policy>& cache = cache_of(l);
+        std::uint64_t& time = times_[global_ ? 0 : static_cast<std::size_t>(l)];
+        cache.access_call(std::span<const cache_key>(keys_.data(), n), {step, l, time},
+                          std::span<access_result>(out_.data(), n));
+        time += n;
+        double ready = now;
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t g = index(l, keys_[i] - key_of(l, 0));
+          if (out_[i].hit) {
+            if (prefetched_for_[g] == step + 1) {
+              ++r.prefetches_useful;
+            }
+          } else {
+            const double start = std::max(link_free_, now);
+            link_free_ = start + copy;
+            ready_[g] = link_free_;
+            r.link_busy_seconds += copy;
+            ++r.demand_copies;
+          }
+          prefetched_for_[g] = 0;
+          ready = std::max(ready, ready_[g]);
+        }
+        // 4. Compute once every routed expert is on the device.
+        r.stall_seconds += ready - now;
+        r.compute_seconds += compute;
+        const double submitted = now;
+        now = ready + compute;
+        // 5. Prefetch the target layer's predicted experts.
+        if (prefetching && l + config_.prefetch.distance < shape_.layers) {
+          submit_prefetches(step, l + config_.prefetch.distance, submitted);
+        }
+      }
+      if (learns_) {
+        predictor_.learn(pass_);
+      }
+    }
+    for (const slot_cache<Policy>& c : caches_) {
+      r.stats += c.stats();
+    }
+    r.steps = trace_.steps();
+    r.total_seconds = now;
+    r.tpot_seconds = r.steps == 0 ? 0.0 : now / static_cast<double>(r.steps);
+    r.wasted_prefetch_bytes = (r.prefetches_started - r.prefetches_useful) * config_.expert_bytes;
+    if (r.prefetches_started > 0) {
+      r.prefetch_precision =
+          static_cast<double>(r.prefetches_useful) / static_cast<double>(r.prefetches_started);
+    }
+    if (r.prefetches_useful + r.stats.misses > 0) {
+      r.prefetch_recall = static_cast<double>(r.prefetches_useful) /
+                          static_cast<double>(r.prefetches_useful + r.stats.misses);
+    }
+    return r;
+  }
+
+ private:
+  [[nodiscard]] cache_key key_of(std::int32_t layer, std::int32_t expert) const noexcept {
+    return global_ ? layer * shape_.experts + expert : expert;
+  }
+  [[nodiscard]] std::size_t index(std::int32_t layer, std::int32_t expert) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.experts) +
+           static_cast<std::size_t>(expert);
+  }
+  [[nodiscard]] slot_cache<Policy>& cache_of(std::int32_t layer) noexcept {
+    return caches_[global_ ? 0 : static_cast<std::size_t>(layer)];
+  }
+  // Keys out of reach of a prefetch into `layer`'s cache: stamped with the current generation.
+  [[nodiscard]] protected_keys keep_view(std::int32_t layer) const noexcept {
+    return protected_keys(stamps_.data() + (global_ ? 0 : index(layer, 0)), generation_);
+  }
+  void next_generation() noexcept {
+    if (++generation_ == 0) {
+      std::fill(stamps_.begin(), stamps_.end(), 0u);
+      generation_ = 1;
+    }
+  }
+
+  // The row of (step, layer) into ids_ (rewritten for an approximate miss policy) and original_.
+  void load_row(std::size_t step, std::int32_t layer, timeline_result& r) {
+    const auto k = static_cast<std::size_t>(shape_.top_k);
+    for (std::size_t j = 0; j < k; ++j) {
+      original_[j] = trace_.expert(step, layer, static_cast<std::int32_t>(j));
+      ids_[j] = original_[j];
+      weights_[j] = trace_.has_weights() ? trace_.weight(step, layer, static_cast<std::int32_t>(j))
+                                         : 1.0f / static_cast<float>(k);
+      r.routed_weight += weights_[j];
+    }
+    if (config_.miss.policy == miss_policy::fetch) {
+      return;
+    }
+    std::span<const float> scores;
+    if (config_.miss.policy == miss_policy::substitute) {
+      predictor_.score(pass_, layer, scores_);
+      scores = scores_;
+    }
+    const slot_cache<Policy>& cache = cache_of(layer);
+    const miss_rewrite w = rewrite_misses(
+        std::span<std::int32_t>(ids_), std::span<float>(weights_), 1, shape_.top_k, shape_.experts,
+        config_.miss, [&](std::int32_t e) { return cache.slot_of(key_of(layer, e)) >= 0; }, scores);
+    r.rewrite.fetched += w.fetched;
+    r.rewrite.dropped += w.dropped;
+    r.rewrite.substituted += w.substituted;
+    r.rewrite.dropped_weight += w.dropped_weight;
+    r.rewrite.substituted_weight += w.substituted_weight;
+  }
+
+  // Starts, in queue order, the prefetches the link can begin before `until` (the start of
+  // (step, layer)); the stale ones are cancelled.
+  void start_prefetches(double until, std::uint32_t step, std::int32_t layer, double copy,
+                        timeline_result& r) {
+    while (!queue_.empty() && std::max(link_free_, submitted_at_) < until) {
+      const prefetch_request q = queue_.front();
+      queue_.pop();
+      if (q.step < step || (q.step == step && q.layer < layer)) {
+        ++r.prefetches_cancelled;
+        continue;
+      }
+      slot_cache<Policy>& cache = cache_of(q.layer);
+      const access_context ctx{q.step, q.layer,
+                               times_[global_ ? 0 : static_cast<std::size_t>(q.layer)]};
+      const access_result loaded =
+          cache.prefetch(key_of(q.layer, q.expert), ctx, keep_view(q.layer));
+      if (loaded.hit || loaded.slot < 0) {
+        continue;  // resident meanwhile, or no slot out of reach of the pending call
+      }
+      const std::size_t g = index(q.layer, q.expert);
+      const double start = std::max(link_free_, submitted_at_);
+      link_free_ = start + copy;
+      ready_[g] = link_free_;
+      stamps_[g] = generation_;
+      prefetched_for_[g] = q.step + 1;
+      r.link_busy_seconds += copy;
+      ++r.prefetches_started;
+    }
+  }
+
+  void submit_prefetches(std::uint32_t step, std::int32_t target, double at) {
+    if (predictor_.passes() <= 0.0) {
+      return;  // nothing learned yet: no prediction to act on
+    }
+    predictor_.score(pass_, target, scores_);
+    candidates_.clear();
+    choose_prefetch(scores_, shape_.top_k, config_.prefetch, scratch_, candidates_);
+    const slot_cache<Policy>& cache = cache_of(target);
+    std::erase_if(candidates_,
+                  [&](std::int32_t e) { return cache.slot_of(key_of(target, e)) >= 0; });
+    if (!candidates_.empty()) {
+      queue_.submit(step, target, candidates_);
+      submitted_at_ = at;
+    }
+  }
+
+  const trace::routing_trace& trace_;
+  const timeline_config& config_;
+  trace::trace_shape shape_;
+  bool global_;
+  coactivation_predictor predictor_;
+  routing_pass pass_;
+  prefetch_queue queue_;
+  std::vector<slot_cache<Policy>> caches_;     // one (global) or one per layer
+  std::vector<std::uint64_t> times_;           // per cache: accesses so far (ctx.time)
+  std::vector<double> ready_;                  // [layers x experts]: when the last copy arrived
+  std::vector<std::uint32_t> prefetched_for_;  // [layers x experts]: prefetch pass + 1, 0 = none
+  std::vector<std::uint32_t> stamps_;          // [layers x experts]: keep stamps (generation_)
+  std::uint32_t generation_ = 0;
+  std::vector<std::int32_t> ids_, original_, candidates_, scratch_;
+  std::vector<float> weights_, scores_;
+  std::vector<cache_key> keys_;
+  std::vector<access_result> out_;
+  double link_free_ = 0.0;     // when the link finishes its last copy
+  double submitted_at_ = 0.0;  // when the queued prefetches were last submitted
+  bool learns_ = false;
+};
+
+// The per-cache sequences of distinct keys a fetch-only replay accesses (belady's future).
+inline std::vector<std::vector<cache_key>> timeline_futures(const trace::routing_trace& trace,
+                                                            bool global) {
+  const trace::trace_shape& shape = trace.shape();
+  std::vector<std::vector<cache_key>> keys(global ? 1 : static_cast<std::size_t>(shape.layers));
+  for (std::size_t s = 0; s < trace.steps(); ++s) {
+    for (std::int32_t l = 0; l < shape.layers; ++l) {
+      std::vector<cache_key>& seq = keys[global ? 0 : static_cast<std::size_t>(l)];
+      const std::size_t begin = seq.size();
+      for (std::int32_t j = 0; j < shape.top_k; ++j) {
+        const cache_key key = (global ? l * shape.experts : 0) + trace.expert(s, l, j);
+        if (std::find(seq.begin() + static_cast<std::ptrdiff_t>(begin), seq.end(), key) ==
+            seq.end()) {
+          seq.push_back(key);
+        }
+      }
+    }
+  }
+  return keys;
+}
+
+}  // namespace detail
+
+template <eviction_policy Policy, class MakePolicy>
+timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config,
+                                  MakePolicy make_policy) {
+  config.validate();
+  if constexpr (std::is_same_v<Policy, belady>) {
+    WISP_EXPECTS(
+        config.prefetch.rule == prefetch_rule::none && config.miss.policy == miss_policy::fetch,
+        "simulate_timeline: belady needs the future it replays, so it takes neither "
+        "prefetch (rule ",
+        to_string(config.prefetch.rule), ") nor an approximate miss policy (",
+        to_string(config.miss.policy), ")");
+  }
+  detail::timeline_replay<Policy> replay(trace, config, make_policy);
+  return replay.run();
+}
+
+template <eviction_policy Policy>
+timeline_result simulate_timeline(const trace::routing_trace& trace,
+                                  const timeline_config& config) {
+  if constexpr (std::is_same_v<Policy, belady>) {
+    const bool global = config.scope == cache_scope::global;
+    const auto futures = detail::timeline_futures(trace, global);
+    return simulate_timeline<belady>(trace, config, [&](std::int32_t layer) {
+      return belady(futures[layer < 0 ? 0 : static_cast<std::size_t>(layer)]);
+    });
+  } else {
+    return simulate_timeline<Policy>(trace, config, [](std::int32_t) { return Policy{}; });
+  }
+}
+
+inline timeline_result simulate_timeline_named(std::string_view policy,
+                                               const trace::routing_trace& trace,
+                                               const timeline_config& config) {
+  if (policy == "lru")
+    return simulate_timeline<lru>(trace, config);
+  if (policy == "fifo")
+    return simulate_timeline<fifo>(trace, config);
+  if (policy == "lfu")
+    return simulate_timeline<lfu>(trace, config);
+  if (policy == "lfru")
+    return simulate_timeline<lfru>(trace, config);
+  if (policy == "fld")
+    return simulate_timeline<fld>(trace, config);
+  if (policy == "least_stale")
+    return simulate_timeline<least_stale>(trace, config);
+  if (policy == "decayed_frequency")
+    return simulate_timeline<decayed_frequency>(trace, config);
+  if (policy == "predicted_next_use")
+    return simulate_timeline<predicted_next_use>(trace, config);
+  if (policy == "belady")
+    return simulate_timeline<belady>(trace, config);
+  WISP_FAIL(logic_error, "simulate_timeline: unknown policy '", policy,
+            "' (known: lru, fifo, lfu, lfru, fld, least_stale, decayed_frequency, "
+            "predicted_next_use, belady)");
+}
+
+}  // namespace wisp
+// ---- end wisp/sim/detail/timeline_sim.inl ------------------------------------------------------
+// ---- end wisp/sim/timeline_sim.hpp -------------------------------------------------------------
+
 // clang-format on
 // ---- end wisp/wisp.hpp -------------------------------------------------------------------------

@@ -192,7 +192,7 @@ class CliTest(unittest.TestCase):
             by = {(r["policy"], r["capacity"]): r for r in out["results"]}
             self.assertEqual({p for p, _ in by},
                              {"lru", "fifo", "lfu", "lfu_history", "lfru", "fld", "least_stale",
-                              "belady"})
+                              "decayed_frequency", "predicted_next_use", "belady"})
             for c in caps:
                 if scope == "global":
                     expected = protected_lru_misses(calls, c)

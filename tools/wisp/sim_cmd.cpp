@@ -7,6 +7,7 @@
 #include "cli.hpp"
 #include "commands.hpp"
 #include "progress.hpp"
+#include "timeline_cmd.hpp"
 #include "trace_source.hpp"
 
 #include <wisp/alloc/units.hpp>
@@ -222,7 +223,7 @@ void print_table(const sim_options& opt, const trace::routing_trace& t,
       "collision = a miss on an expert evicted earlier in the same step (forward pass); "
       "x_belady = misses / belady's misses\n\n");
 
-  std::printf("%-12s %8s %7s %10s %10s %9s %10s %9s %8s", "policy", "capacity", "slots", "hits",
+  std::printf("%-18s %8s %7s %10s %10s %9s %10s %9s %8s", "policy", "capacity", "slots", "hits",
               "misses", "miss_rate", "collisions", "coll_rate", "x_belady");
   if (with_model) {
     std::printf(" %12s %10s", "moved", "stall_s");
@@ -379,7 +380,20 @@ void add_sim_command(CLI::App& app) {
       "Every (step, layer) request is one call whose experts cannot evict each other. "
       "stall_s = misses x (miss-latency-us + expert-bytes / bandwidth): a serial model "
       "without prefetch or overlap.");
-  cmd->callback([opt] { run(*opt); });
+  auto timeline = add_timeline_options(*cmd);
+  cmd->callback([opt, timeline] {
+    if (!timeline_requested(*timeline)) {
+      run(*opt);
+      return;
+    }
+    timeline_common common{opt->file,           {},       opt->capacities,   opt->scope,
+                           opt->json,           opt->csv, opt->expert_bytes, opt->bandwidth_gbps,
+                           opt->miss_latency_us};
+    for (const std::string_view p : checked_policies(opt->policies)) {
+      common.policies.emplace_back(p);
+    }
+    run_timeline(*timeline, common);
+  });
 }
 
 }  // namespace wisp::tool

@@ -148,6 +148,10 @@ sim_result simulate_named(std::string_view policy, model_shape shape, const Sour
     return simulate<fld>(shape, source, config);
   if (policy == "least_stale")
     return simulate<least_stale>(shape, source, config);
+  if (policy == "decayed_frequency")
+    return simulate<decayed_frequency>(shape, source, config);
+  if (policy == "predicted_next_use")
+    return simulate<predicted_next_use>(shape, source, config);
   if (policy == "belady")
     return simulate<belady>(shape, source, config);
   std::string known;
