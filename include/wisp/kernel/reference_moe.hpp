@@ -29,6 +29,25 @@
 
 namespace wisp {
 
+/// @brief Checks that `a` suits a fused MoE over SwiGLU experts of `shape` (used by every wisp
+/// kernel over them): `check_fused_moe_args`, `hidden_dim == shape.hidden`, and expert rows of at
+/// least `shape.row_bytes()` bytes, 2-byte aligned. O(1).
+/// @throws wisp::logic_error naming the first bad value, prefixed by `where`.
+template <class Activation, topk_id Id>
+void check_swiglu_moe_args(const char* where, const basic_fused_moe_args<Activation, Id>& a,
+                           const swiglu_shape& shape) {
+  shape.validate();
+  check_fused_moe_args(a);
+  WISP_EXPECTS(a.hidden_dim == shape.hidden, where, ": hidden_dim ", a.hidden_dim,
+               " but the experts' hidden size is ", shape.hidden);
+  WISP_EXPECTS(a.experts.rows == 0 ||
+                   (a.experts.row_stride >= shape.row_bytes() &&
+                    reinterpret_cast<std::uintptr_t>(a.experts.base) % alignof(bf16) == 0 &&
+                    a.experts.row_stride % alignof(bf16) == 0),
+               where, ": expert rows of ", a.experts.row_stride, " bytes must hold ",
+               shape.row_bytes(), " bytes and be 2-byte aligned");
+}
+
 /// @brief Host reference fused MoE over SwiGLU bf16 expert rows (see the file comment).
 ///
 /// Owns its scratch (sized at construction: no allocation per call). O(tokens x k x H x I) per
@@ -44,9 +63,8 @@ class reference_fused_moe {
   }
 
   /// @brief Overwrites `a.out` as the `fused_moe_kernel` contract says.
-  /// @throws wisp::logic_error (nothing written) if the shapes are wrong (`check_fused_moe_args`),
-  ///   `hidden_dim` is not the shape's, the expert rows are shorter than `shape().row_bytes()` or
-  ///   not 2-byte aligned, or a position routes to an id outside `[0, expert_map.size())` or
+  /// @throws wisp::logic_error (nothing written) if `check_swiglu_moe_args` fails, or a position
+  ///   routes to an id outside `[0, expert_map.size())` or
   ///   through a map entry that is neither -1 nor a row of `experts`.
   template <class Activation, topk_id Id>
   void operator()(const basic_fused_moe_args<Activation, Id>& a) {
@@ -85,15 +103,7 @@ class reference_fused_moe {
  private:
   template <class Activation, topk_id Id>
   void check(const basic_fused_moe_args<Activation, Id>& a) const {
-    check_fused_moe_args(a);
-    WISP_EXPECTS(a.hidden_dim == shape_.hidden, "reference_fused_moe: hidden_dim ", a.hidden_dim,
-                 " but the experts' hidden size is ", shape_.hidden);
-    WISP_EXPECTS(a.tokens == 0 || a.experts.rows == 0 ||
-                     (a.experts.row_stride >= shape_.row_bytes() &&
-                      reinterpret_cast<std::uintptr_t>(a.experts.base) % alignof(bf16) == 0 &&
-                      a.experts.row_stride % alignof(bf16) == 0),
-                 "reference_fused_moe: expert rows of ", a.experts.row_stride, " bytes must hold ",
-                 shape_.row_bytes(), " bytes and be 2-byte aligned");
+    check_swiglu_moe_args("reference_fused_moe", a, shape_);
     for (std::size_t i = 0; i < a.topk_ids.size(); ++i) {
       const std::int64_t id = a.topk_ids[i];
       WISP_EXPECTS(id >= 0 && static_cast<std::uint64_t>(id) < a.expert_map.size(),
