@@ -8,6 +8,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <string>
 
 namespace wisp {
@@ -36,6 +37,27 @@ namespace cuda {
   return count;
 }
 
+namespace detail {
+
+/// @brief Checks the status of an allocating call (`cudaMalloc`, `cudaHostAlloc`,
+/// `cudaHostRegister`, ...) for `bytes` bytes.
+/// @throws wisp::out_of_memory for `cudaErrorMemoryAllocation`, wisp::cuda_error for any other
+///   failure; both name the call and the size.
+inline void check_allocation(cudaError_t status, const char* call, std::size_t bytes) {
+  if (status == cudaSuccess) [[likely]] {
+    return;
+  }
+  (void)cudaGetLastError();
+  const std::string message =
+      ::wisp::detail::concat(call, " of ", bytes, " bytes failed: ", cudaGetErrorName(status), " (",
+                             cudaGetErrorString(status), ")");
+  if (status == cudaErrorMemoryAllocation) {
+    throw out_of_memory(message);
+  }
+  throw cuda_error(static_cast<int>(status), message);
+}
+
+}  // namespace detail
 }  // namespace cuda
 }  // namespace wisp
 
