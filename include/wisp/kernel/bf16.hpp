@@ -15,12 +15,10 @@
 
 #include <wisp/core/config.hpp>
 
+#include <bit>
 #include <cstdint>
 #include <type_traits>
 
-#if !defined(__CUDA_ARCH__)
-#include <bit>
-#endif
 
 namespace wisp {
 

@@ -28,12 +28,10 @@
 #include <wisp/core/error.hpp>
 #include <wisp/kernel/bf16.hpp>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
-#if !defined(__CUDA_ARCH__)
-#include <cmath>
-#endif
 
 namespace wisp {
 
