@@ -72,13 +72,8 @@ class copy_engine {
       : compute_(compute), options_(options) {
     WISP_EXPECTS(options.events >= 1, "copy_engine: the event pool needs at least one event");
     WISP_CUDA_TRY(cudaStreamCreateWithPriority(&copy_, cudaStreamNonBlocking, options.priority));
-    events_.reserve(options.events);
     try {
-      for (std::size_t i = 0; i < options.events; ++i) {
-        cudaEvent_t e = nullptr;
-        WISP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        events_.push_back(e);
-      }
+      detail::create_events(events_, options.events);
     } catch (...) {
       destroy();
       throw;

@@ -68,12 +68,7 @@ class device_expert_map {
       staging_ = static_cast<std::int32_t*>(p);
       WISP_CUDA_TRY(cudaMemset(device_, 0xff, bytes));  // -1 everywhere
       WISP_CUDA_TRY(cudaDeviceSynchronize());
-      events_.reserve(2 * maps);
-      for (std::size_t i = 0; i < 2 * maps; ++i) {
-        cudaEvent_t e = nullptr;
-        WISP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-        events_.push_back(e);
-      }
+      detail::create_events(events_, 2 * maps);
     } catch (...) {
       destroy();
       throw;

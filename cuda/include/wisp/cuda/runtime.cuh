@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 namespace wisp {
 
@@ -75,3 +76,18 @@ inline void check_allocation(cudaError_t status, const char* call, std::size_t b
                                  __LINE__));                                                     \
     }                                                                                            \
   } while (false)
+
+namespace wisp::cuda::detail {
+
+/// Appends `n` events made with `cudaEventDisableTiming` to `events`; the events made before a
+/// failure stay there for the caller to destroy. @throws wisp::cuda_error.
+inline void create_events(std::vector<cudaEvent_t>& events, std::size_t n) {
+  events.reserve(events.size() + n);
+  for (std::size_t i = 0; i < n; ++i) {
+    cudaEvent_t e = nullptr;
+    WISP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events.push_back(e);
+  }
+}
+
+}  // namespace wisp::cuda::detail
