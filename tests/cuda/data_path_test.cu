@@ -216,23 +216,26 @@ TEST(CopyEngine, CopiesWaitForEarlierReadersAndKernelsWaitForCopies) {
   EXPECT_EQ(seen_after.download(), expert(9));
 }
 
-TEST(CopyEngine, CapturedPlansRunPerRunInTheGraph) {
+TEST(CopyEngine, CapturedPlansRunPerRunInTheGraphAndJoinTheCapture) {
   WISP_SKIP_WITHOUT_GPU();
   stream compute;
   copy_fixture f(96, 96);
   wisp::cuda::copy_engine engine(compute.s);
   const std::vector<wisp::copy_op> plan{{1, 0}, {2, 1}, {3, 2}, {20, 9}, {7, 4}};
+  const std::vector<wisp::copy_op> later{{30, 12}, {31, 13}, {5, 15}};  // given no `after`
   cudaGraph_t graph = nullptr;
   WISP_CUDA_TRY(cudaStreamBeginCapture(compute.s, cudaStreamCaptureModeThreadLocal));
   engine.wait(engine.copy(f.layout(), plan, engine.consumer_event()));
+  engine.wait(engine.copy(f.layout(), later));
   WISP_CUDA_TRY(cudaStreamEndCapture(compute.s, &graph));
   EXPECT_EQ(engine.stats().batches, 0u);
-  EXPECT_EQ(engine.stats().per_run_plans, 1u);
+  EXPECT_EQ(engine.stats().per_run_plans, 2u);
   cudaGraphExec_t exec = nullptr;
   WISP_CUDA_TRY(cudaGraphInstantiate(&exec, graph, 0));
   WISP_CUDA_TRY(cudaGraphLaunch(exec, compute.s));
   WISP_CUDA_TRY(cudaStreamSynchronize(compute.s));
   f.oracle.apply(plan);
+  f.oracle.apply(later);
   EXPECT_TRUE(f.slots_match());
   (void)cudaGraphExecDestroy(exec);
   (void)cudaGraphDestroy(graph);

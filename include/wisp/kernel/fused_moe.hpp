@@ -28,7 +28,7 @@
 /// };
 /// static_assert(wisp::fused_moe_kernel<my_kernel>);
 /// auto r = pager.prepare(layer, ids, tokens, k);
-/// copy_engine.apply(r.copy_plan);
+/// engine.wait(engine.copy(where, r.copy_plan, engine.consumer_event()));   // a copy_engine
 /// kernel(wisp::fused_moe_args{hidden, ids, weights, tensor.view(), r.expert_map, out,
 ///                             tokens, k, hidden_dim});
 /// @endcode

@@ -17,7 +17,8 @@
 ///   stream wait for the copies, so no kernel reads a slot before its copy has landed. Copies of
 ///   one plan write distinct slots (checked), so their order within a batch does not matter.
 /// - Under stream capture the same calls build the fork/join a graph needs: the copy stream joins
-///   the capture through `after`, and must be joined back by a `wait` before the capture ends.
+///   the capture through `after` (a consumer event is recorded for it when none is given), and
+///   must be joined back by a `wait` before the capture ends.
 /// @code
 /// wisp::cuda::copy_engine engine(compute_stream);
 /// wisp::copy_layout where{masters.host_view(), slots.view(), layout.row_bytes()};
@@ -84,12 +85,16 @@ class copy_engine {
   /// Waits for the copy stream, then destroys it and the events.
   ~copy_engine() { destroy(); }
 
-  /// @brief Enqueues the copies of `plan` on the copy stream after `after` (null: no wait) and
-  /// returns the event of their completion. O(plan.size()) host work.
+  /// @brief Enqueues the copies of `plan` on the copy stream after `after` (null: no wait, unless
+  /// the compute stream is being captured: then after a consumer event) and returns the event of
+  /// their completion. O(plan.size()) host work.
   /// @throws wisp::logic_error (nothing enqueued) if the plan does not fit `layout`;
   ///   wisp::cuda_error if a CUDA call fails.
   event copy(const copy_layout& layout, copy_plan plan, event after = nullptr) {
     checker_.check("cuda::copy_engine::copy", layout, plan);
+    if (after == nullptr && capturing(compute_)) {
+      after = consumer_event();  // join the capture: uncaptured copies would run eagerly
+    }
     if (after != nullptr) {
       WISP_CUDA_TRY(cudaStreamWaitEvent(copy_, after, 0));
     }
@@ -127,6 +132,12 @@ class copy_engine {
   [[nodiscard]] const cuda_copy_stats& stats() const noexcept { return stats_; }
 
  private:
+  static bool capturing(cudaStream_t stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    WISP_CUDA_TRY(cudaStreamIsCapturing(stream, &status));
+    return status != cudaStreamCaptureStatusNone;
+  }
+
   event record(cudaStream_t stream) {
     const event e = events_[next_event_];
     next_event_ = (next_event_ + 1) % events_.size();
@@ -154,9 +165,7 @@ class copy_engine {
     if (!options_.batch || !batch_works_) {
       return false;
     }
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    WISP_CUDA_TRY(cudaStreamIsCapturing(copy_, &capture));
-    if (capture != cudaStreamCaptureStatusNone) {
+    if (capturing(copy_)) {
       return false;
     }
     destinations_.clear();
