@@ -40,7 +40,7 @@ struct swiglu_shape {
   std::int32_t hidden = 0;        ///< H: model width (the token's input and output size)
   std::int32_t intermediate = 0;  ///< I: the expert's FFN width
 
-  /// @throws wisp::logic_error unless both sizes are >= 1 and the row's bytes fit `size_t`.
+  /// @throws wisp::logic_error unless both sizes are >= 1.
   void validate() const {
     WISP_EXPECTS(hidden >= 1 && intermediate >= 1, "swiglu_shape: hidden ", hidden,
                  " and intermediate ", intermediate, " must both be >= 1");

@@ -200,6 +200,7 @@ WISP_HOST_DEVICE pager_step_status fail_step(const Group& g, const pager_layer_r
 
 /// @brief One paging step of one layer (see the file comment), run by every thread of `g`.
 ///
+/// @param g    the threads that run the step; every one of them calls it
 /// @param s    the layer's arrays (`pager_state::layer`)
 /// @param w    scratch: `w.first` all `unseen` (restored on return), `w.victims` any contents
 /// @param ids  the call's routed ids, `n` of them (`[tokens x k]` row-major, or any list)
