@@ -59,7 +59,10 @@
 #include <wisp/vmm/virtual_expert_tensor.hpp>
 #include <wisp/vmm/adapter_layout.hpp>
 
+#include <wisp/kernel/bf16.hpp>
+#include <wisp/kernel/swiglu.hpp>
 #include <wisp/kernel/fused_moe.hpp>
+#include <wisp/kernel/reference_moe.hpp>
 
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/alloc/model_file.hpp>
@@ -77,4 +80,6 @@
 #include <wisp/sim/timeline_sim.hpp>
 
 #include <wisp/transfer/timeline.hpp>
+#include <wisp/transfer/row_layout.hpp>
+#include <wisp/transfer/copy_engine.hpp>
 // clang-format on

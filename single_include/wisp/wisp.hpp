@@ -104,6 +104,7 @@
 #include <cmath>
 #include <compare>
 #include <concepts>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -117,6 +118,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <numeric>
 #include <optional>
 #include <ostream>
@@ -127,6 +129,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -10997,10 +11000,249 @@ class adapter_layout {
 }  // namespace wisp
 // ---- end wisp/vmm/adapter_layout.hpp -----------------------------------------------------------
 
+// ---- begin wisp/kernel/bf16.hpp ----------------------------------------------------------------
+/// @file
+/// @brief `wisp::bf16`: bfloat16 storage (the upper half of an IEEE binary32) with the two
+/// conversions every kernel and host reference of wisp uses, so the host and the device turn the
+/// same floats into the same bits.
+///
+/// C++20 has no bfloat16 type and CUDA's `__nv_bfloat16` does not exist for a host compiler, so
+/// wisp carries the bits. The layout equals `__nv_bfloat16`'s (a kernel may reinterpret a
+/// `const wisp::bf16*` as `const __nv_bfloat16*`).
+/// @code
+/// wisp::bf16 h = wisp::to_bf16(1.5f);      // round to nearest even
+/// float f = wisp::to_float(h);              // exact: 1.5f
+/// @endcode
+
+namespace wisp {
+
+/// @brief A bfloat16 value as its 16 bits. Trivially copyable; `==` compares bits.
+struct bf16 {
+  std::uint16_t bits = 0;
+
+  friend constexpr bool operator==(const bf16&, const bf16&) = default;
+};
+static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
+
+namespace detail {
+
+WISP_HOST_DEVICE inline std::uint32_t float_bits(float f) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  return std::bit_cast<std::uint32_t>(f);
+#endif
+}
+
+WISP_HOST_DEVICE inline float bits_float(std::uint32_t u) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  return std::bit_cast<float>(u);
+#endif
+}
+
+}  // namespace detail
+
+/// The float with the same value (exact). O(1).
+WISP_HOST_DEVICE inline float to_float(bf16 x) noexcept {
+  return detail::bits_float(static_cast<std::uint32_t>(x.bits) << 16);
+}
+
+/// `f` rounded to the nearest bfloat16, ties to even (as `__float2bfloat16_rn`); a NaN stays a
+/// (quiet) NaN with its sign. O(1), integer arithmetic only: the same bits on host and device.
+WISP_HOST_DEVICE inline bf16 to_bf16(float f) noexcept {
+  const std::uint32_t u = detail::float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
+  }
+  return bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
+/// Identity: lets kernels written over an activation type read `float` activations too.
+WISP_HOST_DEVICE inline float to_float(float x) noexcept {
+  return x;
+}
+
+/// `f` as an activation of type `T` (`float`: unchanged; `bf16`: `to_bf16`). O(1).
+template <class T>
+WISP_HOST_DEVICE T activation_from_float(float f) noexcept {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return to_bf16(f);
+  } else {
+    static_assert(std::is_same_v<T, float>, "activations are float or wisp::bf16");
+    return f;
+  }
+}
+
+}  // namespace wisp
+// ---- end wisp/kernel/bf16.hpp ------------------------------------------------------------------
+
+// ---- begin wisp/kernel/swiglu.hpp --------------------------------------------------------------
+/// @file
+/// @brief The element rules of wisp's reference fused MoE: a SwiGLU expert in bf16 with fp32
+/// accumulation, written once as `WISP_HOST_DEVICE` functions that give the **same bits** on the
+/// host and on a GPU.
+///
+/// An expert row holds three row-major bf16 matrices back to back: gate `[I x H]`, up `[I x H]`,
+/// down `[H x I]` (`swiglu_shape`, the layout of the example engine's experts). For one token
+/// with input `x` (H floats):
+///
+///     act[i] = silu(gate_i . x) * (up_i . x)        silu(g) = g / (1 + exp(-g))
+///     y[o]   = down_o . act
+///     out[o] = sum over the token's visible positions j, in order, of weight_j * y_j[o]
+///
+/// Every dot product and the sum over `j` are chains of fused multiply-adds in index order, and
+/// `exp` is `detail::exp_portable` (fma, floor and ldexp only), so nothing depends on the
+/// compiler contracting `a * b + c` or on the platform's `expf`: `reference_fused_moe` on the
+/// host and `wisp::cuda::reference_fused_moe` on a GPU produce identical outputs, which is what
+/// lets the GPU tests compare them with `==`.
+/// @code
+/// wisp::swiglu_shape shape{.hidden = 64, .intermediate = 32};
+/// const wisp::bf16* row = ...;                      // shape.row_bytes() bytes
+/// float a = wisp::swiglu_activation(row, x, shape, i);
+/// @endcode
+
+namespace wisp {
+
+/// @brief Shape of one SwiGLU expert row: gate `[I x H]`, up `[I x H]`, down `[H x I]`, bf16.
+struct swiglu_shape {
+  std::int32_t hidden = 0;        ///< H: model width (the token's input and output size)
+  std::int32_t intermediate = 0;  ///< I: the expert's FFN width
+
+  /// @throws wisp::logic_error unless both sizes are >= 1.
+  void validate() const {
+    WISP_EXPECTS(hidden >= 1 && intermediate >= 1, "swiglu_shape: hidden ", hidden,
+                 " and intermediate ", intermediate, " must both be >= 1");
+  }
+  /// bf16 values of one matrix (`H * I`).
+  [[nodiscard]] WISP_HOST_DEVICE std::size_t matrix_values() const noexcept {
+    return static_cast<std::size_t>(hidden) * static_cast<std::size_t>(intermediate);
+  }
+  /// Bytes of one expert row (`3 * H * I * 2`).
+  [[nodiscard]] WISP_HOST_DEVICE std::size_t row_bytes() const noexcept {
+    return 3 * matrix_values() * sizeof(bf16);
+  }
+};
+
+namespace detail {
+
+// IEEE single-precision operations that no compiler may fuse or reorder: explicit fma, and on
+// the device the round-to-nearest intrinsics nvcc never contracts.
+WISP_HOST_DEVICE inline float fma_rn(float a, float b, float c) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+WISP_HOST_DEVICE inline float mul_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+WISP_HOST_DEVICE inline float add_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+WISP_HOST_DEVICE inline float div_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+/// @brief `exp(x)` from fma, floor and ldexp only: the same bits on every IEEE platform, host or
+/// GPU (the platforms' own `expf` differ in the last bits). Relative error below 3e-7 on
+/// `[-87, 88.7]` (checked against `std::exp` in tests/kernel). Results below `exp(-87)` flush to
+/// 0 (no subnormals, whose rounding could differ); above `exp(88.7228)` it is `+inf`; NaN stays
+/// NaN.
+WISP_HOST_DEVICE inline float exp_portable(float x) noexcept {
+  if (!(x == x)) {
+    return x;
+  }
+  if (x > 88.7228f) {
+    return bits_float(0x7f800000u);  // +inf
+  }
+  if (x < -87.0f) {
+    return 0.0f;
+  }
+  // x = n ln2 + r, |r| <= ln2 / 2 (Cody-Waite: ln2_hi has few bits, so n * ln2_hi is exact).
+  constexpr float log2e = 1.44269504088896341f;
+  constexpr float ln2_hi = 0.693145751953125f;
+  constexpr float ln2_lo = 1.42860682030941723e-6f;
+#if defined(__CUDA_ARCH__)
+  const float n = floorf(fma_rn(x, log2e, 0.5f));
+#else
+  const float n = std::floor(fma_rn(x, log2e, 0.5f));
+#endif
+  float r = fma_rn(-n, ln2_hi, x);
+  r = fma_rn(-n, ln2_lo, r);
+  // Taylor series of e^r to r^7 (truncation error < 6e-9 on |r| <= 0.347), Horner with fma.
+  float p = 1.0f / 5040.0f;
+  p = fma_rn(p, r, 1.0f / 720.0f);
+  p = fma_rn(p, r, 1.0f / 120.0f);
+  p = fma_rn(p, r, 1.0f / 24.0f);
+  p = fma_rn(p, r, 1.0f / 6.0f);
+  p = fma_rn(p, r, 0.5f);
+  p = fma_rn(p, r, 1.0f);
+  p = fma_rn(p, r, 1.0f);
+#if defined(__CUDA_ARCH__)
+  return ldexpf(p, static_cast<int>(n));
+#else
+  return std::ldexp(p, static_cast<int>(n));
+#endif
+}
+
+}  // namespace detail
+
+/// `sum_i w[i] * x[i]` for `i = 0, 1, ..., n - 1`, one fma per term from 0. O(n).
+WISP_HOST_DEVICE inline float swiglu_dot(const bf16* w, const float* x, std::int32_t n) noexcept {
+  float acc = 0.0f;
+  for (std::int32_t i = 0; i < n; ++i) {
+    acc = detail::fma_rn(to_float(w[i]), x[i], acc);
+  }
+  return acc;
+}
+
+/// `silu(g) * u` with `silu(g) = g / (1 + exp(-g))`. O(1).
+WISP_HOST_DEVICE inline float swiglu(float g, float u) noexcept {
+  const float silu = detail::div_rn(g, detail::add_rn(1.0f, detail::exp_portable(-g)));
+  return detail::mul_rn(silu, u);
+}
+
+/// `act[i]` of the expert in `row` for input `x` (`H` floats): `swiglu(gate_i . x, up_i . x)`.
+/// O(H).
+WISP_HOST_DEVICE inline float swiglu_activation(const bf16* row, const float* x,
+                                                const swiglu_shape& shape,
+                                                std::int32_t i) noexcept {
+  const std::size_t h = static_cast<std::size_t>(shape.hidden);
+  const bf16* gate = row + static_cast<std::size_t>(i) * h;
+  const bf16* up = row + shape.matrix_values() + static_cast<std::size_t>(i) * h;
+  return swiglu(swiglu_dot(gate, x, shape.hidden), swiglu_dot(up, x, shape.hidden));
+}
+
+/// `y[o]` of the expert in `row` for activations `act` (`I` floats): `down_o . act`. O(I).
+WISP_HOST_DEVICE inline float swiglu_output(const bf16* row, const float* act,
+                                            const swiglu_shape& shape, std::int32_t o) noexcept {
+  const bf16* down = row + 2 * shape.matrix_values() +
+                     static_cast<std::size_t>(o) * static_cast<std::size_t>(shape.intermediate);
+  return swiglu_dot(down, act, shape.intermediate);
+}
+
+}  // namespace wisp
+// ---- end wisp/kernel/swiglu.hpp ----------------------------------------------------------------
+
 // ---- begin wisp/kernel/fused_moe.hpp -----------------------------------------------------------
 /// @file
 /// @brief `fused_moe_kernel`: the concept a user-supplied fused-MoE kernel models, and
-/// `fused_moe_args`, the trivially copyable argument block wisp hands it.
+/// `basic_fused_moe_args` / `fused_moe_args`, the trivially copyable argument block wisp hands it.
 ///
 /// The kernel is the engine's own code (a Triton/CUTLASS launch on a GPU, a loop on the CPU). wisp
 /// never calls it; the engine does, after `pager::prepare` and the copy plan. The kernel reads
@@ -11017,45 +11259,76 @@ class adapter_layout {
 ///   the output is the same whatever the batch composition or the slots the experts occupy.
 /// - The kernel reads rows `expert_map[e]` of `experts` for the visible ids of the batch and no
 ///   other row; rows that are not mapped must not be touched.
+///
+/// `fused_moe_args` (fp32 activations, int32 ids) is what the CPU engines use;
+/// `basic_fused_moe_args<bf16>` is the GPU form (bf16 activations, the same ids, fp32 gate
+/// weights) that `wisp::reference_fused_moe` and `wisp::cuda::reference_fused_moe` take.
 /// @code
 /// struct my_kernel {
 ///   void operator()(const wisp::fused_moe_args& a) { /* launch */ }
 /// };
 /// static_assert(wisp::fused_moe_kernel<my_kernel>);
 /// auto r = pager.prepare(layer, ids, tokens, k);
-/// copy_engine.apply(r.copy_plan);
+/// engine.wait(engine.copy(where, r.copy_plan, engine.consumer_event()));   // a copy_engine
 /// kernel(wisp::fused_moe_args{hidden, ids, weights, tensor.view(), r.expert_map, out,
 ///                             tokens, k, hidden_dim});
 /// @endcode
 
 namespace wisp {
 
-/// @brief Everything a fused-MoE kernel reads and writes for one launch. Trivially copyable (a
-/// device kernel can take it by value); it owns nothing.
-struct fused_moe_args {
-  std::span<const float> hidden;             ///< `[tokens x hidden_dim]` input activations
-  std::span<const std::int32_t> topk_ids;    ///< `[tokens x top_k]` routed logical experts
+/// @brief Everything a fused-MoE kernel reads and writes for one launch, over activations of type
+/// `Activation` (`float`, or `wisp::bf16` on GPUs) and ids of type `Id` (`int32` or `int64`).
+/// Trivially copyable (a device kernel can take it by value); it owns nothing.
+template <class Activation, topk_id Id = std::int32_t>
+struct basic_fused_moe_args {
+  using activation_type = Activation;
+  using id_type = Id;
+
+  std::span<const Activation> hidden;        ///< `[tokens x hidden_dim]` input activations
+  std::span<const Id> topk_ids;              ///< `[tokens x top_k]` routed logical experts
   std::span<const float> topk_weights;       ///< `[tokens x top_k]` gate weights
   expert_tensor_view experts;                ///< the rows the kernel may read (slots)
   std::span<const std::int32_t> expert_map;  ///< `int32[E]`: row of expert `e`, or -1 (hidden)
-  std::span<float> out;                      ///< `[tokens x hidden_dim]` output, overwritten
+  std::span<Activation> out;                 ///< `[tokens x hidden_dim]` output, overwritten
   std::int32_t tokens = 0;
   std::int32_t top_k = 1;
   std::int32_t hidden_dim = 0;
 };
+
+/// The argument block of CPU kernels: fp32 activations, int32 ids.
+using fused_moe_args = basic_fused_moe_args<float, std::int32_t>;
 static_assert(std::is_trivially_copyable_v<fused_moe_args>);
 
-/// @brief A fused-MoE kernel: callable with a `const fused_moe_args&` (see the file comment for
-/// the contract a model must keep).
-template <class K>
-concept fused_moe_kernel = requires(K& kernel, const fused_moe_args& args) {
+/// @brief A fused-MoE kernel: callable with a `const Args&` (by default `fused_moe_args`; see the
+/// file comment for the contract a model must keep).
+template <class K, class Args = fused_moe_args>
+concept fused_moe_kernel = requires(K& kernel, const Args& args) {
   kernel(args);
 };
+
+namespace detail {
+
+/// The row a fused-MoE kernel reads for routed id `id`: `map[id]` when `id` is in
+/// `[0, map_size)` and `map[id]` is a row in `[0, rows)`, else -1 (the position contributes
+/// nothing). Host kernels reject the invalid cases up front; device kernels, which cannot throw,
+/// skip them through this rule instead of reading out of bounds. O(1).
+template <topk_id Id>
+WISP_HOST_DEVICE std::int32_t visible_row(const std::int32_t* map, std::size_t map_size,
+                                          std::size_t rows, Id id) noexcept {
+  if (id < 0 || static_cast<std::uint64_t>(id) >= map_size) {
+    return -1;
+  }
+  const std::int32_t row = map[static_cast<std::size_t>(id)];
+  return row >= 0 && static_cast<std::size_t>(row) < rows ? row : -1;
+}
+
+}  // namespace detail
 
 /// @brief Checks the shapes of `a` (spans sized for `tokens`, `top_k` and `hidden_dim`).
 /// O(1). Engines call it in debug paths; kernels may call it before launching.
 /// @throws wisp::logic_error naming the first bad size.
-inline void check_fused_moe_args(const fused_moe_args& a) {
+template <class Activation, topk_id Id>
+void check_fused_moe_args(const basic_fused_moe_args<Activation, Id>& a) {
   detail::check_topk_shape("fused_moe_args", a.topk_ids.size(), a.tokens, a.top_k);
   WISP_EXPECTS(a.topk_weights.size() == a.topk_ids.size(), "fused_moe_args: topk_weights holds ",
                a.topk_weights.size(), " entries for ", a.topk_ids.size(), " topk_ids");
@@ -11068,6 +11341,123 @@ inline void check_fused_moe_args(const fused_moe_args& a) {
 
 }  // namespace wisp
 // ---- end wisp/kernel/fused_moe.hpp -------------------------------------------------------------
+
+// ---- begin wisp/kernel/reference_moe.hpp -------------------------------------------------------
+/// @file
+/// @brief `reference_fused_moe`: the host reference fused-MoE kernel over SwiGLU bf16 experts
+/// (`swiglu_shape`), for `fused_moe_args` (fp32 activations) and `basic_fused_moe_args<bf16>`.
+///
+/// It is the plain loop of the element rules in `<wisp/kernel/swiglu.hpp>`: per token, per
+/// visible position in order, the expert's activations, then its outputs accumulated with the
+/// gate weight. `wisp::cuda::reference_fused_moe` computes the same rules with one thread block
+/// per token and gives the same bits; the tests check the one against the other.
+/// @code
+/// wisp::reference_fused_moe kernel({.hidden = 64, .intermediate = 32});
+/// auto r = pager.prepare(layer, ids, tokens, k);
+/// store.apply(r.copy_plan);                         // slots now hold the experts' rows
+/// kernel(wisp::basic_fused_moe_args<wisp::bf16>{hidden, ids, weights, slots, r.expert_map, out,
+///                                               tokens, k, 64});
+/// @endcode
+
+namespace wisp {
+
+/// @brief Checks that `a` suits a fused MoE over SwiGLU experts of `shape` (used by every wisp
+/// kernel over them): `check_fused_moe_args`, `hidden_dim == shape.hidden`, and expert rows of at
+/// least `shape.row_bytes()` bytes, 2-byte aligned. O(1).
+/// @throws wisp::logic_error naming the first bad value, prefixed by `where`.
+template <class Activation, topk_id Id>
+void check_swiglu_moe_args(const char* where, const basic_fused_moe_args<Activation, Id>& a,
+                           const swiglu_shape& shape) {
+  shape.validate();
+  check_fused_moe_args(a);
+  WISP_EXPECTS(a.hidden_dim == shape.hidden, where, ": hidden_dim ", a.hidden_dim,
+               " but the experts' hidden size is ", shape.hidden);
+  WISP_EXPECTS(a.experts.rows == 0 ||
+                   (a.experts.row_stride >= shape.row_bytes() &&
+                    reinterpret_cast<std::uintptr_t>(a.experts.base) % alignof(bf16) == 0 &&
+                    a.experts.row_stride % alignof(bf16) == 0),
+               where, ": expert rows of ", a.experts.row_stride, " bytes must hold ",
+               shape.row_bytes(), " bytes and be 2-byte aligned");
+}
+
+/// @brief Host reference fused MoE over SwiGLU bf16 expert rows (see the file comment).
+///
+/// Owns its scratch (sized at construction: no allocation per call). O(tokens x k x H x I) per
+/// call. Not thread-safe (one object per thread).
+class reference_fused_moe {
+ public:
+  /// @throws wisp::logic_error on an invalid shape; std::bad_alloc.
+  explicit reference_fused_moe(swiglu_shape shape) : shape_(shape) {
+    shape_.validate();
+    x_.resize(static_cast<std::size_t>(shape_.hidden));
+    acc_.resize(static_cast<std::size_t>(shape_.hidden));
+    act_.resize(static_cast<std::size_t>(shape_.intermediate));
+  }
+
+  /// @brief Overwrites `a.out` as the `fused_moe_kernel` contract says.
+  /// @throws wisp::logic_error (nothing written) if `check_swiglu_moe_args` fails, or a position
+  ///   routes to an id outside `[0, expert_map.size())` or
+  ///   through a map entry that is neither -1 nor a row of `experts`.
+  template <class Activation, topk_id Id>
+  void operator()(const basic_fused_moe_args<Activation, Id>& a) {
+    check(a);
+    const std::size_t h = x_.size();
+    const auto k = static_cast<std::size_t>(a.top_k);
+    for (std::size_t t = 0; t < static_cast<std::size_t>(a.tokens); ++t) {
+      for (std::size_t i = 0; i < h; ++i) {
+        x_[i] = to_float(a.hidden[t * h + i]);
+        acc_[i] = 0.0f;
+      }
+      for (std::size_t pos = t * k; pos < (t + 1) * k; ++pos) {
+        const std::int32_t row = detail::visible_row(a.expert_map.data(), a.expert_map.size(),
+                                                     a.experts.rows, a.topk_ids[pos]);
+        if (row < 0) {
+          continue;
+        }
+        const auto* w = reinterpret_cast<const bf16*>(a.experts.row(static_cast<std::size_t>(row)));
+        for (std::int32_t i = 0; i < shape_.intermediate; ++i) {
+          act_[static_cast<std::size_t>(i)] = swiglu_activation(w, x_.data(), shape_, i);
+        }
+        const float weight = a.topk_weights[pos];
+        for (std::int32_t o = 0; o < shape_.hidden; ++o) {
+          float& acc = acc_[static_cast<std::size_t>(o)];
+          acc = detail::fma_rn(weight, swiglu_output(w, act_.data(), shape_, o), acc);
+        }
+      }
+      for (std::size_t i = 0; i < h; ++i) {
+        a.out[t * h + i] = activation_from_float<Activation>(acc_[i]);
+      }
+    }
+  }
+
+  [[nodiscard]] const swiglu_shape& shape() const noexcept { return shape_; }
+
+ private:
+  template <class Activation, topk_id Id>
+  void check(const basic_fused_moe_args<Activation, Id>& a) const {
+    check_swiglu_moe_args("reference_fused_moe", a, shape_);
+    for (std::size_t i = 0; i < a.topk_ids.size(); ++i) {
+      const std::int64_t id = a.topk_ids[i];
+      WISP_EXPECTS(id >= 0 && static_cast<std::uint64_t>(id) < a.expert_map.size(),
+                   "reference_fused_moe: topk_ids[", i, "] = ", id,
+                   " is outside the expert map [0, ", a.expert_map.size(), ")");
+      const std::int32_t row = a.expert_map[static_cast<std::size_t>(id)];
+      WISP_EXPECTS(row == -1 || (row >= 0 && static_cast<std::size_t>(row) < a.experts.rows),
+                   "reference_fused_moe: expert_map[", id, "] = ", row,
+                   " is neither -1 nor a row of the ", a.experts.rows, "-row expert tensor");
+    }
+  }
+
+  swiglu_shape shape_;
+  std::vector<float> x_;    // the token's input, as floats
+  std::vector<float> acc_;  // the token's output sum
+  std::vector<float> act_;  // one expert's activations
+};
+static_assert(fused_moe_kernel<reference_fused_moe>);
+static_assert(fused_moe_kernel<reference_fused_moe, basic_fused_moe_args<bf16>>);
+
+}  // namespace wisp
+// ---- end wisp/kernel/reference_moe.hpp ---------------------------------------------------------
 
 // ---- begin wisp/alloc/model_spec.hpp -----------------------------------------------------------
 /// @file
@@ -13424,9 +13814,16 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
                                                                        MakePolicy make_policy);
 
 /// Names of the built-in policies accepted by `simulate_named`.
-inline constexpr std::string_view builtin_policies[] = {
-    "lru",   "fifo",        "lfu",    "lfu_history", "lfru", "fld", "least_stale", "decayed_frequency",
-    "predicted_next_use", "belady"};
+inline constexpr std::string_view builtin_policies[] = {"lru",
+                                                        "fifo",
+                                                        "lfu",
+                                                        "lfu_history",
+                                                        "lfru",
+                                                        "fld",
+                                                        "least_stale",
+                                                        "decayed_frequency",
+                                                        "predicted_next_use",
+                                                        "belady"};
 
 /// @brief Type-erased entry point for tools: picks a built-in policy by name.
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as
@@ -14253,5 +14650,396 @@ inline timeline_result simulate_timeline_named(std::string_view policy,
 // ---- end wisp/sim/detail/timeline_sim.inl ------------------------------------------------------
 // ---- end wisp/sim/timeline_sim.hpp -------------------------------------------------------------
 
+// ---- begin wisp/transfer/row_layout.hpp --------------------------------------------------------
+/// @file
+/// @brief `expert_row_layout`: one expert's tensors packed into one row (weights, and block scales
+/// for FP8/quantised experts, WiSP App. E), so that one copy moves a whole expert.
+///
+/// Row addressing is the one `host_expert_store` uses: expert `e`'s row starts `e * row_bytes()`
+/// bytes from the base, and tensor `t` of that row `offset(t)` bytes further. Every tensor starts
+/// at a multiple of `alignment()` from the row start and `row_bytes()` is itself a multiple of it,
+/// so the tensors of every row are aligned when the base is. `wisp::cuda::pinned_host_store`
+/// allocates its page-locked masters with this layout; a `host_expert_store` built with
+/// `bytes_per_expert = row_bytes()` has byte-identical row addresses.
+/// @code
+/// // w13 [2I x H] and w2 [H x I] in FP8, one fp32 scale per 128 x 128 block of each
+/// wisp::expert_row_layout layout({2 * I * H, H * I, w13_scales * 4, w2_scales * 4}, 16);
+/// std::byte* w2_scales_of_7 = base + layout.row_offset(7) + layout.offset(3);
+/// @endcode
+
+namespace wisp {
+
+/// @brief Offsets of the tensors of one expert row (see the file comment). Trivially copyable.
+class expert_row_layout {
+ public:
+  /// Tensors one row can hold.
+  static constexpr std::size_t max_tensors = 8;
+
+  /// @param tensor_bytes  bytes of each tensor, in row order (1 to `max_tensors`, each >= 1)
+  /// @param alignment     a power of two: each tensor's offset and `row_bytes()` are multiples
+  /// @throws wisp::logic_error naming the bad value if a size is 0, there are no or too many
+  ///   tensors, `alignment` is not a power of two, or the row size overflows `size_t`.
+  explicit expert_row_layout(std::span<const std::size_t> tensor_bytes, std::size_t alignment = 16)
+      : count_(tensor_bytes.size()), alignment_(alignment) {
+    WISP_EXPECTS(count_ >= 1 && count_ <= max_tensors, "expert_row_layout: ", count_,
+                 " tensors given; a row holds 1 to ", max_tensors);
+    WISP_EXPECTS(alignment >= 1 && (alignment & (alignment - 1)) == 0,
+                 "expert_row_layout: alignment ", alignment, " is not a power of two");
+    constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+    std::size_t at = 0;
+    for (std::size_t t = 0; t < count_; ++t) {
+      const std::size_t bytes = tensor_bytes[t];
+      WISP_EXPECTS(bytes >= 1, "expert_row_layout: tensor ", t, " has 0 bytes");
+      WISP_EXPECTS(bytes <= max - at && round_up(at + bytes) >= at + bytes,
+                   "expert_row_layout: the row overflows size_t at tensor ", t, " (", bytes,
+                   " bytes at offset ", at, ")");
+      offsets_[t] = at;
+      bytes_[t] = bytes;
+      at = round_up(at + bytes);
+    }
+    row_bytes_ = at;
+  }
+  /// @copydoc expert_row_layout(std::span<const std::size_t>, std::size_t)
+  expert_row_layout(std::initializer_list<std::size_t> tensor_bytes, std::size_t alignment = 16)
+      : expert_row_layout(std::span<const std::size_t>(tensor_bytes.begin(), tensor_bytes.size()),
+                          alignment) {}
+
+  /// Number of tensors per row.
+  [[nodiscard]] std::size_t tensors() const noexcept { return count_; }
+  /// Offset of tensor `t` from its row's start. @throws wisp::logic_error if `t >= tensors()`.
+  [[nodiscard]] std::size_t offset(std::size_t t) const {
+    check_tensor(t);
+    return offsets_[t];
+  }
+  /// Bytes of tensor `t`. @throws wisp::logic_error if `t >= tensors()`.
+  [[nodiscard]] std::size_t bytes(std::size_t t) const {
+    check_tensor(t);
+    return bytes_[t];
+  }
+  /// Bytes from one row to the next (the tensors plus alignment padding).
+  [[nodiscard]] std::size_t row_bytes() const noexcept { return row_bytes_; }
+  [[nodiscard]] std::size_t alignment() const noexcept { return alignment_; }
+  /// Offset of row `row` from the base: `row * row_bytes()`. O(1).
+  /// @throws wisp::logic_error if it overflows `size_t`.
+  [[nodiscard]] std::size_t row_offset(std::size_t row) const {
+    WISP_EXPECTS(row == 0 || row <= std::numeric_limits<std::size_t>::max() / row_bytes_,
+                 "expert_row_layout: row ", row, " of ", row_bytes_, " bytes overflows size_t");
+    return row * row_bytes_;
+  }
+
+ private:
+  [[nodiscard]] std::size_t round_up(std::size_t at) const noexcept {
+    return (at + alignment_ - 1) & ~(alignment_ - 1);
+  }
+  void check_tensor(std::size_t t) const {
+    WISP_EXPECTS(t < count_, "expert_row_layout: tensor ", t, " of a ", count_, "-tensor row");
+  }
+
+  std::array<std::size_t, max_tensors> offsets_{};
+  std::array<std::size_t, max_tensors> bytes_{};
+  std::size_t count_ = 0;
+  std::size_t alignment_ = 1;
+  std::size_t row_bytes_ = 0;
+};
+static_assert(std::is_trivially_copyable_v<expert_row_layout>);
+
+}  // namespace wisp
+// ---- end wisp/transfer/row_layout.hpp ----------------------------------------------------------
+
+// ---- begin wisp/transfer/copy_engine.hpp -------------------------------------------------------
+/// @file
+/// @brief The `copy_engine` concept (what executes a pager's copy plan), the pieces every model
+/// shares (`copy_layout`, `plan_copy_runs`, the plan check) and `host_copy_engine`, the model
+/// that copies with `memcpy` on a worker thread and charges the modelled link of a
+/// `device_timeline`. `wisp::cuda::copy_engine` is the GPU model (a copy stream and events).
+///
+/// Ordering rules every model keeps (docs/cuda.md, "streams and events"):
+/// - copies run in submission order, each plan's copies after the event it was given (`after`:
+///   the consumer's progress when the slots' previous readers were enqueued), so a copy never
+///   overwrites a slot a kernel still reads;
+/// - `wait(e)` makes the consumer (the compute stream, or the calling thread for the host model)
+///   wait until every copy up to `e` has landed, so a kernel never reads a slot before its copy.
+/// @code
+/// wisp::device_timeline timeline(wisp::link_model{.bytes_per_second = 25e9});
+/// wisp::host_copy_engine engine(timeline);
+/// wisp::copy_layout where{.masters = masters_view, .slots = slots_view, .row_bytes = bytes};
+/// auto r = pager.prepare(layer, ids, tokens, k);
+/// auto landed = engine.copy(where, r.copy_plan, engine.consumer_event());
+/// engine.wait(landed);                                  // slots hold the experts from here
+/// kernel(args);
+/// @endcode
+
+namespace wisp {
+
+/// @brief Where a copy plan's rows come from and go to: row `e` of `masters` (expert `e`) is
+/// copied to row `s` of `slots` (slot `s`), `row_bytes` bytes each. Trivially copyable.
+struct copy_layout {
+  expert_tensor_view masters;  ///< source rows, one per expert (read only)
+  expert_tensor_view slots;    ///< destination rows, one per slot
+  std::size_t row_bytes = 0;   ///< bytes copied per row, <= both row strides
+};
+
+/// @brief Consecutive plan entries `(expert + i, slot + i)`, `i < rows`: one copy when both row
+/// strides equal `row_bytes` (contiguous), else one pitched copy of `rows` rows.
+struct copy_run {
+  std::int32_t expert = -1;
+  std::int32_t slot = -1;
+  std::int32_t rows = 0;
+
+  friend constexpr bool operator==(const copy_run&, const copy_run&) = default;
+};
+
+/// @brief Merges consecutive entries of `plan` into maximal runs, in plan order (entries are
+/// never reordered; an entry joins the run before it only if it follows it directly and its
+/// expert and slot are both one more). Writes the runs to `out` (`out.size() >= plan.size()`)
+/// and returns how many. O(plan.size()), no allocation.
+/// @throws wisp::logic_error if `out` is too small.
+inline std::size_t plan_copy_runs(copy_plan plan, std::span<copy_run> out) {
+  WISP_EXPECTS(out.size() >= plan.size(), "plan_copy_runs: room for ", out.size(),
+               " runs but the plan has ", plan.size(), " entries");
+  std::size_t runs = 0;
+  for (const copy_op& op : plan) {
+    copy_run* last = runs == 0 ? nullptr : &out[runs - 1];
+    if (last != nullptr && op.expert == last->expert + last->rows &&
+        op.slot == last->slot + last->rows) {
+      ++last->rows;
+    } else {
+      out[runs++] = copy_run{op.expert, op.slot, 1};
+    }
+  }
+  return runs;
+}
+
+namespace detail {
+
+/// Checks layouts and plans for the copy engines; keeps the scratch that finds a slot written
+/// twice (grown to the largest slot tensor seen, so a steady state allocates nothing).
+class copy_plan_checker {
+ public:
+  /// @throws wisp::logic_error naming the values (nothing copied) if `row_bytes` is 0 or exceeds
+  ///   a row stride, a base is null while rows are used, an entry's expert or slot is out of
+  ///   range, or two entries write the same slot (the copies of one plan may run in any order).
+  void check(const char* where, const copy_layout& layout, copy_plan plan) {
+    if (plan.empty()) {
+      return;
+    }
+    WISP_EXPECTS(layout.row_bytes >= 1 && layout.row_bytes <= layout.masters.row_stride &&
+                     layout.row_bytes <= layout.slots.row_stride,
+                 where, ": row_bytes ", layout.row_bytes, " must be in [1, min(master stride ",
+                 layout.masters.row_stride, ", slot stride ", layout.slots.row_stride, ")]");
+    WISP_EXPECTS(layout.masters.base != nullptr && layout.slots.base != nullptr, where,
+                 ": the master or slot tensor has a null base");
+    if (stamps_.size() < layout.slots.rows) {
+      stamps_.assign(layout.slots.rows, 0);
+      generation_ = 0;
+    }
+    if (++generation_ == 0) {
+      std::fill(stamps_.begin(), stamps_.end(), 0u);
+      generation_ = 1;
+    }
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const copy_op op = plan[i];
+      WISP_EXPECTS(op.expert >= 0 && static_cast<std::size_t>(op.expert) < layout.masters.rows &&
+                       op.slot >= 0 && static_cast<std::size_t>(op.slot) < layout.slots.rows,
+                   where, ": plan[", i, "] = {expert ", op.expert, ", slot ", op.slot,
+                   "} is outside masters [0, ", layout.masters.rows, ") x slots [0, ",
+                   layout.slots.rows, ")");
+      std::uint32_t& stamp = stamps_[static_cast<std::size_t>(op.slot)];
+      WISP_EXPECTS(stamp != generation_, where, ": plan[", i, "] writes slot ", op.slot,
+                   " again; a plan writes each slot at most once");
+      stamp = generation_;
+    }
+  }
+
+ private:
+  std::vector<std::uint32_t> stamps_;
+  std::uint32_t generation_ = 0;
+};
+
+}  // namespace detail
+
+/// @brief Executes copy plans (see the file comment for the ordering rules).
+///
+/// - `copy(layout, plan, after)`: enqueues the plan's copies after `after`; returns the event of
+///   their completion (of every earlier copy too: copies complete in order).
+/// - `consumer_event()`: the consumer's progress so far (pass it as `after` so the copies wait for
+///   the kernels that read the slots before).
+/// - `wait(e)`: the consumer waits for `e` before its next work.
+/// - `synchronize()`: the calling thread waits until every copy has landed.
+template <class E>
+concept copy_engine = requires(E& engine, const copy_layout& layout, copy_plan plan,
+                               const typename E::event& e) {
+  { engine.copy(layout, plan, e) } -> std::same_as<typename E::event>;
+  { engine.consumer_event() } -> std::same_as<typename E::event>;
+  engine.wait(e);
+  engine.synchronize();
+};
+
+/// Counters of a copy engine.
+struct copy_engine_stats {
+  std::uint64_t plans = 0;  ///< `copy` calls
+  std::uint64_t rows = 0;   ///< plan entries copied
+  std::uint64_t runs = 0;   ///< copies issued (one per run)
+  std::uint64_t bytes = 0;  ///< bytes copied
+};
+
+/// @brief A point in a `host_copy_engine`'s queue: every copy submitted up to it, and when they
+/// end on the modelled link.
+struct host_copy_event {
+  std::uint64_t ticket = 0;   ///< `copy` calls up to this one (0: nothing to wait for)
+  timeline_event modelled{};  ///< when those copies end on the modelled link
+};
+
+/// @brief The host model of `copy_engine`: a worker thread `memcpy`s the runs in order while the
+/// caller goes on; each run is charged on the caller's `device_timeline` as one copy of its bytes
+/// (the link's latency per run), so modelled times do not depend on the host's memcpy speed.
+///
+/// The consumer is the calling thread: `wait` blocks it until the copies have landed, and
+/// `consumer_event()` is already satisfied in real time (the caller has finished reading when it
+/// asks), carrying only the timeline's compute progress. Memory: a queue of `queue_runs` runs
+/// allocated at construction; `copy` blocks while the queue is full and allocates nothing once
+/// the plan check has seen the largest slot tensor. Thread safety: `copy`, `wait`,
+/// `synchronize` and `stats` from one thread at a time (the owner); the worker is internal.
+/// Masters and slots must stay alive and unchanged by the caller until the copies have landed.
+class host_copy_engine {
+ public:
+  using event = host_copy_event;
+
+  /// Starts the worker. @throws wisp::logic_error if `queue_runs` is 0; std::bad_alloc;
+  ///   std::system_error if the thread cannot start.
+  explicit host_copy_engine(device_timeline& timeline, std::size_t queue_runs = 1024)
+      : timeline_(&timeline) {
+    WISP_EXPECTS(queue_runs >= 1, "host_copy_engine: queue_runs must be >= 1");
+    queue_.resize(queue_runs);
+    runs_.resize(queue_runs);
+    worker_ = std::thread([this] { work(); });
+  }
+  host_copy_engine(const host_copy_engine&) = delete;
+  host_copy_engine& operator=(const host_copy_engine&) = delete;
+  /// Lets the worker finish every queued copy, then joins it.
+  ~host_copy_engine() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    work_ready_.notify_one();
+    worker_.join();
+  }
+
+  /// @brief Enqueues the copies of `plan` (see `copy_engine`). O(plan.size()) plus the copies,
+  /// which run on the worker; blocks only while the queue is full.
+  /// @throws wisp::logic_error (nothing enqueued) if the plan does not fit `layout` (see
+  ///   `detail::copy_plan_checker`) or `after.modelled` is not a valid time.
+  event copy(const copy_layout& layout, copy_plan plan, event after = {}) {
+    checker_.check("host_copy_engine::copy", layout, plan);
+    WISP_EXPECTS(std::isfinite(after.modelled.time) && after.modelled.time >= 0,
+                 "host_copy_engine::copy: event time must be finite and >= 0, got ",
+                 after.modelled.time);
+    if (runs_.size() < plan.size()) {
+      runs_.resize(plan.size());
+    }
+    const std::size_t runs = plan_copy_runs(plan, runs_);
+    const std::uint64_t ticket = ++submitted_;
+    timeline_event modelled{std::max(after.modelled.time, timeline_->copies_done().time)};
+    for (std::size_t i = 0; i < runs; ++i) {
+      const copy_run& run = runs_[i];
+      const std::size_t bytes = layout.row_bytes * static_cast<std::size_t>(run.rows);
+      modelled = timeline_->copy(bytes, after.modelled);
+      push(job{layout.masters.row(static_cast<std::size_t>(run.expert)), layout.masters.row_stride,
+               layout.slots.row(static_cast<std::size_t>(run.slot)), layout.slots.row_stride,
+               layout.row_bytes, static_cast<std::size_t>(run.rows), 0});
+      stats_.bytes += bytes;
+      stats_.rows += static_cast<std::uint64_t>(run.rows);
+    }
+    push(job{nullptr, 0, nullptr, 0, 0, 0, ticket});  // marks the plan's end
+    ++stats_.plans;
+    stats_.runs += runs;
+    return event{ticket, modelled};
+  }
+
+  /// The consumer's progress: nothing to wait for in real time; the timeline's compute end.
+  [[nodiscard]] event consumer_event() const noexcept {
+    return event{0, timeline_->compute_done()};
+  }
+
+  /// Blocks until every copy up to `e` has landed. O(1) plus the wait.
+  void wait(const event& e) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    landed_.wait(lock, [&] { return completed_ >= e.ticket; });
+  }
+
+  /// Blocks until every copy submitted so far has landed.
+  void synchronize() { wait(event{submitted_, {}}); }
+
+  [[nodiscard]] const copy_engine_stats& stats() const noexcept { return stats_; }
+  [[nodiscard]] device_timeline& timeline() const noexcept { return *timeline_; }
+
+ private:
+  // One pitched copy of `rows` rows of `bytes`, or (rows == 0) the end of plan `ticket`.
+  struct job {
+    const std::byte* source;
+    std::size_t source_pitch;
+    std::byte* destination;
+    std::size_t destination_pitch;
+    std::size_t bytes;
+    std::size_t rows;
+    std::uint64_t ticket;
+  };
+
+  void push(const job& j) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    space_.wait(lock, [&] { return tail_ - head_ < queue_.size(); });
+    queue_[tail_++ % queue_.size()] = j;
+    lock.unlock();
+    work_ready_.notify_one();
+  }
+
+  void work() {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_ready_.wait(lock, [&] { return stop_ || head_ != tail_; });
+      if (head_ == tail_) {
+        return;  // stopped and drained
+      }
+      const job j = queue_[head_ % queue_.size()];
+      lock.unlock();
+      for (std::size_t r = 0; r < j.rows; ++r) {
+        std::memcpy(j.destination + r * j.destination_pitch, j.source + r * j.source_pitch,
+                    j.bytes);
+      }
+      lock.lock();
+      ++head_;
+      if (j.rows == 0) {
+        completed_ = j.ticket;
+      }
+      lock.unlock();
+      space_.notify_one();
+      if (j.rows == 0) {
+        landed_.notify_all();
+      }
+    }
+  }
+
+  device_timeline* timeline_;
+  detail::copy_plan_checker checker_;
+  std::vector<copy_run> runs_;  // scratch of `copy`
+  copy_engine_stats stats_;
+  std::uint64_t submitted_ = 0;  // tickets handed out (owner thread only)
+
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable work_ready_;
+  std::condition_variable space_;
+  std::condition_variable landed_;
+  std::vector<job> queue_;  // ring buffer: [head_, tail_) pending
+  std::size_t head_ = 0;
+  std::size_t tail_ = 0;
+  std::uint64_t completed_ = 0;  // last plan whose copies have all landed
+  bool stop_ = false;
+  std::thread worker_;  // last: starts after every member above is ready
+};
+static_assert(copy_engine<host_copy_engine>);
+
+}  // namespace wisp
+// ---- end wisp/transfer/copy_engine.hpp ---------------------------------------------------------
 // clang-format on
 // ---- end wisp/wisp.hpp -------------------------------------------------------------------------
