@@ -1,0 +1,513 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief `huffman_coder`: canonical, length-limited Huffman over the 256 exponent symbols, with a
+/// table-driven decoder that is `WISP_HOST_DEVICE`, so the same code decodes on the CPU and in a
+/// CUDA kernel.
+///
+/// Encoded layout (all integers little-endian; the symbol count comes from the container):
+/// - 0 symbols: nothing.
+/// - one distinct symbol: `00 <symbol>` (2 bytes).
+/// - otherwise: `01`, 128 bytes of 4-bit code lengths (symbol 2i in the low nibble of byte i,
+///   0 = absent, at most `huffman_max_bits`; the code must be complete), the u32 sub-stream size
+///   `B` (symbols), `S = ceil(n / B)` u32 end offsets of the sub-streams relative to the data,
+///   then the data. Sub-stream j holds symbols `[jB, min(n, (j+1)B))` as canonical codes written
+///   least-significant bit first; each ends on a byte boundary with zero padding bits.
+///
+/// Independent sub-streams are what makes decoding parallel: the host decodes four of them in
+/// lockstep (four independent dependency chains), a GPU gives each its own thread. Each table
+/// lookup decodes up to six symbols at once (the whole 11-bit window), which at ~2.6 bits per
+/// exponent is 3-4 symbols per lookup.
+/// @code
+/// wisp::huffman_coder h;
+/// std::vector<std::uint8_t> enc;
+/// h.encode(exponents, enc);
+/// std::vector<std::uint8_t> back(exponents.size());
+/// h.decode(enc, back);                                  // == exponents
+/// @endcode
+#pragma once
+
+#include <wisp/compress/exponent_coder.hpp>
+#include <wisp/core/config.hpp>
+#include <wisp/core/error.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace wisp {
+
+/// Longest code, and the width of the decode table's index (2^11 entries of 8 bytes: 16 KiB).
+inline constexpr int huffman_max_bits = 11;
+/// Default symbols per sub-stream: 4 bytes of offset per 4096 symbols (0.008 bits per symbol).
+inline constexpr std::uint32_t huffman_default_block = 4096;
+
+/// @brief The decode table of one code: entry `i` is what the 11-bit window `i` (next bits of the
+/// stream, least significant first) decodes to. Trivially copyable: a kernel takes it by pointer
+/// (global or shared memory).
+///
+/// Entry layout: bits 0..47 up to six symbols (symbol j in bits 8j..8j+7), bits 48..51 their
+/// count, bits 52..55 the bits they take, bits 56..59 the bits of the first symbol alone.
+struct huffman_table {
+  std::uint64_t entry[std::size_t{1} << huffman_max_bits];
+};
+
+namespace detail {
+
+inline constexpr std::uint32_t huffman_window_mask = (1u << huffman_max_bits) - 1;
+inline constexpr std::size_t huffman_header_bytes = 1 + 128 + 4;
+inline constexpr std::uint32_t huffman_max_block = std::uint32_t{1} << 24;
+
+/// Code lengths of a complete, canonical code, one per symbol (0 = absent).
+using huffman_lengths = std::array<std::uint8_t, 256>;
+
+/// Optimal code lengths for `counts`, limited to `huffman_max_bits` by halving the counts of a
+/// too-deep code until it fits (deterministic; only long-tailed histograms ever need it). Ties
+/// merge the shallower subtree first, which gives the shallowest of the optimal codes, so counts
+/// are only flattened when no optimal code fits. Needs at least two symbols with non-zero counts.
+/// O(256 log 256) per round.
+[[nodiscard]] inline huffman_lengths huffman_code_lengths(std::array<std::uint64_t, 256> counts) {
+  for (;;) {
+    // Nodes 0..255 are leaves; internal nodes follow. Merge the two lightest, ties by node index.
+    std::vector<std::uint64_t> weight;
+    std::vector<int> height;
+    std::vector<int> parent;
+    std::vector<int> live;
+    for (int s = 0; s < 256; ++s) {
+      weight.push_back(counts[static_cast<std::size_t>(s)]);
+      height.push_back(0);
+      parent.push_back(-1);
+      if (counts[static_cast<std::size_t>(s)] != 0) {
+        live.push_back(s);
+      }
+    }
+    auto lighter = [&](int a, int b) {  // min-heap order on (weight, height, node)
+      const auto ua = static_cast<std::size_t>(a);
+      const auto ub = static_cast<std::size_t>(b);
+      if (weight[ua] != weight[ub]) {
+        return weight[ua] > weight[ub];
+      }
+      return height[ua] != height[ub] ? height[ua] > height[ub] : a > b;
+    };
+    std::make_heap(live.begin(), live.end(), lighter);
+    while (live.size() > 1) {
+      std::pop_heap(live.begin(), live.end(), lighter);
+      const int a = live.back();
+      live.pop_back();
+      std::pop_heap(live.begin(), live.end(), lighter);
+      const int b = live.back();
+      live.pop_back();
+      const int node = static_cast<int>(weight.size());
+      weight.push_back(weight[static_cast<std::size_t>(a)] + weight[static_cast<std::size_t>(b)]);
+      height.push_back(
+          1 + std::max(height[static_cast<std::size_t>(a)], height[static_cast<std::size_t>(b)]));
+      parent.push_back(-1);
+      parent[static_cast<std::size_t>(a)] = node;
+      parent[static_cast<std::size_t>(b)] = node;
+      live.push_back(node);
+      std::push_heap(live.begin(), live.end(), lighter);
+    }
+    huffman_lengths lengths{};
+    int deepest = 0;
+    for (std::size_t s = 0; s < 256; ++s) {
+      if (counts[s] == 0) {
+        continue;
+      }
+      int depth = 0;
+      for (int n = static_cast<int>(s); parent[static_cast<std::size_t>(n)] != -1;
+           n = parent[static_cast<std::size_t>(n)]) {
+        ++depth;
+      }
+      lengths[s] = static_cast<std::uint8_t>(depth);
+      deepest = std::max(deepest, depth);
+    }
+    if (deepest <= huffman_max_bits) {
+      return lengths;
+    }
+    for (std::uint64_t& c : counts) {
+      c = c == 0 ? 0 : (c + 1) / 2;  // flatter counts, shallower tree; never drops a symbol
+    }
+  }
+}
+
+/// Canonical codes (bit-reversed, ready to be written least significant bit first): codes are
+/// assigned in order of (length, symbol). `lengths` must describe a complete code.
+[[nodiscard]] inline std::array<std::uint16_t, 256> huffman_codes(const huffman_lengths& lengths) {
+  std::array<int, huffman_max_bits + 2> per_length{};
+  for (const std::uint8_t l : lengths) {
+    ++per_length[l];
+  }
+  per_length[0] = 0;
+  std::array<std::uint32_t, huffman_max_bits + 2> next{};
+  std::uint32_t code = 0;
+  for (int l = 1; l <= huffman_max_bits; ++l) {
+    code = (code + static_cast<std::uint32_t>(per_length[static_cast<std::size_t>(l - 1)])) << 1;
+    next[static_cast<std::size_t>(l)] = code;
+  }
+  std::array<std::uint16_t, 256> codes{};
+  for (std::size_t s = 0; s < 256; ++s) {
+    const int l = lengths[s];
+    if (l == 0) {
+      continue;
+    }
+    const std::uint32_t c = next[static_cast<std::size_t>(l)]++;
+    std::uint32_t reversed = 0;
+    for (int b = 0; b < l; ++b) {
+      reversed |= ((c >> b) & 1u) << (l - 1 - b);
+    }
+    codes[s] = static_cast<std::uint16_t>(reversed);
+  }
+  return codes;
+}
+
+/// Builds the decode table of `lengths`, or returns false if they are not a complete code of at
+/// least two symbols with lengths in 1..huffman_max_bits. O(2^11).
+[[nodiscard]] inline bool build_huffman_table(const huffman_lengths& lengths, huffman_table& t) {
+  std::uint64_t kraft = 0;  // in units of 2^-max_bits
+  int used = 0;
+  for (const std::uint8_t l : lengths) {
+    if (l > huffman_max_bits) {
+      return false;
+    }
+    if (l != 0) {
+      kraft += std::uint64_t{1} << (huffman_max_bits - l);
+      ++used;
+    }
+  }
+  if (used < 2 || kraft != (std::uint64_t{1} << huffman_max_bits)) {
+    return false;
+  }
+  // Single-symbol table first: every window whose low `l` bits are a code decodes to its symbol.
+  const std::array<std::uint16_t, 256> codes = huffman_codes(lengths);
+  std::array<std::uint16_t, std::size_t{1} << huffman_max_bits> single{};  // symbol | length << 8
+  for (std::size_t s = 0; s < 256; ++s) {
+    const int l = lengths[s];
+    if (l == 0) {
+      continue;
+    }
+    for (std::uint32_t high = 0; high < (1u << (huffman_max_bits - l)); ++high) {
+      single[(high << l) | codes[s]] =
+          static_cast<std::uint16_t>(s | (static_cast<unsigned>(l) << 8));
+    }
+  }
+  // Multi-symbol entries: keep decoding while the next whole code still lies inside the window.
+  for (std::uint32_t w = 0; w <= huffman_window_mask; ++w) {
+    std::uint64_t symbols = 0;
+    std::uint32_t count = 0;
+    std::uint32_t bits = 0;
+    while (count < 6) {
+      const std::uint16_t e = single[(w >> bits) & huffman_window_mask];
+      const std::uint32_t l = e >> 8;
+      if (bits + l > huffman_max_bits) {
+        break;
+      }
+      symbols |= static_cast<std::uint64_t>(e & 0xFFu) << (8 * count);
+      ++count;
+      bits += l;
+    }
+    const std::uint64_t first_bits = single[w] >> 8;
+    t.entry[w] =
+        symbols | (std::uint64_t{count} << 48) | (std::uint64_t{bits} << 52) | (first_bits << 56);
+  }
+  return true;
+}
+
+/// @brief Decoding state of one sub-stream: the next unread byte, a bit buffer, where the
+/// symbols go. All member functions are `WISP_HOST_DEVICE` and never touch memory outside
+/// `data[0, limit)` and `[out, out_end)`, whatever the bytes.
+struct huffman_lane {
+  const std::uint8_t* data;  ///< the chunk's data (all sub-streams)
+  std::size_t limit;         ///< readable bytes of `data`; loads past it read zeros
+  std::size_t begin;         ///< offset of this sub-stream
+  std::size_t next;          ///< offset of the next byte to load into `buffer`
+  std::uint64_t buffer;      ///< unread bits, least significant first
+  unsigned bits;             ///< valid bits in `buffer`
+  std::uint8_t* out;         ///< next symbol goes here
+  std::uint8_t* out_end;     ///< end of this sub-stream's symbols
+
+  /// Tops the buffer up to at least 56 bits.
+  WISP_HOST_DEVICE void refill() noexcept {
+    std::uint64_t word = 0;
+    if (next + 8 <= limit) {
+      for (int i = 0; i < 8; ++i) {  // compilers turn this into one unaligned little-endian load
+        word |= static_cast<std::uint64_t>(data[next + static_cast<std::size_t>(i)]) << (8 * i);
+      }
+    } else {
+      for (std::size_t i = 0; i < 8 && next + i < limit; ++i) {
+        word |= static_cast<std::uint64_t>(data[next + i]) << (8 * i);
+      }
+    }
+    // Bytes beyond the `take` consumed ones land above `bits` and are loaded again next time
+    // (OR-ing the same bits twice changes nothing).
+    buffer |= word << bits;
+    const unsigned take = (63 - bits) >> 3;
+    next += take;
+    bits += take * 8;
+  }
+
+  /// Decodes four table windows (up to 24 symbols); needs at least 32 bytes of room in `out`.
+  WISP_HOST_DEVICE void step4(const huffman_table& t) noexcept {
+    refill();
+    for (int k = 0; k < 4; ++k) {
+      const std::uint64_t e = t.entry[buffer & huffman_window_mask];
+      for (int i = 0; i < 8; ++i) {  // one 8-byte store; symbols past the count are overwritten
+        out[i] = static_cast<std::uint8_t>(e >> (8 * i));
+      }
+      const unsigned used = static_cast<unsigned>(e >> 52) & 0xFu;
+      out += (e >> 48) & 0xFu;
+      buffer >>= used;
+      bits -= used;
+    }
+  }
+
+  /// Decodes the symbols left, one at a time.
+  WISP_HOST_DEVICE void finish(const huffman_table& t) noexcept {
+    while (out < out_end) {
+      if (bits < huffman_max_bits) {
+        refill();
+      }
+      const std::uint64_t e = t.entry[buffer & huffman_window_mask];
+      const unsigned used = static_cast<unsigned>(e >> 56) & 0xFu;
+      *out++ = static_cast<std::uint8_t>(e);
+      buffer >>= used;
+      bits -= used;
+    }
+  }
+
+  /// Decodes everything: four windows at a time while there is room, then one symbol at a time.
+  WISP_HOST_DEVICE void run(const huffman_table& t) noexcept {
+    while (out_end - out >= 32) {
+      step4(t);
+    }
+    finish(t);
+  }
+
+  /// True if the sub-stream, `size` bytes long, decoded to exactly its symbols with zero padding.
+  [[nodiscard]] WISP_HOST_DEVICE bool ended_cleanly(std::size_t size) const noexcept {
+    const std::uint64_t loaded_bits = static_cast<std::uint64_t>(next - begin) * 8;
+    if (loaded_bits < bits) {
+      return false;
+    }
+    const std::uint64_t consumed = loaded_bits - bits;
+    const std::uint64_t padding = (8 - consumed % 8) % 8;
+    return (consumed + padding) / 8 == size && (buffer & ((std::uint64_t{1} << padding) - 1)) == 0;
+  }
+};
+
+[[nodiscard]] inline std::uint32_t load_u32(const std::uint8_t* p) noexcept {
+  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+}
+
+inline void append_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) {
+    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+}
+
+}  // namespace detail
+
+/// @brief A parsed Huffman E-chunk: its decode table, sub-stream bounds and data, ready to decode
+/// all or some of its sub-streams (on the host here; a kernel can take `table()` and the offsets).
+/// Construction validates everything that decoding relies on.
+class huffman_chunk {
+ public:
+  /// Parses `encoded`, the encoding of `symbols` symbols. O(2^11 + sub-streams).
+  /// @throws wisp::format_error naming the problem and its byte offset within `encoded`.
+  huffman_chunk(std::span<const std::uint8_t> encoded, std::size_t symbols)
+      : table_(std::make_unique<huffman_table>()), symbols_(symbols) {
+    if (symbols == 0) {
+      expect(encoded.empty(), 0, "an empty Huffman E-chunk must have no bytes");
+      return;
+    }
+    expect(!encoded.empty(), 0, "Huffman E-chunk is empty");
+    if (encoded[0] == 0) {
+      expect(encoded.size() == 2, 0, "single-symbol Huffman E-chunk must be 2 bytes");
+      single_ = encoded[1];
+      return;
+    }
+    expect(encoded[0] == 1, 0, "unknown Huffman E-chunk mode " + std::to_string(encoded[0]));
+    expect(encoded.size() >= detail::huffman_header_bytes, 0, "truncated Huffman header");
+    detail::huffman_lengths lengths{};
+    for (std::size_t i = 0; i < 128; ++i) {
+      lengths[2 * i] = encoded[1 + i] & 0x0Fu;
+      lengths[2 * i + 1] = encoded[1 + i] >> 4;
+    }
+    expect(detail::build_huffman_table(lengths, *table_), 1,
+           "Huffman code lengths do not form a complete code of 2+ symbols up to 11 bits");
+    block_ = detail::load_u32(encoded.data() + 129);
+    expect(block_ >= 1 && block_ <= detail::huffman_max_block, 129,
+           "Huffman sub-stream size " + std::to_string(block_) + " is outside [1, 2^24]");
+    const std::size_t streams = (symbols + block_ - 1) / block_;
+    const std::size_t offsets_at = detail::huffman_header_bytes;
+    expect((encoded.size() - offsets_at) / 4 >= streams, offsets_at,
+           "truncated Huffman sub-stream offsets");
+    data_ = encoded.subspan(offsets_at + 4 * streams);
+    ends_.resize(streams);
+    std::uint32_t previous = 0;
+    for (std::size_t j = 0; j < streams; ++j) {
+      ends_[j] = detail::load_u32(encoded.data() + offsets_at + 4 * j);
+      expect(ends_[j] >= previous && ends_[j] <= data_.size(), offsets_at + 4 * j,
+             "Huffman sub-stream end " + std::to_string(ends_[j]) + " is out of order or past " +
+                 "the data (" + std::to_string(data_.size()) + " bytes)");
+      previous = ends_[j];
+    }
+    expect(previous == data_.size(), offsets_at + 4 * (streams - 1),
+           "Huffman data has " + std::to_string(data_.size() - previous) + " trailing bytes");
+  }
+
+  /// Sub-streams (0 for an empty or single-symbol chunk).
+  [[nodiscard]] std::size_t substreams() const noexcept { return ends_.size(); }
+  /// Symbols per sub-stream (the last may hold fewer).
+  [[nodiscard]] std::uint32_t block() const noexcept { return block_; }
+  /// The decode table (valid when `substreams() > 0`).
+  [[nodiscard]] const huffman_table& table() const noexcept { return *table_; }
+
+  /// Decodes every symbol into `out` (exactly `symbols` long), four sub-streams in lockstep.
+  /// O(symbols). @throws wisp::logic_error on a wrong `out` size, wisp::format_error if a
+  /// sub-stream is not exactly the encoding of its symbols.
+  void decode(std::span<std::uint8_t> out) const {
+    WISP_EXPECTS(out.size() == symbols_, "huffman_chunk::decode: ", out.size(),
+                 " output bytes for ", symbols_, " symbols");
+    if (ends_.empty()) {
+      std::memset(out.data(), single_, out.size());
+      return;
+    }
+    constexpr std::size_t lanes = 4;
+    std::size_t j = 0;
+    for (; j + lanes <= ends_.size(); j += lanes) {
+      std::array<detail::huffman_lane, lanes> lane{};
+      for (std::size_t k = 0; k < lanes; ++k) {
+        lane[k] = make_lane(j + k, out);
+      }
+      // Lanes advance at data-dependent rates: every one needs room for a step.
+      auto all_have_room = [&lane] {
+        bool room = true;
+        for (const detail::huffman_lane& l : lane) {
+          room &= l.out_end - l.out >= 32;
+        }
+        return room;
+      };
+      while (all_have_room()) {
+        for (std::size_t k = 0; k < lanes; ++k) {
+          lane[k].step4(*table_);
+        }
+      }
+      for (std::size_t k = 0; k < lanes; ++k) {
+        lane[k].run(*table_);
+        check_end(lane[k], j + k);
+      }
+    }
+    for (; j < ends_.size(); ++j) {
+      detail::huffman_lane lane = make_lane(j, out);
+      lane.run(*table_);
+      check_end(lane, j);
+    }
+  }
+
+ private:
+  static void expect(bool ok, std::size_t offset, const std::string& what) {
+    if (!ok) [[unlikely]] {
+      throw format_error(offset, what);
+    }
+  }
+  [[nodiscard]] std::size_t begin_of(std::size_t j) const noexcept {
+    return j == 0 ? 0 : ends_[j - 1];
+  }
+  [[nodiscard]] detail::huffman_lane make_lane(std::size_t j, std::span<std::uint8_t> out) const {
+    const std::size_t first = j * block_;
+    const std::size_t last = std::min(symbols_, first + block_);
+    return {data_.data(),       data_.size(),     begin_of(j), begin_of(j), 0, 0,
+            out.data() + first, out.data() + last};
+  }
+  void check_end(const detail::huffman_lane& lane, std::size_t j) const {
+    expect(
+        lane.ended_cleanly(ends_[j] - begin_of(j)), format_error::no_offset,
+        "Huffman sub-stream " + std::to_string(j) + " does not decode to exactly its " + "symbols");
+  }
+
+  std::unique_ptr<huffman_table> table_;  // 16 KiB: on the heap
+  std::size_t symbols_ = 0;
+  std::uint32_t block_ = 0;
+  std::uint8_t single_ = 0;
+  std::span<const std::uint8_t> data_;
+  std::vector<std::uint32_t> ends_;
+};
+
+/// @brief Canonical Huffman exponent coder (see the file comment for its layout). Stateless
+/// apart from the sub-stream size; every call is thread-safe.
+struct huffman_coder {
+  /// Symbols per independently decodable sub-stream: smaller means more parallelism (GPU
+  /// threads) and more offset bytes.
+  std::uint32_t block = huffman_default_block;
+
+  [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
+  [[nodiscard]] std::string name() const { return "huffman"; }
+
+  /// Appends the encoding of `symbols`. O(n + 256 log 256).
+  /// @throws wisp::logic_error if `block` is outside [1, 2^24] or a sub-stream would exceed 4 GiB.
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    WISP_EXPECTS(block >= 1 && block <= detail::huffman_max_block, "huffman_coder: block ", block,
+                 " is outside [1, 2^24]");
+    if (symbols.empty()) {
+      return;
+    }
+    std::array<std::uint64_t, 256> counts{};
+    for (const std::uint8_t s : symbols) {
+      ++counts[s];
+    }
+    if (std::count_if(counts.begin(), counts.end(), [](std::uint64_t c) { return c != 0; }) == 1) {
+      sink.push_back(0);
+      sink.push_back(symbols[0]);
+      return;
+    }
+    const detail::huffman_lengths lengths = detail::huffman_code_lengths(counts);
+    const std::array<std::uint16_t, 256> codes = detail::huffman_codes(lengths);
+    sink.push_back(1);
+    for (std::size_t i = 0; i < 128; ++i) {
+      sink.push_back(static_cast<std::uint8_t>(lengths[2 * i] | (lengths[2 * i + 1] << 4)));
+    }
+    detail::append_u32(sink, block);
+    const std::size_t streams = (symbols.size() + block - 1) / block;
+    const std::size_t offsets_at = sink.size();
+    sink.resize(sink.size() + 4 * streams);
+    const std::size_t data_at = sink.size();
+    for (std::size_t j = 0; j < streams; ++j) {
+      std::uint64_t acc = 0;
+      unsigned filled = 0;
+      const std::size_t last = std::min(symbols.size(), (j + 1) * block);
+      for (std::size_t i = j * block; i < last; ++i) {
+        acc |= static_cast<std::uint64_t>(codes[symbols[i]]) << filled;
+        filled += lengths[symbols[i]];
+        while (filled >= 8) {
+          sink.push_back(static_cast<std::uint8_t>(acc));
+          acc >>= 8;
+          filled -= 8;
+        }
+      }
+      if (filled > 0) {
+        sink.push_back(static_cast<std::uint8_t>(acc));
+      }
+      const std::size_t end = sink.size() - data_at;
+      WISP_EXPECTS(end <= 0xFFFFFFFFu, "huffman_coder: E-chunk data of ", end,
+                   " bytes exceeds 4 GiB; use more E-chunks");
+      for (int b = 0; b < 4; ++b) {
+        sink[offsets_at + 4 * j + static_cast<std::size_t>(b)] =
+            static_cast<std::uint8_t>(end >> (8 * b));
+      }
+    }
+  }
+
+  /// Decodes exactly `out.size()` symbols from `encoded`. O(n).
+  /// @throws wisp::format_error on any input that is not such an encoding.
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    huffman_chunk(encoded, out.size()).decode(out);
+  }
+};
+static_assert(exponent_coder<huffman_coder>);
+
+}  // namespace wisp
