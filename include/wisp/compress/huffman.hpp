@@ -7,11 +7,14 @@
 /// Encoded layout (all integers little-endian; the symbol count comes from the container):
 /// - 0 symbols: nothing.
 /// - one distinct symbol: `00 <symbol>` (2 bytes).
-/// - otherwise: `01`, 128 bytes of 4-bit code lengths (symbol 2i in the low nibble of byte i,
-///   0 = absent, at most `huffman_max_bits`; the code must be complete), the u32 sub-stream size
-///   `B` (symbols), `S = ceil(n / B)` u32 end offsets of the sub-streams relative to the data,
-///   then the data. Sub-stream j holds symbols `[jB, min(n, (j+1)B))` as canonical codes written
-///   least-significant bit first; each ends on a byte boundary with zero padding bits.
+/// - otherwise: `01`, the first and the last symbol with a code `f <= l` (u8 each), then
+///   `ceil(c / 2)` bytes of 4-bit code lengths of the `c = l - f + 1` symbols from `f` (symbol
+///   `f + 2i` in the low nibble of byte i, a last odd high nibble 0; 0 = no code, at most
+///   `huffman_max_bits`; the code must be complete), the u32 sub-stream size `B` (symbols), `S =
+///   ceil(n / B)` u32 end offsets of the sub-streams relative to the data, then the data. Exponents
+///   of real weights span about 30 values, so the lengths take ~15 bytes. Sub-stream j holds
+///   symbols `[jB, min(n, (j+1)B))` as canonical codes written least-significant bit first; each
+///   ends on a byte boundary with zero padding bits.
 ///
 /// Independent sub-streams are what makes decoding parallel: the host decodes four of them in
 /// lockstep (four independent dependency chains), a GPU gives each its own thread. Each table
@@ -59,7 +62,6 @@ struct huffman_table {
 namespace detail {
 
 inline constexpr std::uint32_t huffman_window_mask = (1u << huffman_max_bits) - 1;
-inline constexpr std::size_t huffman_header_bytes = 1 + 128 + 4;
 inline constexpr std::uint32_t huffman_max_block = std::uint32_t{1} << 24;
 
 /// Code lengths of a complete, canonical code, one per symbol (0 = absent).
@@ -194,24 +196,41 @@ using huffman_lengths = std::array<std::uint8_t, 256>;
           static_cast<std::uint16_t>(s | (static_cast<unsigned>(l) << 8));
     }
   }
-  // Multi-symbol entries: keep decoding while the next whole code still lies inside the window.
+  // Multi-symbol entries by dynamic programming over windows in increasing order: window w starts
+  // with the code of single[w] (l bits); what follows is the decoding of the window w >> l (< w,
+  // done already) cut to the codes that end within the 11 - l bits that are really there.
+  // cumulative[w] holds, per symbol of entry w, the bits up to its end (4 bits each).
+  std::array<std::uint32_t, std::size_t{1} << huffman_max_bits> cumulative{};
   for (std::uint32_t w = 0; w <= huffman_window_mask; ++w) {
-    std::uint64_t symbols = 0;
-    std::uint32_t count = 0;
-    std::uint32_t bits = 0;
-    while (count < 6) {
-      const std::uint16_t e = single[(w >> bits) & huffman_window_mask];
-      const std::uint32_t l = e >> 8;
-      if (bits + l > huffman_max_bits) {
-        break;
+    const std::uint32_t symbol = single[w] & 0xFFu;
+    const std::uint32_t l = single[w] >> 8;
+    std::uint64_t symbols = symbol;
+    std::uint32_t count = 1;
+    std::uint32_t cum = l;
+    if (w == 0) {  // all-zero window: the all-zero code again and again
+      for (; count < 6 && (count + 1) * l <= huffman_max_bits; ++count) {
+        symbols |= static_cast<std::uint64_t>(symbol) << (8 * count);
+        cum |= ((count + 1) * l) << (4 * count);
       }
-      symbols |= static_cast<std::uint64_t>(e & 0xFFu) << (8 * count);
-      ++count;
-      bits += l;
+    } else {
+      const std::uint32_t rest = w >> l;
+      const std::uint64_t rest_entry = t.entry[rest];
+      const std::uint32_t rest_count = static_cast<std::uint32_t>(rest_entry >> 48) & 0xFu;
+      std::uint32_t take = 0;
+      while (take < rest_count && take < 5 &&
+             ((cumulative[rest] >> (4 * take)) & 0xFu) <= huffman_max_bits - l) {
+        ++take;
+      }
+      symbols |= (rest_entry & ((std::uint64_t{1} << (8 * take)) - 1)) << 8;
+      // Every kept cumulative count grows by l; none exceeds 11, so no nibble carries.
+      cum |= ((cumulative[rest] & ((1u << (4 * take)) - 1)) +
+              l * (0x11111u & ((1u << (4 * take)) - 1)))
+             << 4;
+      count += take;
     }
-    const std::uint64_t first_bits = single[w] >> 8;
-    t.entry[w] =
-        symbols | (std::uint64_t{count} << 48) | (std::uint64_t{bits} << 52) | (first_bits << 56);
+    cumulative[w] = cum;
+    const std::uint64_t bits = (cum >> (4 * (count - 1))) & 0xFu;
+    t.entry[w] = symbols | (std::uint64_t{count} << 48) | (bits << 52) | (std::uint64_t{l} << 56);
   }
   return true;
 }
@@ -331,19 +350,29 @@ class huffman_chunk {
       return;
     }
     expect(encoded[0] == 1, 0, "unknown Huffman E-chunk mode " + std::to_string(encoded[0]));
-    expect(encoded.size() >= detail::huffman_header_bytes, 0, "truncated Huffman header");
+    expect(encoded.size() >= 3, 0, "truncated Huffman header");
+    const std::size_t first = encoded[1];
+    expect(first <= encoded[2], 1,
+           "Huffman code lengths from symbol " + std::to_string(first) + " to " +
+               std::to_string(encoded[2]) + " are out of order");
+    const std::size_t count = std::size_t{encoded[2]} + 1 - first;
+    const std::size_t lengths_bytes = (count + 1) / 2;
+    const std::size_t block_at = 3 + lengths_bytes;
+    expect(encoded.size() >= block_at + 4, 0, "truncated Huffman header");
     detail::huffman_lengths lengths{};
-    for (std::size_t i = 0; i < 128; ++i) {
-      lengths[2 * i] = encoded[1 + i] & 0x0Fu;
-      lengths[2 * i + 1] = encoded[1 + i] >> 4;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint8_t packed = encoded[3 + i / 2];
+      lengths[first + i] = static_cast<std::uint8_t>(i % 2 == 0 ? packed & 0x0Fu : packed >> 4);
     }
-    expect(detail::build_huffman_table(lengths, *table_), 1,
+    expect(count % 2 == 0 || (encoded[block_at - 1] >> 4) == 0, block_at - 1,
+           "unused nibble of the Huffman code lengths is not zero");
+    expect(detail::build_huffman_table(lengths, *table_), 3,
            "Huffman code lengths do not form a complete code of 2+ symbols up to 11 bits");
-    block_ = detail::load_u32(encoded.data() + 129);
-    expect(block_ >= 1 && block_ <= detail::huffman_max_block, 129,
+    block_ = detail::load_u32(encoded.data() + block_at);
+    expect(block_ >= 1 && block_ <= detail::huffman_max_block, block_at,
            "Huffman sub-stream size " + std::to_string(block_) + " is outside [1, 2^24]");
     const std::size_t streams = (symbols + block_ - 1) / block_;
-    const std::size_t offsets_at = detail::huffman_header_bytes;
+    const std::size_t offsets_at = block_at + 4;
     expect((encoded.size() - offsets_at) / 4 >= streams, offsets_at,
            "truncated Huffman sub-stream offsets");
     data_ = encoded.subspan(offsets_at + 4 * streams);
@@ -467,9 +496,21 @@ struct huffman_coder {
     }
     const detail::huffman_lengths lengths = detail::huffman_code_lengths(counts);
     const std::array<std::uint16_t, 256> codes = detail::huffman_codes(lengths);
+    std::size_t first = 0;
+    while (lengths[first] == 0) {
+      ++first;
+    }
+    std::size_t last = 255;
+    while (lengths[last] == 0) {
+      --last;
+    }
+    const std::size_t count = last + 1 - first;
     sink.push_back(1);
-    for (std::size_t i = 0; i < 128; ++i) {
-      sink.push_back(static_cast<std::uint8_t>(lengths[2 * i] | (lengths[2 * i + 1] << 4)));
+    sink.push_back(static_cast<std::uint8_t>(first));
+    sink.push_back(static_cast<std::uint8_t>(last));
+    for (std::size_t i = 0; i < count; i += 2) {
+      const std::uint8_t high = i + 1 < count ? lengths[first + i + 1] : 0;
+      sink.push_back(static_cast<std::uint8_t>(lengths[first + i] | (high << 4)));
     }
     detail::append_u32(sink, block);
     const std::size_t streams = (symbols.size() + block - 1) / block;
