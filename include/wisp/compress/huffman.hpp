@@ -475,7 +475,10 @@ struct huffman_coder {
   std::uint32_t block = huffman_default_block;
 
   [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
-  [[nodiscard]] std::string name() const { return "huffman"; }
+  /// "huffman", or "huffman-b<block>" for a sub-stream size other than the default.
+  [[nodiscard]] std::string name() const {
+    return block == huffman_default_block ? "huffman" : "huffman-b" + std::to_string(block);
+  }
 
   /// Appends the encoding of `symbols`. O(n + 256 log 256).
   /// @throws wisp::logic_error if `block` is outside [1, 2^24] or a sub-stream would exceed 4 GiB.
