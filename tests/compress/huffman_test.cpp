@@ -3,6 +3,7 @@
 // prefix property, the decode table against bit-by-bit decoding, round trips over every
 // distribution shape, and malformed encodings rejected.
 #include "support.hpp"
+#include "support/expect_error.hpp"
 
 #include <wisp/compress/huffman.hpp>
 
@@ -285,6 +286,29 @@ TEST(Huffman, RandomCorruptionNeverCrashes) {
       ASSERT_EQ(out[i], 0xEE) << "wrote past the output, trial " << trial;
     }
   }
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Huffman, FittedCodeIsSharedByEveryChunkOfATensor) {
+  const std::vector<std::uint16_t> w = wisp::test::gaussian_bf16(50000, 0.02f, 12);
+  const wisp::compressed_bf16 z = wisp::compressed_bf16::compress(w, wisp::huffman_coder{}, 5);
+  // The code lengths follow the 3-byte mode/first/last prefix; every chunk has the same ones.
+  const auto header_of = [&](std::uint32_t j) {
+    const std::span<const std::uint8_t> b = z.chunk_bytes(z.e_chunk(j));
+    return std::vector<std::uint8_t>(b.begin(), b.begin() + 3 + (b[2] - b[1] + 2) / 2);
+  };
+  for (std::uint32_t j = 1; j < 5; ++j) {
+    EXPECT_EQ(header_of(j), header_of(0)) << j;
+  }
+  // A fitted code must cover what it encodes.
+  const std::vector<std::uint8_t> some = {1, 2, 2, 3};
+  const std::vector<std::uint8_t> other = {1, 9};
+  std::vector<std::uint8_t> sink;
+  wisp::test::expect_error([&] { wisp::huffman_coder{}.fitted(some).encode(other, sink); },
+                           "symbol 9 has no code");
 }
 
 }  // namespace

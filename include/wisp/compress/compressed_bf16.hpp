@@ -137,11 +137,18 @@ class compressed_bf16 {
                exponents);
     z.chunks_[0] = {wzbf::header_bytes(e_chunks), n, 0, n, 0, coder_id::raw};
     std::vector<std::uint8_t> encoded;
+    const auto chunk_coder = [&] {
+      if constexpr (fittable_coder<Coder>) {
+        return coder.fitted(exponents);  // one code for the tensor: one decode table
+      } else {
+        return coder;
+      }
+    }();
     for (std::uint32_t j = 0; j < e_chunks; ++j) {
       const auto [first, count] = e_chunk_range(n, e_chunks, j);
       const std::span<const std::uint8_t> symbols(exponents.data() + first, count);
       encoded.clear();
-      coder.encode(symbols, encoded);
+      chunk_coder.encode(symbols, encoded);
       coder_id id = coder.id();
       if (encoded.size() >= count && id != coder_id::raw) {
         encoded.assign(symbols.begin(), symbols.end());
@@ -273,9 +280,16 @@ class compressed_bf16 {
                  "compressed_bf16::decompress_chunk: output of ", out.size(), " for ", elements_,
                  " elements, scratch of ", exponents.size(), " for ", r.count);
     const std::span<std::uint8_t> ex = exponents.first(r.count);
+    const std::uint8_t* sm = bytes_.data() + chunks_[0].offset + r.first;
+    if (r.coder == coder_id::huffman && coders.find(coder_id::huffman) != nullptr) {
+      // Recover each group of sub-streams while its exponents are still in L1.
+      huffman_chunk(chunk_bytes(r), r.count).decode_groups(ex, [&](std::size_t at, std::size_t n) {
+        detail::recover_bf16_unchecked(sm + at, ex.data() + at, out.data() + r.first + at, n);
+      });
+      return;
+    }
     decode_e_chunk(r, chunk_bytes(r), ex, coders, /*verify=*/false);
-    detail::recover_bf16_unchecked(bytes_.data() + chunks_[0].offset + r.first, ex.data(),
-                                   out.data() + r.first, r.count);
+    detail::recover_bf16_unchecked(sm, ex.data(), out.data() + r.first, r.count);
   }
 
   /// Decodes the whole tensor into `out` (`elements()` long), E-chunk by E-chunk, with

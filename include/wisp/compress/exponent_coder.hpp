@@ -95,6 +95,14 @@ struct raw_coder {
 };
 static_assert(exponent_coder<raw_coder>);
 
+/// @brief A coder that can adapt itself to a whole stream before encoding it in chunks
+/// (`huffman_coder` fits one code to a tensor). Optional: the container uses it when present.
+template <class C>
+concept fittable_coder = exponent_coder<C> &&
+    requires(const C& c, std::span<const std::uint8_t> s) {
+  { c.fitted(s) } -> exponent_coder;
+};
+
 /// @brief Any exponent coder behind one copyable value, for choices made at run time (a command
 /// line, a file's coder id). Thread safety: const calls may run concurrently if the wrapped
 /// coder's may (every wisp coder's can).
@@ -114,6 +122,10 @@ class any_coder {
   void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
     self_->decode(encoded, out);
   }
+  /// The wrapped coder fitted to `symbols` if it is a `fittable_coder`, else a copy of this.
+  [[nodiscard]] any_coder fitted(std::span<const std::uint8_t> symbols) const {
+    return self_->fitted(*this, symbols);
+  }
 
  private:
   struct base {
@@ -122,6 +134,8 @@ class any_coder {
     [[nodiscard]] virtual std::string name() const = 0;
     virtual void encode(std::span<const std::uint8_t>, std::vector<std::uint8_t>&) const = 0;
     virtual void decode(std::span<const std::uint8_t>, std::span<std::uint8_t>) const = 0;
+    [[nodiscard]] virtual any_coder fitted(const any_coder& self,
+                                           std::span<const std::uint8_t>) const = 0;
   };
   template <class C>
   struct model final : base {
@@ -133,6 +147,14 @@ class any_coder {
     }
     void decode(std::span<const std::uint8_t> in, std::span<std::uint8_t> out) const override {
       coder.decode(in, out);
+    }
+    [[nodiscard]] any_coder fitted(const any_coder& self,
+                                   std::span<const std::uint8_t> symbols) const override {
+      if constexpr (fittable_coder<C>) {
+        return any_coder(coder.fitted(symbols));
+      } else {
+        return self;
+      }
     }
     C coder;
   };

@@ -35,6 +35,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -252,9 +253,7 @@ struct huffman_lane {
   WISP_HOST_DEVICE void refill() noexcept {
     std::uint64_t word = 0;
     if (next + 8 <= limit) {
-      for (int i = 0; i < 8; ++i) {  // compilers turn this into one unaligned little-endian load
-        word |= static_cast<std::uint64_t>(data[next + static_cast<std::size_t>(i)]) << (8 * i);
-      }
+      word = load_le64(data + next);
     } else {
       for (std::size_t i = 0; i < 8 && next + i < limit; ++i) {
         word |= static_cast<std::uint64_t>(data[next + i]) << (8 * i);
@@ -273,9 +272,7 @@ struct huffman_lane {
     refill();
     for (int k = 0; k < 4; ++k) {
       const std::uint64_t e = t.entry[buffer & huffman_window_mask];
-      for (int i = 0; i < 8; ++i) {  // one 8-byte store; symbols past the count are overwritten
-        out[i] = static_cast<std::uint8_t>(e >> (8 * i));
-      }
+      store_le64(out, e);  // symbols past the count are overwritten by the next window
       const unsigned used = static_cast<unsigned>(e >> 52) & 0xFu;
       out += (e >> 48) & 0xFu;
       buffer >>= used;
@@ -299,10 +296,39 @@ struct huffman_lane {
 
   /// Decodes everything: four windows at a time while there is room, then one symbol at a time.
   WISP_HOST_DEVICE void run(const huffman_table& t) noexcept {
-    while (out_end - out >= 32) {
-      step4(t);
+    huffman_lane l = *this;  // a local copy the compiler keeps in registers (stores to `out`
+    while (l.out_end - l.out >= 32) {  // could otherwise alias the members)
+      l.step4(t);
     }
-    finish(t);
+    l.finish(t);
+    *this = l;
+  }
+
+  /// Little-endian 8-byte load and store at any alignment.
+  [[nodiscard]] WISP_HOST_DEVICE static std::uint64_t load_le64(const std::uint8_t* p) noexcept {
+#if !defined(__CUDA_ARCH__)
+    if constexpr (std::endian::native == std::endian::little) {
+      std::uint64_t v = 0;
+      std::memcpy(&v, p, 8);
+      return v;
+    }
+#endif
+    std::uint64_t v = 0;
+    for (int i = 0; i < 8; ++i) {
+      v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+    }
+    return v;
+  }
+  WISP_HOST_DEVICE static void store_le64(std::uint8_t* p, std::uint64_t v) noexcept {
+#if !defined(__CUDA_ARCH__)
+    if constexpr (std::endian::native == std::endian::little) {
+      std::memcpy(p, &v, 8);
+      return;
+    }
+#endif
+    for (int i = 0; i < 8; ++i) {
+      p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+    }
   }
 
   /// True if the sub-stream, `size` bytes long, decoded to exactly its symbols with zero padding.
@@ -337,8 +363,7 @@ class huffman_chunk {
  public:
   /// Parses `encoded`, the encoding of `symbols` symbols. O(2^11 + sub-streams).
   /// @throws wisp::format_error naming the problem and its byte offset within `encoded`.
-  huffman_chunk(std::span<const std::uint8_t> encoded, std::size_t symbols)
-      : table_(std::make_unique<huffman_table>()), symbols_(symbols) {
+  huffman_chunk(std::span<const std::uint8_t> encoded, std::size_t symbols) : symbols_(symbols) {
     if (symbols == 0) {
       expect(encoded.empty(), 0, "an empty Huffman E-chunk must have no bytes");
       return;
@@ -366,7 +391,8 @@ class huffman_chunk {
     }
     expect(count % 2 == 0 || (encoded[block_at - 1] >> 4) == 0, block_at - 1,
            "unused nibble of the Huffman code lengths is not zero");
-    expect(detail::build_huffman_table(lengths, *table_), 3,
+    table_ = cached_table(lengths);
+    expect(table_ != nullptr, 3,
            "Huffman code lengths do not form a complete code of 2+ symbols up to 11 bits");
     block_ = detail::load_u32(encoded.data() + block_at);
     expect(block_ >= 1 && block_ <= detail::huffman_max_block, block_at,
@@ -402,43 +428,72 @@ class huffman_chunk {
   void decode(std::span<std::uint8_t> out) const {
     WISP_EXPECTS(out.size() == symbols_, "huffman_chunk::decode: ", out.size(),
                  " output bytes for ", symbols_, " symbols");
+    decode_groups(out, [](std::size_t, std::size_t) {});
+  }
+
+  /// Decodes into `out` like `decode`, calling `consume(first, count)` after each group of up to
+  /// four sub-streams, while those symbols are still in L1: the container recovers BF16 values
+  /// there instead of streaming all exponents out and back.
+  template <class Consume>
+  void decode_groups(std::span<std::uint8_t> out, Consume&& consume) const {
+    WISP_EXPECTS(out.size() == symbols_, "huffman_chunk::decode_groups: ", out.size(),
+                 " output bytes for ", symbols_, " symbols");
     if (ends_.empty()) {
       std::memset(out.data(), single_, out.size());
+      consume(std::size_t{0}, out.size());
       return;
     }
     constexpr std::size_t lanes = 4;
     std::size_t j = 0;
     for (; j + lanes <= ends_.size(); j += lanes) {
-      std::array<detail::huffman_lane, lanes> lane{};
-      for (std::size_t k = 0; k < lanes; ++k) {
-        lane[k] = make_lane(j + k, out);
+      // Four named lanes (not an array) so that all four states stay in registers.
+      detail::huffman_lane a = make_lane(j, out);
+      detail::huffman_lane b = make_lane(j + 1, out);
+      detail::huffman_lane c = make_lane(j + 2, out);
+      detail::huffman_lane d = make_lane(j + 3, out);
+      auto room = [](const detail::huffman_lane& l) { return l.out_end - l.out >= 32; };
+      while (room(a) && room(b) && room(c) && room(d)) {  // lanes advance at different rates
+        a.step4(*table_);
+        b.step4(*table_);
+        c.step4(*table_);
+        d.step4(*table_);
       }
-      // Lanes advance at data-dependent rates: every one needs room for a step.
-      auto all_have_room = [&lane] {
-        bool room = true;
-        for (const detail::huffman_lane& l : lane) {
-          room &= l.out_end - l.out >= 32;
-        }
-        return room;
-      };
-      while (all_have_room()) {
-        for (std::size_t k = 0; k < lanes; ++k) {
-          lane[k].step4(*table_);
-        }
-      }
-      for (std::size_t k = 0; k < lanes; ++k) {
-        lane[k].run(*table_);
-        check_end(lane[k], j + k);
-      }
+      a.run(*table_);
+      b.run(*table_);
+      c.run(*table_);
+      d.run(*table_);
+      check_end(a, j);
+      check_end(b, j + 1);
+      check_end(c, j + 2);
+      check_end(d, j + 3);
+      consume(j * block_, std::min<std::size_t>(symbols_, (j + lanes) * block_) - j * block_);
     }
     for (; j < ends_.size(); ++j) {
       detail::huffman_lane lane = make_lane(j, out);
       lane.run(*table_);
       check_end(lane, j);
+      consume(j * block_, std::min<std::size_t>(symbols_, (j + 1) * block_) - j * block_);
     }
   }
 
  private:
+  // The decode table of `lengths`, or nullptr if they are not a valid code. The table of the
+  // last code seen on this thread is kept: the E-chunks of one tensor share their code
+  // (`huffman_coder::fitted`), so a tensor builds its table once, not once per chunk.
+  static std::shared_ptr<const huffman_table> cached_table(const detail::huffman_lengths& lengths) {
+    thread_local detail::huffman_lengths last_lengths{};
+    thread_local std::shared_ptr<const huffman_table> last_table;
+    if (last_table != nullptr && lengths == last_lengths) {
+      return last_table;
+    }
+    auto table = std::make_shared<huffman_table>();
+    if (!detail::build_huffman_table(lengths, *table)) {
+      return nullptr;
+    }
+    last_lengths = lengths;
+    last_table = table;
+    return table;
+  }
   static void expect(bool ok, std::size_t offset, const std::string& what) {
     if (!ok) [[unlikely]] {
       throw format_error(offset, what);
@@ -459,13 +514,86 @@ class huffman_chunk {
         "Huffman sub-stream " + std::to_string(j) + " does not decode to exactly its " + "symbols");
   }
 
-  std::unique_ptr<huffman_table> table_;  // 16 KiB: on the heap
+  std::shared_ptr<const huffman_table> table_;  // 16 KiB, shared with the thread's cache
   std::size_t symbols_ = 0;
   std::uint32_t block_ = 0;
   std::uint8_t single_ = 0;
   std::span<const std::uint8_t> data_;
   std::vector<std::uint32_t> ends_;
 };
+
+namespace detail {
+/// The Huffman encoding of `symbols` with sub-streams of `block` symbols, appended to `sink`;
+/// with the code `code` when given (it must cover every symbol), else the chunk's own.
+inline void huffman_encode(std::span<const std::uint8_t> symbols, std::uint32_t block,
+                           const huffman_lengths* code, std::vector<std::uint8_t>& sink) {
+  WISP_EXPECTS(block >= 1 && block <= huffman_max_block, "huffman_coder: block ", block,
+               " is outside [1, 2^24]");
+  if (symbols.empty()) {
+    return;
+  }
+  std::array<std::uint64_t, 256> counts{};
+  for (const std::uint8_t s : symbols) {
+    ++counts[s];
+  }
+  if (std::count_if(counts.begin(), counts.end(), [](std::uint64_t c) { return c != 0; }) == 1) {
+    sink.push_back(0);
+    sink.push_back(symbols[0]);
+    return;
+  }
+  const huffman_lengths lengths = code != nullptr ? *code : huffman_code_lengths(counts);
+  for (std::size_t x = 0; x < 256; ++x) {
+    WISP_EXPECTS(counts[x] == 0 || lengths[x] != 0, "huffman_coder: symbol ", x,
+                 " has no code in the fitted code lengths");
+  }
+  const std::array<std::uint16_t, 256> codes = huffman_codes(lengths);
+  std::size_t first = 0;
+  while (lengths[first] == 0) {
+    ++first;
+  }
+  std::size_t last = 255;
+  while (lengths[last] == 0) {
+    --last;
+  }
+  const std::size_t count = last + 1 - first;
+  sink.push_back(1);
+  sink.push_back(static_cast<std::uint8_t>(first));
+  sink.push_back(static_cast<std::uint8_t>(last));
+  for (std::size_t i = 0; i < count; i += 2) {
+    const std::uint8_t high = i + 1 < count ? lengths[first + i + 1] : 0;
+    sink.push_back(static_cast<std::uint8_t>(lengths[first + i] | (high << 4)));
+  }
+  append_u32(sink, block);
+  const std::size_t streams = (symbols.size() + block - 1) / block;
+  const std::size_t offsets_at = sink.size();
+  sink.resize(sink.size() + 4 * streams);
+  const std::size_t data_at = sink.size();
+  for (std::size_t j = 0; j < streams; ++j) {
+    std::uint64_t acc = 0;
+    unsigned filled = 0;
+    const std::size_t last = std::min(symbols.size(), (j + 1) * block);
+    for (std::size_t i = j * block; i < last; ++i) {
+      acc |= static_cast<std::uint64_t>(codes[symbols[i]]) << filled;
+      filled += lengths[symbols[i]];
+      while (filled >= 8) {
+        sink.push_back(static_cast<std::uint8_t>(acc));
+        acc >>= 8;
+        filled -= 8;
+      }
+    }
+    if (filled > 0) {
+      sink.push_back(static_cast<std::uint8_t>(acc));
+    }
+    const std::size_t end = sink.size() - data_at;
+    WISP_EXPECTS(end <= 0xFFFFFFFFu, "huffman_coder: E-chunk data of ", end,
+                 " bytes exceeds 4 GiB; use more E-chunks");
+    for (int b = 0; b < 4; ++b) {
+      sink[offsets_at + 4 * j + static_cast<std::size_t>(b)] =
+          static_cast<std::uint8_t>(end >> (8 * b));
+    }
+  }
+}
+}  // namespace detail
 
 /// @brief Canonical Huffman exponent coder (see the file comment for its layout). Stateless
 /// apart from the sub-stream size; every call is thread-safe.
@@ -480,70 +608,10 @@ struct huffman_coder {
     return block == huffman_default_block ? "huffman" : "huffman-b" + std::to_string(block);
   }
 
-  /// Appends the encoding of `symbols`. O(n + 256 log 256).
+  /// Appends the encoding of `symbols`, with a code fitted to them. O(n + 256 log 256).
   /// @throws wisp::logic_error if `block` is outside [1, 2^24] or a sub-stream would exceed 4 GiB.
   void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
-    WISP_EXPECTS(block >= 1 && block <= detail::huffman_max_block, "huffman_coder: block ", block,
-                 " is outside [1, 2^24]");
-    if (symbols.empty()) {
-      return;
-    }
-    std::array<std::uint64_t, 256> counts{};
-    for (const std::uint8_t s : symbols) {
-      ++counts[s];
-    }
-    if (std::count_if(counts.begin(), counts.end(), [](std::uint64_t c) { return c != 0; }) == 1) {
-      sink.push_back(0);
-      sink.push_back(symbols[0]);
-      return;
-    }
-    const detail::huffman_lengths lengths = detail::huffman_code_lengths(counts);
-    const std::array<std::uint16_t, 256> codes = detail::huffman_codes(lengths);
-    std::size_t first = 0;
-    while (lengths[first] == 0) {
-      ++first;
-    }
-    std::size_t last = 255;
-    while (lengths[last] == 0) {
-      --last;
-    }
-    const std::size_t count = last + 1 - first;
-    sink.push_back(1);
-    sink.push_back(static_cast<std::uint8_t>(first));
-    sink.push_back(static_cast<std::uint8_t>(last));
-    for (std::size_t i = 0; i < count; i += 2) {
-      const std::uint8_t high = i + 1 < count ? lengths[first + i + 1] : 0;
-      sink.push_back(static_cast<std::uint8_t>(lengths[first + i] | (high << 4)));
-    }
-    detail::append_u32(sink, block);
-    const std::size_t streams = (symbols.size() + block - 1) / block;
-    const std::size_t offsets_at = sink.size();
-    sink.resize(sink.size() + 4 * streams);
-    const std::size_t data_at = sink.size();
-    for (std::size_t j = 0; j < streams; ++j) {
-      std::uint64_t acc = 0;
-      unsigned filled = 0;
-      const std::size_t last = std::min(symbols.size(), (j + 1) * block);
-      for (std::size_t i = j * block; i < last; ++i) {
-        acc |= static_cast<std::uint64_t>(codes[symbols[i]]) << filled;
-        filled += lengths[symbols[i]];
-        while (filled >= 8) {
-          sink.push_back(static_cast<std::uint8_t>(acc));
-          acc >>= 8;
-          filled -= 8;
-        }
-      }
-      if (filled > 0) {
-        sink.push_back(static_cast<std::uint8_t>(acc));
-      }
-      const std::size_t end = sink.size() - data_at;
-      WISP_EXPECTS(end <= 0xFFFFFFFFu, "huffman_coder: E-chunk data of ", end,
-                   " bytes exceeds 4 GiB; use more E-chunks");
-      for (int b = 0; b < 4; ++b) {
-        sink[offsets_at + 4 * j + static_cast<std::size_t>(b)] =
-            static_cast<std::uint8_t>(end >> (8 * b));
-      }
-    }
+    detail::huffman_encode(symbols, block, nullptr, sink);
   }
 
   /// Decodes exactly `out.size()` symbols from `encoded`. O(n).
@@ -551,7 +619,44 @@ struct huffman_coder {
   void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
     huffman_chunk(encoded, out.size()).decode(out);
   }
+
+  /// This coder with one code for all of `symbols` (a whole tensor's exponents), so that its
+  /// E-chunks share a code and a decoder builds one table per tensor instead of one per chunk.
+  /// Costs a little size when chunks differ (a tensor's chunks rarely do). O(n).
+  [[nodiscard]] struct fitted_huffman_coder fitted(std::span<const std::uint8_t> symbols) const;
 };
 static_assert(exponent_coder<huffman_coder>);
+
+/// @brief `huffman_coder` with one code for a whole stream, made by `huffman_coder::fitted`;
+/// writes the same format.
+struct fitted_huffman_coder {
+  std::uint32_t block = huffman_default_block;
+  std::shared_ptr<const detail::huffman_lengths> code;  ///< null: each chunk gets its own
+
+  [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
+  [[nodiscard]] std::string name() const { return huffman_coder{block}.name(); }
+  /// @throws wisp::logic_error as `huffman_coder::encode`, or if a symbol has no code.
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    detail::huffman_encode(symbols, block, code.get(), sink);
+  }
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    huffman_coder{block}.decode(encoded, out);
+  }
+};
+static_assert(exponent_coder<fitted_huffman_coder>);
+
+inline fitted_huffman_coder huffman_coder::fitted(std::span<const std::uint8_t> symbols) const {
+  std::array<std::uint64_t, 256> counts{};
+  for (const std::uint8_t x : symbols) {
+    ++counts[x];
+  }
+  fitted_huffman_coder out{block, nullptr};
+  if (std::count_if(counts.begin(), counts.end(), [](std::uint64_t c) { return c != 0; }) >= 2) {
+    out.code =
+        std::make_shared<const detail::huffman_lengths>(detail::huffman_code_lengths(counts));
+  }
+  return out;
+}
+static_assert(fittable_coder<huffman_coder>);
 
 }  // namespace wisp
