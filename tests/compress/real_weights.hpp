@@ -51,18 +51,22 @@ struct real_matrix {
   std::vector<std::uint16_t> values;
 };
 
-/// The 2-D FP32 tensors of the file (the weight matrices) whose name `keep` accepts, as BF16.
+/// The 2-D FP32 or BF16 tensors of the file (the weight matrices) whose name `keep` accepts, as
+/// BF16 (a little-endian host is assumed).
 template <class Keep>
 std::vector<real_matrix> real_matrices(const std::vector<std::uint8_t>& file, Keep keep) {
   std::vector<real_matrix> out;
   for (const safetensors_tensor& t : parse_safetensors_header(file).tensors) {
-    if (t.dtype != "F32" || t.shape.size() != 2 || !keep(t.name)) {
+    if ((t.dtype != "F32" && t.dtype != "BF16") || t.shape.size() != 2 || !keep(t.name)) {
       continue;
     }
     real_matrix m{t.name, std::vector<std::uint16_t>(t.elements())};
-    for (std::size_t i = 0; i < m.values.size(); ++i) {
+    if (t.dtype == "BF16") {
+      std::memcpy(m.values.data(), file.data() + t.begin, 2 * m.values.size());
+    }
+    for (std::size_t i = 0; t.dtype == "F32" && i < m.values.size(); ++i) {
       float f = 0;
-      std::memcpy(&f, file.data() + t.begin + 4 * i, 4);  // little-endian host assumed
+      std::memcpy(&f, file.data() + t.begin + 4 * i, 4);
       m.values[i] = bf16_from_float(f);
     }
     out.push_back(std::move(m));

@@ -44,7 +44,8 @@ namespace wisp {
 /// exponent bit 0, then the 7 mantissa bits.
 [[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_low_byte(
     std::uint8_t sm, std::uint8_t exponent) noexcept {
-  return static_cast<std::uint8_t>((sm & 0x7Fu) | ((exponent & 1u) << 7));
+  // (0 - bit) & 0x80 rather than bit << 7: SIMD units have no byte shift, but a byte subtract.
+  return static_cast<std::uint8_t>((sm & 0x7Fu) | ((0u - (exponent & 1u)) & 0x80u));
 }
 
 /// @brief High byte of that BF16 value: the sign, then exponent bits 7..1.

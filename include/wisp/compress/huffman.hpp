@@ -249,10 +249,12 @@ struct huffman_lane {
   std::uint8_t* out;         ///< next symbol goes here
   std::uint8_t* out_end;     ///< end of this sub-stream's symbols
 
-  /// Tops the buffer up to at least 56 bits.
+  /// Tops the buffer up to at least 56 bits. `Checked = false` is for callers that know the
+  /// 8 bytes at `next` lie before `limit`.
+  template <bool Checked = true>
   WISP_HOST_DEVICE void refill() noexcept {
     std::uint64_t word = 0;
-    if (next + 8 <= limit) {
+    if (!Checked || next + 8 <= limit) {
       word = load_le64(data + next);
     } else {
       for (std::size_t i = 0; i < 8 && next + i < limit; ++i) {
@@ -267,9 +269,11 @@ struct huffman_lane {
     bits += take * 8;
   }
 
-  /// Decodes four table windows (up to 24 symbols); needs at least 32 bytes of room in `out`.
+  /// Decodes four table windows (4 to 24 symbols, 7 input bytes at most); needs at least 32
+  /// bytes of room in `out`.
+  template <bool Checked = true>
   WISP_HOST_DEVICE void step4(const huffman_table& t) noexcept {
-    refill();
+    refill<Checked>();
     for (int k = 0; k < 4; ++k) {
       const std::uint64_t e = t.entry[buffer & huffman_window_mask];
       store_le64(out, e);  // symbols past the count are overwritten by the next window
@@ -304,30 +308,31 @@ struct huffman_lane {
     *this = l;
   }
 
-  /// Little-endian 8-byte load and store at any alignment.
-  [[nodiscard]] WISP_HOST_DEVICE static std::uint64_t load_le64(const std::uint8_t* p) noexcept {
-#if !defined(__CUDA_ARCH__)
-    if constexpr (std::endian::native == std::endian::little) {
-      std::uint64_t v = 0;
-      std::memcpy(&v, p, 8);
-      return v;
-    }
+  /// Little-endian 8-byte load and store at any alignment: one memory access on little-endian
+  /// hosts, bytes assembled one by one elsewhere (big-endian hosts, device code).
+#if defined(__CUDA_ARCH__)
+  static constexpr bool native_le64 = false;
+#else
+  static constexpr bool native_le64 = std::endian::native == std::endian::little;
 #endif
+  [[nodiscard]] WISP_HOST_DEVICE static std::uint64_t load_le64(const std::uint8_t* p) noexcept {
     std::uint64_t v = 0;
-    for (int i = 0; i < 8; ++i) {
-      v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+    if constexpr (native_le64) {
+      std::memcpy(&v, p, 8);
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+      }
     }
     return v;
   }
   WISP_HOST_DEVICE static void store_le64(std::uint8_t* p, std::uint64_t v) noexcept {
-#if !defined(__CUDA_ARCH__)
-    if constexpr (std::endian::native == std::endian::little) {
+    if constexpr (native_le64) {
       std::memcpy(p, &v, 8);
-      return;
-    }
-#endif
-    for (int i = 0; i < 8; ++i) {
-      p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+      }
     }
   }
 
@@ -451,12 +456,26 @@ class huffman_chunk {
       detail::huffman_lane b = make_lane(j + 1, out);
       detail::huffman_lane c = make_lane(j + 2, out);
       detail::huffman_lane d = make_lane(j + 3, out);
-      auto room = [](const detail::huffman_lane& l) { return l.out_end - l.out >= 32; };
-      while (room(a) && room(b) && room(c) && room(d)) {  // lanes advance at different rates
-        a.step4(*table_);
-        b.step4(*table_);
-        c.step4(*table_);
-        d.step4(*table_);
+      // Rounds of steps that no lane can overrun: a step writes at most 24 symbols and reads at
+      // most 7 bytes, so the checks leave the inner loop (lanes advance at different rates).
+      auto safe_steps = [&](const detail::huffman_lane& l) -> std::size_t {
+        const auto room = static_cast<std::size_t>(l.out_end - l.out);
+        const std::size_t by_out = room < 32 ? 0 : (room - 32) / 24 + 1;
+        const std::size_t by_in = l.next + 15 > l.limit ? 0 : (l.limit - l.next - 15) / 7 + 1;
+        return std::min(by_out, by_in);
+      };
+      for (;;) {
+        const std::size_t steps =
+            std::min({safe_steps(a), safe_steps(b), safe_steps(c), safe_steps(d)});
+        if (steps == 0) {
+          break;
+        }
+        for (std::size_t k = 0; k < steps; ++k) {
+          a.step4<false>(*table_);
+          b.step4<false>(*table_);
+          c.step4<false>(*table_);
+          d.step4<false>(*table_);
+        }
       }
       a.run(*table_);
       b.run(*table_);

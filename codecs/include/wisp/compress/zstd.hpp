@@ -32,7 +32,10 @@ struct zstd_coder {
   int level = 3;  ///< compression level, 1..ZSTD_maxCLevel() (3 is zstd's default)
 
   [[nodiscard]] coder_id id() const noexcept { return coder_id::zstd; }
-  [[nodiscard]] std::string name() const { return "zstd"; }
+  /// "zstd", or "zstd-<level>" for a level other than the default 3.
+  [[nodiscard]] std::string name() const {
+    return level == 3 ? "zstd" : "zstd-" + std::to_string(level);
+  }
 
   /// Appends one frame holding `symbols`. O(n).
   /// @throws wisp::logic_error on a level outside 1..ZSTD_maxCLevel(); wisp::error if zstd fails.
