@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -109,9 +110,9 @@ concept fittable_coder = exponent_coder<C> &&
 class any_coder {
  public:
   /// Wraps a copy of `coder`. @throws std::bad_alloc.
-  template <exponent_coder C>
-  requires(!std::same_as<std::remove_cvref_t<C>, any_coder>)
-      any_coder(C coder)  // NOLINT(google-explicit-constructor): a coder is-an any_coder
+  template <class C>  // the any_coder test first: it stops the concept check recursing into us
+    requires(!std::same_as<std::remove_cvref_t<C>, any_coder> && exponent_coder<C>)
+  any_coder(C coder)  // NOLINT(google-explicit-constructor): a coder is-an any_coder
       : self_(std::make_shared<model<C>>(std::move(coder))) {}
 
   [[nodiscard]] coder_id id() const noexcept { return self_->id(); }
