@@ -112,11 +112,12 @@ any_coder encoder(const std::string& name, std::optional<int> level) {
   WISP_FAIL(logic_error, "unknown or unavailable coder '", name, "'; this build has: ", names);
 }
 
-// The coders --inspect compares: every one of this build, zstd at its default and top levels.
+// The coders --inspect compares: every one of this build, zstd at levels 1 (default), 3 and 19.
 std::vector<any_coder> inspect_coders() {
   std::vector<any_coder> out{huffman_coder{}};
 #if defined(WISP_TOOL_HAVE_ZSTD)
   out.emplace_back(zstd_coder{});
+  out.emplace_back(zstd_coder{.level = 3});
   out.emplace_back(zstd_coder{.level = 19});
 #endif
 #if defined(WISP_TOOL_HAVE_LZ4)
@@ -338,7 +339,7 @@ void add_compress_command(CLI::App& app) {
   cmd->add_option("-o,--output", opt->output, "output file");
   cmd->add_option("--coder", opt->coder, "exponent coder: huffman, zstd, lz4, lz4hc, raw")
       ->capture_default_str();
-  cmd->add_option("--level", opt->level, "zstd level (default 3) or lz4hc level (default 9)");
+  cmd->add_option("--level", opt->level, "zstd level (default 1) or lz4hc level (default 9)");
   cmd->add_option("--e-chunks", opt->e_chunks, "E-chunks per tensor, K")
       ->check(CLI::Range(1u, wzbf::max_e_chunks))
       ->capture_default_str();

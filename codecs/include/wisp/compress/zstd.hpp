@@ -29,12 +29,15 @@ namespace wisp {
 /// @brief Zstandard exponent coder (one frame per E-chunk, no frame checksum: the container has
 /// CRCs). Thread-safe: every thread decodes with a context of its own, made on first use.
 struct zstd_coder {
-  int level = 3;  ///< compression level, 1..ZSTD_maxCLevel() (3 is zstd's default)
+  /// Compression level, 1..ZSTD_maxCLevel(). 1, not zstd's usual 3: on exponent streams level 1
+  /// is smaller (its matches are rarer; Huffman-coded literals do the work) and faster; see
+  /// docs/compression.md for the measured levels.
+  int level = 1;
 
   [[nodiscard]] coder_id id() const noexcept { return coder_id::zstd; }
-  /// "zstd", or "zstd-<level>" for a level other than the default 3.
+  /// "zstd", or "zstd-<level>" for a level other than the default 1.
   [[nodiscard]] std::string name() const {
-    return level == 3 ? "zstd" : "zstd-" + std::to_string(level);
+    return level == 1 ? "zstd" : "zstd-" + std::to_string(level);
   }
 
   /// Appends one frame holding `symbols`. O(n).
