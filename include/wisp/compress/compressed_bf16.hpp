@@ -51,6 +51,8 @@ inline constexpr std::uint32_t version = 1;
 inline constexpr std::size_t fixed_bytes = 32;
 /// One chunk-table entry.
 inline constexpr std::size_t entry_bytes = 24;
+/// Most elements a record may hold.
+inline constexpr std::uint64_t max_elements = std::uint64_t{1} << 48;
 /// Most E-chunks a record may have (bounds the header a reader allocates).
 inline constexpr std::uint32_t max_e_chunks = 65536;
 /// Header size of a record with `k` E-chunks: fixed part, K + 1 entries, CRC-32.
@@ -121,13 +123,15 @@ class compressed_bf16 {
  public:
   /// Compresses `values` with `coder` into `e_chunks` E-chunks. An E-chunk the coder would not
   /// make smaller is stored raw. O(n) plus the coder's cost.
-  /// @throws wisp::logic_error if `e_chunks` is outside [1, 65536].
+  /// @throws wisp::logic_error if `e_chunks` is outside [1, 65536] or there are more than 2^48
+  /// values.
   template <exponent_coder Coder>
   [[nodiscard]] static compressed_bf16 compress(std::span<const std::uint16_t> values,
                                                 const Coder& coder, std::uint32_t e_chunks = 8) {
     WISP_EXPECTS(e_chunks >= 1 && e_chunks <= wzbf::max_e_chunks, "compressed_bf16: E-chunks ",
                  e_chunks, " is outside [1, ", wzbf::max_e_chunks, "]");
     const std::uint64_t n = values.size();
+    WISP_EXPECTS(n <= wzbf::max_elements, "compressed_bf16: ", n, " elements exceed 2^48");
     compressed_bf16 z;
     z.elements_ = n;
     z.chunks_.resize(std::size_t{e_chunks} + 1);
@@ -199,7 +203,7 @@ class compressed_bf16 {
         get_u32(bytes, header - 4)) {
       fail(header - 4, "header checksum mismatch");
     }
-    if (n > size - header) {
+    if (n > wzbf::max_elements || n > size - header) {
       fail(16, "element count " + std::to_string(n) + " exceeds the record's " +
                    std::to_string(size - header) + " payload bytes");
     }
