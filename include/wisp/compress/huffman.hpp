@@ -363,7 +363,8 @@ inline void append_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
 
 /// @brief A parsed Huffman E-chunk: its decode table, sub-stream bounds and data, ready to decode
 /// all or some of its sub-streams (on the host here; a kernel can take `table()` and the offsets).
-/// Construction validates everything that decoding relies on.
+/// Construction validates everything that decoding relies on. It views the encoded bytes: keep
+/// them alive while it is used. Thread safety: const calls may run concurrently.
 class huffman_chunk {
  public:
   /// Parses `encoded`, the encoding of `symbols` symbols. O(2^11 + sub-streams).
