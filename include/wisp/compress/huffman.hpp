@@ -445,7 +445,9 @@ class huffman_chunk {
     WISP_EXPECTS(out.size() == symbols_, "huffman_chunk::decode_groups: ", out.size(),
                  " output bytes for ", symbols_, " symbols");
     if (ends_.empty()) {
-      std::memset(out.data(), single_, out.size());
+      if (!out.empty()) {  // an empty span may have a null data()
+        std::memset(out.data(), single_, out.size());
+      }
       consume(std::size_t{0}, out.size());
       return;
     }
