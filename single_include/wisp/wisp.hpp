@@ -10933,9 +10933,9 @@ concept fittable_coder = exponent_coder<C> &&
 class any_coder {
  public:
   /// Wraps a copy of `coder`. @throws std::bad_alloc.
-  template <exponent_coder C>
-  requires(!std::same_as<std::remove_cvref_t<C>, any_coder>)
-      any_coder(C coder)  // NOLINT(google-explicit-constructor): a coder is-an any_coder
+  template <class C>  // the any_coder test first: it stops the concept check recursing into us
+    requires(!std::same_as<std::remove_cvref_t<C>, any_coder> && exponent_coder<C>)
+  any_coder(C coder)  // NOLINT(google-explicit-constructor): a coder is-an any_coder
       : self_(std::make_shared<model<C>>(std::move(coder))) {}
 
   [[nodiscard]] coder_id id() const noexcept { return self_->id(); }
@@ -11394,7 +11394,8 @@ inline void append_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
 
 /// @brief A parsed Huffman E-chunk: its decode table, sub-stream bounds and data, ready to decode
 /// all or some of its sub-streams (on the host here; a kernel can take `table()` and the offsets).
-/// Construction validates everything that decoding relies on.
+/// Construction validates everything that decoding relies on. It views the encoded bytes: keep
+/// them alive while it is used. Thread safety: const calls may run concurrently.
 class huffman_chunk {
  public:
   /// Parses `encoded`, the encoding of `symbols` symbols. O(2^11 + sub-streams).
@@ -11475,7 +11476,9 @@ class huffman_chunk {
     WISP_EXPECTS(out.size() == symbols_, "huffman_chunk::decode_groups: ", out.size(),
                  " output bytes for ", symbols_, " symbols");
     if (ends_.empty()) {
-      std::memset(out.data(), single_, out.size());
+      if (!out.empty()) {  // an empty span may have a null data()
+        std::memset(out.data(), single_, out.size());
+      }
       consume(std::size_t{0}, out.size());
       return;
     }
@@ -11747,6 +11750,8 @@ inline constexpr std::uint32_t version = 1;
 inline constexpr std::size_t fixed_bytes = 32;
 /// One chunk-table entry.
 inline constexpr std::size_t entry_bytes = 24;
+/// Most elements a record may hold.
+inline constexpr std::uint64_t max_elements = std::uint64_t{1} << 48;
 /// Most E-chunks a record may have (bounds the header a reader allocates).
 inline constexpr std::uint32_t max_e_chunks = 65536;
 /// Header size of a record with `k` E-chunks: fixed part, K + 1 entries, CRC-32.
@@ -11817,13 +11822,15 @@ class compressed_bf16 {
  public:
   /// Compresses `values` with `coder` into `e_chunks` E-chunks. An E-chunk the coder would not
   /// make smaller is stored raw. O(n) plus the coder's cost.
-  /// @throws wisp::logic_error if `e_chunks` is outside [1, 65536].
+  /// @throws wisp::logic_error if `e_chunks` is outside [1, 65536] or there are more than 2^48
+  /// values.
   template <exponent_coder Coder>
   [[nodiscard]] static compressed_bf16 compress(std::span<const std::uint16_t> values,
                                                 const Coder& coder, std::uint32_t e_chunks = 8) {
     WISP_EXPECTS(e_chunks >= 1 && e_chunks <= wzbf::max_e_chunks, "compressed_bf16: E-chunks ",
                  e_chunks, " is outside [1, ", wzbf::max_e_chunks, "]");
     const std::uint64_t n = values.size();
+    WISP_EXPECTS(n <= wzbf::max_elements, "compressed_bf16: ", n, " elements exceed 2^48");
     compressed_bf16 z;
     z.elements_ = n;
     z.chunks_.resize(std::size_t{e_chunks} + 1);
@@ -11895,7 +11902,7 @@ class compressed_bf16 {
         get_u32(bytes, header - 4)) {
       fail(header - 4, "header checksum mismatch");
     }
-    if (n > size - header) {
+    if (n > wzbf::max_elements || n > size - header) {
       fail(16, "element count " + std::to_string(n) + " exceeds the record's " +
                    std::to_string(size - header) + " payload bytes");
     }
