@@ -10,6 +10,7 @@
 #include <wisp/core/error.hpp>
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
 #include <cstdint>
 #include <filesystem>

@@ -394,7 +394,7 @@ void bind_pager(nb::module_& m) {
       });
 
   nb::class_<python_pager>(
-      m, "Pager",
+      m, "Pager", nb::is_weak_referenceable(),
       "Per-layer expert paging (wisp::pager<Policy>): prepare(layer, topk_ids) makes exactly the "
       "experts of a call resident and visible, and returns the expert map and the copy plan for an "
       "unmodified fused-MoE kernel.\n\n"
