@@ -52,8 +52,8 @@ al::model_spec spec_of(const std::variant<al::model_spec, std::string>& model) {
   return std::get<al::model_spec>(model);
 }
 
-nb::dict split_dict(const al::split& s) {
-  nb::dict d;
+nb::typed<nb::dict, nb::str, nb::int_> split_dict(const al::split& s) {
+  nb::typed<nb::dict, nb::str, nb::int_> d;
   d["expert_cap"] = s.expert_cap;
   d["kv_blocks"] = s.kv_blocks;
   d["kv_tokens"] = s.kv_tokens;
@@ -163,7 +163,7 @@ void bind_alloc(nb::module_& m) {
       .def_prop_ro(
           "knobs",
           [](const plan_result& p) {
-            nb::dict d;
+            nb::typed<nb::dict, nb::str, nb::int_> d;
             d["per_layer_expert_cap"] = p.conf.knobs.per_layer_expert_cap;
             d["kv_cache_bytes"] = p.conf.knobs.kv_cache_bytes.count();
             d["kv_blocks"] = p.conf.knobs.kv_blocks;
@@ -173,7 +173,7 @@ void bind_alloc(nb::module_& m) {
       .def_prop_ro(
           "sweep",
           [](const plan_result& p) {
-            nb::list rows;
+            nb::typed<nb::list, nb::dict> rows;
             for (const al::sweep_point& s : p.sweep) {
               nb::dict d = split_dict(s.s);
               d["fits"] = s.fits;

@@ -148,6 +148,12 @@ int_matrix any_int_array(nb::handle obj, const char* what) {
 
 }  // namespace
 
+namespace detail {
+bool is_numpy_array(PyObject* o) noexcept {
+  return PyArray_Check(o);
+}
+}  // namespace detail
+
 void init_numpy() {
   if (_import_array() < 0) {
     throw nb::python_error();
@@ -216,9 +222,9 @@ std::span<std::int32_t> writable_int32(nb::handle obj, std::size_t size, const c
 }
 
 template <class T>
-nb::object numpy_copy(const T* data, std::initializer_list<std::int64_t> shape) {
+numpy_array numpy_copy(const T* data, std::initializer_list<std::int64_t> shape) {
   T* out = nullptr;
-  nb::object a = numpy_empty<T>(shape, out);
+  numpy_array a = numpy_empty<T>(shape, out);
   const std::size_t n = element_count(shape);
   if (n != 0) {
     std::memcpy(out, data, n * sizeof(T));
@@ -227,26 +233,26 @@ nb::object numpy_copy(const T* data, std::initializer_list<std::int64_t> shape) 
 }
 
 template <class T>
-nb::object numpy_view(const T* data, std::initializer_list<std::int64_t> shape, nb::handle owner) {
+numpy_array numpy_view(const T* data, std::initializer_list<std::int64_t> shape, nb::handle owner) {
   // numpy never writes through a read-only array (NPY_ARRAY_WRITEABLE is off).
   nb::object a = new_array<T>(shape, const_cast<T*>(data), NPY_ARRAY_CARRAY_RO);
   if (PyArray_SetBaseObject(reinterpret_cast<PyArrayObject*>(a.ptr()), owner.inc_ref().ptr()) < 0) {
     throw nb::python_error();
   }
-  return a;
+  return nb::steal<numpy_array>(a.release());
 }
 
 template <class T>
-nb::object numpy_empty(std::initializer_list<std::int64_t> shape, T*& data) {
+numpy_array numpy_empty(std::initializer_list<std::int64_t> shape, T*& data) {
   nb::object a = new_array<T>(shape, nullptr, 0);
   data = static_cast<T*>(PyArray_DATA(reinterpret_cast<PyArrayObject*>(a.ptr())));
-  return a;
+  return nb::steal<numpy_array>(a.release());
 }
 
-#define WISP_PYTHON_ARRAYS(T)                                                                   \
-  template nb::object numpy_copy<T>(const T*, std::initializer_list<std::int64_t>);             \
-  template nb::object numpy_view<T>(const T*, std::initializer_list<std::int64_t>, nb::handle); \
-  template nb::object numpy_empty<T>(std::initializer_list<std::int64_t>, T*&);
+#define WISP_PYTHON_ARRAYS(T)                                                                    \
+  template numpy_array numpy_copy<T>(const T*, std::initializer_list<std::int64_t>);             \
+  template numpy_array numpy_view<T>(const T*, std::initializer_list<std::int64_t>, nb::handle); \
+  template numpy_array numpy_empty<T>(std::initializer_list<std::int64_t>, T*&);
 WISP_PYTHON_ARRAYS(std::int32_t)
 WISP_PYTHON_ARRAYS(std::int64_t)
 WISP_PYTHON_ARRAYS(std::uint32_t)

@@ -21,6 +21,26 @@ namespace nb = nanobind;
 /// Imports numpy's C API; called once by the module initialiser.
 void init_numpy();
 
+namespace detail {
+bool is_numpy_array(PyObject* o) noexcept;
+inline bool any_object(PyObject*) noexcept {
+  return true;
+}
+}  // namespace detail
+
+/// A numpy array we return (typed as such in signatures and stubs).
+class numpy_array : public nb::object {
+ public:
+  NB_OBJECT_DEFAULT(numpy_array, object, "numpy.typing.NDArray", detail::is_numpy_array)
+};
+
+/// An array argument: numpy, a torch CPU tensor, or anything with __dlpack__ or the buffer
+/// protocol (typed as numpy.typing.ArrayLike in signatures and stubs).
+class array_like : public nb::object {
+ public:
+  NB_OBJECT_DEFAULT(array_like, object, "numpy.typing.ArrayLike", detail::any_object)
+};
+
 /// A 2-D int32 or int64 CPU array handed in by a caller, viewed without copying.
 struct int_matrix {
   const void* data = nullptr;
@@ -61,18 +81,18 @@ std::span<std::int32_t> writable_int32(nb::handle obj, std::size_t size, const c
 
 /// A new numpy array of `shape` holding a copy of `data` (its size must match the shape).
 template <class T>
-nb::object numpy_copy(const T* data, std::initializer_list<std::int64_t> shape);
+numpy_array numpy_copy(const T* data, std::initializer_list<std::int64_t> shape);
 template <class T>
-nb::object numpy_copy(std::span<const T> data) {
+numpy_array numpy_copy(std::span<const T> data) {
   return numpy_copy(data.data(), {static_cast<std::int64_t>(data.size())});
 }
 
 /// A new read-only numpy array of `shape` viewing `data`, which `owner` keeps alive.
 template <class T>
-nb::object numpy_view(const T* data, std::initializer_list<std::int64_t> shape, nb::handle owner);
+numpy_array numpy_view(const T* data, std::initializer_list<std::int64_t> shape, nb::handle owner);
 
 /// A new, uninitialised, writable numpy array of `shape`; `data` receives its first element.
 template <class T>
-nb::object numpy_empty(std::initializer_list<std::int64_t> shape, T*& data);
+numpy_array numpy_empty(std::initializer_list<std::int64_t> shape, T*& data);
 
 }  // namespace wisp_python

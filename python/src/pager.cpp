@@ -108,7 +108,7 @@ struct prepare_snapshot {
 struct token_group_view {
   std::int32_t row_begin = 0;
   std::int32_t row_end = 0;
-  nb::object experts;
+  numpy_array experts;
 };
 
 class python_pager {
@@ -116,19 +116,20 @@ class python_pager {
   python_pager(std::int32_t layers, std::int32_t experts, std::int32_t top_k, std::int32_t capacity,
                std::string_view policy, std::string_view scope,
                std::optional<std::vector<std::int32_t>> layer_capacities, std::int32_t max_tokens,
-               std::optional<std::vector<nb::object>> future)
+               std::optional<std::vector<array_like>> future)
       : pager_(make(layers, experts, top_k, capacity, policy_name(policy), parse_scope(scope),
                     std::move(layer_capacities), max_tokens, std::move(future))),
         policy_(policy_name(policy)) {}
 
-  nb::object prepare(std::int32_t layer, nb::handle topk_ids, nb::handle out) {
+  prepare_snapshot prepare(std::int32_t layer, array_like topk_ids,
+                           const std::optional<array_like>& out) {
     const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
     const std::int32_t tokens = to_int32(ids.rows, "tokens (rows of topk_ids)");
     const std::int32_t k = to_int32(ids.cols, "k (columns of topk_ids)");
     nb::ndarray<> out_holder;
     std::span<std::int32_t> map_out;
-    if (!out.is_none()) {
-      map_out = writable_int32(out, static_cast<std::size_t>(experts()), "out", out_holder);
+    if (out) {
+      map_out = writable_int32(*out, static_cast<std::size_t>(experts()), "out", out_holder);
     }
     const core::prepare_result r = std::visit(
         [&](auto& pager) {
@@ -141,19 +142,19 @@ class python_pager {
     if (!map_out.empty()) {
       std::copy(r.expert_map.begin(), r.expert_map.end(), map_out.begin());
     }
-    return nb::cast(prepare_snapshot(r), nb::rv_policy::move);
+    return prepare_snapshot(r);
   }
 
-  nb::object prepare_experts(std::int32_t layer, nb::handle experts) {
+  prepare_snapshot prepare_experts(std::int32_t layer, array_like experts) {
     const int_matrix ids = int_vector_from(experts, "experts");
     const std::span<const std::int32_t> span = int32_ids(ids, scratch32_, "experts");
     last_ids_address_ = reinterpret_cast<std::uintptr_t>(span.data());
     const core::prepare_result r =
         std::visit([&](auto& pager) { return pager.prepare_experts(layer, span); }, pager_);
-    return nb::cast(prepare_snapshot(r), nb::rv_policy::move);
+    return prepare_snapshot(r);
   }
 
-  std::vector<token_group_view> plan_token_groups(std::int32_t layer, nb::handle topk_ids) {
+  std::vector<token_group_view> plan_token_groups(std::int32_t layer, array_like topk_ids) {
     const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
     const std::int32_t tokens = to_int32(ids.rows, "tokens (rows of topk_ids)");
     const std::int32_t k = to_int32(ids.cols, "k (columns of topk_ids)");
@@ -172,11 +173,11 @@ class python_pager {
     return out;
   }
 
-  std::vector<nb::object> plan_expert_groups(std::int32_t layer, nb::handle topk_ids) {
+  std::vector<numpy_array> plan_expert_groups(std::int32_t layer, array_like topk_ids) {
     const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
     const std::int32_t tokens = to_int32(ids.rows, "tokens (rows of topk_ids)");
     const std::int32_t k = to_int32(ids.cols, "k (columns of topk_ids)");
-    std::vector<nb::object> out;
+    std::vector<numpy_array> out;
     std::visit(
         [&](auto& pager) {
           const auto plan =
@@ -228,7 +229,7 @@ class python_pager {
   [[nodiscard]] std::int32_t slot_of(std::int32_t layer, std::int32_t expert) const {
     return std::visit([&](const auto& pager) { return pager.slot_of(layer, expert); }, pager_);
   }
-  [[nodiscard]] nb::object expert_map(std::int32_t layer) const {
+  [[nodiscard]] numpy_array expert_map(std::int32_t layer) const {
     return numpy_copy(
         std::visit([&](const auto& pager) { return pager.expert_map(layer); }, pager_));
   }
@@ -255,7 +256,7 @@ class python_pager {
   static any_pager make(std::int32_t layers, std::int32_t experts, std::int32_t top_k,
                         std::int32_t capacity, std::string_view policy, core::cache_scope scope,
                         std::optional<std::vector<std::int32_t>> layer_capacities,
-                        std::int32_t max_tokens, std::optional<std::vector<nb::object>> future) {
+                        std::int32_t max_tokens, std::optional<std::vector<array_like>> future) {
     const core::pager_config config{
         .layers = layers,
         .experts = experts,
@@ -272,7 +273,7 @@ class python_pager {
                      : "`future` is only for policy='belady'");
     if (policy == "belady") {
       std::vector<std::vector<std::int32_t>> keys;
-      for (const nb::object& seq : *future) {
+      for (const array_like& seq : *future) {
         std::vector<std::int32_t> scratch;
         const auto span = int32_ids(int_vector_from(seq, "future[i]"), scratch, "future[i]");
         keys.emplace_back(span.begin(), span.end());
@@ -310,8 +311,8 @@ class python_pager {
   std::uintptr_t last_ids_address_ = 0;  // the ids the last prepare handed to C++ (for tests)
 };
 
-nb::object resize_report_dict(const core::resize_report& r) {
-  nb::dict d;
+nb::typed<nb::dict, nb::str, numpy_array> resize_report_dict(const core::resize_report& r) {
+  nb::typed<nb::dict, nb::str, numpy_array> d;
   d["evicted"] = numpy_copy(std::span<const core::cache_key>(r.evicted));
   std::vector<std::int32_t> moves;
   moves.reserve(3 * r.moves.size());
@@ -404,13 +405,13 @@ void bind_pager(nb::module_& m) {
       "time (calls hold the GIL).")
       .def(nb::init<std::int32_t, std::int32_t, std::int32_t, std::int32_t, std::string_view,
                     std::string_view, std::optional<std::vector<std::int32_t>>, std::int32_t,
-                    std::optional<std::vector<nb::object>>>(),
+                    std::optional<std::vector<array_like>>>(),
            nb::arg("layers"), nb::arg("experts"), nb::arg("top_k"), nb::arg("capacity"),
            nb::arg("policy") = "lru", nb::arg("scope") = "layer",
            nb::arg("layer_capacities") = nb::none(), nb::arg("max_tokens") = 0,
            nb::arg("future") = nb::none())
       .def("prepare", &python_pager::prepare, nb::arg("layer"), nb::arg("topk_ids"),
-           nb::arg("out") = nb::none(),
+           nb::arg("out").none() = nb::none(),
            "Makes exactly the experts of topk_ids ([tokens, k], int32 or int64, numpy or torch "
            "CPU, any strides) of `layer` resident and visible; O(tokens x k).\n\n"
            "C-contiguous ids are read in place; other layouts are gathered once into a buffer the "
@@ -485,7 +486,7 @@ void bind_pager(nb::module_& m) {
       .def("row", &core::reroute_table::row, nb::arg("adapter"), nb::arg("expert"))
       .def(
           "apply",
-          [](const core::reroute_table& t, nb::handle topk_ids, nb::handle adapter_ids) {
+          [](const core::reroute_table& t, array_like topk_ids, array_like adapter_ids) {
             const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
             std::vector<std::int32_t> adapters_scratch;
             const auto adapters = int32_ids(int_vector_from(adapter_ids, "adapter_ids"),
@@ -498,7 +499,7 @@ void bind_pager(nb::module_& m) {
               }
               const std::span<const Id> src = ids.contiguous() ? ids.span<Id>() : in;
               Id* out = nullptr;
-              nb::object a = numpy_empty<Id>({ids.rows, ids.cols}, out);
+              numpy_array a = numpy_empty<Id>({ids.rows, ids.cols}, out);
               t.apply(src, tokens, k, adapters, std::span<Id>(out, src.size()));
               return a;
             };

@@ -43,9 +43,9 @@ struct sampled_counter {
 
 // Distances as numpy uint32 (cold = wisp.COLD).
 template <class Record>
-nb::object distance_array(std::size_t n, Record&& record) {
+numpy_array distance_array(std::size_t n, Record&& record) {
   std::uint32_t* out = nullptr;
-  nb::object a = numpy_empty<std::uint32_t>({static_cast<std::int64_t>(n)}, out);
+  numpy_array a = numpy_empty<std::uint32_t>({static_cast<std::int64_t>(n)}, out);
   record(out);
   return a;
 }
@@ -168,7 +168,7 @@ void bind_reuse(nb::module_& m) {
            "Adds `weight` accesses of `distance` (wisp.COLD = cold).")
       .def(
           "record_many",
-          [](ru::decayed_histogram& h, nb::handle distances) {
+          [](ru::decayed_histogram& h, array_like distances) {
             const int_matrix d = int_vector_from(distances, "distances");
             std::vector<std::int64_t> wide;
             std::vector<std::int32_t> narrow;
@@ -231,7 +231,7 @@ void bind_reuse(nb::module_& m) {
           nb::arg("adjust") = true)
       .def(
           "access",
-          [](sampled_counter& c, nb::handle keys) {
+          [](sampled_counter& c, array_like keys) {
             const int_matrix k = int_vector_from(keys, "keys");
             std::vector<std::int64_t> wide;
             std::vector<std::int32_t> narrow;

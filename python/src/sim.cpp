@@ -62,7 +62,7 @@ void bind_sim(nb::module_& m) {
           }
         }
         const std::int64_t layers = trace.shape().layers;
-        nb::list out;
+        nb::typed<nb::list, nb::dict> out;
         for (const sim_row& r : rows) {
           const wisp::cache_stats& s = r.result.stats;
           nb::dict d;

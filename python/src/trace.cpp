@@ -30,14 +30,16 @@ namespace {
 namespace tr = wisp::trace;
 
 // Columns of accesses [start, stop) in canonical order: step, layer, expert.
-nb::dict columns(const tr::routing_trace& t, std::size_t start, std::size_t stop) {
+using columns_dict = nb::typed<nb::dict, nb::str, numpy_array>;
+
+columns_dict columns(const tr::routing_trace& t, std::size_t start, std::size_t stop) {
   stop = std::min(stop, t.access_count());
   start = std::min(start, stop);
   const auto n = static_cast<std::int64_t>(stop - start);
   std::uint32_t* steps = nullptr;
   std::int32_t* layers = nullptr;
   std::int32_t* experts = nullptr;
-  nb::dict out;
+  columns_dict out;
   out["step"] = numpy_empty<std::uint32_t>({n}, steps);
   out["layer"] = numpy_empty<std::int32_t>({n}, layers);
   out["expert"] = numpy_empty<std::int32_t>({n}, experts);
@@ -127,7 +129,9 @@ tr::synthetic_config synthetic_config(const std::string& preset, nb::kwargs over
 
 void bind_trace(nb::module_& m) {
   nb::class_<column_chunks>(m, "ColumnChunks", "Iterator over a trace's accesses in chunks.")
-      .def("__iter__", [](nb::handle self) { return nb::borrow(self); })
+      .def(
+          "__iter__", [](column_chunks& c) -> column_chunks& { return c; },
+          nb::rv_policy::reference)
       .def("__next__", [](column_chunks& c) {
         const auto& t = nb::cast<const tr::routing_trace&>(c.trace);
         if (c.next >= t.access_count()) {
@@ -229,7 +233,7 @@ void bind_trace(nb::module_& m) {
           "ids",
           [](const tr::routing_trace& t) {
             std::int32_t* out = nullptr;
-            nb::object a = numpy_empty<std::int32_t>(
+            numpy_array a = numpy_empty<std::int32_t>(
                 {static_cast<std::int64_t>(t.steps()), t.shape().layers, t.shape().top_k}, out);
             t.for_each_access([&out](const tr::access& x) { *out++ = x.expert; });
             return a;
@@ -239,7 +243,7 @@ void bind_trace(nb::module_& m) {
           "weights",
           [](const tr::routing_trace& t) {
             float* out = nullptr;
-            nb::object a = numpy_empty<float>(
+            numpy_array a = numpy_empty<float>(
                 {static_cast<std::int64_t>(t.steps()), t.shape().layers, t.shape().top_k}, out);
             for (std::size_t s = 0; s < t.steps(); ++s) {
               for (std::int32_t l = 0; l < t.shape().layers; ++l) {
