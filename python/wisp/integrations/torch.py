@@ -4,9 +4,10 @@ expert weight provider (``CachedWeightProvider``) whose bookkeeping is wisp's :c
 
 Host masters stay in (pinned, when CUDA is available) host memory; ``capacity`` device slots per
 layer are allocated once; ``prepare(layer, topk_ids)`` makes the call's experts resident, issues
-the host-to-device copies of the misses with ``copy_(..., non_blocking=True)`` on the current
-stream in copy-plan order, and updates a persistent ``expert_map`` tensor **in place** (its
-address never changes, so a captured graph sees the new map). The fused-MoE kernel then reads
+the copies of the misses in copy-plan order (on CUDA with ``copy_(..., non_blocking=True)`` on the
+current stream; on the CPU as row memcpys, where ``copy_`` has no asynchrony to offer), and
+updates a persistent ``expert_map`` tensor **in place** (its address never changes, so a captured
+graph sees the new map). The fused-MoE kernel then reads
 ``buf_w13[layer][expert_map[e]]`` for every expert ``e`` whose map entry is >= 0 (vLLM's expert-map
 convention: -1 means "not in this call").
 
@@ -40,6 +41,11 @@ def _host_master(t: Optional[torch.Tensor], pin: bool) -> Optional[torch.Tensor]
         return None
     t = t.detach().to("cpu").contiguous()
     return t.pin_memory() if pin else t
+
+
+def _byte_rows(t: torch.Tensor) -> np.ndarray:
+    """A [rows, bytes] uint8 numpy view of a contiguous CPU tensor (any dtype, bf16 included)."""
+    return t.reshape(t.shape[0], -1).view(torch.uint8).numpy()
 
 
 def _cpu_ids(topk_ids: torch.Tensor) -> np.ndarray:
@@ -110,6 +116,12 @@ class ExpertCache:
             self._map_copied = [None] * layers  # event of each row's last host-to-device copy
         self._map_host_np = self._map_host.numpy()
         self.expert_map = self._map_host if not cuda else self._map_host.to(self.device)
+        self._map_rows = list(self.expert_map)  # per-layer views, made once
+        # On the CPU a copy is a row memcpy: numpy byte views of the masters and the slots do it
+        # without torch's per-call dispatch (copy_ has no asynchrony to offer there).
+        self._cpu_rows = None if cuda else [
+            [(_byte_rows(m[layer]), _byte_rows(b if self._global else b[layer]))
+             for m, b in zip(self._masters, self._buffers)] for layer in range(layers)]
 
     # ------------------------------------------------------------------ vLLM provider surface
 
@@ -146,7 +158,7 @@ class ExpertCache:
         """Makes exactly the experts of ``topk_ids`` ([tokens, k], int32 or int64) resident in
         ``layer``'s slots and returns the layer's persistent expert map (int32[experts]: slot or
         -1), updated in place. The misses' copies are queued on the current stream before this
-        returns. Raises :class:`wisp.LogicError` (nothing changed) when the call has more
+        returns (on CUDA; done, on the CPU). Raises :class:`wisp.LogicError` (nothing changed) when the call has more
         distinct experts than the capacity: split it with :meth:`plan_token_groups` /
         :meth:`plan_expert_groups`, or use :meth:`run`."""
         return self._apply(layer, self._pager.prepare(layer, _cpu_ids(topk_ids),
@@ -229,9 +241,15 @@ class ExpertCache:
 
     def _apply(self, layer: int, result) -> torch.Tensor:
         if result.misses:
-            for expert, slot in result.copy_plan.tolist():
-                for master, buffer in zip(self._masters, self._buffers):
-                    dst = buffer[slot] if self._global else buffer[layer, slot]
-                    dst.copy_(master[layer, expert], non_blocking=True)
+            if self._cpu_rows is not None:
+                rows = self._cpu_rows[layer]
+                for expert, slot in result.copy_plan.tolist():
+                    for master, buffer in rows:
+                        buffer[slot] = master[expert]
+            else:
+                for expert, slot in result.copy_plan.tolist():
+                    for master, buffer in zip(self._masters, self._buffers):
+                        dst = buffer[slot] if self._global else buffer[layer, slot]
+                        dst.copy_(master[layer, expert], non_blocking=True)
         self._publish_map(layer)
-        return self.expert_map[layer]
+        return self._map_rows[layer]
