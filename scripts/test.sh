@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds and runs every wisp test: the gcc build with all tests, the same tests under ASan+UBSan,
 # wisp::cuda on Thrust's CPP device system, an nvcc compile of cuda/ (when nvcc is present), the
-# install + find_package consumer test and the header self-containment test.
+# install + find_package consumer test and the header self-containment test, then the Python
+# package: its wheel built, installed into a fresh venv and tested there (python/test.sh).
 # Usage: scripts/test.sh   (installs missing Debian packages when run as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,3 +35,6 @@ fi
 
 step "gcc: everything, all tests, install + consumer, header self-containment (preset dev)"
 run_preset dev
+
+step "Python: pip wheel ., installed into a fresh venv, stubs checked, pytest (python/test.sh)"
+WISP_CLI="$PWD/build/dev/bin/wisp" python/test.sh

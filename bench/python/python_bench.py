@@ -74,7 +74,16 @@ def bench_pager(reps, cpp_bench):
         for layer, row in stream:
             providers[layer].prepare(row)
 
-    wisp_s, ref_s = interleave(reps, run_wisp, run_reference)
+    cpp_ns = []
+
+    def run_cpp():  # the C++ benchmark of the same stream, in the same interleaving
+        out = subprocess.run([cpp_bench, "--benchmark_filter=^BM_prepare/lru$",
+                              "--benchmark_format=json", "--benchmark_min_time=0.2"],
+                             capture_output=True, text=True, check=True).stdout
+        cpp_ns.append(json.loads(out)["benchmarks"][0]["real_time"])
+
+    passes = (run_wisp, run_reference) + ((run_cpp,) if cpp_bench else ())
+    wisp_s, ref_s = interleave(reps, *passes)[:2]
     n = len(stream)
     wisp_ns = [1e9 * s / n for s in wisp_s]
     ref_ns = [1e9 * s / n for s in ref_s]
@@ -88,15 +97,10 @@ def bench_pager(reps, cpp_bench):
     print(f"  hit rate: wisp {s.hits / s.accesses:.4f} (first-seen order), reference "
           f"{ref_hits / ref_total:.4f} (sorted unique order)")
     if cpp_bench:
-        cpp_ns = []
-        for _ in range(3):
-            out = subprocess.run([cpp_bench, "--benchmark_filter=^BM_prepare/lru$",
-                                  "--benchmark_format=json", "--benchmark_min_time=0.3s"],
-                                 capture_output=True, text=True, check=True).stdout
-            cpp_ns.append(json.loads(out)["benchmarks"][0]["real_time"])
-        med_py, med_cpp = statistics.median(wisp_ns), statistics.median(cpp_ns)
+        cpp_ns = cpp_ns[1:]  # the warm-up run
+        share = [(w - c) / w for w, c in zip(wisp_ns, cpp_ns)]
         print(f"  C++ BM_prepare/lru, same stream: {summary(cpp_ns, ' ns')}; binding share of a "
-              f"Python call: {100 * (med_py - med_cpp) / med_py:.0f}%")
+              f"Python call: {summary([100 * x for x in share], '%')}")
 
 
 def bench_expert_cache(reps):
