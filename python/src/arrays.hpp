@@ -66,6 +66,21 @@ struct int_matrix {
   void gather(std::vector<T>& out) const;
 };
 
+/// Calls `f(values)` with the elements of `m` copied row-major into a vector of their own type
+/// (`std::vector<std::int32_t>` or `std::vector<std::int64_t>`): for batch calls that check every
+/// value before applying any.
+template <class F>
+decltype(auto) with_values(const int_matrix& m, F&& f) {
+  if (m.wide) {
+    std::vector<std::int64_t> values;
+    m.gather(values);
+    return f(values);
+  }
+  std::vector<std::int32_t> values;
+  m.gather(values);
+  return f(values);
+}
+
 /// Views `obj` (numpy array, torch CPU tensor, anything with `__dlpack__` or the buffer protocol)
 /// as a 2-D int32/int64 array. `what` names the argument in error messages.
 /// @throws nb::type_error for another dtype or a non-CPU array; wisp::logic_error for ndim != 2.

@@ -58,19 +58,15 @@ std::span<const std::int32_t> int32_ids(const int_matrix& m, std::vector<std::in
   if (!m.wide && m.contiguous()) {
     return m.span<std::int32_t>();
   }
-  if (!m.wide) {
-    m.gather(scratch);
-    return scratch;
-  }
-  std::vector<std::int64_t> wide;
-  m.gather(wide);
-  scratch.resize(wide.size());
-  for (std::size_t i = 0; i < wide.size(); ++i) {
-    WISP_EXPECTS(wide[i] >= std::numeric_limits<std::int32_t>::min() &&
-                     wide[i] <= std::numeric_limits<std::int32_t>::max(),
-                 what, "[", i, "] = ", wide[i], " is outside int32");
-    scratch[i] = static_cast<std::int32_t>(wide[i]);
-  }
+  with_values(m, [&](const auto& values) {
+    scratch.resize(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      WISP_EXPECTS(values[i] >= std::numeric_limits<std::int32_t>::min() &&
+                       values[i] <= std::numeric_limits<std::int32_t>::max(),
+                   what, "[", i, "] = ", values[i], " is outside int32");
+      scratch[i] = static_cast<std::int32_t>(values[i]);
+    }
+  });
   return scratch;
 }
 
@@ -112,6 +108,33 @@ struct token_group_view {
 };
 
 class python_pager {
+  // Calls f(pager, ids, tokens, k) with `topk_ids` as a span of its own element type.
+  template <class F>
+  decltype(auto) with_batch(array_like topk_ids, F&& f) {
+    const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
+    const std::int32_t tokens = to_int32(ids.rows, "tokens (rows of topk_ids)");
+    const std::int32_t k = to_int32(ids.cols, "k (columns of topk_ids)");
+    return std::visit(
+        [&](auto& pager) {
+          return ids.wide ? f(pager, id_span(ids, scratch64_), tokens, k)
+                          : f(pager, id_span(ids, scratch32_), tokens, k);
+        },
+        pager_);
+  }
+
+  template <class Id>
+  std::span<const Id> id_span(const int_matrix& ids, std::vector<Id>& scratch) {
+    std::span<const Id> span;
+    if (ids.contiguous()) {
+      span = ids.span<Id>();  // the caller's buffer itself
+    } else {
+      ids.gather(scratch);  // reuses its capacity: no allocation once grown
+      span = scratch;
+    }
+    last_ids_address_ = reinterpret_cast<std::uintptr_t>(span.data());
+    return span;
+  }
+
  public:
   python_pager(std::int32_t layers, std::int32_t experts, std::int32_t top_k, std::int32_t capacity,
                std::string_view policy, std::string_view scope,
@@ -123,22 +146,15 @@ class python_pager {
 
   prepare_snapshot prepare(std::int32_t layer, array_like topk_ids,
                            const std::optional<array_like>& out) {
-    const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
-    const std::int32_t tokens = to_int32(ids.rows, "tokens (rows of topk_ids)");
-    const std::int32_t k = to_int32(ids.cols, "k (columns of topk_ids)");
     nb::ndarray<> out_holder;
     std::span<std::int32_t> map_out;
     if (out) {
       map_out = writable_int32(*out, static_cast<std::size_t>(experts()), "out", out_holder);
     }
-    const core::prepare_result r = std::visit(
-        [&](auto& pager) {
-          if (ids.wide) {
-            return pager.prepare(layer, id_span(ids, scratch64_), tokens, k);
-          }
-          return pager.prepare(layer, id_span(ids, scratch32_), tokens, k);
-        },
-        pager_);
+    const core::prepare_result r =
+        with_batch(topk_ids, [&](auto& pager, auto ids, std::int32_t tokens, std::int32_t k) {
+          return pager.prepare(layer, ids, tokens, k);
+        });
     if (!map_out.empty()) {
       std::copy(r.expert_map.begin(), r.expert_map.end(), map_out.begin());
     }
@@ -155,40 +171,24 @@ class python_pager {
   }
 
   std::vector<token_group_view> plan_token_groups(std::int32_t layer, array_like topk_ids) {
-    const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
-    const std::int32_t tokens = to_int32(ids.rows, "tokens (rows of topk_ids)");
-    const std::int32_t k = to_int32(ids.cols, "k (columns of topk_ids)");
     std::vector<token_group_view> out;
-    std::visit(
-        [&](auto& pager) {
-          const auto plan =
-              ids.wide ? pager.plan_token_groups(layer, id_span(ids, scratch64_), tokens, k)
-                       : pager.plan_token_groups(layer, id_span(ids, scratch32_), tokens, k);
-          out.reserve(plan.size());
-          for (const core::token_group& g : plan) {
-            out.push_back({g.row_begin, g.row_end, numpy_copy(g.experts)});
-          }
-        },
-        pager_);
+    for (const core::token_group& g :
+         with_batch(topk_ids, [&](auto&pager, auto ids, std::int32_t tokens, std::int32_t k) {
+           return pager.plan_token_groups(layer, ids, tokens, k);
+         })) {
+      out.push_back({g.row_begin, g.row_end, numpy_copy(g.experts)});
+    }
     return out;
   }
 
   std::vector<numpy_array> plan_expert_groups(std::int32_t layer, array_like topk_ids) {
-    const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
-    const std::int32_t tokens = to_int32(ids.rows, "tokens (rows of topk_ids)");
-    const std::int32_t k = to_int32(ids.cols, "k (columns of topk_ids)");
     std::vector<numpy_array> out;
-    std::visit(
-        [&](auto& pager) {
-          const auto plan =
-              ids.wide ? pager.plan_expert_groups(layer, id_span(ids, scratch64_), tokens, k)
-                       : pager.plan_expert_groups(layer, id_span(ids, scratch32_), tokens, k);
-          out.reserve(plan.size());
-          for (const core::expert_group& g : plan) {
-            out.push_back(numpy_copy(g.experts));
-          }
-        },
-        pager_);
+    for (const core::expert_group& g :
+         with_batch(topk_ids, [&](auto&pager, auto ids, std::int32_t tokens, std::int32_t k) {
+           return pager.plan_expert_groups(layer, ids, tokens, k);
+         })) {
+      out.push_back(numpy_copy(g.experts));
+    }
     return out;
   }
 
@@ -240,19 +240,6 @@ class python_pager {
   [[nodiscard]] std::uintptr_t last_ids_address() const { return last_ids_address_; }
 
  private:
-  template <class Id>
-  std::span<const Id> id_span(const int_matrix& ids, std::vector<Id>& scratch) {
-    std::span<const Id> span;
-    if (ids.contiguous()) {
-      span = ids.span<Id>();  // the caller's buffer itself
-    } else {
-      ids.gather(scratch);  // reuses its capacity: no allocation once grown
-      span = scratch;
-    }
-    last_ids_address_ = reinterpret_cast<std::uintptr_t>(span.data());
-    return span;
-  }
-
   static any_pager make(std::int32_t layers, std::int32_t experts, std::int32_t top_k,
                         std::int32_t capacity, std::string_view policy, core::cache_scope scope,
                         std::optional<std::vector<std::int32_t>> layer_capacities,
@@ -493,19 +480,14 @@ void bind_pager(nb::module_& m) {
                                             adapters_scratch, "adapter_ids");
             const std::int32_t tokens = to_int32(ids.rows, "tokens (rows of topk_ids)");
             const std::int32_t k = to_int32(ids.cols, "k (columns of topk_ids)");
-            const auto run = [&]<class Id>(std::vector<Id>& in) {
-              if (!ids.contiguous()) {
-                ids.gather(in);
-              }
-              const std::span<const Id> src = ids.contiguous() ? ids.span<Id>() : in;
+            return with_values(ids, [&](const auto& values) {
+              using Id = typename std::decay_t<decltype(values)>::value_type;
               Id* out = nullptr;
               numpy_array a = numpy_empty<Id>({ids.rows, ids.cols}, out);
-              t.apply(src, tokens, k, adapters, std::span<Id>(out, src.size()));
+              t.apply(std::span<const Id>(values), tokens, k, adapters,
+                      std::span<Id>(out, values.size()));
               return a;
-            };
-            std::vector<std::int64_t> wide;
-            std::vector<std::int32_t> narrow;
-            return ids.wide ? run(wide) : run(narrow);
+            });
           },
           nb::arg("topk_ids"), nb::arg("adapter_ids"),
           "Reroutes [tokens, k] ids: out[t, j] = row(adapter_ids[t], topk_ids[t, j]). Returns a "

@@ -169,10 +169,7 @@ void bind_reuse(nb::module_& m) {
       .def(
           "record_many",
           [](ru::decayed_histogram& h, array_like distances) {
-            const int_matrix d = int_vector_from(distances, "distances");
-            std::vector<std::int64_t> wide;
-            std::vector<std::int32_t> narrow;
-            const auto run = [&](const auto& values) {
+            with_values(int_vector_from(distances, "distances"), [&](const auto& values) {
               for (const auto v : values) {
                 WISP_EXPECTS(
                     v >= 1 && static_cast<std::uint64_t>(v) <= ru::reuse_distance_counter::cold,
@@ -181,14 +178,7 @@ void bind_reuse(nb::module_& m) {
               for (const auto v : values) {
                 h.record(static_cast<std::uint32_t>(v));
               }
-            };
-            if (d.wide) {
-              d.gather(wide);
-              run(wide);
-            } else {
-              d.gather(narrow);
-              run(narrow);
-            }
+            });
           },
           nb::arg("distances"),
           "record() for each entry of a 1-D int64/int32 array (e.g. reuse_distances as int64).")
@@ -232,10 +222,7 @@ void bind_reuse(nb::module_& m) {
       .def(
           "access",
           [](sampled_counter& c, array_like keys) {
-            const int_matrix k = int_vector_from(keys, "keys");
-            std::vector<std::int64_t> wide;
-            std::vector<std::int32_t> narrow;
-            const auto run = [&](const auto& values) {
+            with_values(int_vector_from(keys, "keys"), [&](const auto& values) {
               for (const auto v : values) {
                 WISP_EXPECTS(v >= 0 && static_cast<std::uint64_t>(v) < c.key_space, "key ", v,
                              " is outside [0, key_space = ", c.key_space, ")");
@@ -244,14 +231,7 @@ void bind_reuse(nb::module_& m) {
               for (const auto v : values) {
                 c.counter.access(static_cast<ru::sampled_reuse_counter::key_type>(v));
               }
-            };
-            if (k.wide) {
-              k.gather(wide);
-              run(wide);
-            } else {
-              k.gather(narrow);
-              run(narrow);
-            }
+            });
           },
           nb::arg("keys"), "Records one access per entry of a 1-D integer key array.")
       .def_ro("key_space", &sampled_counter::key_space)
