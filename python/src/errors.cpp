@@ -55,11 +55,35 @@ PyObject* lookup(nb::module_ errors, const char* name) {
 
 }  // namespace
 
-void register_errors(nb::module_ errors) {
+void register_errors(nb::module_& m, nb::module_ errors) {
   python_classes = {lookup(errors, "Error"), lookup(errors, "LogicError"),
                     lookup(errors, "FormatError"), lookup(errors, "InfeasibleError"),
                     lookup(errors, "OutOfMemoryError")};
   nb::register_exception_translator(translate);
+  m.def(
+      "_raise_error",
+      [](const std::string& kind, const std::string& message) {
+        if (kind == "logic") {
+          throw wisp::logic_error(message);
+        }
+        if (kind == "format") {
+          throw wisp::format_error(7, message);
+        }
+        if (kind == "file_format") {
+          throw file_format_error(wisp::format_error(7, message), "f");
+        }
+        if (kind == "infeasible") {
+          throw wisp::infeasible_error(message);
+        }
+        if (kind == "infeasible_with_budget") {
+          throw infeasible_with_budget(wisp::infeasible_error(message), 42);
+        }
+        if (kind == "out_of_memory") {
+          throw wisp::out_of_memory(message);
+        }
+        throw wisp::error(message);
+      },
+      nb::arg("kind"), nb::arg("message"), "Throws a C++ exception of `kind` (for tests).");
 }
 
 void require_exists(const std::filesystem::path& path) {

@@ -22,8 +22,9 @@ namespace wisp_python {
 
 namespace nb = nanobind;
 
-/// Registers the translator; `errors` is the imported wisp.errors module.
-void register_errors(nb::module_ errors);
+/// Registers the translator (`errors` is the imported wisp.errors module) and `_raise_error`,
+/// which throws each C++ exception type so that the tests can check every mapping.
+void register_errors(nb::module_& m, nb::module_ errors);
 
 /// A format error located in a file the caller named.
 struct file_format_error : wisp::format_error {

@@ -34,7 +34,7 @@ NB_MODULE(_wisp, m) {
   namespace wp = wisp_python;
   namespace nb = nanobind;
   wp::init_numpy();
-  wp::register_errors(nb::module_::import_("wisp.errors"));
+  wp::register_errors(m, nb::module_::import_("wisp.errors"));
   m.attr("__version__") = WISP_VERSION_STRING;
   nb::list policies;
   for (const std::string_view name : wisp::sim::builtin_policies) {
