@@ -227,8 +227,7 @@ void bind_reuse(nb::module_& m) {
                 WISP_EXPECTS(v >= 0 && static_cast<std::uint64_t>(v) < c.key_space, "key ", v,
                              " is outside [0, key_space = ", c.key_space, ")");
               }
-              nb::gil_scoped_release unlocked;
-              for (const auto v : values) {
+              for (const auto v : values) {  // holds the GIL: the counter is shared state
                 c.counter.access(static_cast<ru::sampled_reuse_counter::key_type>(v));
               }
             });
