@@ -10567,12 +10567,12 @@ struct timeline_event {
 
 /// Counters of a `device_timeline`.
 struct timeline_stats {
-  std::uint64_t copies = 0;       ///< copies enqueued
-  std::uint64_t copy_bytes = 0;   ///< bytes they moved
-  double copy_seconds = 0;        ///< time the link was busy
-  std::uint64_t computes = 0;     ///< compute operations enqueued
-  double compute_seconds = 0;     ///< time the compute queue was busy
-  double stall_seconds = 0;       ///< time the compute queue sat idle waiting for an event
+  std::uint64_t copies = 0;      ///< copies enqueued
+  std::uint64_t copy_bytes = 0;  ///< bytes they moved
+  double copy_seconds = 0;       ///< time the link was busy
+  std::uint64_t computes = 0;    ///< compute operations enqueued
+  double compute_seconds = 0;    ///< time the compute queue was busy
+  double stall_seconds = 0;      ///< time the compute queue sat idle waiting for an event
 };
 
 /// @brief Two in-order queues of a modelled device: copies on the link, and compute.
