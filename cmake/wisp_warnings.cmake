@@ -22,3 +22,13 @@ function(wisp_add_executable name)
   add_executable(${name} ${arg_SOURCES})
   target_link_libraries(${name} PRIVATE wisp::wisp wisp::project_options ${arg_LIBRARIES})
 endfunction()
+
+# wisp_link_codecs(target MACRO_PREFIX): links every optional exponent coder of this build
+# (wisp::zstd, wisp::lz4) into `target` and defines <MACRO_PREFIX>_HAVE_ZSTD / _HAVE_LZ4 for it.
+function(wisp_link_codecs target prefix)
+  foreach(codec IN LISTS wisp_codecs)
+    string(TOUPPER "${codec}" upper)
+    target_link_libraries(${target} PRIVATE wisp::${codec})
+    target_compile_definitions(${target} PRIVATE ${prefix}_HAVE_${upper})
+  endforeach()
+endfunction()

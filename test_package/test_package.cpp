@@ -51,7 +51,8 @@ int main() {
   cfg.working_set = 2;
   const auto trace = wisp::trace::make_synthetic_trace(cfg, 100, 1);
 
-  const auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::global);
+  const auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::global,
+                                                  wisp::reuse::reuse_granularity::access);
   const wisp::reuse::miss_curve curve{profile.histogram};
   expect(curve.misses(0) == trace.access_count(), "capacity 0 misses everything");
   for (std::size_t c = 1; c <= 16; ++c) {

@@ -24,19 +24,20 @@ import sys
 def read_curve(path):
     """Returns (capacities, miss_ratios) from a `wisp reuse --csv` file."""
     capacities, ratios = [], []
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        header = next(reader, None)
-        if header != ["capacity", "misses", "miss_ratio"]:
-            sys.exit(f"{path}: expected header 'capacity,misses,miss_ratio', got {header}")
-        for line_no, row in enumerate(reader, start=2):
-            if len(row) != 3:
-                sys.exit(f"{path}:{line_no}: expected 3 fields, got {len(row)}")
-            try:
-                capacities.append(float(row[0]))
-                ratios.append(float(row[2]))
-            except ValueError as e:
-                sys.exit(f"{path}:{line_no}: {e}")
+    try:
+        with open(path, newline="") as f:
+            reader = csv.DictReader(f)
+            if not {"capacity", "miss_ratio"} <= set(reader.fieldnames or []):
+                sys.exit(f"{path}: expected `wisp reuse --csv` output (columns capacity and "
+                         f"miss_ratio), got {reader.fieldnames}")
+            for row in reader:
+                try:
+                    capacities.append(float(row["capacity"]))
+                    ratios.append(float(row["miss_ratio"]))
+                except (TypeError, ValueError) as e:
+                    sys.exit(f"{path}:{reader.line_num}: {e}")
+    except OSError as e:
+        sys.exit(f"{path}: {e.strerror}")
     if not capacities:
         sys.exit(f"{path}: no data rows")
     return capacities, ratios
@@ -72,16 +73,20 @@ def main():
                         help="comma-separated matplotlib line styles, one per curve, cycled "
                              "(e.g. '-,-,--,--')")
     args = parser.parse_args()
-
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    curves = []  # read every input first: a bad file is reported before anything else
+    for spec in args.curves:
+        label, path, scale = parse_spec(spec)
+        curves.append((label, scale, *read_curve(path)))
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        sys.exit("matplotlib is missing: apt-get install python3-matplotlib")
 
     fig, ax = plt.subplots(figsize=(8, 5), dpi=120)
     styles = args.styles.split(",")
-    for i, spec in enumerate(args.curves):
-        label, path, scale = parse_spec(spec)
-        capacities, ratios = read_curve(path)
+    for i, (label, scale, capacities, ratios) in enumerate(curves):
         xs = [c * scale for c in capacities]
         if args.normalize:
             xs = [x / args.normalize for x in xs]

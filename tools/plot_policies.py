@@ -34,6 +34,8 @@ def main():
     parser.add_argument("-o", "--output", required=True, help="PNG to write")
     parser.add_argument("panels", nargs="+", metavar="TITLE=FILE.csv")
     args = parser.parse_args()
+    # Read every input first: a bad file is reported before anything else.
+    panels = [(title, read_runs(path)) for title, _, path in (p.partition("=") for p in args.panels)]
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -43,9 +45,7 @@ def main():
 
     rows = (len(args.panels) + 1) // 2
     fig, axes = plt.subplots(rows, 2, figsize=(11, 4.2 * rows), squeeze=False, sharey=True)
-    for ax, panel in zip(axes.flat, args.panels):
-        title, _, path = panel.partition("=")
-        runs = read_runs(path)
+    for ax, (title, runs) in zip(axes.flat, panels):
         for i, (policy, points) in enumerate(runs.items()):
             points.sort()
             # Policies that coincide would hide each other: shift each a little sideways.

@@ -12,13 +12,19 @@
 // per-layer statistics and collision misses. Both produce the same miss counts on this trace
 // (checked at start-up: a mismatch skips the baseline with an error).
 //
-// Quote `accesses_per_s` per policy and scope, and the ratio
+// A second baseline for lfru: vLLM's own victim search, a scan of every resident key per miss
+// (`lfru_scan` below, a wisp policy with the same scores and tie-break). wisp's lfru walks its
+// frequency classes instead and picks the same victims (checked at start-up).
+//
+// Quote `accesses_per_s` per policy and scope, and the ratios
 //   sim/lru/<scope>  /  baseline/list_map_lru/<scope>
+//   sim/lfru/<scope> /  baseline/lfru_scan/<scope>
 // from one run. sim/*/trace replays straight from the compact routing_trace (what `wisp sim`
 // does); the other wisp rows replay a pre-expanded vector of accesses, as the baseline does.
 // Belady's figure includes its first pass over the stream (collecting the future).
 #include "support/bench_trace.hpp"
 
+#include <wisp/cache/lfu.hpp>
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
 #include <wisp/trace/routing_trace.hpp>
@@ -201,11 +207,89 @@ void baseline_simulate(benchmark::State& state, wisp::cache_scope scope) {
   set_rate(state, r.accesses.size());
 }
 
+/// vLLM's LFRU victim search as it is written there: score every resident key, keep the lowest
+/// (`freq / (clock - last + 1)`, ties to the older `last`). O(resident) per miss.
+class lfru_scan {
+ public:
+  static constexpr std::string_view name = "lfru_scan";
+  void reset(const wisp::key_layout& layout) {
+    const auto n = static_cast<std::size_t>(layout.size());
+    freq_.assign(n, 0);
+    last_.assign(n, 0);
+    index_.assign(n, -1);
+    resident_.clear();
+    resident_.reserve(n);
+    clock_ = 0;
+  }
+  void on_insert(wisp::cache_key key, const wisp::access_context&) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    freq_[k] = 1;
+    last_[k] = ++clock_;
+    index_[k] = static_cast<std::int32_t>(resident_.size());
+    resident_.push_back(key);
+  }
+  void on_hit(wisp::cache_key key, const wisp::access_context&) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    ++freq_[k];
+    last_[k] = ++clock_;
+  }
+  void on_erase(wisp::cache_key key) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    const wisp::cache_key moved = resident_.back();
+    resident_[static_cast<std::size_t>(index_[k])] = moved;
+    index_[static_cast<std::size_t>(moved)] = index_[k];
+    resident_.pop_back();
+    index_[k] = -1;
+  }
+  [[nodiscard]] wisp::cache_key victim(const wisp::access_context&,
+                                       wisp::protected_keys is_protected) const noexcept {
+    wisp::cache_key best = wisp::no_key;
+    for (const wisp::cache_key key : resident_) {
+      if (!is_protected(key) && (best == wisp::no_key || before(key, best))) {
+        best = key;
+      }
+    }
+    return best;
+  }
+
+ private:
+  [[nodiscard]] bool before(wisp::cache_key a, wisp::cache_key b) const noexcept {
+    const auto ia = static_cast<std::size_t>(a);
+    const auto ib = static_cast<std::size_t>(b);
+    const auto lhs = wisp::detail::multiply(freq_[ia], clock_ - last_[ib] + 1);
+    const auto rhs = wisp::detail::multiply(freq_[ib], clock_ - last_[ia] + 1);
+    return lhs < rhs || (lhs == rhs && last_[ia] < last_[ib]);
+  }
+  std::vector<std::uint64_t> freq_;
+  std::vector<std::uint64_t> last_;
+  std::vector<std::int32_t> index_;
+  std::vector<wisp::cache_key> resident_;
+  std::uint64_t clock_ = 0;
+};
+static_assert(wisp::eviction_policy<lfru_scan>);
+
+void baseline_lfru_scan(benchmark::State& state, wisp::cache_scope scope) {
+  const replay& r = trace_replay();
+  const auto config = config_for(scope, r);
+  const auto reference = wisp::sim::simulate<wisp::lfru>(r.shape, r.accesses, config);
+  wisp::sim::sim_result result = wisp::sim::simulate<lfru_scan>(r.shape, r.accesses, config);
+  if (result.stats != reference.stats) {
+    state.SkipWithError(("the scan has " + std::to_string(result.stats.misses) +
+                         " misses but wisp's lfru has " + std::to_string(reference.stats.misses))
+                            .c_str());
+    return;
+  }
+  for (auto _ : state) {
+    result = wisp::sim::simulate<lfru_scan>(r.shape, r.accesses, config);
+    benchmark::DoNotOptimize(result.stats.misses);
+  }
+  state.SetLabel(label(r, scope, reference) + " (same victims as wisp lfru)");
+  set_rate(state, r.accesses.size());
+}
+
 // ------------------------------------------------------------------------------------ registry
 
 [[maybe_unused]] const bool registered = [] {
-  constexpr std::string_view policies[] = {"lru", "fifo",        "lfu",   "lfru",
-                                           "fld", "least_stale", "belady"};
   constexpr std::pair<wisp::cache_scope, std::string_view> scopes[] = {
       {wisp::cache_scope::per_layer, "layer"}, {wisp::cache_scope::global, "global"}};
   for (const auto& [scope, scope_name] : scopes) {
@@ -213,7 +297,11 @@ void baseline_simulate(benchmark::State& state, wisp::cache_scope scope) {
         ("baseline/list_map_lru/" + std::string(scope_name)).c_str(),
         [scope = scope](benchmark::State& state) { baseline_simulate(state, scope); })
         ->Unit(benchmark::kMillisecond);
-    for (const std::string_view policy : policies) {
+    benchmark::RegisterBenchmark(
+        ("baseline/lfru_scan/" + std::string(scope_name)).c_str(),
+        [scope = scope](benchmark::State& state) { baseline_lfru_scan(state, scope); })
+        ->Unit(benchmark::kMillisecond);
+    for (const std::string_view policy : wisp::sim::builtin_policies) {
       benchmark::RegisterBenchmark(
           ("sim/" + std::string(policy) + "/" + std::string(scope_name)).c_str(),
           [policy, scope = scope](benchmark::State& state) { wisp_simulate(state, policy, scope); })

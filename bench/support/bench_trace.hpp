@@ -22,7 +22,7 @@ inline bench_trace load_bench_trace() {
   const auto dir =
       std::filesystem::path{WISP_BENCH_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
   if (std::filesystem::is_directory(dir)) {
-    return {trace::import_esft(dir), "ESFT"};
+    return {trace::import_esft(dir).trace, "ESFT"};
   }
   return {
       trace::make_synthetic_trace(trace::synthetic_preset("default"),

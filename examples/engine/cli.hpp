@@ -8,6 +8,7 @@
 
 #include <wisp/alloc/units.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/trace/import.hpp>
 
 #include <charconv>
 #include <cmath>
@@ -40,6 +41,8 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
   --routing SRC [FILE]  synthetic (default: the workload's synthetic trace), model (the
                         router), or trace FILE (.wtrace, .jsonl, or an ESFT folder; the model's
                         layers, experts and top-k follow the trace)
+  --on-incomplete P     trace routing: tokens lacking a layer are an error (default) or
+                        skipped (left out, and counted)
   --layers N --experts N --top-k N --hidden N --intermediate N
                         model shape (default 8 x 64, top-6, hidden 256, expert FFN 128)
   --burst N             pager+dynamic: forwards per controller burst (default 4)
@@ -59,6 +62,8 @@ struct cli_options {
   std::string workload = "chat";
   std::string routing = "synthetic";
   std::string trace_file;
+  /// `--routing trace`: tokens of the trace that lack a layer are refused or left out.
+  wisp::trace::incomplete_tokens on_incomplete = wisp::trace::incomplete_tokens::error;
   std::int32_t sessions = 0;  ///< 0: the default (16, or every sequence of a trace)
   std::int32_t repeat = 5;
   bool json = false;
@@ -179,6 +184,12 @@ inline std::vector<std::string> split_list(std::string_view list) {
       }
       WISP_EXPECTS(o.routing == "synthetic" || o.routing == "model" || o.routing == "trace",
                    "--routing: unknown '", o.routing, "' (valid: synthetic, model, trace FILE)");
+    } else if (a == "--on-incomplete") {
+      const std::string_view s = value();
+      const auto p = wisp::trace::parse_incomplete_tokens(s);
+      WISP_EXPECTS(p.has_value() && *p != wisp::trace::incomplete_tokens::keep,
+                   "--on-incomplete: '", s, "' (valid: error, skip)");
+      o.on_incomplete = *p;
     } else if (a == "--layers") {
       o.layers = o.model.layers = to_int(a, value(), 1);
     } else if (a == "--experts") {

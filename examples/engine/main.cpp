@@ -26,7 +26,13 @@ int main(int argc, char** argv) {
     }
     workload wl;
     if (o.routing == "trace") {
-      wisp::trace::routing_trace trace = read_routing_trace(o.trace_file);
+      wisp::trace::imported_trace imported = read_routing_trace(o.trace_file, o.on_incomplete);
+      if (imported.report.dropped_tokens > 0) {
+        std::cerr << "wisp-engine: " << imported.report.dropped_tokens
+                  << " tokens lacking a layer were left out (--on-incomplete skip), "
+                  << imported.report.incomplete_sequences << " sequences affected\n";
+      }
+      wisp::trace::routing_trace trace = std::move(imported.trace);
       const auto& s = trace.shape();
       WISP_EXPECTS((!o.layers || *o.layers == s.layers) &&
                        (!o.experts || *o.experts == s.experts) && (!o.top_k || *o.top_k == s.top_k),

@@ -24,6 +24,7 @@
 
 #include <wisp/core/error.hpp>
 #include <wisp/trace/esft.hpp>
+#include <wisp/trace/import.hpp>
 #include <wisp/trace/jsonl.hpp>
 #include <wisp/trace/routing_trace.hpp>
 #include <wisp/trace/synthetic.hpp>
@@ -163,16 +164,32 @@ inline void split_warmup(workload& w, std::vector<request> all, std::size_t warm
 }
 
 /// @brief Reads a recorded routing trace: an ESFT `expert_weights` folder, a `.jsonl` log or a
-/// `.wtrace` file. @throws wisp::error if it cannot be read, wisp::format_error if it is malformed.
-[[nodiscard]] inline wisp::trace::routing_trace read_routing_trace(const std::string& path) {
+/// `.wtrace` file. Tokens that lack a layer are refused (`incomplete_tokens::error`) or left out
+/// (`skip`, counted in the report); the engine routes every layer of every token, so it cannot
+/// keep partial steps.
+/// @throws wisp::error if it cannot be read, wisp::format_error if it is malformed or (a
+///   `.wtrace`) holds partial steps, wisp::logic_error for `incomplete_tokens::keep`.
+[[nodiscard]] inline wisp::trace::imported_trace read_routing_trace(
+    const std::string& path,
+    wisp::trace::incomplete_tokens on_incomplete = wisp::trace::incomplete_tokens::error) {
+  WISP_EXPECTS(on_incomplete != wisp::trace::incomplete_tokens::keep,
+               "the engine routes every layer of every token: incomplete tokens can be refused "
+               "(error) or left out (skip), not kept");
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    return wisp::trace::import_esft(path);
+    return wisp::trace::import_esft(path, {.on_incomplete = on_incomplete});
   }
   if (std::filesystem::path(path).extension() == ".jsonl") {
-    return wisp::trace::import_jsonl(std::filesystem::path(path));
+    wisp::trace::jsonl_options opt;
+    opt.on_incomplete = on_incomplete;
+    return wisp::trace::import_jsonl(std::filesystem::path(path), opt);
   }
-  return wisp::trace::read_wtrace(std::filesystem::path(path));
+  wisp::trace::imported_trace t{wisp::trace::read_wtrace(std::filesystem::path(path)), {}};
+  if (!t.trace.complete()) {
+    WISP_FAIL(wisp::format_error, path, ": ", t.trace.missing_rows(),
+              " (step, layer) rows are missing; the engine needs every layer of every token");
+  }
+  return t;
 }
 
 /// @brief One session per recorded sequence of `trace` (the whole trace is one sequence when it

@@ -15,6 +15,7 @@
 #include <wisp/trace/routing_trace.hpp>
 #include <wisp/trace/wtrace.hpp>
 #include <wisp/trace/esft.hpp>
+#include <wisp/trace/import.hpp>
 #include <wisp/trace/jsonl.hpp>
 #include <wisp/trace/synthetic.hpp>
 
@@ -31,6 +32,8 @@
 #include <wisp/cache/lfu.hpp>
 #include <wisp/cache/least_stale.hpp>
 #include <wisp/cache/belady.hpp>
+#include <wisp/cache/decayed_frequency.hpp>
+#include <wisp/cache/predicted_next_use.hpp>
 #include <wisp/cache/policies.hpp>
 #include <wisp/cache/slot_cache.hpp>
 #include <wisp/cache/per_layer_cache.hpp>
@@ -40,6 +43,15 @@
 #include <wisp/pager/pager.hpp>
 #include <wisp/pager/reroute_table.hpp>
 #include <wisp/pager/host_expert_store.hpp>
+#include <wisp/pager/miss_policy.hpp>
+
+#include <wisp/predict/routing_predictor.hpp>
+#include <wisp/predict/coactivation.hpp>
+#include <wisp/predict/baselines.hpp>
+#include <wisp/predict/personal.hpp>
+#include <wisp/predict/evaluate.hpp>
+#include <wisp/predict/right_size.hpp>
+#include <wisp/predict/prefetch.hpp>
 
 #include <wisp/vmm/vmm_backend.hpp>
 #include <wisp/vmm/posix_vmm.hpp>
@@ -47,7 +59,10 @@
 #include <wisp/vmm/virtual_expert_tensor.hpp>
 #include <wisp/vmm/adapter_layout.hpp>
 
+#include <wisp/kernel/bf16.hpp>
+#include <wisp/kernel/swiglu.hpp>
 #include <wisp/kernel/fused_moe.hpp>
+#include <wisp/kernel/reference_moe.hpp>
 
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/alloc/model_file.hpp>
@@ -62,6 +77,17 @@
 
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
+#include <wisp/sim/timeline_sim.hpp>
 
 #include <wisp/transfer/timeline.hpp>
+#include <wisp/transfer/row_layout.hpp>
+#include <wisp/transfer/copy_engine.hpp>
+
+#include <wisp/compress/bf16.hpp>
+#include <wisp/compress/exponent_coder.hpp>
+#include <wisp/compress/huffman.hpp>
+#include <wisp/compress/compressed_bf16.hpp>
+#include <wisp/compress/safetensors.hpp>
+#include <wisp/compress/archive.hpp>
+#include <wisp/compress/expert_store.hpp>
 // clang-format on

@@ -18,6 +18,8 @@ endif()
 vcpkg_check_features(OUT_FEATURE_OPTIONS FEATURE_OPTIONS
     FEATURES
         cuda WISP_ENABLE_CUDA
+        zstd WISP_ENABLE_ZSTD
+        lz4 WISP_ENABLE_LZ4
 )
 
 vcpkg_cmake_configure(

@@ -99,14 +99,18 @@
 #include <array>
 #include <bit>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <compare>
 #include <concepts>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -116,15 +120,21 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
+#include <numeric>
 #include <optional>
 #include <ostream>
 #include <ranges>
 #include <span>
 #include <sstream>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -407,9 +417,14 @@ struct std::hash<wisp::byte_size> {
 /// and optionally one gate weight per id. Sequence boundaries (prompts, ESFT lines, JSONL groups)
 /// are recorded as the step indices where sequences begin.
 ///
+/// **Partial steps.** A routing log may lack some layers of a token (a recorder dropped them).
+/// `append_partial_step` keeps such a token with the layers that were recorded: its missing
+/// (step, layer) *rows* are skipped by every replay, `has_layer` says which they are and
+/// `complete()` is false. Traces built from complete steps only never pay for this.
+///
 /// **Canonical replay order** (the order of `for_each_access` and `accesses()`): for each step,
-/// for each layer 0..layers-1, the `top_k` ids as recorded. For the ESFT trace this is exactly the
-/// order of shared/traces/SOURCES.md (line, token, layer, id).
+/// for each layer 0..layers-1 that the step holds, the `top_k` ids as recorded. For the ESFT trace
+/// this is exactly the order of shared/traces/SOURCES.md (line, token, layer, id).
 ///
 /// **Memory.** Ids are stored as `uint8_t` when `experts <= 256` and as `uint16_t` otherwise
 /// (`experts <= 65536`), so a step costs `layers * top_k` bytes (or twice that). Gate weights,
@@ -492,8 +507,23 @@ class routing_trace {
   [[nodiscard]] const trace_shape& shape() const noexcept { return shape_; }
   /// Number of steps (forward passes, i.e. tokens) recorded. O(1).
   [[nodiscard]] std::size_t steps() const noexcept { return steps_; }
-  /// Number of (step, layer, expert) activations: `steps * layers * top_k`. O(1).
-  [[nodiscard]] std::size_t access_count() const noexcept { return steps_ * shape_.ids_per_step(); }
+  /// Number of (step, layer, expert) activations: `top_k` per row held, so
+  /// `(steps * layers - missing_rows()) * top_k`. O(1).
+  [[nodiscard]] std::size_t access_count() const noexcept {
+    return (steps_ * static_cast<std::size_t>(shape_.layers) - missing_rows_) *
+           static_cast<std::size_t>(shape_.top_k);
+  }
+  /// True when every step holds every layer (no partial step was appended). O(1).
+  [[nodiscard]] bool complete() const noexcept { return missing_rows_ == 0; }
+  /// Number of (step, layer) rows that partial steps lack. O(1).
+  [[nodiscard]] std::size_t missing_rows() const noexcept { return missing_rows_; }
+  /// @brief Whether `step` holds layer `layer` (always, unless it was appended as a partial
+  /// step). O(1). @throws wisp::logic_error if an index is out of range.
+  [[nodiscard]] bool has_layer(std::size_t step, std::int32_t layer) const {
+    (void)index_of(step, layer, 0);
+    return row_present(step * static_cast<std::size_t>(shape_.layers) +
+                       static_cast<std::size_t>(layer));
+  }
   /// Whether gate weights are recorded. Decided by the first appended step. O(1).
   [[nodiscard]] bool has_weights() const noexcept { return has_weights_; }
   /// Bytes used per stored id: 1 when `experts <= 256`, else 2.
@@ -525,60 +555,31 @@ class routing_trace {
   /// Complexity: O(layers * top_k) for small `top_k` (<= 32), O(layers * top_k log top_k)
   /// otherwise; amortised O(1) allocations.
   void append_step(std::span<const std::int32_t> ids, std::span<const float> weights = {}) {
-    const std::size_t n = shape_.ids_per_step();
-    WISP_EXPECTS(ids.size() == n, "append_step needs layers*top_k = ", n, " ids, got ", ids.size());
-    WISP_EXPECTS(weights.empty() || weights.size() == n, "append_step needs 0 or ", n,
-                 " weights, got ", weights.size());
-    const bool with_weights = !weights.empty();
-    WISP_EXPECTS(steps_ == 0 || with_weights == has_weights_, "step ", steps_,
-                 (with_weights ? " has weights but earlier steps do not"
-                               : " has no weights but earlier steps do"));
-    WISP_EXPECTS(steps_ < max_steps, "routing_trace is full (", max_steps, " steps)");
-    validate_ids(ids);
-    for (std::size_t i = 0; i < weights.size(); ++i) {
-      WISP_EXPECTS(std::isfinite(weights[i]), "step ", steps_, " weight ", i,
-                   " is not finite: ", weights[i]);
-    }
-    // Reserve everything first: after this point nothing throws (trivial types, no reallocation).
-    const std::size_t total = (steps_ + 1) * n;
-    auto grow = [](auto& v, std::size_t want) {
-      if (v.capacity() < want) {
-        v.reserve(std::max(want, v.capacity() * 2));
-      }
-    };
-    if (wide_) {
-      grow(ids16_, total);
-    } else {
-      grow(ids8_, total);
-    }
-    if (with_weights) {
-      grow(weights_, total);
-    }
-    if (pending_sequence_) {
-      grow(sequence_starts_, sequence_starts_.size() + 1);
-    }
-    if (wide_) {
-      for (const std::int32_t id : ids) {
-        ids16_.push_back(static_cast<std::uint16_t>(id));
-      }
-    } else {
-      for (const std::int32_t id : ids) {
-        ids8_.push_back(static_cast<std::uint8_t>(id));
-      }
-    }
-    weights_.insert(weights_.end(), weights.begin(), weights.end());
-    if (pending_sequence_) {
-      sequence_starts_.push_back(steps_);
-      pending_sequence_ = false;
-    }
-    has_weights_ = with_weights;
-    ++steps_;
+    append(ids, weights, {});
+  }
+
+  /// @brief Appends one step that lacks some layers: `present[l] != 0` for the layers recorded.
+  ///
+  /// `ids` and `weights` are laid out as for `append_step` (`layers x top_k`); the rows of the
+  /// missing layers are ignored (not validated, not stored). The missing rows are skipped by every
+  /// replay and counted by `missing_rows()`.
+  /// @throws wisp::logic_error as `append_step` (for the rows present), if `present` does not hold
+  ///         one entry per layer, or if it marks no layer present. Strong guarantee.
+  /// Complexity: as `append_step`, plus O(steps * layers) once, at the first partial step.
+  void append_partial_step(std::span<const std::int32_t> ids, std::span<const std::uint8_t> present,
+                           std::span<const float> weights = {}) {
+    WISP_EXPECTS(present.size() == static_cast<std::size_t>(shape_.layers),
+                 "append_partial_step needs one presence flag per layer (", shape_.layers,
+                 "), got ", present.size());
+    WISP_EXPECTS(std::any_of(present.begin(), present.end(), [](std::uint8_t p) { return p != 0; }),
+                 "step ", steps_, " holds no layer at all");
+    append(ids, weights, present);
   }
 
   /// @brief The `j`-th expert chosen at `layer` in `step`. O(1).
-  /// @throws wisp::logic_error if an index is out of range.
+  /// @throws wisp::logic_error if an index is out of range or the step lacks the layer.
   [[nodiscard]] std::int32_t expert(std::size_t step, std::int32_t layer, std::int32_t j) const {
-    const std::size_t i = index_of(step, layer, j);
+    const std::size_t i = present_index_of(step, layer, j);
     return wide_ ? static_cast<std::int32_t>(ids16_[i]) : static_cast<std::int32_t>(ids8_[i]);
   }
 
@@ -589,10 +590,11 @@ class routing_trace {
   }
 
   /// @brief The gate weight of `expert(step, layer, j)`. O(1).
-  /// @throws wisp::logic_error if the trace has no weights or an index is out of range.
+  /// @throws wisp::logic_error if the trace has no weights, an index is out of range or the step
+  ///         lacks the layer.
   [[nodiscard]] float weight(std::size_t step, std::int32_t layer, std::int32_t j) const {
     WISP_EXPECTS(has_weights_, "this routing trace has no gate weights");
-    return weights_[index_of(step, layer, j)];
+    return weights_[present_index_of(step, layer, j)];
   }
 
   /// @brief Marks the next appended step as the start of a sequence. Calling it again before
@@ -616,6 +618,20 @@ class routing_trace {
     }
   }
 
+  /// @brief Calls `f(step, layer, ids)` for every (step, layer) request in canonical order, `ids`
+  /// being that layer's `top_k` expert ids as recorded (a `std::span<const std::int32_t>` valid
+  /// during the call of `f`). One call of an engine's MoE layer: what the pager and the
+  /// call-granular reuse distances take. O(access_count()); one allocation of `top_k` ids.
+  template <class F>
+  void for_each_call(F&& f) const {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(shape_.top_k));
+    if (wide_) {
+      visit_calls(ids16_.data(), ids, f);
+    } else {
+      visit_calls(ids8_.data(), ids, f);
+    }
+  }
+
   class access_iterator;
   class access_range;
 
@@ -623,10 +639,12 @@ class routing_trace {
   /// `for_each_access`). The range refers to this trace: appending invalidates it. O(1).
   [[nodiscard]] access_range accesses() const noexcept;
 
-  /// Traces are equal when shape, ids, weights (bitwise float equality) and sequence starts are.
+  /// Traces are equal when shape, rows held, ids, weights (bitwise float equality) and sequence
+  /// starts are (the ignored ids of missing rows do not count).
   friend bool operator==(const routing_trace& a, const routing_trace& b) noexcept {
     return a.shape_ == b.shape_ && a.steps_ == b.steps_ && a.has_weights_ == b.has_weights_ &&
-           a.ids8_ == b.ids8_ && a.ids16_ == b.ids16_ && a.weights_ == b.weights_ &&
+           a.missing_rows_ == b.missing_rows_ && a.present_ == b.present_ && a.ids8_ == b.ids8_ &&
+           a.ids16_ == b.ids16_ && a.weights_ == b.weights_ &&
            a.sequence_starts_ == b.sequence_starts_;
   }
 
@@ -636,13 +654,126 @@ class routing_trace {
     const std::int32_t layers = shape_.layers;
     const std::int32_t k = shape_.top_k;
     const auto steps = static_cast<std::uint32_t>(steps_);
+    const std::uint8_t* present = present_.empty() ? nullptr : present_.data();
     for (std::uint32_t s = 0; s < steps; ++s) {
       for (std::int32_t l = 0; l < layers; ++l) {
+        if (present != nullptr && *present++ == 0) {
+          p += k;
+          continue;
+        }
         for (std::int32_t j = 0; j < k; ++j) {
           f(access{s, l, static_cast<std::int32_t>(*p++)});
         }
       }
     }
+  }
+
+  template <class Id, class F>
+  void visit_calls(const Id* p, std::vector<std::int32_t>& ids, F& f) const {
+    const std::int32_t layers = shape_.layers;
+    const auto steps = static_cast<std::uint32_t>(steps_);
+    const std::uint8_t* present = present_.empty() ? nullptr : present_.data();
+    for (std::uint32_t s = 0; s < steps; ++s) {
+      for (std::int32_t l = 0; l < layers; ++l) {
+        if (present != nullptr && *present++ == 0) {
+          p += ids.size();
+          continue;
+        }
+        for (std::int32_t& id : ids) {
+          id = static_cast<std::int32_t>(*p++);
+        }
+        f(s, l, std::span<const std::int32_t>(ids));
+      }
+    }
+  }
+
+  [[nodiscard]] bool row_present(std::size_t row) const noexcept {
+    return present_.empty() || present_[row] != 0;
+  }
+
+  // index_of for a row the step holds.
+  [[nodiscard]] std::size_t present_index_of(std::size_t step, std::int32_t layer,
+                                             std::int32_t j) const {
+    const std::size_t i = index_of(step, layer, j);
+    WISP_EXPECTS(row_present(i / static_cast<std::size_t>(shape_.top_k)), "step ", step,
+                 " has no record for layer ", layer);
+    return i;
+  }
+
+  // append_step / append_partial_step; `present` empty = every layer.
+  void append(std::span<const std::int32_t> ids, std::span<const float> weights,
+              std::span<const std::uint8_t> present) {
+    const std::size_t n = shape_.ids_per_step();
+    WISP_EXPECTS(ids.size() == n, "append_step needs layers*top_k = ", n, " ids, got ", ids.size());
+    WISP_EXPECTS(weights.empty() || weights.size() == n, "append_step needs 0 or ", n,
+                 " weights, got ", weights.size());
+    const bool with_weights = !weights.empty();
+    WISP_EXPECTS(steps_ == 0 || with_weights == has_weights_, "step ", steps_,
+                 (with_weights ? " has weights but earlier steps do not"
+                               : " has no weights but earlier steps do"));
+    WISP_EXPECTS(steps_ < max_steps, "routing_trace is full (", max_steps, " steps)");
+    const auto k = static_cast<std::size_t>(shape_.top_k);
+    const auto layers = static_cast<std::size_t>(shape_.layers);
+    auto held = [&](std::size_t row) { return present.empty() || present[row] != 0; };
+    std::size_t missing = 0;
+    for (std::size_t row = 0; row < layers; ++row) {
+      if (!held(row)) {
+        ++missing;
+        continue;
+      }
+      validate_row(ids.subspan(row * k, k), row);
+      for (std::size_t i = row * k; i < (row + 1) * k && with_weights; ++i) {
+        WISP_EXPECTS(std::isfinite(weights[i]), "step ", steps_, " weight ", i,
+                     " is not finite: ", weights[i]);
+      }
+    }
+    // Reserve everything first: after this point nothing throws (trivial types, no reallocation).
+    const std::size_t total = (steps_ + 1) * n;
+    auto grow = [](auto& v, std::size_t want) {
+      if (v.capacity() < want) {
+        v.reserve(std::max(want, v.capacity() * 2));
+      }
+    };
+    if (wide_) {
+      grow(ids16_, total);
+    } else {
+      grow(ids8_, total);
+    }
+    if (with_weights) {
+      grow(weights_, total);
+    }
+    if (pending_sequence_) {
+      grow(sequence_starts_, sequence_starts_.size() + 1);
+    }
+    const bool track_rows = !present_.empty() || missing != 0;
+    if (track_rows) {
+      grow(present_, (steps_ + 1) * layers);
+    }
+    // A missing row stores the ids 0..k-1 and zero weights: never read, so they need no meaning.
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int32_t id = held(i / k) ? ids[i] : static_cast<std::int32_t>(i % k);
+      if (wide_) {
+        ids16_.push_back(static_cast<std::uint16_t>(id));
+      } else {
+        ids8_.push_back(static_cast<std::uint8_t>(id));
+      }
+      if (with_weights) {
+        weights_.push_back(held(i / k) ? weights[i] : 0.0f);
+      }
+    }
+    if (track_rows) {
+      present_.resize(steps_ * layers, 1);  // the complete steps before the first partial one
+      for (std::size_t row = 0; row < layers; ++row) {
+        present_.push_back(held(row) ? 1 : 0);
+      }
+    }
+    if (pending_sequence_) {
+      sequence_starts_.push_back(steps_);
+      pending_sequence_ = false;
+    }
+    has_weights_ = with_weights;
+    missing_rows_ += missing;
+    ++steps_;
   }
 
   [[nodiscard]] std::size_t index_of(std::size_t step, std::int32_t layer, std::int32_t j) const {
@@ -656,29 +787,24 @@ class routing_trace {
            static_cast<std::size_t>(j);
   }
 
-  void validate_ids(std::span<const std::int32_t> ids) const {
-    const std::size_t k = static_cast<std::size_t>(shape_.top_k);
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      WISP_EXPECTS(ids[i] >= 0 && ids[i] < shape_.experts, "step ", steps_, " layer ", i / k,
-                   ": expert id ", ids[i], " out of range [0, ", shape_.experts, ")");
+  void validate_row(std::span<const std::int32_t> r, std::size_t layer) const {
+    for (const std::int32_t id : r) {
+      WISP_EXPECTS(id >= 0 && id < shape_.experts, "step ", steps_, " layer ", layer,
+                   ": expert id ", id, " out of range [0, ", shape_.experts, ")");
     }
-    std::vector<std::int32_t> sorted;
-    for (std::size_t row = 0; row < ids.size(); row += k) {
-      const auto r = ids.subspan(row, k);
-      if (k <= 32) {
-        for (std::size_t a = 1; a < k; ++a) {
-          for (std::size_t b = 0; b < a; ++b) {
-            WISP_EXPECTS(r[a] != r[b], "step ", steps_, " layer ", row / k, ": expert ", r[a],
-                         " chosen twice");
-          }
+    if (r.size() <= 32) {
+      for (std::size_t a = 1; a < r.size(); ++a) {
+        for (std::size_t b = 0; b < a; ++b) {
+          WISP_EXPECTS(r[a] != r[b], "step ", steps_, " layer ", layer, ": expert ", r[a],
+                       " chosen twice");
         }
-      } else {
-        sorted.assign(r.begin(), r.end());
-        std::sort(sorted.begin(), sorted.end());
-        const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-        WISP_EXPECTS(dup == sorted.end(), "step ", steps_, " layer ", row / k, ": expert ",
-                     (dup == sorted.end() ? 0 : *dup), " chosen twice");
       }
+    } else {
+      std::vector<std::int32_t> sorted(r.begin(), r.end());
+      std::sort(sorted.begin(), sorted.end());
+      const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+      WISP_EXPECTS(dup == sorted.end(), "step ", steps_, " layer ", layer, ": expert ",
+                   (dup == sorted.end() ? 0 : *dup), " chosen twice");
     }
   }
 
@@ -687,8 +813,10 @@ class routing_trace {
   bool has_weights_ = false;
   bool pending_sequence_ = false;
   std::size_t steps_ = 0;
-  std::vector<std::uint8_t> ids8_;    // used when experts <= 256
-  std::vector<std::uint16_t> ids16_;  // used when experts > 256
+  std::size_t missing_rows_ = 0;
+  std::vector<std::uint8_t> present_;  // steps x layers flags once a partial step came, else empty
+  std::vector<std::uint8_t> ids8_;     // used when experts <= 256
+  std::vector<std::uint16_t> ids16_;   // used when experts > 256
   std::vector<float> weights_;
   std::vector<std::size_t> sequence_starts_;
 };
@@ -714,10 +842,8 @@ class routing_trace::access_iterator {
     ++pos_;
     if (++j_ == k_) {
       j_ = 0;
-      if (++layer_ == layers_) {
-        layer_ = 0;
-        ++step_;
-      }
+      next_row();
+      skip_missing_rows();
     }
     return *this;
   }
@@ -732,8 +858,26 @@ class routing_trace::access_iterator {
 
  private:
   friend class routing_trace;
+
+  void next_row() noexcept {
+    if (++layer_ == layers_) {
+      layer_ = 0;
+      ++step_;
+    }
+  }
+  // Moves past the rows a partial step lacks (a no-op for a complete trace).
+  void skip_missing_rows() noexcept {
+    while (present_ != nullptr && pos_ < end_ &&
+           present_[pos_ / static_cast<std::size_t>(k_)] == 0) {
+      pos_ += static_cast<std::size_t>(k_);
+      next_row();
+    }
+  }
+
   const std::uint8_t* ids8_ = nullptr;
   const std::uint16_t* ids16_ = nullptr;
+  const std::uint8_t* present_ = nullptr;  // row flags, or null when every row is held
+  std::size_t end_ = 0;                    // one past the last stored id
   bool wide_ = false;
   std::size_t pos_ = 0;
   std::uint32_t step_ = 0;
@@ -749,7 +893,7 @@ class routing_trace::access_range {
   [[nodiscard]] access_iterator begin() const noexcept { return first_; }
   [[nodiscard]] access_iterator end() const noexcept {
     access_iterator last = first_;
-    last.pos_ = size_;
+    last.pos_ = first_.end_;
     return last;
   }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
@@ -771,6 +915,9 @@ inline routing_trace::access_range routing_trace::accesses() const noexcept {
   }
   r.first_.layers_ = shape_.layers;
   r.first_.k_ = shape_.top_k;
+  r.first_.present_ = present_.empty() ? nullptr : present_.data();
+  r.first_.end_ = steps_ * shape_.ids_per_step();
+  r.first_.skip_missing_rows();
   r.size_ = access_count();
   return r;
 }
@@ -784,8 +931,9 @@ inline routing_trace::access_range routing_trace::accesses() const noexcept {
 ///
 /// Layout (all integers little-endian regardless of host; see docs/formats.md for the table):
 /// a 64-byte header (magic, version, flags, shape, id width, step and sequence counts, payload
-/// size, header CRC-32), the payload (sequence starts as u64, ids as u8 or u16, optional weights
-/// as IEEE-754 binary32), then the CRC-32 of the payload.
+/// size, header CRC-32), the payload (sequence starts as u64, for a trace with partial steps a
+/// bitmap of the (step, layer) rows held, ids as u8 or u16, optional weights as IEEE-754
+/// binary32), then the CRC-32 of the payload. The file ends there: trailing bytes are an error.
 ///
 /// The reader never trusts a size before checking it: the header has its own CRC, the payload
 /// size must equal the one implied by the shape and counts, it is compared with the bytes left in
@@ -838,6 +986,48 @@ inline constexpr std::array<std::uint32_t, 256> crc32_table = [] {
 }  // namespace wisp::trace::detail
 // ---- end wisp/trace/detail/crc32.hpp -----------------------------------------------------------
 
+// ---- begin wisp/trace/detail/files.hpp ---------------------------------------------------------
+/// @file
+/// @brief Internal: opening the files wisp's readers and writers use, with errors that say why a
+/// file cannot be opened (the operating system's reason, e.g. "No such file or directory").
+
+namespace wisp::trace::detail {
+
+/// The operating system's reason for the last failed open (`errno`), or a generic one.
+[[nodiscard]] inline std::string os_reason(int saved_errno) {
+  return saved_errno != 0 ? std::generic_category().message(saved_errno) : "unknown reason";
+}
+
+/// @brief Opens `path` for binary reading.
+/// @throws wisp::error "cannot open PATH: REASON" (a folder is refused too: reading one would
+///         fail later with a less clear message).
+[[nodiscard]] inline std::ifstream open_for_reading(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw error("cannot open " + path.string() + ": it is a folder, not a file");
+  }
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw error("cannot open " + path.string() + ": " + os_reason(errno));
+  }
+  return in;
+}
+
+/// @brief Creates or truncates `path` for binary writing.
+/// @throws wisp::error "cannot open PATH for writing: REASON".
+[[nodiscard]] inline std::ofstream open_for_writing(const std::filesystem::path& path) {
+  errno = 0;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    throw error("cannot open " + path.string() + " for writing: " + os_reason(errno));
+  }
+  return out;
+}
+
+}  // namespace wisp::trace::detail
+// ---- end wisp/trace/detail/files.hpp -----------------------------------------------------------
+
 namespace wisp::trace {
 
 /// Constants of the `.wtrace` format.
@@ -850,6 +1040,8 @@ inline constexpr std::uint32_t version = 1;
 inline constexpr std::size_t header_bytes = 64;
 /// Flag bit: gate weights are present.
 inline constexpr std::uint32_t flag_weights = 1u;
+/// Flag bit: some steps lack layers; a row bitmap follows the sequence starts.
+inline constexpr std::uint32_t flag_partial = 2u;
 }  // namespace wtrace
 
 namespace detail {
@@ -900,14 +1092,19 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   const std::uint64_t n = trace.access_count();
   const std::uint64_t seqs = trace.sequence_starts().size();
   const std::uint64_t id_bytes = trace.id_bytes();
+  const bool partial = !trace.complete();
+  const std::uint64_t rows = trace.steps() * static_cast<std::uint64_t>(shape.layers);
+  const std::uint64_t mask_bytes = partial ? (rows + 7) / 8 : 0;
   const std::uint64_t payload =
-      seqs * 8 + n * id_bytes + (trace.has_weights() ? n * sizeof(float) : 0);
+      seqs * 8 + mask_bytes + n * id_bytes + (trace.has_weights() ? n * sizeof(float) : 0);
+  const std::uint32_t flags =
+      (trace.has_weights() ? wtrace::flag_weights : 0u) | (partial ? wtrace::flag_partial : 0u);
 
   std::vector<std::uint8_t> buf;
   buf.reserve(1u << 16);
   buf.insert(buf.end(), wtrace::magic.begin(), wtrace::magic.end());
   detail::put_le(buf, wtrace::version, 4);
-  detail::put_le(buf, trace.has_weights() ? wtrace::flag_weights : 0u, 4);
+  detail::put_le(buf, flags, 4);
   detail::put_le(buf, static_cast<std::uint32_t>(shape.layers), 4);
   detail::put_le(buf, static_cast<std::uint32_t>(shape.experts), 4);
   detail::put_le(buf, static_cast<std::uint32_t>(shape.top_k), 4);
@@ -932,6 +1129,22 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
     detail::put_le(buf, s, 8);
     flush_if_full();
   }
+  if (partial) {  // bit r (LSB first) of the bitmap: row r = step * layers + layer is held
+    std::uint64_t byte = 0;
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      const auto layer = static_cast<std::int32_t>(r % static_cast<std::uint64_t>(shape.layers));
+      byte |= (trace.has_layer(
+                   static_cast<std::size_t>(r / static_cast<std::uint64_t>(shape.layers)), layer)
+                   ? 1u
+                   : 0u)
+              << (r % 8);
+      if (r % 8 == 7 || r + 1 == rows) {
+        detail::put_le(buf, byte, 1);
+        byte = 0;
+        flush_if_full();
+      }
+    }
+  }
   trace.for_each_access([&](access a) {
     detail::put_le(buf, static_cast<std::uint64_t>(a.expert), static_cast<int>(id_bytes));
     flush_if_full();
@@ -939,7 +1152,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   if (trace.has_weights()) {
     for (std::size_t s = 0; s < trace.steps(); ++s) {
       for (std::int32_t l = 0; l < shape.layers; ++l) {
-        for (std::int32_t j = 0; j < shape.top_k; ++j) {
+        for (std::int32_t j = 0; j < shape.top_k && trace.has_layer(s, l); ++j) {
           detail::put_le(buf, std::bit_cast<std::uint32_t>(trace.weight(s, l, j)), 4);
           flush_if_full();
         }
@@ -953,16 +1166,14 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
 }
 
 /// @brief Writes `trace` to the file `path` (created or truncated).
-/// @throws wisp::error if the file cannot be opened or written.
+/// @throws wisp::error if the file cannot be opened (naming the operating system's reason) or
+///         written.
 inline void write_wtrace(const routing_trace& trace, const std::filesystem::path& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    WISP_FAIL(wisp::error, "cannot open ", path.string(), " for writing");
-  }
+  std::ofstream out = detail::open_for_writing(path);
   write_wtrace(trace, out);
   out.close();
   if (!out) {
-    WISP_FAIL(wisp::error, "writing ", path.string(), " failed");
+    throw error("writing " + path.string() + " failed");
   }
 }
 
@@ -1014,7 +1225,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
                               " (this reader knows version 1)");
   }
   const u64 flags = field(12, 4);
-  if ((flags & ~u64{wtrace::flag_weights}) != 0) {
+  if ((flags & ~u64{wtrace::flag_weights | wtrace::flag_partial}) != 0) {
     throw format_error(12, "unknown flag bits " + std::to_string(flags));
   }
   const auto layers = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(16, 4)));
@@ -1044,6 +1255,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   const u64 seqs = field(40, 8);
   const u64 payload = field(48, 8);
   const bool weights = (flags & wtrace::flag_weights) != 0;
+  const bool partial = (flags & wtrace::flag_partial) != 0;
   if (steps > routing_trace::max_steps) {
     throw format_error(32, "step count " + std::to_string(steps) + " exceeds the maximum");
   }
@@ -1051,19 +1263,30 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     throw format_error(40, "sequence count " + std::to_string(seqs) + " exceeds step count " +
                                std::to_string(steps));
   }
+  // Sizes: every (step, layer) row holds top_k ids (and weights); a partial trace stores only the
+  // rows its bitmap marks, so its payload is checked against the bitmap once that is read.
   bool ok = true;
+  const u64 rows = detail::checked_mul(steps, static_cast<u64>(layers), ok);
   const u64 per_step = static_cast<u64>(layers) * static_cast<u64>(top_k);
-  const u64 n = detail::checked_mul(steps, per_step, ok);
-  const u64 id_part = detail::checked_mul(n, id_bytes, ok);
-  const u64 w_part = weights ? detail::checked_mul(n, 4, ok) : 0;
+  const u64 row_bytes = static_cast<u64>(top_k) * (id_bytes + (weights ? 4 : 0));
   const u64 seq_part = seqs * 8;  // seqs <= 2^32
-  const u64 expected = seq_part + id_part;
-  if (!ok || expected < id_part || expected + w_part < expected) {
+  const u64 mask_part = partial ? rows / 8 + (rows % 8 != 0 ? 1 : 0) : 0;
+  const u64 rows_part = detail::checked_mul(rows, row_bytes, ok);
+  const u64 fixed = seq_part + mask_part;
+  if (!ok || fixed + rows_part < fixed) {
     throw format_error(32, "step count " + std::to_string(steps) + " overflows the payload size");
   }
-  if (payload != expected + w_part) {
+  if (!partial && payload != fixed + rows_part) {
     throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
-                               std::to_string(expected + w_part) + " implied by the header");
+                               std::to_string(fixed + rows_part) + " implied by the header");
+  }
+  if (partial &&
+      (payload < fixed || payload - fixed > rows_part || (payload - fixed) % row_bytes != 0)) {
+    throw format_error(48, "payload size " + std::to_string(payload) +
+                               " does not fit the header: sequence starts and row bitmap " +
+                               std::to_string(fixed) + " bytes plus a multiple of " +
+                               std::to_string(row_bytes) + " up to " +
+                               std::to_string(fixed + rows_part));
   }
   const u64 rest = available == std::numeric_limits<u64>::max()
                        ? available
@@ -1112,69 +1335,115 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     }
     starts[i] = static_cast<std::size_t>(s);
   }
-  const u64 id_base = wtrace::header_bytes + seq_part;
-  const u64 w_base = id_base + id_part;
+  const std::uint8_t* mask = p + seq_part;
+  auto held = [&](u64 row) { return !partial || ((mask[row / 8] >> (row % 8)) & 1u) != 0; };
+  u64 held_rows = rows;
+  if (partial) {
+    held_rows = 0;
+    for (u64 r = 0; r < rows; ++r) {
+      held_rows += held(r) ? 1 : 0;
+    }
+    if (rows % 8 != 0 && (mask[rows / 8] >> (rows % 8)) != 0) {
+      throw format_error(wtrace::header_bytes + seq_part + rows / 8,
+                         "row bitmap has bits set past the last row");
+    }
+    if (held_rows == rows) {
+      throw format_error(12, "partial flag set but every step holds every layer");
+    }
+    if (fixed + held_rows * row_bytes != payload) {
+      throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
+                                 std::to_string(fixed + held_rows * row_bytes) +
+                                 " implied by the row bitmap");
+    }
+  }
+  const u64 n = held_rows * static_cast<u64>(top_k);
+  const u64 id_base = fixed;                  // payload offset of the first id
+  const u64 w_base = id_base + n * id_bytes;  // payload offset of the first weight
   const int width = static_cast<int>(id_bytes);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(per_step));
   std::vector<float> ws(weights ? static_cast<std::size_t>(per_step) : 0);
+  std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
   std::vector<std::uint8_t> seen(static_cast<std::size_t>(experts), 0);
   std::size_t next_seq = 0;
+  u64 idx = 0;  // index of the next stored id (and weight)
   for (u64 s = 0; s < steps; ++s) {
-    for (u64 i = 0; i < per_step; ++i) {
-      const u64 idx = s * per_step + i;
-      const u64 off = seq_part + idx * id_bytes;
-      const auto id = static_cast<std::int64_t>(detail::get_le(p + off, width));
-      if (id >= experts) {
-        throw format_error(wtrace::header_bytes + off,
-                           "expert id " + std::to_string(id) + " >= experts " +
-                               std::to_string(experts) + " (step " + std::to_string(s) + ")");
-      }
-      ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(id);
-      if (weights) {
-        const u64 woff = w_base - wtrace::header_bytes + idx * 4;
-        const float w =
-            std::bit_cast<float>(static_cast<std::uint32_t>(detail::get_le(p + woff, 4)));
-        if (!std::isfinite(w)) {
-          throw format_error(wtrace::header_bytes + woff, "weight is not finite");
+    bool any = false;
+    bool all = true;
+    for (std::int32_t l = 0; l < layers; ++l) {
+      const bool row_held = held(s * static_cast<u64>(layers) + static_cast<u64>(l));
+      present[static_cast<std::size_t>(l)] = row_held ? 1 : 0;
+      any = any || row_held;
+      all = all && row_held;
+      for (std::int32_t j = 0; j < top_k; ++j) {
+        const auto i = static_cast<std::size_t>(l * top_k + j);
+        if (!row_held) {
+          ids[i] = j;  // ignored by append_partial_step
+          continue;
         }
-        ws[static_cast<std::size_t>(i)] = w;
-      }
-    }
-    // Distinct ids per (step, layer) row.
-    for (u64 row = 0; row < per_step; row += static_cast<u64>(top_k)) {
-      for (u64 j = row; j < row + static_cast<u64>(top_k); ++j) {
-        auto& mark = seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(j)])];
+        const u64 off = id_base + idx * id_bytes;
+        const auto id = static_cast<std::int64_t>(detail::get_le(p + off, width));
+        if (id >= experts) {
+          throw format_error(wtrace::header_bytes + off,
+                             "expert id " + std::to_string(id) + " >= experts " +
+                                 std::to_string(experts) + " (step " + std::to_string(s) + ")");
+        }
+        auto& mark = seen[static_cast<std::size_t>(id)];
         if (mark != 0) {
-          throw format_error(id_base + (s * per_step + j) * id_bytes,
-                             "expert " + std::to_string(ids[static_cast<std::size_t>(j)]) +
-                                 " appears twice in step " + std::to_string(s) + " layer " +
-                                 std::to_string(row / static_cast<u64>(top_k)));
+          throw format_error(wtrace::header_bytes + off,
+                             "expert " + std::to_string(id) + " appears twice in step " +
+                                 std::to_string(s) + " layer " + std::to_string(l));
         }
         mark = 1;
+        ids[i] = static_cast<std::int32_t>(id);
+        if (weights) {
+          const u64 woff = w_base + idx * 4;
+          const float w =
+              std::bit_cast<float>(static_cast<std::uint32_t>(detail::get_le(p + woff, 4)));
+          if (!std::isfinite(w)) {
+            throw format_error(wtrace::header_bytes + woff, "weight is not finite");
+          }
+          ws[i] = w;
+        }
+        ++idx;
       }
-      for (u64 j = row; j < row + static_cast<u64>(top_k); ++j) {
-        seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(j)])] = 0;
+      for (std::int32_t j = 0; j < top_k && row_held; ++j) {
+        seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(l * top_k + j)])] = 0;
       }
+    }
+    if (!any) {
+      throw format_error(wtrace::header_bytes + seq_part + (s * static_cast<u64>(layers)) / 8,
+                         "step " + std::to_string(s) + " holds no layer in the row bitmap");
     }
     if (next_seq < starts.size() && starts[next_seq] == s) {
       trace.begin_sequence();
       ++next_seq;
     }
-    trace.append_step(ids, ws);
+    if (all) {
+      trace.append_step(ids, ws);
+    } else {
+      trace.append_partial_step(ids, present, ws);
+    }
   }
   return trace;
 }
 
-/// @brief Reads the `.wtrace` file at `path`.
-/// @throws wisp::error if the file cannot be opened; wisp::format_error if it is malformed (the
-///         message names the file).
+/// @brief Reads the `.wtrace` file at `path`, which must hold exactly one trace.
+/// @throws wisp::error if the file cannot be opened (naming the operating system's reason);
+///         wisp::format_error if it is malformed or has bytes after the trace (the message names
+///         the file).
 [[nodiscard]] inline routing_trace read_wtrace(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    WISP_FAIL(wisp::error, "cannot open ", path.string(), " for reading");
-  }
+  std::ifstream in = detail::open_for_reading(path);
   try {
-    return read_wtrace(in);
+    routing_trace trace = read_wtrace(in);
+    const auto end = static_cast<std::uint64_t>(in.tellg());
+    if (in.peek() != std::char_traits<char>::eof()) {
+      in.seekg(0, std::ios::end);
+      const auto size = static_cast<std::uint64_t>(in.tellg());
+      throw format_error(end, std::to_string(size - end) +
+                                  " unexpected bytes after the trace (a .wtrace file holds one "
+                                  "trace)");
+    }
+    return trace;
   } catch (const format_error& e) {
     throw e.in_file(path.string());
   }
@@ -1195,10 +1464,99 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 /// shared/traces/SOURCES.md: for each line, for each token, for each layer, the k ids as written;
 /// each line begins a sequence.
 ///
+/// **Incomplete lines.** A line whose layer files disagree on its token count (a recorder that
+/// stopped early for some layers) is an error unless `esft_options::on_incomplete` says otherwise.
+/// The files do not say which tokens a short line lacks; the importer assumes its last ones (the
+/// files agree on the line's first tokens): `skip` keeps the tokens every file holds and drops the
+/// rest, `keep` keeps every token with the layers that hold it. A line a file lacks altogether
+/// (the file is shorter) holds no token of that layer.
+///
+/// **Top-k.** The files do not record k either. A `top_k` smaller than the data's shows as groups
+/// of a multiple of it that never repeat an id (top-k routing picks k distinct experts, so groups
+/// spanning several tokens do repeat ids); one larger than the data's shows as repeated ids within
+/// a group. Both are reported (`wisp::format_error`) instead of producing a plausible wrong trace.
+///
 /// @code
-/// auto trace = wisp::trace::import_esft("traces/raw/esft_deepseek_v2_lite_intent");
+/// auto [trace, report] = wisp::trace::import_esft("traces/raw/esft_deepseek_v2_lite_intent");
 /// // trace.shape() == {26, 64, 6}; trace.steps() == 8222; trace.sequence_starts().size() == 127
 /// @endcode
+
+// ---- begin wisp/trace/import.hpp ---------------------------------------------------------------
+/// @file
+/// @brief What the importers (`import_jsonl`, `import_esft`) return, and what they do with a
+/// token that lacks some of its layers.
+///
+/// Real routing logs are not always complete: a recorder may drop records, so that a few tokens
+/// lack some layers. By default (`incomplete_tokens::error`) an importer refuses such a log at the
+/// first gap; `skip` leaves those tokens out, `keep` keeps them with the layers that were recorded
+/// (`routing_trace::append_partial_step`). Either way the `import_report` says how many tokens
+/// and records were dropped or kept partial, so nothing is lost silently.
+/// @code
+/// wisp::trace::jsonl_options opt;
+/// opt.on_incomplete = wisp::trace::incomplete_tokens::skip;
+/// auto [trace, report] = wisp::trace::import_jsonl("routing.jsonl", opt);
+/// if (report.dropped_tokens > 0) { /* tell the user */ }
+/// @endcode
+
+namespace wisp::trace {
+
+/// @brief What an importer does with a token that lacks some of its layers.
+enum class incomplete_tokens : std::uint8_t {
+  error,  ///< refuse the input (`wisp::format_error` naming the first gap)
+  skip,   ///< leave the token out
+  keep,   ///< keep the token with the layers present (a partial step)
+};
+
+/// Name as used on the command line: "error", "skip", "keep".
+[[nodiscard]] constexpr std::string_view to_string(incomplete_tokens p) noexcept {
+  switch (p) {
+    case incomplete_tokens::skip:
+      return "skip";
+    case incomplete_tokens::keep:
+      return "keep";
+    case incomplete_tokens::error:
+      break;
+  }
+  return "error";
+}
+
+/// From its name; `std::nullopt` when unknown.
+[[nodiscard]] constexpr std::optional<incomplete_tokens> parse_incomplete_tokens(
+    std::string_view name) noexcept {
+  if (name == "error") {
+    return incomplete_tokens::error;
+  }
+  if (name == "skip") {
+    return incomplete_tokens::skip;
+  }
+  if (name == "keep") {
+    return incomplete_tokens::keep;
+  }
+  return std::nullopt;
+}
+
+/// @brief What an import found missing and what it did about it. A *record* is one (token,
+/// layer) entry of the input: a JSONL line, or one token's `top_k` ids in an ESFT layer file.
+/// All zero when the input was complete.
+struct import_report {
+  std::size_t incomplete_tokens = 0;  ///< tokens lacking at least one layer
+  std::size_t missing_records = 0;    ///< (token, layer) records those tokens lack
+  std::size_t dropped_tokens = 0;     ///< `skip`: incomplete tokens left out
+  std::size_t dropped_records = 0;    ///< `skip`: the records of those tokens, left out
+  std::size_t partial_tokens = 0;     ///< `keep`: incomplete tokens kept with their layers present
+  std::size_t incomplete_sequences = 0;  ///< sequences (ESFT lines, JSONL groups) with such tokens
+
+  friend constexpr bool operator==(const import_report&, const import_report&) = default;
+};
+
+/// @brief An imported trace and its report.
+struct imported_trace {
+  routing_trace trace;
+  import_report report;
+};
+
+}  // namespace wisp::trace
+// ---- end wisp/trace/import.hpp -----------------------------------------------------------------
 
 namespace wisp::trace {
 
@@ -1206,6 +1564,11 @@ namespace wisp::trace {
 struct esft_options {
   std::int32_t experts = 64;  ///< Routed experts per layer (DeepSeek-V2-Lite: 64).
   std::int32_t top_k = 6;     ///< Ids per token and layer (DeepSeek-V2-Lite: 6).
+  /// What to do with the tokens of a line whose files disagree on its token count.
+  incomplete_tokens on_incomplete = incomplete_tokens::error;
+  /// Called after each layer file with the bytes read so far and the files' total size, for a
+  /// progress display. Empty: not called.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
 
 namespace detail {
@@ -1316,24 +1679,89 @@ struct esft_file {
   return out;
 }
 
+/// @brief Throws if the ids look like top-k' routing for a multiple k' of `opt.top_k`: no group of
+/// k' consecutive ids in any line of any file repeats an id, every line splits into such groups,
+/// and that many groups being repeat-free would be very unlikely (below one in a million) if
+/// the routing were top-k over uniformly chosen experts (real routing repeats experts between
+/// neighbouring tokens more often still, so the bound is conservative).
+inline void esft_check_top_k(const std::vector<esft_file>& files,
+                             const std::vector<std::string>& names, const esft_options& opt) {
+  const auto k = static_cast<std::size_t>(opt.top_k);
+  const auto experts = static_cast<std::size_t>(opt.experts);
+  std::vector<std::uint32_t> seen(experts, 0);
+  std::uint32_t stamp = 0;
+  std::size_t looks_like = 0;
+  std::size_t evidence = 0;
+  for (std::size_t group = 2 * k; group <= experts; group += k) {
+    bool repeat_free = true;
+    std::size_t groups = 0;
+    for (const esft_file& f : files) {
+      for (const std::size_t tokens : f.tokens) {
+        repeat_free = repeat_free && (tokens * k) % group == 0;
+      }
+      for (std::size_t g = 0; repeat_free && g + group <= f.ids.size(); g += group) {
+        ++stamp;
+        for (std::size_t i = g; i < g + group && repeat_free; ++i) {
+          auto& mark = seen[static_cast<std::size_t>(f.ids[i])];
+          repeat_free = mark != stamp;
+          mark = stamp;
+        }
+        ++groups;
+      }
+      if (!repeat_free) {
+        break;
+      }
+    }
+    if (!repeat_free || groups == 0) {
+      continue;
+    }
+    // log P(a group of `group / k` independent uniform top-k tokens repeats no id).
+    double log_p = 0.0;
+    for (std::size_t taken = k; taken < group; ++taken) {
+      log_p +=
+          std::log(static_cast<double>(experts - taken) / static_cast<double>(experts - taken % k));
+    }
+    if (static_cast<double>(groups) * log_p < std::log(1e-6)) {
+      looks_like = group;
+      evidence = groups;
+    }
+  }
+  if (looks_like != 0) {
+    throw format_error(
+        "top_k " + std::to_string(k) + " does not fit the data: no group of " +
+        std::to_string(looks_like) + " consecutive ids repeats an expert in any of " +
+        std::to_string(evidence) + " groups of " + names.front() + ".." + names.back() +
+        ", which is what top-" + std::to_string(looks_like) + " routing looks like (top-" +
+        std::to_string(k) + " routing would repeat experts there); give the model's top-k");
+  }
+}
+
 }  // namespace detail
 
 /// @brief Imports an ESFT expert-score folder (see the file comment).
 ///
 /// Reads every `expert_weights_<L>.txt` in `dir` (L must run 1..N without gaps), validates that
-/// all files have the same number of lines and the same token count per line, that every id is
+/// all files have the same number of lines and the same token count per line (unless
+/// `opt.on_incomplete` skips or keeps the tokens of lines that differ), that every id is
 /// in `[0, experts)`, that each token's k ids are distinct and that weights match ids one to one.
 /// Time O(total text), memory O(activations) (all files are parsed before the trace is built).
 /// @throws wisp::logic_error if `opt` is not a valid shape; wisp::error if the folder or a file
-///         cannot be read; wisp::format_error naming the file, line and problem (the offset is
-///         the byte in that file).
-[[nodiscard]] inline routing_trace import_esft(const std::filesystem::path& dir,
-                                               const esft_options& opt = {}) {
+///         cannot be read (naming the operating system's reason); wisp::format_error naming the
+///         file, line and problem (the offset is the byte in that file), or when `top_k` does not
+///         fit the data (see the file comment).
+[[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
+                                                const esft_options& opt = {}) {
   namespace fs = std::filesystem;
   trace_shape{1, opt.experts, opt.top_k}.validate();
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    WISP_FAIL(wisp::error, "ESFT input ", dir.string(), " is not a readable folder");
+  const fs::file_status status = fs::status(dir, ec);
+  if (status.type() == fs::file_type::not_found) {
+    throw error("cannot open ESFT folder " + dir.string() + ": " +
+                std::generic_category().message(ENOENT));
+  }
+  if (ec || status.type() != fs::file_type::directory) {
+    throw error("cannot open ESFT folder " + dir.string() + ": " +
+                (ec ? ec.message() : "it is not a folder"));
   }
   std::map<long, fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -1367,60 +1795,107 @@ struct esft_file {
                        " files, largest index " + std::to_string(files.rbegin()->first) + ")");
   }
 
-  std::vector<detail::esft_file> parsed;
-  parsed.reserve(files.size());
+  std::uint64_t total_bytes = 0;
   for (const auto& [index, path] : files) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      WISP_FAIL(wisp::error, "cannot open ", path.string());
-    }
+    total_bytes += static_cast<std::uint64_t>(fs::file_size(path, ec));
+  }
+  std::vector<detail::esft_file> parsed;
+  std::vector<std::string> names;
+  parsed.reserve(files.size());
+  std::uint64_t read_bytes = 0;
+  for (const auto& [index, path] : files) {
+    std::ifstream in = detail::open_for_reading(path);
     std::ostringstream text;
     text << in.rdbuf();
-    const std::string name = path.filename().string();
-    parsed.push_back(detail::parse_esft_file(text.str(), name, opt));
+    names.push_back(path.filename().string());
+    parsed.push_back(detail::parse_esft_file(text.str(), names.back(), opt));
+    read_bytes += text.str().size();
+    if (opt.progress) {
+      opt.progress(read_bytes, total_bytes);
+    }
+    if (opt.on_incomplete != incomplete_tokens::error) {
+      continue;  // short lines and files are resolved below
+    }
     const auto& cur = parsed.back();
     const auto& first = parsed.front();
     if (cur.tokens.size() != first.tokens.size()) {
-      throw format_error(name + " has " + std::to_string(cur.tokens.size()) + " lines but " +
-                         files.begin()->second.filename().string() + " has " +
-                         std::to_string(first.tokens.size()));
+      throw format_error(names.back() + " has " + std::to_string(cur.tokens.size()) +
+                         " lines but " + names.front() + " has " +
+                         std::to_string(first.tokens.size()) +
+                         " (on_incomplete can skip or keep the tokens a shorter file lacks)");
     }
     for (std::size_t i = 0; i < cur.tokens.size(); ++i) {
       if (cur.tokens[i] != first.tokens[i]) {
-        throw format_error(name + " line " + std::to_string(i + 1) + ": " +
-                           std::to_string(cur.tokens[i]) + " tokens but " +
-                           files.begin()->second.filename().string() + " line " +
-                           std::to_string(i + 1) + " has " + std::to_string(first.tokens[i]));
+        throw format_error(names.back() + " line " + std::to_string(i + 1) + ": " +
+                           std::to_string(cur.tokens[i]) + " tokens but " + names.front() +
+                           " line " + std::to_string(i + 1) + " has " +
+                           std::to_string(first.tokens[i]) +
+                           " (on_incomplete can skip or keep the tokens such a line lacks)");
       }
     }
   }
+  detail::esft_check_top_k(parsed, names, opt);
 
+  // Line i of file l holds tokens_of(l, i) tokens: 0 when the file is shorter.
+  std::size_t lines = 0;
+  for (const auto& f : parsed) {
+    lines = std::max(lines, f.tokens.size());
+  }
+  auto tokens_of = [&](std::size_t l, std::size_t i) {
+    return i < parsed[l].tokens.size() ? parsed[l].tokens[i] : std::size_t{0};
+  };
   const auto L = static_cast<std::int32_t>(layers);
   const auto k = static_cast<std::size_t>(opt.top_k);
   routing_trace trace({L, opt.experts, opt.top_k});
-  std::size_t total_tokens = 0;
-  for (const std::size_t t : parsed.front().tokens) {
-    total_tokens += t;
-  }
-  trace.reserve(total_tokens);
+  trace.reserve(parsed.front().ids.size() / k);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(L) * k);
   std::vector<float> ws(ids.size());
-  std::size_t token_base = 0;  // first token of the current line, in every file's flat arrays
-  for (const std::size_t tokens : parsed.front().tokens) {
-    trace.begin_sequence();
-    for (std::size_t t = 0; t < tokens; ++t) {
-      const std::size_t src = (token_base + t) * k;
+  std::vector<std::uint8_t> present(parsed.size());
+  std::vector<std::size_t> base(parsed.size(), 0);  // each file's first token of the current line
+  import_report report;
+  for (std::size_t i = 0; i < lines; ++i) {
+    std::size_t fewest = tokens_of(0, i);
+    std::size_t most = fewest;
+    for (std::size_t l = 1; l < parsed.size(); ++l) {
+      fewest = std::min(fewest, tokens_of(l, i));
+      most = std::max(most, tokens_of(l, i));
+    }
+    const std::size_t kept = opt.on_incomplete == incomplete_tokens::keep ? most : fewest;
+    if (most != fewest) {
+      ++report.incomplete_sequences;
+      report.incomplete_tokens += most - fewest;
       for (std::size_t l = 0; l < parsed.size(); ++l) {
-        for (std::size_t j = 0; j < k; ++j) {
+        report.missing_records += most - tokens_of(l, i);
+        if (opt.on_incomplete == incomplete_tokens::skip) {
+          report.dropped_records += tokens_of(l, i) - fewest;
+        }
+      }
+      (opt.on_incomplete == incomplete_tokens::skip ? report.dropped_tokens
+                                                    : report.partial_tokens) += most - fewest;
+    }
+    if (kept > 0) {
+      trace.begin_sequence();
+    }
+    for (std::size_t t = 0; t < kept; ++t) {
+      for (std::size_t l = 0; l < parsed.size(); ++l) {
+        present[l] = t < tokens_of(l, i) ? 1 : 0;
+        const std::size_t src = (base[l] + t) * k;
+        for (std::size_t j = 0; j < k && present[l] != 0; ++j) {
           ids[l * k + j] = parsed[l].ids[src + j];
           ws[l * k + j] = parsed[l].weights[src + j];
         }
       }
-      trace.append_step(ids, ws);
+      if (t < fewest) {
+        trace.append_step(ids, ws);
+      } else {
+        trace.append_partial_step(ids, present, ws);
+      }
     }
-    token_base += tokens;
+    for (std::size_t l = 0; l < parsed.size(); ++l) {
+      base[l] += tokens_of(l, i);
+    }
   }
-  return trace;
+  return {std::move(trace), report};
 }
 
 }  // namespace wisp::trace
@@ -1434,15 +1909,17 @@ struct esft_file {
 /// Records may come in any order. They are sorted into (group, token, layer) order, where groups
 /// keep the order of their first appearance in the file and tokens ascend by `token_idx` within a
 /// group (gaps in `token_idx` are allowed: each distinct index is one step). Every (group, token)
-/// must carry every layer exactly once. Each group begins a sequence (without a group key the
-/// whole file is one sequence). Unknown fields are skipped; `weights` is optional but must be
-/// present in all records or in none. The JSON is parsed by a small strict parser in the header
-/// (detail/json.hpp), so the core needs only the standard library.
+/// carries each layer at most once; a token that lacks layers is an error unless
+/// `jsonl_options::on_incomplete` says to skip or keep it (see import.hpp). Each group begins a
+/// sequence (without a group key the whole file is one sequence). Unknown fields are skipped;
+/// `weights` is optional but must be present in all records or in none. The JSON is parsed by a
+/// small strict parser in the header (detail/json.hpp), so the core needs only the standard
+/// library.
 ///
 /// @code
 /// wisp::trace::jsonl_options opt;
 /// opt.group_key = "problem_id";
-/// auto trace = wisp::trace::import_jsonl("routing.jsonl", opt);
+/// const wisp::trace::routing_trace trace = wisp::trace::import_jsonl("routing.jsonl", opt).trace;
 /// @endcode
 
 // ---- begin wisp/trace/detail/json.hpp ----------------------------------------------------------
@@ -1454,7 +1931,10 @@ struct esft_file {
 
 namespace wisp::trace::detail {
 
-/// A parsed JSON value.
+struct json_member;
+
+/// A parsed JSON value. (Members are a struct declared after it, not a `std::pair`: a pair of an
+/// incomplete type cannot be instantiated, which clang with libstdc++ rejects.)
 struct json_value {
   enum class kind : std::uint8_t { null, boolean, number, string, array, object };
   kind type = kind::null;
@@ -1462,18 +1942,26 @@ struct json_value {
   double number = 0;
   std::string text;  // string value, or the number's source spelling
   std::vector<json_value> items;
-  std::vector<std::pair<std::string, json_value>> members;
+  std::vector<json_member> members;
 
   /// Member `key` of an object, or nullptr.
-  [[nodiscard]] const json_value* find(std::string_view key) const noexcept {
-    for (const auto& [k, v] : members) {
-      if (k == key) {
-        return &v;
-      }
-    }
-    return nullptr;
-  }
+  [[nodiscard]] const json_value* find(std::string_view key) const noexcept;
 };
+
+/// One member of a JSON object.
+struct json_member {
+  std::string key;
+  json_value value;
+};
+
+inline const json_value* json_value::find(std::string_view key) const noexcept {
+  for (const json_member& m : members) {
+    if (m.key == key) {
+      return &m.value;
+    }
+  }
+  return nullptr;
+}
 
 /// Parses exactly one JSON value spanning `text` (surrounding whitespace allowed).
 /// Errors are `format_error(base + position, message)`.
@@ -1542,7 +2030,7 @@ class json_parser {
         }
         ++i_;
         json_value member = parse_value(depth + 1);
-        v.members.emplace_back(std::move(key), std::move(member));
+        v.members.push_back(json_member{std::move(key), std::move(member)});
         skip_ws();
         if (i_ < s_.size() && s_[i_] == ',') {
           ++i_;
@@ -1783,6 +2271,11 @@ struct jsonl_options {
   std::string experts_key = "experts";  ///< Field holding the top-k expert ids.
   std::string token_key = "token_idx";  ///< Field holding the token index.
   std::string weights_key = "weights";  ///< Optional field holding the gate weights.
+  /// What to do with a token that lacks some layers (default: refuse the input).
+  incomplete_tokens on_incomplete = incomplete_tokens::error;
+  /// Called now and then with the bytes read so far and the input's size (0 when unknown), for a
+  /// progress display. Empty: not called.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
 
 namespace detail {
@@ -1816,12 +2309,15 @@ struct jsonl_record {
 }  // namespace detail
 
 /// @brief Imports a JSONL routing log from `in` (see the file comment for the record format).
+/// `size` is the input's length for `opt.progress` (0 when unknown).
 /// Time O(n log n) in the number of records, memory O(file) during import.
 /// @throws wisp::format_error naming the line (and its byte offset) for malformed JSON, missing or
 ///         mistyped fields, inconsistent k, ids out of range or repeated within a record, weights
-///         present in some records only, a layer given twice or missing for a (group, token), or
-///         an empty input; wisp::logic_error if the options give an invalid shape.
-[[nodiscard]] inline routing_trace import_jsonl(std::istream& in, const jsonl_options& opt = {}) {
+///         present in some records only, a layer given twice for a (group, token), a layer missing
+///         for one (unless `opt.on_incomplete` skips or keeps such tokens), or an empty input;
+///         wisp::logic_error if the options give an invalid shape.
+[[nodiscard]] inline imported_trace import_jsonl(std::istream& in, const jsonl_options& opt = {},
+                                                 std::uint64_t size = 0) {
   using detail::jsonl_fail;
   std::vector<detail::jsonl_record> records;
   std::vector<std::int32_t> ids;
@@ -1834,10 +2330,15 @@ struct jsonl_record {
   std::uint64_t offset = 0;
   std::size_t line_no = 0;
   std::string line;
+  std::uint64_t reported = 0;
   while (std::getline(in, line)) {
     ++line_no;
     const std::uint64_t off = offset;
     offset += line.size() + 1;
+    if (opt.progress && offset - reported >= (std::uint64_t{1} << 20)) {
+      reported = offset;
+      opt.progress(offset, size);
+    }
     if (line.find_first_not_of(" \t\r") == std::string::npos) {
       continue;  // blank line
     }
@@ -1964,61 +2465,75 @@ struct jsonl_record {
   const auto uk = static_cast<std::size_t>(k);
   std::vector<std::int32_t> step_ids(static_cast<std::size_t>(layers) * uk);
   std::vector<float> step_w(with_weights == 1 ? step_ids.size() : 0);
-  std::size_t i = 0;
+  std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
+  import_report report;
   std::size_t current_group = records.front().group + 1;
-  while (i < records.size()) {
+  std::size_t incomplete_group = current_group;  // last group counted in incomplete_sequences
+  for (std::size_t i = 0; i < records.size();) {
+    // One (group, token): its records are records[i, end), sorted by layer.
     const auto& head = records[i];
-    for (std::int32_t l = 0; l < layers; ++l) {
-      if (i >= records.size() || records[i].group != head.group || records[i].token != head.token) {
-        jsonl_fail(head.offset, head.line,
-                   "token " + std::to_string(head.token) + " has no record for layer " +
-                       std::to_string(l));
+    std::size_t end = i;
+    std::fill(present.begin(), present.end(), std::uint8_t{0});
+    for (; end < records.size() && records[end].group == head.group &&
+           records[end].token == head.token;
+         ++end) {
+      const auto& r = records[end];
+      if (present[static_cast<std::size_t>(r.layer)] != 0) {
+        jsonl_fail(r.offset, r.line,
+                   "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
+                       " repeats line " + std::to_string(records[end - 1].line));
       }
-      const auto& r = records[i];
-      if (r.layer != l) {
-        // Sorted by layer: a smaller layer than expected is a repeat, a larger one a gap.
-        if (r.layer < l) {
-          jsonl_fail(r.offset, r.line,
-                     "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
-                         " repeats line " + std::to_string(records[i - 1].line));
-        }
-        jsonl_fail(head.offset, head.line,
-                   "token " + std::to_string(head.token) + " has no record for layer " +
-                       std::to_string(l));
-      }
-      std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
-                  step_ids.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(l) * uk));
+      present[static_cast<std::size_t>(r.layer)] = 1;
+      const auto at = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r.layer) * uk);
+      std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk, step_ids.begin() + at);
       if (!step_w.empty()) {
         std::copy_n(weights.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
-                    step_w.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(l) * uk));
+                    step_w.begin() + at);
       }
-      ++i;
     }
-    if (i < records.size() && records[i].group == head.group && records[i].token == head.token) {
-      const auto& r = records[i];
-      jsonl_fail(r.offset, r.line,
-                 "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
-                     " repeats line " + std::to_string(records[i - 1].line));
-    }
+    const std::size_t held = end - i;
+    i = end;
     if (head.group != current_group) {
       trace.begin_sequence();
       current_group = head.group;
     }
-    trace.append_step(step_ids, step_w);
+    if (held == static_cast<std::size_t>(layers)) {
+      trace.append_step(step_ids, step_w);
+      continue;
+    }
+    if (opt.on_incomplete == incomplete_tokens::error) {
+      const auto gap = std::find(present.begin(), present.end(), std::uint8_t{0}) - present.begin();
+      jsonl_fail(head.offset, head.line,
+                 "token " + std::to_string(head.token) + " has no record for layer " +
+                     std::to_string(gap) + " (on_incomplete can skip or keep such tokens)");
+    }
+    ++report.incomplete_tokens;
+    report.missing_records += static_cast<std::size_t>(layers) - held;
+    if (incomplete_group != head.group) {
+      incomplete_group = head.group;
+      ++report.incomplete_sequences;
+    }
+    if (opt.on_incomplete == incomplete_tokens::skip) {
+      ++report.dropped_tokens;
+      report.dropped_records += held;
+    } else {
+      ++report.partial_tokens;
+      trace.append_partial_step(step_ids, present, step_w);
+    }
   }
-  return trace;
+  return {std::move(trace), report};
 }
 
-/// @brief Imports the JSONL file at `path`. @throws wisp::error if it cannot be opened;
-/// wisp::format_error as the stream overload (the message names the file).
-[[nodiscard]] inline routing_trace import_jsonl(const std::filesystem::path& path,
-                                                const jsonl_options& opt = {}) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    WISP_FAIL(wisp::error, "cannot open ", path.string());
-  }
+/// @brief Imports the JSONL file at `path`. @throws wisp::error if it cannot be opened (naming
+/// the operating system's reason); wisp::format_error as the stream overload (the message names
+/// the file).
+[[nodiscard]] inline imported_trace import_jsonl(const std::filesystem::path& path,
+                                                 const jsonl_options& opt = {}) {
+  std::ifstream in = detail::open_for_reading(path);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
   try {
-    return import_jsonl(in, opt);
+    return import_jsonl(in, opt, ec ? 0 : static_cast<std::uint64_t>(size));
   } catch (const format_error& e) {
     throw e.in_file(path.string());
   }
@@ -2333,46 +2848,57 @@ inline constexpr std::size_t default_synthetic_steps = 8222;
 /// Seed of the synthetic stand-in for the ESFT trace.
 inline constexpr std::uint64_t default_synthetic_seed = 1;
 
-/// @brief Names accepted by `synthetic_preset`.
+/// @brief The default router's dynamics for a model of another shape: its working set scaled to
+/// `top_k` as the model presets scale it (`round(0.85 k)`, at least 1, at most `experts`).
+/// @code
+/// auto cfg = wisp::trace::synthetic_for_shape({.layers = 24, .experts = 60, .top_k = 4});
+/// @endcode
+/// @throws wisp::logic_error if the shape is invalid.
+[[nodiscard]] inline synthetic_config synthetic_for_shape(const trace_shape& shape) {
+  shape.validate();
+  synthetic_config c;
+  c.layers = shape.layers;
+  c.experts = shape.experts;
+  c.top_k = shape.top_k;
+  c.working_set = std::clamp<std::int32_t>((17 * shape.top_k + 10) / 20, 1, shape.experts);
+  return c;
+}
+
+/// @brief Names accepted by `synthetic_preset`: "default", one per model preset of
+/// `wisp::alloc::model_presets()` (same names, same order, same shapes), then "uniform".
 [[nodiscard]] inline std::vector<std::string_view> synthetic_preset_names() {
-  return {"default", "deepseek-v2-lite", "qwen3-30b-a3b", "mixtral-8x7b", "olmoe-1b-7b", "uniform"};
+  return {"default",          "qwen3-30b-a3b",     "olmoe-1b-7b", "mixtral-8x7b",
+          "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "uniform"};
 }
 
 /// @brief A named configuration.
 /// - "default" / "deepseek-v2-lite": the ESFT trace's shape (26 layers, 64 experts, top-6),
 ///   calibrated to its per-layer LRU hit rates;
-/// - "qwen3-30b-a3b": 48 layers, 128 experts, top-8; "mixtral-8x7b": 32, 8, top-2;
-///   "olmoe-1b-7b": 16, 64, top-8 (same locality model, working sets scaled to the shape);
+/// - "qwen3-30b-a3b": 48 layers, 128 experts, top-8; "olmoe-1b-7b": 16, 64, top-8;
+///   "mixtral-8x7b": 32, 8, top-2 (flatter popularity); "qwen1.5-moe-a2.7b": 24, 60, top-4: the
+///   same locality model with working sets scaled to the shape (`synthetic_for_shape`);
 /// - "uniform": the default shape with no skew or locality (every draw uniform), a baseline.
 /// @throws wisp::logic_error listing the valid names if `name` is unknown.
 [[nodiscard]] inline synthetic_config synthetic_preset(std::string_view name) {
-  synthetic_config c;
   if (name == "default" || name == "deepseek-v2-lite") {
-    return c;
+    return synthetic_config{};
   }
   if (name == "qwen3-30b-a3b") {
-    c.layers = 48;
-    c.experts = 128;
-    c.top_k = 8;
-    c.working_set = 7;
-    return c;
+    return synthetic_for_shape({48, 128, 8});
+  }
+  if (name == "olmoe-1b-7b") {
+    return synthetic_for_shape({16, 64, 8});
   }
   if (name == "mixtral-8x7b") {
-    c.layers = 32;
-    c.experts = 8;
-    c.top_k = 2;
-    c.working_set = 2;
+    synthetic_config c = synthetic_for_shape({32, 8, 2});
     c.zipf_exponent = 0.3;
     return c;
   }
-  if (name == "olmoe-1b-7b") {
-    c.layers = 16;
-    c.experts = 64;
-    c.top_k = 8;
-    c.working_set = 7;
-    return c;
+  if (name == "qwen1.5-moe-a2.7b") {
+    return synthetic_for_shape({24, 60, 4});
   }
   if (name == "uniform") {
+    synthetic_config c;
     c.zipf_exponent = 0;
     c.zipf_spread = 0;
     c.locality = 0;
@@ -2405,6 +2931,18 @@ inline constexpr std::uint64_t default_synthetic_seed = 1;
 /// counter.access(3);   // reuse_distance_counter::cold (first sight)
 /// counter.access(5);   // cold
 /// counter.access(3);   // 2: {5, 3} were touched since the last 3
+/// @endcode
+///
+/// **Calls.** An engine asks for a layer's `k` experts together, and its cache (wisp's pager,
+/// `slot_cache`) never lets one of them evict another. `access_call` measures that cache: every
+/// key of a call gets its distance in the stack as it was *before* the call, then the call's keys
+/// move to the top. This is still a stack algorithm (a protected LRU cache of capacity `c >= k`
+/// holds exactly the `c` most recent keys, the call counted as one step), so one pass still gives
+/// every capacity at once.
+/// @code
+/// const std::uint32_t call[] = {3, 5};
+/// std::uint32_t d[2];
+/// counter.access_call(call, d);   // d = {1, 2}: both were in the stack before the call
 /// @endcode
 
 namespace wisp::reuse {
@@ -2442,6 +2980,18 @@ class reuse_distance_counter {
   /// @throws wisp::logic_error if `key >= key_space()`; the counter is then unchanged.
   distance_type access(key_type key);
 
+  /// @brief Records one call: `out[i]` is the distance of `keys[i]` in the stack as it was before
+  /// the call (`cold` on first sight), then every key becomes most recent, in call order. A key
+  /// repeated within the call gets distance 1 at its later occurrences (it is resident by then at
+  /// every capacity) and is moved again. O(keys.size() log D), no allocation.
+  /// @throws wisp::logic_error if a key is `>= key_space()` or `out.size() < keys.size()`; the
+  ///         counter is then unchanged.
+  void access_call(std::span<const key_type> keys, std::span<distance_type> out);
+
+  /// @brief The distance the next access of `key` would have (`cold` if never seen), without
+  /// recording anything. O(log D). @throws wisp::logic_error if `key >= key_space()`.
+  [[nodiscard]] distance_type distance_of(key_type key) const;
+
   /// Forgets every access; keeps the allocated memory.
   void reset() noexcept;
 
@@ -2458,6 +3008,7 @@ class reuse_distance_counter {
   static constexpr std::uint32_t no_slot = std::numeric_limits<std::uint32_t>::max();
 
   [[nodiscard]] std::uint32_t prefix_words(std::uint32_t words) const noexcept;
+  [[nodiscard]] distance_type peek(key_type key) const noexcept;  // distance_of, unchecked
   void tree_add(std::uint32_t word, std::uint32_t delta) noexcept;
   void seal_word(std::uint32_t word) noexcept;
   void compact();
@@ -2534,20 +3085,35 @@ inline void reuse_distance_counter::seal_word(std::uint32_t word) noexcept {
   }
 }
 
+inline reuse_distance_counter::distance_type reuse_distance_counter::peek(
+    key_type key) const noexcept {
+  const std::uint32_t slot = last_[key];
+  if (slot == no_slot) {
+    return cold;
+  }
+  const std::uint32_t word = slot >> 6;
+  const std::uint64_t bit = std::uint64_t{1} << (slot & 63);
+  const auto below_in_word = static_cast<std::uint32_t>(std::popcount(bits_[word] & (bit - 1)));
+  const std::uint32_t before = below_in_word + (word == (now_ >> 6) ? sealed_ : prefix_words(word));
+  return live_ - before;
+}
+
+inline reuse_distance_counter::distance_type reuse_distance_counter::distance_of(
+    key_type key) const {
+  WISP_EXPECTS(key < last_.size(), "key ", key, " is outside the key space [0, ", last_.size(),
+               ")");
+  return peek(key);
+}
+
 inline reuse_distance_counter::distance_type reuse_distance_counter::access(key_type key) {
   WISP_EXPECTS(key < last_.size(), "key ", key, " is outside the key space [0, ", last_.size(),
                ")");
   ++accesses_;
   const std::uint32_t current = now_ >> 6;
-  distance_type distance = cold;
-  const std::uint32_t slot = last_[key];
-  if (slot != no_slot) {
+  const distance_type distance = peek(key);
+  if (const std::uint32_t slot = last_[key]; slot != no_slot) {
     const std::uint32_t word = slot >> 6;
-    const std::uint64_t bit = std::uint64_t{1} << (slot & 63);
-    const auto below_in_word = static_cast<std::uint32_t>(std::popcount(bits_[word] & (bit - 1)));
-    const std::uint32_t before = below_in_word + (word == current ? sealed_ : prefix_words(word));
-    distance = live_ - before;
-    bits_[word] &= ~bit;
+    bits_[word] &= ~(std::uint64_t{1} << (slot & 63));
     if (word != current) {
       tree_add(word, ~0u);
       --sealed_;
@@ -2566,6 +3132,30 @@ inline reuse_distance_counter::distance_type reuse_distance_counter::access(key_
     }
   }
   return distance;
+}
+
+inline void reuse_distance_counter::access_call(std::span<const key_type> keys,
+                                                std::span<distance_type> out) {
+  WISP_EXPECTS(out.size() >= keys.size(), "access_call: ", keys.size(), " keys but room for ",
+               out.size(), " distances");
+  for (const key_type key : keys) {
+    WISP_EXPECTS(key < last_.size(), "key ", key, " is outside the key space [0, ", last_.size(),
+                 ")");
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    out[i] = peek(keys[i]);
+  }
+  // The call's keys touched so far are the `touched` most recent ones, so a key's access distance
+  // is at most `touched` exactly when it repeats within this call.
+  std::uint32_t touched = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const distance_type now = access(keys[i]);
+    if (now != cold && now <= touched) {
+      out[i] = 1;
+    } else {
+      ++touched;
+    }
+  }
 }
 
 inline void reuse_distance_counter::compact() {
@@ -3087,18 +3677,53 @@ class histogram_text_reader {
 /// *Global*: one LRU stack over the keys `layer * experts + expert`. *Per-layer*: one stack per
 /// layer over its expert ids; the histogram is the sum of the layers' histograms, so its miss
 /// curve at capacity `c` is the total misses when every layer has `c` slots.
+///
+/// *Granularity*: `access_call` measures a layer's request (its top-k experts) as one call whose
+/// keys cannot evict each other, as wisp's pager and `wisp sim` run it; `access` measures every
+/// expert access on its own (the textbook LRU of Mattson et al.). See `reuse_granularity`.
 /// @code
 /// wisp::reuse::scoped_reuse_counter counter{wisp::reuse::reuse_scope::per_layer, 26, 64};
-/// counter.access(0, 17);
+/// const std::uint32_t experts[] = {17, 3};
+/// counter.access_call(0, experts);   // layer 0 asks for experts 17 and 3
 /// wisp::reuse::miss_curve curve{counter.histogram()};
 /// @endcode
 
 namespace wisp::reuse {
 
+/// @brief How the accesses of one layer's request are measured.
+///
+/// `call` (the default everywhere): the request's `k` experts are one call, each looked up in the
+/// LRU stack as it was before the call; the curve is then exactly the miss count of a cache that
+/// protects a call's experts from each other (wisp's `pager`, `slot_cache::access_call`,
+/// `wisp sim --policy lru`) at every capacity of at least one call. `access`: every expert access
+/// on its own (plain LRU), which may evict an expert the same request asks for a moment later and
+/// so over-counts misses (on the ESFT trace with 8 slots per layer: 939,182 against 883,712).
+enum class reuse_granularity : std::uint8_t {
+  call,    ///< a (step, layer) request at a time, as the pager serves it
+  access,  ///< one expert access at a time, textbook LRU
+};
+
+/// Name of a granularity as used on the command line: "call", "access".
+[[nodiscard]] constexpr std::string_view to_string(reuse_granularity g) noexcept {
+  return g == reuse_granularity::call ? "call" : "access";
+}
+
+/// Granularity from its name; `std::nullopt` when the name is unknown.
+[[nodiscard]] constexpr std::optional<reuse_granularity> parse_granularity(
+    std::string_view name) noexcept {
+  if (name == "call") {
+    return reuse_granularity::call;
+  }
+  if (name == "access") {
+    return reuse_granularity::access;
+  }
+  return std::nullopt;
+}
+
 /// @brief Exact reuse-distance profiling of a (layer, expert) stream in one scope.
 ///
-/// Complexity: `access` as `reuse_distance_counter::access`, no allocation. Memory
-/// O(layers * experts). Thread-safety: none.
+/// Complexity: `access` and `access_call` as the `reuse_distance_counter` ones, no allocation
+/// (after the first call of the largest size). Memory O(layers * experts). Thread-safety: none.
 class scoped_reuse_counter {
  public:
   using distance_type = reuse_distance_counter::distance_type;
@@ -3134,6 +3759,37 @@ class scoped_reuse_counter {
     return d;
   }
 
+  /// @brief Records one call of `layer` for `experts` (see `reuse_distance_counter::access_call`)
+  /// and writes each expert's distance in this scope to `out`.
+  /// @throws wisp::logic_error if `layer` or an expert is out of range or `out` is too small
+  ///   (nothing recorded then).
+  void access_call(std::uint32_t layer, std::span<const std::uint32_t> experts,
+                   std::span<distance_type> out) {
+    WISP_EXPECTS(layer < layers_, "call of layer ", layer, " outside ", layers_, " layers");
+    for (const std::uint32_t e : experts) {
+      WISP_EXPECTS(e < experts_, "call of layer ", layer, ": expert ", e, " outside ", experts_,
+                   " experts");
+    }
+    if (counters_.size() == 1) {
+      keys_.resize(experts.size());
+      for (std::size_t i = 0; i < experts.size(); ++i) {
+        keys_[i] = layer * experts_ + experts[i];
+      }
+      counters_[0].access_call(keys_, out);
+    } else {
+      counters_[layer].access_call(experts, out);
+    }
+    for (std::size_t i = 0; i < experts.size(); ++i) {
+      histogram_.record(out[i]);
+    }
+  }
+
+  /// @brief `access_call` that keeps the distances to itself (they go into `histogram()`).
+  void access_call(std::uint32_t layer, std::span<const std::uint32_t> experts) {
+    distances_.resize(experts.size());
+    access_call(layer, experts, distances_);
+  }
+
   [[nodiscard]] reuse_scope scope() const noexcept { return histogram_.shape().scope; }
   /// Histogram of every access so far (summed over layers in the per-layer scope).
   [[nodiscard]] const reuse_histogram& histogram() const noexcept { return histogram_; }
@@ -3160,6 +3816,8 @@ class scoped_reuse_counter {
   std::uint32_t experts_;
   std::vector<reuse_distance_counter> counters_;
   reuse_histogram histogram_;
+  std::vector<std::uint32_t> keys_;       // a global call's keys
+  std::vector<distance_type> distances_;  // distances of `access_call` without an output
 };
 
 }  // namespace wisp::reuse
@@ -3599,7 +4257,7 @@ class sampled_reuse_counter {
 /// @code
 /// auto trace = wisp::trace::import_esft("shared/traces/raw/esft_deepseek_v2_lite_intent");
 /// auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::global);
-/// wisp::reuse::miss_curve curve{profile.histogram};
+/// wisp::reuse::miss_curve curve{profile.histogram};   // == wisp sim --policy lru, per capacity
 /// @endcode
 
 namespace wisp::reuse {
@@ -3613,16 +4271,30 @@ struct reuse_profile {
 
 /// @brief Exact reuse profile of `trace` replayed in canonical order, in `scope`.
 ///
+/// With `reuse_granularity::call` (the default) every (step, layer) request is one call, so the
+/// curve equals the misses of `wisp::sim::simulate<wisp::lru>` (calls protected) at every
+/// capacity from `top_k` up; with `reuse_granularity::access` it is plain per-access LRU (equal to
+/// `simulate<lru>` with `protect_calls = false`, at every capacity from 1).
+///
 /// Complexity: O(accesses * log(keys)), memory O(layers * experts), one pass.
 /// @throws wisp::logic_error if `scope` is `reuse_scope::stream`.
-[[nodiscard]] inline reuse_profile profile_trace(const trace::routing_trace& trace,
-                                                 reuse_scope scope) {
+[[nodiscard]] inline reuse_profile profile_trace(
+    const trace::routing_trace& trace, reuse_scope scope,
+    reuse_granularity granularity = reuse_granularity::call) {
   const auto& shape = trace.shape();
   scoped_reuse_counter counter{scope, static_cast<std::uint32_t>(shape.layers),
                                static_cast<std::uint32_t>(shape.experts)};
-  trace.for_each_access([&](const trace::access& a) {
-    counter.access(static_cast<std::uint32_t>(a.layer), static_cast<std::uint32_t>(a.expert));
-  });
+  if (granularity == reuse_granularity::access) {
+    trace.for_each_access([&](const trace::access& a) {
+      counter.access(static_cast<std::uint32_t>(a.layer), static_cast<std::uint32_t>(a.expert));
+    });
+  } else {
+    std::vector<std::uint32_t> experts(static_cast<std::size_t>(shape.top_k));
+    trace.for_each_call([&](std::uint32_t, std::int32_t layer, std::span<const std::int32_t> ids) {
+      experts.assign(ids.begin(), ids.end());
+      counter.access_call(static_cast<std::uint32_t>(layer), experts);
+    });
+  }
   return {counter.histogram(), counter.distinct_per_cache(), counter.distinct_total()};
 }
 
@@ -4138,7 +4810,8 @@ static_assert(eviction_policy<fifo>);
 
 // ---- begin wisp/cache/lfu.hpp ------------------------------------------------------------------
 /// @file
-/// @brief `lfu` (least frequently used) and `lfru` (vLLM's frequency/recency score).
+/// @brief The frequency policies: `lfu` (counts while resident), `lfu_history` (counts over the
+/// whole history, as SpecMD defines LFU) and `lfru` (vLLM's frequency/recency score).
 
 // ---- begin wisp/cache/detail/key_heap.hpp ------------------------------------------------------
 /// @file
@@ -4310,28 +4983,21 @@ struct wide_product {
   return wide_product{hi_hi + (hi_lo >> 32) + (cross >> 32), (cross << 32) | (lo_lo & 0xffffffffu)};
 }
 
-}  // namespace detail
-
-/// @brief Least frequently used: evicts the resident key with the fewest accesses since it was
-/// inserted (the count restarts at 1 when an evicted key comes back); ties go to the least
-/// recently used.
-///
-/// An indexed binary heap on (count, last access). `on_insert`, `on_hit`, `on_erase`: O(log n).
-/// `victim`: O(1 + p), p = protected keys above the answer in the heap. Allocation-free after
-/// `reset`. Not thread-safe.
-class lfu {
+/// @brief The LFU family's mechanics: an indexed binary heap on (count, last access).
+/// `WholeHistory` says whether a key's count survives its eviction.
+template <bool WholeHistory>
+class basic_lfu {
  public:
-  static constexpr std::string_view name = "lfu";
-
-  /// Forgets every key; sizes for `layout.size()` keys. @throws std::bad_alloc
+  /// Forgets every key and every count; sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
     heap_.reset(layout.size());
     count_.assign(static_cast<std::size_t>(layout.size()), 0);
     tick_ = 0;
   }
   void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
-    count_[static_cast<std::size_t>(key)] = 1;
-    heap_.set(key, {1, ++tick_});
+    std::uint64_t& count = count_[static_cast<std::size_t>(key)];
+    count = WholeHistory ? count + 1 : 1;
+    heap_.set(key, {count, ++tick_});
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
     const std::uint64_t count = ++count_[static_cast<std::size_t>(key)];
@@ -4343,22 +5009,65 @@ class lfu {
                                  protected_keys is_protected) noexcept {
     return heap_.min_unprotected(is_protected);
   }
+  /// The count `key` is ranked by: its accesses since `reset` with `WholeHistory`, else since
+  /// its last insertion (an evicted key shows the count it left with). 0 for a key never seen.
+  [[nodiscard]] std::uint64_t count(cache_key key) const noexcept {
+    return count_[static_cast<std::size_t>(key)];
+  }
 
  private:
-  detail::key_heap heap_;
+  key_heap heap_;
   std::vector<std::uint64_t> count_;
   std::uint64_t tick_ = 0;
 };
+
+}  // namespace detail
+
+/// @brief Least frequently used, counting while resident ("in-cache LFU"): evicts the resident
+/// key with the fewest accesses since it was last inserted (the count restarts at 1 when an
+/// evicted key comes back); ties go to the least recently used. Compare `lfu_history`.
+///
+/// An indexed binary heap on (count, last access). `on_insert`, `on_hit`, `on_erase`: O(log n).
+/// `victim`: O(1 + p), p = protected keys above the answer in the heap. Allocation-free after
+/// `reset`. Not thread-safe.
+class lfu : public detail::basic_lfu<false> {
+ public:
+  static constexpr std::string_view name = "lfu";
+};
 static_assert(eviction_policy<lfu>);
+
+/// @brief Least frequently used over the whole history ("perfect LFU", SpecMD's LFU): evicts the
+/// resident key with the fewest accesses since `reset`, counting the accesses made while it was
+/// evicted too; ties go to the least recently used. Unlike `lfu`, an expert that was popular
+/// keeps its rank when it comes back, at the cost of one counter per key for the whole run.
+///
+/// Same structure and costs as `lfu`. Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout::global(26, 64), 208);
+/// @endcode
+class lfu_history : public detail::basic_lfu<true> {
+ public:
+  static constexpr std::string_view name = "lfu_history";
+};
+static_assert(eviction_policy<lfu_history>);
 
 /// @brief vLLM's LFRU (PR #37190, `CachedWeightProvider`): a clock ticks once per access (hit or
 /// miss); a key remembers its access count `freq` (1 on insertion) and the clock of its last
 /// access `last`; the victim minimises `freq / (clock - last + 1)`, evaluated at the clock before
 /// the missing key's own tick. Ties go to the least recently used key.
 ///
-/// The score's order changes as the clock advances, so `victim` scans the resident keys:
-/// O(resident), exactly like vLLM. Scores are compared exactly by cross-multiplication (no
-/// floating point). Other hooks O(1). Allocation-free after `reset`. Not thread-safe.
+/// The score's order changes as the clock advances, so vLLM scans every resident key per miss.
+/// This implementation picks exactly the same victims without the full scan: keys are grouped by
+/// `freq` into classes kept in increasing order (each a list in order of `last`, since an access
+/// always makes a key the newest of its new class), so a class's best candidate is its oldest
+/// unprotected key; classes are visited from the lowest `freq` up and the walk stops at the first
+/// class whose `freq` divided by the age of the oldest resident key already exceeds the best
+/// score found, since no key from there on can reach it. Scores are compared exactly by
+/// cross-multiplication (no floating point).
+///
+/// `on_insert`, `on_hit`, `on_erase`: O(1). `victim`: O(1 + classes visited + p), at most
+/// O(distinct counts among resident keys); on the ESFT trace it visits a few classes where a scan
+/// would visit hundreds of keys. Allocation-free after `reset`. Not thread-safe.
 class lfru {
  public:
   static constexpr std::string_view name = "lfru";
@@ -4369,42 +5078,75 @@ class lfru {
     const auto n = static_cast<std::size_t>(layout.size());
     freq_.assign(n, 0);
     last_.assign(n, 0);
-    index_.assign(n, -1);
-    resident_.clear();
-    resident_.reserve(n);
+    class_of_.assign(n, no_class);
+    // Class nodes 0..n: at most n are in use, plus the one `on_hit` creates before it frees one.
+    classes_.assign(n + 2, freq_class{});
+    sentinel_ = static_cast<std::int32_t>(n + 1);
+    classes_[static_cast<std::size_t>(sentinel_)] = {0, sentinel_, sentinel_};
+    free_.resize(n + 1);
+    for (std::size_t i = 0; i <= n; ++i) {
+      free_[i] = static_cast<std::int32_t>(n - i);  // pop_back hands out 0, 1, 2, ...
+    }
+    members_.reset(layout.size(), static_cast<std::int32_t>(n + 1));
+    recency_.reset(layout.size(), 1);
     clock_ = 0;
   }
   void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
     const auto k = static_cast<std::size_t>(key);
     freq_[k] = 1;
     last_[k] = ++clock_;
-    index_[k] = static_cast<std::int32_t>(resident_.size());
-    resident_.push_back(key);  // reserved in reset: no allocation
+    const std::int32_t head = classes_[static_cast<std::size_t>(sentinel_)].next;
+    const std::int32_t c = head != sentinel_ && classes_[static_cast<std::size_t>(head)].freq == 1
+                               ? head
+                               : new_class_after(sentinel_, 1);
+    join(key, c);
+    recency_.push_back(0, key);
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
     const auto k = static_cast<std::size_t>(key);
-    ++freq_[k];
+    const std::uint64_t f = ++freq_[k];
     last_[k] = ++clock_;
+    const std::int32_t from = class_of_[k];
+    const std::int32_t next = classes_[static_cast<std::size_t>(from)].next;
+    const std::int32_t to = next != sentinel_ && classes_[static_cast<std::size_t>(next)].freq == f
+                                ? next
+                                : new_class_after(from, f);
+    members_.remove(key);
+    join(key, to);
+    release_if_empty(from);
+    recency_.move_to_back(0, key);
   }
   void on_erase(cache_key key) noexcept {
     const auto k = static_cast<std::size_t>(key);
-    const std::int32_t i = index_[k];
-    if (i < 0) {
+    const std::int32_t c = class_of_[k];
+    if (c == no_class) {
       return;
     }
-    const cache_key moved = resident_.back();
-    resident_[static_cast<std::size_t>(i)] = moved;
-    index_[static_cast<std::size_t>(moved)] = i;
-    resident_.pop_back();
-    index_[k] = -1;
+    members_.remove(key);
+    class_of_[k] = no_class;
+    release_if_empty(c);
+    recency_.remove(key);
   }
-  /// The unprotected resident key with the lowest score, or `no_key`. O(resident).
+  /// The unprotected resident key with the lowest score, or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
                                  protected_keys is_protected) const noexcept {
+    const cache_key oldest = recency_.front(0);
+    if (oldest == no_key) {
+      return no_key;
+    }
+    const std::uint64_t max_age = age(oldest);  // no resident key is older
     cache_key best = no_key;
-    for (const cache_key key : resident_) {
-      if (!is_protected(key) && (best == no_key || before(key, best))) {
-        best = key;
+    for (std::int32_t c = classes_[static_cast<std::size_t>(sentinel_)].next; c != sentinel_;
+         c = classes_[static_cast<std::size_t>(c)].next) {
+      const std::uint64_t f = classes_[static_cast<std::size_t>(c)].freq;
+      // Every key from this class on scores at least f / max_age: stop once that is worse.
+      if (best != no_key && detail::multiply(f, age(best)) >
+                                detail::multiply(freq_[static_cast<std::size_t>(best)], max_age)) {
+        break;
+      }
+      const cache_key candidate = members_.first_unprotected(c, is_protected);
+      if (candidate != no_key && (best == no_key || before(candidate, best))) {
+        best = candidate;
       }
     }
     return best;
@@ -4412,26 +5154,61 @@ class lfru {
 
   /// Current score of a resident key (for reports and tests).
   [[nodiscard]] double score(cache_key key) const noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    return static_cast<double>(freq_[k]) / static_cast<double>(clock_ - last_[k] + 1);
+    return static_cast<double>(freq_[static_cast<std::size_t>(key)]) /
+           static_cast<double>(age(key));
   }
   /// The clock: number of accesses seen since `reset`.
   [[nodiscard]] std::uint64_t clock() const noexcept { return clock_; }
 
  private:
+  static constexpr std::int32_t no_class = -1;
+  struct freq_class {
+    std::uint64_t freq = 0;
+    std::int32_t prev = -1;
+    std::int32_t next = -1;
+  };
+
+  [[nodiscard]] std::uint64_t age(cache_key key) const noexcept {
+    return clock_ - last_[static_cast<std::size_t>(key)] + 1;
+  }
   // a evicts before b: freq_a / age_a < freq_b / age_b, then older last access.
   [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
-    const auto ia = static_cast<std::size_t>(a);
-    const auto ib = static_cast<std::size_t>(b);
-    const detail::wide_product lhs = detail::multiply(freq_[ia], clock_ - last_[ib] + 1);
-    const detail::wide_product rhs = detail::multiply(freq_[ib], clock_ - last_[ia] + 1);
-    return lhs < rhs || (lhs == rhs && last_[ia] < last_[ib]);
+    const detail::wide_product lhs = detail::multiply(freq_[static_cast<std::size_t>(a)], age(b));
+    const detail::wide_product rhs = detail::multiply(freq_[static_cast<std::size_t>(b)], age(a));
+    return lhs < rhs ||
+           (lhs == rhs && last_[static_cast<std::size_t>(a)] < last_[static_cast<std::size_t>(b)]);
+  }
+  std::int32_t new_class_after(std::int32_t at, std::uint64_t freq) noexcept {
+    const std::int32_t c = free_.back();  // reserved in reset: never empty here
+    free_.pop_back();
+    const std::int32_t next = classes_[static_cast<std::size_t>(at)].next;
+    classes_[static_cast<std::size_t>(c)] = {freq, at, next};
+    classes_[static_cast<std::size_t>(at)].next = c;
+    classes_[static_cast<std::size_t>(next)].prev = c;
+    return c;
+  }
+  void release_if_empty(std::int32_t c) noexcept {
+    if (members_.front(c) != no_key) {
+      return;
+    }
+    const freq_class& node = classes_[static_cast<std::size_t>(c)];
+    classes_[static_cast<std::size_t>(node.prev)].next = node.next;
+    classes_[static_cast<std::size_t>(node.next)].prev = node.prev;
+    free_.push_back(c);  // capacity reserved in reset
+  }
+  void join(cache_key key, std::int32_t c) noexcept {
+    members_.push_back(c, key);
+    class_of_[static_cast<std::size_t>(key)] = c;
   }
 
   std::vector<std::uint64_t> freq_;
   std::vector<std::uint64_t> last_;
-  std::vector<std::int32_t> index_;  // position in resident_, -1 if absent
-  std::vector<cache_key> resident_;
+  std::vector<std::int32_t> class_of_;  // key -> its class node, no_class if not resident
+  std::vector<freq_class> classes_;     // class nodes, a list sorted by freq through sentinel_
+  std::vector<std::int32_t> free_;      // unused class nodes
+  detail::key_lists members_;           // one list per class node, oldest `last` first
+  detail::key_lists recency_;           // every resident key, oldest `last` first
+  std::int32_t sentinel_ = 0;
   std::uint64_t clock_ = 0;
 };
 static_assert(eviction_policy<lfru>);
@@ -4707,10 +5484,1146 @@ static_assert(eviction_policy<belady>);
 }  // namespace wisp
 // ---- end wisp/cache/belady.hpp -----------------------------------------------------------------
 
+// ---- begin wisp/cache/decayed_frequency.hpp ----------------------------------------------------
+/// @file
+/// @brief `decayed_frequency`: an adaptive frequency + recency policy. Evicts the resident key with
+/// the smallest exponentially decayed access count, the count being kept for every key, resident
+/// or not.
+///
+/// Each access at forward pass `s` adds `2^(s / half_life)` to its key's count; comparing counts
+/// at pass `now` is comparing `sum_i 2^(-(now - s_i) / half_life)`, LRFU's combined recency and
+/// frequency value with `F(x) = 2^(-x / half_life)` (Lee et al., "LRFU: a spectrum of policies
+/// that subsumes the least recently used and least frequently used policies", IEEE Trans.
+/// Computers 50(12), 2001). Two choices differ from LRFU as published:
+///
+/// - **History outside the cache.** LRFU forgets a block's value when it is evicted. Here every key
+///   keeps its decayed count after eviction, as TinyLFU keeps frequencies of non-resident items
+///   (Einziger, Friedman and Manes, "TinyLFU: a highly efficient cache admission policy", ACM
+///   Trans. Storage 13(4), 2017); with at most `L x E` experts the history costs one double per
+///   key, and an expert that returns is judged by its whole recent past, not as a newcomer.
+/// - **Time is the forward pass** (`ctx.step`), not the access: every layer's cache decays at the
+///   same rate whatever its traffic.
+///
+/// `half_life` (in passes) moves the policy between LFU (infinite) and a recency order (small). On
+/// the ESFT trace, per-layer scope, 21 of 64 slots, the misses fall from 1.77x Belady's (LRU) to
+/// about 1.49x at the default of 256 passes (docs/predict.md has the sweep).
+///
+/// The order of the counts does not change as time passes (every count decays by the same factor),
+/// so an indexed heap keeps it: `on_insert`, `on_hit`, `on_erase` O(log n), `victim` O(1 + p).
+/// Counts are stored scaled (`detail::decay_clock`); every 512 half-lives they are divided by an
+/// exact power of two and the heap is rebuilt. Ties (equal counts) go to the least recently
+/// used key. Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::per_layer_cache<wisp::decayed_frequency> caches(26, 64, 21,
+///                                                       wisp::decayed_frequency(/*half_life=*/256));
+/// @endcode
+
+// ---- begin wisp/cache/detail/decay_clock.hpp ---------------------------------------------------
+/// @file
+/// @brief Internal: exponential decay over forward passes as a growing weight, shared by the
+/// decayed-frequency policies.
+///
+/// An event at pass `s` adds `weight() = 2^((s - base) / half_life)`; two sums of such weights
+/// compare as the decayed counts `sum 2^(-(now - s_i) / half_life)` at any `now`, and the order
+/// never changes as time passes. The weight is kept below 2^512 by moving `base`: `advance`
+/// then returns the power of two by which the owner divides every stored sum (exact).
+
+namespace wisp::detail {
+
+class decay_clock {
+ public:
+  /// @throws wisp::logic_error unless `half_life` is finite and > 0 (`what` names the owner).
+  decay_clock(double half_life, const char* what) : half_life_(half_life) {
+    WISP_EXPECTS(std::isfinite(half_life) && half_life > 0.0, what,
+                 ": half_life must be finite and > 0 passes, got ", half_life);
+  }
+
+  void reset() noexcept {
+    started_ = false;
+    base_ = 0.0;
+    weight_ = 1.0;
+  }
+  /// True when the clock already stands at pass `step`.
+  [[nodiscard]] bool at(std::uint32_t step) const noexcept { return started_ && step == step_; }
+  /// Moves to pass `step` (passes never go back). Returns `e >= 0`: every stored sum must be
+  /// multiplied by `2^-e` (0: nothing to do).
+  [[nodiscard]] int advance(std::uint32_t step) noexcept {
+    if (!started_) {
+      started_ = true;
+      base_ = step;
+    }
+    step_ = step;
+    int shift = 0;
+    const double exponent = (static_cast<double>(step) - base_) / half_life_;
+    if (exponent > 512.0) {
+      shift = static_cast<int>(std::floor(exponent));
+      base_ += shift * half_life_;
+    }
+    weight_ = std::exp2((static_cast<double>(step) - base_) / half_life_);
+    return shift;
+  }
+  /// The weight of an event at the current pass.
+  [[nodiscard]] double weight() const noexcept { return weight_; }
+  /// The factor turning a stored sum into its decayed count at pass `step`.
+  [[nodiscard]] double to_count(std::uint32_t step) const noexcept {
+    return std::exp2(-(static_cast<double>(step) - base_) / half_life_);
+  }
+  [[nodiscard]] double half_life() const noexcept { return half_life_; }
+
+ private:
+  double half_life_;
+  double base_ = 0.0;    // the pass stored sums are scaled to
+  double weight_ = 1.0;  // 2^((step_ - base_) / half_life_)
+  std::uint32_t step_ = 0;
+  bool started_ = false;
+};
+
+}  // namespace wisp::detail
+// ---- end wisp/cache/detail/decay_clock.hpp -----------------------------------------------------
+
+namespace wisp {
+
+class decayed_frequency {
+ public:
+  static constexpr std::string_view name = "decayed_frequency";
+  /// The default half-life, in forward passes.
+  static constexpr double default_half_life = 256.0;
+
+  /// @throws wisp::logic_error unless `half_life` is finite and > 0.
+  explicit decayed_frequency(double half_life = default_half_life)
+      : clock_(half_life, "decayed_frequency") {}
+
+  /// Forgets every key (and every count); sizes for `layout.size()` keys. @throws std::bad_alloc
+  void reset(const key_layout& layout) {
+    heap_.reset(layout.size());
+    count_.assign(static_cast<std::size_t>(layout.size()), 0.0);
+    last_.assign(static_cast<std::size_t>(layout.size()), 0);
+    resident_.clear();
+    resident_.reserve(static_cast<std::size_t>(layout.size()));
+    tick_ = 0;
+    clock_.reset();
+  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
+  void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
+  void on_erase(cache_key key) noexcept { heap_.erase(key); }  // the count stays
+  /// The unprotected resident key with the smallest decayed count (then least recently used), or
+  /// `no_key`.
+  [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
+                                 protected_keys is_protected) noexcept {
+    return heap_.min_unprotected(is_protected);
+  }
+
+  /// The decayed count of `key` at pass `step` (>= the last access): `sum_i 2^-((step - s_i) /
+  /// half_life)`; 0 for a key never accessed.
+  [[nodiscard]] double count(cache_key key, std::uint32_t step) const noexcept {
+    const double stored = count_[static_cast<std::size_t>(key)];
+    return stored == 0.0 ? 0.0 : stored * clock_.to_count(step);
+  }
+  [[nodiscard]] double half_life() const noexcept { return clock_.half_life(); }
+
+ private:
+  void bump(cache_key key, const access_context& ctx) noexcept {
+    if (!clock_.at(ctx.step)) {
+      advance(ctx.step);
+    }
+    const auto k = static_cast<std::size_t>(key);
+    count_[k] += clock_.weight();
+    last_[k] = ++tick_;
+    heap_.set(key, priority(key));
+  }
+  // Non-negative doubles order as their bit patterns.
+  [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    return {std::bit_cast<std::uint64_t>(count_[k]), last_[k]};
+  }
+  void advance(std::uint32_t step) noexcept {
+    const int shift = clock_.advance(step);
+    if (shift == 0) {
+      return;
+    }
+    resident_.clear();
+    for (std::size_t k = 0; k < count_.size(); ++k) {
+      count_[k] = std::ldexp(count_[k], -shift);
+      if (heap_.contains(static_cast<cache_key>(k))) {
+        resident_.push_back(static_cast<cache_key>(k));
+      }
+    }
+    // Counts that became equal (or 0) may have changed order: rebuild the heap.
+    heap_.reset(static_cast<std::int32_t>(count_.size()));
+    for (const cache_key k : resident_) {
+      heap_.set(k, priority(k));
+    }
+  }
+
+  detail::decay_clock clock_;
+  detail::key_heap heap_;            // resident keys by (scaled count, last access)
+  std::vector<double> count_;        // every key's count, scaled by clock_
+  std::vector<std::uint64_t> last_;  // every key's last access tick
+  std::vector<cache_key> resident_;  // scratch of a rescale
+  std::uint64_t tick_ = 0;
+};
+static_assert(eviction_policy<decayed_frequency>);
+
+}  // namespace wisp
+// ---- end wisp/cache/decayed_frequency.hpp ------------------------------------------------------
+
+// ---- begin wisp/cache/predicted_next_use.hpp ---------------------------------------------------
+/// @file
+/// @brief `predicted_next_use`: a prediction-aware policy. Evicts the resident key whose predicted
+/// next use is farthest away (Belady's rule with a prediction in place of the future).
+///
+/// Let `c` be the layer now executing and `d(k)` the layer distance of `least_stale.hpp` (layer
+/// executions until key `k`'s layer runs again after the current call, in `[1, L]`). If `k`'s
+/// expert is routed at its layer's next execution with probability `p(k)`, and independently at
+/// later ones with the same probability, its expected next use is
+///
+///     D(k) = d(k) + L x (1 / p(k) - 1)          layer executions from now
+///
+/// and the victim is the unprotected resident key with the largest `D` (ties: least recently
+/// used; `p = 0` gives `D = inf`). `p(k)` comes from:
+///
+/// - **the routing predictor**, for a key whose layer is still ahead in the current pass and
+///   within `lookahead` layers of the next one to run, when a `coactivation_predictor` and the
+///   current `routing_pass` are attached (global scope): the predictor's estimate given the
+///   experts routed so far in this pass;
+/// - **the key's decayed routing rate** otherwise: its `decayed_frequency` count over the decayed
+///   count of passes, with the same half-life (in passes).
+///
+/// In per-layer scope `d` is the same for every key of a cache, so the order is the decayed rate's
+/// and the victims are `decayed_frequency`'s. In global scope the rule weighs layer position
+/// (as `fld` does) against how likely the key is to be needed at all.
+///
+/// The attached predictor and pass are read, never written: their owner observes each layer's
+/// routing into the pass before that layer's cache call and learns complete passes (the timeline
+/// simulator does). `victim` scans the resident keys: O(n) plus, once per (pass, layer), a score
+/// of the `lookahead` layers ahead (O(lookahead x window x top_k x E)). Other hooks O(1).
+/// Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::coactivation_predictor table(shape);
+/// wisp::routing_pass pass(shape);
+/// wisp::slot_cache<wisp::predicted_next_use> cache(
+///     wisp::key_layout::global(26, 64), 546, wisp::predicted_next_use(256.0).attach(table, pass));
+/// @endcode
+
+// ---- begin wisp/predict/coactivation.hpp -------------------------------------------------------
+/// @file
+/// @brief `coactivation_predictor`: WiSP's parameter-free co-activation table (Appendix C) and its
+/// distance-decayed scoring, with online learning, exponential forgetting, merging and a versioned
+/// binary format.
+///
+/// **Table.** For every source layer `s`, later layer `t = s + delta` (`1 <= delta <= span`) and
+/// expert pair `(i, j)`, the table counts the passes in which `i` fired at `s` and `j` at `t`;
+/// `marginal(s, i)` counts the passes in which `i` fired at `s`. Their ratio is the conditional
+/// co-activation probability `P(j at t | i at s)`.
+///
+/// **Score.** With layers `0 .. o-1` of the current pass observed, the score of expert `j` at
+/// target layer `t >= o` is the weighted mean of the conditionals over the experts fired at the
+/// `window` most recent observed layers, a source `delta` layers before the target weighing
+/// `decay^(delta - 1)` (nearer layers weigh more):
+///
+///     score(j) = sum_s sum_{i fired at s} w(t - s) P(j at t | i at s)
+///              / sum_s sum_{i fired at s} w(t - s)                       (over seen i only)
+///
+/// an estimate of the probability that `j` is routed at `t` (the scores of a layer sum to top_k).
+/// When no source applies (nothing observed yet, every source beyond `span`, or never seen), the
+/// score falls back to the marginal frequency `marginal(t, j) / passes`.
+///
+/// **Forgetting.** With `forgetting = f < 1` every count is multiplied by `f` per learned pass, so
+/// a pass learned `n` passes ago weighs `f^n` (half-life `ln 2 / -ln f` passes). It is exact and
+/// O(1) per pass: new passes are added with weight `f^-passes` and the table is rescaled by a power
+/// of two when that weight grows large (scaling by a power of two is exact in floating point, and
+/// the counts it means do not change). Without forgetting the counts are integers, exact up to
+/// 2^23 passes per marginal; a marginal reaching that halves every count, so older passes then
+/// weigh half of the newer ones (an ageing step, as in TinyLFU's periodic reset).
+///
+/// @code
+/// wisp::coactivation_predictor table({.layers = 26, .experts = 64, .top_k = 6});
+/// for (std::size_t s = 0; s < trace.steps(); ++s) { pass.assign(trace, s); table.learn(pass); }
+/// std::ofstream out("user17.coact", std::ios::binary);
+/// table.save(out);
+/// @endcode
+
+// ---- begin wisp/predict/detail/binary_io.hpp ---------------------------------------------------
+/// @file
+/// @brief Internal: little-endian binary writer and reader with a running CRC-32 and the byte
+/// offset of every field, for the predictor table format.
+
+namespace wisp::detail {
+
+/// Writes fixed-width little-endian fields and keeps the CRC-32 of everything written.
+class binary_writer {
+ public:
+  explicit binary_writer(std::ostream& out) : out_(out) {}
+
+  void u32(std::uint32_t v) { put(v, 4); }
+  void i32(std::int32_t v) { put(static_cast<std::uint32_t>(v), 4); }
+  void u64(std::uint64_t v) { put(v, 8); }
+  void f32(float v) { put(std::bit_cast<std::uint32_t>(v), 4); }
+  void f64(double v) { put(std::bit_cast<std::uint64_t>(v), 8); }
+  void bytes(std::span<const std::uint8_t> b) {
+    crc_ = trace::detail::crc32_update(crc_, b);
+    out_.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  }
+  /// Writes the CRC-32 of everything written so far (not itself included).
+  void finish() {
+    const std::uint32_t crc = crc_;
+    put(crc, 4);
+  }
+
+ private:
+  void put(std::uint64_t v, int width) {
+    std::array<std::uint8_t, 8> b{};
+    for (int i = 0; i < width; ++i) {
+      b[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
+    }
+    bytes(std::span<const std::uint8_t>(b.data(), static_cast<std::size_t>(width)));
+  }
+
+  std::ostream& out_;
+  std::uint32_t crc_ = 0;
+};
+
+/// Reads what `binary_writer` wrote; every failure is a `wisp::format_error` at its byte offset,
+/// prefixed with `what` (the format's name).
+class binary_reader {
+ public:
+  binary_reader(std::istream& in, std::string what) : in_(in), what_(std::move(what)) {}
+
+  std::uint32_t u32(const char* field) { return static_cast<std::uint32_t>(get(4, field)); }
+  std::int32_t i32(const char* field) { return static_cast<std::int32_t>(u32(field)); }
+  std::uint64_t u64(const char* field) { return get(8, field); }
+  float f32(const char* field) { return std::bit_cast<float>(u32(field)); }
+  double f64(const char* field) { return std::bit_cast<double>(get(8, field)); }
+  void bytes(std::span<std::uint8_t> b, const char* field) {
+    in_.read(reinterpret_cast<char*>(b.data()), static_cast<std::streamsize>(b.size()));
+    if (static_cast<std::size_t>(in_.gcount()) != b.size()) {
+      fail(offset_ + static_cast<std::uint64_t>(in_.gcount()), "truncated input in ", field);
+    }
+    crc_ = trace::detail::crc32_update(crc_, b);
+    offset_ += b.size();
+  }
+  /// Reads the stored CRC-32 and compares it with the CRC of everything read before it.
+  void finish() {
+    const std::uint32_t expected = crc_;
+    const std::uint64_t at = offset_;
+    const std::uint32_t stored = u32("checksum");
+    if (stored != expected) {
+      fail(at, "checksum mismatch (stored ", stored, ", computed ", expected, ")");
+    }
+  }
+  /// Byte offset of the next field.
+  [[nodiscard]] std::uint64_t offset() const noexcept { return offset_; }
+
+  template <class... Parts>
+  [[noreturn]] void fail(std::uint64_t at, const Parts&... parts) const {
+    throw format_error(at, concat(what_, ": ", parts...));
+  }
+
+ private:
+  std::uint64_t get(int width, const char* field) {
+    std::array<std::uint8_t, 8> b{};
+    bytes(std::span<std::uint8_t>(b.data(), static_cast<std::size_t>(width)), field);
+    std::uint64_t v = 0;
+    for (int i = 0; i < width; ++i) {
+      v |= static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]) << (8 * i);
+    }
+    return v;
+  }
+
+  std::istream& in_;
+  std::string what_;
+  std::uint64_t offset_ = 0;
+  std::uint32_t crc_ = 0;
+};
+
+}  // namespace wisp::detail
+// ---- end wisp/predict/detail/binary_io.hpp -----------------------------------------------------
+
+// ---- begin wisp/predict/routing_predictor.hpp --------------------------------------------------
+/// @file
+/// @brief The `routing_predictor` concept, the forward pass it predicts from (`routing_pass`) and
+/// the selections every consumer of scores shares (`select_top_k`, `select_above_percentile`).
+///
+/// A predictor scores every expert of a *target* layer from the layers of the current forward
+/// pass observed so far (0 .. observed-1) and from what it learned of earlier passes; a higher
+/// score means "more likely routed". The distance to the target is `target - observed + 1`: 1 for
+/// the next layer. Once a pass is complete the caller hands it to `learn`: evaluation is online
+/// (predict, then learn), as a server would run it.
+/// @code
+/// wisp::routing_pass pass({.layers = 26, .experts = 64, .top_k = 6});
+/// std::vector<float> scores(64);
+/// std::array<std::int32_t, 6> next{};
+/// for (std::int32_t l = 0; l < 26; ++l) {
+///   pass.observe(l, router_topk(l));                       // layer l's ids are now known
+///   if (l + 1 < 26) {
+///     predictor.score(pass, l + 1, scores);                // the next layer's experts
+///     wisp::select_top_k(scores, next);                    // the 6 most likely
+///   }
+/// }
+/// predictor.learn(pass);
+/// @endcode
+
+namespace wisp {
+
+/// @brief The routing of one forward pass as it unfolds: the top-k ids of layers
+/// `0 .. observed() - 1`, layers observed in order.
+///
+/// Owns `layers x top_k` ids sized at construction; `observe` and `clear` never allocate. Not
+/// thread-safe (one writer; const reads may run concurrently).
+class routing_pass {
+ public:
+  /// An empty pass of shape {1 layer, 1 expert, top-1}.
+  routing_pass() : routing_pass(trace::trace_shape{1, 1, 1}) {}
+  /// @throws wisp::logic_error if `shape` is invalid (see `trace::trace_shape::validate`).
+  explicit routing_pass(const trace::trace_shape& shape) : shape_(shape) {
+    shape_.validate();
+    ids_.assign(shape_.ids_per_step(), 0);
+  }
+
+  /// Starts a new pass: nothing observed. O(1).
+  void clear() noexcept { observed_ = 0; }
+
+  /// @brief Records the `top_k` ids `ids` of `layer`, which must be the next layer of the pass.
+  /// O(top_k).
+  /// @throws wisp::logic_error, leaving the pass unchanged, if `layer != observed()`,
+  ///   `ids.size() != top_k` or an id is outside `[0, experts)`.
+  void observe(std::int32_t layer, std::span<const std::int32_t> ids) {
+    WISP_EXPECTS(layer == observed_, "routing_pass::observe: layer ", layer,
+                 " given but the next layer of the pass is ", observed_, " (of ", shape_.layers,
+                 ")");
+    WISP_EXPECTS(observed_ < shape_.layers, "routing_pass::observe: all ", shape_.layers,
+                 " layers already observed; clear() starts the next pass");
+    WISP_EXPECTS(ids.size() == static_cast<std::size_t>(shape_.top_k),
+                 "routing_pass::observe: ", ids.size(), " ids for layer ", layer, " but top_k is ",
+                 shape_.top_k);
+    for (std::size_t j = 0; j < ids.size(); ++j) {
+      WISP_EXPECTS(ids[j] >= 0 && ids[j] < shape_.experts, "routing_pass::observe: layer ", layer,
+                   " id ", j, " = ", ids[j], " is outside [0, experts = ", shape_.experts, ")");
+    }
+    std::copy(ids.begin(), ids.end(), ids_.begin() + offset(layer));
+    ++observed_;
+  }
+
+  /// Clears the pass and observes every layer of step `step` of `trace` (same shape). O(L x k).
+  /// @throws wisp::logic_error on a shape mismatch or an out-of-range step.
+  void assign(const trace::routing_trace& trace, std::size_t step) {
+    WISP_EXPECTS(trace.shape() == shape_, "routing_pass::assign: trace shape (", trace.shape(),
+                 ") differs from the pass shape (", shape_, ")");
+    WISP_EXPECTS(step < trace.steps(), "routing_pass::assign: step ", step, " of ", trace.steps());
+    for (std::int32_t l = 0; l < shape_.layers; ++l) {
+      for (std::int32_t j = 0; j < shape_.top_k; ++j) {
+        ids_[offset(l) + static_cast<std::size_t>(j)] = trace.expert(step, l, j);
+      }
+    }
+    observed_ = shape_.layers;
+  }
+
+  /// Number of layers observed so far (the next layer to observe).
+  [[nodiscard]] std::int32_t observed() const noexcept { return observed_; }
+  /// True once every layer is observed.
+  [[nodiscard]] bool complete() const noexcept { return observed_ == shape_.layers; }
+  [[nodiscard]] const trace::trace_shape& shape() const noexcept { return shape_; }
+  /// The ids of observed layer `layer` (unchecked: `layer < observed()`). O(1).
+  [[nodiscard]] std::span<const std::int32_t> experts(std::int32_t layer) const noexcept {
+    return {ids_.data() + offset(layer), static_cast<std::size_t>(shape_.top_k)};
+  }
+
+ private:
+  [[nodiscard]] std::size_t offset(std::int32_t layer) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.top_k);
+  }
+
+  trace::trace_shape shape_;
+  std::vector<std::int32_t> ids_;  // [layers x top_k], first observed_ rows valid
+  std::int32_t observed_ = 0;
+};
+
+/// @brief A routing predictor: scores the experts of a target layer from a partly observed pass,
+/// and learns from complete passes.
+///
+/// - `score(pass, target, scores)`: writes one score per expert of layer `target` into `scores`
+///   (`scores.size() == experts`), using only `pass.observed()` layers (`target >=
+///   pass.observed()`) and what was learned before; higher = more likely routed. Const: a
+///   predictor may be shared by readers.
+/// - `learn(pass)`: folds a complete pass into the predictor.
+///
+/// Models: `coactivation_predictor`, `frequency_predictor`, `previous_token_predictor`,
+/// `personal_predictor`. A user's own predictor (a learned gate look-ahead, say) only needs these
+/// two members.
+template <class P>
+concept routing_predictor = requires(P& predictor, const P& cpredictor, const routing_pass& pass,
+                                     std::int32_t target, std::span<float> scores) {
+  { cpredictor.score(pass, target, scores) } -> std::same_as<void>;
+  predictor.learn(pass);
+};
+
+/// @brief The indices of the `out.size()` largest `scores`, best first; equal scores go to the
+/// smaller index. O(n x out.size()) for the small k this serves (a top-k of 6 to 16 over 64 to
+/// 256 experts): one pass that compares each score with the worst kept one, held in a register,
+/// and inserts the few that beat it into a sorted buffer. No allocation for `k <= 32` (a larger
+/// k allocates its buffer of kept scores).
+/// @throws wisp::logic_error if `out.size() > scores.size()`.
+inline void select_top_k(std::span<const float> scores, std::span<std::int32_t> out) {
+  WISP_EXPECTS(out.size() <= scores.size(), "select_top_k: k = ", out.size(), " exceeds the ",
+               scores.size(), " scores");
+  const std::size_t k = out.size();
+  if (k == 0) {
+    return;
+  }
+  constexpr std::size_t local = 32;  // kept values live on the stack for k up to this
+  std::array<float, local> kept_values;
+  std::vector<float> wide;  // only for k > local
+  if (k > local) {
+    wide.resize(k);
+  }
+  float* value = k > local ? wide.data() : kept_values.data();
+  std::int32_t* index = out.data();
+  // Inserts score i into the sorted `filled` first entries (the last one drops off when full).
+  const auto insert = [&](std::size_t i, std::size_t filled) {
+    const float s = scores[i];
+    std::size_t pos = filled < k ? filled : k - 1;
+    while (pos > 0 && s > value[pos - 1]) {  // strict: ties keep the smaller index, seen first
+      value[pos] = value[pos - 1];
+      index[pos] = index[pos - 1];
+      --pos;
+    }
+    value[pos] = s;
+    index[pos] = static_cast<std::int32_t>(i);
+  };
+  for (std::size_t i = 0; i < k; ++i) {  // fill with the first k
+    insert(i, i);
+  }
+  // Then keep only what beats the worst kept score.
+  float worst = value[k - 1];
+  for (std::size_t i = k; i < scores.size(); ++i) {
+    if (scores[i] > worst) [[unlikely]] {
+      insert(i, k);
+      worst = value[k - 1];
+    }
+  }
+}
+
+/// @brief Appends to `out` the indices whose score is strictly above the `percentile`-th
+/// percentile of `scores` (nearest-rank, in [0, 100]), best first, at most `limit` of them (SpecMD
+/// §3.1.4's score-based prefetch: the count adapts to the score distribution). Returns how many.
+/// O(n log n); `scratch` is resized to n (no allocation once it is large enough).
+/// @throws wisp::logic_error if `percentile` is outside [0, 100].
+inline std::size_t select_above_percentile(std::span<const float> scores, double percentile,
+                                           std::size_t limit, std::vector<std::int32_t>& scratch,
+                                           std::vector<std::int32_t>& out) {
+  WISP_EXPECTS(percentile >= 0.0 && percentile <= 100.0,
+               "select_above_percentile: percentile must be in [0, 100], got ", percentile);
+  const std::size_t n = scores.size();
+  if (n == 0 || limit == 0) {
+    return 0;
+  }
+  scratch.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    scratch[i] = static_cast<std::int32_t>(i);
+  }
+  std::sort(scratch.begin(), scratch.end(), [&](std::int32_t a, std::int32_t b) {
+    const float sa = scores[static_cast<std::size_t>(a)];
+    const float sb = scores[static_cast<std::size_t>(b)];
+    return sa > sb || (sa == sb && a < b);
+  });
+  // Nearest rank: the threshold is the value of rank ceil(p/100 * n) in ascending order.
+  const auto rank = static_cast<std::size_t>(std::max(1.0, std::ceil(percentile / 100.0 * n)));
+  const float threshold = scores[static_cast<std::size_t>(scratch[n - rank])];
+  std::size_t added = 0;
+  for (std::size_t i = 0; i < n && added < limit; ++i) {
+    if (!(scores[static_cast<std::size_t>(scratch[i])] > threshold)) {
+      break;
+    }
+    out.push_back(scratch[i]);
+    ++added;
+  }
+  return added;
+}
+
+}  // namespace wisp
+// ---- end wisp/predict/routing_predictor.hpp ----------------------------------------------------
+
+namespace wisp {
+
+/// @brief Parameters of a `coactivation_predictor`.
+struct coactivation_config {
+  /// Observed layers a score uses: the `window` most recent ones (>= 1).
+  std::int32_t window = 4;
+  /// Weight ratio between a source layer and the next nearer one, in (0, 1]: a source `delta`
+  /// layers before the target weighs `decay^(delta - 1)`.
+  float decay = 0.5f;
+  /// Farthest target distance served with co-activation (>= 1): distance 1 is the layer right
+  /// after the last observed one. The table keeps `span() = max_distance + window - 1` layer
+  /// distances.
+  std::int32_t max_distance = 4;
+  /// Per-pass multiplier of every count, in (0, 1]; 1 = no forgetting.
+  double forgetting = 1.0;
+
+  /// Layer distances the table keeps.
+  [[nodiscard]] constexpr std::int32_t span() const noexcept { return max_distance + window - 1; }
+
+  /// @throws wisp::logic_error naming the field if a parameter is out of range.
+  void validate() const {
+    WISP_EXPECTS(window >= 1 && window <= 1024,
+                 "coactivation_config: window must be in [1, 1024], got ", window);
+    WISP_EXPECTS(max_distance >= 1 && max_distance <= 1024,
+                 "coactivation_config: max_distance must be in [1, 1024], got ", max_distance);
+    WISP_EXPECTS(decay > 0.0f && decay <= 1.0f,
+                 "coactivation_config: decay must be in (0, 1], got ", decay);
+    WISP_EXPECTS(forgetting > 0.0 && forgetting <= 1.0,
+                 "coactivation_config: forgetting must be in (0, 1], got ", forgetting);
+  }
+
+  friend constexpr bool operator==(const coactivation_config&,
+                                   const coactivation_config&) = default;
+};
+
+/// @brief The co-activation predictor (see the file description). Models `routing_predictor`.
+///
+/// Memory: `layers x span x experts^2` floats (26 x 7 x 64^2 x 4 B = 3 MB for DeepSeek-V2-Lite with
+/// the default config) plus `layers x experts` marginals, allocated at construction.
+/// `score`: O(window x top_k x experts), no allocation (rows are summed 16 outputs at a time, in
+/// registers). `learn`: O(layers x span x top_k^2).
+/// Thread safety: `score` and the queries are const and may run concurrently; `learn`, `merge`
+/// and `load` need exclusive access.
+class coactivation_predictor {
+ public:
+  static constexpr std::string_view name = "coactivation";
+  /// Format identifier (8 bytes) and version of `save` / `load`.
+  static constexpr std::string_view magic = "WISPCOA1";
+  static constexpr std::uint32_t format_version = 1;
+
+  /// An empty table (every score falls back to the marginal, itself 0 before any pass).
+  /// @throws wisp::logic_error on an invalid shape or config; std::bad_alloc.
+  explicit coactivation_predictor(const trace::trace_shape& shape,
+                                  const coactivation_config& config = {})
+      : shape_(shape), config_(config) {
+    shape_.validate();
+    config_.validate();
+    const auto layers = static_cast<std::size_t>(shape_.layers);
+    const auto experts = static_cast<std::size_t>(shape_.experts);
+    const auto span = static_cast<std::size_t>(config_.span());
+    WISP_EXPECTS(static_cast<double>(layers) * span * experts * experts < 1e9,
+                 "coactivation_predictor: the table of ", layers, " layers x ", span,
+                 " distances x ", experts, "^2 experts is over 1e9 entries");
+    pairs_.assign(layers * span * experts * experts, 0.0f);
+    marginals_.assign(layers * experts, 0.0f);
+  }
+
+  // ------------------------------------------------------------------ predictor
+
+  /// @brief Scores every expert of layer `target` from the observed layers of `pass` (see the
+  /// file description). O(window x top_k x experts), no allocation.
+  /// @throws wisp::logic_error if the pass shape differs, `target` is not in
+  ///   `[pass.observed(), layers)`, or `scores.size() != experts`.
+  void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+    check_query("coactivation_predictor::score", pass, target, scores);
+    const std::size_t experts = static_cast<std::size_t>(shape_.experts);
+    float* out = scores.data();
+    const std::int32_t observed = pass.observed();
+    const std::int32_t nearest = target - observed + 1;  // distance of the last observed layer
+    const std::int32_t farthest =
+        std::min(target - std::max(0, observed - config_.window), config_.span());
+    const float first_weight = power(config_.decay, nearest - 1);
+    // The weights of the rows that take part (experts seen at their layer), for the mean.
+    float total = 0.0f;
+    float weight = first_weight;
+    for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
+      for (const std::int32_t i : pass.experts(target - delta)) {
+        total += marginals_[marginal_index(target - delta, i)] > 0.0f ? weight : 0.0f;
+      }
+    }
+    if (!(total > 0.0f)) {  // no source applies: the target layer's marginal frequency
+      const float inverse = passes_ > 0.0 ? static_cast<float>(1.0 / passes_) : 0.0f;
+      const float* row = marginals_.data() + marginal_index(target, 0);
+      for (std::size_t j = 0; j < experts; ++j) {
+        out[j] = row[j] * inverse;
+      }
+      return;
+    }
+    // out = sum over rows of (weight / marginal / total) x pair row, a batch of rows at a time.
+    const float norm = 1.0f / total;
+    std::array<scaled_row, rows_per_batch> batch;
+    std::size_t count = 0;
+    bool overwrite = true;
+    weight = first_weight;
+    for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
+      const std::int32_t source = target - delta;
+      for (const std::int32_t i : pass.experts(source)) {
+        const float n = marginals_[marginal_index(source, i)];
+        if (n > 0.0f) {
+          batch[count++] = {pairs_.data() + pair_row(source, delta, i), weight * norm / n};
+          if (count == batch.size()) {
+            add_rows(out, std::span<const scaled_row>(batch.data(), count), experts, overwrite);
+            overwrite = false;
+            count = 0;
+          }
+        }
+      }
+    }
+    if (count > 0) {
+      add_rows(out, std::span<const scaled_row>(batch.data(), count), experts, overwrite);
+    }
+  }
+
+  /// @brief Folds a complete pass into the table (after one forgetting step). O(layers x span x
+  /// top_k^2); no allocation.
+  /// @throws wisp::logic_error if the pass shape differs or the pass is not complete.
+  void learn(const routing_pass& pass) {
+    WISP_EXPECTS(pass.shape() == shape_, "coactivation_predictor::learn: pass shape (",
+                 pass.shape(), ") differs from the table shape (", shape_, ")");
+    WISP_EXPECTS(pass.complete(), "coactivation_predictor::learn: only ", pass.observed(), " of ",
+                 shape_.layers, " layers observed; learn takes complete passes");
+    weight_ /= config_.forgetting;
+    const auto w = static_cast<float>(weight_);
+    const std::int32_t span = config_.span();
+    float largest = 0.0f;
+    for (std::int32_t s = 0; s < shape_.layers; ++s) {
+      for (const std::int32_t i : pass.experts(s)) {
+        float& m = marginals_[marginal_index(s, i)];
+        m += w;
+        largest = std::max(largest, m);
+        for (std::int32_t delta = 1; delta <= span && s + delta < shape_.layers; ++delta) {
+          float* row = pairs_.data() + pair_row(s, delta, i);
+          for (const std::int32_t j : pass.experts(s + delta)) {
+            row[j] += w;
+          }
+        }
+      }
+    }
+    passes_ += weight_;
+    keep_in_range(largest);
+  }
+
+  // ------------------------------------------------------------------ combining and storing
+
+  /// @brief Adds `other`'s counts to this table (e.g. a worker's table into the population one).
+  /// Forgetting ages both tables independently; their counts are added as they weigh now.
+  /// O(table size).
+  /// @throws wisp::logic_error, leaving this table unchanged, if the shapes or configs differ.
+  void merge(const coactivation_predictor& other) {
+    WISP_EXPECTS(other.shape_ == shape_, "coactivation_predictor::merge: shape ", other.shape_,
+                 " differs from ", shape_);
+    WISP_EXPECTS(other.config_ == config_,
+                 "coactivation_predictor::merge: the tables were built with different configs "
+                 "(window ",
+                 other.config_.window, " vs ", config_.window, ", max_distance ",
+                 other.config_.max_distance, " vs ", config_.max_distance, ", decay ",
+                 other.config_.decay, " vs ", config_.decay, ", forgetting ",
+                 other.config_.forgetting, " vs ", config_.forgetting, ")");
+    const auto ratio = static_cast<float>(weight_ / other.weight_);
+    for (std::size_t x = 0; x < pairs_.size(); ++x) {
+      pairs_[x] += ratio * other.pairs_[x];
+    }
+    for (std::size_t x = 0; x < marginals_.size(); ++x) {
+      marginals_[x] += ratio * other.marginals_[x];
+    }
+    passes_ += static_cast<double>(ratio) * other.passes_;
+    keep_in_range(*std::max_element(marginals_.begin(), marginals_.end()));
+  }
+
+  /// @brief Writes the table in wisp's binary format (little-endian): magic `WISPCOA1`, version,
+  /// shape, config, pass weights, marginals, pair counts, CRC-32 of all of it. O(table size).
+  void save(std::ostream& out) const {
+    detail::binary_writer w(out);
+    w.bytes(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(magic.data()),
+                                          magic.size()));
+    w.u32(format_version);
+    w.i32(shape_.layers);
+    w.i32(shape_.experts);
+    w.i32(shape_.top_k);
+    w.i32(config_.window);
+    w.i32(config_.max_distance);
+    w.f32(config_.decay);
+    w.f64(config_.forgetting);
+    w.f64(passes_);
+    w.f64(weight_);
+    for (const float m : marginals_) {
+      w.f32(m);
+    }
+    for (const float p : pairs_) {
+      w.f32(p);
+    }
+    w.finish();
+    WISP_EXPECTS(out.good(), "coactivation_predictor::save: the stream failed while writing");
+  }
+
+  /// @brief Reads a table written by `save`. O(table size).
+  /// @throws wisp::format_error (with the byte offset) on a wrong magic or version, an invalid
+  ///   shape or config, a negative or non-finite count, truncated input or a checksum mismatch.
+  [[nodiscard]] static coactivation_predictor load(std::istream& in) {
+    detail::binary_reader r(in, "coactivation table");
+    std::array<std::uint8_t, 8> head{};
+    r.bytes(head, "magic");
+    if (std::string_view(reinterpret_cast<const char*>(head.data()), head.size()) != magic) {
+      r.fail(0, "not a co-activation table (bad magic)");
+    }
+    const std::uint64_t version_at = r.offset();
+    if (const std::uint32_t version = r.u32("version"); version != format_version) {
+      r.fail(version_at, "unsupported version ", version, " (this build reads version ",
+             format_version, ")");
+    }
+    const std::uint64_t shape_at = r.offset();
+    trace::trace_shape shape{};
+    shape.layers = r.i32("layers");
+    shape.experts = r.i32("experts");
+    shape.top_k = r.i32("top_k");
+    coactivation_config config;
+    config.window = r.i32("window");
+    config.max_distance = r.i32("max_distance");
+    config.decay = r.f32("decay");
+    config.forgetting = r.f64("forgetting");
+    try {
+      shape.validate();
+      config.validate();
+    } catch (const logic_error& e) {
+      r.fail(shape_at, "invalid shape or config: ", e.what());
+    }
+    coactivation_predictor table(shape, config);
+    const std::uint64_t counts_at = r.offset();
+    table.passes_ = r.f64("passes");
+    table.weight_ = r.f64("weight");
+    if (!(std::isfinite(table.passes_) && table.passes_ >= 0 && std::isfinite(table.weight_) &&
+          table.weight_ > 0)) {
+      r.fail(counts_at, "invalid pass weights ", table.passes_, " and ", table.weight_);
+    }
+    const auto read_counts = [&r](std::vector<float>& counts, const char* field) {
+      for (float& c : counts) {
+        const std::uint64_t at = r.offset();
+        c = r.f32(field);
+        if (!(std::isfinite(c) && c >= 0.0f)) {
+          r.fail(at, field, " count ", c, " is negative or not finite");
+        }
+      }
+    };
+    read_counts(table.marginals_, "marginal");
+    read_counts(table.pairs_, "pair");
+    r.finish();
+    return table;
+  }
+
+  // ------------------------------------------------------------------ queries
+
+  [[nodiscard]] const trace::trace_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] const coactivation_config& config() const noexcept { return config_; }
+  /// Learned passes, each weighted by its forgetting factor (the count of passes without it).
+  [[nodiscard]] double passes() const noexcept { return passes_ / weight_; }
+  /// Weighted passes in which expert `i` fired at layer `s`. @throws on an out-of-range index.
+  [[nodiscard]] double marginal(std::int32_t s, std::int32_t i) const {
+    check_expert("marginal", s, i);
+    return marginals_[marginal_index(s, i)] / weight_;
+  }
+  /// Weighted passes in which `i` fired at `s` and `j` at `t` (0 when `t - s` is outside
+  /// `[1, span]`). @throws on an out-of-range index.
+  [[nodiscard]] double pair(std::int32_t s, std::int32_t i, std::int32_t t, std::int32_t j) const {
+    check_expert("pair", s, i);
+    check_expert("pair", t, j);
+    const std::int32_t delta = t - s;
+    if (delta < 1 || delta > config_.span()) {
+      return 0.0;
+    }
+    return pairs_[pair_row(s, delta, i) + static_cast<std::size_t>(j)] / weight_;
+  }
+  /// `P(j at t | i at s) = pair / marginal`, 0 if `i` never fired at `s`.
+  [[nodiscard]] double conditional(std::int32_t s, std::int32_t i, std::int32_t t,
+                                   std::int32_t j) const {
+    const double m = marginal(s, i);
+    return m > 0.0 ? pair(s, i, t, j) / m : 0.0;
+  }
+
+ private:
+  // Keeps the stored counts exact and finite, given the largest marginal. Two cases:
+  // - the pass weight grew past 2^32 (forgetting): divide every stored value and the weight by
+  //   2^32; a power of two is exact and the counts the table means do not change;
+  // - a marginal reached 2^23 passes of the current weight (floats count exactly below 2^24):
+  //   halve the stored counts, so older passes weigh half of the newer ones (an ageing step).
+  void keep_in_range(float largest) noexcept {
+    if (weight_ >= 4294967296.0) {
+      scale_counts(0x1p-32f);
+      weight_ *= 0x1p-32;
+      largest *= 0x1p-32f;
+    }
+    if (static_cast<double>(largest) >= 8388608.0 * weight_) {
+      scale_counts(0.5f);
+    }
+  }
+  void scale_counts(float factor) noexcept {
+    for (float& p : pairs_) {
+      p *= factor;
+    }
+    for (float& m : marginals_) {
+      m *= factor;
+    }
+    passes_ *= static_cast<double>(factor);
+  }
+
+  struct scaled_row {
+    const float* row;
+    float scale;
+  };
+  static constexpr std::size_t rows_per_batch = 32;
+
+  // out[j] (+)= sum_r rows[r].scale x rows[r].row[j], for j < n (`overwrite`: out starts at 0).
+  // Sixteen outputs at a time stay in registers across all the rows: each row is loaded once and
+  // `out` once per batch.
+  static void add_rows(float* out, std::span<const scaled_row> rows, std::size_t n,
+                       bool overwrite) noexcept {
+    constexpr std::size_t block = 16;
+    std::size_t j = 0;
+    for (; j + block <= n; j += block) {
+      // Two accumulators, rows taken in pairs: twice the independent additions in flight.
+      std::array<float, block> acc{};
+      std::array<float, block> odd{};
+      if (!overwrite) {
+        std::copy(out + j, out + j + block, acc.begin());
+      }
+      std::size_t r = 0;
+      for (; r + 2 <= rows.size(); r += 2) {
+        const float* a = rows[r].row + j;
+        const float* b = rows[r + 1].row + j;
+        const float sa = rows[r].scale;
+        const float sb = rows[r + 1].scale;
+        for (std::size_t x = 0; x < block; ++x) {
+          acc[x] += sa * a[x];
+          odd[x] += sb * b[x];
+        }
+      }
+      if (r < rows.size()) {
+        const float* a = rows[r].row + j;
+        for (std::size_t x = 0; x < block; ++x) {
+          acc[x] += rows[r].scale * a[x];
+        }
+      }
+      for (std::size_t x = 0; x < block; ++x) {
+        out[j + x] = acc[x] + odd[x];
+      }
+    }
+    for (; j < n; ++j) {
+      float acc = overwrite ? 0.0f : out[j];
+      for (const scaled_row& r : rows) {
+        acc += r.scale * r.row[j];
+      }
+      out[j] = acc;
+    }
+  }
+
+  static float power(float base, std::int32_t exponent) noexcept {
+    float r = 1.0f;
+    for (std::int32_t e = 0; e < exponent; ++e) {
+      r *= base;
+    }
+    return r;
+  }
+
+  void check_expert(const char* what, std::int32_t layer, std::int32_t expert) const {
+    WISP_EXPECTS(layer >= 0 && layer < shape_.layers, "coactivation_predictor::", what, ": layer ",
+                 layer, " is outside [0, ", shape_.layers, ")");
+    WISP_EXPECTS(expert >= 0 && expert < shape_.experts, "coactivation_predictor::", what,
+                 ": expert ", expert, " is outside [0, ", shape_.experts, ")");
+  }
+  void check_query(const char* where, const routing_pass& pass, std::int32_t target,
+                   std::span<float> scores) const {
+    WISP_EXPECTS(pass.shape() == shape_, where, ": pass shape (", pass.shape(),
+                 ") differs from the table shape (", shape_, ")");
+    WISP_EXPECTS(target >= pass.observed() && target < shape_.layers, where, ": target layer ",
+                 target, " is outside [observed = ", pass.observed(), ", layers = ", shape_.layers,
+                 ")");
+    WISP_EXPECTS(scores.size() == static_cast<std::size_t>(shape_.experts), where, ": ",
+                 scores.size(), " scores for ", shape_.experts, " experts");
+  }
+  [[nodiscard]] std::size_t marginal_index(std::int32_t layer, std::int32_t expert) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.experts) +
+           static_cast<std::size_t>(expert);
+  }
+  [[nodiscard]] std::size_t pair_row(std::int32_t s, std::int32_t delta,
+                                     std::int32_t i) const noexcept {
+    const auto experts = static_cast<std::size_t>(shape_.experts);
+    const std::size_t block =
+        static_cast<std::size_t>(s) * static_cast<std::size_t>(config_.span()) +
+        static_cast<std::size_t>(delta - 1);
+    return (block * experts + static_cast<std::size_t>(i)) * experts;
+  }
+
+  trace::trace_shape shape_;
+  coactivation_config config_;
+  std::vector<float> pairs_;      // [layers x span x experts x experts], scaled by weight_
+  std::vector<float> marginals_;  // [layers x experts], scaled by weight_
+  double passes_ = 0.0;           // weighted passes, scaled by weight_
+  double weight_ = 1.0;           // weight of the next pass: forgetting^-passes, rescaled
+};
+static_assert(routing_predictor<coactivation_predictor>);
+
+}  // namespace wisp
+// ---- end wisp/predict/coactivation.hpp ---------------------------------------------------------
+
+namespace wisp {
+
+class predicted_next_use {
+ public:
+  static constexpr std::string_view name = "predicted_next_use";
+
+  /// @param half_life   of the decayed rates, in forward passes (finite, > 0).
+  /// @param lookahead   layers ahead scored by an attached predictor (>= 0).
+  /// @throws wisp::logic_error on an out-of-range parameter.
+  explicit predicted_next_use(double half_life = 256.0, std::int32_t lookahead = 4)
+      : clock_(half_life, "predicted_next_use"), lookahead_(lookahead) {
+    WISP_EXPECTS(lookahead >= 0, "predicted_next_use: lookahead must be >= 0, got ", lookahead);
+  }
+
+  /// Attaches a predictor and the pass it reads (both must outlive the policy and its copies).
+  /// Returns `*this` for chaining.
+  predicted_next_use& attach(const coactivation_predictor& predictor, const routing_pass& pass) {
+    predictor_ = &predictor;
+    pass_ = &pass;
+    return *this;
+  }
+
+  /// Forgets every key; sizes for `layout` (and, with a predictor attached in global scope, the
+  /// scores of `lookahead` layers). @throws wisp::logic_error if the attached predictor's shape
+  /// does not match the layout; std::bad_alloc.
+  void reset(const key_layout& layout) {
+    layout_ = layout;
+    const auto n = static_cast<std::size_t>(layout.size());
+    count_.assign(n, 0.0);
+    last_.assign(n, 0);
+    index_.assign(n, -1);
+    resident_.clear();
+    resident_.reserve(n);
+    passes_ = 0.0;
+    tick_ = 0;
+    clock_.reset();
+    scored_step_ = 0;
+    scored_observed_ = -1;
+    const bool predicts = predictor_ != nullptr && layout.scope == cache_scope::global;
+    if (predicts) {
+      WISP_EXPECTS(predictor_->shape().layers == layout.layers &&
+                       predictor_->shape().experts == layout.experts,
+                   "predicted_next_use: the predictor's shape (", predictor_->shape(),
+                   ") does not match the cache's ", layout.layers, " layers x ", layout.experts,
+                   " experts");
+    }
+    scores_.assign(predicts ? static_cast<std::size_t>(lookahead_) * n / layout.layers : 0, 0.0f);
+  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    index_[k] = static_cast<std::int32_t>(resident_.size());
+    resident_.push_back(key);  // reserved in reset: no allocation
+    bump(key, ctx);
+  }
+  void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
+  void on_erase(cache_key key) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    const std::int32_t i = index_[k];
+    if (i < 0) {
+      return;
+    }
+    const cache_key moved = resident_.back();
+    resident_[static_cast<std::size_t>(i)] = moved;
+    index_[static_cast<std::size_t>(moved)] = i;
+    resident_.pop_back();
+    index_[k] = -1;
+  }
+  /// The unprotected resident key with the largest predicted next-use distance, or `no_key`.
+  [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) {
+    refresh_scores(ctx);
+    cache_key best = no_key;
+    double best_distance = 0.0;
+    for (const cache_key key : resident_) {
+      if (is_protected(key)) {
+        continue;
+      }
+      const double d = distance(key, ctx.layer);
+      if (best == no_key || d > best_distance ||
+          (d == best_distance &&
+           last_[static_cast<std::size_t>(key)] < last_[static_cast<std::size_t>(best)])) {
+        best = key;
+        best_distance = d;
+      }
+    }
+    return best;
+  }
+
+  /// The predicted next-use distance `D(key)` (layer executions) with layer `layer` executing.
+  /// Uses the predictor's scores as of the last `victim` call.
+  [[nodiscard]] double distance(cache_key key, std::int32_t layer) const noexcept {
+    const std::int32_t layers = layout_.layers;
+    const std::int32_t key_layer = layout_.layer_of(key, layer);
+    const std::int32_t d = ((key_layer - layer - 1) % layers + layers) % layers + 1;
+    const double p = probability(key, key_layer, layer);
+    return p <= 0.0 ? std::numeric_limits<double>::infinity() : d + layers * (1.0 / p - 1.0);
+  }
+
+ private:
+  void bump(cache_key key, const access_context& ctx) noexcept {
+    if (!clock_.at(ctx.step)) {
+      if (const int shift = clock_.advance(ctx.step); shift != 0) {
+        for (double& c : count_) {
+          c = std::ldexp(c, -shift);
+        }
+        passes_ = std::ldexp(passes_, -shift);
+      }
+      passes_ += clock_.weight();  // a new pass
+    }
+    const auto k = static_cast<std::size_t>(key);
+    count_[k] += clock_.weight();
+    last_[k] = ++tick_;
+  }
+  [[nodiscard]] double probability(cache_key key, std::int32_t key_layer,
+                                   std::int32_t layer) const noexcept {
+    if (!scores_.empty() && scored_observed_ >= 0 && key_layer > layer) {
+      const std::int32_t ahead = key_layer - scored_observed_;  // 0 = the next layer to observe
+      if (ahead >= 0 && ahead < lookahead_) {
+        const auto experts = static_cast<std::size_t>(layout_.experts);
+        const std::size_t expert = static_cast<std::size_t>(key) % experts;
+        return scores_[static_cast<std::size_t>(ahead) * experts + expert];
+      }
+    }
+    return passes_ > 0.0 ? count_[static_cast<std::size_t>(key)] / passes_ : 0.0;
+  }
+  // Scores the lookahead layers after the pass's observed ones, once per (pass, observed).
+  void refresh_scores(const access_context& ctx) {
+    if (scores_.empty() || pass_ == nullptr) {
+      return;
+    }
+    const std::int32_t observed = pass_->observed();
+    if (scored_observed_ == observed && scored_step_ == ctx.step) {
+      return;
+    }
+    scored_step_ = ctx.step;
+    scored_observed_ = observed;
+    const auto experts = static_cast<std::size_t>(layout_.experts);
+    for (std::int32_t a = 0; a < lookahead_ && observed + a < layout_.layers; ++a) {
+      predictor_->score(
+          *pass_, observed + a,
+          std::span<float>(scores_.data() + static_cast<std::size_t>(a) * experts, experts));
+    }
+  }
+
+  detail::decay_clock clock_;  // counts and passes are scaled by it (see decayed_frequency)
+  std::int32_t lookahead_;
+  const coactivation_predictor* predictor_ = nullptr;
+  const routing_pass* pass_ = nullptr;
+  key_layout layout_;
+  std::vector<double> count_;        // every key's decayed count, scaled
+  std::vector<std::uint64_t> last_;  // every key's last access tick
+  std::vector<std::int32_t> index_;  // position in resident_, -1 if absent
+  std::vector<cache_key> resident_;
+  std::vector<float> scores_;  // [lookahead x experts]: predicted probabilities
+  double passes_ = 0.0;        // decayed passes seen, scaled
+  std::uint64_t tick_ = 0;
+  std::uint32_t scored_step_ = 0;
+  std::int32_t scored_observed_ = -1;
+};
+static_assert(eviction_policy<predicted_next_use>);
+
+}  // namespace wisp
+// ---- end wisp/cache/predicted_next_use.hpp -----------------------------------------------------
+
 // ---- begin wisp/cache/policies.hpp -------------------------------------------------------------
 /// @file
 /// @brief Every built-in eviction policy and the slot cache: `lru`, `fifo`, `lfu`, `lfru`, `fld`,
-/// `least_stale`, `belady`, `slot_cache<P>`, `per_layer_cache<P>`.
+/// `least_stale`, `decayed_frequency`, `predicted_next_use`, `belady`, `slot_cache<P>`,
+/// `per_layer_cache<P>`.
 
 // ---- begin wisp/cache/per_layer_cache.hpp ------------------------------------------------------
 /// @file
@@ -4760,6 +6673,7 @@ struct cache_stats {
   std::uint64_t misses = 0;
   std::uint64_t evictions = 0;         ///< keys evicted by the policy (accesses and shrinks)
   std::uint64_t collision_misses = 0;  ///< misses on a key evicted earlier in the same step
+  std::uint64_t prefetches = 0;        ///< keys loaded by `prefetch` (not accesses)
 
   /// hits / accesses, or 0 when there were no accesses.
   [[nodiscard]] constexpr double hit_rate() const noexcept {
@@ -4771,6 +6685,7 @@ struct cache_stats {
     misses += other.misses;
     evictions += other.evictions;
     collision_misses += other.collision_misses;
+    prefetches += other.prefetches;
     return *this;
   }
   friend constexpr bool operator==(const cache_stats&, const cache_stats&) = default;
@@ -4871,6 +6786,20 @@ class slot_cache {
       WISP_DETAIL_ALWAYS_INLINE std::size_t access_distinct(std::span<const cache_key> keys,
                                                             const access_context& ctx,
                                                             Visit&& visit);
+
+  /// @brief Loads `key` ahead of the call that will request it (a prefetch), outside any call:
+  /// the current call and its protection are unchanged, and no access is counted.
+  ///
+  /// A resident key is left as it is (`hit`). Otherwise the key takes a free slot or the slot of
+  /// the policy's victim among the resident keys for which `keep` is false (the caller keeps the
+  /// experts of pending calls, and the other keys of the same prefetch, out of reach), and the
+  /// policy sees `on_insert(key, ctx)`: to Least-Stale, a key prefetched in pass `ctx.step` is
+  /// *current*. Counted in `stats().prefetches` (and `evictions`); an expert evicted here and
+  /// requested later in the same step is a collision miss. O(1) + policy hooks.
+  /// @returns the result (`slot == -1` and nothing changed when every resident key is kept).
+  /// @throws wisp::logic_error if `key` or `ctx.layer` is out of range, or if the policy breaks its
+  ///   contract (the cache is then unchanged but for an eviction that already happened).
+  access_result prefetch(cache_key key, const access_context& ctx, protected_keys keep);
 
   /// Drops `key` if resident, returning its slot to the free list; no-op otherwise. Not counted
   /// as an eviction. O(1) + `on_erase`. @returns whether it was resident.
@@ -5385,6 +7314,44 @@ void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_fre
             victim,
             ", which is not a resident unprotected key (or was already taken by this "
             "call)");
+}
+
+template <eviction_policy Policy>
+access_result slot_cache<Policy>::prefetch(cache_key key, const access_context& ctx,
+                                           protected_keys keep) {
+  check_key(key, "prefetch");
+  check_context(ctx);
+  const auto k = static_cast<std::size_t>(key);
+  if (const std::int32_t slot = key_to_slot_[k]; slot >= 0) {
+    return access_result{slot, true, no_key, false};
+  }
+  cache_key evicted = no_key;
+  if (free_size_ == 0) {
+    const cache_key victim = policy_.victim(ctx, keep);
+    if (victim == no_key) {
+      return access_result{};  // every resident key is kept: nothing to replace
+    }
+    const auto v = static_cast<std::size_t>(victim);
+    WISP_EXPECTS(v < key_to_slot_.size() && key_to_slot_[v] >= 0 && !keep(victim),
+                 "slot_cache::prefetch: policy ", policy_name<Policy>(), " returned victim ",
+                 victim, ", which is not a resident key outside the kept ones");
+    evict(victim, ctx);
+    evicted = victim;
+  }
+  const std::int32_t slot = free_[--free_size_];
+  key_to_slot_[k] = slot;
+  slot_to_key_[static_cast<std::size_t>(slot)] = key;
+  try {
+    policy_.on_insert(key, ctx);
+  } catch (...) {
+    // A policy off its contract (belady takes only its own future sequence): undo the load.
+    key_to_slot_[k] = -1;
+    slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
+    free_[free_size_++] = slot;
+    throw;
+  }
+  ++stats_.prefetches;
+  return access_result{slot, false, evicted, false};
 }
 
 template <eviction_policy Policy>
@@ -6106,6 +8073,18 @@ struct prepare_result {
   std::int32_t misses = 0;  ///< distinct experts that were not (`== copy_plan.size()`)
 };
 
+/// @brief What one `prefetch` did, as views into a pager-owned buffer: valid until the next
+/// `prefetch`, or until the pager is moved or destroyed. Trivially copyable.
+struct prefetch_result {
+  std::int32_t layer = 0;
+  /// Copies to issue, in candidate order: master `expert` into `slot`. Issue them at a lower
+  /// priority than any call's copy plan (a demand copy must never wait behind a speculation).
+  /// No slot holds an expert of the pending call.
+  std::span<const copy_op> copy_plan;
+  std::int32_t resident = 0;  ///< distinct candidates already resident (no copy)
+  std::int32_t dropped = 0;   ///< distinct candidates left out: no slot could be taken
+};
+
 /// @brief Configuration of a `pager`.
 struct pager_config {
   std::int32_t layers = 1;   ///< MoE layers, >= 1
@@ -6203,6 +8182,28 @@ class pager {
   prepare_result prepare(std::int32_t layer, const expert_group& group) {
     return prepare_experts(layer, group.experts);
   }
+
+  // ------------------------------------------------------------------ prefetch
+
+  /// @brief Loads the `candidates` of `layer` (best first; duplicates ignored) ahead of its next
+  /// call, and returns the copies to issue (SpecMD §3.1.4). No map shows a prefetched expert
+  /// before the call that requests it.
+  ///
+  /// Each candidate that is not resident takes a free slot or the slot of the policy's victim
+  /// (`slot_cache::prefetch`); victims are never experts of the **pending call** (the most recent
+  /// `prepare*`, whose kernel may still be reading its slots: in global scope always, in per-layer
+  /// scope when `layer` is that call's layer) nor other candidates of this prefetch. A candidate
+  /// with no slot left is dropped. The policy sees an insertion in the current step: Least-Stale
+  /// treats prefetched experts as *current*. An expert a prefetch evicts disappears from every map
+  /// that showed it. Candidates already resident change nothing.
+  ///
+  /// O(candidates) + policy hooks; no allocation.
+  /// @throws wisp::logic_error, leaving everything unchanged, on a bad layer or a candidate
+  ///   outside `[0, experts)`; or if the policy breaks its contract (as `prepare`).
+  prefetch_result prefetch(std::int32_t layer, std::span<const std::int32_t> candidates);
+
+  /// The layer of the pending call (the most recent `prepare*`), or -1 before the first.
+  [[nodiscard]] std::int32_t pending_layer() const noexcept { return pending_layer_; }
 
   // ------------------------------------------------------------------ splitting a wide batch
 
@@ -6344,6 +8345,7 @@ class pager {
     return static_cast<std::size_t>(layer) * static_cast<std::size_t>(experts_);
   }
 
+  std::int32_t pending_layer_ = -1;  // layer of the most recent prepare*
   std::int32_t layers_ = 1;
   std::int32_t experts_ = 1;
   std::int32_t top_k_ = 1;
@@ -6357,6 +8359,8 @@ class pager {
   std::vector<copy_op> copies_;              // [layers x experts]: the layer's last copy plan
   std::vector<cache_key> keys_;              // scratch [experts]: the call's keys (ids + base)
   protect_set seen_;                         // scratch: "expert seen" (wide calls, messages)
+  protect_set keep_;                         // scratch of prefetch: keys it must not evict
+  std::vector<copy_op> prefetch_copies_;     // [experts]: the last prefetch's copy plan
   group_planner planner_;
 };
 
@@ -6415,6 +8419,8 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   copies_.assign(layers * experts, copy_op{});
   keys_.assign(experts, no_key);
   seen_ = protect_set(experts_);
+  keep_ = protect_set(layout.size());
+  prefetch_copies_.assign(experts, copy_op{});
   planner_ = group_planner(experts_, config.max_tokens, top_k_);
 }
 
@@ -6561,6 +8567,7 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   const std::size_t distinct = call.keys.size();
   visible_count = static_cast<std::int32_t>(distinct);
   time += distinct;
+  pending_layer_ = layer;
 
   prepare_result result;
   result.layer = layer;
@@ -6583,6 +8590,58 @@ std::span<const expert_group> pager<Policy>::plan_expert_groups_impl(std::int32_
   const cache_key base = key_of(layer, 0);
   return planner_.plan_expert_groups(
       ids, tokens, k, cap, [&](std::int32_t expert) { return cache.slot_of(base + expert) >= 0; });
+}
+
+template <eviction_policy Policy>
+prefetch_result pager<Policy>::prefetch(std::int32_t layer,
+                                        std::span<const std::int32_t> candidates) {
+  check_layer("pager::prefetch", layer);
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    WISP_EXPECTS(candidates[i] >= 0 && candidates[i] < experts_, "pager::prefetch: candidate ", i,
+                 " = ", candidates[i], " of layer ", layer, " is outside [0, experts = ", experts_,
+                 ")");
+  }
+  cache_type& cache = cache_of(layer);
+  // Out of reach: the pending call's experts when it used this cache, then every candidate.
+  keep_.clear();
+  if (pending_layer_ >= 0 && cache_index(pending_layer_) == cache_index(layer)) {
+    const std::size_t off = offset(pending_layer_);
+    for (std::int32_t i = 0; i < visible_count_[static_cast<std::size_t>(pending_layer_)]; ++i) {
+      keep_.insert(key_of(pending_layer_, visible_[off + static_cast<std::size_t>(i)]));
+    }
+  }
+  prefetch_result result;
+  result.layer = layer;
+  std::size_t planned = 0;
+  seen_.clear();
+  for (const std::int32_t expert : candidates) {
+    if (seen_.insert(expert)) {
+      keep_.insert(key_of(layer, expert));
+    }
+  }
+  seen_.clear();
+  const access_context ctx{step_, layer, times_[cache_index(layer)]};
+  for (const std::int32_t expert : candidates) {
+    if (!seen_.insert(expert)) {
+      continue;  // a duplicate
+    }
+    const access_result r = cache.prefetch(key_of(layer, expert), ctx, keep_.view());
+    if (r.hit) {
+      ++result.resident;
+    } else if (r.slot < 0) {
+      ++result.dropped;
+    } else {
+      prefetch_copies_[planned++] = copy_op{expert, r.slot};
+      if (r.evicted != no_key) {  // hide it wherever it was shown
+        const std::int32_t victim_layer =
+            scope_ == cache_scope::global ? r.evicted / experts_ : layer;
+        maps_[offset(victim_layer) +
+              static_cast<std::size_t>(r.evicted - key_of(victim_layer, 0))] = -1;
+      }
+    }
+  }
+  result.copy_plan = std::span<const copy_op>(prefetch_copies_.data(), planned);
+  return result;
 }
 
 template <eviction_policy Policy>
@@ -6925,6 +8984,919 @@ class host_expert_store {
 
 }  // namespace wisp
 // ---- end wisp/pager/host_expert_store.hpp ------------------------------------------------------
+
+// ---- begin wisp/pager/miss_policy.hpp ----------------------------------------------------------
+/// @file
+/// @brief Miss policies (SpecMD §3.1.2): what a layer does with a routed expert that is not
+/// resident. `miss_policy::fetch` (block until copied) is the default and the only exact one;
+/// **`drop` and `substitute` change the model's outputs** and are opt-in.
+///
+/// - `fetch`: every routed expert is made resident (`pager::prepare`). Outputs are exact.
+/// - `drop` (APPROXIMATE): a missing expert is skipped; the token's remaining gate weights are
+///   rescaled so that they sum to what the token's weights summed to before.
+/// - `substitute` (APPROXIMATE): a missing expert is replaced by the resident expert of the layer
+///   with the highest router score for that token (not already routed by it), keeping the gate
+///   weight. SpecMD reports that substitution degrades quality badly; it is here to measure that.
+///
+/// Both approximate policies keep the token's `always_fetch_top` highest-weight experts exact
+/// (SpecMD drops only low-ranked experts: models tolerate losing rank 3 and beyond far better
+/// than rank 1), and a token never loses every expert: if none of its experts may be kept, its
+/// top-ranked one is fetched.
+///
+/// `rewrite_misses` edits one batch's `topk_ids` / `topk_weights` in place from a residency test;
+/// `prepare_with_misses` runs it against a pager's resident set and then `prepare`s the rewritten
+/// batch, so only the experts still routed are fetched. A dropped entry keeps a valid id (the
+/// token's first kept expert) with weight 0, so an unmodified fused-MoE kernel computes the
+/// token exactly as if the expert were absent.
+/// @code
+/// wisp::miss_options approx{.policy = wisp::miss_policy::drop, .always_fetch_top = 2};
+/// auto r = wisp::prepare_with_misses(pager, layer, ids, weights, tokens, k, approx);
+/// // r.prepared: map and copy plan as from prepare; r.rewrite.dropped_weight: gate mass lost
+/// @endcode
+
+namespace wisp {
+
+/// What a layer does with a routed expert that is not resident.
+enum class miss_policy : std::uint8_t {
+  fetch,       ///< copy it in and wait (exact; the default)
+  drop,        ///< APPROXIMATE: skip it and rescale the token's remaining weights
+  substitute,  ///< APPROXIMATE: use the resident expert with the highest router score instead
+};
+
+/// The policy's name: "fetch", "drop" or "substitute".
+[[nodiscard]] constexpr std::string_view to_string(miss_policy p) noexcept {
+  switch (p) {
+    case miss_policy::fetch:
+      return "fetch";
+    case miss_policy::drop:
+      return "drop";
+    case miss_policy::substitute:
+      return "substitute";
+  }
+  return "fetch";
+}
+
+/// @brief Options of `rewrite_misses` / `prepare_with_misses`.
+struct miss_options {
+  miss_policy policy = miss_policy::fetch;
+  /// Each token's highest-weight experts that are always fetched (exact), >= 0.
+  std::int32_t always_fetch_top = 0;
+};
+
+/// @brief What `rewrite_misses` changed: the quality cost of an approximate policy.
+struct miss_rewrite {
+  std::int32_t fetched = 0;       ///< missing entries kept (they will be fetched)
+  std::int32_t dropped = 0;       ///< missing entries dropped
+  std::int32_t substituted = 0;   ///< missing entries replaced by a resident expert
+  double dropped_weight = 0;      ///< gate weight of the dropped entries (before rescaling)
+  double substituted_weight = 0;  ///< gate weight moved to a substitute expert
+};
+
+/// @brief Rewrites a `[tokens x k]` batch for `options.policy` given a residency test
+/// `is_resident(expert)` (see the file description). `fetch` changes nothing. Rank within a token
+/// is by gate weight (ties: the earlier position). `scores` holds `[tokens x experts]` router
+/// scores and is needed by `substitute` only. O(tokens x (k^2 + experts)); no allocation.
+/// @throws wisp::logic_error, before changing anything, on a shape mismatch, a negative
+///   `always_fetch_top`, an id outside `[0, experts)`, `substitute` without `scores`, or `k > 64`
+///   with an approximate policy.
+template <topk_id Id, class IsResident>
+miss_rewrite rewrite_misses(std::span<Id> topk_ids, std::span<float> topk_weights,
+                            std::int32_t tokens, std::int32_t k, std::int32_t experts,
+                            const miss_options& options, IsResident&& is_resident,
+                            std::span<const float> scores = {}) {
+  detail::check_topk_shape("rewrite_misses", topk_ids.size(), tokens, k);
+  WISP_EXPECTS(topk_weights.size() == topk_ids.size(), "rewrite_misses: ", topk_weights.size(),
+               " weights for ", topk_ids.size(), " ids");
+  WISP_EXPECTS(options.always_fetch_top >= 0, "rewrite_misses: always_fetch_top must be >= 0, got ",
+               options.always_fetch_top);
+  detail::check_topk_ids("rewrite_misses", std::span<const Id>(topk_ids), k, experts);
+  WISP_EXPECTS(
+      options.policy != miss_policy::substitute ||
+          scores.size() == static_cast<std::size_t>(tokens) * static_cast<std::size_t>(experts),
+      "rewrite_misses: substitute needs [tokens x experts] = ", tokens, " x ", experts,
+      " router scores, got ", scores.size());
+  miss_rewrite out;
+  if (options.policy == miss_policy::fetch) {
+    return out;
+  }
+  WISP_EXPECTS(k <= 64, "rewrite_misses: drop and substitute take k <= 64, got ", k);
+  const auto uk = static_cast<std::size_t>(k);
+  for (std::size_t t = 0; t < static_cast<std::size_t>(tokens); ++t) {
+    Id* ids = topk_ids.data() + t * uk;
+    float* weights = topk_weights.data() + t * uk;
+    // Which entries stay, decided on the row as routed: the top `always_fetch_top` by weight
+    // (ties: the earlier position) and every resident expert.
+    std::uint64_t kept = 0;
+    std::size_t top = 0;  // the top-ranked entry
+    for (std::size_t j = 0; j < uk; ++j) {
+      std::size_t rank = 0;
+      for (std::size_t i = 0; i < uk; ++i) {
+        rank += weights[i] > weights[j] || (weights[i] == weights[j] && i < j) ? 1u : 0u;
+      }
+      top = rank == 0 ? j : top;
+      const bool keep = rank < static_cast<std::size_t>(options.always_fetch_top) ||
+                        is_resident(static_cast<std::int32_t>(ids[j]));
+      kept |= static_cast<std::uint64_t>(keep) << j;
+    }
+    if (kept == 0) {  // nothing may stay: fetch the top-ranked expert
+      kept = std::uint64_t{1} << top;
+    }
+    const auto first_kept = static_cast<std::size_t>(std::countr_zero(kept));
+    double total = 0.0;
+    double lost = 0.0;
+    for (std::size_t j = 0; j < uk; ++j) {
+      total += weights[j];
+      if ((kept >> j & 1u) != 0) {
+        out.fetched += is_resident(static_cast<std::int32_t>(ids[j])) ? 0 : 1;
+        continue;
+      }
+      std::int32_t best = -1;
+      if (options.policy == miss_policy::substitute) {
+        // the resident expert with the best score that the token's row does not hold
+        const float* row = scores.data() + t * static_cast<std::size_t>(experts);
+        for (std::int32_t e = 0; e < experts; ++e) {
+          if (!is_resident(e) || (best >= 0 && !(row[e] > row[best]))) {
+            continue;
+          }
+          bool routed = false;
+          for (std::size_t i = 0; i < uk; ++i) {
+            routed |= static_cast<std::int32_t>(ids[i]) == e;
+          }
+          best = routed ? best : e;
+        }
+      }
+      if (best >= 0) {
+        ++out.substituted;
+        out.substituted_weight += weights[j];
+        ids[j] = static_cast<Id>(best);
+        continue;
+      }
+      // drop (or substitute with no resident expert left): weight 0 on a kept expert's id
+      ++out.dropped;
+      out.dropped_weight += weights[j];
+      lost += weights[j];
+      weights[j] = 0.0f;
+      ids[j] = ids[first_kept];
+    }
+    if (lost > 0.0 && total > lost) {  // rescale the kept weights to the token's old sum
+      const auto scale = static_cast<float>(total / (total - lost));
+      for (std::size_t j = 0; j < uk; ++j) {
+        weights[j] *= scale;
+      }
+    }
+  }
+  return out;
+}
+
+/// @brief The result of `prepare_with_misses`: the `prepare` of the rewritten batch and what the
+/// rewrite changed.
+struct miss_prepare_result {
+  prepare_result prepared;
+  miss_rewrite rewrite;
+};
+
+/// @brief `rewrite_misses` against `pager`'s residency at `layer`, then `pager.prepare` of the
+/// rewritten ids: with `drop` / `substitute` only kept experts are fetched. APPROXIMATE unless
+/// `options.policy == fetch` (then exactly `prepare`). Costs and errors: those of both calls (if
+/// `prepare` throws, the batch stays rewritten).
+template <eviction_policy Policy, topk_id Id>
+miss_prepare_result prepare_with_misses(pager<Policy>& pager, std::int32_t layer,
+                                        std::span<Id> topk_ids, std::span<float> topk_weights,
+                                        std::int32_t tokens, std::int32_t k,
+                                        const miss_options& options,
+                                        std::span<const float> scores = {}) {
+  (void)pager.capacity(layer);  // checks the layer before anything changes
+  miss_prepare_result out;
+  out.rewrite = rewrite_misses(
+      topk_ids, topk_weights, tokens, k, pager.experts(), options,
+      [&](std::int32_t expert) { return pager.slot_of(layer, expert) >= 0; }, scores);
+  out.prepared = pager.prepare(layer, std::span<const Id>(topk_ids), tokens, k);
+  return out;
+}
+
+}  // namespace wisp
+// ---- end wisp/pager/miss_policy.hpp ------------------------------------------------------------
+
+// ---- begin wisp/predict/baselines.hpp ----------------------------------------------------------
+/// @file
+/// @brief Baseline routing predictors in the `routing_predictor` interface:
+/// `frequency_predictor` (each layer's most frequent experts) and `previous_token_predictor`
+/// (the experts the previous pass routed at the same layer).
+///
+/// Neither looks at the layers already observed in the current pass; they are what the
+/// co-activation predictor has to beat.
+/// @code
+/// wisp::frequency_predictor freq({.layers = 26, .experts = 64, .top_k = 6});
+/// freq.score(pass, /*target=*/3, scores);   // scores[j] = share of passes routing j at layer 3
+/// @endcode
+
+namespace wisp {
+namespace detail {
+
+inline void check_baseline_query(const char* where, const trace::trace_shape& shape,
+                                 const routing_pass& pass, std::int32_t target,
+                                 std::span<float> scores) {
+  WISP_EXPECTS(pass.shape() == shape, where, ": pass shape (", pass.shape(),
+               ") differs from the predictor shape (", shape, ")");
+  WISP_EXPECTS(target >= pass.observed() && target < shape.layers, where, ": target layer ", target,
+               " is outside [observed = ", pass.observed(), ", layers = ", shape.layers, ")");
+  WISP_EXPECTS(scores.size() == static_cast<std::size_t>(shape.experts), where, ": ", scores.size(),
+               " scores for ", shape.experts, " experts");
+}
+
+inline void check_learned_pass(const char* where, const trace::trace_shape& shape,
+                               const routing_pass& pass) {
+  WISP_EXPECTS(pass.shape() == shape, where, ": pass shape (", pass.shape(),
+               ") differs from the predictor shape (", shape, ")");
+  WISP_EXPECTS(pass.complete(), where, ": only ", pass.observed(), " of ", shape.layers,
+               " layers observed; learn takes complete passes");
+}
+
+}  // namespace detail
+
+/// @brief Per-layer frequency: `score(j) = passes routing j at the target layer / passes`.
+///
+/// Memory `layers x experts` counts. `score`: O(experts); `learn`: O(layers x top_k). No
+/// allocation after construction. Thread safety: const calls may run concurrently.
+class frequency_predictor {
+ public:
+  static constexpr std::string_view name = "frequency";
+
+  /// @throws wisp::logic_error on an invalid shape.
+  explicit frequency_predictor(const trace::trace_shape& shape) : shape_(shape) {
+    shape_.validate();
+    counts_.assign(
+        static_cast<std::size_t>(shape_.layers) * static_cast<std::size_t>(shape_.experts), 0);
+  }
+
+  /// @throws wisp::logic_error on a shape mismatch, a target outside `[observed, layers)` or a
+  ///   wrong `scores` size.
+  void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+    detail::check_baseline_query("frequency_predictor::score", shape_, pass, target, scores);
+    const auto experts = static_cast<std::size_t>(shape_.experts);
+    const std::uint64_t* row = counts_.data() + static_cast<std::size_t>(target) * experts;
+    const float inverse = passes_ == 0 ? 0.0f : 1.0f / static_cast<float>(passes_);
+    for (std::size_t j = 0; j < experts; ++j) {
+      scores[j] = static_cast<float>(row[j]) * inverse;
+    }
+  }
+
+  /// @throws wisp::logic_error on a shape mismatch or an incomplete pass.
+  void learn(const routing_pass& pass) {
+    detail::check_learned_pass("frequency_predictor::learn", shape_, pass);
+    const auto experts = static_cast<std::size_t>(shape_.experts);
+    for (std::int32_t l = 0; l < shape_.layers; ++l) {
+      for (const std::int32_t j : pass.experts(l)) {
+        ++counts_[static_cast<std::size_t>(l) * experts + static_cast<std::size_t>(j)];
+      }
+    }
+    ++passes_;
+  }
+
+  [[nodiscard]] std::uint64_t passes() const noexcept { return passes_; }
+
+ private:
+  trace::trace_shape shape_;
+  std::vector<std::uint64_t> counts_;  // [layers x experts]
+  std::uint64_t passes_ = 0;
+};
+static_assert(routing_predictor<frequency_predictor>);
+
+/// @brief The previous token: `score(j) = 1` if the last learned pass routed `j` at the target
+/// layer, else 0 (all 0 before the first pass). Ties among the top_k go to the smaller id.
+///
+/// Memory `layers x top_k` ids. `score`: O(experts); `learn`: O(layers x top_k). No allocation
+/// after construction. Thread safety: const calls may run concurrently.
+class previous_token_predictor {
+ public:
+  static constexpr std::string_view name = "previous-token";
+
+  /// @throws wisp::logic_error on an invalid shape.
+  explicit previous_token_predictor(const trace::trace_shape& shape) : last_(shape) {}
+
+  /// @throws wisp::logic_error on a shape mismatch, a target outside `[observed, layers)` or a
+  ///   wrong `scores` size.
+  void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+    detail::check_baseline_query("previous_token_predictor::score", last_.shape(), pass, target,
+                                 scores);
+    std::fill(scores.begin(), scores.end(), 0.0f);
+    if (last_.complete()) {
+      for (const std::int32_t j : last_.experts(target)) {
+        scores[static_cast<std::size_t>(j)] = 1.0f;
+      }
+    }
+  }
+
+  /// @throws wisp::logic_error on a shape mismatch or an incomplete pass.
+  void learn(const routing_pass& pass) {
+    detail::check_learned_pass("previous_token_predictor::learn", last_.shape(), pass);
+    last_.clear();
+    for (std::int32_t l = 0; l < pass.shape().layers; ++l) {
+      last_.observe(l, pass.experts(l));
+    }
+  }
+
+ private:
+  routing_pass last_;
+};
+static_assert(routing_predictor<previous_token_predictor>);
+
+}  // namespace wisp
+// ---- end wisp/predict/baselines.hpp ------------------------------------------------------------
+
+// ---- begin wisp/predict/personal.hpp -----------------------------------------------------------
+/// @file
+/// @brief `personal_predictor`: per-user co-activation tables beside a population table (WiSP
+/// §5.4, Appendix G.1: a user's own table, grown from a session or two, predicts that user's
+/// routing better than a population table).
+///
+/// A user's score blends the two tables by the evidence the user's table holds:
+///
+///     score = a * user score + (1 - a) * population score,   a = n / (n + prior_passes)
+///
+/// with `n` the user's learned passes: a new user starts on the population table and moves to
+/// their own as it fills. `user(id)` is a `routing_predictor` whose `learn` feeds the user's table
+/// and (by default) the population's.
+/// @code
+/// wisp::personal_predictor tables(shape);
+/// const std::size_t alice = tables.add_user();
+/// auto p = tables.user(alice);              // a routing_predictor
+/// p.score(pass, target, scores);
+/// p.learn(pass);
+/// @endcode
+
+namespace wisp {
+
+/// @brief A population co-activation table and one table per user (see the file description).
+///
+/// Memory: one `coactivation_predictor` per user plus the population's. `add_user` allocates;
+/// scoring and learning do not. Not thread-safe: scoring blends through an internal buffer.
+class personal_predictor {
+ public:
+  /// @param prior_passes the user passes at which both tables weigh the same (>= 0; 0 = the
+  ///   user's table alone once it has learned anything).
+  /// @param learn_population whether a user's `learn` also feeds the population table.
+  /// @throws wisp::logic_error on an invalid shape, config or prior.
+  explicit personal_predictor(const trace::trace_shape& shape,
+                              const coactivation_config& config = {}, double prior_passes = 16.0,
+                              bool learn_population = true)
+      : population_(shape, config),
+        prior_(prior_passes),
+        learn_population_(learn_population),
+        blend_(static_cast<std::size_t>(shape.experts)) {
+    WISP_EXPECTS(std::isfinite(prior_passes) && prior_passes >= 0.0,
+                 "personal_predictor: prior_passes must be finite and >= 0, got ", prior_passes);
+  }
+
+  /// A user's view: a `routing_predictor` over that user's table and the population's.
+  class user_predictor {
+   public:
+    static constexpr std::string_view name = "personal";
+
+    /// The blended score (see the file description). @throws as `coactivation_predictor::score`.
+    void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+      owner_->score_user(user_, pass, target, scores);
+    }
+    /// Learns `pass` into the user's table (and the population's unless disabled).
+    /// @throws as `coactivation_predictor::learn`.
+    void learn(const routing_pass& pass) { owner_->learn_user(user_, pass); }
+    [[nodiscard]] std::size_t id() const noexcept { return user_; }
+
+   private:
+    friend class personal_predictor;
+    user_predictor(personal_predictor* owner, std::size_t user) : owner_(owner), user_(user) {}
+    personal_predictor* owner_;
+    std::size_t user_;
+  };
+
+  /// Adds a user with an empty table; returns its id (0, 1, 2, ...). Allocates one table.
+  std::size_t add_user() {
+    users_.emplace_back(population_.shape(), population_.config());
+    return users_.size() - 1;
+  }
+  /// Adds a user whose table was saved earlier (same shape and config as the population).
+  /// @throws wisp::logic_error on a mismatch (nothing added).
+  std::size_t add_user(coactivation_predictor table) {
+    WISP_EXPECTS(table.shape() == population_.shape() && table.config() == population_.config(),
+                 "personal_predictor::add_user: the table's shape (", table.shape(),
+                 ") or config differs from the population's (", population_.shape(), ")");
+    users_.push_back(std::move(table));
+    return users_.size() - 1;
+  }
+
+  /// The view of user `id`, valid while this object lives and is not moved.
+  /// @throws wisp::logic_error on an unknown id.
+  [[nodiscard]] user_predictor user(std::size_t id) {
+    check_user("user", id);
+    return user_predictor(this, id);
+  }
+  /// The table of user `id`. @throws wisp::logic_error on an unknown id.
+  [[nodiscard]] const coactivation_predictor& table(std::size_t id) const {
+    check_user("table", id);
+    return users_[id];
+  }
+  [[nodiscard]] const coactivation_predictor& population() const noexcept { return population_; }
+  /// The population table, e.g. to `merge` tables learned elsewhere or to `learn` anonymous
+  /// traffic.
+  [[nodiscard]] coactivation_predictor& population() noexcept { return population_; }
+  [[nodiscard]] std::size_t users() const noexcept { return users_.size(); }
+  /// The weight `a` of user `id`'s own table in its blended score.
+  [[nodiscard]] double user_weight(std::size_t id) const {
+    const double n = table(id).passes();
+    return n + prior_ > 0.0 ? n / (n + prior_) : 0.0;
+  }
+
+ private:
+  void check_user(const char* where, std::size_t id) const {
+    WISP_EXPECTS(id < users_.size(), "personal_predictor::", where, ": user ", id, " is unknown (",
+                 users_.size(), " users)");
+  }
+  void score_user(std::size_t id, const routing_pass& pass, std::int32_t target,
+                  std::span<float> scores) {
+    const auto a = static_cast<float>(user_weight(id));
+    population_.score(pass, target, scores);
+    if (a <= 0.0f) {
+      return;
+    }
+    users_[id].score(pass, target, blend_);
+    for (std::size_t j = 0; j < scores.size(); ++j) {
+      scores[j] = a * blend_[j] + (1.0f - a) * scores[j];
+    }
+  }
+  void learn_user(std::size_t id, const routing_pass& pass) {
+    users_[id].learn(pass);
+    if (learn_population_) {
+      population_.learn(pass);
+    }
+  }
+
+  coactivation_predictor population_;
+  std::vector<coactivation_predictor> users_;
+  double prior_;
+  bool learn_population_;
+  std::vector<float> blend_;  // scratch: the user table's scores
+};
+static_assert(routing_predictor<personal_predictor::user_predictor>);
+
+}  // namespace wisp
+// ---- end wisp/predict/personal.hpp -------------------------------------------------------------
+
+// ---- begin wisp/predict/evaluate.hpp -----------------------------------------------------------
+/// @file
+/// @brief Online precision@k / recall@k of a `routing_predictor` on a routing trace: for every
+/// step, every observed prefix and every distance, predict, compare with what the trace routed,
+/// then learn the step (predict, then learn, as a live server would).
+///
+/// For distance `d`, a target layer `t >= d` is predicted once per step from layers `0 .. t-d`
+/// (layer `t - d` is the last one observed; distance 1 is the next layer). With `hits` the
+/// predicted experts the trace routed at `t`:
+///
+///     precision@k = sum hits / (k x predictions)        recall@k = sum hits / (top_k x
+///     predictions)
+///
+/// (they are equal when `k == top_k`).
+/// @code
+/// wisp::coactivation_predictor table(trace.shape());
+/// const std::int32_t distances[] = {1, 2, 3, 4};
+/// const std::int32_t ks[] = {6};
+/// auto quality = wisp::evaluate_online(trace, table, distances, ks);
+/// // quality[0].precision: precision@6 for the next layer
+/// @endcode
+
+namespace wisp {
+
+/// @brief Prediction quality at one (distance, k).
+struct prediction_quality {
+  std::int32_t distance = 1;      ///< target layer - last observed layer
+  std::int32_t k = 1;             ///< experts predicted per target
+  std::uint64_t predictions = 0;  ///< (step, target layer) pairs predicted
+  std::uint64_t hits = 0;         ///< predicted experts that were routed
+  double precision = 0.0;         ///< hits / (k x predictions)
+  double recall = 0.0;            ///< hits / (top_k x predictions)
+};
+
+/// @brief Runs `predictor` online over `trace` (see the file description) and returns one entry
+/// per (distance, k), distances outer, in the order given.
+///
+/// O(steps x layers x distances x (score cost + experts x max k)); allocates its buffers once.
+/// `predictor` learns every step of the trace.
+/// @throws wisp::logic_error if a distance is outside `[1, layers - 1]`, a k outside
+///   `[1, experts]`, either list is empty, or the predictor throws.
+template <routing_predictor Predictor>
+std::vector<prediction_quality> evaluate_online(const trace::routing_trace& trace,
+                                                Predictor& predictor,
+                                                std::span<const std::int32_t> distances,
+                                                std::span<const std::int32_t> ks) {
+  const trace::trace_shape& shape = trace.shape();
+  WISP_EXPECTS(!distances.empty() && !ks.empty(), "evaluate_online: ", distances.size(),
+               " distances and ", ks.size(), " values of k given; both lists must be non-empty");
+  for (const std::int32_t d : distances) {
+    WISP_EXPECTS(d >= 1 && d < shape.layers, "evaluate_online: distance ", d,
+                 " is outside [1, layers - 1 = ", shape.layers - 1, "]");
+  }
+  for (const std::int32_t k : ks) {
+    WISP_EXPECTS(k >= 1 && k <= shape.experts, "evaluate_online: k = ", k,
+                 " is outside [1, experts = ", shape.experts, "]");
+  }
+  const std::int32_t max_k = *std::max_element(ks.begin(), ks.end());
+  std::vector<prediction_quality> out;
+  for (const std::int32_t d : distances) {
+    for (const std::int32_t k : ks) {
+      out.push_back(prediction_quality{d, k, 0, 0, 0.0, 0.0});
+    }
+  }
+  routing_pass pass(shape);
+  std::vector<float> scores(static_cast<std::size_t>(shape.experts));
+  std::vector<std::int32_t> best(static_cast<std::size_t>(max_k));
+  std::vector<char> routed(static_cast<std::size_t>(shape.experts), 0);
+  std::vector<std::int32_t> layer_ids(static_cast<std::size_t>(shape.top_k));
+  for (std::size_t step = 0; step < trace.steps(); ++step) {
+    pass.clear();
+    for (std::int32_t observed = 0; observed < shape.layers; ++observed) {
+      if (observed >= 1) {
+        for (std::size_t di = 0; di < distances.size(); ++di) {
+          const std::int32_t target = observed - 1 + distances[di];
+          if (target >= shape.layers) {
+            continue;
+          }
+          predictor.score(pass, target, scores);
+          select_top_k(scores, best);
+          for (std::int32_t j = 0; j < shape.top_k; ++j) {
+            routed[static_cast<std::size_t>(trace.expert(step, target, j))] = 1;
+          }
+          for (std::size_t ki = 0; ki < ks.size(); ++ki) {
+            prediction_quality& q = out[di * ks.size() + ki];
+            ++q.predictions;
+            for (std::int32_t r = 0; r < q.k; ++r) {
+              q.hits += routed[static_cast<std::size_t>(best[static_cast<std::size_t>(r)])] != 0;
+            }
+          }
+          for (std::int32_t j = 0; j < shape.top_k; ++j) {
+            routed[static_cast<std::size_t>(trace.expert(step, target, j))] = 0;
+          }
+        }
+      }
+      for (std::int32_t j = 0; j < shape.top_k; ++j) {
+        layer_ids[static_cast<std::size_t>(j)] = trace.expert(step, observed, j);
+      }
+      pass.observe(observed, layer_ids);
+    }
+    predictor.learn(pass);
+  }
+  for (prediction_quality& q : out) {
+    if (q.predictions > 0) {
+      const double n = static_cast<double>(q.predictions);
+      q.precision = static_cast<double>(q.hits) / (n * q.k);
+      q.recall = static_cast<double>(q.hits) / (n * shape.top_k);
+    }
+  }
+  return out;
+}
+
+}  // namespace wisp
+// ---- end wisp/predict/evaluate.hpp -------------------------------------------------------------
+
+// ---- begin wisp/predict/right_size.hpp ---------------------------------------------------------
+/// @file
+/// @brief Per-user right-sizing (WiSP §4, §5.4): from a user's co-activation table, the smallest
+/// per-layer expert cap that keeps that user's miss ratio under a target, without a sweep over
+/// caps on the device.
+///
+/// The table's marginals are the user's routing frequencies: `p_l(j) = marginal(l, j) / passes` is
+/// the probability that a pass routes expert `j` at layer `l` (a layer's probabilities sum to
+/// top_k). Two models turn them into a miss ratio at a per-layer cap `c`:
+///
+/// - `right_size_model::lru` (default): an LRU cache under the independent reference model, by
+///   Che's approximation (Che, Tung and Wang, "Hierarchical Web caching systems", IEEE JSAC 2002;
+///   accurate for LRU per Fricker, Robert and Roberts, ITC 2012). The characteristic time `T`
+///   (in passes) solves `sum_j (1 - exp(-p_j T)) = c`, and
+///   `miss_l(c) = 1 - sum_j p_j (1 - exp(-p_j T)) / top_k`;
+/// - `right_size_model::static_top`: a cache pinning the `c` most frequent experts misses on the
+///   rest of the mass, `miss_l(c) = 1 - (sum of the c largest p_l(j)) / top_k` (the support of the
+///   converged working set at that coverage; optimistic for an online policy, which must first
+///   find the set).
+///
+/// Layer `l`'s cap is the smallest `c` in `[top_k, experts]` with `miss_l(c) <= target`. Both are
+/// estimates from frequencies alone; `wisp predict --right-size` replays each user's later traffic
+/// at the caps chosen and reports the measured miss ratio beside the target.
+///
+/// The result feeds the pager (`pager_config::layer_capacities = caps.layer_caps`) and the
+/// allocator (`alloc::make_split(model, budget, caps.max_cap())` reserves enough for every layer;
+/// `caps.slots()` is what the pager actually holds, the memory a per-user cap frees against a
+/// global one).
+/// @code
+/// wisp::right_size_result caps = wisp::right_size(tables.table(alice), /*target=*/0.10);
+/// cfg.layer_capacities = caps.layer_caps;
+/// @endcode
+
+namespace wisp {
+
+/// How `right_size` turns routing frequencies into a miss ratio (see the file description).
+enum class right_size_model : std::uint8_t {
+  lru,         ///< LRU under the independent reference model (Che's approximation)
+  static_top,  ///< the `c` most frequent experts pinned
+};
+
+namespace detail {
+
+/// Che's approximation: the LRU miss ratio of a cache of `capacity` slots over keys requested
+/// with per-call probabilities `p` (summing to `top_k`). Bisection on the characteristic time.
+[[nodiscard]] inline double che_lru_miss_ratio(const std::vector<double>& p, std::int32_t capacity,
+                                               std::int32_t top_k) {
+  std::int32_t positive = 0;
+  for (const double x : p) {
+    positive += x > 0.0 ? 1 : 0;
+  }
+  if (capacity >= positive) {
+    return 0.0;  // every key ever requested fits (cold misses are not modelled)
+  }
+  const auto occupancy = [&p](double t) {
+    double sum = 0.0;
+    for (const double x : p) {
+      sum += -std::expm1(-x * t);
+    }
+    return sum;
+  };
+  double low = 0.0;
+  double high = 1.0;
+  while (occupancy(high) < capacity) {
+    high *= 2.0;
+  }
+  for (int i = 0; i < 100 && high - low > 1e-12 * high; ++i) {
+    const double mid = 0.5 * (low + high);
+    (occupancy(mid) < capacity ? low : high) = mid;
+  }
+  double hits = 0.0;
+  for (const double x : p) {
+    hits += x * -std::expm1(-x * low);
+  }
+  return std::max(0.0, 1.0 - hits / top_k);
+}
+
+}  // namespace detail
+
+/// @brief What `right_size` chose.
+struct right_size_result {
+  std::vector<std::int32_t> layer_caps;      ///< per-layer cap, each in [top_k, experts]
+  std::vector<double> predicted_miss_ratio;  ///< miss_l(cap_l) per layer (0 with no data)
+
+  /// The largest layer cap: the uniform per-layer cap an allocator that takes one cap reserves.
+  [[nodiscard]] std::int32_t max_cap() const noexcept {
+    return layer_caps.empty() ? 0 : *std::max_element(layer_caps.begin(), layer_caps.end());
+  }
+  /// Slots over all layers (the expert memory of this user, in experts).
+  [[nodiscard]] std::int64_t slots() const noexcept {
+    return std::accumulate(layer_caps.begin(), layer_caps.end(), std::int64_t{0});
+  }
+};
+
+/// @brief The smallest per-layer caps whose predicted miss ratio under `model` (see the file
+/// description) is at most `target_miss_ratio`. A table that has learned nothing gets the full
+/// cap (`experts`) on every layer. O(layers x experts^2) with the LRU model (a bisection per
+/// cap), O(layers x experts log experts) with the static one; allocates the result.
+/// @throws wisp::logic_error if `target_miss_ratio` is outside [0, 1].
+[[nodiscard]] inline right_size_result right_size(const coactivation_predictor& table,
+                                                  double target_miss_ratio,
+                                                  right_size_model model = right_size_model::lru) {
+  WISP_EXPECTS(target_miss_ratio >= 0.0 && target_miss_ratio <= 1.0,
+               "right_size: target miss ratio must be in [0, 1], got ", target_miss_ratio);
+  const trace::trace_shape& shape = table.shape();
+  right_size_result out;
+  out.layer_caps.assign(static_cast<std::size_t>(shape.layers), shape.experts);
+  out.predicted_miss_ratio.assign(static_cast<std::size_t>(shape.layers), 0.0);
+  const double passes = table.passes();
+  if (!(passes > 0.0)) {
+    return out;
+  }
+  std::vector<double> p(static_cast<std::size_t>(shape.experts));
+  for (std::int32_t l = 0; l < shape.layers; ++l) {
+    for (std::int32_t j = 0; j < shape.experts; ++j) {
+      p[static_cast<std::size_t>(j)] = table.marginal(l, j) / passes;
+    }
+    std::sort(p.begin(), p.end(), std::greater<>());
+    double covered = 0.0;  // static model: the mass of the c most frequent experts
+    for (std::int32_t c = 1; c <= shape.experts; ++c) {
+      covered += p[static_cast<std::size_t>(c - 1)];
+      if (c < shape.top_k) {
+        continue;
+      }
+      const double miss = model == right_size_model::lru
+                              ? detail::che_lru_miss_ratio(p, c, shape.top_k)
+                              : std::max(0.0, 1.0 - covered / shape.top_k);
+      if (miss <= target_miss_ratio + 1e-12 || c == shape.experts) {  // up to rounding
+        out.layer_caps[static_cast<std::size_t>(l)] = c;
+        out.predicted_miss_ratio[static_cast<std::size_t>(l)] = miss;
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace wisp
+// ---- end wisp/predict/right_size.hpp -----------------------------------------------------------
+
+// ---- begin wisp/predict/prefetch.hpp -----------------------------------------------------------
+/// @file
+/// @brief Prefetch policies (SpecMD §3.1.4) and the prefetch queue.
+///
+/// A prefetch policy turns a predictor's scores for a target layer into the experts to load ahead
+/// of that layer's call:
+///
+/// - `prefetch_rule::top_k`: the `ceil(k x overfetch)` best-scored experts (SpecMD's top-k with an
+///   overfetch factor: 1.5 loads 9 experts for a top-6 model);
+/// - `prefetch_rule::percentile`: every expert scored above the `percentile`-th percentile of the
+///   layer's scores, at most `limit` (SpecMD's score-based prefetch: the count adapts to how
+///   peaked the prediction is).
+///
+/// The target is `distance` layers after the last routed one (1: the next layer, SpecMD's and
+/// WiSP's choice), scored by any `routing_predictor` (the co-activation table by default).
+///
+/// `prefetch_queue` holds submitted prefetches until the link takes them, lowest priority first
+/// out after every demand copy; `cancel_passed` drops the ones whose layer has started (or whose
+/// pass has ended): a prefetch that did not start before its layer is useless, and the demand
+/// copy takes over.
+/// @code
+/// wisp::prefetch_config cfg{.rule = wisp::prefetch_rule::top_k, .overfetch = 1.5};
+/// predictor.score(pass, layer + 1, scores);
+/// candidates.clear();
+/// wisp::choose_prefetch(scores, /*top_k=*/6, cfg, scratch, candidates);
+/// queue.submit(step, layer + 1, candidates);
+/// @endcode
+
+namespace wisp {
+
+/// How many experts a prefetch takes from the scores.
+enum class prefetch_rule : std::uint8_t {
+  none,        ///< no prefetch
+  top_k,       ///< the ceil(k x overfetch) best
+  percentile,  ///< all above a score percentile, at most `limit`
+};
+
+/// The rule's name: "none", "top-k" or "percentile".
+[[nodiscard]] constexpr std::string_view to_string(prefetch_rule r) noexcept {
+  switch (r) {
+    case prefetch_rule::none:
+      return "none";
+    case prefetch_rule::top_k:
+      return "top-k";
+    case prefetch_rule::percentile:
+      return "percentile";
+  }
+  return "none";
+}
+
+/// @brief A prefetch policy (see the file description).
+struct prefetch_config {
+  prefetch_rule rule = prefetch_rule::none;
+  /// top_k: the multiplier m of the model's top-k (>= 0; 1 = exactly k).
+  double overfetch = 1.0;
+  /// percentile: the score percentile to exceed, in [0, 100] (SpecMD's default: 80).
+  double percentile = 80.0;
+  /// percentile: at most this many experts (>= 1).
+  std::int32_t limit = 64;
+  /// Target layer = last routed layer + distance (>= 1).
+  std::int32_t distance = 1;
+
+  /// @throws wisp::logic_error naming the field if a parameter is out of range.
+  void validate() const {
+    WISP_EXPECTS(std::isfinite(overfetch) && overfetch >= 0.0,
+                 "prefetch_config: overfetch must be finite and >= 0, got ", overfetch);
+    WISP_EXPECTS(percentile >= 0.0 && percentile <= 100.0,
+                 "prefetch_config: percentile must be in [0, 100], got ", percentile);
+    WISP_EXPECTS(limit >= 1, "prefetch_config: limit must be >= 1, got ", limit);
+    WISP_EXPECTS(distance >= 1, "prefetch_config: distance must be >= 1, got ", distance);
+  }
+};
+
+/// @brief Appends to `out` the experts `config` prefetches given one target layer's `scores`, best
+/// first; returns how many. `top_k` is the model's k. O(E log E) for `percentile`, O(E x m k)
+/// for `top_k`; `scratch` is reused (no allocation once large enough).
+/// @throws wisp::logic_error on an invalid config or `top_k < 1`.
+inline std::size_t choose_prefetch(std::span<const float> scores, std::int32_t top_k,
+                                   const prefetch_config& config,
+                                   std::vector<std::int32_t>& scratch,
+                                   std::vector<std::int32_t>& out) {
+  config.validate();
+  WISP_EXPECTS(top_k >= 1, "choose_prefetch: top_k must be >= 1, got ", top_k);
+  switch (config.rule) {
+    case prefetch_rule::none:
+      return 0;
+    case prefetch_rule::top_k: {
+      const auto wanted = static_cast<std::size_t>(
+          std::min(std::ceil(top_k * config.overfetch), static_cast<double>(scores.size())));
+      scratch.resize(wanted);
+      select_top_k(scores, scratch);
+      out.insert(out.end(), scratch.begin(), scratch.end());
+      return wanted;
+    }
+    case prefetch_rule::percentile:
+      return select_above_percentile(scores, config.percentile,
+                                     static_cast<std::size_t>(config.limit), scratch, out);
+  }
+  return 0;
+}
+
+/// @brief One queued prefetch: load `expert` of layer `layer` for pass `step`.
+struct prefetch_request {
+  std::uint32_t step = 0;
+  std::int32_t layer = 0;
+  std::int32_t expert = 0;
+  friend constexpr bool operator==(const prefetch_request&, const prefetch_request&) = default;
+};
+
+/// @brief Prefetches waiting for the link, first in first out, each (layer, expert) at most once.
+///
+/// A ring buffer of `layers x experts` entries sized at construction: `submit`, `pop` and
+/// `cancel_passed` never allocate. `submit` is O(experts submitted), `pop` O(1), `cancel_passed`
+/// O(queued). Not thread-safe.
+class prefetch_queue {
+ public:
+  /// @throws wisp::logic_error if `layers` or `experts` is not positive.
+  prefetch_queue(std::int32_t layers, std::int32_t experts) : layers_(layers), experts_(experts) {
+    WISP_EXPECTS(layers >= 1 && experts >= 1,
+                 "prefetch_queue: needs layers >= 1 and experts >= 1, got ", layers, " and ",
+                 experts);
+    const auto n = static_cast<std::size_t>(layers) * static_cast<std::size_t>(experts);
+    ring_.resize(n);
+    queued_.assign(n, 0);
+  }
+
+  /// Queues `experts` of `layer` for pass `step`, skipping those already queued. Returns how many
+  /// were added. @throws wisp::logic_error, adding nothing, on an out-of-range layer or expert.
+  std::size_t submit(std::uint32_t step, std::int32_t layer,
+                     std::span<const std::int32_t> experts) {
+    WISP_EXPECTS(layer >= 0 && layer < layers_, "prefetch_queue::submit: layer ", layer,
+                 " is outside [0, ", layers_, ")");
+    for (const std::int32_t e : experts) {
+      WISP_EXPECTS(e >= 0 && e < experts_, "prefetch_queue::submit: expert ", e, " is outside [0, ",
+                   experts_, ")");
+    }
+    std::size_t added = 0;
+    for (const std::int32_t e : experts) {
+      char& queued = queued_[index(layer, e)];
+      if (queued != 0) {
+        continue;
+      }
+      queued = 1;
+      ring_[(head_ + size_) % ring_.size()] = prefetch_request{step, layer, e};
+      ++size_;
+      ++added;
+    }
+    return added;
+  }
+
+  /// @brief Drops every request whose layer has started: pass before `step`, or pass `step` and
+  /// layer `<= layer`. Keeps the others in order. Returns how many were dropped.
+  std::size_t cancel_passed(std::uint32_t step, std::int32_t layer) noexcept {
+    std::size_t kept = 0;
+    const std::size_t n = size_;
+    for (std::size_t i = 0; i < n; ++i) {
+      const prefetch_request r = ring_[(head_ + i) % ring_.size()];
+      if (r.step < step || (r.step == step && r.layer <= layer)) {
+        queued_[index(r.layer, r.expert)] = 0;
+      } else {
+        ring_[(head_ + kept++) % ring_.size()] = r;
+      }
+    }
+    size_ = kept;
+    return n - kept;
+  }
+
+  [[nodiscard]] bool empty() const noexcept { return size_ == 0; }
+  [[nodiscard]] std::size_t size() const noexcept { return size_; }
+  /// The oldest request. Precondition: `!empty()`.
+  [[nodiscard]] const prefetch_request& front() const noexcept { return ring_[head_]; }
+  /// Removes the oldest request. Precondition: `!empty()`.
+  void pop() noexcept {
+    const prefetch_request& r = ring_[head_];
+    queued_[index(r.layer, r.expert)] = 0;
+    head_ = (head_ + 1) % ring_.size();
+    --size_;
+  }
+  /// Drops everything. O(queued).
+  void clear() noexcept {
+    while (!empty()) {
+      pop();
+    }
+  }
+
+ private:
+  [[nodiscard]] std::size_t index(std::int32_t layer, std::int32_t expert) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(experts_) +
+           static_cast<std::size_t>(expert);
+  }
+
+  std::int32_t layers_;
+  std::int32_t experts_;
+  std::vector<prefetch_request> ring_;
+  std::vector<char> queued_;  // [layers x experts]: the request is in the ring
+  std::size_t head_ = 0;
+  std::size_t size_ = 0;
+};
+
+}  // namespace wisp
+// ---- end wisp/predict/prefetch.hpp -------------------------------------------------------------
 
 // ---- begin wisp/vmm/vmm_backend.hpp ------------------------------------------------------------
 /// @file
@@ -8033,10 +11005,249 @@ class adapter_layout {
 }  // namespace wisp
 // ---- end wisp/vmm/adapter_layout.hpp -----------------------------------------------------------
 
+// ---- begin wisp/kernel/bf16.hpp ----------------------------------------------------------------
+/// @file
+/// @brief `wisp::bf16`: bfloat16 storage (the upper half of an IEEE binary32) with the two
+/// conversions every kernel and host reference of wisp uses, so the host and the device turn the
+/// same floats into the same bits.
+///
+/// C++20 has no bfloat16 type and CUDA's `__nv_bfloat16` does not exist for a host compiler, so
+/// wisp carries the bits. The layout equals `__nv_bfloat16`'s (a kernel may reinterpret a
+/// `const wisp::bf16*` as `const __nv_bfloat16*`).
+/// @code
+/// wisp::bf16 h = wisp::to_bf16(1.5f);      // round to nearest even
+/// float f = wisp::to_float(h);              // exact: 1.5f
+/// @endcode
+
+namespace wisp {
+
+/// @brief A bfloat16 value as its 16 bits. Trivially copyable; `==` compares bits.
+struct bf16 {
+  std::uint16_t bits = 0;
+
+  friend constexpr bool operator==(const bf16&, const bf16&) = default;
+};
+static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
+
+namespace detail {
+
+WISP_HOST_DEVICE inline std::uint32_t float_bits(float f) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  return std::bit_cast<std::uint32_t>(f);
+#endif
+}
+
+WISP_HOST_DEVICE inline float bits_float(std::uint32_t u) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  return std::bit_cast<float>(u);
+#endif
+}
+
+}  // namespace detail
+
+/// The float with the same value (exact). O(1).
+WISP_HOST_DEVICE inline float to_float(bf16 x) noexcept {
+  return detail::bits_float(static_cast<std::uint32_t>(x.bits) << 16);
+}
+
+/// `f` rounded to the nearest bfloat16, ties to even (as `__float2bfloat16_rn`); a NaN stays a
+/// (quiet) NaN with its sign. O(1), integer arithmetic only: the same bits on host and device.
+WISP_HOST_DEVICE inline bf16 to_bf16(float f) noexcept {
+  const std::uint32_t u = detail::float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
+  }
+  return bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
+/// Identity: lets kernels written over an activation type read `float` activations too.
+WISP_HOST_DEVICE inline float to_float(float x) noexcept {
+  return x;
+}
+
+/// `f` as an activation of type `T` (`float`: unchanged; `bf16`: `to_bf16`). O(1).
+template <class T>
+WISP_HOST_DEVICE T activation_from_float(float f) noexcept {
+  if constexpr (std::is_same_v<T, bf16>) {
+    return to_bf16(f);
+  } else {
+    static_assert(std::is_same_v<T, float>, "activations are float or wisp::bf16");
+    return f;
+  }
+}
+
+}  // namespace wisp
+// ---- end wisp/kernel/bf16.hpp ------------------------------------------------------------------
+
+// ---- begin wisp/kernel/swiglu.hpp --------------------------------------------------------------
+/// @file
+/// @brief The element rules of wisp's reference fused MoE: a SwiGLU expert in bf16 with fp32
+/// accumulation, written once as `WISP_HOST_DEVICE` functions that give the **same bits** on the
+/// host and on a GPU.
+///
+/// An expert row holds three row-major bf16 matrices back to back: gate `[I x H]`, up `[I x H]`,
+/// down `[H x I]` (`swiglu_shape`, the layout of the example engine's experts). For one token
+/// with input `x` (H floats):
+///
+///     act[i] = silu(gate_i . x) * (up_i . x)        silu(g) = g / (1 + exp(-g))
+///     y[o]   = down_o . act
+///     out[o] = sum over the token's visible positions j, in order, of weight_j * y_j[o]
+///
+/// Every dot product and the sum over `j` are chains of fused multiply-adds in index order, and
+/// `exp` is `detail::exp_portable` (fma, floor and ldexp only), so nothing depends on the
+/// compiler contracting `a * b + c` or on the platform's `expf`: `reference_fused_moe` on the
+/// host and `wisp::cuda::reference_fused_moe` on a GPU produce identical outputs, which is what
+/// lets the GPU tests compare them with `==`.
+/// @code
+/// wisp::swiglu_shape shape{.hidden = 64, .intermediate = 32};
+/// const wisp::bf16* row = ...;                      // shape.row_bytes() bytes
+/// float a = wisp::swiglu_activation(row, x, shape, i);
+/// @endcode
+
+namespace wisp {
+
+/// @brief Shape of one SwiGLU expert row: gate `[I x H]`, up `[I x H]`, down `[H x I]`, bf16.
+struct swiglu_shape {
+  std::int32_t hidden = 0;        ///< H: model width (the token's input and output size)
+  std::int32_t intermediate = 0;  ///< I: the expert's FFN width
+
+  /// @throws wisp::logic_error unless both sizes are >= 1.
+  void validate() const {
+    WISP_EXPECTS(hidden >= 1 && intermediate >= 1, "swiglu_shape: hidden ", hidden,
+                 " and intermediate ", intermediate, " must both be >= 1");
+  }
+  /// bf16 values of one matrix (`H * I`).
+  [[nodiscard]] WISP_HOST_DEVICE std::size_t matrix_values() const noexcept {
+    return static_cast<std::size_t>(hidden) * static_cast<std::size_t>(intermediate);
+  }
+  /// Bytes of one expert row (`3 * H * I * 2`).
+  [[nodiscard]] WISP_HOST_DEVICE std::size_t row_bytes() const noexcept {
+    return 3 * matrix_values() * sizeof(bf16);
+  }
+};
+
+namespace detail {
+
+// IEEE single-precision operations that no compiler may fuse or reorder: explicit fma, and on
+// the device the round-to-nearest intrinsics nvcc never contracts.
+WISP_HOST_DEVICE inline float fma_rn(float a, float b, float c) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+WISP_HOST_DEVICE inline float mul_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+WISP_HOST_DEVICE inline float add_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+WISP_HOST_DEVICE inline float div_rn(float a, float b) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __fdiv_rn(a, b);
+#else
+  return a / b;
+#endif
+}
+
+/// @brief `exp(x)` from fma, floor and ldexp only: the same bits on every IEEE platform, host or
+/// GPU (the platforms' own `expf` differ in the last bits). Relative error below 3e-7 on
+/// `[-87, 88.7]` (checked against `std::exp` in tests/kernel). Results below `exp(-87)` flush to
+/// 0 (no subnormals, whose rounding could differ); above `exp(88.7228)` it is `+inf`; NaN stays
+/// NaN.
+WISP_HOST_DEVICE inline float exp_portable(float x) noexcept {
+  if (!(x == x)) {
+    return x;
+  }
+  if (x > 88.7228f) {
+    return bits_float(0x7f800000u);  // +inf
+  }
+  if (x < -87.0f) {
+    return 0.0f;
+  }
+  // x = n ln2 + r, |r| <= ln2 / 2 (Cody-Waite: ln2_hi has few bits, so n * ln2_hi is exact).
+  constexpr float log2e = 1.44269504088896341f;
+  constexpr float ln2_hi = 0.693145751953125f;
+  constexpr float ln2_lo = 1.42860682030941723e-6f;
+#if defined(__CUDA_ARCH__)
+  const float n = floorf(fma_rn(x, log2e, 0.5f));
+#else
+  const float n = std::floor(fma_rn(x, log2e, 0.5f));
+#endif
+  float r = fma_rn(-n, ln2_hi, x);
+  r = fma_rn(-n, ln2_lo, r);
+  // Taylor series of e^r to r^7 (truncation error < 6e-9 on |r| <= 0.347), Horner with fma.
+  float p = 1.0f / 5040.0f;
+  p = fma_rn(p, r, 1.0f / 720.0f);
+  p = fma_rn(p, r, 1.0f / 120.0f);
+  p = fma_rn(p, r, 1.0f / 24.0f);
+  p = fma_rn(p, r, 1.0f / 6.0f);
+  p = fma_rn(p, r, 0.5f);
+  p = fma_rn(p, r, 1.0f);
+  p = fma_rn(p, r, 1.0f);
+#if defined(__CUDA_ARCH__)
+  return ldexpf(p, static_cast<int>(n));
+#else
+  return std::ldexp(p, static_cast<int>(n));
+#endif
+}
+
+}  // namespace detail
+
+/// `sum_i w[i] * x[i]` for `i = 0, 1, ..., n - 1`, one fma per term from 0. O(n).
+WISP_HOST_DEVICE inline float swiglu_dot(const bf16* w, const float* x, std::int32_t n) noexcept {
+  float acc = 0.0f;
+  for (std::int32_t i = 0; i < n; ++i) {
+    acc = detail::fma_rn(to_float(w[i]), x[i], acc);
+  }
+  return acc;
+}
+
+/// `silu(g) * u` with `silu(g) = g / (1 + exp(-g))`. O(1).
+WISP_HOST_DEVICE inline float swiglu(float g, float u) noexcept {
+  const float silu = detail::div_rn(g, detail::add_rn(1.0f, detail::exp_portable(-g)));
+  return detail::mul_rn(silu, u);
+}
+
+/// `act[i]` of the expert in `row` for input `x` (`H` floats): `swiglu(gate_i . x, up_i . x)`.
+/// O(H).
+WISP_HOST_DEVICE inline float swiglu_activation(const bf16* row, const float* x,
+                                                const swiglu_shape& shape,
+                                                std::int32_t i) noexcept {
+  const std::size_t h = static_cast<std::size_t>(shape.hidden);
+  const bf16* gate = row + static_cast<std::size_t>(i) * h;
+  const bf16* up = row + shape.matrix_values() + static_cast<std::size_t>(i) * h;
+  return swiglu(swiglu_dot(gate, x, shape.hidden), swiglu_dot(up, x, shape.hidden));
+}
+
+/// `y[o]` of the expert in `row` for activations `act` (`I` floats): `down_o . act`. O(I).
+WISP_HOST_DEVICE inline float swiglu_output(const bf16* row, const float* act,
+                                            const swiglu_shape& shape, std::int32_t o) noexcept {
+  const bf16* down = row + 2 * shape.matrix_values() +
+                     static_cast<std::size_t>(o) * static_cast<std::size_t>(shape.intermediate);
+  return swiglu_dot(down, act, shape.intermediate);
+}
+
+}  // namespace wisp
+// ---- end wisp/kernel/swiglu.hpp ----------------------------------------------------------------
+
 // ---- begin wisp/kernel/fused_moe.hpp -----------------------------------------------------------
 /// @file
 /// @brief `fused_moe_kernel`: the concept a user-supplied fused-MoE kernel models, and
-/// `fused_moe_args`, the trivially copyable argument block wisp hands it.
+/// `basic_fused_moe_args` / `fused_moe_args`, the trivially copyable argument block wisp hands it.
 ///
 /// The kernel is the engine's own code (a Triton/CUTLASS launch on a GPU, a loop on the CPU). wisp
 /// never calls it; the engine does, after `pager::prepare` and the copy plan. The kernel reads
@@ -8053,45 +11264,76 @@ class adapter_layout {
 ///   the output is the same whatever the batch composition or the slots the experts occupy.
 /// - The kernel reads rows `expert_map[e]` of `experts` for the visible ids of the batch and no
 ///   other row; rows that are not mapped must not be touched.
+///
+/// `fused_moe_args` (fp32 activations, int32 ids) is what the CPU engines use;
+/// `basic_fused_moe_args<bf16>` is the GPU form (bf16 activations, the same ids, fp32 gate
+/// weights) that `wisp::reference_fused_moe` and `wisp::cuda::reference_fused_moe` take.
 /// @code
 /// struct my_kernel {
 ///   void operator()(const wisp::fused_moe_args& a) { /* launch */ }
 /// };
 /// static_assert(wisp::fused_moe_kernel<my_kernel>);
 /// auto r = pager.prepare(layer, ids, tokens, k);
-/// copy_engine.apply(r.copy_plan);
+/// engine.wait(engine.copy(where, r.copy_plan, engine.consumer_event()));   // a copy_engine
 /// kernel(wisp::fused_moe_args{hidden, ids, weights, tensor.view(), r.expert_map, out,
 ///                             tokens, k, hidden_dim});
 /// @endcode
 
 namespace wisp {
 
-/// @brief Everything a fused-MoE kernel reads and writes for one launch. Trivially copyable (a
-/// device kernel can take it by value); it owns nothing.
-struct fused_moe_args {
-  std::span<const float> hidden;             ///< `[tokens x hidden_dim]` input activations
-  std::span<const std::int32_t> topk_ids;    ///< `[tokens x top_k]` routed logical experts
+/// @brief Everything a fused-MoE kernel reads and writes for one launch, over activations of type
+/// `Activation` (`float`, or `wisp::bf16` on GPUs) and ids of type `Id` (`int32` or `int64`).
+/// Trivially copyable (a device kernel can take it by value); it owns nothing.
+template <class Activation, topk_id Id = std::int32_t>
+struct basic_fused_moe_args {
+  using activation_type = Activation;
+  using id_type = Id;
+
+  std::span<const Activation> hidden;        ///< `[tokens x hidden_dim]` input activations
+  std::span<const Id> topk_ids;              ///< `[tokens x top_k]` routed logical experts
   std::span<const float> topk_weights;       ///< `[tokens x top_k]` gate weights
   expert_tensor_view experts;                ///< the rows the kernel may read (slots)
   std::span<const std::int32_t> expert_map;  ///< `int32[E]`: row of expert `e`, or -1 (hidden)
-  std::span<float> out;                      ///< `[tokens x hidden_dim]` output, overwritten
+  std::span<Activation> out;                 ///< `[tokens x hidden_dim]` output, overwritten
   std::int32_t tokens = 0;
   std::int32_t top_k = 1;
   std::int32_t hidden_dim = 0;
 };
+
+/// The argument block of CPU kernels: fp32 activations, int32 ids.
+using fused_moe_args = basic_fused_moe_args<float, std::int32_t>;
 static_assert(std::is_trivially_copyable_v<fused_moe_args>);
 
-/// @brief A fused-MoE kernel: callable with a `const fused_moe_args&` (see the file comment for
-/// the contract a model must keep).
-template <class K>
-concept fused_moe_kernel = requires(K& kernel, const fused_moe_args& args) {
+/// @brief A fused-MoE kernel: callable with a `const Args&` (by default `fused_moe_args`; see the
+/// file comment for the contract a model must keep).
+template <class K, class Args = fused_moe_args>
+concept fused_moe_kernel = requires(K& kernel, const Args& args) {
   kernel(args);
 };
+
+namespace detail {
+
+/// The row a fused-MoE kernel reads for routed id `id`: `map[id]` when `id` is in
+/// `[0, map_size)` and `map[id]` is a row in `[0, rows)`, else -1 (the position contributes
+/// nothing). Host kernels reject the invalid cases up front; device kernels, which cannot throw,
+/// skip them through this rule instead of reading out of bounds. O(1).
+template <topk_id Id>
+WISP_HOST_DEVICE std::int32_t visible_row(const std::int32_t* map, std::size_t map_size,
+                                          std::size_t rows, Id id) noexcept {
+  if (id < 0 || static_cast<std::uint64_t>(id) >= map_size) {
+    return -1;
+  }
+  const std::int32_t row = map[static_cast<std::size_t>(id)];
+  return row >= 0 && static_cast<std::size_t>(row) < rows ? row : -1;
+}
+
+}  // namespace detail
 
 /// @brief Checks the shapes of `a` (spans sized for `tokens`, `top_k` and `hidden_dim`).
 /// O(1). Engines call it in debug paths; kernels may call it before launching.
 /// @throws wisp::logic_error naming the first bad size.
-inline void check_fused_moe_args(const fused_moe_args& a) {
+template <class Activation, topk_id Id>
+void check_fused_moe_args(const basic_fused_moe_args<Activation, Id>& a) {
   detail::check_topk_shape("fused_moe_args", a.topk_ids.size(), a.tokens, a.top_k);
   WISP_EXPECTS(a.topk_weights.size() == a.topk_ids.size(), "fused_moe_args: topk_weights holds ",
                a.topk_weights.size(), " entries for ", a.topk_ids.size(), " topk_ids");
@@ -8104,6 +11346,123 @@ inline void check_fused_moe_args(const fused_moe_args& a) {
 
 }  // namespace wisp
 // ---- end wisp/kernel/fused_moe.hpp -------------------------------------------------------------
+
+// ---- begin wisp/kernel/reference_moe.hpp -------------------------------------------------------
+/// @file
+/// @brief `reference_fused_moe`: the host reference fused-MoE kernel over SwiGLU bf16 experts
+/// (`swiglu_shape`), for `fused_moe_args` (fp32 activations) and `basic_fused_moe_args<bf16>`.
+///
+/// It is the plain loop of the element rules in `<wisp/kernel/swiglu.hpp>`: per token, per
+/// visible position in order, the expert's activations, then its outputs accumulated with the
+/// gate weight. `wisp::cuda::reference_fused_moe` computes the same rules with one thread block
+/// per token and gives the same bits; the tests check the one against the other.
+/// @code
+/// wisp::reference_fused_moe kernel({.hidden = 64, .intermediate = 32});
+/// auto r = pager.prepare(layer, ids, tokens, k);
+/// store.apply(r.copy_plan);                         // slots now hold the experts' rows
+/// kernel(wisp::basic_fused_moe_args<wisp::bf16>{hidden, ids, weights, slots, r.expert_map, out,
+///                                               tokens, k, 64});
+/// @endcode
+
+namespace wisp {
+
+/// @brief Checks that `a` suits a fused MoE over SwiGLU experts of `shape` (used by every wisp
+/// kernel over them): `check_fused_moe_args`, `hidden_dim == shape.hidden`, and expert rows of at
+/// least `shape.row_bytes()` bytes, 2-byte aligned. O(1).
+/// @throws wisp::logic_error naming the first bad value, prefixed by `where`.
+template <class Activation, topk_id Id>
+void check_swiglu_moe_args(const char* where, const basic_fused_moe_args<Activation, Id>& a,
+                           const swiglu_shape& shape) {
+  shape.validate();
+  check_fused_moe_args(a);
+  WISP_EXPECTS(a.hidden_dim == shape.hidden, where, ": hidden_dim ", a.hidden_dim,
+               " but the experts' hidden size is ", shape.hidden);
+  WISP_EXPECTS(a.experts.rows == 0 ||
+                   (a.experts.row_stride >= shape.row_bytes() &&
+                    reinterpret_cast<std::uintptr_t>(a.experts.base) % alignof(bf16) == 0 &&
+                    a.experts.row_stride % alignof(bf16) == 0),
+               where, ": expert rows of ", a.experts.row_stride, " bytes must hold ",
+               shape.row_bytes(), " bytes and be 2-byte aligned");
+}
+
+/// @brief Host reference fused MoE over SwiGLU bf16 expert rows (see the file comment).
+///
+/// Owns its scratch (sized at construction: no allocation per call). O(tokens x k x H x I) per
+/// call. Not thread-safe (one object per thread).
+class reference_fused_moe {
+ public:
+  /// @throws wisp::logic_error on an invalid shape; std::bad_alloc.
+  explicit reference_fused_moe(swiglu_shape shape) : shape_(shape) {
+    shape_.validate();
+    x_.resize(static_cast<std::size_t>(shape_.hidden));
+    acc_.resize(static_cast<std::size_t>(shape_.hidden));
+    act_.resize(static_cast<std::size_t>(shape_.intermediate));
+  }
+
+  /// @brief Overwrites `a.out` as the `fused_moe_kernel` contract says.
+  /// @throws wisp::logic_error (nothing written) if `check_swiglu_moe_args` fails, or a position
+  ///   routes to an id outside `[0, expert_map.size())` or
+  ///   through a map entry that is neither -1 nor a row of `experts`.
+  template <class Activation, topk_id Id>
+  void operator()(const basic_fused_moe_args<Activation, Id>& a) {
+    check(a);
+    const std::size_t h = x_.size();
+    const auto k = static_cast<std::size_t>(a.top_k);
+    for (std::size_t t = 0; t < static_cast<std::size_t>(a.tokens); ++t) {
+      for (std::size_t i = 0; i < h; ++i) {
+        x_[i] = to_float(a.hidden[t * h + i]);
+        acc_[i] = 0.0f;
+      }
+      for (std::size_t pos = t * k; pos < (t + 1) * k; ++pos) {
+        const std::int32_t row = detail::visible_row(a.expert_map.data(), a.expert_map.size(),
+                                                     a.experts.rows, a.topk_ids[pos]);
+        if (row < 0) {
+          continue;
+        }
+        const auto* w = reinterpret_cast<const bf16*>(a.experts.row(static_cast<std::size_t>(row)));
+        for (std::int32_t i = 0; i < shape_.intermediate; ++i) {
+          act_[static_cast<std::size_t>(i)] = swiglu_activation(w, x_.data(), shape_, i);
+        }
+        const float weight = a.topk_weights[pos];
+        for (std::int32_t o = 0; o < shape_.hidden; ++o) {
+          float& acc = acc_[static_cast<std::size_t>(o)];
+          acc = detail::fma_rn(weight, swiglu_output(w, act_.data(), shape_, o), acc);
+        }
+      }
+      for (std::size_t i = 0; i < h; ++i) {
+        a.out[t * h + i] = activation_from_float<Activation>(acc_[i]);
+      }
+    }
+  }
+
+  [[nodiscard]] const swiglu_shape& shape() const noexcept { return shape_; }
+
+ private:
+  template <class Activation, topk_id Id>
+  void check(const basic_fused_moe_args<Activation, Id>& a) const {
+    check_swiglu_moe_args("reference_fused_moe", a, shape_);
+    for (std::size_t i = 0; i < a.topk_ids.size(); ++i) {
+      const std::int64_t id = a.topk_ids[i];
+      WISP_EXPECTS(id >= 0 && static_cast<std::uint64_t>(id) < a.expert_map.size(),
+                   "reference_fused_moe: topk_ids[", i, "] = ", id,
+                   " is outside the expert map [0, ", a.expert_map.size(), ")");
+      const std::int32_t row = a.expert_map[static_cast<std::size_t>(id)];
+      WISP_EXPECTS(row == -1 || (row >= 0 && static_cast<std::size_t>(row) < a.experts.rows),
+                   "reference_fused_moe: expert_map[", id, "] = ", row,
+                   " is neither -1 nor a row of the ", a.experts.rows, "-row expert tensor");
+    }
+  }
+
+  swiglu_shape shape_;
+  std::vector<float> x_;    // the token's input, as floats
+  std::vector<float> acc_;  // the token's output sum
+  std::vector<float> act_;  // one expert's activations
+};
+static_assert(fused_moe_kernel<reference_fused_moe>);
+static_assert(fused_moe_kernel<reference_fused_moe, basic_fused_moe_args<bf16>>);
+
+}  // namespace wisp
+// ---- end wisp/kernel/reference_moe.hpp ---------------------------------------------------------
 
 // ---- begin wisp/alloc/model_spec.hpp -----------------------------------------------------------
 /// @file
@@ -8324,8 +11683,39 @@ static_assert(presets_consistent(), "a preset's derived sizes disagree with its 
 /// @endcode
 /// The *direct* form gives the spec itself: `{"name": "...", "layers": L, "experts": E, "top_k": k,
 /// "expert_bytes": B, "kv_bytes_per_token": T, "block_tokens": 16}` (block_tokens optional).
+///
+/// **Quantised experts** (config form): the experts are stored in `dtype_bytes` per weight unless
+/// the config says otherwise, with either
+/// - `"expert_bytes": B`, one expert's bytes as stored, for any layout (GGUF k-quants, ...), or
+/// - `"weight_bits": b` (bits per weight, 1..32), optionally with `"group_size": g` (weights per
+///   block scale) and `"scale_bytes": s` (bytes of each block's scale and zero point, default 2):
+///   each of the `expert_matrices` matrices of `hidden_size x moe_intermediate_size` weights
+///   takes `ceil(weights * b / 8) + ceil(weights / g) * s` bytes.
+/// `dtype_bytes` still sizes the KV cache. See docs/formats.md#model-files for the whole schema.
 
 namespace wisp::alloc {
+
+/// @brief How a model file says its experts are stored, when not in `dtype_bytes` per weight.
+struct expert_storage {
+  std::uint64_t expert_bytes = 0;  ///< "expert_bytes": one expert as stored; 0 = from the bits
+  std::uint32_t weight_bits = 0;   ///< "weight_bits": bits per weight
+  std::uint32_t group_size = 0;    ///< "group_size": weights per block scale; 0 = no scales
+  std::uint32_t scale_bytes = 2;   ///< "scale_bytes": bytes of each block's scale (+ zero point)
+
+  /// @brief Bytes of one expert of `matrices` matrices of `weights` weights each.
+  /// @throws wisp::logic_error on overflow.
+  [[nodiscard]] byte_size bytes(std::uint32_t matrices, std::uint64_t weights) const {
+    if (expert_bytes != 0) {
+      return byte_size{expert_bytes};
+    }
+    const byte_size bits = byte_size{weights} * weight_bits;
+    const byte_size packed{bits.count() / 8 + (bits.count() % 8 != 0 ? 1 : 0)};
+    const std::uint64_t blocks =
+        group_size == 0 ? 0 : weights / group_size + (weights % group_size != 0 ? 1 : 0);
+    return (packed + byte_size{blocks} * scale_bytes) * matrices;
+  }
+  friend bool operator==(const expert_storage&, const expert_storage&) = default;
+};
 
 /// @brief What a model file holds: the spec, and for the config form the fields and the derived
 /// sizes as written.
@@ -8335,6 +11725,8 @@ struct model_file {
   /// Config fields (config form only; `name` and `source` views are left empty: see the members
   /// above). `std::nullopt` for the direct form.
   std::optional<model_config> config;
+  /// Quantised experts (config form): how they are stored; `std::nullopt` = `dtype_bytes` each.
+  std::optional<expert_storage> storage;
   std::optional<std::uint64_t> written_expert_bytes;        ///< "derived" as written, if present.
   std::optional<std::uint64_t> written_kv_bytes_per_token;  ///< "derived" as written, if present.
 };
@@ -8442,6 +11834,45 @@ using trace::detail::json_value;
     // Products of 32-bit fields: at most four factors below 2^32 could overflow 64 bits.
     byte_size expert = byte_size{c.expert_matrices} * c.hidden_size * c.moe_intermediate_size;
     expert = expert * c.dtype_bytes;
+    const trace::detail::json_value* given_bytes = cfg->find("expert_bytes");
+    const trace::detail::json_value* bits = cfg->find("weight_bits");
+    if (given_bytes != nullptr && bits != nullptr) {
+      throw format_error(
+          "model file: give \"expert_bytes\" or \"weight_bits\" in \"config\", "
+          "not both");
+    }
+    if (bits == nullptr &&
+        (cfg->find("group_size") != nullptr || cfg->find("scale_bytes") != nullptr)) {
+      throw format_error(
+          "model file: \"group_size\" and \"scale_bytes\" describe quantised "
+          "weights and need \"weight_bits\"");
+    }
+    if (given_bytes != nullptr || bits != nullptr) {
+      expert_storage q;
+      if (given_bytes != nullptr) {
+        q.expert_bytes = detail::json_unsigned(*given_bytes, "expert_bytes",
+                                               std::numeric_limits<std::uint64_t>::max());
+        if (q.expert_bytes == 0) {
+          throw format_error("model file: \"expert_bytes\" must be positive");
+        }
+      } else {
+        q.weight_bits = json_u32(*cfg, "weight_bits");
+        if (q.weight_bits == 0 || q.weight_bits > 32) {
+          throw format_error("model file: \"weight_bits\" must be in [1, 32], got " +
+                             std::to_string(q.weight_bits));
+        }
+        q.group_size = json_u32_or(*cfg, "group_size", 0);
+        q.scale_bytes = json_u32_or(*cfg, "scale_bytes", 2);
+        if (cfg->find("group_size") != nullptr && q.group_size == 0) {
+          throw format_error(
+              "model file: \"group_size\" must be positive (omit it for no "
+              "block scales)");
+        }
+      }
+      expert =
+          q.bytes(c.expert_matrices, (byte_size{c.hidden_size} * c.moe_intermediate_size).count());
+      out.storage = q;
+    }
     const byte_size kv_values{c.attention == attention_kind::gqa
                                   ? (byte_size{2} * c.num_key_value_heads * c.head_dim).count()
                                   : std::uint64_t{c.kv_lora_rank} + c.qk_rope_head_dim};
@@ -8492,12 +11923,10 @@ using trace::detail::json_value;
 }
 
 /// @brief Reads and parses a model file. The file's stem is the fallback name.
-/// @throws wisp::format_error if the file cannot be read or is malformed (the path is named).
+/// @throws wisp::error if the file cannot be opened (naming the operating system's reason);
+/// wisp::format_error if it is malformed (the path is named).
 [[nodiscard]] inline model_file read_model_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw format_error("cannot open model file '" + path.string() + "'");
-  }
+  std::ifstream in = trace::detail::open_for_reading(path);
   std::ostringstream buffer;
   buffer << in.rdbuf();
   try {
@@ -8602,6 +12031,15 @@ namespace wisp::alloc {
   }
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.2f %s", v, names[u]);
+  return buf;
+}
+
+/// @brief `bytes` exactly, with its size in GiB beside it: "25769803776 B (24.00 GiB)". For
+/// budgets and pool sizes, which people read in GiB and engines take in bytes.
+[[nodiscard]] inline std::string format_bytes_and_gib(std::uint64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%llu B (%.2f GiB)", static_cast<unsigned long long>(bytes),
+                static_cast<double>(bytes) / static_cast<double>(1ull << 30));
   return buf;
 }
 
@@ -8746,21 +12184,25 @@ inline void require_feasible(const model_spec& m, byte_size budget, const admiss
   const byte_size needed = minimum_budget(m, floor);
   if (budget < needed) {
     const byte_size experts = m.expert_pool_bytes(m.top_k);
+    const std::string floor_text = std::to_string(floor.tokens()) + " tokens (" +
+                                   std::to_string(floor.concurrency) + " sessions x " +
+                                   std::to_string(floor.context) + " tokens = " +
+                                   std::to_string(floor.blocks(m.block_tokens)) + " blocks = " +
+                                   format_bytes_and_gib(floor.bytes(m).count()) + ")";
     if (budget < experts) {
-      WISP_FAIL(infeasible_error, "no split of the budget ", budget.count(), " B is feasible for ",
-                m.name, ": it is below the fixed cost of the minimum expert cap (top_k = ", m.top_k,
+      WISP_FAIL(infeasible_error, "no split of the budget ", format_bytes_and_gib(budget.count()),
+                " is feasible for ", m.name,
+                ": it is below the fixed cost of the minimum expert cap (top_k = ", m.top_k,
                 " slots x ", m.layers, " layers x ", m.expert_bytes.count(),
-                " B = ", experts.count(), " B); with the KV admission floor of ", floor.tokens(),
-                " tokens (", floor.concurrency, " sessions x ", floor.context,
-                " tokens = ", floor.blocks(m.block_tokens), " blocks = ", floor.bytes(m).count(),
-                " B) the smallest budget that works is ", needed.count(), " B");
+                " B = ", format_bytes_and_gib(experts.count()), "); with the KV admission floor of ",
+                floor_text, " the smallest budget that works is ",
+                format_bytes_and_gib(needed.count()));
     }
-    WISP_FAIL(infeasible_error, "no split of the budget ", budget.count(), " B is feasible for ",
-              m.name, ": the KV admission floor needs ", floor.tokens(), " tokens (",
-              floor.concurrency, " sessions x ", floor.context,
-              " tokens = ", floor.blocks(m.block_tokens), " blocks = ", floor.bytes(m).count(),
-              " B) and the minimum expert cap (top_k = ", m.top_k, ") needs ", experts.count(),
-              " B; the smallest budget that works is ", needed.count(), " B");
+    WISP_FAIL(infeasible_error, "no split of the budget ", format_bytes_and_gib(budget.count()),
+              " is feasible for ", m.name, ": the KV admission floor needs ", floor_text,
+              " and the minimum expert cap (top_k = ", m.top_k, ") needs ",
+              format_bytes_and_gib(experts.count()), "; the smallest budget that works is ",
+              format_bytes_and_gib(needed.count()));
   }
 }
 
@@ -9043,7 +12485,10 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
 /// @brief The MV-WSA online controller (WiSP §3.4, Appendix B, Algorithm 2).
 ///
 /// Per burst (e.g. one scheduler round) the caller records each stream's warm reuse distances:
-/// expert accesses in the per-layer scope, KV block accesses over block keys. `end_burst()` decays
+/// expert accesses in the per-layer scope, KV block accesses over block keys. `record_expert_call`
+/// measures the expert distances itself, one MoE layer's request at a time, the request's experts
+/// protected from each other as wisp's pager serves them (`reuse::reuse_granularity::call`), so
+/// its curve is the pager's. `end_burst()` decays
 /// each stream's histogram by `decay` and adds the burst (first-sight misses are excluded: they are
 /// constant in the split and would bias the controller toward the pool seen less). It then
 /// evaluates the predicted warm cost (Eq. 4 over the decayed curves) on a **fixed grid** of
@@ -9060,7 +12505,7 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
 /// @code
 /// wisp::alloc::split_controller ctl{spec, budget, floor, params, {}, initial_cap};
 /// for (auto& burst : bursts) {
-///   for (auto d : burst.expert_distances) ctl.record_expert(d);
+///   for (auto& [layer, ids] : burst.expert_calls) ctl.record_expert_call(layer, ids);
 ///   for (auto d : burst.kv_distances) ctl.record_kv(d);
 ///   auto decision = ctl.end_burst();
 ///   if (decision.moves() && engine_resize(ctl.current(), decision.next)) ctl.commit(decision);
@@ -9118,8 +12563,10 @@ struct controller_decision {
   [[nodiscard]] bool moves() const noexcept { return reason == controller_reason::move; }
 };
 
-/// @brief MV-WSA's online controller. Owns two decayed histograms; no allocation per access or
-/// per burst. Complexity: `record_*` O(log bins), `end_burst` O(grid * bins). Thread-safety: none.
+/// @brief MV-WSA's online controller. Owns two decayed histograms (and, for `record_expert_call`,
+/// one LRU stack per MoE layer); no allocation per access or per burst. Complexity: `record_*`
+/// O(log bins), `record_expert_call` O(k (log E + log bins)), `end_burst` O(grid * bins).
+/// Thread-safety: none.
 class split_controller {
  public:
   using distance_type = reuse::reuse_distance_counter::distance_type;
@@ -9137,7 +12584,8 @@ class split_controller {
         max_cap_(max_feasible_cap(spec_, budget_, floor_)),
         grid_(make_grid(spec_.top_k, max_cap_, config.grid_points)),
         expert_hist_(reuse::decayed_histogram::unit_edges(spec_.experts), config.decay),
-        kv_hist_(kv_edges(spec_, budget_, grid_), config.decay) {
+        kv_hist_(kv_edges(spec_, budget_, grid_), config.decay),
+        expert_calls_(reuse::reuse_scope::per_layer, spec_.layers, spec_.experts) {
     params_.validate();
     config_.validate();
     WISP_EXPECTS(initial_cap >= spec_.top_k && initial_cap <= max_cap_, "initial cap ", initial_cap,
@@ -9147,6 +12595,17 @@ class split_controller {
 
   /// Records one expert access's per-layer reuse distance (`cold` is counted apart and ignored).
   void record_expert(distance_type d, double weight = 1.0) { expert_hist_.record(d, weight); }
+  /// @brief Records one MoE layer's request for `experts` (its top-k ids, distinct): each one's
+  /// per-layer distance in the stack as it was before the request, as the pager serves it.
+  /// @throws wisp::logic_error if `layer` or an expert is out of the spec's range (nothing
+  ///   recorded then).
+  void record_expert_call(std::uint32_t layer, std::span<const std::uint32_t> experts) {
+    call_distances_.resize(experts.size());
+    expert_calls_.access_call(layer, experts, call_distances_);
+    for (const distance_type d : call_distances_) {
+      expert_hist_.record(d);
+    }
+  }
   /// Records one KV block access's reuse distance (`cold` is counted apart and ignored).
   void record_kv(distance_type d, double weight = 1.0) { kv_hist_.record(d, weight); }
 
@@ -9283,6 +12742,8 @@ class split_controller {
   std::vector<std::uint32_t> grid_;
   reuse::decayed_histogram expert_hist_;
   reuse::decayed_histogram kv_hist_;
+  reuse::scoped_reuse_counter expert_calls_;   // the per-layer stacks of record_expert_call
+  std::vector<distance_type> call_distances_;  // its scratch
   split current_;
 };
 
@@ -9745,8 +13206,11 @@ struct kv_stream {
 ///
 /// Fixed arms are costed from the exact miss curves (the replay of a fixed split equals the
 /// curve); adaptive arms are replayed with resizable LRU pools (a shrink evicts LRU entries, a grow
-/// adds empty room). The reported cost is the *warm* latency: misses other than first sight, which
-/// every arm pays alike (the new prompt's prefill, an expert's first load).
+/// adds empty room). The expert stream is served a (step, layer) request at a time, the request's
+/// experts protected from each other as in wisp's pager, and its curve is the call-granular one
+/// (`reuse::reuse_granularity::call`); the KV stream is served one block access at a time. The
+/// reported cost is the *warm* latency: misses other than first sight, which every arm pays alike
+/// (the new prompt's prefill, an expert's first load).
 /// @code
 /// auto w = wisp::alloc::make_eval_workload("tool-burst", spec, phases, 1);
 /// auto r = wisp::alloc::evaluate(spec, w, {.budget = 8_GiB});
@@ -9757,7 +13221,8 @@ struct kv_stream {
 /// @file
 /// @brief An LRU cache over dense integer keys whose capacity can change between accesses (for
 /// the evaluation of adaptive splits). Shrinking evicts least-recently-used keys; growing adds
-/// empty room (evicted keys stay evicted).
+/// empty room (evicted keys stay evicted). `access_call` serves a layer's request as wisp's pager
+/// does: the call's keys never evict each other.
 
 namespace wisp::alloc::detail {
 
@@ -9787,6 +13252,38 @@ class resizable_lru {
     ++size_;
     push_front(key);
     return false;
+  }
+
+  /// @brief One call: `hit[i]` says whether `keys[i]` (distinct) was resident before the call;
+  /// then every key becomes most recent, in call order, and the least recently used keys outside
+  /// the call make room. Returns the misses. O(keys).
+  /// @throws wisp::logic_error if a key is out of range, `hit` is too small, or the call holds
+  /// more keys than the capacity (nothing changed then).
+  std::uint32_t access_call(std::span<const std::uint32_t> keys, std::span<std::uint8_t> hit) {
+    WISP_EXPECTS(hit.size() >= keys.size() && keys.size() <= capacity_, "a call of ", keys.size(),
+                 " keys with room for ", hit.size(), " results in ", capacity_, " slots");
+    for (const std::uint32_t key : keys) {
+      WISP_EXPECTS(key < resident_.size(), "key ", key, " outside the key space ",
+                   resident_.size());
+    }
+    std::uint32_t misses = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      hit[i] = resident_[keys[i]];
+      misses += hit[i] != 0 ? 0u : 1u;
+    }
+    for (const std::uint32_t key : keys) {  // most recent in call order: the last one in front
+      if (resident_[key] != 0) {
+        unlink(key);
+      } else {
+        resident_[key] = 1;
+        ++size_;
+      }
+      push_front(key);
+    }
+    while (size_ > capacity_) {  // the tail is older than every key of the call
+      evict();
+    }
+    return misses;
   }
 
   /// Sets the capacity, evicting least-recently-used keys when shrinking. O(evicted).
@@ -9960,15 +13457,18 @@ inline stream_distances measure(const eval_workload& w) {
   stream_distances out;
   out.expert_ids.reserve(w.experts.access_count());
   out.expert_d.reserve(w.experts.access_count());
-  std::vector<reuse::reuse_distance_counter> per_layer;
-  for (std::int32_t l = 0; l < shape.layers; ++l) {
-    per_layer.emplace_back(static_cast<std::size_t>(shape.experts));
-  }
-  w.experts.for_each_access([&](const trace::access& a) {
-    out.expert_ids.push_back(static_cast<std::uint16_t>(a.expert));
-    out.expert_d.push_back(
-        per_layer[static_cast<std::size_t>(a.layer)].access(static_cast<std::uint32_t>(a.expert)));
-  });
+  reuse::scoped_reuse_counter per_layer{reuse::reuse_scope::per_layer,
+                                        static_cast<std::uint32_t>(shape.layers),
+                                        static_cast<std::uint32_t>(shape.experts)};
+  std::vector<std::uint32_t> call(static_cast<std::size_t>(shape.top_k));
+  std::vector<std::uint32_t> d(call.size());
+  w.experts.for_each_call(
+      [&](std::uint32_t, std::int32_t layer, std::span<const std::int32_t> ids) {
+        call.assign(ids.begin(), ids.end());
+        per_layer.access_call(static_cast<std::uint32_t>(layer), call, d);
+        out.expert_ids.insert(out.expert_ids.end(), ids.begin(), ids.end());
+        out.expert_d.insert(out.expert_d.end(), d.begin(), d.end());
+      });
   reuse::reuse_distance_counter kv{std::max<std::size_t>(w.kv.blocks, 1)};
   out.kv_d.reserve(w.kv.accesses.size());
   for (const std::uint32_t b : w.kv.accesses) {
@@ -10029,7 +13529,11 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   out.max_feasible_cap = max_feasible_cap(m, p.budget, out.floor);
 
   const auto dist = detail::measure(w);
-  const auto [expert_curve, kv_curve] = detail::curves(w, dist, w.kv.rounds.size());
+  // Named curves, not structured bindings: the lambdas below use them, and clang before 16
+  // cannot capture a structured binding.
+  const auto whole = detail::curves(w, dist, w.kv.rounds.size());
+  const reuse::miss_curve& expert_curve = whole.first;
+  const reuse::miss_curve& kv_curve = whole.second;
   const cost_model<> cost{m, expert_curve, kv_curve, p.costs};
   auto warm_seconds = [&](const cost_model<>& c, std::uint32_t cap) {
     const split s = make_split(m, p.budget, cap);
@@ -10063,8 +13567,9 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   const auto prefix_rounds =
       std::max<std::size_t>(1, static_cast<std::size_t>(p.representative_fraction *
                                                         static_cast<double>(w.kv.rounds.size())));
-  const auto [pe, pk] = detail::curves(w, dist, std::min(prefix_rounds, w.kv.rounds.size()));
-  const configuration offline = configure(cost_model<>{m, pe, pk, p.costs}, p.budget, out.floor);
+  const auto prefix = detail::curves(w, dist, std::min(prefix_rounds, w.kv.rounds.size()));
+  const configuration offline =
+      configure(cost_model<>{m, prefix.first, prefix.second, p.costs}, p.budget, out.floor);
   out.arms.push_back(fixed_arm("mv-wsa-configurator", offline.choice.expert_cap));
 
   // 50-50 and Flux-prop.
@@ -10106,15 +13611,20 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
     std::uint64_t cursor = 0;
     const std::uint64_t per_step = shape.ids_per_step();
     const auto k = static_cast<std::uint64_t>(shape.top_k);
+    std::vector<std::uint32_t> call(k);
+    std::vector<std::uint8_t> hit(k);
     for (std::size_t r = 0; r < w.kv.rounds.size(); ++r) {
       const kv_round& round = w.kv.rounds[r];
       const std::uint64_t begin = cursor;
       const std::uint64_t end = cursor + std::uint64_t{round.decode_tokens} * per_step;
-      for (std::uint64_t i = begin; i < end; ++i) {
+      for (std::uint64_t i = begin; i < end; i += k) {  // one (step, layer) call at a time
         const auto layer = static_cast<std::size_t>((i / k) % m.layers);
-        if (!layers[layer].access(dist.expert_ids[i]) &&
-            dist.expert_d[i] != reuse::reuse_distance_counter::cold) {
-          ++a.expert_warm_misses;
+        std::copy_n(dist.expert_ids.begin() + static_cast<std::ptrdiff_t>(i), k, call.begin());
+        layers[layer].access_call(call, hit);
+        for (std::uint64_t j = 0; j < k; ++j) {
+          if (hit[j] == 0 && dist.expert_d[i + j] != reuse::reuse_distance_counter::cold) {
+            ++a.expert_warm_misses;
+          }
         }
       }
       cursor = end;
@@ -10309,8 +13819,16 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
                                                                        MakePolicy make_policy);
 
 /// Names of the built-in policies accepted by `simulate_named`.
-inline constexpr std::string_view builtin_policies[] = {"lru", "fifo",        "lfu",   "lfru",
-                                                        "fld", "least_stale", "belady"};
+inline constexpr std::string_view builtin_policies[] = {"lru",
+                                                        "fifo",
+                                                        "lfu",
+                                                        "lfu_history",
+                                                        "lfru",
+                                                        "fld",
+                                                        "least_stale",
+                                                        "decayed_frequency",
+                                                        "predicted_next_use",
+                                                        "belady"};
 
 /// @brief Type-erased entry point for tools: picks a built-in policy by name.
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as
@@ -10460,16 +13978,26 @@ sim_result simulate_named(std::string_view policy, model_shape shape, const Sour
     return simulate<fifo>(shape, source, config);
   if (policy == "lfu")
     return simulate<lfu>(shape, source, config);
+  if (policy == "lfu_history")
+    return simulate<lfu_history>(shape, source, config);
   if (policy == "lfru")
     return simulate<lfru>(shape, source, config);
   if (policy == "fld")
     return simulate<fld>(shape, source, config);
   if (policy == "least_stale")
     return simulate<least_stale>(shape, source, config);
+  if (policy == "decayed_frequency")
+    return simulate<decayed_frequency>(shape, source, config);
+  if (policy == "predicted_next_use")
+    return simulate<predicted_next_use>(shape, source, config);
   if (policy == "belady")
     return simulate<belady>(shape, source, config);
-  WISP_FAIL(logic_error, "simulate: unknown policy '", policy,
-            "' (known: lru, fifo, lfu, lfru, fld, least_stale, belady)");
+  std::string known;
+  for (const std::string_view name : builtin_policies) {
+    known += known.empty() ? "" : ", ";
+    known += name;
+  }
+  WISP_FAIL(logic_error, "simulate: unknown policy '", policy, "' (known: ", known, ")");
 }
 
 }  // namespace wisp::sim
@@ -10518,6 +14046,55 @@ inline sim_result simulate_named(std::string_view policy, const trace::routing_t
 
 }  // namespace wisp::sim
 // ---- end wisp/sim/trace_sim.hpp ----------------------------------------------------------------
+
+// ---- begin wisp/sim/timeline_sim.hpp -----------------------------------------------------------
+/// @file
+/// @brief The timeline simulator: a routing trace replayed through a slot cache on a modelled
+/// device with one host-to-device link and a compute queue, with optional predictor-driven
+/// prefetch and approximate miss policies. It shows when prefetch pays and when it does not.
+///
+/// **The model, per forward pass (one trace step), per layer `l`:**
+/// 1. Layer `l`'s routing is known at `T_l`, when layer `l - 1`'s compute ends (the previous
+///    pass's last layer for `l = 0`).
+/// 2. Before `T_l` the link works through queued prefetches whenever it is free (they were
+///    submitted at the previous layer's `T`): each starts at `max(link free, submission)`, loads
+///    its expert into the cache at that moment (`slot_cache::prefetch`, never evicting the experts
+///    of the layer computing meanwhile, nor what this gap already prefetched) and occupies the
+///    link for `link.copy_seconds(expert_bytes)`. A prefetch whose layer started (or whose pass
+///    ended) before it could start is cancelled and costs nothing.
+/// 3. At `T_l` the layer's call accesses the cache. Each miss is a demand copy, queued ahead of
+///    every prefetch not yet started (demand first; the link does not preempt a copy in flight):
+///    it starts at `max(link free, T_l)`.
+/// 4. The layer computes `compute_seconds + compute_per_token_seconds x tokens` once every expert
+///    it routes is on the device (demand copies, and prefetches still in flight): it waits only for
+///    its own experts. The wait is its stall.
+/// 5. With prefetch on, layer `l` is observed into the pass and the predictor scores layer
+///    `l + distance`; the prefetch policy's candidates that are not resident are queued at `T_l`.
+///    After the pass the predictor learns it (online: predict, then learn).
+///
+/// TPOT is the modelled time per pass (one token per trace step). With no prefetch and zero
+/// compute the stall is the serial model's (`sim::simulate`: every miss costs one copy).
+///
+/// **Prefetch accounting.** A prefetch is *useful* when its layer's call in that pass routes the
+/// expert. precision = useful / started; recall = useful / (useful + demand misses); wasted bytes
+/// = (started - useful) x expert_bytes.
+///
+/// **Miss policies.** `miss_policy::drop` and `substitute` (APPROXIMATE, see
+/// `<wisp/pager/miss_policy.hpp>`) rewrite each token's row before its call, using the trace's
+/// gate weights for ranks (recorded order without weights); their cost to quality is reported as
+/// the routed gate weight they dropped or moved. The trace records only the top-k, so
+/// `substitute` ranks resident experts by the co-activation predictor's score instead of the
+/// router's.
+/// @code
+/// wisp::timeline_config cfg;
+/// cfg.capacity = 8;
+/// cfg.link = {.bytes_per_second = 50e9, .latency_seconds = 10e-6};
+/// cfg.expert_bytes = 17'301'504;
+/// cfg.compute_seconds = 50e-6;
+/// cfg.prefetch = {.rule = wisp::prefetch_rule::top_k};
+/// wisp::timeline_result r = wisp::simulate_timeline<wisp::least_stale>(trace, cfg);
+/// // r.tpot_seconds, r.stall_seconds, r.prefetch_precision, ...
+/// @endcode
 
 // ---- begin wisp/transfer/timeline.hpp ----------------------------------------------------------
 /// @file
@@ -10651,5 +14228,2995 @@ class device_timeline {
 
 }  // namespace wisp
 // ---- end wisp/transfer/timeline.hpp ------------------------------------------------------------
+
+namespace wisp {
+
+/// @brief What the timeline simulator models (see the file description).
+struct timeline_config {
+  cache_scope scope = cache_scope::per_layer;
+  /// Slots per layer (per-layer scope) or of the one cache (global scope).
+  std::int32_t capacity = 1;
+  link_model link{};                       ///< the host-to-device link
+  std::uint64_t expert_bytes = 0;          ///< bytes one expert copy moves
+  double compute_seconds = 0.0;            ///< per layer, fixed part
+  double compute_per_token_seconds = 0.0;  ///< per layer and token
+  /// Tokens each layer computes per pass (a batch; the routing stays the trace's one token).
+  std::int32_t tokens = 1;
+  prefetch_config prefetch{};       ///< `rule = none`: demand paging only
+  coactivation_config predictor{};  ///< the prefetch predictor (learned online)
+  miss_options miss{};              ///< fetch (exact) by default
+
+  /// Seconds one layer computes.
+  [[nodiscard]] double layer_compute_seconds() const noexcept {
+    return compute_seconds + compute_per_token_seconds * tokens;
+  }
+  /// @throws wisp::logic_error naming the field if a parameter is out of range.
+  void validate() const {
+    link.validate();
+    WISP_EXPECTS(std::isfinite(compute_seconds) && compute_seconds >= 0.0,
+                 "timeline_config: compute_seconds must be finite and >= 0, got ", compute_seconds);
+    WISP_EXPECTS(std::isfinite(compute_per_token_seconds) && compute_per_token_seconds >= 0.0,
+                 "timeline_config: compute_per_token_seconds must be finite and >= 0, got ",
+                 compute_per_token_seconds);
+    WISP_EXPECTS(tokens >= 1, "timeline_config: tokens must be >= 1, got ", tokens);
+    WISP_EXPECTS(miss.always_fetch_top >= 0,
+                 "timeline_config: miss.always_fetch_top must be >= 0, got ",
+                 miss.always_fetch_top);
+    prefetch.validate();
+    predictor.validate();
+  }
+};
+
+/// @brief What one timeline run measured.
+struct timeline_result {
+  std::string policy;              ///< eviction policy name
+  cache_stats stats;               ///< demand accesses, hits, misses, prefetches, evictions
+  std::uint64_t steps = 0;         ///< passes (tokens) replayed
+  double total_seconds = 0.0;      ///< modelled time of the whole replay
+  double compute_seconds = 0.0;    ///< time spent computing
+  double stall_seconds = 0.0;      ///< time layers waited for their experts
+  double tpot_seconds = 0.0;       ///< total_seconds / steps
+  double link_busy_seconds = 0.0;  ///< time the link was copying
+  std::uint64_t demand_copies = 0;
+  std::uint64_t prefetches_started = 0;    ///< prefetch copies that ran on the link
+  std::uint64_t prefetches_useful = 0;     ///< ... whose layer's call routed the expert
+  std::uint64_t prefetches_cancelled = 0;  ///< dropped before starting (their layer had begun)
+  std::uint64_t wasted_prefetch_bytes = 0;
+  double prefetch_precision = 0.0;  ///< useful / started (0 without prefetch)
+  double prefetch_recall = 0.0;     ///< useful / (useful + demand misses)
+  miss_rewrite rewrite;             ///< what an approximate miss policy changed
+  double routed_weight = 0.0;       ///< gate weight routed in total (quality denominators)
+};
+
+/// @brief Replays `trace` on the modelled device with eviction policy `Policy`, made by
+/// `make_policy(layer)` (per-layer scope: once per layer; global: once, with -1). O(accesses x
+/// (policy cost + prefetch scoring)); allocates its state once. A `predicted_next_use` policy gets
+/// the simulator's own predictor and pass attached (global scope uses them). Not thread-safe in
+/// itself; separate runs may go in parallel.
+/// @throws wisp::logic_error on an invalid config, a capacity outside `[top_k, experts]` (per
+///   layer) or `[top_k, layers x experts]` (global), `belady` with prefetch or an approximate
+///   miss policy (its future would not be the sequence replayed), or a policy breaking its
+///   contract.
+template <eviction_policy Policy, class MakePolicy>
+timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config,
+                                  MakePolicy make_policy);
+
+/// @brief `simulate_timeline` with a default-constructed policy; `belady` is built from the
+/// trace's future, `predicted_next_use` gets the simulator's predictor attached.
+template <eviction_policy Policy>
+timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config);
+
+/// The built-in policy named `policy` (the names of `sim::builtin_policies`).
+/// @throws wisp::logic_error on an unknown name, and as `simulate_timeline`.
+inline timeline_result simulate_timeline_named(std::string_view policy,
+                                               const trace::routing_trace& trace,
+                                               const timeline_config& config);
+
+}  // namespace wisp
+
+// ---- begin wisp/sim/detail/timeline_sim.inl ----------------------------------------------------
+// Implementation of the timeline simulator; included at the end of <wisp/sim/timeline_sim.hpp>.
+
+namespace wisp {
+namespace detail {
+
+/// The discrete-event replay behind `simulate_timeline` (see the header's description).
+template <eviction_policy Policy>
+class timeline_replay {
+ public:
+  template <class MakePolicy>
+  timeline_replay(const trace::routing_trace& trace, const timeline_config& config,
+                  MakePolicy& make_policy)
+      : trace_(trace),
+        config_(config),
+        shape_(trace.shape()),
+        global_(config.scope == cache_scope::global),
+        predictor_(shape_, config.predictor),
+        pass_(shape_),
+        queue_(shape_.layers, shape_.experts) {
+    const key_layout layout = global_ ? key_layout::global(shape_.layers, shape_.experts)
+                                      : key_layout::per_layer(shape_.experts, shape_.layers);
+    const std::int32_t high = layout.size();
+    WISP_EXPECTS(config.capacity >= shape_.top_k && config.capacity <= high,
+                 "simulate_timeline: capacity ", config.capacity,
+                 " is outside [top_k = ", shape_.top_k, ", ", high, "] for ",
+                 global_ ? "global" : "per-layer", " scope");
+    const std::int32_t caches = global_ ? 1 : shape_.layers;
+    caches_.reserve(static_cast<std::size_t>(caches));
+    for (std::int32_t c = 0; c < caches; ++c) {
+      Policy policy = make_policy(global_ ? -1 : c);
+      if constexpr (std::is_same_v<Policy, predicted_next_use>) {
+        policy.attach(predictor_, pass_);
+      }
+      caches_.emplace_back(layout, config.capacity, std::move(policy));
+    }
+    const std::size_t keys =
+        static_cast<std::size_t>(shape_.layers) * static_cast<std::size_t>(shape_.experts);
+    times_.assign(caches_.size(), 0);
+    ready_.assign(keys, 0.0);
+    prefetched_for_.assign(keys, 0);
+    stamps_.assign(keys, 0);
+    const auto k = static_cast<std::size_t>(shape_.top_k);
+    ids_.resize(k);
+    original_.resize(k);
+    weights_.resize(k);
+    keys_.resize(k);
+    out_.resize(k);
+    scores_.resize(static_cast<std::size_t>(shape_.experts));
+    learns_ = config.prefetch.rule != prefetch_rule::none ||
+              config.miss.policy == miss_policy::substitute ||
+              (std::is_same_v<Policy, predicted_next_use> && global_);
+  }
+
+  timeline_result run() {
+    const double copy = config_.link.copy_seconds(config_.expert_bytes);
+    const double compute = config_.layer_compute_seconds();
+    const bool prefetching = config_.prefetch.rule != prefetch_rule::none;
+    const auto k = static_cast<std::size_t>(shape_.top_k);
+    timeline_result r;
+    r.policy = std::string(policy_name<Policy>());
+    double now = 0.0;  // T of the layer being processed
+    for (std::size_t s = 0; s < trace_.steps(); ++s) {
+      const auto step = static_cast<std::uint32_t>(s);
+      pass_.clear();
+      for (std::int32_t l = 0; l < shape_.layers; ++l) {
+        // 2. Prefetches the link starts before this layer begins, then the ones it can no longer.
+        if (prefetching) {
+          start_prefetches(now, step, l, copy, r);
+          r.prefetches_cancelled += queue_.cancel_passed(step, l);
+        }
+        // 3. The call: the routed row (rewritten by an approximate miss policy), its keys kept
+        //    out of reach of the prefetches that run while it computes.
+        load_row(s, l, r);
+        pass_.observe(l, original_);
+        next_generation();
+        std::size_t n = 0;
+        for (std::size_t j = 0; j < k; ++j) {
+          const cache_key key = key_of(l, ids_[j]);
+          if (std::find(keys_.begin(), keys_.begin() + static_cast<std::ptrdiff_t>(n), key) ==
+              keys_.begin() + static_cast<std::ptrdiff_t>(n)) {
+            keys_[n++] = key;
+            stamps_[index(l, ids_[j])] = generation_;
+          }
+        }
+        slot_cache<Policy>& cache = cache_of(l);
+        std::uint64_t& time = times_[global_ ? 0 : static_cast<std::size_t>(l)];
+        cache.access_call(std::span<const cache_key>(keys_.data(), n), {step, l, time},
+                          std::span<access_result>(out_.data(), n));
+        time += n;
+        double ready = now;
+        for (std::size_t i = 0; i < n; ++i) {
+          const std::size_t g = index(l, keys_[i] - key_of(l, 0));
+          if (out_[i].hit) {
+            if (prefetched_for_[g] == step + 1) {
+              ++r.prefetches_useful;
+            }
+          } else {
+            const double start = std::max(link_free_, now);
+            link_free_ = start + copy;
+            ready_[g] = link_free_;
+            r.link_busy_seconds += copy;
+            ++r.demand_copies;
+          }
+          prefetched_for_[g] = 0;
+          ready = std::max(ready, ready_[g]);
+        }
+        // 4. Compute once every routed expert is on the device.
+        r.stall_seconds += ready - now;
+        r.compute_seconds += compute;
+        const double submitted = now;
+        now = ready + compute;
+        // 5. Prefetch the target layer's predicted experts.
+        if (prefetching && l + config_.prefetch.distance < shape_.layers) {
+          submit_prefetches(step, l + config_.prefetch.distance, submitted);
+        }
+      }
+      if (learns_) {
+        predictor_.learn(pass_);
+      }
+    }
+    for (const slot_cache<Policy>& c : caches_) {
+      r.stats += c.stats();
+    }
+    r.steps = trace_.steps();
+    r.total_seconds = now;
+    r.tpot_seconds = r.steps == 0 ? 0.0 : now / static_cast<double>(r.steps);
+    r.wasted_prefetch_bytes = (r.prefetches_started - r.prefetches_useful) * config_.expert_bytes;
+    if (r.prefetches_started > 0) {
+      r.prefetch_precision =
+          static_cast<double>(r.prefetches_useful) / static_cast<double>(r.prefetches_started);
+    }
+    if (r.prefetches_useful + r.stats.misses > 0) {
+      r.prefetch_recall = static_cast<double>(r.prefetches_useful) /
+                          static_cast<double>(r.prefetches_useful + r.stats.misses);
+    }
+    return r;
+  }
+
+ private:
+  [[nodiscard]] cache_key key_of(std::int32_t layer, std::int32_t expert) const noexcept {
+    return global_ ? layer * shape_.experts + expert : expert;
+  }
+  [[nodiscard]] std::size_t index(std::int32_t layer, std::int32_t expert) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.experts) +
+           static_cast<std::size_t>(expert);
+  }
+  [[nodiscard]] slot_cache<Policy>& cache_of(std::int32_t layer) noexcept {
+    return caches_[global_ ? 0 : static_cast<std::size_t>(layer)];
+  }
+  // Keys out of reach of a prefetch into `layer`'s cache: stamped with the current generation.
+  [[nodiscard]] protected_keys keep_view(std::int32_t layer) const noexcept {
+    return protected_keys(stamps_.data() + (global_ ? 0 : index(layer, 0)), generation_);
+  }
+  void next_generation() noexcept {
+    if (++generation_ == 0) {
+      std::fill(stamps_.begin(), stamps_.end(), 0u);
+      generation_ = 1;
+    }
+  }
+
+  // The row of (step, layer) into ids_ (rewritten for an approximate miss policy) and original_.
+  void load_row(std::size_t step, std::int32_t layer, timeline_result& r) {
+    const auto k = static_cast<std::size_t>(shape_.top_k);
+    for (std::size_t j = 0; j < k; ++j) {
+      original_[j] = trace_.expert(step, layer, static_cast<std::int32_t>(j));
+      ids_[j] = original_[j];
+      weights_[j] = trace_.has_weights() ? trace_.weight(step, layer, static_cast<std::int32_t>(j))
+                                         : 1.0f / static_cast<float>(k);
+      r.routed_weight += weights_[j];
+    }
+    if (config_.miss.policy == miss_policy::fetch) {
+      return;
+    }
+    std::span<const float> scores;
+    if (config_.miss.policy == miss_policy::substitute) {
+      predictor_.score(pass_, layer, scores_);
+      scores = scores_;
+    }
+    const slot_cache<Policy>& cache = cache_of(layer);
+    const miss_rewrite w = rewrite_misses(
+        std::span<std::int32_t>(ids_), std::span<float>(weights_), 1, shape_.top_k, shape_.experts,
+        config_.miss, [&](std::int32_t e) { return cache.slot_of(key_of(layer, e)) >= 0; }, scores);
+    r.rewrite.fetched += w.fetched;
+    r.rewrite.dropped += w.dropped;
+    r.rewrite.substituted += w.substituted;
+    r.rewrite.dropped_weight += w.dropped_weight;
+    r.rewrite.substituted_weight += w.substituted_weight;
+  }
+
+  // Starts, in queue order, the prefetches the link can begin before `until` (the start of
+  // (step, layer)); the stale ones are cancelled.
+  void start_prefetches(double until, std::uint32_t step, std::int32_t layer, double copy,
+                        timeline_result& r) {
+    while (!queue_.empty() && std::max(link_free_, submitted_at_) < until) {
+      const prefetch_request q = queue_.front();
+      queue_.pop();
+      if (q.step < step || (q.step == step && q.layer < layer)) {
+        ++r.prefetches_cancelled;
+        continue;
+      }
+      slot_cache<Policy>& cache = cache_of(q.layer);
+      const access_context ctx{q.step, q.layer,
+                               times_[global_ ? 0 : static_cast<std::size_t>(q.layer)]};
+      const access_result loaded =
+          cache.prefetch(key_of(q.layer, q.expert), ctx, keep_view(q.layer));
+      if (loaded.hit || loaded.slot < 0) {
+        continue;  // resident meanwhile, or no slot out of reach of the pending call
+      }
+      const std::size_t g = index(q.layer, q.expert);
+      const double start = std::max(link_free_, submitted_at_);
+      link_free_ = start + copy;
+      ready_[g] = link_free_;
+      stamps_[g] = generation_;
+      prefetched_for_[g] = q.step + 1;
+      r.link_busy_seconds += copy;
+      ++r.prefetches_started;
+    }
+  }
+
+  void submit_prefetches(std::uint32_t step, std::int32_t target, double at) {
+    if (predictor_.passes() <= 0.0) {
+      return;  // nothing learned yet: no prediction to act on
+    }
+    predictor_.score(pass_, target, scores_);
+    candidates_.clear();
+    choose_prefetch(scores_, shape_.top_k, config_.prefetch, scratch_, candidates_);
+    const slot_cache<Policy>& cache = cache_of(target);
+    std::erase_if(candidates_,
+                  [&](std::int32_t e) { return cache.slot_of(key_of(target, e)) >= 0; });
+    if (!candidates_.empty()) {
+      queue_.submit(step, target, candidates_);
+      submitted_at_ = at;
+    }
+  }
+
+  const trace::routing_trace& trace_;
+  const timeline_config& config_;
+  trace::trace_shape shape_;
+  bool global_;
+  coactivation_predictor predictor_;
+  routing_pass pass_;
+  prefetch_queue queue_;
+  std::vector<slot_cache<Policy>> caches_;     // one (global) or one per layer
+  std::vector<std::uint64_t> times_;           // per cache: accesses so far (ctx.time)
+  std::vector<double> ready_;                  // [layers x experts]: when the last copy arrived
+  std::vector<std::uint32_t> prefetched_for_;  // [layers x experts]: prefetch pass + 1, 0 = none
+  std::vector<std::uint32_t> stamps_;          // [layers x experts]: keep stamps (generation_)
+  std::uint32_t generation_ = 0;
+  std::vector<std::int32_t> ids_, original_, candidates_, scratch_;
+  std::vector<float> weights_, scores_;
+  std::vector<cache_key> keys_;
+  std::vector<access_result> out_;
+  double link_free_ = 0.0;     // when the link finishes its last copy
+  double submitted_at_ = 0.0;  // when the queued prefetches were last submitted
+  bool learns_ = false;
+};
+
+// The per-cache sequences of distinct keys a fetch-only replay accesses (belady's future).
+inline std::vector<std::vector<cache_key>> timeline_futures(const trace::routing_trace& trace,
+                                                            bool global) {
+  const trace::trace_shape& shape = trace.shape();
+  std::vector<std::vector<cache_key>> keys(global ? 1 : static_cast<std::size_t>(shape.layers));
+  for (std::size_t s = 0; s < trace.steps(); ++s) {
+    for (std::int32_t l = 0; l < shape.layers; ++l) {
+      std::vector<cache_key>& seq = keys[global ? 0 : static_cast<std::size_t>(l)];
+      const std::size_t begin = seq.size();
+      for (std::int32_t j = 0; j < shape.top_k; ++j) {
+        const cache_key key = (global ? l * shape.experts : 0) + trace.expert(s, l, j);
+        if (std::find(seq.begin() + static_cast<std::ptrdiff_t>(begin), seq.end(), key) ==
+            seq.end()) {
+          seq.push_back(key);
+        }
+      }
+    }
+  }
+  return keys;
+}
+
+}  // namespace detail
+
+template <eviction_policy Policy, class MakePolicy>
+timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config,
+                                  MakePolicy make_policy) {
+  config.validate();
+  if constexpr (std::is_same_v<Policy, belady>) {
+    WISP_EXPECTS(
+        config.prefetch.rule == prefetch_rule::none && config.miss.policy == miss_policy::fetch,
+        "simulate_timeline: belady needs the future it replays, so it takes neither "
+        "prefetch (rule ",
+        to_string(config.prefetch.rule), ") nor an approximate miss policy (",
+        to_string(config.miss.policy), ")");
+  }
+  detail::timeline_replay<Policy> replay(trace, config, make_policy);
+  return replay.run();
+}
+
+template <eviction_policy Policy>
+timeline_result simulate_timeline(const trace::routing_trace& trace,
+                                  const timeline_config& config) {
+  if constexpr (std::is_same_v<Policy, belady>) {
+    const bool global = config.scope == cache_scope::global;
+    const auto futures = detail::timeline_futures(trace, global);
+    return simulate_timeline<belady>(trace, config, [&](std::int32_t layer) {
+      return belady(futures[layer < 0 ? 0 : static_cast<std::size_t>(layer)]);
+    });
+  } else {
+    return simulate_timeline<Policy>(trace, config, [](std::int32_t) { return Policy{}; });
+  }
+}
+
+inline timeline_result simulate_timeline_named(std::string_view policy,
+                                               const trace::routing_trace& trace,
+                                               const timeline_config& config) {
+  if (policy == "lru")
+    return simulate_timeline<lru>(trace, config);
+  if (policy == "fifo")
+    return simulate_timeline<fifo>(trace, config);
+  if (policy == "lfu")
+    return simulate_timeline<lfu>(trace, config);
+  if (policy == "lfru")
+    return simulate_timeline<lfru>(trace, config);
+  if (policy == "fld")
+    return simulate_timeline<fld>(trace, config);
+  if (policy == "least_stale")
+    return simulate_timeline<least_stale>(trace, config);
+  if (policy == "decayed_frequency")
+    return simulate_timeline<decayed_frequency>(trace, config);
+  if (policy == "predicted_next_use")
+    return simulate_timeline<predicted_next_use>(trace, config);
+  if (policy == "belady")
+    return simulate_timeline<belady>(trace, config);
+  WISP_FAIL(logic_error, "simulate_timeline: unknown policy '", policy,
+            "' (known: lru, fifo, lfu, lfru, fld, least_stale, decayed_frequency, "
+            "predicted_next_use, belady)");
+}
+
+}  // namespace wisp
+// ---- end wisp/sim/detail/timeline_sim.inl ------------------------------------------------------
+// ---- end wisp/sim/timeline_sim.hpp -------------------------------------------------------------
+
+// ---- begin wisp/transfer/row_layout.hpp --------------------------------------------------------
+/// @file
+/// @brief `expert_row_layout`: one expert's tensors packed into one row (weights, and block scales
+/// for FP8/quantised experts, WiSP App. E), so that one copy moves a whole expert.
+///
+/// Row addressing is the one `host_expert_store` uses: expert `e`'s row starts `e * row_bytes()`
+/// bytes from the base, and tensor `t` of that row `offset(t)` bytes further. Every tensor starts
+/// at a multiple of `alignment()` from the row start and `row_bytes()` is itself a multiple of it,
+/// so the tensors of every row are aligned when the base is. `wisp::cuda::pinned_host_store`
+/// allocates its page-locked masters with this layout; a `host_expert_store` built with
+/// `bytes_per_expert = row_bytes()` has byte-identical row addresses.
+/// @code
+/// // w13 [2I x H] and w2 [H x I] in FP8, one fp32 scale per 128 x 128 block of each
+/// wisp::expert_row_layout layout({2 * I * H, H * I, w13_scales * 4, w2_scales * 4}, 16);
+/// std::byte* w2_scales_of_7 = base + layout.row_offset(7) + layout.offset(3);
+/// @endcode
+
+namespace wisp {
+
+/// @brief Offsets of the tensors of one expert row (see the file comment). Trivially copyable.
+class expert_row_layout {
+ public:
+  /// Tensors one row can hold.
+  static constexpr std::size_t max_tensors = 8;
+
+  /// @param tensor_bytes  bytes of each tensor, in row order (1 to `max_tensors`, each >= 1)
+  /// @param alignment     a power of two: each tensor's offset and `row_bytes()` are multiples
+  /// @throws wisp::logic_error naming the bad value if a size is 0, there are no or too many
+  ///   tensors, `alignment` is not a power of two, or the row size overflows `size_t`.
+  explicit expert_row_layout(std::span<const std::size_t> tensor_bytes, std::size_t alignment = 16)
+      : count_(tensor_bytes.size()), alignment_(alignment) {
+    WISP_EXPECTS(count_ >= 1 && count_ <= max_tensors, "expert_row_layout: ", count_,
+                 " tensors given; a row holds 1 to ", max_tensors);
+    WISP_EXPECTS(alignment >= 1 && (alignment & (alignment - 1)) == 0,
+                 "expert_row_layout: alignment ", alignment, " is not a power of two");
+    constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+    std::size_t at = 0;
+    for (std::size_t t = 0; t < count_; ++t) {
+      const std::size_t bytes = tensor_bytes[t];
+      WISP_EXPECTS(bytes >= 1, "expert_row_layout: tensor ", t, " has 0 bytes");
+      WISP_EXPECTS(bytes <= max - at && round_up(at + bytes) >= at + bytes,
+                   "expert_row_layout: the row overflows size_t at tensor ", t, " (", bytes,
+                   " bytes at offset ", at, ")");
+      offsets_[t] = at;
+      bytes_[t] = bytes;
+      at = round_up(at + bytes);
+    }
+    row_bytes_ = at;
+  }
+  /// @copydoc expert_row_layout(std::span<const std::size_t>, std::size_t)
+  expert_row_layout(std::initializer_list<std::size_t> tensor_bytes, std::size_t alignment = 16)
+      : expert_row_layout(std::span<const std::size_t>(tensor_bytes.begin(), tensor_bytes.size()),
+                          alignment) {}
+
+  /// Number of tensors per row.
+  [[nodiscard]] std::size_t tensors() const noexcept { return count_; }
+  /// Offset of tensor `t` from its row's start. @throws wisp::logic_error if `t >= tensors()`.
+  [[nodiscard]] std::size_t offset(std::size_t t) const {
+    check_tensor(t);
+    return offsets_[t];
+  }
+  /// Bytes of tensor `t`. @throws wisp::logic_error if `t >= tensors()`.
+  [[nodiscard]] std::size_t bytes(std::size_t t) const {
+    check_tensor(t);
+    return bytes_[t];
+  }
+  /// Bytes from one row to the next (the tensors plus alignment padding).
+  [[nodiscard]] std::size_t row_bytes() const noexcept { return row_bytes_; }
+  [[nodiscard]] std::size_t alignment() const noexcept { return alignment_; }
+  /// Offset of row `row` from the base: `row * row_bytes()`. O(1).
+  /// @throws wisp::logic_error if it overflows `size_t`.
+  [[nodiscard]] std::size_t row_offset(std::size_t row) const {
+    WISP_EXPECTS(row == 0 || row <= std::numeric_limits<std::size_t>::max() / row_bytes_,
+                 "expert_row_layout: row ", row, " of ", row_bytes_, " bytes overflows size_t");
+    return row * row_bytes_;
+  }
+
+ private:
+  [[nodiscard]] std::size_t round_up(std::size_t at) const noexcept {
+    return (at + alignment_ - 1) & ~(alignment_ - 1);
+  }
+  void check_tensor(std::size_t t) const {
+    WISP_EXPECTS(t < count_, "expert_row_layout: tensor ", t, " of a ", count_, "-tensor row");
+  }
+
+  std::array<std::size_t, max_tensors> offsets_{};
+  std::array<std::size_t, max_tensors> bytes_{};
+  std::size_t count_ = 0;
+  std::size_t alignment_ = 1;
+  std::size_t row_bytes_ = 0;
+};
+static_assert(std::is_trivially_copyable_v<expert_row_layout>);
+
+}  // namespace wisp
+// ---- end wisp/transfer/row_layout.hpp ----------------------------------------------------------
+
+// ---- begin wisp/transfer/copy_engine.hpp -------------------------------------------------------
+/// @file
+/// @brief The `copy_engine` concept (what executes a pager's copy plan), the pieces every model
+/// shares (`copy_layout`, `plan_copy_runs`, the plan check) and `host_copy_engine`, the model
+/// that copies with `memcpy` on a worker thread and charges the modelled link of a
+/// `device_timeline`. `wisp::cuda::copy_engine` is the GPU model (a copy stream and events).
+///
+/// Ordering rules every model keeps (docs/cuda.md, "streams and events"):
+/// - copies run in submission order, each plan's copies after the event it was given (`after`:
+///   the consumer's progress when the slots' previous readers were enqueued), so a copy never
+///   overwrites a slot a kernel still reads;
+/// - `wait(e)` makes the consumer (the compute stream, or the calling thread for the host model)
+///   wait until every copy up to `e` has landed, so a kernel never reads a slot before its copy.
+/// @code
+/// wisp::device_timeline timeline(wisp::link_model{.bytes_per_second = 25e9});
+/// wisp::host_copy_engine engine(timeline);
+/// wisp::copy_layout where{.masters = masters_view, .slots = slots_view, .row_bytes = bytes};
+/// auto r = pager.prepare(layer, ids, tokens, k);
+/// auto landed = engine.copy(where, r.copy_plan, engine.consumer_event());
+/// engine.wait(landed);                                  // slots hold the experts from here
+/// kernel(args);
+/// @endcode
+
+namespace wisp {
+
+/// @brief Where a copy plan's rows come from and go to: row `e` of `masters` (expert `e`) is
+/// copied to row `s` of `slots` (slot `s`), `row_bytes` bytes each. Trivially copyable.
+struct copy_layout {
+  expert_tensor_view masters;  ///< source rows, one per expert (read only)
+  expert_tensor_view slots;    ///< destination rows, one per slot
+  std::size_t row_bytes = 0;   ///< bytes copied per row, <= both row strides
+};
+
+/// @brief Consecutive plan entries `(expert + i, slot + i)`, `i < rows`: one copy when both row
+/// strides equal `row_bytes` (contiguous), else one pitched copy of `rows` rows.
+struct copy_run {
+  std::int32_t expert = -1;
+  std::int32_t slot = -1;
+  std::int32_t rows = 0;
+
+  friend constexpr bool operator==(const copy_run&, const copy_run&) = default;
+};
+
+/// @brief Merges consecutive entries of `plan` into maximal runs, in plan order (entries are
+/// never reordered; an entry joins the run before it only if it follows it directly and its
+/// expert and slot are both one more). Writes the runs to `out` (`out.size() >= plan.size()`)
+/// and returns how many. O(plan.size()), no allocation.
+/// @throws wisp::logic_error if `out` is too small.
+inline std::size_t plan_copy_runs(copy_plan plan, std::span<copy_run> out) {
+  WISP_EXPECTS(out.size() >= plan.size(), "plan_copy_runs: room for ", out.size(),
+               " runs but the plan has ", plan.size(), " entries");
+  std::size_t runs = 0;
+  for (const copy_op& op : plan) {
+    copy_run* last = runs == 0 ? nullptr : &out[runs - 1];
+    if (last != nullptr && op.expert == last->expert + last->rows &&
+        op.slot == last->slot + last->rows) {
+      ++last->rows;
+    } else {
+      out[runs++] = copy_run{op.expert, op.slot, 1};
+    }
+  }
+  return runs;
+}
+
+namespace detail {
+
+/// Checks layouts and plans for the copy engines; keeps the scratch that finds a slot written
+/// twice (grown to the largest slot tensor seen, so a steady state allocates nothing).
+class copy_plan_checker {
+ public:
+  /// @throws wisp::logic_error naming the values (nothing copied) if `row_bytes` is 0 or exceeds
+  ///   a row stride, a base is null while rows are used, an entry's expert or slot is out of
+  ///   range, or two entries write the same slot (the copies of one plan may run in any order).
+  void check(const char* where, const copy_layout& layout, copy_plan plan) {
+    if (plan.empty()) {
+      return;
+    }
+    WISP_EXPECTS(layout.row_bytes >= 1 && layout.row_bytes <= layout.masters.row_stride &&
+                     layout.row_bytes <= layout.slots.row_stride,
+                 where, ": row_bytes ", layout.row_bytes, " must be in [1, min(master stride ",
+                 layout.masters.row_stride, ", slot stride ", layout.slots.row_stride, ")]");
+    WISP_EXPECTS(layout.masters.base != nullptr && layout.slots.base != nullptr, where,
+                 ": the master or slot tensor has a null base");
+    if (stamps_.size() < layout.slots.rows) {
+      stamps_.assign(layout.slots.rows, 0);
+      generation_ = 0;
+    }
+    if (++generation_ == 0) {
+      std::fill(stamps_.begin(), stamps_.end(), 0u);
+      generation_ = 1;
+    }
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      const copy_op op = plan[i];
+      WISP_EXPECTS(op.expert >= 0 && static_cast<std::size_t>(op.expert) < layout.masters.rows &&
+                       op.slot >= 0 && static_cast<std::size_t>(op.slot) < layout.slots.rows,
+                   where, ": plan[", i, "] = {expert ", op.expert, ", slot ", op.slot,
+                   "} is outside masters [0, ", layout.masters.rows, ") x slots [0, ",
+                   layout.slots.rows, ")");
+      std::uint32_t& stamp = stamps_[static_cast<std::size_t>(op.slot)];
+      WISP_EXPECTS(stamp != generation_, where, ": plan[", i, "] writes slot ", op.slot,
+                   " again; a plan writes each slot at most once");
+      stamp = generation_;
+    }
+  }
+
+ private:
+  std::vector<std::uint32_t> stamps_;
+  std::uint32_t generation_ = 0;
+};
+
+}  // namespace detail
+
+/// @brief Executes copy plans (see the file comment for the ordering rules).
+///
+/// - `copy(layout, plan, after)`: enqueues the plan's copies after `after`; returns the event of
+///   their completion (of every earlier copy too: copies complete in order).
+/// - `consumer_event()`: the consumer's progress so far (pass it as `after` so the copies wait for
+///   the kernels that read the slots before).
+/// - `wait(e)`: the consumer waits for `e` before its next work.
+/// - `synchronize()`: the calling thread waits until every copy has landed.
+template <class E>
+concept copy_engine = requires(E& engine, const copy_layout& layout, copy_plan plan,
+                               const typename E::event& e) {
+  { engine.copy(layout, plan, e) } -> std::same_as<typename E::event>;
+  { engine.consumer_event() } -> std::same_as<typename E::event>;
+  engine.wait(e);
+  engine.synchronize();
+};
+
+/// Counters of a copy engine.
+struct copy_engine_stats {
+  std::uint64_t plans = 0;  ///< `copy` calls
+  std::uint64_t rows = 0;   ///< plan entries copied
+  std::uint64_t runs = 0;   ///< copies issued (one per run)
+  std::uint64_t bytes = 0;  ///< bytes copied
+};
+
+/// @brief A point in a `host_copy_engine`'s queue: every copy submitted up to it, and when they
+/// end on the modelled link.
+struct host_copy_event {
+  std::uint64_t ticket = 0;   ///< `copy` calls up to this one (0: nothing to wait for)
+  timeline_event modelled{};  ///< when those copies end on the modelled link
+};
+
+/// @brief The host model of `copy_engine`: a worker thread `memcpy`s the runs in order while the
+/// caller goes on; each run is charged on the caller's `device_timeline` as one copy of its bytes
+/// (the link's latency per run), so modelled times do not depend on the host's memcpy speed.
+///
+/// The consumer is the calling thread: `wait` blocks it until the copies have landed, and
+/// `consumer_event()` is already satisfied in real time (the caller has finished reading when it
+/// asks), carrying only the timeline's compute progress. Memory: a queue of `queue_runs` runs
+/// allocated at construction; `copy` blocks while the queue is full and allocates nothing once
+/// the plan check has seen the largest slot tensor. Thread safety: `copy`, `wait`,
+/// `synchronize` and `stats` from one thread at a time (the owner); the worker is internal.
+/// Masters and slots must stay alive and unchanged by the caller until the copies have landed.
+class host_copy_engine {
+ public:
+  using event = host_copy_event;
+
+  /// Starts the worker. @throws wisp::logic_error if `queue_runs` is 0; std::bad_alloc;
+  ///   std::system_error if the thread cannot start.
+  explicit host_copy_engine(device_timeline& timeline, std::size_t queue_runs = 1024)
+      : timeline_(&timeline) {
+    WISP_EXPECTS(queue_runs >= 1, "host_copy_engine: queue_runs must be >= 1");
+    queue_.resize(queue_runs);
+    runs_.resize(queue_runs);
+    worker_ = std::thread([this] { work(); });
+  }
+  host_copy_engine(const host_copy_engine&) = delete;
+  host_copy_engine& operator=(const host_copy_engine&) = delete;
+  /// Lets the worker finish every queued copy, then joins it.
+  ~host_copy_engine() {
+    {
+      const std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    work_ready_.notify_one();
+    worker_.join();
+  }
+
+  /// @brief Enqueues the copies of `plan` (see `copy_engine`). O(plan.size()) plus the copies,
+  /// which run on the worker; blocks only while the queue is full.
+  /// @throws wisp::logic_error (nothing enqueued) if the plan does not fit `layout` (see
+  ///   `detail::copy_plan_checker`) or `after.modelled` is not a valid time.
+  event copy(const copy_layout& layout, copy_plan plan, event after = {}) {
+    checker_.check("host_copy_engine::copy", layout, plan);
+    WISP_EXPECTS(std::isfinite(after.modelled.time) && after.modelled.time >= 0,
+                 "host_copy_engine::copy: event time must be finite and >= 0, got ",
+                 after.modelled.time);
+    if (runs_.size() < plan.size()) {
+      runs_.resize(plan.size());
+    }
+    const std::size_t runs = plan_copy_runs(plan, runs_);
+    const std::uint64_t ticket = ++submitted_;
+    timeline_event modelled{std::max(after.modelled.time, timeline_->copies_done().time)};
+    for (std::size_t i = 0; i < runs; ++i) {
+      const copy_run& run = runs_[i];
+      const std::size_t bytes = layout.row_bytes * static_cast<std::size_t>(run.rows);
+      modelled = timeline_->copy(bytes, after.modelled);
+      push(job{layout.masters.row(static_cast<std::size_t>(run.expert)), layout.masters.row_stride,
+               layout.slots.row(static_cast<std::size_t>(run.slot)), layout.slots.row_stride,
+               layout.row_bytes, static_cast<std::size_t>(run.rows), 0});
+      stats_.bytes += bytes;
+      stats_.rows += static_cast<std::uint64_t>(run.rows);
+    }
+    push(job{nullptr, 0, nullptr, 0, 0, 0, ticket});  // marks the plan's end
+    ++stats_.plans;
+    stats_.runs += runs;
+    return event{ticket, modelled};
+  }
+
+  /// The consumer's progress: nothing to wait for in real time; the timeline's compute end.
+  [[nodiscard]] event consumer_event() const noexcept {
+    return event{0, timeline_->compute_done()};
+  }
+
+  /// Blocks until every copy up to `e` has landed. O(1) plus the wait.
+  void wait(const event& e) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    landed_.wait(lock, [&] { return completed_ >= e.ticket; });
+  }
+
+  /// Blocks until every copy submitted so far has landed.
+  void synchronize() { wait(event{submitted_, {}}); }
+
+  [[nodiscard]] const copy_engine_stats& stats() const noexcept { return stats_; }
+  [[nodiscard]] device_timeline& timeline() const noexcept { return *timeline_; }
+
+ private:
+  // One pitched copy of `rows` rows of `bytes`, or (rows == 0) the end of plan `ticket`.
+  struct job {
+    const std::byte* source;
+    std::size_t source_pitch;
+    std::byte* destination;
+    std::size_t destination_pitch;
+    std::size_t bytes;
+    std::size_t rows;
+    std::uint64_t ticket;
+  };
+
+  void push(const job& j) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    space_.wait(lock, [&] { return tail_ - head_ < queue_.size(); });
+    queue_[tail_++ % queue_.size()] = j;
+    lock.unlock();
+    work_ready_.notify_one();
+  }
+
+  void work() {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_ready_.wait(lock, [&] { return stop_ || head_ != tail_; });
+      if (head_ == tail_) {
+        return;  // stopped and drained
+      }
+      const job j = queue_[head_ % queue_.size()];
+      lock.unlock();
+      for (std::size_t r = 0; r < j.rows; ++r) {
+        std::memcpy(j.destination + r * j.destination_pitch, j.source + r * j.source_pitch,
+                    j.bytes);
+      }
+      lock.lock();
+      ++head_;
+      if (j.rows == 0) {
+        completed_ = j.ticket;
+      }
+      lock.unlock();
+      space_.notify_one();
+      if (j.rows == 0) {
+        landed_.notify_all();
+      }
+    }
+  }
+
+  device_timeline* timeline_;
+  detail::copy_plan_checker checker_;
+  std::vector<copy_run> runs_;  // scratch of `copy`
+  copy_engine_stats stats_;
+  std::uint64_t submitted_ = 0;  // tickets handed out (owner thread only)
+
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable work_ready_;
+  std::condition_variable space_;
+  std::condition_variable landed_;
+  std::vector<job> queue_;  // ring buffer: [head_, tail_) pending
+  std::size_t head_ = 0;
+  std::size_t tail_ = 0;
+  std::uint64_t completed_ = 0;  // last plan whose copies have all landed
+  bool stop_ = false;
+  std::thread worker_;  // last: starts after every member above is ready
+};
+static_assert(copy_engine<host_copy_engine>);
+
+}  // namespace wisp
+// ---- end wisp/transfer/copy_engine.hpp ---------------------------------------------------------
+
+// ---- begin wisp/compress/bf16.hpp --------------------------------------------------------------
+/// @file
+/// @brief The bit-field split of BF16 values: an exponent byte (bits 14..7) and a sign-mantissa
+/// byte (bit 15 then bits 6..0), the one element rule (`bf16_join`) that host and device recovery
+/// share, the vectorisable host loops over whole tensors, and the exponent statistics
+/// (histogram, Shannon entropy) that bound what any exponent coder can reach.
+///
+/// In trained weights the 8 exponent bits carry about 2.6 bits of information while sign and
+/// mantissa look random, so the exponent stream is compressed and the SM stream is kept raw.
+/// @code
+/// std::vector<std::uint16_t> w = ...;                  // BF16 bit patterns
+/// std::vector<std::uint8_t> sm(w.size()), ex(w.size());
+/// wisp::split_bf16(w, sm, ex);
+/// std::vector<std::uint16_t> back(w.size());
+/// wisp::recover_bf16(sm, ex, back);                    // back == w, bit for bit
+/// double bits = wisp::entropy_bits(wisp::exponent_histogram(w));
+/// @endcode
+
+namespace wisp {
+
+/// @brief Exponent field of a BF16 bit pattern (bits 14..7). Branch-free, usable in kernels.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_exponent(std::uint16_t bits) noexcept {
+  return static_cast<std::uint8_t>(bits >> 7);
+}
+
+/// @brief Sign and mantissa of a BF16 bit pattern in one byte: sign in bit 7, mantissa in 6..0.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_sign_mantissa(
+    std::uint16_t bits) noexcept {
+  return static_cast<std::uint8_t>(((bits >> 8) & 0x80u) | (bits & 0x7Fu));
+}
+
+/// @brief Low byte of the BF16 value with sign-mantissa byte `sm` and exponent byte `exponent`:
+/// exponent bit 0, then the 7 mantissa bits.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_low_byte(
+    std::uint8_t sm, std::uint8_t exponent) noexcept {
+  // (0 - bit) & 0x80 rather than bit << 7: SIMD units have no byte shift, but a byte subtract.
+  return static_cast<std::uint8_t>((sm & 0x7Fu) | ((0u - (exponent & 1u)) & 0x80u));
+}
+
+/// @brief High byte of that BF16 value: the sign, then exponent bits 7..1.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_high_byte(
+    std::uint8_t sm, std::uint8_t exponent) noexcept {
+  return static_cast<std::uint8_t>((sm & 0x80u) | (exponent >> 1));
+}
+
+/// @brief The element rule of recovery: the BF16 bit pattern with sign-mantissa byte `sm` and
+/// exponent byte `exponent`. Exact inverse of the two field extractors for all 65,536 patterns
+/// (±0, subnormals, ±inf and every NaN payload included). Host and CUDA recovery both build on
+/// it; it is written as two byte rules because whole vectors of bytes are what SIMD units and
+/// coalesced loads handle best.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint16_t bf16_join(std::uint8_t sm,
+                                                                 std::uint8_t exponent) noexcept {
+  return static_cast<std::uint16_t>(bf16_low_byte(sm, exponent) |
+                                    (bf16_high_byte(sm, exponent) << 8));
+}
+
+namespace detail {
+/// Elements per step of the host loops: a fixed trip count lets compilers vectorise the inner
+/// loop fully even at -O2 (GCC's cheapest cost model refuses loops that need an epilogue).
+inline constexpr std::size_t bf16_vector_block = 64;
+
+/// Recovery of `n` values without checks: the loop the host paths share. Each block computes
+/// the low and the high bytes as byte vectors, then interleaves them. Not inlined: compilers drop
+/// `__restrict` from inlined parameters and then refuse to vectorise at -O2.
+[[gnu::noinline]] inline void recover_bf16_unchecked(const std::uint8_t* __restrict sm,
+                                                     const std::uint8_t* __restrict exponents,
+                                                     std::uint16_t* __restrict out,
+                                                     std::size_t n) noexcept {
+  constexpr std::size_t b = bf16_vector_block;
+  std::size_t i = 0;
+  for (; i + b <= n; i += b) {
+    std::uint8_t low[b];
+    std::uint8_t high[b];
+    for (std::size_t j = 0; j < b; ++j) {
+      low[j] = bf16_low_byte(sm[i + j], exponents[i + j]);
+      high[j] = bf16_high_byte(sm[i + j], exponents[i + j]);
+    }
+    for (std::size_t j = 0; j < b; ++j) {
+      out[i + j] = static_cast<std::uint16_t>(low[j] | (high[j] << 8));
+    }
+  }
+  for (; i < n; ++i) {
+    out[i] = bf16_join(sm[i], exponents[i]);
+  }
+}
+
+/// Split of `n` values without checks (not inlined, for the same reason).
+[[gnu::noinline]] inline void split_bf16_unchecked(const std::uint16_t* __restrict values,
+                                                   std::uint8_t* __restrict sm,
+                                                   std::uint8_t* __restrict exponents,
+                                                   std::size_t n) noexcept {
+  std::size_t i = 0;
+  for (; i + bf16_vector_block <= n; i += bf16_vector_block) {
+    for (std::size_t j = 0; j < bf16_vector_block; ++j) {
+      sm[i + j] = bf16_sign_mantissa(values[i + j]);
+      exponents[i + j] = bf16_exponent(values[i + j]);
+    }
+  }
+  for (; i < n; ++i) {
+    sm[i] = bf16_sign_mantissa(values[i]);
+    exponents[i] = bf16_exponent(values[i]);
+  }
+}
+}  // namespace detail
+
+/// @brief Splits BF16 values into their sign-mantissa and exponent bytes.
+/// One pass, O(n); written as a plain element loop that compilers vectorise.
+/// Thread safety: distinct outputs may be filled concurrently.
+/// @throws wisp::logic_error if the three spans differ in length (nothing written).
+inline void split_bf16(std::span<const std::uint16_t> values, std::span<std::uint8_t> sm,
+                       std::span<std::uint8_t> exponents) {
+  WISP_EXPECTS(sm.size() == values.size() && exponents.size() == values.size(),
+               "split_bf16: ", values.size(), " values but ", sm.size(), " SM bytes and ",
+               exponents.size(), " exponent bytes");
+  detail::split_bf16_unchecked(values.data(), sm.data(), exponents.data(), values.size());
+}
+
+/// @brief Recovers BF16 values from their sign-mantissa and exponent bytes (`bf16_join` per
+/// element). One pass, O(n), vectorised by the compiler (no aliasing between the three buffers).
+/// Thread safety: disjoint output ranges may be recovered concurrently.
+/// @throws wisp::logic_error if the three spans differ in length (nothing written).
+inline void recover_bf16(std::span<const std::uint8_t> sm, std::span<const std::uint8_t> exponents,
+                         std::span<std::uint16_t> out) {
+  WISP_EXPECTS(sm.size() == out.size() && exponents.size() == out.size(),
+               "recover_bf16: ", sm.size(), " SM bytes and ", exponents.size(),
+               " exponent bytes for ", out.size(), " values");
+  detail::recover_bf16_unchecked(sm.data(), exponents.data(), out.data(), out.size());
+}
+
+/// @brief BF16 bit pattern nearest to `value`, ties to even: what `torch.Tensor.to(bfloat16)`
+/// produces. NaNs stay NaNs (quiet, sign kept); infinities and overflow follow IEEE rounding.
+[[nodiscard]] constexpr std::uint16_t bf16_from_float(float value) noexcept {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
+  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
+    return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
+  }
+  const std::uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
+  return static_cast<std::uint16_t>((bits + rounding) >> 16);
+}
+
+/// Count of each exponent value (0..255) in a tensor or exponent stream.
+using exponent_counts = std::array<std::uint64_t, 256>;
+
+/// @brief Histogram of the exponent field of `values`. O(n). Thread safety: pure.
+[[nodiscard]] inline exponent_counts exponent_histogram(std::span<const std::uint16_t> values) {
+  exponent_counts counts{};
+  for (const std::uint16_t v : values) {
+    ++counts[bf16_exponent(v)];
+  }
+  return counts;
+}
+
+/// @brief Shannon entropy in bits per symbol of a histogram (0 for an empty one). O(256).
+[[nodiscard]] inline double entropy_bits(const exponent_counts& counts) {
+  double total = 0;
+  for (const std::uint64_t c : counts) {
+    total += static_cast<double>(c);
+  }
+  double h = 0;
+  for (const std::uint64_t c : counts) {
+    if (c != 0) {
+      const double p = static_cast<double>(c) / total;
+      h -= p * std::log2(p);
+    }
+  }
+  return h;
+}
+
+/// @brief The smallest fraction of its raw size a BF16 tensor with this exponent histogram can be
+/// stored in when the SM bytes stay raw and the exponents take their entropy: `(8 + H) / 16`.
+[[nodiscard]] inline double entropy_bound_ratio(const exponent_counts& counts) {
+  return (8.0 + entropy_bits(counts)) / 16.0;
+}
+
+}  // namespace wisp
+// ---- end wisp/compress/bf16.hpp ----------------------------------------------------------------
+
+// ---- begin wisp/compress/exponent_coder.hpp ----------------------------------------------------
+/// @file
+/// @brief What an exponent coder is (`exponent_coder`), the coder ids stored in compressed tensors,
+/// the `raw_coder` every container falls back to, and the owning type-erased `any_coder` /
+/// `coder_set` with which a program picks coders by name or id at run time.
+///
+/// A coder turns a stream of exponent bytes into bytes and back. It knows nothing of BF16: the
+/// container (`compressed_bf16.hpp`) splits the tensor, cuts the exponents into E-chunks and asks
+/// a coder for each. Decoding is told the exact symbol count, so a coder never has to store it.
+/// @code
+/// static_assert(wisp::exponent_coder<wisp::huffman_coder>);
+/// wisp::coder_set coders = wisp::core_coders();        // raw + huffman
+/// coders.add(wisp::zstd_coder{});                      // optional, from <wisp/compress/zstd.hpp>
+/// const wisp::any_coder& c = coders.by_name("zstd");
+/// @endcode
+
+namespace wisp {
+
+/// @brief Identifies the coder of one E-chunk inside a compressed tensor; part of the format, so
+/// values are never reused. Several encoders may share one id when their outputs decode alike
+/// (lz4 and lz4hc both write LZ4 blocks).
+enum class coder_id : std::uint8_t {
+  raw = 0,      ///< exponent bytes stored as they are
+  huffman = 1,  ///< canonical Huffman, table-driven, decodable on host and device
+  zstd = 2,     ///< a Zstandard frame (wisp::zstd)
+  lz4 = 3,      ///< an LZ4 block, from LZ4 or LZ4HC (wisp::lz4)
+};
+
+/// The format's name of a coder id ("raw", "huffman", "zstd", "lz4"), or "unknown".
+[[nodiscard]] constexpr std::string_view coder_id_name(coder_id id) noexcept {
+  switch (id) {
+    case coder_id::raw:
+      return "raw";
+    case coder_id::huffman:
+      return "huffman";
+    case coder_id::zstd:
+      return "zstd";
+    case coder_id::lz4:
+      return "lz4";
+  }
+  return "unknown";
+}
+
+/// @brief A lossless coder of exponent byte streams.
+///
+/// - `c.id()`: the `coder_id` written beside its output;
+/// - `c.name()`: a name for people and command lines ("zstd", "lz4hc");
+/// - `c.encode(symbols, sink)`: appends the encoding of `symbols` to `sink`;
+/// - `c.decode(encoded, out)`: writes exactly `out.size()` symbols decoded from all of `encoded`,
+///   or throws `wisp::format_error` (never reads or writes out of bounds, whatever the input).
+template <class C>
+concept exponent_coder = std::copy_constructible<C> &&
+    requires(const C& c, std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink,
+             std::span<std::uint8_t> out) {
+  { c.id() } -> std::same_as<coder_id>;
+  { c.name() } -> std::convertible_to<std::string>;
+  { c.encode(in, sink) } -> std::same_as<void>;
+  { c.decode(in, out) } -> std::same_as<void>;
+};
+
+/// @brief Stores exponent bytes unchanged. The container uses it for any E-chunk that another
+/// coder would not make smaller, so a compressed tensor is never much larger than the raw one.
+struct raw_coder {
+  [[nodiscard]] coder_id id() const noexcept { return coder_id::raw; }
+  [[nodiscard]] std::string name() const { return "raw"; }
+  /// Appends `symbols`. O(n).
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    sink.insert(sink.end(), symbols.begin(), symbols.end());
+  }
+  /// Copies `encoded` to `out`. @throws wisp::format_error if the sizes differ.
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    if (encoded.size() != out.size()) {
+      throw format_error("raw E-chunk holds " + std::to_string(encoded.size()) + " bytes for " +
+                         std::to_string(out.size()) + " exponents");
+    }
+    if (!out.empty()) {
+      std::memcpy(out.data(), encoded.data(), out.size());
+    }
+  }
+};
+static_assert(exponent_coder<raw_coder>);
+
+/// @brief A coder that can adapt itself to a whole stream before encoding it in chunks
+/// (`huffman_coder` fits one code to a tensor). Optional: the container uses it when present.
+template <class C>
+concept fittable_coder = exponent_coder<C> &&
+    requires(const C& c, std::span<const std::uint8_t> s) {
+  { c.fitted(s) } -> exponent_coder;
+};
+
+/// @brief Any exponent coder behind one copyable value, for choices made at run time (a command
+/// line, a file's coder id). Thread safety: const calls may run concurrently if the wrapped
+/// coder's may (every wisp coder's can).
+class any_coder {
+ public:
+  /// Wraps a copy of `coder`. @throws std::bad_alloc.
+  template <class C>  // the any_coder test first: it stops the concept check recursing into us
+    requires(!std::same_as<std::remove_cvref_t<C>, any_coder> && exponent_coder<C>)
+  any_coder(C coder)  // NOLINT(google-explicit-constructor): a coder is-an any_coder
+      : self_(std::make_shared<model<C>>(std::move(coder))) {}
+
+  [[nodiscard]] coder_id id() const noexcept { return self_->id(); }
+  [[nodiscard]] std::string name() const { return self_->name(); }
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    self_->encode(symbols, sink);
+  }
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    self_->decode(encoded, out);
+  }
+  /// The wrapped coder fitted to `symbols` if it is a `fittable_coder`, else a copy of this.
+  [[nodiscard]] any_coder fitted(std::span<const std::uint8_t> symbols) const {
+    return self_->fitted(*this, symbols);
+  }
+
+ private:
+  struct base {
+    virtual ~base() = default;
+    [[nodiscard]] virtual coder_id id() const noexcept = 0;
+    [[nodiscard]] virtual std::string name() const = 0;
+    virtual void encode(std::span<const std::uint8_t>, std::vector<std::uint8_t>&) const = 0;
+    virtual void decode(std::span<const std::uint8_t>, std::span<std::uint8_t>) const = 0;
+    [[nodiscard]] virtual any_coder fitted(const any_coder& self,
+                                           std::span<const std::uint8_t>) const = 0;
+  };
+  template <class C>
+  struct model final : base {
+    explicit model(C c) : coder(std::move(c)) {}
+    [[nodiscard]] coder_id id() const noexcept override { return coder.id(); }
+    [[nodiscard]] std::string name() const override { return coder.name(); }
+    void encode(std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink) const override {
+      coder.encode(in, sink);
+    }
+    void decode(std::span<const std::uint8_t> in, std::span<std::uint8_t> out) const override {
+      coder.decode(in, out);
+    }
+    [[nodiscard]] any_coder fitted(const any_coder& self,
+                                   std::span<const std::uint8_t> symbols) const override {
+      if constexpr (fittable_coder<C>) {
+        return any_coder(coder.fitted(symbols));
+      } else {
+        return self;
+      }
+    }
+    C coder;
+  };
+  std::shared_ptr<const base> self_;  // immutable, so copies may share it
+};
+static_assert(exponent_coder<any_coder>);
+
+/// @brief The coders a program has: picks an encoder by name and the decoder of a stored id.
+/// Decoding only needs one coder per id (lz4 decodes lz4hc's output).
+/// Lookups are O(coders); thread safety: const calls may run concurrently.
+class coder_set {
+ public:
+  coder_set() = default;
+
+  /// Adds `coder`; a coder with the same name is replaced. @returns *this.
+  coder_set& add(any_coder coder) {
+    for (any_coder& c : coders_) {
+      if (c.name() == coder.name()) {
+        c = std::move(coder);
+        return *this;
+      }
+    }
+    coders_.push_back(std::move(coder));
+    return *this;
+  }
+
+  /// The coder called `name`. @throws wisp::logic_error listing the names there are.
+  [[nodiscard]] const any_coder& by_name(std::string_view name) const {
+    for (const any_coder& c : coders_) {
+      if (c.name() == name) {
+        return c;
+      }
+    }
+    WISP_FAIL(logic_error, "no exponent coder called '", name, "'; available: ", names());
+  }
+
+  /// A coder that decodes `id`, or nullptr.
+  [[nodiscard]] const any_coder* find(coder_id id) const noexcept {
+    for (const any_coder& c : coders_) {
+      if (c.id() == id) {
+        return &c;
+      }
+    }
+    return nullptr;
+  }
+
+  /// The coders, in the order they were added.
+  [[nodiscard]] std::span<const any_coder> coders() const noexcept { return coders_; }
+
+  /// Comma-separated names.
+  [[nodiscard]] std::string names() const {
+    std::string out;
+    for (const any_coder& c : coders_) {
+      out += (out.empty() ? "" : ", ") + c.name();
+    }
+    return out;
+  }
+
+ private:
+  std::vector<any_coder> coders_;
+};
+
+}  // namespace wisp
+// ---- end wisp/compress/exponent_coder.hpp ------------------------------------------------------
+
+// ---- begin wisp/compress/huffman.hpp -----------------------------------------------------------
+/// @file
+/// @brief `huffman_coder`: canonical, length-limited Huffman over the 256 exponent symbols, with a
+/// table-driven decoder that is `WISP_HOST_DEVICE`, so the same code decodes on the CPU and in a
+/// CUDA kernel.
+///
+/// Encoded layout (all integers little-endian; the symbol count comes from the container):
+/// - 0 symbols: nothing.
+/// - one distinct symbol: `00 <symbol>` (2 bytes).
+/// - otherwise: `01`, the first and the last symbol with a code `f <= l` (u8 each), then
+///   `ceil(c / 2)` bytes of 4-bit code lengths of the `c = l - f + 1` symbols from `f` (symbol
+///   `f + 2i` in the low nibble of byte i, a last odd high nibble 0; 0 = no code, at most
+///   `huffman_max_bits`; the code must be complete), the u32 sub-stream size `B` (symbols), `S =
+///   ceil(n / B)` u32 end offsets of the sub-streams relative to the data, then the data. Exponents
+///   of real weights span about 30 values, so the lengths take ~15 bytes. Sub-stream j holds
+///   symbols `[jB, min(n, (j+1)B))` as canonical codes written least-significant bit first; each
+///   ends on a byte boundary with zero padding bits.
+///
+/// Independent sub-streams are what makes decoding parallel: the host decodes four of them in
+/// lockstep (four independent dependency chains), a GPU gives each its own thread. Each table
+/// lookup decodes up to six symbols at once (the whole 11-bit window), which at ~2.6 bits per
+/// exponent is 3-4 symbols per lookup.
+/// @code
+/// wisp::huffman_coder h;
+/// std::vector<std::uint8_t> enc;
+/// h.encode(exponents, enc);
+/// std::vector<std::uint8_t> back(exponents.size());
+/// h.decode(enc, back);                                  // == exponents
+/// @endcode
+
+namespace wisp {
+
+/// Longest code, and the width of the decode table's index (2^11 entries of 8 bytes: 16 KiB).
+inline constexpr int huffman_max_bits = 11;
+/// Default symbols per sub-stream: 4 bytes of offset per 4096 symbols (0.008 bits per symbol).
+inline constexpr std::uint32_t huffman_default_block = 4096;
+
+/// @brief The decode table of one code: entry `i` is what the 11-bit window `i` (next bits of the
+/// stream, least significant first) decodes to. Trivially copyable: a kernel takes it by pointer
+/// (global or shared memory).
+///
+/// Entry layout: bits 0..47 up to six symbols (symbol j in bits 8j..8j+7), bits 48..51 their
+/// count, bits 52..55 the bits they take, bits 56..59 the bits of the first symbol alone.
+struct huffman_table {
+  std::uint64_t entry[std::size_t{1} << huffman_max_bits];
+};
+
+namespace detail {
+
+inline constexpr std::uint32_t huffman_window_mask = (1u << huffman_max_bits) - 1;
+inline constexpr std::uint32_t huffman_max_block = std::uint32_t{1} << 24;
+
+/// Code lengths of a complete, canonical code, one per symbol (0 = absent).
+using huffman_lengths = std::array<std::uint8_t, 256>;
+
+/// Optimal code lengths for `counts`, limited to `huffman_max_bits` by halving the counts of a
+/// too-deep code until it fits (deterministic; only long-tailed histograms ever need it). Ties
+/// merge the shallower subtree first, which gives the shallowest of the optimal codes, so counts
+/// are only flattened when no optimal code fits. Needs at least two symbols with non-zero counts.
+/// O(256 log 256) per round.
+[[nodiscard]] inline huffman_lengths huffman_code_lengths(std::array<std::uint64_t, 256> counts) {
+  for (;;) {
+    // Nodes 0..255 are leaves; internal nodes follow. Merge the two lightest, ties by node index.
+    std::vector<std::uint64_t> weight;
+    std::vector<int> height;
+    std::vector<int> parent;
+    std::vector<int> live;
+    for (int s = 0; s < 256; ++s) {
+      weight.push_back(counts[static_cast<std::size_t>(s)]);
+      height.push_back(0);
+      parent.push_back(-1);
+      if (counts[static_cast<std::size_t>(s)] != 0) {
+        live.push_back(s);
+      }
+    }
+    auto lighter = [&](int a, int b) {  // min-heap order on (weight, height, node)
+      const auto ua = static_cast<std::size_t>(a);
+      const auto ub = static_cast<std::size_t>(b);
+      if (weight[ua] != weight[ub]) {
+        return weight[ua] > weight[ub];
+      }
+      return height[ua] != height[ub] ? height[ua] > height[ub] : a > b;
+    };
+    std::make_heap(live.begin(), live.end(), lighter);
+    while (live.size() > 1) {
+      std::pop_heap(live.begin(), live.end(), lighter);
+      const int a = live.back();
+      live.pop_back();
+      std::pop_heap(live.begin(), live.end(), lighter);
+      const int b = live.back();
+      live.pop_back();
+      const int node = static_cast<int>(weight.size());
+      weight.push_back(weight[static_cast<std::size_t>(a)] + weight[static_cast<std::size_t>(b)]);
+      height.push_back(
+          1 + std::max(height[static_cast<std::size_t>(a)], height[static_cast<std::size_t>(b)]));
+      parent.push_back(-1);
+      parent[static_cast<std::size_t>(a)] = node;
+      parent[static_cast<std::size_t>(b)] = node;
+      live.push_back(node);
+      std::push_heap(live.begin(), live.end(), lighter);
+    }
+    huffman_lengths lengths{};
+    int deepest = 0;
+    for (std::size_t s = 0; s < 256; ++s) {
+      if (counts[s] == 0) {
+        continue;
+      }
+      int depth = 0;
+      for (int n = static_cast<int>(s); parent[static_cast<std::size_t>(n)] != -1;
+           n = parent[static_cast<std::size_t>(n)]) {
+        ++depth;
+      }
+      lengths[s] = static_cast<std::uint8_t>(depth);
+      deepest = std::max(deepest, depth);
+    }
+    if (deepest <= huffman_max_bits) {
+      return lengths;
+    }
+    for (std::uint64_t& c : counts) {
+      c = c == 0 ? 0 : (c + 1) / 2;  // flatter counts, shallower tree; never drops a symbol
+    }
+  }
+}
+
+/// Canonical codes (bit-reversed, ready to be written least significant bit first): codes are
+/// assigned in order of (length, symbol). `lengths` must describe a complete code.
+[[nodiscard]] inline std::array<std::uint16_t, 256> huffman_codes(const huffman_lengths& lengths) {
+  std::array<int, huffman_max_bits + 2> per_length{};
+  for (const std::uint8_t l : lengths) {
+    ++per_length[l];
+  }
+  per_length[0] = 0;
+  std::array<std::uint32_t, huffman_max_bits + 2> next{};
+  std::uint32_t code = 0;
+  for (int l = 1; l <= huffman_max_bits; ++l) {
+    code = (code + static_cast<std::uint32_t>(per_length[static_cast<std::size_t>(l - 1)])) << 1;
+    next[static_cast<std::size_t>(l)] = code;
+  }
+  std::array<std::uint16_t, 256> codes{};
+  for (std::size_t s = 0; s < 256; ++s) {
+    const int l = lengths[s];
+    if (l == 0) {
+      continue;
+    }
+    const std::uint32_t c = next[static_cast<std::size_t>(l)]++;
+    std::uint32_t reversed = 0;
+    for (int b = 0; b < l; ++b) {
+      reversed |= ((c >> b) & 1u) << (l - 1 - b);
+    }
+    codes[s] = static_cast<std::uint16_t>(reversed);
+  }
+  return codes;
+}
+
+/// Builds the decode table of `lengths`, or returns false if they are not a complete code of at
+/// least two symbols with lengths in 1..huffman_max_bits. O(2^11).
+[[nodiscard]] inline bool build_huffman_table(const huffman_lengths& lengths, huffman_table& t) {
+  std::uint64_t kraft = 0;  // in units of 2^-max_bits
+  int used = 0;
+  for (const std::uint8_t l : lengths) {
+    if (l > huffman_max_bits) {
+      return false;
+    }
+    if (l != 0) {
+      kraft += std::uint64_t{1} << (huffman_max_bits - l);
+      ++used;
+    }
+  }
+  if (used < 2 || kraft != (std::uint64_t{1} << huffman_max_bits)) {
+    return false;
+  }
+  // Single-symbol table first: every window whose low `l` bits are a code decodes to its symbol.
+  const std::array<std::uint16_t, 256> codes = huffman_codes(lengths);
+  std::array<std::uint16_t, std::size_t{1} << huffman_max_bits> single{};  // symbol | length << 8
+  for (std::size_t s = 0; s < 256; ++s) {
+    const int l = lengths[s];
+    if (l == 0) {
+      continue;
+    }
+    for (std::uint32_t high = 0; high < (1u << (huffman_max_bits - l)); ++high) {
+      single[(high << l) | codes[s]] =
+          static_cast<std::uint16_t>(s | (static_cast<unsigned>(l) << 8));
+    }
+  }
+  // Multi-symbol entries by dynamic programming over windows in increasing order: window w starts
+  // with the code of single[w] (l bits); what follows is the decoding of the window w >> l (< w,
+  // done already) cut to the codes that end within the 11 - l bits that are really there.
+  // cumulative[w] holds, per symbol of entry w, the bits up to its end (4 bits each).
+  std::array<std::uint32_t, std::size_t{1} << huffman_max_bits> cumulative{};
+  for (std::uint32_t w = 0; w <= huffman_window_mask; ++w) {
+    const std::uint32_t symbol = single[w] & 0xFFu;
+    const std::uint32_t l = single[w] >> 8;
+    std::uint64_t symbols = symbol;
+    std::uint32_t count = 1;
+    std::uint32_t cum = l;
+    if (w == 0) {  // all-zero window: the all-zero code again and again
+      for (; count < 6 && (count + 1) * l <= huffman_max_bits; ++count) {
+        symbols |= static_cast<std::uint64_t>(symbol) << (8 * count);
+        cum |= ((count + 1) * l) << (4 * count);
+      }
+    } else {
+      const std::uint32_t rest = w >> l;
+      const std::uint64_t rest_entry = t.entry[rest];
+      const std::uint32_t rest_count = static_cast<std::uint32_t>(rest_entry >> 48) & 0xFu;
+      std::uint32_t take = 0;
+      while (take < rest_count && take < 5 &&
+             ((cumulative[rest] >> (4 * take)) & 0xFu) <= huffman_max_bits - l) {
+        ++take;
+      }
+      symbols |= (rest_entry & ((std::uint64_t{1} << (8 * take)) - 1)) << 8;
+      // Every kept cumulative count grows by l; none exceeds 11, so no nibble carries.
+      cum |= ((cumulative[rest] & ((1u << (4 * take)) - 1)) +
+              l * (0x11111u & ((1u << (4 * take)) - 1)))
+             << 4;
+      count += take;
+    }
+    cumulative[w] = cum;
+    const std::uint64_t bits = (cum >> (4 * (count - 1))) & 0xFu;
+    t.entry[w] = symbols | (std::uint64_t{count} << 48) | (bits << 52) | (std::uint64_t{l} << 56);
+  }
+  return true;
+}
+
+/// @brief Decoding state of one sub-stream: the next unread byte, a bit buffer, where the
+/// symbols go. All member functions are `WISP_HOST_DEVICE` and never touch memory outside
+/// `data[0, limit)` and `[out, out_end)`, whatever the bytes.
+struct huffman_lane {
+  const std::uint8_t* data;  ///< the chunk's data (all sub-streams)
+  std::size_t limit;         ///< readable bytes of `data`; loads past it read zeros
+  std::size_t begin;         ///< offset of this sub-stream
+  std::size_t next;          ///< offset of the next byte to load into `buffer`
+  std::uint64_t buffer;      ///< unread bits, least significant first
+  unsigned bits;             ///< valid bits in `buffer`
+  std::uint8_t* out;         ///< next symbol goes here
+  std::uint8_t* out_end;     ///< end of this sub-stream's symbols
+
+  /// Tops the buffer up to at least 56 bits. `Checked = false` is for callers that know the
+  /// 8 bytes at `next` lie before `limit`.
+  template <bool Checked = true>
+  WISP_HOST_DEVICE void refill() noexcept {
+    std::uint64_t word = 0;
+    if (!Checked || next + 8 <= limit) {
+      word = load_le64(data + next);
+    } else {
+      for (std::size_t i = 0; i < 8 && next + i < limit; ++i) {
+        word |= static_cast<std::uint64_t>(data[next + i]) << (8 * i);
+      }
+    }
+    // Bytes beyond the `take` consumed ones land above `bits` and are loaded again next time
+    // (OR-ing the same bits twice changes nothing).
+    buffer |= word << bits;
+    const unsigned take = (63 - bits) >> 3;
+    next += take;
+    bits += take * 8;
+  }
+
+  /// Decodes four table windows (4 to 24 symbols, 7 input bytes at most); needs at least 32
+  /// bytes of room in `out`.
+  template <bool Checked = true>
+  WISP_HOST_DEVICE void step4(const huffman_table& t) noexcept {
+    refill<Checked>();
+    for (int k = 0; k < 4; ++k) {
+      const std::uint64_t e = t.entry[buffer & huffman_window_mask];
+      store_le64(out, e);  // symbols past the count are overwritten by the next window
+      const unsigned used = static_cast<unsigned>(e >> 52) & 0xFu;
+      out += (e >> 48) & 0xFu;
+      buffer >>= used;
+      bits -= used;
+    }
+  }
+
+  /// Decodes the symbols left, one at a time.
+  WISP_HOST_DEVICE void finish(const huffman_table& t) noexcept {
+    while (out < out_end) {
+      if (bits < huffman_max_bits) {
+        refill();
+      }
+      const std::uint64_t e = t.entry[buffer & huffman_window_mask];
+      const unsigned used = static_cast<unsigned>(e >> 56) & 0xFu;
+      *out++ = static_cast<std::uint8_t>(e);
+      buffer >>= used;
+      bits -= used;
+    }
+  }
+
+  /// Decodes everything: four windows at a time while there is room, then one symbol at a time.
+  WISP_HOST_DEVICE void run(const huffman_table& t) noexcept {
+    huffman_lane l = *this;  // a local copy the compiler keeps in registers (stores to `out`
+    while (l.out_end - l.out >= 32) {  // could otherwise alias the members)
+      l.step4(t);
+    }
+    l.finish(t);
+    *this = l;
+  }
+
+  /// Little-endian 8-byte load and store at any alignment: one memory access on little-endian
+  /// hosts, bytes assembled one by one elsewhere (big-endian hosts, device code).
+#if defined(__CUDA_ARCH__)
+  static constexpr bool native_le64 = false;
+#else
+  static constexpr bool native_le64 = std::endian::native == std::endian::little;
+#endif
+  [[nodiscard]] WISP_HOST_DEVICE static std::uint64_t load_le64(const std::uint8_t* p) noexcept {
+    std::uint64_t v = 0;
+    if constexpr (native_le64) {
+      std::memcpy(&v, p, 8);
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+      }
+    }
+    return v;
+  }
+  WISP_HOST_DEVICE static void store_le64(std::uint8_t* p, std::uint64_t v) noexcept {
+    if constexpr (native_le64) {
+      std::memcpy(p, &v, 8);
+    } else {
+      for (int i = 0; i < 8; ++i) {
+        p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+      }
+    }
+  }
+
+  /// True if the sub-stream, `size` bytes long, decoded to exactly its symbols with zero padding.
+  [[nodiscard]] WISP_HOST_DEVICE bool ended_cleanly(std::size_t size) const noexcept {
+    const std::uint64_t loaded_bits = static_cast<std::uint64_t>(next - begin) * 8;
+    if (loaded_bits < bits) {
+      return false;
+    }
+    const std::uint64_t consumed = loaded_bits - bits;
+    const std::uint64_t padding = (8 - consumed % 8) % 8;
+    return (consumed + padding) / 8 == size && (buffer & ((std::uint64_t{1} << padding) - 1)) == 0;
+  }
+};
+
+[[nodiscard]] inline std::uint32_t load_u32(const std::uint8_t* p) noexcept {
+  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
+}
+
+inline void append_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) {
+    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+}
+
+}  // namespace detail
+
+/// @brief A parsed Huffman E-chunk: its decode table, sub-stream bounds and data, ready to decode
+/// all or some of its sub-streams (on the host here; a kernel can take `table()` and the offsets).
+/// Construction validates everything that decoding relies on. It views the encoded bytes: keep
+/// them alive while it is used. Thread safety: const calls may run concurrently.
+class huffman_chunk {
+ public:
+  /// Parses `encoded`, the encoding of `symbols` symbols. O(2^11 + sub-streams).
+  /// @throws wisp::format_error naming the problem and its byte offset within `encoded`.
+  huffman_chunk(std::span<const std::uint8_t> encoded, std::size_t symbols) : symbols_(symbols) {
+    if (symbols == 0) {
+      expect(encoded.empty(), 0, "an empty Huffman E-chunk must have no bytes");
+      return;
+    }
+    expect(!encoded.empty(), 0, "Huffman E-chunk is empty");
+    if (encoded[0] == 0) {
+      expect(encoded.size() == 2, 0, "single-symbol Huffman E-chunk must be 2 bytes");
+      single_ = encoded[1];
+      return;
+    }
+    expect(encoded[0] == 1, 0, "unknown Huffman E-chunk mode " + std::to_string(encoded[0]));
+    expect(encoded.size() >= 3, 0, "truncated Huffman header");
+    const std::size_t first = encoded[1];
+    expect(first <= encoded[2], 1,
+           "Huffman code lengths from symbol " + std::to_string(first) + " to " +
+               std::to_string(encoded[2]) + " are out of order");
+    const std::size_t count = std::size_t{encoded[2]} + 1 - first;
+    const std::size_t lengths_bytes = (count + 1) / 2;
+    const std::size_t block_at = 3 + lengths_bytes;
+    expect(encoded.size() >= block_at + 4, 0, "truncated Huffman header");
+    detail::huffman_lengths lengths{};
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint8_t packed = encoded[3 + i / 2];
+      lengths[first + i] = static_cast<std::uint8_t>(i % 2 == 0 ? packed & 0x0Fu : packed >> 4);
+    }
+    expect(count % 2 == 0 || (encoded[block_at - 1] >> 4) == 0, block_at - 1,
+           "unused nibble of the Huffman code lengths is not zero");
+    table_ = cached_table(lengths);
+    expect(table_ != nullptr, 3,
+           "Huffman code lengths do not form a complete code of 2+ symbols up to 11 bits");
+    block_ = detail::load_u32(encoded.data() + block_at);
+    expect(block_ >= 1 && block_ <= detail::huffman_max_block, block_at,
+           "Huffman sub-stream size " + std::to_string(block_) + " is outside [1, 2^24]");
+    const std::size_t streams = (symbols + block_ - 1) / block_;
+    const std::size_t offsets_at = block_at + 4;
+    expect((encoded.size() - offsets_at) / 4 >= streams, offsets_at,
+           "truncated Huffman sub-stream offsets");
+    data_ = encoded.subspan(offsets_at + 4 * streams);
+    ends_.resize(streams);
+    std::uint32_t previous = 0;
+    for (std::size_t j = 0; j < streams; ++j) {
+      ends_[j] = detail::load_u32(encoded.data() + offsets_at + 4 * j);
+      expect(ends_[j] >= previous && ends_[j] <= data_.size(), offsets_at + 4 * j,
+             "Huffman sub-stream end " + std::to_string(ends_[j]) + " is out of order or past " +
+                 "the data (" + std::to_string(data_.size()) + " bytes)");
+      previous = ends_[j];
+    }
+    expect(previous == data_.size(), offsets_at + 4 * (streams - 1),
+           "Huffman data has " + std::to_string(data_.size() - previous) + " trailing bytes");
+  }
+
+  /// Sub-streams (0 for an empty or single-symbol chunk).
+  [[nodiscard]] std::size_t substreams() const noexcept { return ends_.size(); }
+  /// Symbols per sub-stream (the last may hold fewer).
+  [[nodiscard]] std::uint32_t block() const noexcept { return block_; }
+  /// The decode table (valid when `substreams() > 0`).
+  [[nodiscard]] const huffman_table& table() const noexcept { return *table_; }
+
+  /// Decodes every symbol into `out` (exactly `symbols` long), four sub-streams in lockstep.
+  /// O(symbols). @throws wisp::logic_error on a wrong `out` size, wisp::format_error if a
+  /// sub-stream is not exactly the encoding of its symbols.
+  void decode(std::span<std::uint8_t> out) const {
+    WISP_EXPECTS(out.size() == symbols_, "huffman_chunk::decode: ", out.size(),
+                 " output bytes for ", symbols_, " symbols");
+    decode_groups(out, [](std::size_t, std::size_t) {});
+  }
+
+  /// Decodes into `out` like `decode`, calling `consume(first, count)` after each group of up to
+  /// four sub-streams, while those symbols are still in L1: the container recovers BF16 values
+  /// there instead of streaming all exponents out and back.
+  template <class Consume>
+  void decode_groups(std::span<std::uint8_t> out, Consume&& consume) const {
+    WISP_EXPECTS(out.size() == symbols_, "huffman_chunk::decode_groups: ", out.size(),
+                 " output bytes for ", symbols_, " symbols");
+    if (ends_.empty()) {
+      if (!out.empty()) {  // an empty span may have a null data()
+        std::memset(out.data(), single_, out.size());
+      }
+      consume(std::size_t{0}, out.size());
+      return;
+    }
+    constexpr std::size_t lanes = 4;
+    std::size_t j = 0;
+    for (; j + lanes <= ends_.size(); j += lanes) {
+      // Four named lanes (not an array) so that all four states stay in registers.
+      detail::huffman_lane a = make_lane(j, out);
+      detail::huffman_lane b = make_lane(j + 1, out);
+      detail::huffman_lane c = make_lane(j + 2, out);
+      detail::huffman_lane d = make_lane(j + 3, out);
+      // Rounds of steps that no lane can overrun: a step writes at most 24 symbols and reads at
+      // most 7 bytes, so the checks leave the inner loop (lanes advance at different rates).
+      auto safe_steps = [&](const detail::huffman_lane& l) -> std::size_t {
+        const auto room = static_cast<std::size_t>(l.out_end - l.out);
+        const std::size_t by_out = room < 32 ? 0 : (room - 32) / 24 + 1;
+        const std::size_t by_in = l.next + 15 > l.limit ? 0 : (l.limit - l.next - 15) / 7 + 1;
+        return std::min(by_out, by_in);
+      };
+      for (;;) {
+        const std::size_t steps =
+            std::min({safe_steps(a), safe_steps(b), safe_steps(c), safe_steps(d)});
+        if (steps == 0) {
+          break;
+        }
+        for (std::size_t k = 0; k < steps; ++k) {
+          a.step4<false>(*table_);
+          b.step4<false>(*table_);
+          c.step4<false>(*table_);
+          d.step4<false>(*table_);
+        }
+      }
+      a.run(*table_);
+      b.run(*table_);
+      c.run(*table_);
+      d.run(*table_);
+      check_end(a, j);
+      check_end(b, j + 1);
+      check_end(c, j + 2);
+      check_end(d, j + 3);
+      consume(j * block_, std::min<std::size_t>(symbols_, (j + lanes) * block_) - j * block_);
+    }
+    for (; j < ends_.size(); ++j) {
+      detail::huffman_lane lane = make_lane(j, out);
+      lane.run(*table_);
+      check_end(lane, j);
+      consume(j * block_, std::min<std::size_t>(symbols_, (j + 1) * block_) - j * block_);
+    }
+  }
+
+ private:
+  // The decode table of `lengths`, or nullptr if they are not a valid code. The table of the
+  // last code seen on this thread is kept: the E-chunks of one tensor share their code
+  // (`huffman_coder::fitted`), so a tensor builds its table once, not once per chunk.
+  static std::shared_ptr<const huffman_table> cached_table(const detail::huffman_lengths& lengths) {
+    thread_local detail::huffman_lengths last_lengths{};
+    thread_local std::shared_ptr<const huffman_table> last_table;
+    if (last_table != nullptr && lengths == last_lengths) {
+      return last_table;
+    }
+    auto table = std::make_shared<huffman_table>();
+    if (!detail::build_huffman_table(lengths, *table)) {
+      return nullptr;
+    }
+    last_lengths = lengths;
+    last_table = table;
+    return table;
+  }
+  static void expect(bool ok, std::size_t offset, const std::string& what) {
+    if (!ok) [[unlikely]] {
+      throw format_error(offset, what);
+    }
+  }
+  [[nodiscard]] std::size_t begin_of(std::size_t j) const noexcept {
+    return j == 0 ? 0 : ends_[j - 1];
+  }
+  [[nodiscard]] detail::huffman_lane make_lane(std::size_t j, std::span<std::uint8_t> out) const {
+    const std::size_t first = j * block_;
+    const std::size_t last = std::min(symbols_, first + block_);
+    return {data_.data(),       data_.size(),     begin_of(j), begin_of(j), 0, 0,
+            out.data() + first, out.data() + last};
+  }
+  void check_end(const detail::huffman_lane& lane, std::size_t j) const {
+    expect(
+        lane.ended_cleanly(ends_[j] - begin_of(j)), format_error::no_offset,
+        "Huffman sub-stream " + std::to_string(j) + " does not decode to exactly its " + "symbols");
+  }
+
+  std::shared_ptr<const huffman_table> table_;  // 16 KiB, shared with the thread's cache
+  std::size_t symbols_ = 0;
+  std::uint32_t block_ = 0;
+  std::uint8_t single_ = 0;
+  std::span<const std::uint8_t> data_;
+  std::vector<std::uint32_t> ends_;
+};
+
+namespace detail {
+/// The Huffman encoding of `symbols` with sub-streams of `block` symbols, appended to `sink`;
+/// with the code `code` when given (it must cover every symbol), else the chunk's own.
+inline void huffman_encode(std::span<const std::uint8_t> symbols, std::uint32_t block,
+                           const huffman_lengths* code, std::vector<std::uint8_t>& sink) {
+  WISP_EXPECTS(block >= 1 && block <= huffman_max_block, "huffman_coder: block ", block,
+               " is outside [1, 2^24]");
+  if (symbols.empty()) {
+    return;
+  }
+  std::array<std::uint64_t, 256> counts{};
+  for (const std::uint8_t s : symbols) {
+    ++counts[s];
+  }
+  if (std::count_if(counts.begin(), counts.end(), [](std::uint64_t c) { return c != 0; }) == 1) {
+    sink.push_back(0);
+    sink.push_back(symbols[0]);
+    return;
+  }
+  const huffman_lengths lengths = code != nullptr ? *code : huffman_code_lengths(counts);
+  for (std::size_t x = 0; x < 256; ++x) {
+    WISP_EXPECTS(counts[x] == 0 || lengths[x] != 0, "huffman_coder: symbol ", x,
+                 " has no code in the fitted code lengths");
+  }
+  const std::array<std::uint16_t, 256> codes = huffman_codes(lengths);
+  std::size_t first = 0;
+  while (lengths[first] == 0) {
+    ++first;
+  }
+  std::size_t last = 255;
+  while (lengths[last] == 0) {
+    --last;
+  }
+  const std::size_t count = last + 1 - first;
+  sink.push_back(1);
+  sink.push_back(static_cast<std::uint8_t>(first));
+  sink.push_back(static_cast<std::uint8_t>(last));
+  for (std::size_t i = 0; i < count; i += 2) {
+    const std::uint8_t high = i + 1 < count ? lengths[first + i + 1] : 0;
+    sink.push_back(static_cast<std::uint8_t>(lengths[first + i] | (high << 4)));
+  }
+  append_u32(sink, block);
+  const std::size_t streams = (symbols.size() + block - 1) / block;
+  const std::size_t offsets_at = sink.size();
+  sink.resize(sink.size() + 4 * streams);
+  const std::size_t data_at = sink.size();
+  for (std::size_t j = 0; j < streams; ++j) {
+    std::uint64_t acc = 0;
+    unsigned filled = 0;
+    const std::size_t last = std::min(symbols.size(), (j + 1) * block);
+    for (std::size_t i = j * block; i < last; ++i) {
+      acc |= static_cast<std::uint64_t>(codes[symbols[i]]) << filled;
+      filled += lengths[symbols[i]];
+      while (filled >= 8) {
+        sink.push_back(static_cast<std::uint8_t>(acc));
+        acc >>= 8;
+        filled -= 8;
+      }
+    }
+    if (filled > 0) {
+      sink.push_back(static_cast<std::uint8_t>(acc));
+    }
+    const std::size_t end = sink.size() - data_at;
+    WISP_EXPECTS(end <= 0xFFFFFFFFu, "huffman_coder: E-chunk data of ", end,
+                 " bytes exceeds 4 GiB; use more E-chunks");
+    for (int b = 0; b < 4; ++b) {
+      sink[offsets_at + 4 * j + static_cast<std::size_t>(b)] =
+          static_cast<std::uint8_t>(end >> (8 * b));
+    }
+  }
+}
+}  // namespace detail
+
+/// @brief Canonical Huffman exponent coder (see the file comment for its layout). Stateless
+/// apart from the sub-stream size; every call is thread-safe.
+struct huffman_coder {
+  /// Symbols per independently decodable sub-stream: smaller means more parallelism (GPU
+  /// threads) and more offset bytes.
+  std::uint32_t block = huffman_default_block;
+
+  [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
+  /// "huffman", or "huffman-b<block>" for a sub-stream size other than the default.
+  [[nodiscard]] std::string name() const {
+    return block == huffman_default_block ? "huffman" : "huffman-b" + std::to_string(block);
+  }
+
+  /// Appends the encoding of `symbols`, with a code fitted to them. O(n + 256 log 256).
+  /// @throws wisp::logic_error if `block` is outside [1, 2^24] or a sub-stream would exceed 4 GiB.
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    detail::huffman_encode(symbols, block, nullptr, sink);
+  }
+
+  /// Decodes exactly `out.size()` symbols from `encoded`. O(n).
+  /// @throws wisp::format_error on any input that is not such an encoding.
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    huffman_chunk(encoded, out.size()).decode(out);
+  }
+
+  /// This coder with one code for all of `symbols` (a whole tensor's exponents), so that its
+  /// E-chunks share a code and a decoder builds one table per tensor instead of one per chunk.
+  /// Costs a little size when chunks differ (a tensor's chunks rarely do). O(n).
+  [[nodiscard]] struct fitted_huffman_coder fitted(std::span<const std::uint8_t> symbols) const;
+};
+static_assert(exponent_coder<huffman_coder>);
+
+/// @brief `huffman_coder` with one code for a whole stream, made by `huffman_coder::fitted`;
+/// writes the same format.
+struct fitted_huffman_coder {
+  std::uint32_t block = huffman_default_block;
+  std::shared_ptr<const detail::huffman_lengths> code;  ///< null: each chunk gets its own
+
+  [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
+  [[nodiscard]] std::string name() const { return huffman_coder{block}.name(); }
+  /// @throws wisp::logic_error as `huffman_coder::encode`, or if a symbol has no code.
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    detail::huffman_encode(symbols, block, code.get(), sink);
+  }
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    huffman_coder{block}.decode(encoded, out);
+  }
+};
+static_assert(exponent_coder<fitted_huffman_coder>);
+
+inline fitted_huffman_coder huffman_coder::fitted(std::span<const std::uint8_t> symbols) const {
+  std::array<std::uint64_t, 256> counts{};
+  for (const std::uint8_t x : symbols) {
+    ++counts[x];
+  }
+  fitted_huffman_coder out{block, nullptr};
+  if (std::count_if(counts.begin(), counts.end(), [](std::uint64_t c) { return c != 0; }) >= 2) {
+    out.code =
+        std::make_shared<const detail::huffman_lengths>(detail::huffman_code_lengths(counts));
+  }
+  return out;
+}
+static_assert(fittable_coder<huffman_coder>);
+
+}  // namespace wisp
+// ---- end wisp/compress/huffman.hpp -------------------------------------------------------------
+
+// ---- begin wisp/compress/compressed_bf16.hpp ---------------------------------------------------
+/// @file
+/// @brief `compressed_bf16`: one BF16 tensor stored as a raw SM chunk (sign + mantissa, one byte
+/// per element) and K independently compressed E-chunks (the exponent stream cut into K equal
+/// shards), in a versioned, checksummed record (docs/formats.md, "`.wzbf` compressed BF16
+/// tensor").
+///
+/// Every chunk has its own offset, size, coder and CRC-32 in the record's chunk table, so a
+/// cache can keep the SM chunk and any subset of E-chunks in different places, verify and decode
+/// each on its own (`decode_e_chunk`) and recover the elements of one shard without touching the
+/// others. Shard j covers elements `[j*s, min(n, (j+1)*s))` with `s = ceil(n / K)`.
+///
+/// Bytes from outside (`parse`) are checked completely, CRCs included, before anything is
+/// decoded; records made by `compress` are trusted and decoding them does not re-check CRCs.
+/// Either way a defect can only ever raise `wisp::format_error`.
+/// @code
+/// wisp::compressed_bf16 z = wisp::compressed_bf16::compress(weights, wisp::huffman_coder{}, 8);
+/// std::vector<std::uint8_t> file(z.bytes().begin(), z.bytes().end());   // write it anywhere
+/// wisp::compressed_bf16 back = wisp::compressed_bf16::parse(std::move(file));
+/// std::vector<std::uint16_t> out(back.elements());
+/// back.decompress(out, wisp::core_coders());                           // == weights
+/// @endcode
+
+namespace wisp {
+
+/// Constants of the `.wzbf` record format.
+namespace wzbf {
+/// Signature: "WZBF" then CR LF SUB LF (detects text-mode newline translation).
+inline constexpr std::array<std::uint8_t, 8> magic = {'W', 'Z', 'B', 'F', 0x0D, 0x0A, 0x1A, 0x0A};
+/// The only version this reader understands.
+inline constexpr std::uint32_t version = 1;
+/// Fixed part of the header, before the chunk table.
+inline constexpr std::size_t fixed_bytes = 32;
+/// One chunk-table entry.
+inline constexpr std::size_t entry_bytes = 24;
+/// Most elements a record may hold.
+inline constexpr std::uint64_t max_elements = std::uint64_t{1} << 48;
+/// Most E-chunks a record may have (bounds the header a reader allocates).
+inline constexpr std::uint32_t max_e_chunks = 65536;
+/// Header size of a record with `k` E-chunks: fixed part, K + 1 entries, CRC-32.
+[[nodiscard]] constexpr std::size_t header_bytes(std::uint32_t k) noexcept {
+  return fixed_bytes + (std::size_t{k} + 1) * entry_bytes + 4;
+}
+}  // namespace wzbf
+
+/// @brief Where one chunk of a record lies and what it holds.
+struct chunk_ref {
+  std::uint64_t offset = 0;        ///< of its stored bytes, from the start of the record
+  std::uint64_t bytes = 0;         ///< stored size
+  std::uint64_t first = 0;         ///< first element it covers
+  std::uint64_t count = 0;         ///< elements it covers
+  std::uint32_t crc = 0;           ///< CRC-32 of the stored bytes
+  coder_id coder = coder_id::raw;  ///< raw for the SM chunk
+
+  friend constexpr bool operator==(const chunk_ref&, const chunk_ref&) = default;
+};
+
+/// @brief Element range `[first, first + count)` of E-chunk `j` of `k` over `n` elements:
+/// K equal shards of `ceil(n / k)` elements, the last ones shorter or empty. O(1).
+[[nodiscard]] constexpr std::pair<std::uint64_t, std::uint64_t> e_chunk_range(
+    std::uint64_t n, std::uint32_t k, std::uint32_t j) noexcept {
+  const std::uint64_t shard = k == 0 ? 0 : (n + k - 1) / k;
+  const std::uint64_t first = std::min<std::uint64_t>(n, shard * j);
+  return {first, std::min<std::uint64_t>(n, first + shard) - first};
+}
+
+/// The coders every build has: raw and Huffman. Add zstd/lz4 from their optional headers.
+[[nodiscard]] inline coder_set core_coders() {
+  coder_set set;
+  set.add(raw_coder{}).add(huffman_coder{});
+  return set;
+}
+
+/// @brief Decodes E-chunk bytes `stored` described by `ref` into `exponents` (`ref.count` long).
+/// Use it on chunks kept apart from their record; `verify` checks the CRC first (do so for bytes
+/// that came from outside the process). O(ref.count).
+/// @throws wisp::logic_error on a wrong output size; wisp::format_error on a size or CRC mismatch,
+/// an unknown coder, or bytes that are not the chunk's encoding.
+inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> stored,
+                           std::span<std::uint8_t> exponents, const coder_set& coders,
+                           bool verify = true) {
+  WISP_EXPECTS(exponents.size() == ref.count, "decode_e_chunk: ", exponents.size(),
+               " output bytes for a chunk of ", ref.count, " exponents");
+  if (stored.size() != ref.bytes) {
+    throw format_error("E-chunk of elements [" + std::to_string(ref.first) + ", " +
+                       std::to_string(ref.first + ref.count) + ") should be " +
+                       std::to_string(ref.bytes) + " bytes, got " + std::to_string(stored.size()));
+  }
+  if (verify && trace::detail::crc32(stored) != ref.crc) {
+    throw format_error("CRC-32 mismatch in the E-chunk of elements [" + std::to_string(ref.first) +
+                       ", " + std::to_string(ref.first + ref.count) + ")");
+  }
+  const any_coder* coder = coders.find(ref.coder);
+  if (coder == nullptr) {
+    throw format_error("E-chunk coder " + std::to_string(static_cast<int>(ref.coder)) + " (" +
+                       std::string(coder_id_name(ref.coder)) +
+                       ") is not available here; coders: " + coders.names());
+  }
+  coder->decode(stored, exponents);
+}
+
+/// @brief One compressed BF16 tensor: the record's bytes and its parsed chunk table.
+/// Move-only owner of the bytes; const member functions are thread-safe.
+class compressed_bf16 {
+ public:
+  /// Compresses `values` with `coder` into `e_chunks` E-chunks. An E-chunk the coder would not
+  /// make smaller is stored raw. O(n) plus the coder's cost.
+  /// @throws wisp::logic_error if `e_chunks` is outside [1, 65536] or there are more than 2^48
+  /// values.
+  template <exponent_coder Coder>
+  [[nodiscard]] static compressed_bf16 compress(std::span<const std::uint16_t> values,
+                                                const Coder& coder, std::uint32_t e_chunks = 8) {
+    WISP_EXPECTS(e_chunks >= 1 && e_chunks <= wzbf::max_e_chunks, "compressed_bf16: E-chunks ",
+                 e_chunks, " is outside [1, ", wzbf::max_e_chunks, "]");
+    const std::uint64_t n = values.size();
+    WISP_EXPECTS(n <= wzbf::max_elements, "compressed_bf16: ", n, " elements exceed 2^48");
+    compressed_bf16 z;
+    z.elements_ = n;
+    z.chunks_.resize(std::size_t{e_chunks} + 1);
+    z.bytes_.assign(wzbf::header_bytes(e_chunks) + n, 0);
+    std::vector<std::uint8_t> exponents(n);
+    split_bf16(values, std::span<std::uint8_t>(z.bytes_).subspan(wzbf::header_bytes(e_chunks), n),
+               exponents);
+    z.chunks_[0] = {wzbf::header_bytes(e_chunks), n, 0, n, 0, coder_id::raw};
+    std::vector<std::uint8_t> encoded;
+    const auto chunk_coder = [&] {
+      if constexpr (fittable_coder<Coder>) {
+        return coder.fitted(exponents);  // one code for the tensor: one decode table
+      } else {
+        return coder;
+      }
+    }();
+    for (std::uint32_t j = 0; j < e_chunks; ++j) {
+      const auto [first, count] = e_chunk_range(n, e_chunks, j);
+      const std::span<const std::uint8_t> symbols(exponents.data() + first, count);
+      encoded.clear();
+      chunk_coder.encode(symbols, encoded);
+      coder_id id = coder.id();
+      if (encoded.size() >= count && id != coder_id::raw) {
+        encoded.assign(symbols.begin(), symbols.end());
+        id = coder_id::raw;
+      }
+      z.chunks_[j + 1] = {z.bytes_.size(), encoded.size(), first, count, 0, id};
+      z.bytes_.insert(z.bytes_.end(), encoded.begin(), encoded.end());
+    }
+    for (chunk_ref& c : z.chunks_) {
+      c.crc = trace::detail::crc32(z.chunk_bytes(c));
+    }
+    z.write_header();
+    return z;
+  }
+
+  /// Parses and fully verifies a record (header, chunk table, every CRC). The record must span
+  /// all of `bytes`. O(size). @throws wisp::format_error with the byte offset of the defect.
+  [[nodiscard]] static compressed_bf16 parse(std::vector<std::uint8_t> bytes) {
+    compressed_bf16 z;
+    const std::size_t size = bytes.size();
+    auto fail = [](std::uint64_t at, const std::string& what) {
+      throw format_error(at, ".wzbf: " + what);
+    };
+    if (size < 8 || !std::equal(wzbf::magic.begin(), wzbf::magic.end(), bytes.begin())) {
+      fail(0, "not a compressed BF16 record (bad signature)");
+    }
+    if (size < wzbf::fixed_bytes) {
+      fail(size, "truncated header (" + std::to_string(size) + " bytes)");
+    }
+    const std::uint32_t ver = get_u32(bytes, 8);
+    if (ver != wzbf::version) {
+      fail(8, "unsupported version " + std::to_string(ver));
+    }
+    const std::uint64_t n = get_u64(bytes, 16);
+    const std::uint32_t k = get_u32(bytes, 24);
+    if (get_u32(bytes, 12) != 0 || get_u32(bytes, 28) != 0) {
+      fail(get_u32(bytes, 12) != 0 ? 12 : 28, "reserved field is not zero");
+    }
+    if (k < 1 || k > wzbf::max_e_chunks) {
+      fail(24, "E-chunk count " + std::to_string(k) + " is outside [1, 65536]");
+    }
+    const std::size_t header = wzbf::header_bytes(k);
+    if (size < header) {
+      fail(size, "truncated chunk table (" + std::to_string(size) + " of " +
+                     std::to_string(header) + " header bytes)");
+    }
+    if (trace::detail::crc32(std::span<const std::uint8_t>(bytes.data(), header - 4)) !=
+        get_u32(bytes, header - 4)) {
+      fail(header - 4, "header checksum mismatch");
+    }
+    if (n > wzbf::max_elements || n > size - header) {
+      fail(16, "element count " + std::to_string(n) + " exceeds the record's " +
+                   std::to_string(size - header) + " payload bytes");
+    }
+    z.elements_ = n;
+    z.chunks_.resize(std::size_t{k} + 1);
+    std::uint64_t expected_offset = header;
+    for (std::uint32_t c = 0; c <= k; ++c) {
+      const std::size_t at = wzbf::fixed_bytes + std::size_t{c} * wzbf::entry_bytes;
+      chunk_ref& r = z.chunks_[c];
+      r.offset = get_u64(bytes, at);
+      r.bytes = get_u64(bytes, at + 8);
+      r.crc = get_u32(bytes, at + 16);
+      r.coder = static_cast<coder_id>(bytes[at + 20]);
+      if (bytes[at + 21] != 0 || bytes[at + 22] != 0 || bytes[at + 23] != 0) {
+        fail(at + 21, "reserved chunk-table bytes are not zero");
+      }
+      if (c == 0) {
+        r.first = 0;
+        r.count = n;
+        if (r.coder != coder_id::raw || r.bytes != n) {
+          fail(at, "the SM chunk must be raw and hold one byte per element");
+        }
+      } else {
+        std::tie(r.first, r.count) = e_chunk_range(n, k, c - 1);
+      }
+      if (r.offset != expected_offset || r.bytes > size - r.offset) {
+        fail(at, "chunk " + std::to_string(c) + " at offset " + std::to_string(r.offset) + " of " +
+                     std::to_string(r.bytes) + " bytes does not follow the previous chunk within " +
+                     std::to_string(size) + " bytes");
+      }
+      expected_offset = r.offset + r.bytes;
+    }
+    if (expected_offset != size) {
+      fail(expected_offset, std::to_string(size - expected_offset) + " bytes after the last chunk");
+    }
+    z.bytes_ = std::move(bytes);
+    for (std::uint32_t c = 0; c <= k; ++c) {
+      const chunk_ref& r = z.chunks_[c];
+      if (trace::detail::crc32(z.chunk_bytes(r)) != r.crc) {
+        fail(r.offset, "chunk " + std::to_string(c) + " checksum mismatch");
+      }
+    }
+    return z;
+  }
+
+  /// Elements of the tensor.
+  [[nodiscard]] std::uint64_t elements() const noexcept { return elements_; }
+  /// Number of E-chunks, K.
+  [[nodiscard]] std::uint32_t e_chunks() const noexcept {
+    return static_cast<std::uint32_t>(chunks_.size() - 1);
+  }
+  /// The SM chunk (raw, `elements()` bytes).
+  [[nodiscard]] const chunk_ref& sm_chunk() const noexcept { return chunks_[0]; }
+  /// E-chunk `j`. @throws wisp::logic_error if `j >= e_chunks()`.
+  [[nodiscard]] const chunk_ref& e_chunk(std::uint32_t j) const {
+    WISP_EXPECTS(j < e_chunks(), "compressed_bf16: E-chunk ", j, " of ", e_chunks());
+    return chunks_[std::size_t{j} + 1];
+  }
+  /// The stored bytes of a chunk of this record.
+  [[nodiscard]] std::span<const std::uint8_t> chunk_bytes(const chunk_ref& c) const noexcept {
+    return std::span<const std::uint8_t>(bytes_).subspan(c.offset, c.bytes);
+  }
+  /// The whole record, ready to be written out.
+  [[nodiscard]] std::span<const std::uint8_t> bytes() const noexcept { return bytes_; }
+  /// Bytes of the SM chunk plus every E-chunk (what crosses a link; the header excluded).
+  [[nodiscard]] std::uint64_t payload_bytes() const noexcept {
+    return bytes_.size() - chunks_[0].offset;
+  }
+
+  /// Decodes E-chunk `j` and recovers its elements into `out[first, first + count)`;
+  /// `exponents` is scratch of at least `count` bytes. O(count). Shards may be decoded by
+  /// different threads into one `out`.
+  /// @throws wisp::logic_error on short buffers; wisp::format_error if the chunk does not decode.
+  void decompress_chunk(std::uint32_t j, std::span<std::uint16_t> out,
+                        std::span<std::uint8_t> exponents, const coder_set& coders) const {
+    const chunk_ref& r = e_chunk(j);
+    WISP_EXPECTS(out.size() == elements_ && exponents.size() >= r.count,
+                 "compressed_bf16::decompress_chunk: output of ", out.size(), " for ", elements_,
+                 " elements, scratch of ", exponents.size(), " for ", r.count);
+    const std::span<std::uint8_t> ex = exponents.first(r.count);
+    const std::uint8_t* sm = bytes_.data() + chunks_[0].offset + r.first;
+    if (r.coder == coder_id::huffman && coders.find(coder_id::huffman) != nullptr) {
+      // Recover each group of sub-streams while its exponents are still in L1.
+      huffman_chunk(chunk_bytes(r), r.count).decode_groups(ex, [&](std::size_t at, std::size_t n) {
+        detail::recover_bf16_unchecked(sm + at, ex.data() + at, out.data() + r.first + at, n);
+      });
+      return;
+    }
+    decode_e_chunk(r, chunk_bytes(r), ex, coders, /*verify=*/false);
+    detail::recover_bf16_unchecked(sm, ex.data(), out.data() + r.first, r.count);
+  }
+
+  /// Decodes the whole tensor into `out` (`elements()` long), E-chunk by E-chunk, with
+  /// `scratch` grown to the largest E-chunk. O(n).
+  /// @throws wisp::logic_error on a wrong output size; wisp::format_error if a chunk does not
+  /// decode (then `out` holds an unspecified mix of decoded and old values).
+  void decompress(std::span<std::uint16_t> out, const coder_set& coders,
+                  std::vector<std::uint8_t>& scratch) const {
+    WISP_EXPECTS(out.size() == elements_, "compressed_bf16::decompress: output of ", out.size(),
+                 " for ", elements_, " elements");
+    scratch.resize(
+        std::max<std::size_t>(scratch.size(), e_chunk_range(elements_, e_chunks(), 0).second));
+    for (std::uint32_t j = 0; j < e_chunks(); ++j) {
+      decompress_chunk(j, out, scratch, coders);
+    }
+  }
+  /// @copydoc decompress
+  void decompress(std::span<std::uint16_t> out, const coder_set& coders) const {
+    std::vector<std::uint8_t> scratch;
+    decompress(out, coders, scratch);
+  }
+
+ private:
+  compressed_bf16() = default;
+
+  static std::uint32_t get_u32(const std::vector<std::uint8_t>& b, std::size_t at) noexcept {
+    return detail::load_u32(b.data() + at);
+  }
+  static std::uint64_t get_u64(const std::vector<std::uint8_t>& b, std::size_t at) noexcept {
+    return get_u32(b, at) | static_cast<std::uint64_t>(get_u32(b, at + 4)) << 32;
+  }
+  void put(std::size_t at, std::uint64_t v, int width) noexcept {
+    for (int i = 0; i < width; ++i) {
+      bytes_[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
+    }
+  }
+  void write_header() noexcept {
+    std::copy(wzbf::magic.begin(), wzbf::magic.end(), bytes_.begin());
+    put(8, wzbf::version, 4);
+    put(16, elements_, 8);
+    put(24, e_chunks(), 4);
+    for (std::size_t c = 0; c < chunks_.size(); ++c) {
+      const std::size_t at = wzbf::fixed_bytes + c * wzbf::entry_bytes;
+      put(at, chunks_[c].offset, 8);
+      put(at + 8, chunks_[c].bytes, 8);
+      put(at + 16, chunks_[c].crc, 4);
+      put(at + 20, static_cast<std::uint8_t>(chunks_[c].coder), 1);
+    }
+    const std::size_t header = wzbf::header_bytes(e_chunks());
+    put(header - 4, trace::detail::crc32(std::span<const std::uint8_t>(bytes_.data(), header - 4)),
+        4);
+  }
+
+  std::uint64_t elements_ = 0;
+  std::vector<chunk_ref> chunks_;  // [0] = SM, [1 + j] = E-chunk j
+  std::vector<std::uint8_t> bytes_;
+};
+
+}  // namespace wisp
+// ---- end wisp/compress/compressed_bf16.hpp -----------------------------------------------------
+
+// ---- begin wisp/compress/safetensors.hpp -------------------------------------------------------
+/// @file
+/// @brief A small, strict reader of the safetensors header: where each named tensor lies in the
+/// file, its dtype and shape. Enough to compress the BF16 tensors of a checkpoint and keep every
+/// other byte as it is; no tensor data is interpreted here.
+///
+/// The format: a little-endian u64 `N`, `N` bytes of UTF-8 JSON (possibly padded with spaces),
+/// then the data. The JSON object maps each tensor name to
+/// `{"dtype": "BF16", "shape": [rows, cols], "data_offsets": [begin, end]}` (offsets relative to
+/// the data, which starts at byte `8 + N`); the optional key `"__metadata__"` maps to an object of
+/// strings. The reader checks that `N` fits the file (and 100 MB, the format's own limit), that
+/// every entry has a known dtype, that `end - begin` is the byte size its shape and dtype imply,
+/// and that tensors lie inside the data without overlapping. Gaps between tensors are allowed
+/// (they are kept as they are by whoever rewrites the file).
+/// @code
+/// std::vector<std::uint8_t> file = ...;                 // the whole .safetensors file
+/// wisp::safetensors_header h = wisp::parse_safetensors_header(file);
+/// for (const wisp::safetensors_tensor& t : h.tensors)
+///   if (t.dtype == "BF16") compress(file.data() + t.begin, t.end - t.begin);
+/// @endcode
+
+namespace wisp {
+
+/// @brief One tensor of a safetensors file.
+struct safetensors_tensor {
+  std::string name;
+  std::string dtype;  ///< as written: "BF16", "F32", "I64", ...
+  std::vector<std::uint64_t> shape;
+  std::uint64_t begin = 0;  ///< first byte, from the start of the file
+  std::uint64_t end = 0;    ///< one past the last byte, from the start of the file
+
+  /// Elements (product of the shape; 1 for a scalar).
+  [[nodiscard]] std::uint64_t elements() const noexcept {
+    std::uint64_t n = 1;
+    for (const std::uint64_t d : shape) {
+      n *= d;
+    }
+    return n;
+  }
+};
+
+/// @brief The parsed header of a safetensors file.
+struct safetensors_header {
+  std::uint64_t data_begin = 0;             ///< `8 + N`: where the data starts
+  std::vector<safetensors_tensor> tensors;  ///< sorted by `begin` (then name)
+};
+
+/// Bytes per element of a safetensors dtype, or 0 if the dtype is unknown.
+[[nodiscard]] constexpr std::uint64_t safetensors_dtype_bytes(std::string_view dtype) noexcept {
+  if (dtype == "BOOL" || dtype == "U8" || dtype == "I8" || dtype == "F8_E5M2" ||
+      dtype == "F8_E4M3") {
+    return 1;
+  }
+  if (dtype == "BF16" || dtype == "F16" || dtype == "I16" || dtype == "U16") {
+    return 2;
+  }
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") {
+    return 4;
+  }
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") {
+    return 8;
+  }
+  return 0;
+}
+
+/// @brief Parses the header of the safetensors file `file` (all of it, or at least the header:
+/// `file_size` is then the size of the whole file). O(header size + tensors log tensors).
+/// @throws wisp::format_error with the byte offset of the problem.
+[[nodiscard]] inline safetensors_header parse_safetensors_header(std::span<const std::uint8_t> file,
+                                                                 std::uint64_t file_size) {
+  constexpr std::uint64_t max_header = 100'000'000;  // the format's own limit
+  auto fail = [](std::uint64_t at, const std::string& what) {
+    throw format_error(at, "safetensors: " + what);
+  };
+  if (file.size() < 8 || file_size < 8) {
+    fail(0, "shorter than the 8-byte header size");
+  }
+  std::uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) {
+    n |= static_cast<std::uint64_t>(file[static_cast<std::size_t>(i)]) << (8 * i);
+  }
+  if (n > max_header || n > file_size - 8) {
+    fail(0, "header size " + std::to_string(n) + " exceeds the file (" + std::to_string(file_size) +
+                " bytes) or the format's 100 MB limit");
+  }
+  if (n > file.size() - 8) {
+    fail(file.size(), "truncated header");
+  }
+  const std::string_view json(reinterpret_cast<const char*>(file.data() + 8),
+                              static_cast<std::size_t>(n));
+  const trace::detail::json_value root = trace::detail::json_parser(json, 8).parse_document();
+  if (root.type != trace::detail::json_value::kind::object) {
+    fail(8, "the header is not a JSON object");
+  }
+  safetensors_header h;
+  h.data_begin = 8 + n;
+  const std::uint64_t data_size = file_size - h.data_begin;
+  auto to_u64 = [&](const trace::detail::json_value& v, const std::string& what) {
+    std::uint64_t x = 0;
+    const char* first = v.text.data();
+    const char* last = first + v.text.size();
+    if (v.type != trace::detail::json_value::kind::number ||
+        std::from_chars(first, last, x).ptr != last) {
+      fail(8, what + " is not a non-negative integer");
+    }
+    return x;
+  };
+  for (const auto& [name, entry] : root.members) {
+    if (name == "__metadata__") {
+      bool strings = entry.type == trace::detail::json_value::kind::object;
+      for (const auto& member : entry.members) {
+        strings &= member.value.type == trace::detail::json_value::kind::string;
+      }
+      if (!strings) {
+        fail(8, "__metadata__ must be an object of strings");
+      }
+      continue;
+    }
+    const std::string where = "tensor '" + name + "'";
+    const trace::detail::json_value* dtype = entry.find("dtype");
+    const trace::detail::json_value* shape = entry.find("shape");
+    const trace::detail::json_value* offsets = entry.find("data_offsets");
+    if (entry.type != trace::detail::json_value::kind::object || dtype == nullptr ||
+        shape == nullptr || offsets == nullptr || entry.members.size() != 3 ||
+        dtype->type != trace::detail::json_value::kind::string ||
+        shape->type != trace::detail::json_value::kind::array ||
+        offsets->type != trace::detail::json_value::kind::array || offsets->items.size() != 2) {
+      fail(8, where + " needs exactly dtype (string), shape (array), data_offsets ([begin, end])");
+    }
+    safetensors_tensor t;
+    t.name = name;
+    t.dtype = dtype->text;
+    const std::uint64_t width = safetensors_dtype_bytes(t.dtype);
+    if (width == 0) {
+      fail(8, where + " has unknown dtype '" + t.dtype + "'");
+    }
+    std::uint64_t bytes = width;
+    for (const trace::detail::json_value& d : shape->items) {
+      t.shape.push_back(to_u64(d, where + " shape entry"));
+      if (t.shape.back() != 0 &&
+          bytes > std::numeric_limits<std::uint64_t>::max() / t.shape.back()) {
+        fail(8, where + " shape overflows 64 bits");
+      }
+      bytes *= t.shape.back();
+    }
+    const std::uint64_t begin = to_u64(offsets->items[0], where + " data_offsets[0]");
+    const std::uint64_t end = to_u64(offsets->items[1], where + " data_offsets[1]");
+    if (begin > end || end > data_size) {
+      fail(8, where + " data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                  ") are not inside the " + std::to_string(data_size) + " data bytes");
+    }
+    if (end - begin != bytes) {
+      fail(8, where + " holds " + std::to_string(end - begin) + " bytes but its dtype and shape " +
+                  "need " + std::to_string(bytes));
+    }
+    t.begin = h.data_begin + begin;
+    t.end = h.data_begin + end;
+    h.tensors.push_back(std::move(t));
+  }
+  std::sort(h.tensors.begin(), h.tensors.end(), [](const auto& a, const auto& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.name < b.name;
+  });
+  for (std::size_t i = 1; i < h.tensors.size(); ++i) {
+    if (h.tensors[i].begin < h.tensors[i - 1].end) {
+      fail(8, "tensors '" + h.tensors[i - 1].name + "' and '" + h.tensors[i].name + "' overlap");
+    }
+  }
+  return h;
+}
+
+/// @copydoc parse_safetensors_header
+[[nodiscard]] inline safetensors_header parse_safetensors_header(
+    std::span<const std::uint8_t> file) {
+  return parse_safetensors_header(file, file.size());
+}
+
+}  // namespace wisp
+// ---- end wisp/compress/safetensors.hpp ---------------------------------------------------------
+
+// ---- begin wisp/compress/archive.hpp -----------------------------------------------------------
+/// @file
+/// @brief `bf16_archive`: a whole file (a raw little-endian BF16 tensor, or a safetensors
+/// checkpoint) as a sequence of named segments, each either kept raw or a `.wzbf` compressed
+/// BF16 record, so that restoring it gives back the exact original bytes (docs/formats.md,
+/// "`.wzar` archive"). This is what `wisp compress` writes and `wisp compress -d` reads.
+///
+/// `compress_file` cuts a safetensors file into its header, each tensor (BF16 ones compressed)
+/// and any gap between tensors; any other file is one BF16 tensor. The whole file is held in
+/// memory.
+/// @code
+/// std::vector<std::uint8_t> file = read("model.safetensors");
+/// wisp::bf16_archive a = wisp::compress_file(file, wisp::huffman_coder{}, 8);
+/// std::vector<std::uint8_t> packed = a.serialize();
+/// assert(wisp::bf16_archive::parse(packed).restore(wisp::core_coders()) == file);
+/// @endcode
+
+namespace wisp {
+
+/// Constants of the `.wzar` archive format.
+namespace wzar {
+/// Signature: "WZAR" then CR LF SUB LF.
+inline constexpr std::array<std::uint8_t, 8> magic = {'W', 'Z', 'A', 'R', 0x0D, 0x0A, 0x1A, 0x0A};
+/// The only version this reader understands.
+inline constexpr std::uint32_t version = 1;
+/// Archive header and segment descriptor sizes.
+inline constexpr std::size_t header_bytes = 32;
+inline constexpr std::size_t descriptor_bytes = 32;
+/// Longest segment name.
+inline constexpr std::uint32_t max_name = 65536;
+}  // namespace wzar
+
+/// @brief One segment of an archive: `original_bytes` of the file, kept raw or compressed.
+struct archive_segment {
+  std::string name;                       ///< tensor name, "__header__", "__gap__" or the file
+  std::uint64_t original_bytes = 0;       ///< bytes it restores to
+  std::vector<std::uint8_t> raw;          ///< the bytes, when not compressed
+  std::optional<compressed_bf16> tensor;  ///< the record, when compressed (LE BF16 values)
+};
+
+/// @brief A file as raw and compressed segments; see the file comment. Move-only; const member
+/// functions are thread-safe.
+class bf16_archive {
+ public:
+  /// Appends a raw segment. O(bytes).
+  void add_raw(std::string name, std::span<const std::uint8_t> bytes) {
+    segments_.push_back({std::move(name), bytes.size(), {bytes.begin(), bytes.end()}, {}});
+  }
+  /// Appends a compressed BF16 segment (it restores to `2 * elements` little-endian bytes).
+  void add_bf16(std::string name, compressed_bf16 tensor) {
+    const std::uint64_t bytes = 2 * tensor.elements();
+    segments_.push_back({std::move(name), bytes, {}, std::move(tensor)});
+  }
+
+  [[nodiscard]] std::span<const archive_segment> segments() const noexcept { return segments_; }
+  /// Size of the original file.
+  [[nodiscard]] std::uint64_t original_bytes() const noexcept {
+    std::uint64_t n = 0;
+    for (const archive_segment& s : segments_) {
+      n += s.original_bytes;
+    }
+    return n;
+  }
+
+  /// The archive's bytes. O(size).
+  /// @throws wisp::logic_error if a name is longer than 65,536 bytes.
+  [[nodiscard]] std::vector<std::uint8_t> serialize() const {
+    std::vector<std::uint8_t> out(wzar::header_bytes, 0);
+    std::copy(wzar::magic.begin(), wzar::magic.end(), out.begin());
+    put(out, 8, wzar::version, 4);
+    WISP_EXPECTS(segments_.size() <= 0xFFFFFFFFu, "bf16_archive: ", segments_.size(),
+                 " segments is more than 2^32 - 1");
+    put(out, 12, segments_.size(), 4);
+    put(out, 16, original_bytes(), 8);
+    put(out, 28, trace::detail::crc32(std::span(out).first(28)), 4);
+    for (const archive_segment& s : segments_) {
+      WISP_EXPECTS(s.name.size() <= wzar::max_name, "bf16_archive: segment name of ", s.name.size(),
+                   " bytes is longer than ", wzar::max_name);
+      const std::span<const std::uint8_t> stored = s.tensor ? s.tensor->bytes() : s.raw;
+      const std::size_t at = out.size();
+      out.resize(at + wzar::descriptor_bytes);
+      out[at] = s.tensor ? 1 : 0;
+      put(out, at + 4, s.name.size(), 4);
+      put(out, at + 8, stored.size(), 8);
+      put(out, at + 16, s.original_bytes, 8);
+      std::uint32_t crc = trace::detail::crc32(
+          std::span(reinterpret_cast<const std::uint8_t*>(s.name.data()), s.name.size()));
+      if (!s.tensor) {
+        crc = trace::detail::crc32_update(crc, stored);
+      }
+      put(out, at + 24, crc, 4);
+      put(out, at + 28, trace::detail::crc32(std::span(out).subspan(at, 28)), 4);
+      out.insert(out.end(), s.name.begin(), s.name.end());
+      out.insert(out.end(), stored.begin(), stored.end());
+    }
+    return out;
+  }
+
+  /// Parses and verifies an archive: every descriptor CRC, every raw segment's CRC, every
+  /// record (`compressed_bf16::parse`), sizes consistent and nothing after the last segment.
+  /// O(size). @throws wisp::format_error with the byte offset of the problem.
+  [[nodiscard]] static bf16_archive parse(std::span<const std::uint8_t> bytes) {
+    auto fail = [](std::uint64_t at, const std::string& what) {
+      throw format_error(at, ".wzar: " + what);
+    };
+    auto u32 = [&](std::size_t at) { return detail::load_u32(bytes.data() + at); };
+    auto u64 = [&](std::size_t at) { return u32(at) | std::uint64_t{u32(at + 4)} << 32; };
+    if (bytes.size() < 8 || !std::equal(wzar::magic.begin(), wzar::magic.end(), bytes.begin())) {
+      fail(0, "not a wisp compressed archive (bad signature)");
+    }
+    if (bytes.size() < wzar::header_bytes) {
+      fail(bytes.size(), "truncated header");
+    }
+    if (trace::detail::crc32(bytes.first(28)) != u32(28)) {
+      fail(28, "header checksum mismatch");
+    }
+    if (u32(8) != wzar::version) {
+      fail(8, "unsupported version " + std::to_string(u32(8)));
+    }
+    if (u32(24) != 0) {
+      fail(24, "reserved field is not zero");
+    }
+    const std::uint32_t count = u32(12);
+    const std::uint64_t total = u64(16);
+    bf16_archive a;
+    std::size_t at = wzar::header_bytes;
+    for (std::uint32_t i = 0; i < count; ++i) {
+      if (bytes.size() - at < wzar::descriptor_bytes) {
+        fail(at, "truncated descriptor of segment " + std::to_string(i));
+      }
+      if (trace::detail::crc32(bytes.subspan(at, 28)) != u32(at + 28)) {
+        fail(at + 28, "descriptor checksum mismatch in segment " + std::to_string(i));
+      }
+      const std::uint8_t kind = bytes[at];
+      const std::uint32_t name_bytes = u32(at + 4);
+      const std::uint64_t stored = u64(at + 8);
+      const std::uint64_t original = u64(at + 16);
+      if (kind > 1 || bytes[at + 1] != 0 || bytes[at + 2] != 0 || bytes[at + 3] != 0) {
+        fail(at, "segment " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
+      }
+      if (name_bytes > wzar::max_name) {
+        fail(at + 4, "segment name of " + std::to_string(name_bytes) + " bytes is too long");
+      }
+      const std::size_t data = at + wzar::descriptor_bytes;
+      if (bytes.size() - data < name_bytes || bytes.size() - data - name_bytes < stored) {
+        fail(at + 8, "segment " + std::to_string(i) + " runs past the end of the archive");
+      }
+      const std::span<const std::uint8_t> name = bytes.subspan(data, name_bytes);
+      const std::span<const std::uint8_t> payload = bytes.subspan(data + name_bytes, stored);
+      std::uint32_t crc = trace::detail::crc32(name);
+      if (kind == 0) {
+        crc = trace::detail::crc32_update(crc, payload);
+      }
+      if (crc != u32(at + 24)) {
+        fail(at + 24, "segment " + std::to_string(i) + " checksum mismatch");
+      }
+      std::string segment_name(name.begin(), name.end());
+      if (kind == 0) {
+        if (stored != original) {
+          fail(at + 16, "raw segment " + std::to_string(i) + " stores " + std::to_string(stored) +
+                            " bytes for " + std::to_string(original));
+        }
+        a.add_raw(std::move(segment_name), payload);
+      } else {
+        compressed_bf16 t = [&] {
+          try {
+            return compressed_bf16::parse({payload.begin(), payload.end()});
+          } catch (const format_error& e) {
+            const std::uint64_t base = data + name_bytes;
+            throw format_error(e.offset() == format_error::no_offset ? base : base + e.offset(),
+                               "in segment " + std::to_string(i) + ": " + e.problem());
+          }
+        }();
+        if (2 * t.elements() != original) {
+          fail(at + 16, "compressed segment " + std::to_string(i) + " restores to " +
+                            std::to_string(2 * t.elements()) + " bytes, not " +
+                            std::to_string(original));
+        }
+        a.add_bf16(std::move(segment_name), std::move(t));
+      }
+      at = data + name_bytes + static_cast<std::size_t>(stored);
+    }
+    if (at != bytes.size()) {
+      fail(at, std::to_string(bytes.size() - at) + " bytes after the last segment");
+    }
+    if (a.original_bytes() != total) {
+      fail(16, "segments restore " + std::to_string(a.original_bytes()) + " bytes, the header " +
+                   "says " + std::to_string(total));
+    }
+    return a;
+  }
+
+  /// The original file. O(size). @throws wisp::format_error if a record does not decode.
+  [[nodiscard]] std::vector<std::uint8_t> restore(const coder_set& coders) const {
+    std::vector<std::uint8_t> out;
+    out.reserve(original_bytes());
+    std::vector<std::uint16_t> values;
+    std::vector<std::uint8_t> scratch;
+    for (const archive_segment& s : segments_) {
+      if (!s.tensor) {
+        out.insert(out.end(), s.raw.begin(), s.raw.end());
+        continue;
+      }
+      values.resize(s.tensor->elements());
+      s.tensor->decompress(values, coders, scratch);
+      for (const std::uint16_t v : values) {  // little-endian whatever the host
+        out.push_back(static_cast<std::uint8_t>(v));
+        out.push_back(static_cast<std::uint8_t>(v >> 8));
+      }
+    }
+    return out;
+  }
+
+ private:
+  static void put(std::vector<std::uint8_t>& out, std::size_t at, std::uint64_t v, int width) {
+    for (int i = 0; i < width; ++i) {
+      out[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
+    }
+  }
+  std::vector<archive_segment> segments_;
+};
+
+/// BF16 values of `bytes` read as little-endian 16-bit words (an even number of bytes).
+[[nodiscard]] inline std::vector<std::uint16_t> bf16_from_le_bytes(
+    std::span<const std::uint8_t> bytes) {
+  std::vector<std::uint16_t> values(bytes.size() / 2);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<std::uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+  }
+  return values;
+}
+
+/// @brief Compresses a file: a safetensors checkpoint (`safetensors` true) segment by segment,
+/// BF16 tensors with `coder` into `e_chunks` E-chunks and everything else raw; otherwise the
+/// whole file as one little-endian BF16 tensor named `name`. O(size).
+/// @throws wisp::format_error if the safetensors header is malformed or a raw BF16 file has an
+/// odd size; wisp::logic_error on a bad `e_chunks`.
+template <exponent_coder Coder>
+[[nodiscard]] bf16_archive compress_file(std::span<const std::uint8_t> file, const Coder& coder,
+                                         std::uint32_t e_chunks, bool safetensors,
+                                         const std::string& name = "tensor") {
+  bf16_archive a;
+  if (!safetensors) {
+    if (file.size() % 2 != 0) {
+      throw format_error(file.size() - 1, "a raw BF16 file must have an even size, got " +
+                                              std::to_string(file.size()) + " bytes");
+    }
+    a.add_bf16(name, compressed_bf16::compress(bf16_from_le_bytes(file), coder, e_chunks));
+    return a;
+  }
+  const safetensors_header h = parse_safetensors_header(file);
+  a.add_raw("__header__", file.first(static_cast<std::size_t>(h.data_begin)));
+  std::uint64_t at = h.data_begin;
+  for (const safetensors_tensor& t : h.tensors) {
+    if (t.begin > at) {
+      a.add_raw("__gap__", file.subspan(at, t.begin - at));
+    }
+    const std::span<const std::uint8_t> bytes = file.subspan(t.begin, t.end - t.begin);
+    if (t.dtype == "BF16") {
+      a.add_bf16(t.name, compressed_bf16::compress(bf16_from_le_bytes(bytes), coder, e_chunks));
+    } else {
+      a.add_raw(t.name, bytes);
+    }
+    at = t.end;
+  }
+  if (at < file.size()) {
+    a.add_raw("__gap__", file.subspan(at));
+  }
+  return a;
+}
+
+}  // namespace wisp
+// ---- end wisp/compress/archive.hpp -------------------------------------------------------------
+
+// ---- begin wisp/compress/expert_store.hpp ------------------------------------------------------
+/// @file
+/// @brief `compressed_expert_store`: the host masters of a MoE layer's experts held losslessly
+/// compressed (one `compressed_bf16` record per tensor), each expert either only compressed (C)
+/// or also full (F), and a pool of L `std::jthread` decoders that serve a pager's copy plan into
+/// caller-provided slot buffers: a miss on an F expert is a raw copy, a miss on a C expert moves
+/// its compressed bytes and decodes them.
+///
+/// What an engine needs from it: `link_bytes(e)` (what a miss of `e` moves across the link:
+/// compressed payload for C, raw bytes for F), `apply(plan, slots)` (decode or copy into the
+/// slots, in parallel over E-chunks) and the measured decode time it returns. An engine that
+/// models its link charges `link_bytes` on the copy queue and the decode on the consumer side.
+/// Slots may be pinned host memory when CUDA is present: the store never allocates them.
+/// @code
+/// wisp::compressed_expert_store store({.experts = 64, .tensor_elements = {2048 * 1408, ...},
+///                                      .e_chunks = 8, .threads = 2}, wisp::huffman_coder{});
+/// for (int e = 0; e < 64; ++e) store.set_expert(e, weights_of(e));
+/// auto r = pager.prepare(layer, topk_ids, tokens, k);
+/// wisp::fetch_stats s = store.apply(r.copy_plan, slot_buffer);   // slot_buffer: [slots x
+/// elements] timeline.copy(s.link_bytes);                                    // what crossed the
+/// link
+/// @endcode
+
+namespace wisp {
+
+/// @brief How the store holds an expert (ZipMoE's F and C pools).
+enum class expert_state : std::uint8_t {
+  compressed,  ///< C: only the compressed records; a miss moves them and decodes
+  full,        ///< F: also the raw BF16 bytes; a miss is a plain copy
+};
+
+/// @brief Shape and decoding resources of a `compressed_expert_store`.
+struct expert_store_config {
+  std::int32_t experts = 0;                    ///< experts of the layer
+  std::vector<std::uint64_t> tensor_elements;  ///< BF16 elements of each tensor of an expert
+  std::uint32_t e_chunks = 8;                  ///< K: E-chunks per tensor (decode parallelism)
+  std::uint32_t threads = 2;                   ///< L: decoder threads; 0 decodes on the caller
+};
+
+/// @brief What one `apply` did.
+struct fetch_stats {
+  std::int32_t full_copies = 0;  ///< misses served as raw bytes (F experts)
+  std::int32_t decoded = 0;      ///< misses served compressed + decoded (C experts)
+  std::uint64_t raw_bytes = 0;   ///< BF16 bytes written into slots
+  std::uint64_t link_bytes = 0;  ///< bytes that crossed the link (sum of `link_bytes(e)`)
+  double decode_seconds = 0;     ///< wall time of the decode step, measured
+};
+
+/// @brief Compressed host masters of one MoE layer plus a decoder pool (see the file comment).
+///
+/// Thread safety: one owner. The decoder threads only ever touch the records and slot memory of
+/// the `apply` call in flight, which returns after they are done.
+class compressed_expert_store {
+ public:
+  /// Empty store (every expert all-zero, compressed) with `config.threads` decoder threads.
+  /// @throws wisp::logic_error on no experts, no tensors, or K outside [1, 65536].
+  compressed_expert_store(expert_store_config config, any_coder coder,
+                          coder_set decoders = core_coders())
+      : config_(std::move(config)), coder_(std::move(coder)), decoders_(std::move(decoders)) {
+    WISP_EXPECTS(config_.experts >= 1 && !config_.tensor_elements.empty(),
+                 "compressed_expert_store: experts ", config_.experts, " and tensors ",
+                 config_.tensor_elements.size(), " must be >= 1");
+    WISP_EXPECTS(config_.e_chunks >= 1 && config_.e_chunks <= wzbf::max_e_chunks,
+                 "compressed_expert_store: E-chunks ", config_.e_chunks, " outside [1, 65536]");
+    for (const std::uint64_t n : config_.tensor_elements) {
+      tensor_offset_.push_back(elements_);
+      elements_ += n;
+    }
+    const std::vector<std::uint16_t> zeros(elements_, 0);
+    experts_.resize(static_cast<std::size_t>(config_.experts));
+    for (std::int32_t e = 0; e < config_.experts; ++e) {
+      set_expert(e, zeros);
+    }
+    for (std::uint32_t i = 0; i < config_.threads; ++i) {
+      workers_.emplace_back([this](std::stop_token stop) { work(stop); });
+    }
+  }
+
+  compressed_expert_store(const compressed_expert_store&) = delete;
+  compressed_expert_store& operator=(const compressed_expert_store&) = delete;
+  /// Stops and joins the decoder threads.
+  ~compressed_expert_store() {
+    for (std::jthread& w : workers_) {
+      w.request_stop();
+    }
+    wake_.notify_all();
+  }
+
+  /// BF16 elements of one expert (all its tensors, concatenated in `tensor_elements` order).
+  [[nodiscard]] std::uint64_t elements_per_expert() const noexcept { return elements_; }
+  [[nodiscard]] std::int32_t experts() const noexcept { return config_.experts; }
+  [[nodiscard]] const expert_store_config& config() const noexcept { return config_; }
+
+  /// Compresses `values` (`elements_per_expert()` long) as expert `e`'s master, in `state`.
+  /// O(elements). @throws wisp::logic_error on a bad id or length (the expert is unchanged).
+  void set_expert(std::int32_t e, std::span<const std::uint16_t> values,
+                  expert_state state = expert_state::compressed) {
+    check_expert(e);
+    WISP_EXPECTS(values.size() == elements_, "compressed_expert_store::set_expert: ", values.size(),
+                 " values for an expert of ", elements_);
+    entry fresh;
+    for (std::size_t t = 0; t < config_.tensor_elements.size(); ++t) {
+      fresh.tensors.push_back(compressed_bf16::compress(
+          values.subspan(tensor_offset_[t], config_.tensor_elements[t]), coder_, config_.e_chunks));
+      fresh.payload_bytes += fresh.tensors.back().payload_bytes();
+    }
+    if (state == expert_state::full) {
+      fresh.full.assign(values.begin(), values.end());
+    }
+    experts_[static_cast<std::size_t>(e)] = std::move(fresh);
+  }
+
+  /// Moves expert `e` between the C and F states: to F decodes it once (O(elements)), to C
+  /// drops the full copy. @throws wisp::logic_error on a bad id; wisp::format_error if decoding
+  /// fails (the state is then unchanged).
+  void set_state(std::int32_t e, expert_state state) {
+    check_expert(e);
+    entry& x = experts_[static_cast<std::size_t>(e)];
+    if (state == expert_state::compressed) {
+      std::vector<std::uint16_t>().swap(x.full);
+    } else if (x.full.empty() && elements_ > 0) {
+      std::vector<std::uint16_t> full(elements_);
+      decode(e, full);
+      x.full = std::move(full);
+    }
+  }
+  [[nodiscard]] expert_state state(std::int32_t e) const {
+    check_expert(e);
+    return experts_[static_cast<std::size_t>(e)].full.empty() ? expert_state::compressed
+                                                              : expert_state::full;
+  }
+
+  /// Bytes a miss of `e` moves across the link: raw BF16 bytes for F, the records' SM and
+  /// E-chunk bytes (headers excluded) for C. O(1).
+  [[nodiscard]] std::uint64_t link_bytes(std::int32_t e) const {
+    return state(e) == expert_state::full ? raw_bytes_per_expert()
+                                          : experts_[static_cast<std::size_t>(e)].payload_bytes;
+  }
+  /// BF16 bytes of one expert.
+  [[nodiscard]] std::uint64_t raw_bytes_per_expert() const noexcept { return 2 * elements_; }
+  /// Host memory the masters take: every record, plus the full copies of F experts.
+  [[nodiscard]] std::uint64_t host_bytes() const noexcept {
+    std::uint64_t total = 0;
+    for (const entry& x : experts_) {
+      for (const compressed_bf16& t : x.tensors) {
+        total += t.bytes().size();
+      }
+      total += 2 * x.full.size();
+    }
+    return total;
+  }
+  /// Record of tensor `t` of expert `e` (its chunk table gives per-chunk sizes and coders).
+  /// @throws wisp::logic_error on a bad id.
+  [[nodiscard]] const compressed_bf16& tensor(std::int32_t e, std::size_t t) const {
+    check_expert(e);
+    WISP_EXPECTS(t < config_.tensor_elements.size(), "compressed_expert_store: tensor ", t, " of ",
+                 config_.tensor_elements.size());
+    return experts_[static_cast<std::size_t>(e)].tensors[t];
+  }
+
+  /// Writes expert `e`'s BF16 values into `out` on the calling thread. O(elements).
+  /// @throws wisp::logic_error on a bad id or length; wisp::format_error if a record is corrupt.
+  void decode(std::int32_t e, std::span<std::uint16_t> out) const {
+    check_expert(e);
+    WISP_EXPECTS(out.size() == elements_, "compressed_expert_store::decode: output of ", out.size(),
+                 " for an expert of ", elements_);
+    std::vector<std::uint8_t> scratch;
+    const entry& x = experts_[static_cast<std::size_t>(e)];
+    for (std::size_t t = 0; t < x.tensors.size(); ++t) {
+      x.tensors[t].decompress(out.subspan(tensor_offset_[t], config_.tensor_elements[t]), decoders_,
+                              scratch);
+    }
+  }
+
+  /// @brief Serves a copy plan: writes each op's expert into `slots` row `op.slot` (rows of
+  /// `elements_per_expert()` values): F experts by `memcpy`, C experts by the decoder pool (one
+  /// task per E-chunk, so one expert's chunks decode in parallel). Returns once every slot is
+  /// written. O(plan x elements) work over L threads.
+  /// @throws wisp::logic_error (nothing written) on an expert or slot out of range or a slot
+  ///   buffer that is not a whole number of rows; wisp::format_error if a record does not decode
+  ///   (then the slots of this plan hold unspecified values).
+  fetch_stats apply(std::span<const copy_op> plan, std::span<std::uint16_t> slots) {
+    WISP_EXPECTS(elements_ > 0 && slots.size() % elements_ == 0,
+                 "compressed_expert_store::apply: slot buffer of ", slots.size(),
+                 " values is not a whole number of experts of ", elements_);
+    const auto slot_count = static_cast<std::int64_t>(slots.size() / elements_);
+    for (std::size_t i = 0; i < plan.size(); ++i) {
+      check_expert(plan[i].expert);
+      WISP_EXPECTS(plan[i].slot >= 0 && plan[i].slot < slot_count,
+                   "compressed_expert_store::apply: plan[", i, "] slot ", plan[i].slot,
+                   " is outside [0, ", slot_count, ")");
+    }
+    fetch_stats stats;
+    const auto start = std::chrono::steady_clock::now();
+    batch_.reset();
+    for (const copy_op& op : plan) {
+      const entry& x = experts_[static_cast<std::size_t>(op.expert)];
+      const std::span<std::uint16_t> row =
+          slots.subspan(static_cast<std::size_t>(op.slot) * elements_, elements_);
+      stats.raw_bytes += raw_bytes_per_expert();
+      stats.link_bytes += link_bytes(op.expert);
+      if (!x.full.empty()) {
+        std::memcpy(row.data(), x.full.data(), raw_bytes_per_expert());
+        ++stats.full_copies;
+        continue;
+      }
+      ++stats.decoded;
+      for (std::size_t t = 0; t < x.tensors.size(); ++t) {
+        for (std::uint32_t j = 0; j < config_.e_chunks; ++j) {
+          submit({&x.tensors[t], j, row.subspan(tensor_offset_[t], config_.tensor_elements[t])});
+        }
+      }
+    }
+    wait_all();
+    stats.decode_seconds =
+        stats.decoded == 0
+            ? 0
+            : std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return stats;
+  }
+
+ private:
+  struct entry {
+    std::vector<compressed_bf16> tensors;
+    std::vector<std::uint16_t> full;  // F state: the raw values; empty in C
+    std::uint64_t payload_bytes = 0;
+  };
+  struct task {
+    const compressed_bf16* tensor;
+    std::uint32_t chunk;
+    std::span<std::uint16_t> out;
+  };
+  // Tasks of the apply call in flight: a counter and the first error.
+  struct batch_state {
+    std::size_t pending = 0;
+    std::exception_ptr error;
+    void reset() {
+      pending = 0;
+      error = nullptr;
+    }
+  };
+
+  void check_expert(std::int32_t e) const {
+    WISP_EXPECTS(e >= 0 && e < config_.experts, "compressed_expert_store: expert ", e,
+                 " is outside [0, ", config_.experts, ")");
+  }
+
+  void run(const task& t, std::vector<std::uint8_t>& scratch) const {
+    const std::uint64_t count = t.tensor->e_chunk(t.chunk).count;
+    if (scratch.size() < count) {
+      scratch.resize(count);
+    }
+    t.tensor->decompress_chunk(t.chunk, t.out, scratch, decoders_);
+  }
+
+  void submit(const task& t) {
+    if (workers_.empty()) {
+      run(t, caller_scratch_);
+      return;
+    }
+    {
+      const std::lock_guard lock(mutex_);
+      queue_.push_back(t);
+      ++batch_.pending;
+    }
+    wake_.notify_one();
+  }
+
+  void wait_all() {
+    if (workers_.empty()) {
+      return;
+    }
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [this] { return batch_.pending == 0; });
+    if (batch_.error) {
+      std::rethrow_exception(std::exchange(batch_.error, nullptr));
+    }
+  }
+
+  void work(const std::stop_token& stop) {
+    std::vector<std::uint8_t> scratch;
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, stop, [this] { return !queue_.empty(); });
+      if (stop.stop_requested()) {
+        return;
+      }
+      const task t = queue_.front();
+      queue_.pop_front();
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        run(t, scratch);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error && !batch_.error) {
+        batch_.error = error;
+      }
+      if (--batch_.pending == 0) {
+        done_.notify_all();
+      }
+    }
+  }
+
+  expert_store_config config_;
+  any_coder coder_;
+  coder_set decoders_;
+  std::uint64_t elements_ = 0;
+  std::vector<std::uint64_t> tensor_offset_;
+  std::vector<entry> experts_;
+  std::vector<std::uint8_t> caller_scratch_;
+
+  std::mutex mutex_;
+  std::condition_variable_any wake_;
+  std::condition_variable done_;
+  std::deque<task> queue_;
+  batch_state batch_;
+  std::vector<std::jthread> workers_;  // last: joined before the state they use is destroyed
+};
+
+}  // namespace wisp
+// ---- end wisp/compress/expert_store.hpp --------------------------------------------------------
 // clang-format on
 // ---- end wisp/wisp.hpp -------------------------------------------------------------------------

@@ -37,6 +37,54 @@ void burst(split_controller& c, const std::vector<std::uint32_t>& expert,
   }
 }
 
+// record_expert_call measures each request per call, per layer: the same decisions as feeding
+// record_expert the distances of one independent stack per layer looked up before each request,
+// and not those of a per-access stack (the two differ on this stream).
+TEST(Controller, ExpertCallsAreMeasuredPerCallPerLayer) {
+  const auto m = wisp::alloc::model_preset("olmoe-1b-7b");
+  controller_config cfg;
+  cfg.gate = 0;
+  cfg.dead_zone = 0;
+  auto by_calls = make(cfg, 20);
+  auto by_hand = make(cfg, 20);
+  auto per_access = make(cfg, 20);
+  std::vector<wisp::reuse::reuse_distance_counter> stacks(m.layers,
+                                                          wisp::reuse::reuse_distance_counter{64});
+  std::vector<wisp::reuse::reuse_distance_counter> access_stacks = stacks;
+  std::mt19937_64 rng{3};
+  std::vector<std::uint32_t> ids(8);
+  std::vector<std::uint32_t> d(8);
+  for (int round = 0; round < 30; ++round) {
+    for (int token = 0; token < 20; ++token) {
+      for (std::uint32_t l = 0; l < m.layers; ++l) {
+        for (std::uint32_t j = 0; j < 8; ++j) {  // 8 distinct experts among 12 + j * 4
+          ids[j] = static_cast<std::uint32_t>((j * 4 + rng() % 4 + (l % 2) * 20) % 64);
+        }
+        by_calls.record_expert_call(l, ids);
+        stacks[l].access_call(ids, d);
+        for (const auto x : d) {
+          by_hand.record_expert(x);
+        }
+        for (const auto id : ids) {
+          per_access.record_expert(access_stacks[l].access(id));
+        }
+      }
+      by_calls.record_kv(3000);
+      by_hand.record_kv(3000);
+      per_access.record_kv(3000);
+    }
+    const auto a = by_calls.end_burst();
+    const auto b = by_hand.end_burst();
+    (void)per_access.end_burst();
+    EXPECT_EQ(a.target, b.target);
+    EXPECT_DOUBLE_EQ(a.current_cost, b.current_cost);
+  }
+  EXPECT_NE(by_calls.predicted_cost(10), per_access.predicted_cost(10));
+  const std::uint32_t out_of_range[] = {1, 64};
+  EXPECT_THROW(by_calls.record_expert_call(0, out_of_range), wisp::logic_error);
+  EXPECT_THROW(by_calls.record_expert_call(16, ids), wisp::logic_error);
+}
+
 TEST(Controller, GridAndFeasibleRange) {
   auto c = make({}, 20);
   EXPECT_EQ(c.max_cap(), 42u);

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <iterator>
 #include <list>
 #include <random>
 #include <string>
@@ -51,6 +52,54 @@ TEST(ResizableLru, MatchesAListOracleUnderResizes) {
     ASSERT_EQ(lru.access(key), hit) << i;
     ASSERT_EQ(lru.size(), oracle.size());
   }
+}
+
+// Calls as the pager serves them: a request's keys never evict each other; resizes in between.
+TEST(ResizableLru, CallsMatchAProtectedListOracleUnderResizes) {
+  std::mt19937_64 rng{6};
+  wisp::alloc::detail::resizable_lru lru{40, 8};
+  std::list<std::uint32_t> oracle;  // front = most recent
+  std::uint64_t cap = 8;
+  std::vector<std::uint32_t> call;
+  std::vector<std::uint8_t> hit(4);
+  for (int i = 0; i < 5000; ++i) {
+    if (i % 300 == 0) {
+      cap = 4 + rng() % 12;
+      lru.set_capacity(cap);
+      while (oracle.size() > cap) {
+        oracle.pop_back();
+      }
+    }
+    call.clear();
+    while (call.size() < 4) {
+      const auto key = static_cast<std::uint32_t>(rng() % 24);
+      if (std::find(call.begin(), call.end(), key) == call.end()) {
+        call.push_back(key);
+      }
+    }
+    std::uint32_t misses = 0;
+    for (const std::uint32_t key : call) {
+      const auto it = std::find(oracle.begin(), oracle.end(), key);
+      if (it != oracle.end()) {
+        oracle.erase(it);
+      } else {
+        ++misses;
+        if (oracle.size() == cap) {  // evict the least recent key outside the call
+          auto victim = std::prev(oracle.end());
+          while (std::find(call.begin(), call.end(), *victim) != call.end()) {
+            --victim;
+          }
+          oracle.erase(victim);
+        }
+      }
+      oracle.push_front(key);
+    }
+    ASSERT_EQ(lru.access_call(call, hit), misses) << i;
+    ASSERT_EQ(lru.size(), oracle.size());
+  }
+  lru.set_capacity(3);
+  EXPECT_THROW((void)lru.access_call(call, hit), wisp::logic_error);  // 4 keys, 3 slots
+  EXPECT_EQ(lru.size(), 3u);
 }
 
 TEST(KvWorkload, DeterministicAndWithinTheFloor) {

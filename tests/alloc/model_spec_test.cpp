@@ -6,6 +6,7 @@
 #include <wisp/alloc/model_file.hpp>
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/trace/synthetic.hpp>
 
 #include <gtest/gtest.h>
 
@@ -20,6 +21,26 @@ using wisp::alloc::model_preset;
 
 const std::filesystem::path models_dir =
     std::filesystem::path{WISP_TEST_SOURCE_DIR} / "data" / "models";
+
+// Every command that takes a model preset can also route it synthetically: one synthetic preset
+// per model preset, same name, same order, same shape.
+TEST(ModelSpec, EveryPresetHasASyntheticRouterOfItsShape) {
+  const auto names = wisp::trace::synthetic_preset_names();
+  ASSERT_EQ(names.size(), wisp::alloc::model_presets().size() + 2);  // + default, uniform
+  EXPECT_EQ(names.front(), "default");
+  EXPECT_EQ(names.back(), "uniform");
+  std::size_t i = 1;
+  for (const auto& p : wisp::alloc::model_presets()) {
+    EXPECT_EQ(names[i++], p.config.name);
+    const auto c = wisp::trace::synthetic_preset(p.config.name);
+    const auto m = p.config.spec();
+    EXPECT_EQ((wisp::trace::trace_shape{c.layers, c.experts, c.top_k}),
+              (wisp::trace::trace_shape{static_cast<std::int32_t>(m.layers),
+                                        static_cast<std::int32_t>(m.experts),
+                                        static_cast<std::int32_t>(m.top_k)}))
+        << p.config.name;
+  }
+}
 
 TEST(ModelSpec, HandComputedPresets) {
   // Qwen3-30B-A3B: 3 x 2048 x 768 x 2 B; 48 layers x 2 x 4 KV heads x 128 x 2 B.
@@ -153,7 +174,42 @@ TEST(ModelFile, DirectFormAndErrors) {
           R"( "top_k": 2, "hidden_size": 16, "moe_intermediate_size": 8, "attention": "gqa",)"
           R"( "num_key_value_heads": 2, "head_dim": 4}, "derived": {"expert_bytes": 767}})"),
       wisp::format_error);
-  EXPECT_THROW((void)wisp::alloc::read_model_json("/nonexistent/model.json"), wisp::format_error);
+  wisp::test::expect_error<wisp::error>(
+      [] { (void)wisp::alloc::read_model_json("/nonexistent/model.json"); },
+      "cannot open /nonexistent/model.json: No such file or directory");
+}
+
+// Qwen3-30B-A3B's config with quantised experts: 4-bit weights, one 2-byte scale per 128
+// weights. A matrix is 2048 x 768 = 1,572,864 weights: 786,432 B of weights and 12,288 scales
+// (24,576 B); three matrices: 2,433,024 B. The KV cache stays bf16 (dtype_bytes 2).
+TEST(ModelFile, QuantisedExperts) {
+  const std::string config =
+      R"({"name": "q4", "config": {"moe_layers": 48, "attention_layers": 48, "experts": 128,)"
+      R"( "top_k": 8, "hidden_size": 2048, "moe_intermediate_size": 768,)"
+      R"( "attention": "gqa", "num_key_value_heads": 4, "head_dim": 128, "dtype_bytes": 2)";
+  const auto q4 = wisp::alloc::parse_model_json(
+      config + R"(, "weight_bits": 4, "group_size": 128}, "derived": {"expert_bytes": 2433024}})");
+  EXPECT_EQ(q4.spec.expert_bytes.count(), 2433024u);
+  EXPECT_EQ(q4.spec.kv_bytes_per_token, model_preset("qwen3-30b-a3b").kv_bytes_per_token);
+  ASSERT_TRUE(q4.storage.has_value());
+  EXPECT_EQ(q4.storage->weight_bits, 4u);
+  // Odd sizes round up: 3 bits x 1,572,864 = 589,824 B exactly; 1,572,864 / 100 -> 15,729 blocks.
+  const auto q3 = wisp::alloc::parse_model_json(
+      config + R"(, "weight_bits": 3, "group_size": 100, "scale_bytes": 4}})");
+  EXPECT_EQ(q3.spec.expert_bytes.count(), 3u * (589824u + 15729u * 4u));
+  // Without block scales, and with the bytes given outright.
+  EXPECT_EQ(wisp::alloc::parse_model_json(config + R"(, "weight_bits": 8}})").spec.expert_bytes,
+            wisp::byte_size{3u * 1572864u});
+  EXPECT_EQ(
+      wisp::alloc::parse_model_json(config + R"(, "expert_bytes": 2500000}})").spec.expert_bytes,
+      wisp::byte_size{2500000});
+  // Contradictions and impossible values are refused.
+  for (const char* bad : {R"(, "weight_bits": 4, "expert_bytes": 5}})", R"(, "group_size": 128}})",
+                          R"(, "weight_bits": 0}})", R"(, "weight_bits": 33}})",
+                          R"(, "weight_bits": 4, "group_size": 0}})", R"(, "expert_bytes": 0}})",
+                          R"(, "weight_bits": 4}, "derived": {"expert_bytes": 9437184}})"}) {
+    EXPECT_THROW((void)wisp::alloc::parse_model_json(config + bad), wisp::format_error) << bad;
+  }
 }
 
 }  // namespace

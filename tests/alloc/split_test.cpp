@@ -32,6 +32,16 @@ TEST(Split, HandComputedQwen3At24GiB) {
   EXPECT_EQ(s.slack, 0_B);
 }
 
+// WiSP Table 3: Qwen3-30B-A3B under vLLM with a fixed budget; the KV tokens the engine allocated
+// at each expert cap, as published (not recomputed here).
+TEST(Split, WispTable3KvTokensOfQwen3) {
+  const auto m = model_preset("qwen3-30b-a3b");
+  const byte_size budget{40565735424};
+  EXPECT_EQ(make_split(m, budget, 8).kv_tokens, 375792u);
+  EXPECT_EQ(make_split(m, budget, 16).kv_tokens, 338928u);
+  EXPECT_EQ(make_split(m, budget, 32).kv_tokens, 265200u);
+}
+
 TEST(Split, HandComputedEveryPreset) {
   struct row {
     const char* name;
@@ -151,7 +161,13 @@ TEST(AdmissionFloor, BudgetBelowTheMinimumExpertCap) {
   wisp::test::expect_error<wisp::infeasible_error>(
       [&] { (void)wisp::alloc::max_feasible_cap(m, 1_GiB, {}); },
       "below the fixed cost of the minimum expert cap",
-      std::to_string(m.expert_pool_bytes(8).count()));
+      std::to_string(m.expert_pool_bytes(8).count()), "budget 1073741824 B (1.00 GiB)");
+}
+
+TEST(Units, BytesWithGibBeside) {
+  EXPECT_EQ(wisp::alloc::format_bytes_and_gib(25769803776), "25769803776 B (24.00 GiB)");
+  EXPECT_EQ(wisp::alloc::format_bytes_and_gib(0), "0 B (0.00 GiB)");
+  EXPECT_EQ(wisp::alloc::format_bytes_and_gib(40565735424), "40565735424 B (37.78 GiB)");
 }
 
 TEST(Units, ParsesSizesExactly) {

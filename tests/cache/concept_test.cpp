@@ -16,6 +16,7 @@ using namespace wisp;
 static_assert(eviction_policy<lru>);
 static_assert(eviction_policy<fifo>);
 static_assert(eviction_policy<lfu>);
+static_assert(eviction_policy<lfu_history>);
 static_assert(eviction_policy<lfru>);
 static_assert(eviction_policy<fld>);
 static_assert(eviction_policy<least_stale>);

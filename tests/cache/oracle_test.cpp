@@ -24,7 +24,7 @@ using wisp::test::rule_of;
 template <class P>
 class PolicyOracle : public ::testing::Test {};
 
-using all_policies = ::testing::Types<lru, fifo, lfu, lfru, fld, least_stale, belady>;
+using all_policies = ::testing::Types<lru, fifo, lfu, lfu_history, lfru, fld, least_stale, belady>;
 TYPED_TEST_SUITE(PolicyOracle, all_policies, wisp::test::policy_names);
 
 struct oracle_case {
@@ -102,6 +102,39 @@ TYPED_TEST(PolicyOracle, RandomSingleAccessesMatchReference) {
       ASSERT_EQ(got.collision, want.collision) << "time " << a.time;
     }
   }
+}
+
+// Large global caches with skewed streams: many residents with many distinct counts, so that
+// lfru's walk over its frequency classes (and its early stop) is exercised against the full scan
+// of the reference; the LFUs come along.
+template <class P>
+void large_global_cache_matches_reference() {
+  std::mt19937_64 rng(77);
+  for (const std::int32_t capacity : {40, 150, 400}) {
+    const auto calls = random_calls(rng, 16, 32, 6, 60);
+    const key_layout layout = key_layout::global(16, 32);
+    slot_cache<P> cache(layout, capacity);
+    reference_cache ref(rule_of<P>(), layout, capacity);
+    std::uint64_t t = 0;
+    std::vector<access_result> out(6);
+    std::vector<access_result> expected;
+    for (const auto& call : calls) {
+      const access_context ctx{call.step, call.layer, t};
+      cache.access_call(call.keys, ctx, out);
+      ref.access_call(call.keys, ctx, expected);
+      for (std::size_t i = 0; i < call.keys.size(); ++i) {
+        ASSERT_EQ(out[i].evicted, expected[i].evicted)
+            << policy_name<P>() << " capacity " << capacity << " time " << t + i;
+      }
+      t += call.keys.size();
+    }
+  }
+}
+
+TEST(PolicyOracleLarge, FrequencyPoliciesInLargeGlobalCaches) {
+  large_global_cache_matches_reference<lfru>();
+  large_global_cache_matches_reference<lfu>();
+  large_global_cache_matches_reference<lfu_history>();
 }
 
 // Per-layer scope through per_layer_cache: each layer's cache against its own reference.

@@ -90,7 +90,7 @@ inline std::vector<cache_key> keys_of(const std::vector<stream_access>& accesses
   return keys;
 }
 
-enum class rule { lru, fifo, lfu, lfru, fld, least_stale, belady };
+enum class rule { lru, fifo, lfu, lfu_history, lfru, fld, least_stale, belady };
 
 template <class P>
 constexpr rule rule_of() {
@@ -100,6 +100,8 @@ constexpr rule rule_of() {
     return rule::fifo;
   if constexpr (std::is_same_v<P, lfu>)
     return rule::lfu;
+  if constexpr (std::is_same_v<P, lfu_history>)
+    return rule::lfu_history;
   if constexpr (std::is_same_v<P, lfru>)
     return rule::lfru;
   if constexpr (std::is_same_v<P, fld>)
@@ -154,6 +156,7 @@ class reference_cache {
     protected_.insert(key);
     ++tick_;
     access_result r;
+    ++history_[key];
     if (auto it = resident_.find(key); it != resident_.end()) {
       entry& e = it->second;
       ++e.count;
@@ -232,6 +235,10 @@ class reference_cache {
         return ea.inserted < eb.inserted;
       case rule::lfu:
         return std::tie(ea.count, ea.last) < std::tie(eb.count, eb.last);
+      case rule::lfu_history: {  // every access since the start, evicted or not
+        const std::uint64_t ha = history_.at(a), hb = history_.at(b);
+        return std::tie(ha, ea.last) < std::tie(hb, eb.last);
+      }
       case rule::lfru: {
         const std::uint64_t lhs = ea.count * (clock_ - eb.lfru_last + 1);
         const std::uint64_t rhs = eb.count * (clock_ - ea.lfru_last + 1);
@@ -273,6 +280,7 @@ class reference_cache {
   std::vector<std::uint64_t> times_;
   std::map<cache_key, entry> resident_;
   std::map<cache_key, std::uint32_t> evicted_in_;
+  std::map<cache_key, std::uint64_t> history_;  // accesses of each key since the start
   std::set<cache_key> protected_;
   std::optional<std::pair<std::uint32_t, std::int32_t>> call_;
   std::uint64_t tick_ = 0, clock_ = 0;

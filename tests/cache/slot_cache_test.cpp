@@ -65,7 +65,7 @@ std::vector<std::vector<cache_key>> repeat(std::vector<std::vector<cache_key>> h
 
 template <class P>
 class SlotCache : public ::testing::Test {};
-using all_policies = ::testing::Types<lru, fifo, lfu, lfru, fld, least_stale, belady>;
+using all_policies = ::testing::Types<lru, fifo, lfu, lfu_history, lfru, fld, least_stale, belady>;
 TYPED_TEST_SUITE(SlotCache, all_policies, wisp::test::policy_names);
 
 // vLLM #1: cold misses, then warm hits.
@@ -167,6 +167,7 @@ std::vector<victim_case> victim_cases() {
        {{"lru", 0},
         {"fifo", 0},
         {"lfu", 1},
+        {"lfu_history", 1},
         {"lfru", 1},
         {"fld", 0},
         {"least_stale", 0},
@@ -178,6 +179,7 @@ std::vector<victim_case> victim_cases() {
        {{"lru", 0},
         {"fifo", 0},
         {"lfu", 0},
+        {"lfu_history", 0},
         {"lfru", 0},
         {"fld", 0},
         {"least_stale", 0},
@@ -189,6 +191,7 @@ std::vector<victim_case> victim_cases() {
        {{"lru", 0},
         {"fifo", 0},
         {"lfu", 0},
+        {"lfu_history", 0},
         {"lfru", 0},
         {"fld", 0},
         {"least_stale", 0},
@@ -200,6 +203,7 @@ std::vector<victim_case> victim_cases() {
        {{"lru", 1},
         {"fifo", 3},
         {"lfu", 1},
+        {"lfu_history", 1},
         {"lfru", 1},
         {"fld", 1},
         {"least_stale", 1},
@@ -212,11 +216,32 @@ std::vector<victim_case> victim_cases() {
        {{"lru", 0},
         {"fifo", 0},
         {"lfu", 0},
+        {"lfu_history", 0},
         {"lfru", 0},
         {"fld", 0},
         {"least_stale", 0},
         {"belady", 1}}},
   };
+}
+
+// The two LFUs part when an evicted expert comes back: `lfu` restarts its count at 1,
+// `lfu_history` (SpecMD's LFU) remembers every earlier access.
+TEST(LfuHistory, KeepsTheCountOfAnEvictedExpert) {
+  const std::vector<cache_key> stream = {0, 0, 0, 1, 1, 1, 1, 2, 0, 2};
+  slot_cache<lfu> fresh(4, 2);
+  slot_cache<lfu_history> whole(4, 2);
+  std::uint32_t step = 0;
+  for (const cache_key key : stream) {  // one key per call, one call per step
+    fresh.access(key, {step, 0, step});
+    whole.access(key, {step, 0, step});
+    ++step;
+  }
+  // At the last [2]: lfu sees 1 (4 accesses) against 0 (1 since its return) and evicts 0;
+  // lfu_history sees 4 against 4 and evicts the less recent, 1.
+  EXPECT_TRUE(fresh.contains(1) && fresh.contains(2) && !fresh.contains(0));
+  EXPECT_TRUE(whole.contains(0) && whole.contains(2) && !whole.contains(1));
+  EXPECT_EQ(whole.policy().count(0), 4u);
+  EXPECT_EQ(fresh.policy().count(0), 1u);
 }
 
 TYPED_TEST(SlotCache, VllmExpectedVictims) {

@@ -48,6 +48,7 @@ static_assert(call_eviction_policy<lru>);
 static_assert(!call_eviction_policy<per_access_lru>);
 static_assert(!call_eviction_policy<fifo>);
 static_assert(!call_eviction_policy<lfu>);
+static_assert(!call_eviction_policy<lfu_history>);
 static_assert(!call_eviction_policy<lfru>);
 static_assert(!call_eviction_policy<least_stale>);
 static_assert(!call_eviction_policy<fld>);

@@ -2,6 +2,8 @@
 // cuda_vmm (nvcc only): the backend alone, and page_pool + virtual_expert_tensor + a kernel over
 // device memory. The binary links cudart only (cuMem* come through
 // cudaGetDriverEntryPointByVersion), so it starts without a driver; GPU tests skip there.
+#include "device_guard.hpp"
+
 #include <wisp/core/error.hpp>
 #include <wisp/cuda/cuda_vmm.cuh>
 #include <wisp/cuda/runtime.cuh>
@@ -22,13 +24,6 @@ namespace {
 using wisp::cuda::cuda_vmm;
 
 static_assert(wisp::vmm_backend<cuda_vmm>);
-
-#define WISP_SKIP_WITHOUT_GPU()                         \
-  do {                                                  \
-    if (::wisp::cuda::device_count() == 0) {            \
-      GTEST_SKIP() << "no CUDA device on this machine"; \
-    }                                                   \
-  } while (false)
 
 __global__ void stamp_rows(wisp::expert_tensor_view v, std::size_t first, std::size_t n) {
   const std::size_t r = first + blockIdx.x;

@@ -9,7 +9,8 @@
 #      builds test_package with CMakeDeps + CMakeToolchain and runs it (it exits 1 on a wrong result);
 #   4. the recipe refuses C++17 (validate) and, where the CUDA toolkit's CCCL exists
 #      (CCCL_PREFIX set), `conan test` builds the wisp::cuda test against the same package with
-#      -o wisp/*:cuda=True.
+#      -o wisp/*:cuda=True; `conan test` with -o wisp/*:zstd=True -o wisp/*:lz4=True builds the
+#      codecs test against the system's libzstd and liblz4.
 #
 # cmake -D SOURCE_DIR=... -D WORK_DIR=... -D PYTHON=python3 -D CONAN_VERSION=2.34.0
 #       -D CXX_COMPILER=g++ -D GENERATOR=Ninja [-D CCCL_PREFIX=...] -P conan_create.cmake
@@ -117,5 +118,11 @@ if(CCCL_PREFIX)
   if(NOT step_rc EQUAL 0 OR NOT step_out MATCHES "test_package_cuda: wisp::cuda remap_topk ok")
     message(FATAL_ERROR "test_package against wisp::cuda (cuda=True) failed")
   endif()
+endif()
+# 4c. wisp::zstd and wisp::lz4 through the recipe's build modules (the system's libraries).
+step("conan test with -o wisp/*:zstd=True -o wisp/*:lz4=True" "${conan}" test "${test_folder}"
+     "${ref}" -o "wisp/*:zstd=True" -o "wisp/*:lz4=True" ${common})
+if(NOT step_rc EQUAL 0 OR NOT step_out MATCHES "test_package_codecs: lz4hc")
+  message(FATAL_ERROR "test_package against wisp::zstd and wisp::lz4 failed")
 endif()
 message(STATUS "conan: ${ref} created, test_package passed")

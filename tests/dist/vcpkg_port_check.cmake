@@ -10,7 +10,8 @@
 #      wisp-config.cmake}, include/, nothing compiled), and examples/consumer configures against
 #      it with find_package(wisp 0.1 CONFIG REQUIRED), builds and runs.
 # With PORT_FEATURES=cuda (run only where the CUDA toolkit's CCCL exists), the consumer also builds
-# against wisp::cuda for Thrust's CPP device system.
+# against wisp::cuda for Thrust's CPP device system; with PORT_FEATURES="zstd;lz4" against
+# wisp::zstd and wisp::lz4 (the system libraries stand in for vcpkg's zstd and lz4 ports).
 #
 # cmake -D SOURCE_DIR=<wisp checkout> -D WORK_DIR=<scratch> -D CXX_COMPILER=g++ -D GENERATOR=Ninja
 #       [-D PORT_FEATURES=cuda -D CCCL_PREFIX=/usr/local/cuda/lib/cmake] -P vcpkg_port_check.cmake
@@ -348,6 +349,16 @@ if("cuda" IN_LIST FEATURES)
 else()
   check("wisp without [cuda] must not install wisp::cuda" NOT EXISTS "${pkg}/share/wisp/wisp-cuda-targets.cmake")
 endif()
+foreach(codec zstd lz4)
+  if(codec IN_LIST FEATURES)
+    check("wisp[${codec}] lacks share/wisp/wisp-${codec}-targets.cmake"
+          EXISTS "${pkg}/share/wisp/wisp-${codec}-targets.cmake")
+    check("wisp[${codec}] lacks its header" EXISTS "${pkg}/include/wisp/compress/${codec}.hpp")
+  else()
+    check("wisp without [${codec}] must not install wisp::${codec}"
+          NOT EXISTS "${pkg}/share/wisp/wisp-${codec}-targets.cmake")
+  endif()
+endforeach()
 file(GLOB_RECURSE package_cmake "${pkg}/share/wisp/*.cmake")
 foreach(f IN LISTS package_cmake)
   file(READ "${f}" contents)
@@ -366,6 +377,9 @@ if("cuda" IN_LIST FEATURES)
   list(APPEND prefix_path "${CCCL_PREFIX}")
   list(APPEND consumer_options -DCONSUMER_WITH_CUDA=ON)
 endif()
+if("zstd" IN_LIST FEATURES AND "lz4" IN_LIST FEATURES)
+  list(APPEND consumer_options -DCONSUMER_WITH_CODECS=ON)
+endif()
 string(REPLACE ";" "\\;" prefix_path "${prefix_path}")
 run("${CMAKE_COMMAND}" -S "${SOURCE_DIR}/examples/consumer" -B "${WORK_DIR}/consumer" -G "${GENERATOR}"
     "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}" "-DCMAKE_PREFIX_PATH=${prefix_path}"
@@ -374,5 +388,8 @@ run("${CMAKE_COMMAND}" --build "${WORK_DIR}/consumer")
 run("${WORK_DIR}/consumer/consumer")
 if("cuda" IN_LIST FEATURES)
   run("${WORK_DIR}/consumer/consumer_cuda")
+endif()
+if("zstd" IN_LIST FEATURES AND "lz4" IN_LIST FEATURES)
+  run("${WORK_DIR}/consumer/consumer_codecs")
 endif()
 message(STATUS "vcpkg port: wisp[${FEATURES}] installed by ports/wisp/portfile.cmake and consumed with find_package")

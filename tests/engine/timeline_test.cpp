@@ -340,7 +340,7 @@ TEST(EngineWorkload, RealEsftRoutingKeepsEveryArmIdentical) {
   if (!std::filesystem::exists(dir)) {
     GTEST_SKIP() << "no ESFT trace at " << dir;
   }
-  wisp::trace::routing_trace t = read_routing_trace(dir.string());
+  wisp::trace::routing_trace t = read_routing_trace(dir.string()).trace;
   model_config c = tiny();
   c.layers = t.shape().layers;
   c.experts = t.shape().experts;

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # cmake -D WISP_BUILD_DIR=... -D WISP_SOURCE_DIR=... -D WORK_DIR=... -D WITH_CUDA=ON|OFF
+#       -D WITH_CODECS=ON|OFF (wisp::zstd and wisp::lz4 both built)
 #       -D CXX_COMPILER=... -D GENERATOR=... -P install_and_consume.cmake
 foreach(var WISP_BUILD_DIR WISP_SOURCE_DIR WORK_DIR CXX_COMPILER GENERATOR)
   if(NOT DEFINED ${var})
@@ -25,6 +26,9 @@ if(WITH_CUDA)
   list(APPEND prefix_path /usr/local/cuda/lib/cmake)
   list(APPEND consumer_options -DCONSUMER_WITH_CUDA=ON)
 endif()
+if(WITH_CODECS)
+  list(APPEND consumer_options -DCONSUMER_WITH_CODECS=ON)
+endif()
 string(REPLACE ";" "\\;" prefix_path "${prefix_path}")
 
 run("${CMAKE_COMMAND}" -S "${WISP_SOURCE_DIR}/examples/consumer" -B "${WORK_DIR}/build" -G
@@ -34,5 +38,8 @@ run("${CMAKE_COMMAND}" --build "${WORK_DIR}/build")
 run("${WORK_DIR}/build/consumer")
 if(WITH_CUDA)
   run("${WORK_DIR}/build/consumer_cuda")
+endif()
+if(WITH_CODECS)
+  run("${WORK_DIR}/build/consumer_codecs")
 endif()
 message(STATUS "installed wisp was found and consumed from ${prefix}")

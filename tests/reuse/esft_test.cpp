@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Exact miss curves of the real ESFT routing trace (shared/traces) against brute-force LRU, in
-// the global and the per-layer scope. Skips when the trace folder is absent.
+// the global and the per-layer scope, per access and per call. Skips when the trace folder is
+// absent.
 #include "reuse/oracle.hpp"
+#include "support/traces.hpp"
 
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/trace_profile.hpp>
@@ -10,33 +12,28 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <filesystem>
 #include <memory>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace {
 
 using wisp::reuse::miss_curve;
+using wisp::reuse::reuse_granularity;
 using wisp::reuse::reuse_scope;
 namespace oracle = wisp::reuse::testing;
-
-const std::filesystem::path esft_dir =
-    std::filesystem::path{WISP_TEST_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
 
 class EsftReuse : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (std::filesystem::is_directory(esft_dir)) {
-      trace_ = std::make_unique<wisp::trace::routing_trace>(wisp::trace::import_esft(esft_dir));
+    if (auto t = wisp::test::esft_trace()) {
+      trace_ = std::make_unique<wisp::trace::routing_trace>(std::move(*t));
     }
   }
   static void TearDownTestSuite() { trace_.reset(); }
 
-  void SetUp() override {
-    if (!trace_) {
-      GTEST_SKIP() << "ESFT trace not found at " << esft_dir;
-    }
-  }
+  void SetUp() override { WISP_TEST_NEEDS_TRACE(trace_); }
 
   // Global keys (layer * E + expert) and per-layer expert streams, canonical order.
   static std::vector<std::uint32_t> global_stream() {
@@ -57,6 +54,29 @@ class EsftReuse : public ::testing::Test {
     return out;
   }
 
+  // Calls: each (step, layer) request's keys, globally (layer * E + expert) or per layer.
+  static std::vector<std::vector<std::uint32_t>> global_calls() {
+    const auto experts = static_cast<std::uint32_t>(trace_->shape().experts);
+    std::vector<std::vector<std::uint32_t>> out;
+    trace_->for_each_call([&](std::uint32_t, std::int32_t layer,
+                              std::span<const std::int32_t> ids) {
+      auto& call = out.emplace_back();
+      for (const std::int32_t e : ids) {
+        call.push_back(static_cast<std::uint32_t>(layer) * experts + static_cast<std::uint32_t>(e));
+      }
+    });
+    return out;
+  }
+  static std::vector<std::vector<std::vector<std::uint32_t>>> layer_calls() {
+    std::vector<std::vector<std::vector<std::uint32_t>>> out(
+        static_cast<std::size_t>(trace_->shape().layers));
+    trace_->for_each_call(
+        [&](std::uint32_t, std::int32_t layer, std::span<const std::int32_t> ids) {
+          out[static_cast<std::size_t>(layer)].emplace_back(ids.begin(), ids.end());
+        });
+    return out;
+  }
+
   static std::unique_ptr<wisp::trace::routing_trace> trace_;
 };
 
@@ -69,7 +89,8 @@ TEST_F(EsftReuse, ShapeAsDocumented) {
 }
 
 TEST_F(EsftReuse, PerLayerScopeEqualsBruteForceAtEveryCapacity) {
-  const auto profile = wisp::reuse::profile_trace(*trace_, reuse_scope::per_layer);
+  const auto profile =
+      wisp::reuse::profile_trace(*trace_, reuse_scope::per_layer, reuse_granularity::access);
   const miss_curve curve{profile.histogram};
   EXPECT_EQ(curve.accesses(), trace_->access_count());
   EXPECT_EQ(profile.distinct_per_cache, 64u);
@@ -96,7 +117,8 @@ TEST_F(EsftReuse, PerLayerScopeEqualsBruteForceAtEveryCapacity) {
 }
 
 TEST_F(EsftReuse, GlobalScopeEqualsBruteForce) {
-  const auto profile = wisp::reuse::profile_trace(*trace_, reuse_scope::global);
+  const auto profile =
+      wisp::reuse::profile_trace(*trace_, reuse_scope::global, reuse_granularity::access);
   const miss_curve curve{profile.histogram};
   const auto stream = global_stream();
   constexpr std::uint32_t keys = 26 * 64;
@@ -122,6 +144,35 @@ TEST_F(EsftReuse, GlobalScopeEqualsBruteForce) {
   const miss_curve prefix_curve{counter.histogram()};
   for (std::uint32_t c = 1; c <= counter.distinct_per_cache(); ++c) {
     ASSERT_EQ(prefix_curve.misses(c), oracle::lru_misses(prefix, keys, c)) << "capacity " << c;
+  }
+}
+
+TEST_F(EsftReuse, CallCurvesEqualProtectedLruInBothScopes) {
+  // Per layer: a spread of capacities that hold a call (tests/sim checks every one against the
+  // simulator).
+  const miss_curve layer_curve{
+      wisp::reuse::profile_trace(*trace_, reuse_scope::per_layer).histogram};
+  const auto per_layer = layer_calls();
+  for (const std::uint32_t c : {6u, 8u, 16u, 32u, 64u, 65u}) {
+    std::uint64_t misses = 0;
+    for (const auto& calls : per_layer) {
+      misses += oracle::protected_lru_misses(calls, 64, c);
+    }
+    ASSERT_EQ(layer_curve.misses(c), misses) << "capacity " << c;
+  }
+  // The figures quoted in docs/reuse.md: 8 slots per layer, per access against per call.
+  const miss_curve access_curve{
+      wisp::reuse::profile_trace(*trace_, reuse_scope::per_layer, reuse_granularity::access)
+          .histogram};
+  EXPECT_EQ(access_curve.misses(8), 939182u);
+  EXPECT_EQ(layer_curve.misses(8), 883712u);
+
+  // Global: a spread of capacities from one step's layer call up to every key.
+  const miss_curve global_curve{wisp::reuse::profile_trace(*trace_, reuse_scope::global).histogram};
+  const auto calls = global_calls();
+  for (const std::uint32_t c : {6u, 156u, 416u, 1664u}) {
+    ASSERT_EQ(global_curve.misses(c), oracle::protected_lru_misses(calls, 26 * 64, c))
+        << "capacity " << c;
   }
 }
 

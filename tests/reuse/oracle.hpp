@@ -40,6 +40,33 @@ inline std::vector<std::uint32_t> stack_distances(const std::vector<std::uint32_
   return out;
 }
 
+/// Call-granular stack distances of a stream of calls (each a list of keys requested together):
+/// every key's 1-based position in an explicit LRU stack as it was before its call, then the
+/// call's keys moved to the front in call order (a key repeated within a call: 1, moved again).
+inline std::vector<std::uint32_t> call_stack_distances(
+    const std::vector<std::vector<std::uint32_t>>& calls) {
+  std::vector<std::uint32_t> stack;  // front = most recent
+  std::vector<std::uint32_t> out;
+  for (const auto& call : calls) {
+    const std::vector<std::uint32_t> before = stack;
+    for (std::size_t i = 0; i < call.size(); ++i) {
+      if (std::find(call.begin(), call.begin() + static_cast<std::ptrdiff_t>(i), call[i]) !=
+          call.begin() + static_cast<std::ptrdiff_t>(i)) {
+        out.push_back(1);
+        continue;
+      }
+      const auto it = std::find(before.begin(), before.end(), call[i]);
+      out.push_back(it == before.end() ? oracle_cold
+                                       : static_cast<std::uint32_t>(it - before.begin()) + 1);
+    }
+    for (const std::uint32_t key : call) {
+      stack.erase(std::remove(stack.begin(), stack.end(), key), stack.end());
+      stack.insert(stack.begin(), key);
+    }
+  }
+  return out;
+}
+
 /// An actual LRU cache of `capacity` slots over keys [0, key_space): an intrusive doubly linked
 /// list in arrays (no notion of stack distance at all). Raw pointers for unoptimised builds.
 class lru_cache_sim {
@@ -53,8 +80,8 @@ class lru_cache_sim {
   lru_cache_sim(const lru_cache_sim&) = delete;
   lru_cache_sim& operator=(const lru_cache_sim&) = delete;
 
-  /// Returns true on a miss.
-  bool access(std::uint32_t key) {
+  /// Returns true on a miss. A miss never evicts a key of `protect` (the current call).
+  bool access(std::uint32_t key, const std::vector<std::uint32_t>& protect = {}) {
     if (in_[key] != none) {
       unlink(key);
       push_front(key);
@@ -64,7 +91,10 @@ class lru_cache_sim {
       return true;
     }
     if (size_ == capacity_) {
-      const std::uint32_t victim = tail_;
+      std::uint32_t victim = tail_;
+      while (std::find(protect.begin(), protect.end(), victim) != protect.end()) {
+        victim = prev_[victim];
+      }
       unlink(victim);
       in_[victim] = none;
       --size_;
@@ -111,6 +141,21 @@ class lru_cache_sim {
   std::uint32_t* next_ = nullptr;
   std::uint32_t* in_ = nullptr;
 };
+
+/// Misses of an LRU cache of `capacity` slots that serves `calls` the way wisp's pager does: a
+/// miss evicts the least recently used key that the current call does not request (`lru_cache_sim`
+/// with the eviction walking past the call's keys). `capacity` must hold a call's distinct keys.
+inline std::uint64_t protected_lru_misses(const std::vector<std::vector<std::uint32_t>>& calls,
+                                          std::uint32_t key_space, std::uint32_t capacity) {
+  lru_cache_sim cache{key_space, capacity};
+  std::uint64_t misses = 0;
+  for (const auto& call : calls) {
+    for (const std::uint32_t key : call) {
+      misses += cache.access(key, call) ? 1 : 0;
+    }
+  }
+  return misses;
+}
 
 /// Misses of an LRU cache of `capacity` slots over the whole stream.
 inline std::uint64_t lru_misses(const std::vector<std::uint32_t>& stream, std::uint32_t key_space,

@@ -175,6 +175,92 @@ TEST(ReuseDistanceCounter, SmallExampleByHand) {
   EXPECT_EQ(counter.distinct(), 3u);
 }
 
+// Calls of 1..6 keys (some repeated within a call) from a skewed key distribution.
+std::vector<std::vector<std::uint32_t>> random_calls(std::uint32_t keys, std::size_t n,
+                                                     std::uint64_t seed) {
+  oracle::zipf_stream pick{keys, 0.8, seed};
+  std::mt19937_64 rng{seed};
+  std::vector<std::vector<std::uint32_t>> calls(n);
+  for (auto& call : calls) {
+    call = pick.take(1 + rng() % 6);
+  }
+  return calls;
+}
+
+TEST(ReuseDistanceCounter, CallDistancesEqualExplicitStackBeforeEachCall) {
+  for (const std::uint32_t keys : {1u, 7u, 64u, 500u}) {
+    for (const std::size_t hint : {std::size_t{0}, std::size_t{1}}) {  // 1: slots grow, compact
+      const auto calls = random_calls(keys, 6000, keys + hint);
+      const auto expected = oracle::call_stack_distances(calls);
+      reuse_distance_counter counter{keys, hint};
+      std::vector<std::uint32_t> got;
+      std::vector<std::uint32_t> out(8, 0);
+      for (const auto& call : calls) {
+        counter.access_call(call, out);
+        got.insert(got.end(), out.begin(), out.begin() + static_cast<std::ptrdiff_t>(call.size()));
+      }
+      ASSERT_EQ(got, expected) << keys << " keys, hint " << hint;
+      std::uint64_t accesses = 0;
+      for (const auto& call : calls) {
+        accesses += call.size();
+      }
+      EXPECT_EQ(counter.accesses(), accesses);
+    }
+  }
+}
+
+TEST(ReuseDistanceCounter, CallCurveEqualsProtectedLruAtEveryCapacityOfACall) {
+  for (const std::uint32_t keys : {8u, 64u, 300u}) {
+    const auto calls = random_calls(keys, 5000, 3 * keys);
+    reuse_distance_counter counter{keys};
+    reuse_histogram histogram{{reuse_scope::stream, 1, keys}};
+    std::vector<std::uint32_t> out(8);
+    for (const auto& call : calls) {
+      counter.access_call(call, out);
+      for (std::size_t i = 0; i < call.size(); ++i) {
+        histogram.record(out[i]);
+      }
+    }
+    const miss_curve curve{histogram};
+    for (std::uint32_t c = 6; c <= keys + 1; ++c) {  // every capacity that holds a call
+      ASSERT_EQ(curve.misses(c), oracle::protected_lru_misses(calls, keys, c)) << "capacity " << c;
+    }
+  }
+}
+
+TEST(ReuseDistanceCounter, CallExampleByHandAndPeek) {
+  reuse_distance_counter counter{8};
+  const auto cold = reuse_distance_counter::cold;
+  std::uint32_t d[3] = {};
+  const std::uint32_t first[] = {3, 5};
+  counter.access_call(first, d);
+  EXPECT_EQ(d[0], cold);
+  EXPECT_EQ(d[1], cold);
+  // Stack before the next call: 5, 3. Per access, 3 would be at 2 and 5 then at 2 again; per
+  // call both are looked up before either moves.
+  const std::uint32_t second[] = {3, 5, 3};
+  counter.access_call(second, d);
+  EXPECT_EQ(d[0], 2u);
+  EXPECT_EQ(d[1], 1u);
+  EXPECT_EQ(d[2], 1u);                    // repeated within the call
+  EXPECT_EQ(counter.distance_of(5), 2u);  // stack now 3, 5 (last access order)
+  EXPECT_EQ(counter.distance_of(3), 1u);
+  EXPECT_EQ(counter.distance_of(7), cold);
+  EXPECT_EQ(counter.accesses(), 5u);  // distance_of records nothing
+}
+
+TEST(ReuseDistanceCounter, BadCallLeavesTheCounterUnchanged) {
+  reuse_distance_counter counter{4};
+  std::uint32_t d[2] = {};
+  const std::uint32_t bad_key[] = {1, 4};
+  EXPECT_THROW(counter.access_call(bad_key, d), wisp::logic_error);
+  const std::uint32_t three[] = {1, 2, 3};
+  EXPECT_THROW(counter.access_call(three, d), wisp::logic_error);  // no room for 3 distances
+  EXPECT_EQ(counter.accesses(), 0u);
+  EXPECT_EQ(counter.distinct(), 0u);
+  EXPECT_THROW((void)counter.distance_of(4), wisp::logic_error);
+}
+
 TEST(ReuseDistanceCounter, RejectsBadKeysAndKeySpaces) {
   EXPECT_THROW(reuse_distance_counter{0}, wisp::logic_error);
   EXPECT_THROW(reuse_distance_counter{std::size_t{1} << 31}, wisp::logic_error);
@@ -266,8 +352,48 @@ TEST(ScopedReuseCounter, PerLayerAndGlobalAgainstOracles) {
         << "capacity " << c;
   }
   EXPECT_THROW(per_layer.access(layers, 0), wisp::logic_error);
+  const std::uint32_t bad[] = {1, experts};
+  EXPECT_THROW(global.access_call(0, bad), wisp::logic_error);
+  EXPECT_EQ(global.histogram().accesses(), accesses.size());  // nothing recorded
   EXPECT_THROW(per_layer.access(0, experts), wisp::logic_error);
   EXPECT_THROW(wisp::reuse::scoped_reuse_counter(reuse_scope::stream, 1, 1), wisp::logic_error);
+}
+
+// Calls of two experts per (step, layer): per layer and global, each scope's call curve against
+// a protected LRU cache of that scope at every capacity that holds a call.
+TEST(ScopedReuseCounter, CallsAgainstProtectedLruInBothScopes) {
+  constexpr std::uint32_t layers = 3;
+  constexpr std::uint32_t experts = 12;
+  std::mt19937_64 rng{21};
+  wisp::reuse::scoped_reuse_counter per_layer{reuse_scope::per_layer, layers, experts};
+  wisp::reuse::scoped_reuse_counter global{reuse_scope::global, layers, experts};
+  std::vector<std::vector<std::vector<std::uint32_t>>> layer_calls(layers);
+  std::vector<std::vector<std::uint32_t>> global_calls;
+  for (int step = 0; step < 2000; ++step) {
+    for (std::uint32_t l = 0; l < layers; ++l) {
+      const auto a = static_cast<std::uint32_t>(rng() % experts);
+      const auto b = (a + 1 + static_cast<std::uint32_t>(rng() % (experts - 1))) % experts;
+      const std::vector<std::uint32_t> call{a, b};
+      per_layer.access_call(l, call);
+      global.access_call(l, call);
+      layer_calls[l].push_back(call);
+      global_calls.push_back({l * experts + a, l * experts + b});
+    }
+  }
+  const miss_curve layer_curve{per_layer.histogram()};
+  const miss_curve global_curve{global.histogram()};
+  for (std::uint32_t c = 2; c <= experts + 1; ++c) {
+    std::uint64_t want = 0;
+    for (const auto& calls : layer_calls) {
+      want += oracle::protected_lru_misses(calls, experts, c);
+    }
+    ASSERT_EQ(layer_curve.misses(c), want) << "capacity " << c;
+  }
+  for (std::uint32_t c = 2; c <= layers * experts + 1; ++c) {
+    ASSERT_EQ(global_curve.misses(c),
+              oracle::protected_lru_misses(global_calls, layers * experts, c))
+        << "capacity " << c;
+  }
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 //   At 1% the ESFT global curve rests on ~17 sampled keys: MAE 0.086 mean, 0.23 worst. Not a
 //   useful setting; not asserted.
 #include "reuse/oracle.hpp"
+#include "support/traces.hpp"
 
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/reuse_distance.hpp>
@@ -185,14 +186,10 @@ TEST(Shards, ErrorBoundZipfMillionKeys) {
 }
 
 TEST(Shards, ErrorBoundEsftGlobal) {
-  const auto dir =
-      std::filesystem::path{WISP_TEST_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
-  if (!std::filesystem::is_directory(dir)) {
-    GTEST_SKIP() << "ESFT trace not found at " << dir;
-  }
-  const auto trace = wisp::trace::import_esft(dir);
+  const auto trace = wisp::test::esft_trace();
+  WISP_TEST_NEEDS_TRACE(trace);
   std::vector<std::uint32_t> stream;
-  trace.for_each_access([&](const wisp::trace::access& a) {
+  trace->for_each_access([&](const wisp::trace::access& a) {
     stream.push_back(static_cast<std::uint32_t>(a.layer * 64 + a.expert));
   });
   std::printf("    ESFT global scope, 1,664 keys, plain SHARDS\n");

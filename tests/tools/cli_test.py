@@ -13,6 +13,18 @@ import tempfile
 import unittest
 
 WISP = None
+ESFT = os.path.join(os.environ.get("WISP_TEST_TRACES_DIR", os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "traces")), "raw",
+    "esft_deepseek_v2_lite_intent")
+
+
+def need_esft(test):
+    """Skips `test` without the ESFT trace, or fails it when WISP_REQUIRE_TRACES is set (CI)."""
+    if os.path.isdir(ESFT):
+        return
+    if os.environ.get("WISP_REQUIRE_TRACES", "0") not in ("", "0"):
+        test.fail(f"ESFT trace not found at {ESFT} (WISP_REQUIRE_TRACES is set)")
+    test.skipTest(f"ESFT trace not found at {ESFT}")
 
 
 def wisp(*args, ok=True):
@@ -80,12 +92,14 @@ class CliTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.tmp.cleanup()
 
-    def test_reuse_json_matches_lru_oracle_in_both_scopes(self):
+    def test_reuse_per_access_matches_lru_oracle_in_both_scopes(self):
         caps = [1, 2, 3, 5, 8]
         for scope in ("global", "layer"):
-            out = json.loads(wisp("reuse", self.wtrace, "--scope", scope, "--capacities",
-                                  ",".join(map(str, caps)), "--json").stdout)
+            out = json.loads(wisp("reuse", self.wtrace, "--scope", scope, "--granularity",
+                                  "access", "--capacities", ",".join(map(str, caps)),
+                                  "--json").stdout)
             self.assertEqual(out["scope"], scope)
+            self.assertEqual(out["granularity"], "access")
             self.assertEqual(out["accesses"], len(self.stream))
             for point in out["miss_curve"]:
                 c = point["capacity"]
@@ -96,6 +110,79 @@ class CliTest(unittest.TestCase):
                                    for layer in range(self.layers))
                 self.assertEqual(point["misses"], expected, f"{scope} capacity {c}")
                 self.assertAlmostEqual(point["miss_ratio"], expected / len(self.stream))
+                self.assertAlmostEqual(point["hit_ratio"], 1 - expected / len(self.stream))
+
+    def calls(self):
+        return [self.stream[i:i + self.k] for i in range(0, len(self.stream), self.k)]
+
+    def test_reuse_per_call_is_the_default_and_equals_sim_lru_at_every_capacity(self):
+        for scope, top in (("layer", self.experts), ("global", self.layers * self.experts)):
+            caps = list(range(self.k, top + 1))
+            arg = ",".join(map(str, caps))
+            curve = json.loads(wisp("reuse", self.wtrace, "--scope", scope, "--capacities", arg,
+                                    "--json").stdout)
+            self.assertEqual(curve["granularity"], "call")
+            sim = json.loads(wisp("sim", self.wtrace, "--scope", scope, "--capacity", arg,
+                                  "--policy", "lru", "--json").stdout)
+            by_capacity = {r["capacity"]: r["misses"] for r in sim["results"]}
+            for point in curve["miss_curve"]:
+                c = point["capacity"]
+                if scope == "global":
+                    oracle = protected_lru_misses(self.calls(), c)
+                else:
+                    oracle = sum(protected_lru_misses(
+                        [call for call in self.calls() if call[0][0] == layer], c)
+                        for layer in range(self.layers))
+                self.assertEqual(point["misses"], oracle, f"{scope} capacity {c}")
+                self.assertEqual(point["misses"], by_capacity[c], f"{scope} capacity {c}")
+
+    def test_reuse_per_call_equals_sim_lru_on_esft(self):
+        need_esft(self)
+        for scope, caps in (("layer", "6,8,32"), ("global", "208,832")):
+            curve = json.loads(wisp("reuse", ESFT, "--scope", scope, "--capacities", caps,
+                                    "--json").stdout)
+            sim = json.loads(wisp("sim", ESFT, "--scope", scope, "--capacity", caps, "--policy",
+                                  "lru", "--json").stdout)
+            self.assertEqual([p["misses"] for p in curve["miss_curve"]],
+                             [r["misses"] for r in sim["results"]], scope)
+        access = json.loads(wisp("reuse", ESFT, "--scope", "layer", "--granularity", "access",
+                                 "--capacities", "8", "--json").stdout)
+        self.assertEqual(access["miss_curve"][0]["misses"], 939182)
+
+    def test_esft_top_k_that_does_not_fit_is_refused(self):
+        need_esft(self)
+        out = os.path.join(self.tmp.name, "k1.wtrace")
+        proc = wisp("trace", "import", "--format", "esft", "--top-k", "1", ESFT, "-o", out,
+                    ok=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("top-6 routing", proc.stderr)
+        self.assertFalse(os.path.exists(out))
+
+    def test_import_skips_or_keeps_incomplete_tokens_and_reports_them(self):
+        gappy = os.path.join(self.tmp.name, "gappy.jsonl")
+        with open(self.jsonl) as f, open(gappy, "w") as g:
+            for row in map(json.loads, f):
+                if not (row["token_idx"] in (4, 9) and row["layer"] == 1):
+                    g.write(json.dumps(row) + "\n")
+        out = os.path.join(self.tmp.name, "gappy.wtrace")
+        proc = wisp("trace", "import", "--format", "jsonl", gappy, "-o", out, ok=False)
+        self.assertEqual(proc.returncode, 1)
+        self.assertIn("has no record for layer 1", proc.stderr)
+        skip = wisp("trace", "import", "--format", "jsonl", "--on-incomplete", "skip", gappy,
+                    "-o", out).stdout
+        self.assertIn(f"{self.tokens - 2} steps", skip)
+        self.assertIn("incomplete: 2 tokens in 1 sequences lacked 2 (token, layer) records; "
+                      "dropped 2 tokens (4 records)", skip)
+        stats = json.loads(wisp("trace", "stats", out, "--json").stdout)
+        self.assertEqual(stats["accesses"], (self.tokens - 2) * self.layers * self.k)
+        keep = wisp("trace", "import", "--format", "jsonl", "--on-incomplete", "keep", gappy,
+                    "-o", out).stdout
+        self.assertIn("kept 2 tokens with the layers present", keep)
+        stats = json.loads(wisp("trace", "stats", out, "--json").stdout)
+        self.assertEqual(stats["steps"], self.tokens)
+        self.assertEqual(stats["accesses"], (self.tokens * self.layers - 2) * self.k)
+        self.assertEqual(stats["missing_rows"], 2)
+        self.assertIn("missing    2 (step, layer) rows", wisp("trace", "stats", out).stdout)
 
     def test_sim_lru_matches_protected_lru_oracle_and_belady_bounds_all(self):
         calls = [self.stream[i:i + self.k] for i in range(0, len(self.stream), self.k)]
@@ -104,7 +191,8 @@ class CliTest(unittest.TestCase):
                                   ",".join(map(str, caps)), "--json").stdout)
             by = {(r["policy"], r["capacity"]): r for r in out["results"]}
             self.assertEqual({p for p, _ in by},
-                             {"lru", "fifo", "lfu", "lfru", "fld", "least-stale", "belady"})
+                             {"lru", "fifo", "lfu", "lfu_history", "lfru", "fld", "least_stale",
+                              "decayed_frequency", "predicted_next_use", "belady"})
             for c in caps:
                 if scope == "global":
                     expected = protected_lru_misses(calls, c)
@@ -122,14 +210,35 @@ class CliTest(unittest.TestCase):
     def test_sim_rejects_unknown_policy_and_capacity_below_k(self):
         proc = wisp("sim", self.wtrace, "--policy", "mru", "--capacity", "4", ok=False)
         self.assertNotEqual(proc.returncode, 0)
-        self.assertIn("least-stale", proc.stderr)
+        self.assertIn("least_stale", proc.stderr)
         proc = wisp("sim", self.wtrace, "--capacity", "1", ok=False)
         self.assertNotEqual(proc.returncode, 0)
 
     def test_reuse_csv_has_header_and_rows(self):
         lines = wisp("reuse", self.wtrace, "--capacities", "2,4", "--csv").stdout.split()
-        self.assertEqual(lines[0], "capacity,misses,miss_ratio")
+        self.assertEqual(lines[0], "capacity,misses,miss_ratio,hit_ratio")
         self.assertEqual([l.split(",")[0] for l in lines[1:]], ["2", "4"])
+
+    def test_plot_scripts_read_the_csv_and_fail_politely_without_matplotlib(self):
+        tools = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools")
+        no_matplotlib = os.path.join(self.tmp.name, "no_matplotlib", "matplotlib")
+        os.makedirs(no_matplotlib, exist_ok=True)
+        with open(os.path.join(no_matplotlib, "__init__.py"), "w") as f:
+            f.write("raise ImportError('matplotlib is not installed here')\n")
+        env = dict(os.environ, PYTHONPATH=os.path.dirname(no_matplotlib))
+        curve = os.path.join(self.tmp.name, "curve.csv")
+        with open(curve, "w") as f:
+            f.write(wisp("reuse", self.wtrace, "--csv").stdout)
+        runs = os.path.join(self.tmp.name, "runs.csv")
+        with open(runs, "w") as f:
+            f.write(wisp("sim", self.wtrace, "--capacity", "4", "--csv").stdout)
+        for script, arg in (("plot_curves.py", f"LRU={curve}"), ("plot_policies.py", f"sim={runs}")):
+            proc = subprocess.run([sys.executable, os.path.join(tools, script), "-o",
+                                   os.path.join(self.tmp.name, "x.png"), arg],
+                                  capture_output=True, text=True, env=env, timeout=60)
+            self.assertEqual(proc.returncode, 1, script)
+            self.assertEqual(proc.stderr.strip(),
+                             "matplotlib is missing: apt-get install python3-matplotlib", script)
 
     def test_synth_is_deterministic_and_stats_reports_the_shape(self):
         a, b = (os.path.join(self.tmp.name, n) for n in ("a.wtrace", "b.wtrace"))

@@ -42,9 +42,18 @@ class PlanTest(unittest.TestCase):
                 budget = 24 * GIB + 12345
                 out = plan_json("--model", name, "--budget", str(budget), "--concurrency", "2",
                                 "--context", "4096")
-                self.assertEqual(list(out), ["model", "budget_bytes", "expert_slot_bytes",
-                                             "kv_bytes_per_token", "block_tokens", "choice",
+                self.assertEqual(list(out), ["model", "layers", "experts", "top_k",
+                                             "budget_bytes", "expert_slot_bytes",
+                                             "cap_unit_bytes", "kv_bytes_per_token",
+                                             "block_tokens", "kv_block_bytes", "floor",
+                                             "feasible_caps", "expert_stream", "bandwidth_gbps",
+                                             "recompute_s_per_token", "choice", "knobs",
                                              "sweep"])
+                self.assertEqual((out["layers"], out["experts"], out["top_k"]),
+                                 (m["L"], m["E"], m["k"]))
+                self.assertEqual(out["cap_unit_bytes"], m["L"] * m["expert"])
+                self.assertEqual(out["floor"], {"concurrency": 2, "context": 4096,
+                                                "blocks": -(-2 * 4096 // 16)})
                 self.assertEqual(out["model"], name)
                 self.assertEqual(out["budget_bytes"], budget)
                 self.assertEqual(out["expert_slot_bytes"], m["expert"])
@@ -54,8 +63,12 @@ class PlanTest(unittest.TestCase):
                 floor_blocks = -(-2 * 4096 // 16)
                 choice = out["choice"]
                 self.assertEqual(list(choice), ["expert_cap", "kv_blocks", "kv_tokens",
-                                                "expert_bytes", "kv_bytes",
+                                                "expert_bytes", "kv_bytes", "slack_bytes",
                                                 "predicted_latency_s"])
+                self.assertEqual(choice["slack_bytes"],
+                                 budget - choice["expert_bytes"] - choice["kv_bytes"])
+                self.assertEqual(out["knobs"], {"per_layer_expert_cap": choice["expert_cap"],
+                                                "kv_cache_bytes": choice["kv_bytes"]})
                 c = choice["expert_cap"]
                 self.assertEqual(choice["expert_bytes"], c * m["L"] * m["expert"])
                 self.assertEqual(choice["kv_blocks"], (budget - choice["expert_bytes"]) // block)
@@ -71,7 +84,9 @@ class PlanTest(unittest.TestCase):
                     self.assertEqual(p["kv_blocks"], blocks)
                     self.assertEqual(p["kv_tokens"], blocks * 16)
                     self.assertEqual(p["feasible"], experts <= budget and blocks >= floor_blocks)
-                    self.assertEqual(list(p), ["expert_cap", "kv_blocks", "kv_tokens", "feasible"])
+                    self.assertEqual(p["fits"], experts <= budget)
+                    self.assertEqual(list(p), ["expert_cap", "kv_blocks", "kv_tokens",
+                                               "miss_rate", "fits", "feasible", "predicted_s"])
 
     def test_sweep_cap_and_size_suffixes(self):
         out = plan_json("--model", "olmoe-1b-7b", "--budget", "8GiB", "--concurrency", "4",
@@ -124,7 +139,8 @@ class PlanTest(unittest.TestCase):
             (["--model", "olmoe-1b-7b", "--budget", "8GiB", "--bandwidth", "0"], "bandwidth"),
             (["--model", "olmoe-1b-7b", "--budget", "8 gigs"], "unknown unit"),
             (["--model", "olmoe-1b-7b", "--budget", "8GiB", "--concurrency", "4"], "together"),
-            (["--model", "/nonexistent/m.json", "--budget", "8GiB"], "does not exist"),
+            (["--model", "/nonexistent/m.json", "--budget", "8GiB"],
+             "cannot open /nonexistent/m.json: No such file or directory"),
         ]
         for args, message in cases:
             with self.subTest(args=args):

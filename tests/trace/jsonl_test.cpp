@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,7 +16,7 @@ using wisp::trace::jsonl_options;
 
 wisp::trace::routing_trace import_text(const std::string& text, const jsonl_options& opt = {}) {
   std::istringstream in(text);
-  return import_jsonl(in, opt);
+  return import_jsonl(in, opt).trace;
 }
 
 std::string expect_format_error(const std::string& text, const jsonl_options& opt = {}) {
@@ -100,6 +101,94 @@ TEST(Jsonl, WeightsAndExplicitShape) {
   EXPECT_TRUE(t.has_weights());
   EXPECT_EQ(t.weight(0, 0, 1), 0.25f);
   EXPECT_EQ(t.sequence_starts().size(), 1u);
+}
+
+// Three layers; token 1 of group a lacks layer 1; token 0 of group b lacks layers 0 and 2.
+const std::string incomplete_log = R"({"layer":0,"experts":[1,2],"token_idx":0,"g":"a"})"
+                                   "\n"
+                                   R"({"layer":1,"experts":[3,4],"token_idx":0,"g":"a"})"
+                                   "\n"
+                                   R"({"layer":2,"experts":[5,6],"token_idx":0,"g":"a"})"
+                                   "\n"
+                                   R"({"layer":0,"experts":[1,3],"token_idx":1,"g":"a"})"
+                                   "\n"
+                                   R"({"layer":2,"experts":[6,7],"token_idx":1,"g":"a"})"
+                                   "\n"
+                                   R"({"layer":1,"experts":[0,1],"token_idx":0,"g":"b"})"
+                                   "\n"
+                                   R"({"layer":0,"experts":[2,0],"token_idx":1,"g":"b"})"
+                                   "\n"
+                                   R"({"layer":1,"experts":[2,3],"token_idx":1,"g":"b"})"
+                                   "\n"
+                                   R"({"layer":2,"experts":[4,5],"token_idx":1,"g":"b"})"
+                                   "\n";
+
+wisp::trace::imported_trace import_incomplete(wisp::trace::incomplete_tokens policy) {
+  jsonl_options opt;
+  opt.group_key = "g";
+  opt.on_incomplete = policy;
+  std::istringstream in(incomplete_log);
+  return import_jsonl(in, opt);
+}
+
+TEST(Jsonl, IncompleteTokensAreAnErrorByDefault) {
+  jsonl_options opt;
+  opt.group_key = "g";
+  const std::string what = expect_format_error(incomplete_log, opt);
+  EXPECT_NE(what.find("line 4: token 1 has no record for layer 1"), std::string::npos) << what;
+}
+
+TEST(Jsonl, SkipDropsIncompleteTokensAndCountsThem) {
+  const auto [t, report] = import_incomplete(wisp::trace::incomplete_tokens::skip);
+  EXPECT_TRUE(t.complete());
+  ASSERT_EQ(t.steps(), 2u);  // a/0 and b/1
+  EXPECT_EQ(ids_of(t), (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 2, 0, 2, 3, 4, 5}));
+  EXPECT_EQ(std::vector<std::size_t>(t.sequence_starts().begin(), t.sequence_starts().end()),
+            (std::vector<std::size_t>{0, 1}));
+  wisp::trace::import_report want;
+  want.incomplete_tokens = 2;
+  want.missing_records = 3;
+  want.dropped_tokens = 2;
+  want.dropped_records = 3;  // the 2 + 1 records those tokens had
+  want.incomplete_sequences = 2;
+  EXPECT_EQ(report, want);
+}
+
+TEST(Jsonl, KeepImportsTheLayersPresent) {
+  const auto [t, report] = import_incomplete(wisp::trace::incomplete_tokens::keep);
+  ASSERT_EQ(t.steps(), 4u);
+  EXPECT_EQ(t.missing_rows(), 3u);
+  EXPECT_FALSE(t.has_layer(1, 1));
+  EXPECT_FALSE(t.has_layer(2, 0));
+  EXPECT_TRUE(t.has_layer(2, 1));
+  EXPECT_FALSE(t.has_layer(2, 2));
+  EXPECT_EQ(ids_of(t),
+            (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 1, 3, 6, 7, 0, 1, 2, 0, 2, 3, 4, 5}));
+  wisp::trace::import_report want;
+  want.incomplete_tokens = 2;
+  want.missing_records = 3;
+  want.partial_tokens = 2;
+  want.incomplete_sequences = 2;
+  EXPECT_EQ(report, want);
+  // A repeated layer is corruption, not a gap: an error whatever the policy.
+  jsonl_options opt;
+  opt.on_incomplete = wisp::trace::incomplete_tokens::keep;
+  const std::string what = expect_format_error(
+      "{\"layer\":0,\"experts\":[1],\"token_idx\":0}\n{\"layer\":0,\"experts\":[2],\"token_idx\":"
+      "0}",
+      opt);
+  EXPECT_NE(what.find("repeats line 1"), std::string::npos) << what;
+}
+
+TEST(Jsonl, FileErrorsSayWhy) {
+  try {
+    (void)import_jsonl(std::filesystem::path("/nonexistent/routing.jsonl"));
+    ADD_FAILURE() << "no error";
+  } catch (const wisp::error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot open /nonexistent/routing.jsonl: No such file"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 struct bad_case {

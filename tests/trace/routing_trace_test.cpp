@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <ranges>
+#include <span>
 #include <vector>
 
 namespace {
@@ -121,6 +122,75 @@ TEST(RoutingTrace, WideIdsAboveTwoHundredFiftySix) {
   EXPECT_EQ(seen, std::vector<std::int32_t>(std::begin(ids), std::end(ids)));
 }
 
+TEST(RoutingTrace, PartialStepsKeepTheLayersPresent) {
+  routing_trace t({3, 8, 2});
+  const std::int32_t full[] = {0, 1, 2, 3, 4, 5};
+  const float w[] = {1, 2, 3, 4, 5, 6};
+  t.append_step(full, w);
+  EXPECT_TRUE(t.complete());
+  // Layer 1 missing: its ids (here invalid) are ignored.
+  const std::int32_t partial[] = {6, 7, -5, 99, 0, 1};
+  const std::uint8_t present[] = {1, 0, 1};
+  t.append_partial_step(partial, present, w);
+  t.append_step(full, w);
+  EXPECT_FALSE(t.complete());
+  EXPECT_EQ(t.missing_rows(), 1u);
+  EXPECT_EQ(t.steps(), 3u);
+  EXPECT_EQ(t.access_count(), 16u);  // (9 rows - 1) x top-2
+  EXPECT_TRUE(t.has_layer(0, 1));
+  EXPECT_FALSE(t.has_layer(1, 1));
+  EXPECT_TRUE(t.has_layer(1, 2));
+  EXPECT_EQ(t.expert(1, 2, 1), 1);
+  EXPECT_EQ(t.weight(1, 2, 0), 5.0f);
+  EXPECT_THROW((void)t.expert(1, 1, 0), wisp::logic_error);
+  EXPECT_THROW((void)t.weight(1, 1, 0), wisp::logic_error);
+  EXPECT_THROW((void)t.has_layer(3, 0), wisp::logic_error);
+
+  const std::vector<access> expected = {
+      {0, 0, 0}, {0, 0, 1}, {0, 1, 2}, {0, 1, 3}, {0, 2, 4}, {0, 2, 5}, {1, 0, 6}, {1, 0, 7},
+      {1, 2, 0}, {1, 2, 1}, {2, 0, 0}, {2, 0, 1}, {2, 1, 2}, {2, 1, 3}, {2, 2, 4}, {2, 2, 5}};
+  std::vector<access> visited;
+  t.for_each_access([&](access a) { visited.push_back(a); });
+  EXPECT_EQ(visited, expected);
+  std::vector<access> ranged(t.accesses().begin(), t.accesses().end());
+  EXPECT_EQ(ranged, expected);
+  std::vector<access> called;
+  t.for_each_call([&](std::uint32_t s, std::int32_t l, std::span<const std::int32_t> ids) {
+    for (const std::int32_t e : ids) {
+      called.push_back({s, l, e});
+    }
+  });
+  EXPECT_EQ(called, expected);
+}
+
+TEST(RoutingTrace, PartialStepsAreValidatedWithStrongGuarantee) {
+  routing_trace t({3, 8, 2});
+  const std::int32_t ids[] = {0, 1, 2, 3, 4, 4};
+  const std::uint8_t last_missing[] = {1, 1, 0};
+  t.append_partial_step(ids, last_missing);  // the duplicate 4, 4 sits in the missing row
+  const routing_trace before = t;
+  const std::uint8_t none[] = {0, 0, 0};
+  const std::uint8_t two_flags[] = {1, 1};
+  const std::uint8_t first_missing[] = {0, 1, 1};
+  EXPECT_THROW(t.append_partial_step(ids, none), wisp::logic_error);
+  EXPECT_THROW(t.append_partial_step(ids, two_flags), wisp::logic_error);
+  EXPECT_THROW(t.append_partial_step(ids, first_missing), wisp::logic_error);  // 4 twice
+  EXPECT_EQ(t, before);
+  EXPECT_EQ(t.missing_rows(), 1u);
+  // A trace that starts complete and turns partial later equals one built the same way.
+  routing_trace a({2, 4, 1});
+  routing_trace b({2, 4, 1});
+  const std::int32_t two[] = {1, 2};
+  const std::uint8_t one[] = {1, 0};
+  for (routing_trace* x : {&a, &b}) {
+    x->append_step(two);
+    x->append_partial_step(two, one);
+  }
+  EXPECT_EQ(a, b);
+  b.append_step(two);
+  EXPECT_NE(a, b);
+}
+
 // for_each_access and accesses() visit exactly the nested-loop order.
 class AccessOrder : public ::testing::TestWithParam<trace_shape> {};
 
@@ -145,6 +215,28 @@ TEST_P(AccessOrder, MatchesNestedLoops) {
   EXPECT_EQ(ranged, expected);
   EXPECT_EQ(t.accesses().size(), t.access_count());
   EXPECT_EQ(static_cast<std::size_t>(std::ranges::distance(t.accesses())), t.access_count());
+}
+
+// The same with partial steps: nested loops over the rows each step holds.
+TEST_P(AccessOrder, PartialStepsMatchNestedLoopsOverTheRowsHeld) {
+  const trace_shape shape = GetParam();
+  const routing_trace t = wisp_test::random_partial_trace(shape, 37, false, 12);
+  std::vector<access> expected;
+  for (std::size_t s = 0; s < t.steps(); ++s) {
+    for (std::int32_t l = 0; l < shape.layers; ++l) {
+      for (std::int32_t j = 0; j < shape.top_k && t.has_layer(s, l); ++j) {
+        expected.push_back({static_cast<std::uint32_t>(s), l, t.expert(s, l, j)});
+      }
+    }
+  }
+  EXPECT_EQ(shape.layers == 1, t.complete());
+  std::vector<access> visited;
+  t.for_each_access([&](access a) { visited.push_back(a); });
+  EXPECT_EQ(visited, expected);
+  const std::vector<access> ranged(t.accesses().begin(), t.accesses().end());
+  EXPECT_EQ(ranged, expected);
+  EXPECT_EQ(t.access_count(), expected.size());
+  EXPECT_EQ(t.accesses().size(), expected.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AccessOrder,

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "support/expect_error.hpp"
+#include "support/traces.hpp"
 #include "trace_test_util.hpp"
 
 #include <wisp/trace/esft.hpp>
@@ -59,6 +60,8 @@ TEST(Synthetic, PresetsHaveTheDocumentedShapes) {
   EXPECT_EQ(shape("qwen3-30b-a3b"), (wisp::trace::trace_shape{48, 128, 8}));
   EXPECT_EQ(shape("mixtral-8x7b"), (wisp::trace::trace_shape{32, 8, 2}));
   EXPECT_EQ(shape("olmoe-1b-7b"), (wisp::trace::trace_shape{16, 64, 8}));
+  EXPECT_EQ(shape("qwen1.5-moe-a2.7b"), (wisp::trace::trace_shape{24, 60, 4}));
+  EXPECT_EQ(synthetic_preset("qwen1.5-moe-a2.7b").working_set, 3);  // round(0.85 x 4)
   wisp::test::expect_error([] { (void)synthetic_preset("gpt-9"); }, "qwen3-30b-a3b", "gpt-9");
 }
 
@@ -103,13 +106,10 @@ TEST(Synthetic, DefaultPresetIsCalibratedAgainstEsft) {
       make_synthetic_trace(synthetic_preset("default"), wisp::trace::default_synthetic_steps,
                            wisp::trace::default_synthetic_seed);
   const std::vector<int> caps = {1, 2, 4, 8, 16, 32, 64};
-  const std::filesystem::path dir =
-      std::filesystem::path(WISP_TEST_TRACES_DIR) / "raw" / "esft_deepseek_v2_lite_intent";
-  const bool have_esft = std::filesystem::is_directory(dir);
+  const auto esft = wisp::test::esft_trace();
   const std::vector<double> s = wisp_test::per_layer_lru_curve(synth, caps);
-  if (have_esft) {
-    const std::vector<double> e =
-        wisp_test::per_layer_lru_curve(wisp::trace::import_esft(dir), caps);
+  if (esft) {
+    const std::vector<double> e = wisp_test::per_layer_lru_curve(*esft, caps);
     for (std::size_t i = 0; i < caps.size(); ++i) {
       std::printf("capacity %2d: esft %.4f synthetic %.4f diff %+.4f\n", caps[i], e[i], s[i],
                   s[i] - e[i]);
@@ -128,9 +128,7 @@ TEST(Synthetic, DefaultPresetIsCalibratedAgainstEsft) {
   for (std::size_t i = 0; i < 3; ++i) {
     EXPECT_LE(std::abs(s[3 + i] - esft_ref[i]), 0.1) << "capacity " << caps[3 + i];
   }
-  if (!have_esft) {
-    GTEST_SKIP() << "ESFT trace not found at " << dir << " (synthetic side checked)";
-  }
+  WISP_TEST_NEEDS_TRACE(esft);  // the synthetic side is checked above either way
 }
 
 }  // namespace

@@ -38,6 +38,54 @@ wisp::trace::routing_trace random_trace(wisp::trace::trace_shape shape, std::siz
   return t;
 }
 
+wisp::trace::routing_trace random_partial_trace(wisp::trace::trace_shape shape, std::size_t steps,
+                                                bool weights, std::uint64_t seed) {
+  const wisp::trace::routing_trace full = random_trace(shape, steps, weights, seed);
+  wisp::trace::detail::xoshiro256ss rng(seed + 1000);
+  wisp::trace::routing_trace t(shape);
+  const auto layers = static_cast<std::size_t>(shape.layers);
+  const auto k = static_cast<std::size_t>(shape.top_k);
+  std::vector<std::int32_t> ids(shape.ids_per_step());
+  std::vector<float> ws(weights ? ids.size() : 0);
+  std::vector<std::uint8_t> present(layers);
+  std::size_t next_start = 0;
+  for (std::size_t s = 0; s < full.steps(); ++s) {
+    if (next_start < full.sequence_starts().size() && full.sequence_starts()[next_start] == s) {
+      t.begin_sequence();
+      ++next_start;
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const auto l = static_cast<std::int32_t>(i / k);
+      const auto j = static_cast<std::int32_t>(i % k);
+      ids[i] = full.expert(s, l, j);
+      if (weights) {
+        ws[i] = full.weight(s, l, j);
+      }
+    }
+    if (s == 0 || layers == 1 || rng.below(3) != 0) {
+      t.append_step(ids, ws);
+      continue;
+    }
+    std::fill(present.begin(), present.end(), std::uint8_t{1});
+    const std::size_t drop = 1 + rng.below(layers - 1);  // keeps at least one layer
+    for (std::size_t d = 0; d < drop; ++d) {
+      present[rng.below(layers)] = 0;
+    }
+    present[rng.below(layers)] = 1;
+    if (std::find(present.begin(), present.end(), std::uint8_t{0}) == present.end()) {
+      present[0] = 0;
+      present[layers - 1] = 1;
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (present[i / k] == 0) {
+        ids[i] = -1;  // ignored: a missing row's ids are never validated
+      }
+    }
+    t.append_partial_step(ids, present, ws);
+  }
+  return t;
+}
+
 temp_dir::temp_dir(const std::string& name) {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   std::string unique = name;

@@ -17,6 +17,11 @@ namespace wisp_test {
 wisp::trace::routing_trace random_trace(wisp::trace::trace_shape shape, std::size_t steps,
                                         bool weights, std::uint64_t seed);
 
+/// `random_trace` in which about a third of the steps (never the first) lack a random proper
+/// subset of their layers (`append_partial_step`).
+wisp::trace::routing_trace random_partial_trace(wisp::trace::trace_shape shape, std::size_t steps,
+                                                bool weights, std::uint64_t seed);
+
 /// A fresh empty folder under the system temp folder, removed by the destructor.
 class temp_dir {
  public:

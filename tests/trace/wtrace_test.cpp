@@ -138,6 +138,66 @@ INSTANTIATE_TEST_SUITE_P(Traces, WtraceRoundTrip,
                                   (info.param.weights ? "_weights" : "_ids");
                          });
 
+TEST(Wtrace, PartialStepsRoundTrip) {
+  for (const bool weights : {false, true}) {
+    for (const wisp::trace::trace_shape shape :
+         {wisp::trace::trace_shape{2, 8, 2}, wisp::trace::trace_shape{26, 64, 6},
+          wisp::trace::trace_shape{9, 300, 3}}) {
+      const routing_trace t = wisp_test::random_partial_trace(shape, 40, weights, 7);
+      ASSERT_FALSE(t.complete());
+      const std::string b = to_bytes(t);
+      const routing_trace back = from_bytes(b);
+      EXPECT_EQ(back, t);
+      EXPECT_EQ(static_cast<std::uint8_t>(b[12]), weights ? 3u : 2u);  // flags: partial (+ weights)
+      // Header, sequence starts, the row bitmap, then only the rows held.
+      const std::size_t rows = t.steps() * static_cast<std::size_t>(shape.layers);
+      EXPECT_EQ(b.size(), 64 + 8 * t.sequence_starts().size() + (rows + 7) / 8 +
+                              t.access_count() * (t.id_bytes() + (weights ? 4 : 0)) + 4);
+    }
+  }
+  // A complete trace keeps the version-1 layout it always had: no flag, no bitmap.
+  const routing_trace complete = wisp_test::random_trace({2, 8, 2}, 5, false, 1);
+  EXPECT_EQ(static_cast<std::uint8_t>(to_bytes(complete)[12]), 0u);
+}
+
+TEST(Wtrace, RejectsInconsistentRowBitmaps) {
+  // 2 layers x 3 steps, step 1 lacks layer 0: bitmap bits 0b111011 in one byte at 64 + 8.
+  routing_trace t({2, 8, 2});
+  const std::int32_t ids[] = {0, 1, 2, 3};
+  const std::uint8_t second_only[] = {0, 1};
+  t.begin_sequence();
+  t.append_step(ids);
+  t.append_partial_step(ids, second_only);
+  t.append_step(ids);
+  const std::string good = to_bytes(t);
+  const std::size_t mask = 64 + 8;
+  ASSERT_EQ(static_cast<std::uint8_t>(good[mask]), 0b111011u);
+  {
+    std::string b = good;
+    b[mask] = static_cast<char>(0b1111011);  // a bit past the last row
+    reseal(b);
+    EXPECT_EQ(expect_format_error(b, "past the last row"), mask);
+  }
+  {
+    std::string b = good;
+    b[mask] = static_cast<char>(0b110011);  // step 1 holds no layer; payload still says 5 rows
+    reseal(b);
+    expect_format_error(b, "row bitmap");
+  }
+  {
+    std::string b = good;
+    b[mask] = static_cast<char>(0b111111);  // every row held, but the payload has 5
+    reseal(b);
+    expect_format_error(b, "partial flag set but every step holds every layer");
+  }
+  {
+    std::string b = good;
+    put_u64(b, 48, 8 + 1 + 5 * 2 + 3);  // starts, bitmap, 5 rows of 2 one-byte ids, then 3 bytes
+    reseal(b);
+    EXPECT_EQ(expect_format_error(b, "payload size"), 48u);
+  }
+}
+
 TEST(Wtrace, FileRoundTripAndErrorsNameThePath) {
   const wisp_test::temp_dir dir("wtrace");
   const routing_trace t =
@@ -153,7 +213,32 @@ TEST(Wtrace, FileRoundTripAndErrorsNameThePath) {
     EXPECT_NE(std::string(e.what()).find("magic"), std::string::npos) << e.what();
     EXPECT_EQ(e.offset(), 0u);
   }
-  EXPECT_THROW((void)read_wtrace(dir.path() / "missing.wtrace"), wisp::error);
+  try {
+    (void)read_wtrace(dir.path() / "missing.wtrace");
+    ADD_FAILURE() << "expected an error";
+  } catch (const wisp::error& e) {  // the operating system's reason
+    EXPECT_NE(std::string(e.what()).find("missing.wtrace: No such file or directory"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW((void)read_wtrace(dir.path()), wisp::error);  // a folder
+}
+
+TEST(Wtrace, AFileHoldsOneTraceAndNothingAfterIt) {
+  const wisp_test::temp_dir dir("wtrace_trailing");
+  const routing_trace t = wisp_test::random_trace({2, 16, 3}, 10, true, 1);
+  const std::string bytes = to_bytes(t);
+  dir.write("extra.wtrace", bytes + "junk");
+  try {
+    (void)read_wtrace(dir.path() / "extra.wtrace");
+    ADD_FAILURE() << "trailing bytes accepted";
+  } catch (const wisp::format_error& e) {
+    EXPECT_EQ(e.offset(), bytes.size());
+    EXPECT_NE(std::string(e.what()).find("4 unexpected bytes after the trace"), std::string::npos)
+        << e.what();
+  }
+  dir.write("two.wtrace", bytes + bytes);  // a stream may hold several; a file holds one
+  EXPECT_THROW((void)read_wtrace(dir.path() / "two.wtrace"), wisp::format_error);
 }
 
 TEST(Wtrace, ConsumesExactlyItsBytes) {
@@ -281,10 +366,15 @@ TEST(Wtrace, RejectsSpecificCorruptions) {
   }
 }
 
-// Every truncation and many random bit flips: a format_error every time, nothing else.
+// Every truncation and many random bit flips: a format_error every time, nothing else. Complete
+// traces and traces with partial steps (whose row bitmap is read too).
 TEST(Wtrace, FuzzTruncationsAndBitFlips) {
-  for (const bool weights : {false, true}) {
-    const routing_trace t = wisp_test::random_trace({3, 10, 2}, 6, weights, 4);
+  for (const int kind : {0, 1, 2, 3}) {
+    const bool weights = (kind & 1) != 0;
+    const routing_trace t = (kind & 2) != 0
+                                ? wisp_test::random_partial_trace({3, 10, 2}, 6, weights, 4)
+                                : wisp_test::random_trace({3, 10, 2}, 6, weights, 4);
+    ASSERT_EQ((kind & 2) != 0, !t.complete());
     const std::string good = to_bytes(t);
     for (std::size_t len = 0; len < good.size(); ++len) {
       const std::string cut = good.substr(0, len);
@@ -296,7 +386,7 @@ TEST(Wtrace, FuzzTruncationsAndBitFlips) {
         ADD_FAILURE() << "truncation to " << len << " threw something else than format_error";
       }
     }
-    wisp::trace::detail::xoshiro256ss rng(weights ? 99 : 98);
+    wisp::trace::detail::xoshiro256ss rng(98 + static_cast<std::uint64_t>(kind));
     for (int trial = 0; trial < 3000; ++trial) {
       std::string b = good;
       const int flips = 1 + static_cast<int>(rng.below(3));

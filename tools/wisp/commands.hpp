@@ -13,6 +13,8 @@ void add_reuse_command(CLI::App& app);     // reuse_cmd.cpp: wisp reuse
 void add_sim_command(CLI::App& app);       // sim_cmd.cpp: wisp sim
 void add_plan_command(CLI::App& app);      // plan_cmd.cpp: wisp plan
 void add_evaluate_command(CLI::App& app);  // evaluate_cmd.cpp: wisp evaluate
+void add_predict_command(CLI::App& app);   // predict_cmd.cpp: wisp predict
+void add_compress_command(CLI::App& app);  // compress_cmd.cpp: wisp compress
 
 inline void add_commands(CLI::App& app) {
   add_info_command(app);
@@ -21,6 +23,8 @@ inline void add_commands(CLI::App& app) {
   add_sim_command(app);
   add_plan_command(app);
   add_evaluate_command(app);
+  add_predict_command(app);
+  add_compress_command(app);
 }
 
 }  // namespace wisp::tool

@@ -1,31 +1,29 @@
 // SPDX-License-Identifier: Apache-2.0
-// `wisp plan --model NAME|FILE.json --budget BYTES|24GiB [--trace FILE.wtrace]
+// `wisp plan --model NAME|FILE.json --budget BYTES|24GiB [--trace FILE]
 //            [--concurrency C --context N] [--bandwidth GBps] [--recompute SECONDS_PER_TOKEN]
 //            [--sweep-cap 8,16,32] [--json]`:
 // splits a device budget between expert slots and KV blocks (wisp/alloc, MV-WSA's offline
 // configurator) and prints the chosen split, the engine knobs and a sweep of caps.
 //
-// The expert miss curve comes from --trace (per-layer scope), or, without one, from a synthetic
-// trace of the model's shape (8,222 steps, seed 1). The KV stream is the working set of the
-// admission floor (C sessions x N tokens) read every decode round: a step curve, so past the
-// floor extra KV blocks buy nothing and the choice is the smallest cap reaching the lowest
-// predicted latency.
+// The expert miss curve is the per-layer, call-granular curve (what the pager will miss) of
+// --trace, or, without one, of a synthetic trace of the model's shape (8,222 steps, seed 1). The
+// KV stream is the working set of the admission floor (C sessions x N tokens) read every decode
+// round: a step curve, so past the floor extra KV blocks buy nothing and the choice is the
+// smallest cap reaching the lowest predicted latency.
+#include "cli.hpp"
 #include "commands.hpp"
+#include "model_source.hpp"
 #include "trace_source.hpp"
 
 #include <wisp/alloc/configurator.hpp>
 #include <wisp/alloc/cost_model.hpp>
-#include <wisp/alloc/model_file.hpp>
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/alloc/split.hpp>
 #include <wisp/alloc/units.hpp>
-#include <wisp/core/error.hpp>
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/trace_profile.hpp>
-#include <wisp/trace/esft.hpp>
 #include <wisp/trace/routing_trace.hpp>
 #include <wisp/trace/synthetic.hpp>
-#include <wisp/trace/wtrace.hpp>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -34,19 +32,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <system_error>
 #include <vector>
 
 namespace wisp::tool {
-
-void add_plan_command(CLI::App& app);  // declared in commands.hpp once registered
-
 namespace {
 
 struct plan_options {
@@ -61,48 +53,12 @@ struct plan_options {
   bool json = false;
 };
 
-template <class... Parts>
-[[noreturn]] void usage_error(const Parts&... parts) {
-  std::ostringstream message;
-  (message << ... << parts);
-  throw wisp::logic_error(message.str());
-}
-
-alloc::model_spec load_model(const std::string& name) {
-  if (alloc::find_model_preset(name) != nullptr) {
-    return alloc::model_preset(name);
-  }
-  std::error_code ec;
-  if (name.ends_with(".json") || std::filesystem::is_regular_file(name, ec)) {
-    if (!std::filesystem::is_regular_file(name, ec)) {
-      usage_error("--model: model file '", name, "' does not exist");
-    }
-    return alloc::read_model_json(name).spec;
-  }
-  usage_error("--model: unknown model '", name, "' (presets: ", alloc::model_preset_names(),
-              "; or give a model .json file)");
-}
-
-trace::synthetic_config synthetic_for(const alloc::model_spec& m) {
-  for (const auto name : trace::synthetic_preset_names()) {
-    if (name == m.name) {
-      return trace::synthetic_preset(name);
-    }
-  }
-  trace::synthetic_config c;  // the default locality model, working set scaled to the shape
-  c.layers = static_cast<std::int32_t>(m.layers);
-  c.experts = static_cast<std::int32_t>(m.experts);
-  c.top_k = static_cast<std::int32_t>(m.top_k);
-  c.working_set = std::clamp<std::int32_t>(c.top_k + c.top_k / 4, 1, c.experts);
-  return c;
-}
-
-trace::routing_trace load_trace(const std::string& file, const alloc::model_spec& m) {
+trace::routing_trace plan_trace(const std::string& file, const alloc::model_spec& m) {
   if (file.empty()) {
     return trace::make_synthetic_trace(synthetic_for(m), trace::default_synthetic_steps,
                                        trace::default_synthetic_seed);
   }
-  trace::routing_trace t = read_trace_file(file);
+  trace::routing_trace t = load_trace_with_accesses(file);
   const auto& s = t.shape();
   if (s.layers != static_cast<std::int32_t>(m.layers) ||
       s.experts != static_cast<std::int32_t>(m.experts) ||
@@ -111,6 +67,11 @@ trace::routing_trace load_trace(const std::string& file, const alloc::model_spec
                 " MoE layers x ", m.experts, " experts, top-", m.top_k);
   }
   return t;
+}
+
+// "yes", or why not: "floor" (fits, but the KV pool is below the admission floor), "budget".
+const char* feasibility(const alloc::sweep_point& p) {
+  return p.feasible ? "yes" : (p.fits ? "floor" : "budget");
 }
 
 void run(const plan_options& opt) {
@@ -122,12 +83,6 @@ void run(const plan_options& opt) {
         "tokens)");
   }
   const alloc::admission_floor floor{opt.concurrency.value_or(0), opt.context.value_or(0)};
-  if (!(std::isfinite(opt.bandwidth_gbps) && opt.bandwidth_gbps > 0)) {
-    usage_error("--bandwidth must be a positive number of GB/s, got ", opt.bandwidth_gbps);
-  }
-  if (!(std::isfinite(opt.recompute) && opt.recompute >= 0)) {
-    usage_error("--recompute must be a number of seconds per token >= 0, got ", opt.recompute);
-  }
   std::vector<std::uint32_t> caps;
   for (const std::int64_t c : opt.sweep_caps) {
     if (c < static_cast<std::int64_t>(m.top_k) || c > static_cast<std::int64_t>(m.experts)) {
@@ -144,35 +99,63 @@ void run(const plan_options& opt) {
   // Feasibility first: an infeasible request fails before any trace work.
   alloc::require_feasible(m, budget, floor);
 
-  const trace::routing_trace t = load_trace(opt.trace, m);
-  const auto profile = reuse::profile_trace(t, reuse::reuse_scope::per_layer);
+  const trace::routing_trace t = plan_trace(opt.trace, m);
+  const reuse::miss_curve expert_curve{
+      reuse::profile_trace(t, reuse::reuse_scope::per_layer).histogram};
   const std::uint64_t rounds =
       std::max<std::uint64_t>(1, t.steps() / std::max<std::uint64_t>(1, floor.concurrency));
   const alloc::cost_params params{opt.bandwidth_gbps * 1e9, opt.recompute};
-  const alloc::cost_model<> cost{m, reuse::miss_curve{profile.histogram},
-                                 alloc::working_set_kv_curve(floor.blocks(m.block_tokens), rounds),
-                                 params};
+  const alloc::cost_model<> cost{
+      m, expert_curve, alloc::working_set_kv_curve(floor.blocks(m.block_tokens), rounds), params};
   const alloc::configuration conf = alloc::configure(cost, budget, floor);
   const auto points = alloc::sweep(cost, budget, floor, caps);
   const alloc::split& c = conf.choice;
+  if (floor.tokens() == 0) {
+    warn(
+        "no admission floor given (--concurrency, --context): nothing keeps KV memory for "
+        "serving, and the choice leaves the KV cache ",
+        c.kv_tokens, " tokens; give the sessions you must serve at once and their length");
+  }
+  const std::string source = opt.trace.empty() ? "synthetic trace of the model's shape" : opt.trace;
 
   if (opt.json) {
     nlohmann::ordered_json out;
     out["model"] = m.name;
+    out["layers"] = m.layers;
+    out["experts"] = m.experts;
+    out["top_k"] = m.top_k;
     out["budget_bytes"] = budget.count();
     out["expert_slot_bytes"] = m.expert_bytes.count();
+    out["cap_unit_bytes"] = m.cap_unit_bytes().count();
     out["kv_bytes_per_token"] = m.kv_bytes_per_token.count();
     out["block_tokens"] = m.block_tokens;
-    out["choice"] = {
-        {"expert_cap", c.expert_cap},     {"kv_blocks", c.kv_blocks},
-        {"kv_tokens", c.kv_tokens},       {"expert_bytes", c.expert_bytes.count()},
-        {"kv_bytes", c.kv_bytes.count()}, {"predicted_latency_s", conf.predicted_seconds}};
+    out["kv_block_bytes"] = m.kv_block_bytes().count();
+    out["floor"] = {{"concurrency", floor.concurrency},
+                    {"context", floor.context},
+                    {"blocks", floor.blocks(m.block_tokens)}};
+    out["feasible_caps"] = {m.top_k, conf.max_feasible_cap};
+    out["expert_stream"] = {{"source", source}, {"steps", t.steps()}, {"granularity", "call"}};
+    out["bandwidth_gbps"] = opt.bandwidth_gbps;
+    out["recompute_s_per_token"] = opt.recompute;
+    out["choice"] = {{"expert_cap", c.expert_cap},
+                     {"kv_blocks", c.kv_blocks},
+                     {"kv_tokens", c.kv_tokens},
+                     {"expert_bytes", c.expert_bytes.count()},
+                     {"kv_bytes", c.kv_bytes.count()},
+                     {"slack_bytes", c.slack.count()},
+                     {"predicted_latency_s", conf.predicted_seconds}};
+    out["knobs"] = {{"per_layer_expert_cap", conf.knobs.per_layer_expert_cap},
+                    {"kv_cache_bytes", conf.knobs.kv_cache_bytes.count()}};
     out["sweep"] = nlohmann::ordered_json::array();
     for (const auto& p : points) {
-      out["sweep"].push_back({{"expert_cap", p.expert_cap},
-                              {"kv_blocks", p.s.kv_blocks},
-                              {"kv_tokens", p.s.kv_tokens},
-                              {"feasible", p.feasible}});
+      out["sweep"].push_back(
+          {{"expert_cap", p.expert_cap},
+           {"kv_blocks", p.s.kv_blocks},
+           {"kv_tokens", p.s.kv_tokens},
+           {"miss_rate", expert_curve.miss_ratio(p.expert_cap)},
+           {"fits", p.fits},
+           {"feasible", p.feasible},
+           {"predicted_s", p.fits ? nlohmann::ordered_json(p.seconds) : nlohmann::ordered_json()}});
     }
     std::cout << out.dump() << '\n';
     return;
@@ -186,16 +169,17 @@ void run(const plan_options& opt) {
       alloc::format_bytes(m.kv_bytes_per_token.count()).c_str(), m.block_tokens,
       alloc::format_bytes(m.kv_block_bytes().count()).c_str());
   std::printf(
-      "budget %s (%llu B); admission floor %llu sessions x %llu tokens = %llu blocks; "
-      "feasible caps [%u, %u]\n",
-      alloc::format_bytes(budget.count()).c_str(), static_cast<unsigned long long>(budget.count()),
+      "budget %s; admission floor %llu sessions x %llu tokens = %llu blocks; feasible caps "
+      "[%u, %u]\n",
+      alloc::format_bytes_and_gib(budget.count()).c_str(),
       static_cast<unsigned long long>(floor.concurrency),
       static_cast<unsigned long long>(floor.context),
       static_cast<unsigned long long>(floor.blocks(m.block_tokens)), m.top_k,
       conf.max_feasible_cap);
-  std::printf("expert stream: %s, %zu steps; bandwidth %.3g GB/s, recompute %.3g s/token\n\n",
-              opt.trace.empty() ? "synthetic trace of the model's shape" : opt.trace.c_str(),
-              t.steps(), opt.bandwidth_gbps, opt.recompute);
+  std::printf(
+      "expert stream: %s, %zu steps, misses per call; bandwidth %.3g GB/s, recompute %.3g "
+      "s/token\n\n",
+      source.c_str(), t.steps(), opt.bandwidth_gbps, opt.recompute);
   std::printf(
       "choice: expert cap %u per layer (%s), KV %llu blocks = %llu tokens (%s), slack %llu "
       "B; predicted latency %.6g s\n",
@@ -203,17 +187,20 @@ void run(const plan_options& opt) {
       static_cast<unsigned long long>(c.kv_blocks), static_cast<unsigned long long>(c.kv_tokens),
       alloc::format_bytes(c.kv_bytes.count()).c_str(),
       static_cast<unsigned long long>(c.slack.count()), conf.predicted_seconds);
-  std::printf("engine knobs: per-layer expert cap %u, KV cache bytes %llu\n\n",
+  std::printf("engine knobs: per-layer expert cap %u, KV cache bytes %s\n\n",
               conf.knobs.per_layer_expert_cap,
-              static_cast<unsigned long long>(conf.knobs.kv_cache_bytes.count()));
+              alloc::format_bytes_and_gib(conf.knobs.kv_cache_bytes.count()).c_str());
   std::printf("%8s %12s %12s %10s %9s %14s\n", "cap", "kv_blocks", "kv_tokens", "miss_rate",
               "feasible", "predicted_s");
   for (const auto& p : points) {
-    std::printf("%8u %12llu %12llu %10.4f %9s %14.6g\n", p.expert_cap,
+    char predicted[32] = "-";  // a cap that does not fit has no prediction
+    if (p.fits) {
+      std::snprintf(predicted, sizeof predicted, "%.6g", p.seconds);
+    }
+    std::printf("%8u %12llu %12llu %10.4f %9s %14s\n", p.expert_cap,
                 static_cast<unsigned long long>(p.s.kv_blocks),
                 static_cast<unsigned long long>(p.s.kv_tokens),
-                reuse::miss_curve{profile.histogram}.miss_ratio(p.expert_cap),
-                p.feasible ? "yes" : (p.fits ? "floor" : "budget"), p.seconds);
+                expert_curve.miss_ratio(p.expert_cap), feasibility(p), predicted);
   }
 }
 
@@ -225,27 +212,30 @@ void add_plan_command(CLI::App& app) {
       "Split a device budget between expert slots and KV blocks (MV-WSA configurator): the "
       "minimum predicted-latency split that meets the KV admission floor");
   auto opt = std::make_shared<plan_options>();
-  cmd->add_option("--model", opt->model,
-                  "a preset (" + alloc::model_preset_names() + ") or a model .json file")
-      ->required();
+  cmd->add_option("--model", opt->model, model_source_help())->required();
   cmd->add_option("--budget", opt->budget,
                   "pageable device budget shared by experts and KV: bytes or a size such as "
                   "24GiB, 1.5GiB, 80GB")
       ->required();
   cmd->add_option("--trace", opt->trace,
-                  "routing trace for the expert miss curve: a .wtrace file or an ESFT folder "
-                  "(default: a synthetic trace of the model's shape)");
-  cmd->add_option("--concurrency", opt->concurrency, "sessions served at once (admission floor)");
-  cmd->add_option("--context", opt->context, "tokens per session (admission floor)");
+                  "routing trace for the expert miss curve: " + trace_source_help() +
+                      " (default: a synthetic trace of the model's shape)");
+  cmd->add_option("--concurrency", opt->concurrency, "sessions served at once (admission floor)")
+      ->check(whole_number(1));
+  cmd->add_option("--context", opt->context, "tokens per session (admission floor)")
+      ->check(whole_number(1));
   cmd->add_option("--bandwidth", opt->bandwidth_gbps,
                   "host-to-device bandwidth for expert pages, GB/s (1e9 B/s)")
+      ->check(number_above(0, true))
       ->capture_default_str();
   cmd->add_option("--recompute", opt->recompute,
                   "prefill recompute time of one token of a missed KV block, seconds")
+      ->check(number_above(0, false))
       ->capture_default_str();
   cmd->add_option("--sweep-cap", opt->sweep_caps,
                   "comma-separated caps to report (default: every cap in [top_k, experts])")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(whole_number(1));
   cmd->add_flag("--json", opt->json, "print one JSON object");
   cmd->footer(
       "predicted latency = expert misses x expert bytes / bandwidth + KV block misses x "

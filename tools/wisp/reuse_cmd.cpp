@@ -1,13 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
-// `wisp reuse FILE --scope global|layer [--capacities 8,16,...] [--json|--csv]`: the exact LRU
-// miss curve of a routing trace, from one pass of stack distances (wisp/reuse).
-//
-// FILE is a .wtrace file, the literal `synthetic` (the built-in default synthetic trace:
-// preset "default", 8,222 steps, seed 1), or a folder of ESFT expert_weights_<L>.txt files.
+// `wisp reuse FILE [--scope global|layer] [--granularity call|access] [--capacities 8,16,...]
+//                  [--json|--csv]`: the exact LRU miss curve of a routing trace, from one pass of
+// stack distances (wisp/reuse). Per call (the default) it is the miss count of the pager and of
+// `wisp sim --policy lru`; per access, the textbook LRU curve.
+#include "cli.hpp"
 #include "commands.hpp"
 #include "trace_source.hpp"
 
 #include <wisp/reuse/histogram.hpp>
+#include <wisp/reuse/scoped_counter.hpp>
 #include <wisp/reuse/trace_profile.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
@@ -18,6 +19,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,10 +29,13 @@ namespace {
 struct reuse_options {
   std::string file;
   std::string scope = "global";
+  std::string granularity = "call";
   std::vector<std::uint64_t> capacities;
   bool json = false;
   bool csv = false;
 };
+
+constexpr double hit_ratio_targets[] = {0.5, 0.8, 0.9, 0.95, 0.99};
 
 // 1, 2, 4, ... below `distinct`, then `distinct` itself.
 std::vector<std::uint64_t> default_capacities(std::uint64_t distinct) {
@@ -61,24 +66,31 @@ void print_human(const reuse_options& opt, const trace::routing_trace& t,
         "layer, misses summed over layers\n",
         shape.layers);
   }
+  if (opt.granularity == "call") {
+    std::printf(
+        "granularity call: a layer's %d experts are one request that never evicts its own "
+        "experts (the pager, wisp sim --policy lru); exact from capacity %d up\n",
+        shape.top_k, shape.top_k);
+  } else {
+    std::printf(
+        "granularity access: every expert access on its own (textbook LRU), which may evict an "
+        "expert the same request asks for next\n");
+  }
   const double accesses = static_cast<double>(curve.accesses());
   std::printf(
       "distinct keys per cache %zu; cold (compulsory) misses %llu = %.3f%% of accesses, "
       "the floor no capacity removes\n",
       profile.distinct_per_cache, static_cast<unsigned long long>(curve.cold()),
-      accesses > 0 ? 100.0 * static_cast<double>(curve.cold()) / accesses : 0.0);
+      100.0 * static_cast<double>(curve.cold()) / accesses);
   std::printf("only cold misses remain from capacity %llu on (the largest stack distance)\n\n",
               static_cast<unsigned long long>(curve.max_capacity()));
   std::printf("capacity needed per cache for a hit ratio of:\n");
-  for (const double target : {0.5, 0.8, 0.9, 0.95, 0.99}) {
-    const auto c = curve.capacity_for_hit_ratio(target);
-    if (c) {
+  for (const double target : hit_ratio_targets) {
+    if (const auto c = curve.capacity_for_hit_ratio(target)) {
       std::printf(
           "  %4.0f%%  %6llu slots (%.1f%% of the cache's keys)\n", 100 * target,
           static_cast<unsigned long long>(*c),
-          profile.distinct_per_cache > 0
-              ? 100.0 * static_cast<double>(*c) / static_cast<double>(profile.distinct_per_cache)
-              : 0.0);
+          100.0 * static_cast<double>(*c) / static_cast<double>(profile.distinct_per_cache));
     } else {
       std::printf("  %4.0f%%  unreachable (cold misses cap the hit ratio at %.2f%%)\n",
                   100 * target, 100.0 * curve.hit_ratio(curve.max_capacity()));
@@ -92,34 +104,47 @@ void print_human(const reuse_options& opt, const trace::routing_trace& t,
   }
 }
 
-void run(const reuse_options& opt) {
-  const auto scope = reuse::parse_scope(opt.scope);
-  if (!scope || *scope == reuse::reuse_scope::stream) {
-    WISP_FAIL(wisp::logic_error, "--scope must be global or layer, got '", opt.scope, "'");
+void print_json(const reuse_options& opt, const trace::routing_trace& t,
+                const reuse::reuse_profile& profile, const reuse::miss_curve& curve,
+                const std::vector<std::uint64_t>& capacities) {
+  nlohmann::ordered_json out = trace_json(opt.file, t);
+  out["scope"] = opt.scope;
+  out["granularity"] = opt.granularity;
+  out["cold_misses"] = curve.cold();
+  out["distinct"] = profile.distinct_per_cache;
+  out["max_capacity"] = curve.max_capacity();
+  auto& needed = out["capacity_for_hit_ratio"] = nlohmann::ordered_json::array();
+  for (const double target : hit_ratio_targets) {
+    const auto c = curve.capacity_for_hit_ratio(target);
+    needed.push_back({{"hit_ratio", target},
+                      {"capacity", c ? nlohmann::ordered_json(*c) : nlohmann::ordered_json()}});
   }
-  const trace::routing_trace t = load_trace(opt.file);
-  const reuse::reuse_profile profile = reuse::profile_trace(t, *scope);
+  out["miss_curve"] = nlohmann::ordered_json::array();
+  for (const auto c : capacities) {
+    out["miss_curve"].push_back({{"capacity", c},
+                                 {"misses", curve.misses(c)},
+                                 {"miss_ratio", curve.miss_ratio(c)},
+                                 {"hit_ratio", curve.hit_ratio(c)}});
+  }
+  std::cout << out.dump() << '\n';
+}
+
+void run(const reuse_options& opt) {
+  const auto scope = *reuse::parse_scope(opt.scope);
+  const auto granularity = *reuse::parse_granularity(opt.granularity);
+  const trace::routing_trace t = load_trace_with_accesses(opt.file);
+  const reuse::reuse_profile profile = reuse::profile_trace(t, scope, granularity);
   const reuse::miss_curve curve{profile.histogram};
   const std::vector<std::uint64_t> capacities =
       opt.capacities.empty() ? default_capacities(profile.distinct_per_cache) : opt.capacities;
-
   if (opt.json) {
-    nlohmann::ordered_json out;
-    out["scope"] = std::string{reuse::to_string(*scope)};
-    out["accesses"] = curve.accesses();
-    out["cold_misses"] = curve.cold();
-    out["distinct"] = profile.distinct_per_cache;
-    out["miss_curve"] = nlohmann::ordered_json::array();
-    for (const auto c : capacities) {
-      out["miss_curve"].push_back(
-          {{"capacity", c}, {"misses", curve.misses(c)}, {"miss_ratio", curve.miss_ratio(c)}});
-    }
-    std::cout << out.dump() << '\n';
+    print_json(opt, t, profile, curve, capacities);
   } else if (opt.csv) {
-    std::printf("capacity,misses,miss_ratio\n");
+    std::printf("capacity,misses,miss_ratio,hit_ratio\n");
     for (const auto c : capacities) {
-      std::printf("%llu,%llu,%.9g\n", static_cast<unsigned long long>(c),
-                  static_cast<unsigned long long>(curve.misses(c)), curve.miss_ratio(c));
+      std::printf("%llu,%llu,%.9g,%.9g\n", static_cast<unsigned long long>(c),
+                  static_cast<unsigned long long>(curve.misses(c)), curve.miss_ratio(c),
+                  curve.hit_ratio(c));
     }
   } else {
     print_human(opt, t, profile, curve, capacities);
@@ -132,18 +157,25 @@ void add_reuse_command(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "reuse", "Exact LRU miss curve of a routing trace, every capacity from one pass");
   auto opt = std::make_shared<reuse_options>();
-  cmd->add_option("FILE", opt->file, trace_file_help)->required();
+  cmd->add_option("FILE", opt->file, trace_source_help())->required();
   cmd->add_option("--scope", opt->scope,
                   "global: one cache over all (layer, expert) keys; layer: one cache per layer, "
                   "each with the given capacity")
       ->check(CLI::IsMember({"global", "layer"}))
       ->capture_default_str();
+  cmd->add_option("--granularity", opt->granularity,
+                  "call: a layer's top-k experts are one request that cannot evict its own "
+                  "experts, as the pager and wisp sim serve it; access: every expert access on "
+                  "its own (textbook LRU)")
+      ->check(CLI::IsMember({"call", "access"}))
+      ->capture_default_str();
   cmd->add_option("--capacities", opt->capacities,
                   "comma-separated capacities (slots per cache); default 1,2,4,... up to the "
                   "distinct keys per cache")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(whole_number(0));
   auto* json = cmd->add_flag("--json", opt->json, "print one JSON object");
-  auto* csv = cmd->add_flag("--csv", opt->csv, "print CSV: capacity,misses,miss_ratio");
+  auto* csv = cmd->add_flag("--csv", opt->csv, "print CSV: capacity,misses,miss_ratio,hit_ratio");
   json->excludes(csv);
   cmd->callback([opt] { run(*opt); });
 }

@@ -1,14 +1,16 @@
 // SPDX-License-Identifier: Apache-2.0
-// `wisp sim FILE --policy lru,least-stale,... --capacity 16,83 --scope global|layer
+// `wisp sim FILE --policy lru,least_stale,... --capacity 16,83 --scope global|layer [--jobs N]
 //           [--json|--csv] [--expert-bytes B --bandwidth-gbps G --miss-latency-us U]`:
-// replays a routing trace through eviction policies at several capacities (wisp/sim) and reports
-// hits, misses, collision misses, bytes moved and the stall time of the serial bandwidth model.
-//
-// FILE is a .wtrace file, the literal `synthetic` (the built-in default synthetic trace: preset
-// "default", 8,222 steps, seed 1), or a folder of ESFT expert_weights_<L>.txt files.
+// replays a routing trace through eviction policies at several capacities (wisp/sim), the
+// (policy, capacity) runs spread over N threads, and reports hits, misses, collision misses,
+// bytes moved and the stall time of the serial bandwidth model.
+#include "cli.hpp"
 #include "commands.hpp"
+#include "progress.hpp"
+#include "timeline_cmd.hpp"
 #include "trace_source.hpp"
 
+#include <wisp/alloc/units.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
@@ -16,18 +18,19 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <iterator>
 #include <memory>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -39,6 +42,7 @@ struct sim_options {
   std::vector<std::string> policies;
   std::vector<std::int64_t> capacities;
   std::string scope = "global";
+  std::uint32_t jobs = std::max(1u, std::thread::hardware_concurrency());
   bool json = false;
   bool csv = false;
   std::uint64_t expert_bytes = 0;
@@ -46,105 +50,21 @@ struct sim_options {
   double miss_latency_us = 0.0;
 };
 
-// A usage error: wisp::logic_error with a plain message (no source location: the user typed it).
-template <class... Parts>
-[[noreturn]] void usage_error(const Parts&... parts) {
-  std::ostringstream message;
-  (message << ... << parts);
-  throw wisp::logic_error(message.str());
-}
-
-// Command-line policy names and the library's names, in the order they are reported.
-struct policy_name_pair {
-  std::string_view cli;
-  std::string_view library;
-};
-constexpr policy_name_pair policy_names[] = {
-    {"lru", "lru"},       {"fifo", "fifo"}, {"lfu", "lfu"},
-    {"lfru", "lfru"},     {"fld", "fld"},   {"least-stale", "least_stale"},
-    {"belady", "belady"},
-};
-
+// The policies, by the library's names (sim::builtin_policies), in the order they are reported.
+// The one place where the command turns a name into a policy: anything else is refused.
 std::string valid_policy_list() {
-  std::string out;
-  for (const auto& p : policy_names) {
-    out += out.empty() ? "" : ", ";
-    out += p.cli;
-  }
-  return out;
+  return comma_list(sim::builtin_policies);
 }
 
-std::string_view library_policy(std::string_view cli) {
-  for (const auto& p : policy_names) {
-    if (p.cli == cli) {
-      return p.library;
+std::string_view policy_named(std::string_view name) {
+  const std::string_view wanted = name == "least-stale" ? "least_stale" : name;  // the engine's
+  for (const auto known : sim::builtin_policies) {
+    if (known == wanted) {
+      return known;
     }
   }
-  if (cli == "least_stale") {
-    usage_error("unknown policy 'least_stale': did you mean 'least-stale'? (valid: ",
-                valid_policy_list(), ")");
-  }
-  usage_error("unknown policy '", cli, "' (valid: ", valid_policy_list(), ")");
+  usage_error("unknown policy '", name, "' (valid: ", valid_policy_list(), ")");
 }
-
-// ------------------------------------------------------------------------------------ progress
-
-// A progress bar on stderr, drawn only when stderr is a terminal and only once the work has run
-// for a second (short runs print nothing). `advance` is cheap: it looks at the clock once every
-// 2^16 accesses.
-class progress_bar {
- public:
-  progress_bar(std::uint64_t total, bool enabled)
-      : total_(total), enabled_(enabled), start_(clock::now()), last_draw_(start_) {}
-  progress_bar(const progress_bar&) = delete;
-  progress_bar& operator=(const progress_bar&) = delete;
-  ~progress_bar() {
-    if (drawn_) {
-      std::fprintf(stderr, "\r%*s\r", 79, "");
-      std::fflush(stderr);
-    }
-  }
-
-  [[nodiscard]] bool enabled() const noexcept { return enabled_; }
-  void set_label(std::string label) { label_ = std::move(label); }
-
-  void advance() noexcept {
-    if ((++done_ & 0xffffu) == 0) {
-      maybe_draw();
-    }
-  }
-
- private:
-  using clock = std::chrono::steady_clock;
-
-  void maybe_draw() noexcept {
-    const auto now = clock::now();
-    if (now - start_ < std::chrono::seconds(1) ||
-        now - last_draw_ < std::chrono::milliseconds(100)) {
-      return;
-    }
-    last_draw_ = now;
-    drawn_ = true;
-    const double fraction =
-        total_ == 0 ? 1.0 : std::min(1.0, static_cast<double>(done_) / static_cast<double>(total_));
-    constexpr int width = 30;
-    const int filled = static_cast<int>(fraction * width);
-    const double elapsed = std::chrono::duration<double>(now - start_).count();
-    const double eta = fraction > 0 ? elapsed * (1.0 - fraction) / fraction : 0.0;
-    std::fprintf(stderr, "\r[%.*s%*s] %5.1f%%  eta %4.0fs  %-24.24s", filled,
-                 "##############################", width - filled, "", 100.0 * fraction, eta,
-                 label_.c_str());
-    std::fflush(stderr);
-  }
-
-  std::uint64_t total_;
-  std::uint64_t done_ = 0;
-  bool enabled_;
-  bool drawn_ = false;
-  clock::time_point start_;
-  clock::time_point last_draw_;
-  std::string label_;
-};
 
 // An access source over a trace that also advances the progress bar.
 struct counted_source {
@@ -161,18 +81,15 @@ struct counted_source {
 
 // ------------------------------------------------------------------------------------ checks
 
-std::vector<std::string> checked_policies(const std::vector<std::string>& requested) {
-  std::vector<std::string> out;
+std::vector<std::string_view> checked_policies(const std::vector<std::string>& requested) {
   if (requested.empty()) {
-    for (const auto& p : policy_names) {
-      out.emplace_back(p.cli);
-    }
-    return out;
+    return {std::begin(sim::builtin_policies), std::end(sim::builtin_policies)};
   }
+  std::vector<std::string_view> out;
   for (const auto& name : requested) {
-    (void)library_policy(name);  // throws on an unknown name
-    if (std::find(out.begin(), out.end(), name) == out.end()) {
-      out.push_back(name);
+    const std::string_view policy = policy_named(name);
+    if (std::find(out.begin(), out.end(), policy) == out.end()) {
+      out.push_back(policy);
     }
   }
   return out;
@@ -205,7 +122,7 @@ std::vector<std::int32_t> checked_capacities(const std::vector<std::int64_t>& re
 // ------------------------------------------------------------------------------------ output
 
 struct row {
-  std::string policy;  // command-line name
+  std::string_view policy;
   std::int32_t capacity = 0;
   sim::sim_result result;
 };
@@ -214,52 +131,68 @@ double ratio(std::uint64_t a, std::uint64_t b) {
   return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
 }
 
-std::string human_bytes(std::uint64_t bytes) {
-  constexpr const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  std::size_t u = 0;
-  while (v >= 1024.0 && u + 1 < std::size(units)) {
-    v /= 1024.0;
-    ++u;
+// misses / belady's misses at the same capacity, when belady ran and missed at all.
+std::optional<double> versus_belady(const std::vector<row>& rows, const row& r) {
+  for (const row& o : rows) {
+    if (o.policy == "belady" && o.capacity == r.capacity && o.result.stats.misses > 0) {
+      return ratio(r.result.stats.misses, o.result.stats.misses);
+    }
   }
-  char buf[32];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-  return buf;
+  return std::nullopt;
 }
 
-void print_json(const std::vector<row>& rows, const std::string& scope, std::int32_t layers) {
-  nlohmann::ordered_json out;
+std::int64_t total_slots(const row& r, bool global, std::int32_t layers) {
+  return global ? r.capacity : static_cast<std::int64_t>(r.capacity) * layers;
+}
+
+void print_json(const sim_options& opt, const trace::routing_trace& t,
+                const std::vector<row>& rows) {
+  const bool global = opt.scope == "global";
+  nlohmann::ordered_json out = trace_json(opt.file, t);
+  out["scope"] = opt.scope;
+  out["expert_bytes"] = opt.expert_bytes;
+  out["bandwidth_gbps"] = opt.bandwidth_gbps;
+  out["miss_latency_us"] = opt.miss_latency_us;
   out["results"] = nlohmann::ordered_json::array();
   for (const row& r : rows) {
     const cache_stats& s = r.result.stats;
-    out["results"].push_back({{"policy", r.policy},
-                              {"scope", scope},
-                              {"capacity", r.capacity},
-                              {"accesses", s.accesses},
-                              {"hits", s.hits},
-                              {"misses", s.misses},
-                              {"collision_misses", s.collision_misses},
-                              {"bytes_moved", r.result.bytes_moved},
-                              {"evictions", s.evictions},
-                              {"total_slots", scope == "layer" ? r.capacity * layers : r.capacity},
-                              {"miss_rate", ratio(s.misses, s.accesses)},
-                              {"stall_s", r.result.stall_seconds}});
+    const auto x = versus_belady(rows, r);
+    out["results"].push_back(
+        {{"policy", r.policy},
+         {"scope", opt.scope},
+         {"capacity", r.capacity},
+         {"total_slots", total_slots(r, global, t.shape().layers)},
+         {"accesses", s.accesses},
+         {"hits", s.hits},
+         {"misses", s.misses},
+         {"miss_rate", ratio(s.misses, s.accesses)},
+         {"collision_misses", s.collision_misses},
+         {"collision_rate", ratio(s.collision_misses, s.accesses)},
+         {"evictions", s.evictions},
+         {"x_belady", x ? nlohmann::ordered_json(*x) : nlohmann::ordered_json()},
+         {"bytes_moved", r.result.bytes_moved},
+         {"stall_s", r.result.stall_seconds}});
   }
   std::cout << out.dump() << '\n';
 }
 
-void print_csv(const std::vector<row>& rows, const std::string& scope, std::int32_t layers) {
+void print_csv(const sim_options& opt, const trace::routing_trace& t,
+               const std::vector<row>& rows) {
+  const bool global = opt.scope == "global";
   std::printf(
       "policy,scope,capacity,total_slots,accesses,hits,misses,miss_rate,collision_misses,"
-      "evictions,bytes_moved,stall_s\n");
+      "collision_rate,evictions,x_belady,bytes_moved,stall_s\n");
   for (const row& r : rows) {
     const cache_stats& s = r.result.stats;
-    std::printf("%s,%s,%d,%d,%llu,%llu,%llu,%.9g,%llu,%llu,%llu,%.9g\n", r.policy.c_str(),
-                scope.c_str(), r.capacity, scope == "layer" ? r.capacity * layers : r.capacity,
+    const auto x = versus_belady(rows, r);
+    std::printf("%.*s,%s,%d,%lld,%llu,%llu,%llu,%.9g,%llu,%.9g,%llu,%s,%llu,%.9g\n",
+                static_cast<int>(r.policy.size()), r.policy.data(), opt.scope.c_str(), r.capacity,
+                static_cast<long long>(total_slots(r, global, t.shape().layers)),
                 static_cast<unsigned long long>(s.accesses),
                 static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.misses),
                 ratio(s.misses, s.accesses), static_cast<unsigned long long>(s.collision_misses),
-                static_cast<unsigned long long>(s.evictions),
+                ratio(s.collision_misses, s.accesses), static_cast<unsigned long long>(s.evictions),
+                x ? std::to_string(*x).c_str() : "",
                 static_cast<unsigned long long>(r.result.bytes_moved), r.result.stall_seconds);
   }
 }
@@ -283,14 +216,14 @@ void print_table(const sim_options& opt, const trace::routing_trace& t,
   if (with_model) {
     std::printf(
         "bandwidth model: %s per expert, %.3g GB/s, %.3g us per miss -> %.3f ms stall per miss\n",
-        human_bytes(bw.bytes_per_expert).c_str(), bw.gb_per_s, bw.miss_latency_us,
+        alloc::format_bytes(bw.bytes_per_expert).c_str(), bw.gb_per_s, bw.miss_latency_us,
         1e3 * bw.seconds_per_miss());
   }
   std::printf(
       "collision = a miss on an expert evicted earlier in the same step (forward pass); "
       "x_belady = misses / belady's misses\n\n");
 
-  std::printf("%-12s %8s %7s %10s %10s %9s %10s %9s %8s", "policy", "capacity", "slots", "hits",
+  std::printf("%-18s %8s %7s %10s %10s %9s %10s %9s %8s", "policy", "capacity", "slots", "hits",
               "misses", "miss_rate", "collisions", "coll_rate", "x_belady");
   if (with_model) {
     std::printf(" %12s %10s", "moved", "stall_s");
@@ -303,20 +236,18 @@ void print_table(const sim_options& opt, const trace::routing_trace& t,
     }
     previous = r.capacity;
     const cache_stats& s = r.result.stats;
-    const auto bound = std::find_if(rows.begin(), rows.end(), [&](const row& o) {
-      return o.policy == "belady" && o.capacity == r.capacity;
-    });
     char versus[16] = "-";
-    if (bound != rows.end() && bound->result.stats.misses > 0) {
-      std::snprintf(versus, sizeof versus, "%.3f", ratio(s.misses, bound->result.stats.misses));
+    if (const auto x = versus_belady(rows, r)) {
+      std::snprintf(versus, sizeof versus, "%.3f", *x);
     }
-    std::printf("%-12s %8d %7d %10llu %10llu %9.4f %10llu %9.4f %8s", r.policy.c_str(), r.capacity,
-                global ? r.capacity : r.capacity * shape.layers,
+    std::printf("%-12.*s %8d %7lld %10llu %10llu %9.4f %10llu %9.4f %8s",
+                static_cast<int>(r.policy.size()), r.policy.data(), r.capacity,
+                static_cast<long long>(total_slots(r, global, shape.layers)),
                 static_cast<unsigned long long>(s.hits), static_cast<unsigned long long>(s.misses),
                 ratio(s.misses, s.accesses), static_cast<unsigned long long>(s.collision_misses),
                 ratio(s.collision_misses, s.accesses), versus);
     if (with_model) {
-      std::printf(" %12s %10.3f", human_bytes(r.result.bytes_moved).c_str(),
+      std::printf(" %12s %10.3f", alloc::format_bytes(r.result.bytes_moved).c_str(),
                   r.result.stall_seconds);
     }
     std::printf("\n");
@@ -325,12 +256,56 @@ void print_table(const sim_options& opt, const trace::routing_trace& t,
 
 // ------------------------------------------------------------------------------------ run
 
-void run(const sim_options& opt) {
-  if (opt.scope != "global" && opt.scope != "layer") {
-    usage_error("--scope must be global or layer, got '", opt.scope, "'");
+// Every (capacity, policy) run, in that order, on `jobs` threads; the first error is rethrown.
+std::vector<row> run_grid(const trace::routing_trace& t,
+                          const std::vector<std::string_view>& policies,
+                          const std::vector<std::int32_t>& capacities, const sim::sim_config& base,
+                          std::uint32_t jobs, progress_bar& bar) {
+  std::vector<row> rows;
+  for (const std::int32_t capacity : capacities) {
+    for (const auto policy : policies) {
+      rows.push_back({policy, capacity, {}});
+    }
   }
-  const std::vector<std::string> policies = checked_policies(opt.policies);
-  const trace::routing_trace t = load_trace(opt.file);
+  std::atomic<std::size_t> next{0};
+  std::vector<std::exception_ptr> errors(rows.size());
+  auto work = [&] {
+    for (std::size_t i = next++; i < rows.size(); i = next++) {
+      try {
+        sim::sim_config config = base;
+        config.capacity = rows[i].capacity;
+        rows[i].result = bar.enabled() ? sim::simulate_named(rows[i].policy, sim::shape_of(t),
+                                                             counted_source{&t, &bar}, config)
+                                       : sim::simulate_named(rows[i].policy, t, config);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (std::size_t j = 1; j < std::min<std::size_t>(jobs, rows.size()); ++j) {
+    threads.emplace_back(work);
+  }
+  work();
+  for (auto& thread : threads) {
+    thread.join();
+  }
+  for (const auto& e : errors) {
+    if (e) {
+      std::rethrow_exception(e);
+    }
+  }
+  return rows;
+}
+
+void run(const sim_options& opt) {
+  const std::vector<std::string_view> policies = checked_policies(opt.policies);
+  if (opt.bandwidth_gbps > 0 && opt.expert_bytes == 0) {
+    warn(
+        "--bandwidth-gbps without --expert-bytes: a miss moves 0 bytes, so no transfer stall is "
+        "computed (stall_s counts --miss-latency-us only)");
+  }
+  const trace::routing_trace t = load_trace_with_accesses(opt.file);
   const bool global = opt.scope == "global";
   const std::vector<std::int32_t> capacities =
       checked_capacities(opt.capacities, global, t.shape());
@@ -342,32 +317,16 @@ void run(const sim_options& opt) {
 
   // Work = accesses visited: one pass per run, two for belady (it reads the future first).
   std::uint64_t total = 0;
-  for (const auto& p : policies) {
+  for (const auto p : policies) {
     total += (p == "belady" ? 2u : 1u) * t.access_count() * capacities.size();
   }
-  progress_bar bar(total, isatty(STDERR_FILENO) == 1);
-
-  std::vector<row> rows;
-  rows.reserve(policies.size() * capacities.size());
-  for (const std::int32_t capacity : capacities) {
-    config.capacity = capacity;
-    for (const auto& p : policies) {
-      const std::string_view name = library_policy(p);
-      row r{p, capacity, {}};
-      if (bar.enabled()) {
-        bar.set_label(p + " @ " + std::to_string(capacity));
-        r.result = sim::simulate_named(name, sim::shape_of(t), counted_source{&t, &bar}, config);
-      } else {
-        r.result = sim::simulate_named(name, t, config);
-      }
-      rows.push_back(std::move(r));
-    }
-  }
+  progress_bar bar("sim " + opt.file, total, progress_wanted(opt.json || opt.csv));
+  const std::vector<row> rows = run_grid(t, policies, capacities, config, opt.jobs, bar);
 
   if (opt.json) {
-    print_json(rows, opt.scope, t.shape().layers);
+    print_json(opt, t, rows);
   } else if (opt.csv) {
-    print_csv(rows, opt.scope, t.shape().layers);
+    print_csv(opt, t, rows);
   } else {
     print_table(opt, t, rows, bw);
   }
@@ -381,7 +340,7 @@ void add_sim_command(CLI::App& app) {
       "Replay a routing trace through eviction policies: hits, misses, collision misses, "
       "bytes moved and stall time");
   auto opt = std::make_shared<sim_options>();
-  cmd->add_option("FILE", opt->file, trace_file_help)->required();
+  cmd->add_option("FILE", opt->file, trace_source_help())->required();
   cmd->add_option("--policy,--policies", opt->policies,
                   "comma-separated policies among " + valid_policy_list() + " (default: all)")
       ->delimiter(',');
@@ -389,32 +348,52 @@ void add_sim_command(CLI::App& app) {
                   "comma-separated capacities: slots per layer (--scope layer) or in total "
                   "(--scope global); each in [top_k, experts] or [top_k, layers x experts]")
       ->delimiter(',')
+      ->check(whole_number(1))
       ->required();
   cmd->add_option("--scope", opt->scope,
                   "global: one cache over all (layer, expert) keys; layer: one cache per layer, "
                   "each with the given capacity")
       ->check(CLI::IsMember({"global", "layer"}))
       ->capture_default_str();
-  auto* json = cmd->add_flag("--json", opt->json, "print one JSON object {\"results\": [...]}");
+  cmd->add_option("--jobs", opt->jobs,
+                  "threads running the (policy, capacity) replays; default: every core of this "
+                  "machine. The results do not depend on it")
+      ->check(whole_number(1, 1024));
+  auto* json =
+      cmd->add_flag("--json", opt->json, "print one JSON object {..., \"results\": [...]}");
   auto* csv = cmd->add_flag("--csv", opt->csv, "print CSV: a header and one row per run");
   json->excludes(csv);
   cmd->add_option("--expert-bytes", opt->expert_bytes,
                   "bytes moved per miss (one expert's weights); default 0")
+      ->check(whole_number(0))
       ->capture_default_str();
   cmd->add_option("--bandwidth-gbps", opt->bandwidth_gbps,
                   "host-to-device bandwidth in GB/s (1e9 B/s) for the stall model; 0 = no "
                   "transfer time")
-      ->check(CLI::NonNegativeNumber)
+      ->check(number_above(0, false))
       ->capture_default_str();
   cmd->add_option("--miss-latency-us", opt->miss_latency_us,
                   "fixed stall per miss in microseconds (launch, sync)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(number_above(0, false))
       ->capture_default_str();
   cmd->footer(
       "Every (step, layer) request is one call whose experts cannot evict each other. "
       "stall_s = misses x (miss-latency-us + expert-bytes / bandwidth): a serial model "
       "without prefetch or overlap.");
-  cmd->callback([opt] { run(*opt); });
+  auto timeline = add_timeline_options(*cmd);
+  cmd->callback([opt, timeline] {
+    if (!timeline_requested(*timeline)) {
+      run(*opt);
+      return;
+    }
+    timeline_common common{opt->file,           {},       opt->capacities,   opt->scope,
+                           opt->json,           opt->csv, opt->expert_bytes, opt->bandwidth_gbps,
+                           opt->miss_latency_us};
+    for (const std::string_view p : checked_policies(opt->policies)) {
+      common.policies.emplace_back(p);
+    }
+    run_timeline(*timeline, common);
+  });
 }
 
 }  // namespace wisp::tool

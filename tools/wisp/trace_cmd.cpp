@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // `wisp trace import|stats|synth`: convert routing logs to .wtrace, summarise a trace, generate a
 // synthetic one. Library errors (wisp::error) propagate to main, which prints them.
+#include "cli.hpp"
 #include "commands.hpp"
+#include "progress.hpp"
+#include "trace_source.hpp"
 
 #include <wisp/trace/esft.hpp>
 #include <wisp/trace/jsonl.hpp>
@@ -16,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -104,21 +108,16 @@ void print_stats(const trace::routing_trace& t, const std::string& file, std::si
   const trace_stats st = compute_stats(t, window);
   const auto& shape = t.shape();
   if (json) {
-    nlohmann::json j;
-    j["file"] = file;
-    j["layers"] = shape.layers;
-    j["experts"] = shape.experts;
-    j["top_k"] = shape.top_k;
-    j["steps"] = t.steps();
+    nlohmann::ordered_json j = trace_json(file, t);
     j["sequences"] = t.sequence_starts().size();
-    j["accesses"] = t.access_count();
+    j["missing_rows"] = t.missing_rows();
     j["has_weights"] = t.has_weights();
     j["window"] = window;
     j["windows"] = st.windows;
     j["mean_top10_share"] = mean_of(st.layers, &layer_stats::top10_share);
     j["mean_normalized_entropy"] = mean_of(st.layers, &layer_stats::normalized_entropy);
     j["mean_working_set"] = mean_of(st.layers, &layer_stats::mean_working_set);
-    auto& per_layer = j["per_layer"] = nlohmann::json::array();
+    auto& per_layer = j["per_layer"] = nlohmann::ordered_json::array();
     for (std::size_t l = 0; l < st.layers.size(); ++l) {
       per_layer.push_back({{"layer", l},
                            {"top10_share", st.layers[l].top10_share},
@@ -131,8 +130,11 @@ void print_stats(const trace::routing_trace& t, const std::string& file, std::si
   std::printf("%s\n", file.c_str());
   std::printf("  shape      %d layers x %d experts, top-%d\n", shape.layers, shape.experts,
               shape.top_k);
-  std::printf("  steps      %zu\n  sequences  %zu\n  accesses   %zu\n  weights    %s\n", t.steps(),
-              t.sequence_starts().size(), t.access_count(), t.has_weights() ? "yes" : "no");
+  std::printf(
+      "  steps      %zu\n  sequences  %zu\n  accesses   %zu\n  missing    %zu (step, layer) "
+      "rows of partial steps\n  weights    %s\n",
+      t.steps(), t.sequence_starts().size(), t.access_count(), t.missing_rows(),
+      t.has_weights() ? "yes" : "no");
   std::printf("  window     %zu steps (%zu windows)\n\n", window, st.windows);
   std::printf("  layer  top10%%-share  norm-entropy  working-set/window\n");
   for (std::size_t l = 0; l < st.layers.size(); ++l) {
@@ -151,14 +153,15 @@ void add_trace_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("trace", "Import, summarise and synthesise routing traces");
   cmd->require_subcommand(1);
 
-  // wisp trace import --format esft|jsonl INPUT -o OUT.wtrace [--group-key K]
+  // wisp trace import --format esft|jsonl INPUT -o OUT.wtrace [options]
   struct import_args {
     std::string format;
     std::string input;
     std::string output;
     std::string group_key;
-    std::int32_t experts = 0;
+    std::int32_t experts = 0;  // 0: the format's default
     std::int32_t top_k = 0;
+    std::string on_incomplete = "error";
   };
   auto ia = std::make_shared<import_args>();
   auto* imp = cmd->add_subcommand("import", "Convert an ESFT folder or a JSONL log to .wtrace");
@@ -167,33 +170,69 @@ void add_trace_command(CLI::App& app) {
       ->check(CLI::IsMember({"esft", "jsonl"}));
   imp->add_option("input", ia->input, "ESFT folder or JSONL file")->required();
   imp->add_option("-o,--output", ia->output, "Output .wtrace file")->required();
-  imp->add_option("--group-key", ia->group_key,
-                  "JSONL: field grouping records into sequences (e.g. problem_id)");
-  imp->add_option("--experts", ia->experts,
-                  "Experts per layer (ESFT default 64; JSONL default: max id + 1)");
-  imp->add_option("--top-k", ia->top_k, "ESFT: ids per token (default 6)");
-  imp->callback([ia] {
-    trace::routing_trace t = [&] {
-      if (ia->format == "esft") {
+  auto* group_key =
+      imp->add_option("--group-key", ia->group_key,
+                      "JSONL only: field grouping records into sequences (e.g. problem_id)");
+  auto* experts = imp->add_option("--experts", ia->experts,
+                                  "Experts per layer (ESFT default 64; JSONL default: max id + 1)")
+                      ->check(whole_number(1, trace::trace_shape::max_experts));
+  auto* top_k = imp->add_option("--top-k", ia->top_k,
+                                "ESFT only: ids per token (default 6); checked against the data")
+                    ->check(whole_number(1, trace::trace_shape::max_experts));
+  imp->add_option("--on-incomplete", ia->on_incomplete,
+                  "a token lacking some layers (JSONL), or an ESFT line whose layer files "
+                  "disagree on its token count: error, skip (drop those tokens) or keep (keep "
+                  "them with the layers present)")
+      ->check(CLI::IsMember({"error", "skip", "keep"}))
+      ->capture_default_str();
+  imp->callback([ia, group_key, top_k, experts] {
+    const bool esft = ia->format == "esft";
+    if (esft && group_key->count() > 0) {
+      usage_error("--group-key applies to --format jsonl only");
+    }
+    if (!esft && top_k->count() > 0) {
+      usage_error("--top-k applies to --format esft only (JSONL records carry their ids)");
+    }
+    refuse_overwriting(ia->input, ia->output);
+    const auto policy = *trace::parse_incomplete_tokens(ia->on_incomplete);
+    progress_bar bar("importing " + std::filesystem::path(ia->input).filename().string(), 0,
+                     progress_wanted(false));
+    auto report_progress = [&bar](std::uint64_t done, std::uint64_t total) {
+      bar.set_total(total);
+      bar.set(done);
+    };
+    trace::imported_trace imported = [&] {
+      if (esft) {
         trace::esft_options opt;
-        if (ia->experts > 0) {
-          opt.experts = ia->experts;
-        }
-        if (ia->top_k > 0) {
-          opt.top_k = ia->top_k;
-        }
+        opt.experts = experts->count() > 0 ? ia->experts : opt.experts;
+        opt.top_k = top_k->count() > 0 ? ia->top_k : opt.top_k;
+        opt.on_incomplete = policy;
+        opt.progress = report_progress;
         return trace::import_esft(ia->input, opt);
       }
       trace::jsonl_options opt;
       opt.group_key = ia->group_key;
       opt.experts = ia->experts;
+      opt.on_incomplete = policy;
+      opt.progress = report_progress;
       return trace::import_jsonl(std::filesystem::path(ia->input), opt);
     }();
+    const trace::routing_trace& t = imported.trace;
     trace::write_wtrace(t, std::filesystem::path(ia->output));
     std::printf(
         "wrote %s: %d layers x %d experts, top-%d; %zu steps, %zu sequences, %zu accesses\n",
         ia->output.c_str(), t.shape().layers, t.shape().experts, t.shape().top_k, t.steps(),
         t.sequence_starts().size(), t.access_count());
+    const trace::import_report& r = imported.report;
+    if (r.incomplete_tokens > 0) {
+      const std::string action =
+          policy == trace::incomplete_tokens::skip
+              ? "dropped " + std::to_string(r.dropped_tokens) + " tokens (" +
+                    std::to_string(r.dropped_records) + " records)"
+              : "kept " + std::to_string(r.partial_tokens) + " tokens with the layers present";
+      std::printf("incomplete: %zu tokens in %zu sequences lacked %zu (token, layer) records; %s\n",
+                  r.incomplete_tokens, r.incomplete_sequences, r.missing_records, action.c_str());
+    }
   });
 
   // wisp trace stats FILE [--json] [--window N]
@@ -203,13 +242,14 @@ void add_trace_command(CLI::App& app) {
     std::size_t window = 16;
   };
   auto sa = std::make_shared<stats_args>();
-  auto* stats = cmd->add_subcommand("stats", "Summarise a .wtrace file");
-  stats->add_option("file", sa->file, ".wtrace file")->required();
+  auto* stats = cmd->add_subcommand("stats", "Summarise a routing trace");
+  stats->add_option("FILE", sa->file, trace_source_help())->required();
   stats->add_flag("--json", sa->json, "Print JSON instead of a table");
   stats->add_option("--window", sa->window, "Window length in steps for working-set sizes")
-      ->check(CLI::PositiveNumber);
+      ->check(whole_number(1))
+      ->capture_default_str();
   stats->callback([sa] {
-    const trace::routing_trace t = trace::read_wtrace(std::filesystem::path(sa->file));
+    const trace::routing_trace t = load_trace(sa->file);
     print_stats(t, sa->file, sa->window, sa->json);
   });
 
@@ -222,14 +262,14 @@ void add_trace_command(CLI::App& app) {
   };
   auto ya = std::make_shared<synth_args>();
   auto* synth = cmd->add_subcommand("synth", "Generate a synthetic routing trace");
-  std::string presets;
-  for (const auto n : trace::synthetic_preset_names()) {
-    presets += presets.empty() ? "" : ", ";
-    presets += n;
-  }
-  synth->add_option("--preset", ya->preset, "Preset: " + presets)->capture_default_str();
-  synth->add_option("--steps", ya->steps, "Number of steps (tokens)")->capture_default_str();
-  synth->add_option("--seed", ya->seed, "Random seed")->capture_default_str();
+  synth->add_option("--preset", ya->preset, "Preset: " + synthetic_presets_text())
+      ->capture_default_str();
+  synth->add_option("--steps", ya->steps, "Number of steps (tokens)")
+      ->check(whole_number(0, trace::routing_trace::max_steps))
+      ->capture_default_str();
+  synth->add_option("--seed", ya->seed, "Random seed")
+      ->check(whole_number(0))
+      ->capture_default_str();
   synth->add_option("-o,--output", ya->output, "Output .wtrace file")->required();
   synth->callback([ya] {
     const trace::routing_trace t =

@@ -3,7 +3,10 @@
 /// @brief The MV-WSA online controller (WiSP §3.4, Appendix B, Algorithm 2).
 ///
 /// Per burst (e.g. one scheduler round) the caller records each stream's warm reuse distances:
-/// expert accesses in the per-layer scope, KV block accesses over block keys. `end_burst()` decays
+/// expert accesses in the per-layer scope, KV block accesses over block keys. `record_expert_call`
+/// measures the expert distances itself, one MoE layer's request at a time, the request's experts
+/// protected from each other as wisp's pager serves them (`reuse::reuse_granularity::call`), so
+/// its curve is the pager's. `end_burst()` decays
 /// each stream's histogram by `decay` and adds the burst (first-sight misses are excluded: they are
 /// constant in the split and would bias the controller toward the pool seen less). It then
 /// evaluates the predicted warm cost (Eq. 4 over the decayed curves) on a **fixed grid** of
@@ -20,7 +23,7 @@
 /// @code
 /// wisp::alloc::split_controller ctl{spec, budget, floor, params, {}, initial_cap};
 /// for (auto& burst : bursts) {
-///   for (auto d : burst.expert_distances) ctl.record_expert(d);
+///   for (auto& [layer, ids] : burst.expert_calls) ctl.record_expert_call(layer, ids);
 ///   for (auto d : burst.kv_distances) ctl.record_kv(d);
 ///   auto decision = ctl.end_burst();
 ///   if (decision.moves() && engine_resize(ctl.current(), decision.next)) ctl.commit(decision);
@@ -36,6 +39,7 @@
 #include <wisp/core/ids.hpp>
 #include <wisp/reuse/decayed_histogram.hpp>
 #include <wisp/reuse/reuse_distance.hpp>
+#include <wisp/reuse/scoped_counter.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -97,8 +101,10 @@ struct controller_decision {
   [[nodiscard]] bool moves() const noexcept { return reason == controller_reason::move; }
 };
 
-/// @brief MV-WSA's online controller. Owns two decayed histograms; no allocation per access or
-/// per burst. Complexity: `record_*` O(log bins), `end_burst` O(grid * bins). Thread-safety: none.
+/// @brief MV-WSA's online controller. Owns two decayed histograms (and, for `record_expert_call`,
+/// one LRU stack per MoE layer); no allocation per access or per burst. Complexity: `record_*`
+/// O(log bins), `record_expert_call` O(k (log E + log bins)), `end_burst` O(grid * bins).
+/// Thread-safety: none.
 class split_controller {
  public:
   using distance_type = reuse::reuse_distance_counter::distance_type;
@@ -116,7 +122,8 @@ class split_controller {
         max_cap_(max_feasible_cap(spec_, budget_, floor_)),
         grid_(make_grid(spec_.top_k, max_cap_, config.grid_points)),
         expert_hist_(reuse::decayed_histogram::unit_edges(spec_.experts), config.decay),
-        kv_hist_(kv_edges(spec_, budget_, grid_), config.decay) {
+        kv_hist_(kv_edges(spec_, budget_, grid_), config.decay),
+        expert_calls_(reuse::reuse_scope::per_layer, spec_.layers, spec_.experts) {
     params_.validate();
     config_.validate();
     WISP_EXPECTS(initial_cap >= spec_.top_k && initial_cap <= max_cap_, "initial cap ", initial_cap,
@@ -126,6 +133,17 @@ class split_controller {
 
   /// Records one expert access's per-layer reuse distance (`cold` is counted apart and ignored).
   void record_expert(distance_type d, double weight = 1.0) { expert_hist_.record(d, weight); }
+  /// @brief Records one MoE layer's request for `experts` (its top-k ids, distinct): each one's
+  /// per-layer distance in the stack as it was before the request, as the pager serves it.
+  /// @throws wisp::logic_error if `layer` or an expert is out of the spec's range (nothing
+  ///   recorded then).
+  void record_expert_call(std::uint32_t layer, std::span<const std::uint32_t> experts) {
+    call_distances_.resize(experts.size());
+    expert_calls_.access_call(layer, experts, call_distances_);
+    for (const distance_type d : call_distances_) {
+      expert_hist_.record(d);
+    }
+  }
   /// Records one KV block access's reuse distance (`cold` is counted apart and ignored).
   void record_kv(distance_type d, double weight = 1.0) { kv_hist_.record(d, weight); }
 
@@ -262,6 +280,8 @@ class split_controller {
   std::vector<std::uint32_t> grid_;
   reuse::decayed_histogram expert_hist_;
   reuse::decayed_histogram kv_hist_;
+  reuse::scoped_reuse_counter expert_calls_;   // the per-layer stacks of record_expert_call
+  std::vector<distance_type> call_distances_;  // its scratch
   split current_;
 };
 

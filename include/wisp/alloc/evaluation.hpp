@@ -19,8 +19,11 @@
 ///
 /// Fixed arms are costed from the exact miss curves (the replay of a fixed split equals the
 /// curve); adaptive arms are replayed with resizable LRU pools (a shrink evicts LRU entries, a grow
-/// adds empty room). The reported cost is the *warm* latency: misses other than first sight, which
-/// every arm pays alike (the new prompt's prefill, an expert's first load).
+/// adds empty room). The expert stream is served a (step, layer) request at a time, the request's
+/// experts protected from each other as in wisp's pager, and its curve is the call-granular one
+/// (`reuse::reuse_granularity::call`); the KV stream is served one block access at a time. The
+/// reported cost is the *warm* latency: misses other than first sight, which every arm pays alike
+/// (the new prompt's prefill, an expert's first load).
 /// @code
 /// auto w = wisp::alloc::make_eval_workload("tool-burst", spec, phases, 1);
 /// auto r = wisp::alloc::evaluate(spec, w, {.budget = 8_GiB});
@@ -40,6 +43,7 @@
 #include <wisp/core/error.hpp>
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/reuse_distance.hpp>
+#include <wisp/reuse/scoped_counter.hpp>
 #include <wisp/trace/routing_trace.hpp>
 #include <wisp/trace/synthetic.hpp>
 
@@ -182,15 +186,18 @@ inline stream_distances measure(const eval_workload& w) {
   stream_distances out;
   out.expert_ids.reserve(w.experts.access_count());
   out.expert_d.reserve(w.experts.access_count());
-  std::vector<reuse::reuse_distance_counter> per_layer;
-  for (std::int32_t l = 0; l < shape.layers; ++l) {
-    per_layer.emplace_back(static_cast<std::size_t>(shape.experts));
-  }
-  w.experts.for_each_access([&](const trace::access& a) {
-    out.expert_ids.push_back(static_cast<std::uint16_t>(a.expert));
-    out.expert_d.push_back(
-        per_layer[static_cast<std::size_t>(a.layer)].access(static_cast<std::uint32_t>(a.expert)));
-  });
+  reuse::scoped_reuse_counter per_layer{reuse::reuse_scope::per_layer,
+                                        static_cast<std::uint32_t>(shape.layers),
+                                        static_cast<std::uint32_t>(shape.experts)};
+  std::vector<std::uint32_t> call(static_cast<std::size_t>(shape.top_k));
+  std::vector<std::uint32_t> d(call.size());
+  w.experts.for_each_call(
+      [&](std::uint32_t, std::int32_t layer, std::span<const std::int32_t> ids) {
+        call.assign(ids.begin(), ids.end());
+        per_layer.access_call(static_cast<std::uint32_t>(layer), call, d);
+        out.expert_ids.insert(out.expert_ids.end(), ids.begin(), ids.end());
+        out.expert_d.insert(out.expert_d.end(), d.begin(), d.end());
+      });
   reuse::reuse_distance_counter kv{std::max<std::size_t>(w.kv.blocks, 1)};
   out.kv_d.reserve(w.kv.accesses.size());
   for (const std::uint32_t b : w.kv.accesses) {
@@ -251,7 +258,11 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   out.max_feasible_cap = max_feasible_cap(m, p.budget, out.floor);
 
   const auto dist = detail::measure(w);
-  const auto [expert_curve, kv_curve] = detail::curves(w, dist, w.kv.rounds.size());
+  // Named curves, not structured bindings: the lambdas below use them, and clang before 16
+  // cannot capture a structured binding.
+  const auto whole = detail::curves(w, dist, w.kv.rounds.size());
+  const reuse::miss_curve& expert_curve = whole.first;
+  const reuse::miss_curve& kv_curve = whole.second;
   const cost_model<> cost{m, expert_curve, kv_curve, p.costs};
   auto warm_seconds = [&](const cost_model<>& c, std::uint32_t cap) {
     const split s = make_split(m, p.budget, cap);
@@ -285,8 +296,9 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   const auto prefix_rounds =
       std::max<std::size_t>(1, static_cast<std::size_t>(p.representative_fraction *
                                                         static_cast<double>(w.kv.rounds.size())));
-  const auto [pe, pk] = detail::curves(w, dist, std::min(prefix_rounds, w.kv.rounds.size()));
-  const configuration offline = configure(cost_model<>{m, pe, pk, p.costs}, p.budget, out.floor);
+  const auto prefix = detail::curves(w, dist, std::min(prefix_rounds, w.kv.rounds.size()));
+  const configuration offline =
+      configure(cost_model<>{m, prefix.first, prefix.second, p.costs}, p.budget, out.floor);
   out.arms.push_back(fixed_arm("mv-wsa-configurator", offline.choice.expert_cap));
 
   // 50-50 and Flux-prop.
@@ -328,15 +340,20 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
     std::uint64_t cursor = 0;
     const std::uint64_t per_step = shape.ids_per_step();
     const auto k = static_cast<std::uint64_t>(shape.top_k);
+    std::vector<std::uint32_t> call(k);
+    std::vector<std::uint8_t> hit(k);
     for (std::size_t r = 0; r < w.kv.rounds.size(); ++r) {
       const kv_round& round = w.kv.rounds[r];
       const std::uint64_t begin = cursor;
       const std::uint64_t end = cursor + std::uint64_t{round.decode_tokens} * per_step;
-      for (std::uint64_t i = begin; i < end; ++i) {
+      for (std::uint64_t i = begin; i < end; i += k) {  // one (step, layer) call at a time
         const auto layer = static_cast<std::size_t>((i / k) % m.layers);
-        if (!layers[layer].access(dist.expert_ids[i]) &&
-            dist.expert_d[i] != reuse::reuse_distance_counter::cold) {
-          ++a.expert_warm_misses;
+        std::copy_n(dist.expert_ids.begin() + static_cast<std::ptrdiff_t>(i), k, call.begin());
+        layers[layer].access_call(call, hit);
+        for (std::uint64_t j = 0; j < k; ++j) {
+          if (hit[j] == 0 && dist.expert_d[i + j] != reuse::reuse_distance_counter::cold) {
+            ++a.expert_warm_misses;
+          }
         }
       }
       cursor = end;

@@ -15,11 +15,21 @@
 /// @endcode
 /// The *direct* form gives the spec itself: `{"name": "...", "layers": L, "experts": E, "top_k": k,
 /// "expert_bytes": B, "kv_bytes_per_token": T, "block_tokens": 16}` (block_tokens optional).
+///
+/// **Quantised experts** (config form): the experts are stored in `dtype_bytes` per weight unless
+/// the config says otherwise, with either
+/// - `"expert_bytes": B`, one expert's bytes as stored, for any layout (GGUF k-quants, ...), or
+/// - `"weight_bits": b` (bits per weight, 1..32), optionally with `"group_size": g` (weights per
+///   block scale) and `"scale_bytes": s` (bytes of each block's scale and zero point, default 2):
+///   each of the `expert_matrices` matrices of `hidden_size x moe_intermediate_size` weights
+///   takes `ceil(weights * b / 8) + ceil(weights / g) * s` bytes.
+/// `dtype_bytes` still sizes the KV cache. See docs/formats.md#model-files for the whole schema.
 #pragma once
 
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/trace/detail/files.hpp>
 #include <wisp/trace/detail/json.hpp>
 
 #include <charconv>
@@ -35,6 +45,28 @@
 
 namespace wisp::alloc {
 
+/// @brief How a model file says its experts are stored, when not in `dtype_bytes` per weight.
+struct expert_storage {
+  std::uint64_t expert_bytes = 0;  ///< "expert_bytes": one expert as stored; 0 = from the bits
+  std::uint32_t weight_bits = 0;   ///< "weight_bits": bits per weight
+  std::uint32_t group_size = 0;    ///< "group_size": weights per block scale; 0 = no scales
+  std::uint32_t scale_bytes = 2;   ///< "scale_bytes": bytes of each block's scale (+ zero point)
+
+  /// @brief Bytes of one expert of `matrices` matrices of `weights` weights each.
+  /// @throws wisp::logic_error on overflow.
+  [[nodiscard]] byte_size bytes(std::uint32_t matrices, std::uint64_t weights) const {
+    if (expert_bytes != 0) {
+      return byte_size{expert_bytes};
+    }
+    const byte_size bits = byte_size{weights} * weight_bits;
+    const byte_size packed{bits.count() / 8 + (bits.count() % 8 != 0 ? 1 : 0)};
+    const std::uint64_t blocks =
+        group_size == 0 ? 0 : weights / group_size + (weights % group_size != 0 ? 1 : 0);
+    return (packed + byte_size{blocks} * scale_bytes) * matrices;
+  }
+  friend bool operator==(const expert_storage&, const expert_storage&) = default;
+};
+
 /// @brief What a model file holds: the spec, and for the config form the fields and the derived
 /// sizes as written.
 struct model_file {
@@ -43,6 +75,8 @@ struct model_file {
   /// Config fields (config form only; `name` and `source` views are left empty: see the members
   /// above). `std::nullopt` for the direct form.
   std::optional<model_config> config;
+  /// Quantised experts (config form): how they are stored; `std::nullopt` = `dtype_bytes` each.
+  std::optional<expert_storage> storage;
   std::optional<std::uint64_t> written_expert_bytes;        ///< "derived" as written, if present.
   std::optional<std::uint64_t> written_kv_bytes_per_token;  ///< "derived" as written, if present.
 };
@@ -150,6 +184,45 @@ using trace::detail::json_value;
     // Products of 32-bit fields: at most four factors below 2^32 could overflow 64 bits.
     byte_size expert = byte_size{c.expert_matrices} * c.hidden_size * c.moe_intermediate_size;
     expert = expert * c.dtype_bytes;
+    const trace::detail::json_value* given_bytes = cfg->find("expert_bytes");
+    const trace::detail::json_value* bits = cfg->find("weight_bits");
+    if (given_bytes != nullptr && bits != nullptr) {
+      throw format_error(
+          "model file: give \"expert_bytes\" or \"weight_bits\" in \"config\", "
+          "not both");
+    }
+    if (bits == nullptr &&
+        (cfg->find("group_size") != nullptr || cfg->find("scale_bytes") != nullptr)) {
+      throw format_error(
+          "model file: \"group_size\" and \"scale_bytes\" describe quantised "
+          "weights and need \"weight_bits\"");
+    }
+    if (given_bytes != nullptr || bits != nullptr) {
+      expert_storage q;
+      if (given_bytes != nullptr) {
+        q.expert_bytes = detail::json_unsigned(*given_bytes, "expert_bytes",
+                                               std::numeric_limits<std::uint64_t>::max());
+        if (q.expert_bytes == 0) {
+          throw format_error("model file: \"expert_bytes\" must be positive");
+        }
+      } else {
+        q.weight_bits = json_u32(*cfg, "weight_bits");
+        if (q.weight_bits == 0 || q.weight_bits > 32) {
+          throw format_error("model file: \"weight_bits\" must be in [1, 32], got " +
+                             std::to_string(q.weight_bits));
+        }
+        q.group_size = json_u32_or(*cfg, "group_size", 0);
+        q.scale_bytes = json_u32_or(*cfg, "scale_bytes", 2);
+        if (cfg->find("group_size") != nullptr && q.group_size == 0) {
+          throw format_error(
+              "model file: \"group_size\" must be positive (omit it for no "
+              "block scales)");
+        }
+      }
+      expert =
+          q.bytes(c.expert_matrices, (byte_size{c.hidden_size} * c.moe_intermediate_size).count());
+      out.storage = q;
+    }
     const byte_size kv_values{c.attention == attention_kind::gqa
                                   ? (byte_size{2} * c.num_key_value_heads * c.head_dim).count()
                                   : std::uint64_t{c.kv_lora_rank} + c.qk_rope_head_dim};
@@ -200,12 +273,10 @@ using trace::detail::json_value;
 }
 
 /// @brief Reads and parses a model file. The file's stem is the fallback name.
-/// @throws wisp::format_error if the file cannot be read or is malformed (the path is named).
+/// @throws wisp::error if the file cannot be opened (naming the operating system's reason);
+/// wisp::format_error if it is malformed (the path is named).
 [[nodiscard]] inline model_file read_model_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw format_error("cannot open model file '" + path.string() + "'");
-  }
+  std::ifstream in = trace::detail::open_for_reading(path);
   std::ostringstream buffer;
   buffer << in.rdbuf();
   try {

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <wisp/alloc/model_spec.hpp>
+#include <wisp/alloc/units.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/ids.hpp>
@@ -30,6 +31,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <ostream>
+#include <string>
 
 namespace wisp::alloc {
 
@@ -146,21 +148,25 @@ inline void require_feasible(const model_spec& m, byte_size budget, const admiss
   const byte_size needed = minimum_budget(m, floor);
   if (budget < needed) {
     const byte_size experts = m.expert_pool_bytes(m.top_k);
+    const std::string floor_text = std::to_string(floor.tokens()) + " tokens (" +
+                                   std::to_string(floor.concurrency) + " sessions x " +
+                                   std::to_string(floor.context) + " tokens = " +
+                                   std::to_string(floor.blocks(m.block_tokens)) + " blocks = " +
+                                   format_bytes_and_gib(floor.bytes(m).count()) + ")";
     if (budget < experts) {
-      WISP_FAIL(infeasible_error, "no split of the budget ", budget.count(), " B is feasible for ",
-                m.name, ": it is below the fixed cost of the minimum expert cap (top_k = ", m.top_k,
+      WISP_FAIL(infeasible_error, "no split of the budget ", format_bytes_and_gib(budget.count()),
+                " is feasible for ", m.name,
+                ": it is below the fixed cost of the minimum expert cap (top_k = ", m.top_k,
                 " slots x ", m.layers, " layers x ", m.expert_bytes.count(),
-                " B = ", experts.count(), " B); with the KV admission floor of ", floor.tokens(),
-                " tokens (", floor.concurrency, " sessions x ", floor.context,
-                " tokens = ", floor.blocks(m.block_tokens), " blocks = ", floor.bytes(m).count(),
-                " B) the smallest budget that works is ", needed.count(), " B");
+                " B = ", format_bytes_and_gib(experts.count()), "); with the KV admission floor of ",
+                floor_text, " the smallest budget that works is ",
+                format_bytes_and_gib(needed.count()));
     }
-    WISP_FAIL(infeasible_error, "no split of the budget ", budget.count(), " B is feasible for ",
-              m.name, ": the KV admission floor needs ", floor.tokens(), " tokens (",
-              floor.concurrency, " sessions x ", floor.context,
-              " tokens = ", floor.blocks(m.block_tokens), " blocks = ", floor.bytes(m).count(),
-              " B) and the minimum expert cap (top_k = ", m.top_k, ") needs ", experts.count(),
-              " B; the smallest budget that works is ", needed.count(), " B");
+    WISP_FAIL(infeasible_error, "no split of the budget ", format_bytes_and_gib(budget.count()),
+              " is feasible for ", m.name, ": the KV admission floor needs ", floor_text,
+              " and the minimum expert cap (top_k = ", m.top_k, ") needs ",
+              format_bytes_and_gib(experts.count()), "; the smallest budget that works is ",
+              format_bytes_and_gib(needed.count()));
   }
 }
 

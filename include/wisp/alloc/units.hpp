@@ -106,4 +106,13 @@ namespace wisp::alloc {
   return buf;
 }
 
+/// @brief `bytes` exactly, with its size in GiB beside it: "25769803776 B (24.00 GiB)". For
+/// budgets and pool sizes, which people read in GiB and engines take in bytes.
+[[nodiscard]] inline std::string format_bytes_and_gib(std::uint64_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%llu B (%.2f GiB)", static_cast<unsigned long long>(bytes),
+                static_cast<double>(bytes) / static_cast<double>(1ull << 30));
+  return buf;
+}
+
 }  // namespace wisp::alloc

@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief `lfu` (least frequently used) and `lfru` (vLLM's frequency/recency score).
+/// @brief The frequency policies: `lfu` (counts while resident), `lfu_history` (counts over the
+/// whole history, as SpecMD defines LFU) and `lfru` (vLLM's frequency/recency score).
 #pragma once
 
 #include <wisp/cache/detail/key_heap.hpp>
+#include <wisp/cache/detail/key_lists.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 
 #include <cstddef>
@@ -34,28 +36,21 @@ struct wide_product {
   return wide_product{hi_hi + (hi_lo >> 32) + (cross >> 32), (cross << 32) | (lo_lo & 0xffffffffu)};
 }
 
-}  // namespace detail
-
-/// @brief Least frequently used: evicts the resident key with the fewest accesses since it was
-/// inserted (the count restarts at 1 when an evicted key comes back); ties go to the least
-/// recently used.
-///
-/// An indexed binary heap on (count, last access). `on_insert`, `on_hit`, `on_erase`: O(log n).
-/// `victim`: O(1 + p), p = protected keys above the answer in the heap. Allocation-free after
-/// `reset`. Not thread-safe.
-class lfu {
+/// @brief The LFU family's mechanics: an indexed binary heap on (count, last access).
+/// `WholeHistory` says whether a key's count survives its eviction.
+template <bool WholeHistory>
+class basic_lfu {
  public:
-  static constexpr std::string_view name = "lfu";
-
-  /// Forgets every key; sizes for `layout.size()` keys. @throws std::bad_alloc
+  /// Forgets every key and every count; sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
     heap_.reset(layout.size());
     count_.assign(static_cast<std::size_t>(layout.size()), 0);
     tick_ = 0;
   }
   void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
-    count_[static_cast<std::size_t>(key)] = 1;
-    heap_.set(key, {1, ++tick_});
+    std::uint64_t& count = count_[static_cast<std::size_t>(key)];
+    count = WholeHistory ? count + 1 : 1;
+    heap_.set(key, {count, ++tick_});
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
     const std::uint64_t count = ++count_[static_cast<std::size_t>(key)];
@@ -67,22 +62,65 @@ class lfu {
                                  protected_keys is_protected) noexcept {
     return heap_.min_unprotected(is_protected);
   }
+  /// The count `key` is ranked by: its accesses since `reset` with `WholeHistory`, else since
+  /// its last insertion (an evicted key shows the count it left with). 0 for a key never seen.
+  [[nodiscard]] std::uint64_t count(cache_key key) const noexcept {
+    return count_[static_cast<std::size_t>(key)];
+  }
 
  private:
-  detail::key_heap heap_;
+  key_heap heap_;
   std::vector<std::uint64_t> count_;
   std::uint64_t tick_ = 0;
 };
+
+}  // namespace detail
+
+/// @brief Least frequently used, counting while resident ("in-cache LFU"): evicts the resident
+/// key with the fewest accesses since it was last inserted (the count restarts at 1 when an
+/// evicted key comes back); ties go to the least recently used. Compare `lfu_history`.
+///
+/// An indexed binary heap on (count, last access). `on_insert`, `on_hit`, `on_erase`: O(log n).
+/// `victim`: O(1 + p), p = protected keys above the answer in the heap. Allocation-free after
+/// `reset`. Not thread-safe.
+class lfu : public detail::basic_lfu<false> {
+ public:
+  static constexpr std::string_view name = "lfu";
+};
 static_assert(eviction_policy<lfu>);
+
+/// @brief Least frequently used over the whole history ("perfect LFU", SpecMD's LFU): evicts the
+/// resident key with the fewest accesses since `reset`, counting the accesses made while it was
+/// evicted too; ties go to the least recently used. Unlike `lfu`, an expert that was popular
+/// keeps its rank when it comes back, at the cost of one counter per key for the whole run.
+///
+/// Same structure and costs as `lfu`. Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout::global(26, 64), 208);
+/// @endcode
+class lfu_history : public detail::basic_lfu<true> {
+ public:
+  static constexpr std::string_view name = "lfu_history";
+};
+static_assert(eviction_policy<lfu_history>);
 
 /// @brief vLLM's LFRU (PR #37190, `CachedWeightProvider`): a clock ticks once per access (hit or
 /// miss); a key remembers its access count `freq` (1 on insertion) and the clock of its last
 /// access `last`; the victim minimises `freq / (clock - last + 1)`, evaluated at the clock before
 /// the missing key's own tick. Ties go to the least recently used key.
 ///
-/// The score's order changes as the clock advances, so `victim` scans the resident keys:
-/// O(resident), exactly like vLLM. Scores are compared exactly by cross-multiplication (no
-/// floating point). Other hooks O(1). Allocation-free after `reset`. Not thread-safe.
+/// The score's order changes as the clock advances, so vLLM scans every resident key per miss.
+/// This implementation picks exactly the same victims without the full scan: keys are grouped by
+/// `freq` into classes kept in increasing order (each a list in order of `last`, since an access
+/// always makes a key the newest of its new class), so a class's best candidate is its oldest
+/// unprotected key; classes are visited from the lowest `freq` up and the walk stops at the first
+/// class whose `freq` divided by the age of the oldest resident key already exceeds the best
+/// score found, since no key from there on can reach it. Scores are compared exactly by
+/// cross-multiplication (no floating point).
+///
+/// `on_insert`, `on_hit`, `on_erase`: O(1). `victim`: O(1 + classes visited + p), at most
+/// O(distinct counts among resident keys); on the ESFT trace it visits a few classes where a scan
+/// would visit hundreds of keys. Allocation-free after `reset`. Not thread-safe.
 class lfru {
  public:
   static constexpr std::string_view name = "lfru";
@@ -93,42 +131,75 @@ class lfru {
     const auto n = static_cast<std::size_t>(layout.size());
     freq_.assign(n, 0);
     last_.assign(n, 0);
-    index_.assign(n, -1);
-    resident_.clear();
-    resident_.reserve(n);
+    class_of_.assign(n, no_class);
+    // Class nodes 0..n: at most n are in use, plus the one `on_hit` creates before it frees one.
+    classes_.assign(n + 2, freq_class{});
+    sentinel_ = static_cast<std::int32_t>(n + 1);
+    classes_[static_cast<std::size_t>(sentinel_)] = {0, sentinel_, sentinel_};
+    free_.resize(n + 1);
+    for (std::size_t i = 0; i <= n; ++i) {
+      free_[i] = static_cast<std::int32_t>(n - i);  // pop_back hands out 0, 1, 2, ...
+    }
+    members_.reset(layout.size(), static_cast<std::int32_t>(n + 1));
+    recency_.reset(layout.size(), 1);
     clock_ = 0;
   }
   void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
     const auto k = static_cast<std::size_t>(key);
     freq_[k] = 1;
     last_[k] = ++clock_;
-    index_[k] = static_cast<std::int32_t>(resident_.size());
-    resident_.push_back(key);  // reserved in reset: no allocation
+    const std::int32_t head = classes_[static_cast<std::size_t>(sentinel_)].next;
+    const std::int32_t c = head != sentinel_ && classes_[static_cast<std::size_t>(head)].freq == 1
+                               ? head
+                               : new_class_after(sentinel_, 1);
+    join(key, c);
+    recency_.push_back(0, key);
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
     const auto k = static_cast<std::size_t>(key);
-    ++freq_[k];
+    const std::uint64_t f = ++freq_[k];
     last_[k] = ++clock_;
+    const std::int32_t from = class_of_[k];
+    const std::int32_t next = classes_[static_cast<std::size_t>(from)].next;
+    const std::int32_t to = next != sentinel_ && classes_[static_cast<std::size_t>(next)].freq == f
+                                ? next
+                                : new_class_after(from, f);
+    members_.remove(key);
+    join(key, to);
+    release_if_empty(from);
+    recency_.move_to_back(0, key);
   }
   void on_erase(cache_key key) noexcept {
     const auto k = static_cast<std::size_t>(key);
-    const std::int32_t i = index_[k];
-    if (i < 0) {
+    const std::int32_t c = class_of_[k];
+    if (c == no_class) {
       return;
     }
-    const cache_key moved = resident_.back();
-    resident_[static_cast<std::size_t>(i)] = moved;
-    index_[static_cast<std::size_t>(moved)] = i;
-    resident_.pop_back();
-    index_[k] = -1;
+    members_.remove(key);
+    class_of_[k] = no_class;
+    release_if_empty(c);
+    recency_.remove(key);
   }
-  /// The unprotected resident key with the lowest score, or `no_key`. O(resident).
+  /// The unprotected resident key with the lowest score, or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
                                  protected_keys is_protected) const noexcept {
+    const cache_key oldest = recency_.front(0);
+    if (oldest == no_key) {
+      return no_key;
+    }
+    const std::uint64_t max_age = age(oldest);  // no resident key is older
     cache_key best = no_key;
-    for (const cache_key key : resident_) {
-      if (!is_protected(key) && (best == no_key || before(key, best))) {
-        best = key;
+    for (std::int32_t c = classes_[static_cast<std::size_t>(sentinel_)].next; c != sentinel_;
+         c = classes_[static_cast<std::size_t>(c)].next) {
+      const std::uint64_t f = classes_[static_cast<std::size_t>(c)].freq;
+      // Every key from this class on scores at least f / max_age: stop once that is worse.
+      if (best != no_key && detail::multiply(f, age(best)) >
+                                detail::multiply(freq_[static_cast<std::size_t>(best)], max_age)) {
+        break;
+      }
+      const cache_key candidate = members_.first_unprotected(c, is_protected);
+      if (candidate != no_key && (best == no_key || before(candidate, best))) {
+        best = candidate;
       }
     }
     return best;
@@ -136,26 +207,61 @@ class lfru {
 
   /// Current score of a resident key (for reports and tests).
   [[nodiscard]] double score(cache_key key) const noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    return static_cast<double>(freq_[k]) / static_cast<double>(clock_ - last_[k] + 1);
+    return static_cast<double>(freq_[static_cast<std::size_t>(key)]) /
+           static_cast<double>(age(key));
   }
   /// The clock: number of accesses seen since `reset`.
   [[nodiscard]] std::uint64_t clock() const noexcept { return clock_; }
 
  private:
+  static constexpr std::int32_t no_class = -1;
+  struct freq_class {
+    std::uint64_t freq = 0;
+    std::int32_t prev = -1;
+    std::int32_t next = -1;
+  };
+
+  [[nodiscard]] std::uint64_t age(cache_key key) const noexcept {
+    return clock_ - last_[static_cast<std::size_t>(key)] + 1;
+  }
   // a evicts before b: freq_a / age_a < freq_b / age_b, then older last access.
   [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
-    const auto ia = static_cast<std::size_t>(a);
-    const auto ib = static_cast<std::size_t>(b);
-    const detail::wide_product lhs = detail::multiply(freq_[ia], clock_ - last_[ib] + 1);
-    const detail::wide_product rhs = detail::multiply(freq_[ib], clock_ - last_[ia] + 1);
-    return lhs < rhs || (lhs == rhs && last_[ia] < last_[ib]);
+    const detail::wide_product lhs = detail::multiply(freq_[static_cast<std::size_t>(a)], age(b));
+    const detail::wide_product rhs = detail::multiply(freq_[static_cast<std::size_t>(b)], age(a));
+    return lhs < rhs ||
+           (lhs == rhs && last_[static_cast<std::size_t>(a)] < last_[static_cast<std::size_t>(b)]);
+  }
+  std::int32_t new_class_after(std::int32_t at, std::uint64_t freq) noexcept {
+    const std::int32_t c = free_.back();  // reserved in reset: never empty here
+    free_.pop_back();
+    const std::int32_t next = classes_[static_cast<std::size_t>(at)].next;
+    classes_[static_cast<std::size_t>(c)] = {freq, at, next};
+    classes_[static_cast<std::size_t>(at)].next = c;
+    classes_[static_cast<std::size_t>(next)].prev = c;
+    return c;
+  }
+  void release_if_empty(std::int32_t c) noexcept {
+    if (members_.front(c) != no_key) {
+      return;
+    }
+    const freq_class& node = classes_[static_cast<std::size_t>(c)];
+    classes_[static_cast<std::size_t>(node.prev)].next = node.next;
+    classes_[static_cast<std::size_t>(node.next)].prev = node.prev;
+    free_.push_back(c);  // capacity reserved in reset
+  }
+  void join(cache_key key, std::int32_t c) noexcept {
+    members_.push_back(c, key);
+    class_of_[static_cast<std::size_t>(key)] = c;
   }
 
   std::vector<std::uint64_t> freq_;
   std::vector<std::uint64_t> last_;
-  std::vector<std::int32_t> index_;  // position in resident_, -1 if absent
-  std::vector<cache_key> resident_;
+  std::vector<std::int32_t> class_of_;  // key -> its class node, no_class if not resident
+  std::vector<freq_class> classes_;     // class nodes, a list sorted by freq through sentinel_
+  std::vector<std::int32_t> free_;      // unused class nodes
+  detail::key_lists members_;           // one list per class node, oldest `last` first
+  detail::key_lists recency_;           // every resident key, oldest `last` first
+  std::int32_t sentinel_ = 0;
   std::uint64_t clock_ = 0;
 };
 static_assert(eviction_policy<lfru>);

@@ -49,6 +49,7 @@ struct cache_stats {
   std::uint64_t misses = 0;
   std::uint64_t evictions = 0;         ///< keys evicted by the policy (accesses and shrinks)
   std::uint64_t collision_misses = 0;  ///< misses on a key evicted earlier in the same step
+  std::uint64_t prefetches = 0;        ///< keys loaded by `prefetch` (not accesses)
 
   /// hits / accesses, or 0 when there were no accesses.
   [[nodiscard]] constexpr double hit_rate() const noexcept {
@@ -60,6 +61,7 @@ struct cache_stats {
     misses += other.misses;
     evictions += other.evictions;
     collision_misses += other.collision_misses;
+    prefetches += other.prefetches;
     return *this;
   }
   friend constexpr bool operator==(const cache_stats&, const cache_stats&) = default;
@@ -160,6 +162,20 @@ class slot_cache {
       WISP_DETAIL_ALWAYS_INLINE std::size_t access_distinct(std::span<const cache_key> keys,
                                                             const access_context& ctx,
                                                             Visit&& visit);
+
+  /// @brief Loads `key` ahead of the call that will request it (a prefetch), outside any call:
+  /// the current call and its protection are unchanged, and no access is counted.
+  ///
+  /// A resident key is left as it is (`hit`). Otherwise the key takes a free slot or the slot of
+  /// the policy's victim among the resident keys for which `keep` is false (the caller keeps the
+  /// experts of pending calls, and the other keys of the same prefetch, out of reach), and the
+  /// policy sees `on_insert(key, ctx)`: to Least-Stale, a key prefetched in pass `ctx.step` is
+  /// *current*. Counted in `stats().prefetches` (and `evictions`); an expert evicted here and
+  /// requested later in the same step is a collision miss. O(1) + policy hooks.
+  /// @returns the result (`slot == -1` and nothing changed when every resident key is kept).
+  /// @throws wisp::logic_error if `key` or `ctx.layer` is out of range, or if the policy breaks its
+  ///   contract (the cache is then unchanged but for an eviction that already happened).
+  access_result prefetch(cache_key key, const access_context& ctx, protected_keys keep);
 
   /// Drops `key` if resident, returning its slot to the free list; no-op otherwise. Not counted
   /// as an eviction. O(1) + `on_erase`. @returns whether it was resident.

@@ -57,6 +57,18 @@ struct prepare_result {
   std::int32_t misses = 0;  ///< distinct experts that were not (`== copy_plan.size()`)
 };
 
+/// @brief What one `prefetch` did, as views into a pager-owned buffer: valid until the next
+/// `prefetch`, or until the pager is moved or destroyed. Trivially copyable.
+struct prefetch_result {
+  std::int32_t layer = 0;
+  /// Copies to issue, in candidate order: master `expert` into `slot`. Issue them at a lower
+  /// priority than any call's copy plan (a demand copy must never wait behind a speculation).
+  /// No slot holds an expert of the pending call.
+  std::span<const copy_op> copy_plan;
+  std::int32_t resident = 0;  ///< distinct candidates already resident (no copy)
+  std::int32_t dropped = 0;   ///< distinct candidates left out: no slot could be taken
+};
+
 /// @brief Configuration of a `pager`.
 struct pager_config {
   std::int32_t layers = 1;   ///< MoE layers, >= 1
@@ -154,6 +166,28 @@ class pager {
   prepare_result prepare(std::int32_t layer, const expert_group& group) {
     return prepare_experts(layer, group.experts);
   }
+
+  // ------------------------------------------------------------------ prefetch
+
+  /// @brief Loads the `candidates` of `layer` (best first; duplicates ignored) ahead of its next
+  /// call, and returns the copies to issue (SpecMD §3.1.4). No map shows a prefetched expert
+  /// before the call that requests it.
+  ///
+  /// Each candidate that is not resident takes a free slot or the slot of the policy's victim
+  /// (`slot_cache::prefetch`); victims are never experts of the **pending call** (the most recent
+  /// `prepare*`, whose kernel may still be reading its slots: in global scope always, in per-layer
+  /// scope when `layer` is that call's layer) nor other candidates of this prefetch. A candidate
+  /// with no slot left is dropped. The policy sees an insertion in the current step: Least-Stale
+  /// treats prefetched experts as *current*. An expert a prefetch evicts disappears from every map
+  /// that showed it. Candidates already resident change nothing.
+  ///
+  /// O(candidates) + policy hooks; no allocation.
+  /// @throws wisp::logic_error, leaving everything unchanged, on a bad layer or a candidate
+  ///   outside `[0, experts)`; or if the policy breaks its contract (as `prepare`).
+  prefetch_result prefetch(std::int32_t layer, std::span<const std::int32_t> candidates);
+
+  /// The layer of the pending call (the most recent `prepare*`), or -1 before the first.
+  [[nodiscard]] std::int32_t pending_layer() const noexcept { return pending_layer_; }
 
   // ------------------------------------------------------------------ splitting a wide batch
 
@@ -295,6 +329,7 @@ class pager {
     return static_cast<std::size_t>(layer) * static_cast<std::size_t>(experts_);
   }
 
+  std::int32_t pending_layer_ = -1;  // layer of the most recent prepare*
   std::int32_t layers_ = 1;
   std::int32_t experts_ = 1;
   std::int32_t top_k_ = 1;
@@ -308,6 +343,8 @@ class pager {
   std::vector<copy_op> copies_;              // [layers x experts]: the layer's last copy plan
   std::vector<cache_key> keys_;              // scratch [experts]: the call's keys (ids + base)
   protect_set seen_;                         // scratch: "expert seen" (wide calls, messages)
+  protect_set keep_;                         // scratch of prefetch: keys it must not evict
+  std::vector<copy_op> prefetch_copies_;     // [experts]: the last prefetch's copy plan
   group_planner planner_;
 };
 

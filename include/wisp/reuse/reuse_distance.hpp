@@ -13,6 +13,18 @@
 /// counter.access(5);   // cold
 /// counter.access(3);   // 2: {5, 3} were touched since the last 3
 /// @endcode
+///
+/// **Calls.** An engine asks for a layer's `k` experts together, and its cache (wisp's pager,
+/// `slot_cache`) never lets one of them evict another. `access_call` measures that cache: every
+/// key of a call gets its distance in the stack as it was *before* the call, then the call's keys
+/// move to the top. This is still a stack algorithm (a protected LRU cache of capacity `c >= k`
+/// holds exactly the `c` most recent keys, the call counted as one step), so one pass still gives
+/// every capacity at once.
+/// @code
+/// const std::uint32_t call[] = {3, 5};
+/// std::uint32_t d[2];
+/// counter.access_call(call, d);   // d = {1, 2}: both were in the stack before the call
+/// @endcode
 #pragma once
 
 #include <wisp/core/config.hpp>
@@ -23,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <vector>
 
 namespace wisp::reuse {
@@ -60,6 +73,18 @@ class reuse_distance_counter {
   /// @throws wisp::logic_error if `key >= key_space()`; the counter is then unchanged.
   distance_type access(key_type key);
 
+  /// @brief Records one call: `out[i]` is the distance of `keys[i]` in the stack as it was before
+  /// the call (`cold` on first sight), then every key becomes most recent, in call order. A key
+  /// repeated within the call gets distance 1 at its later occurrences (it is resident by then at
+  /// every capacity) and is moved again. O(keys.size() log D), no allocation.
+  /// @throws wisp::logic_error if a key is `>= key_space()` or `out.size() < keys.size()`; the
+  ///         counter is then unchanged.
+  void access_call(std::span<const key_type> keys, std::span<distance_type> out);
+
+  /// @brief The distance the next access of `key` would have (`cold` if never seen), without
+  /// recording anything. O(log D). @throws wisp::logic_error if `key >= key_space()`.
+  [[nodiscard]] distance_type distance_of(key_type key) const;
+
   /// Forgets every access; keeps the allocated memory.
   void reset() noexcept;
 
@@ -76,6 +101,7 @@ class reuse_distance_counter {
   static constexpr std::uint32_t no_slot = std::numeric_limits<std::uint32_t>::max();
 
   [[nodiscard]] std::uint32_t prefix_words(std::uint32_t words) const noexcept;
+  [[nodiscard]] distance_type peek(key_type key) const noexcept;  // distance_of, unchecked
   void tree_add(std::uint32_t word, std::uint32_t delta) noexcept;
   void seal_word(std::uint32_t word) noexcept;
   void compact();

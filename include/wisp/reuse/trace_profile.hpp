@@ -5,7 +5,7 @@
 /// @code
 /// auto trace = wisp::trace::import_esft("shared/traces/raw/esft_deepseek_v2_lite_intent");
 /// auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::global);
-/// wisp::reuse::miss_curve curve{profile.histogram};
+/// wisp::reuse::miss_curve curve{profile.histogram};   // == wisp sim --policy lru, per capacity
 /// @endcode
 #pragma once
 
@@ -17,6 +17,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <vector>
 
 namespace wisp::reuse {
 
@@ -29,16 +31,30 @@ struct reuse_profile {
 
 /// @brief Exact reuse profile of `trace` replayed in canonical order, in `scope`.
 ///
+/// With `reuse_granularity::call` (the default) every (step, layer) request is one call, so the
+/// curve equals the misses of `wisp::sim::simulate<wisp::lru>` (calls protected) at every
+/// capacity from `top_k` up; with `reuse_granularity::access` it is plain per-access LRU (equal to
+/// `simulate<lru>` with `protect_calls = false`, at every capacity from 1).
+///
 /// Complexity: O(accesses * log(keys)), memory O(layers * experts), one pass.
 /// @throws wisp::logic_error if `scope` is `reuse_scope::stream`.
-[[nodiscard]] inline reuse_profile profile_trace(const trace::routing_trace& trace,
-                                                 reuse_scope scope) {
+[[nodiscard]] inline reuse_profile profile_trace(
+    const trace::routing_trace& trace, reuse_scope scope,
+    reuse_granularity granularity = reuse_granularity::call) {
   const auto& shape = trace.shape();
   scoped_reuse_counter counter{scope, static_cast<std::uint32_t>(shape.layers),
                                static_cast<std::uint32_t>(shape.experts)};
-  trace.for_each_access([&](const trace::access& a) {
-    counter.access(static_cast<std::uint32_t>(a.layer), static_cast<std::uint32_t>(a.expert));
-  });
+  if (granularity == reuse_granularity::access) {
+    trace.for_each_access([&](const trace::access& a) {
+      counter.access(static_cast<std::uint32_t>(a.layer), static_cast<std::uint32_t>(a.expert));
+    });
+  } else {
+    std::vector<std::uint32_t> experts(static_cast<std::size_t>(shape.top_k));
+    trace.for_each_call([&](std::uint32_t, std::int32_t layer, std::span<const std::int32_t> ids) {
+      experts.assign(ids.begin(), ids.end());
+      counter.access_call(static_cast<std::uint32_t>(layer), experts);
+    });
+  }
   return {counter.histogram(), counter.distinct_per_cache(), counter.distinct_total()};
 }
 

@@ -25,11 +25,13 @@
 #pragma once
 
 #include <wisp/cache/belady.hpp>
+#include <wisp/cache/decayed_frequency.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/cache/least_stale.hpp>
 #include <wisp/cache/lfu.hpp>
 #include <wisp/cache/lru.hpp>
 #include <wisp/cache/per_layer_cache.hpp>
+#include <wisp/cache/predicted_next_use.hpp>
 #include <wisp/cache/slot_cache.hpp>
 #include <wisp/core/error.hpp>
 
@@ -154,8 +156,16 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
                                                                        MakePolicy make_policy);
 
 /// Names of the built-in policies accepted by `simulate_named`.
-inline constexpr std::string_view builtin_policies[] = {"lru", "fifo",        "lfu",   "lfru",
-                                                        "fld", "least_stale", "belady"};
+inline constexpr std::string_view builtin_policies[] = {"lru",
+                                                        "fifo",
+                                                        "lfu",
+                                                        "lfu_history",
+                                                        "lfru",
+                                                        "fld",
+                                                        "least_stale",
+                                                        "decayed_frequency",
+                                                        "predicted_next_use",
+                                                        "belady"};
 
 /// @brief Type-erased entry point for tools: picks a built-in policy by name.
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as

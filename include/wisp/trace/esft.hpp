@@ -10,28 +10,46 @@
 /// shared/traces/SOURCES.md: for each line, for each token, for each layer, the k ids as written;
 /// each line begins a sequence.
 ///
+/// **Incomplete lines.** A line whose layer files disagree on its token count (a recorder that
+/// stopped early for some layers) is an error unless `esft_options::on_incomplete` says otherwise.
+/// The files do not say which tokens a short line lacks; the importer assumes its last ones (the
+/// files agree on the line's first tokens): `skip` keeps the tokens every file holds and drops the
+/// rest, `keep` keeps every token with the layers that hold it. A line a file lacks altogether
+/// (the file is shorter) holds no token of that layer.
+///
+/// **Top-k.** The files do not record k either. A `top_k` smaller than the data's shows as groups
+/// of a multiple of it that never repeat an id (top-k routing picks k distinct experts, so groups
+/// spanning several tokens do repeat ids); one larger than the data's shows as repeated ids within
+/// a group. Both are reported (`wisp::format_error`) instead of producing a plausible wrong trace.
+///
 /// @code
-/// auto trace = wisp::trace::import_esft("traces/raw/esft_deepseek_v2_lite_intent");
+/// auto [trace, report] = wisp::trace::import_esft("traces/raw/esft_deepseek_v2_lite_intent");
 /// // trace.shape() == {26, 64, 6}; trace.steps() == 8222; trace.sequence_starts().size() == 127
 /// @endcode
 #pragma once
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/trace/detail/files.hpp>
+#include <wisp/trace/import.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
+#include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 namespace wisp::trace {
@@ -40,6 +58,11 @@ namespace wisp::trace {
 struct esft_options {
   std::int32_t experts = 64;  ///< Routed experts per layer (DeepSeek-V2-Lite: 64).
   std::int32_t top_k = 6;     ///< Ids per token and layer (DeepSeek-V2-Lite: 6).
+  /// What to do with the tokens of a line whose files disagree on its token count.
+  incomplete_tokens on_incomplete = incomplete_tokens::error;
+  /// Called after each layer file with the bytes read so far and the files' total size, for a
+  /// progress display. Empty: not called.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
 
 namespace detail {
@@ -150,24 +173,89 @@ struct esft_file {
   return out;
 }
 
+/// @brief Throws if the ids look like top-k' routing for a multiple k' of `opt.top_k`: no group of
+/// k' consecutive ids in any line of any file repeats an id, every line splits into such groups,
+/// and that many groups being repeat-free would be very unlikely (below one in a million) if
+/// the routing were top-k over uniformly chosen experts (real routing repeats experts between
+/// neighbouring tokens more often still, so the bound is conservative).
+inline void esft_check_top_k(const std::vector<esft_file>& files,
+                             const std::vector<std::string>& names, const esft_options& opt) {
+  const auto k = static_cast<std::size_t>(opt.top_k);
+  const auto experts = static_cast<std::size_t>(opt.experts);
+  std::vector<std::uint32_t> seen(experts, 0);
+  std::uint32_t stamp = 0;
+  std::size_t looks_like = 0;
+  std::size_t evidence = 0;
+  for (std::size_t group = 2 * k; group <= experts; group += k) {
+    bool repeat_free = true;
+    std::size_t groups = 0;
+    for (const esft_file& f : files) {
+      for (const std::size_t tokens : f.tokens) {
+        repeat_free = repeat_free && (tokens * k) % group == 0;
+      }
+      for (std::size_t g = 0; repeat_free && g + group <= f.ids.size(); g += group) {
+        ++stamp;
+        for (std::size_t i = g; i < g + group && repeat_free; ++i) {
+          auto& mark = seen[static_cast<std::size_t>(f.ids[i])];
+          repeat_free = mark != stamp;
+          mark = stamp;
+        }
+        ++groups;
+      }
+      if (!repeat_free) {
+        break;
+      }
+    }
+    if (!repeat_free || groups == 0) {
+      continue;
+    }
+    // log P(a group of `group / k` independent uniform top-k tokens repeats no id).
+    double log_p = 0.0;
+    for (std::size_t taken = k; taken < group; ++taken) {
+      log_p +=
+          std::log(static_cast<double>(experts - taken) / static_cast<double>(experts - taken % k));
+    }
+    if (static_cast<double>(groups) * log_p < std::log(1e-6)) {
+      looks_like = group;
+      evidence = groups;
+    }
+  }
+  if (looks_like != 0) {
+    throw format_error(
+        "top_k " + std::to_string(k) + " does not fit the data: no group of " +
+        std::to_string(looks_like) + " consecutive ids repeats an expert in any of " +
+        std::to_string(evidence) + " groups of " + names.front() + ".." + names.back() +
+        ", which is what top-" + std::to_string(looks_like) + " routing looks like (top-" +
+        std::to_string(k) + " routing would repeat experts there); give the model's top-k");
+  }
+}
+
 }  // namespace detail
 
 /// @brief Imports an ESFT expert-score folder (see the file comment).
 ///
 /// Reads every `expert_weights_<L>.txt` in `dir` (L must run 1..N without gaps), validates that
-/// all files have the same number of lines and the same token count per line, that every id is
+/// all files have the same number of lines and the same token count per line (unless
+/// `opt.on_incomplete` skips or keeps the tokens of lines that differ), that every id is
 /// in `[0, experts)`, that each token's k ids are distinct and that weights match ids one to one.
 /// Time O(total text), memory O(activations) (all files are parsed before the trace is built).
 /// @throws wisp::logic_error if `opt` is not a valid shape; wisp::error if the folder or a file
-///         cannot be read; wisp::format_error naming the file, line and problem (the offset is
-///         the byte in that file).
-[[nodiscard]] inline routing_trace import_esft(const std::filesystem::path& dir,
-                                               const esft_options& opt = {}) {
+///         cannot be read (naming the operating system's reason); wisp::format_error naming the
+///         file, line and problem (the offset is the byte in that file), or when `top_k` does not
+///         fit the data (see the file comment).
+[[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
+                                                const esft_options& opt = {}) {
   namespace fs = std::filesystem;
   trace_shape{1, opt.experts, opt.top_k}.validate();
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    WISP_FAIL(wisp::error, "ESFT input ", dir.string(), " is not a readable folder");
+  const fs::file_status status = fs::status(dir, ec);
+  if (status.type() == fs::file_type::not_found) {
+    throw error("cannot open ESFT folder " + dir.string() + ": " +
+                std::generic_category().message(ENOENT));
+  }
+  if (ec || status.type() != fs::file_type::directory) {
+    throw error("cannot open ESFT folder " + dir.string() + ": " +
+                (ec ? ec.message() : "it is not a folder"));
   }
   std::map<long, fs::path> files;
   for (const auto& entry : fs::directory_iterator(dir)) {
@@ -201,60 +289,107 @@ struct esft_file {
                        " files, largest index " + std::to_string(files.rbegin()->first) + ")");
   }
 
-  std::vector<detail::esft_file> parsed;
-  parsed.reserve(files.size());
+  std::uint64_t total_bytes = 0;
   for (const auto& [index, path] : files) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) {
-      WISP_FAIL(wisp::error, "cannot open ", path.string());
-    }
+    total_bytes += static_cast<std::uint64_t>(fs::file_size(path, ec));
+  }
+  std::vector<detail::esft_file> parsed;
+  std::vector<std::string> names;
+  parsed.reserve(files.size());
+  std::uint64_t read_bytes = 0;
+  for (const auto& [index, path] : files) {
+    std::ifstream in = detail::open_for_reading(path);
     std::ostringstream text;
     text << in.rdbuf();
-    const std::string name = path.filename().string();
-    parsed.push_back(detail::parse_esft_file(text.str(), name, opt));
+    names.push_back(path.filename().string());
+    parsed.push_back(detail::parse_esft_file(text.str(), names.back(), opt));
+    read_bytes += text.str().size();
+    if (opt.progress) {
+      opt.progress(read_bytes, total_bytes);
+    }
+    if (opt.on_incomplete != incomplete_tokens::error) {
+      continue;  // short lines and files are resolved below
+    }
     const auto& cur = parsed.back();
     const auto& first = parsed.front();
     if (cur.tokens.size() != first.tokens.size()) {
-      throw format_error(name + " has " + std::to_string(cur.tokens.size()) + " lines but " +
-                         files.begin()->second.filename().string() + " has " +
-                         std::to_string(first.tokens.size()));
+      throw format_error(names.back() + " has " + std::to_string(cur.tokens.size()) +
+                         " lines but " + names.front() + " has " +
+                         std::to_string(first.tokens.size()) +
+                         " (on_incomplete can skip or keep the tokens a shorter file lacks)");
     }
     for (std::size_t i = 0; i < cur.tokens.size(); ++i) {
       if (cur.tokens[i] != first.tokens[i]) {
-        throw format_error(name + " line " + std::to_string(i + 1) + ": " +
-                           std::to_string(cur.tokens[i]) + " tokens but " +
-                           files.begin()->second.filename().string() + " line " +
-                           std::to_string(i + 1) + " has " + std::to_string(first.tokens[i]));
+        throw format_error(names.back() + " line " + std::to_string(i + 1) + ": " +
+                           std::to_string(cur.tokens[i]) + " tokens but " + names.front() +
+                           " line " + std::to_string(i + 1) + " has " +
+                           std::to_string(first.tokens[i]) +
+                           " (on_incomplete can skip or keep the tokens such a line lacks)");
       }
     }
   }
+  detail::esft_check_top_k(parsed, names, opt);
 
+  // Line i of file l holds tokens_of(l, i) tokens: 0 when the file is shorter.
+  std::size_t lines = 0;
+  for (const auto& f : parsed) {
+    lines = std::max(lines, f.tokens.size());
+  }
+  auto tokens_of = [&](std::size_t l, std::size_t i) {
+    return i < parsed[l].tokens.size() ? parsed[l].tokens[i] : std::size_t{0};
+  };
   const auto L = static_cast<std::int32_t>(layers);
   const auto k = static_cast<std::size_t>(opt.top_k);
   routing_trace trace({L, opt.experts, opt.top_k});
-  std::size_t total_tokens = 0;
-  for (const std::size_t t : parsed.front().tokens) {
-    total_tokens += t;
-  }
-  trace.reserve(total_tokens);
+  trace.reserve(parsed.front().ids.size() / k);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(L) * k);
   std::vector<float> ws(ids.size());
-  std::size_t token_base = 0;  // first token of the current line, in every file's flat arrays
-  for (const std::size_t tokens : parsed.front().tokens) {
-    trace.begin_sequence();
-    for (std::size_t t = 0; t < tokens; ++t) {
-      const std::size_t src = (token_base + t) * k;
+  std::vector<std::uint8_t> present(parsed.size());
+  std::vector<std::size_t> base(parsed.size(), 0);  // each file's first token of the current line
+  import_report report;
+  for (std::size_t i = 0; i < lines; ++i) {
+    std::size_t fewest = tokens_of(0, i);
+    std::size_t most = fewest;
+    for (std::size_t l = 1; l < parsed.size(); ++l) {
+      fewest = std::min(fewest, tokens_of(l, i));
+      most = std::max(most, tokens_of(l, i));
+    }
+    const std::size_t kept = opt.on_incomplete == incomplete_tokens::keep ? most : fewest;
+    if (most != fewest) {
+      ++report.incomplete_sequences;
+      report.incomplete_tokens += most - fewest;
       for (std::size_t l = 0; l < parsed.size(); ++l) {
-        for (std::size_t j = 0; j < k; ++j) {
+        report.missing_records += most - tokens_of(l, i);
+        if (opt.on_incomplete == incomplete_tokens::skip) {
+          report.dropped_records += tokens_of(l, i) - fewest;
+        }
+      }
+      (opt.on_incomplete == incomplete_tokens::skip ? report.dropped_tokens
+                                                    : report.partial_tokens) += most - fewest;
+    }
+    if (kept > 0) {
+      trace.begin_sequence();
+    }
+    for (std::size_t t = 0; t < kept; ++t) {
+      for (std::size_t l = 0; l < parsed.size(); ++l) {
+        present[l] = t < tokens_of(l, i) ? 1 : 0;
+        const std::size_t src = (base[l] + t) * k;
+        for (std::size_t j = 0; j < k && present[l] != 0; ++j) {
           ids[l * k + j] = parsed[l].ids[src + j];
           ws[l * k + j] = parsed[l].weights[src + j];
         }
       }
-      trace.append_step(ids, ws);
+      if (t < fewest) {
+        trace.append_step(ids, ws);
+      } else {
+        trace.append_partial_step(ids, present, ws);
+      }
     }
-    token_base += tokens;
+    for (std::size_t l = 0; l < parsed.size(); ++l) {
+      base[l] += tokens_of(l, i);
+    }
   }
-  return trace;
+  return {std::move(trace), report};
 }
 
 }  // namespace wisp::trace

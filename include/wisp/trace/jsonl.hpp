@@ -6,21 +6,25 @@
 /// Records may come in any order. They are sorted into (group, token, layer) order, where groups
 /// keep the order of their first appearance in the file and tokens ascend by `token_idx` within a
 /// group (gaps in `token_idx` are allowed: each distinct index is one step). Every (group, token)
-/// must carry every layer exactly once. Each group begins a sequence (without a group key the
-/// whole file is one sequence). Unknown fields are skipped; `weights` is optional but must be
-/// present in all records or in none. The JSON is parsed by a small strict parser in the header
-/// (detail/json.hpp), so the core needs only the standard library.
+/// carries each layer at most once; a token that lacks layers is an error unless
+/// `jsonl_options::on_incomplete` says to skip or keep it (see import.hpp). Each group begins a
+/// sequence (without a group key the whole file is one sequence). Unknown fields are skipped;
+/// `weights` is optional but must be present in all records or in none. The JSON is parsed by a
+/// small strict parser in the header (detail/json.hpp), so the core needs only the standard
+/// library.
 ///
 /// @code
 /// wisp::trace::jsonl_options opt;
 /// opt.group_key = "problem_id";
-/// auto trace = wisp::trace::import_jsonl("routing.jsonl", opt);
+/// const wisp::trace::routing_trace trace = wisp::trace::import_jsonl("routing.jsonl", opt).trace;
 /// @endcode
 #pragma once
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/trace/detail/files.hpp>
 #include <wisp/trace/detail/json.hpp>
+#include <wisp/trace/import.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
 #include <algorithm>
@@ -29,10 +33,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <istream>
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace wisp::trace {
@@ -49,6 +55,11 @@ struct jsonl_options {
   std::string experts_key = "experts";  ///< Field holding the top-k expert ids.
   std::string token_key = "token_idx";  ///< Field holding the token index.
   std::string weights_key = "weights";  ///< Optional field holding the gate weights.
+  /// What to do with a token that lacks some layers (default: refuse the input).
+  incomplete_tokens on_incomplete = incomplete_tokens::error;
+  /// Called now and then with the bytes read so far and the input's size (0 when unknown), for a
+  /// progress display. Empty: not called.
+  std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
 
 namespace detail {
@@ -82,12 +93,15 @@ struct jsonl_record {
 }  // namespace detail
 
 /// @brief Imports a JSONL routing log from `in` (see the file comment for the record format).
+/// `size` is the input's length for `opt.progress` (0 when unknown).
 /// Time O(n log n) in the number of records, memory O(file) during import.
 /// @throws wisp::format_error naming the line (and its byte offset) for malformed JSON, missing or
 ///         mistyped fields, inconsistent k, ids out of range or repeated within a record, weights
-///         present in some records only, a layer given twice or missing for a (group, token), or
-///         an empty input; wisp::logic_error if the options give an invalid shape.
-[[nodiscard]] inline routing_trace import_jsonl(std::istream& in, const jsonl_options& opt = {}) {
+///         present in some records only, a layer given twice for a (group, token), a layer missing
+///         for one (unless `opt.on_incomplete` skips or keeps such tokens), or an empty input;
+///         wisp::logic_error if the options give an invalid shape.
+[[nodiscard]] inline imported_trace import_jsonl(std::istream& in, const jsonl_options& opt = {},
+                                                 std::uint64_t size = 0) {
   using detail::jsonl_fail;
   std::vector<detail::jsonl_record> records;
   std::vector<std::int32_t> ids;
@@ -100,10 +114,15 @@ struct jsonl_record {
   std::uint64_t offset = 0;
   std::size_t line_no = 0;
   std::string line;
+  std::uint64_t reported = 0;
   while (std::getline(in, line)) {
     ++line_no;
     const std::uint64_t off = offset;
     offset += line.size() + 1;
+    if (opt.progress && offset - reported >= (std::uint64_t{1} << 20)) {
+      reported = offset;
+      opt.progress(offset, size);
+    }
     if (line.find_first_not_of(" \t\r") == std::string::npos) {
       continue;  // blank line
     }
@@ -230,61 +249,75 @@ struct jsonl_record {
   const auto uk = static_cast<std::size_t>(k);
   std::vector<std::int32_t> step_ids(static_cast<std::size_t>(layers) * uk);
   std::vector<float> step_w(with_weights == 1 ? step_ids.size() : 0);
-  std::size_t i = 0;
+  std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
+  import_report report;
   std::size_t current_group = records.front().group + 1;
-  while (i < records.size()) {
+  std::size_t incomplete_group = current_group;  // last group counted in incomplete_sequences
+  for (std::size_t i = 0; i < records.size();) {
+    // One (group, token): its records are records[i, end), sorted by layer.
     const auto& head = records[i];
-    for (std::int32_t l = 0; l < layers; ++l) {
-      if (i >= records.size() || records[i].group != head.group || records[i].token != head.token) {
-        jsonl_fail(head.offset, head.line,
-                   "token " + std::to_string(head.token) + " has no record for layer " +
-                       std::to_string(l));
+    std::size_t end = i;
+    std::fill(present.begin(), present.end(), std::uint8_t{0});
+    for (; end < records.size() && records[end].group == head.group &&
+           records[end].token == head.token;
+         ++end) {
+      const auto& r = records[end];
+      if (present[static_cast<std::size_t>(r.layer)] != 0) {
+        jsonl_fail(r.offset, r.line,
+                   "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
+                       " repeats line " + std::to_string(records[end - 1].line));
       }
-      const auto& r = records[i];
-      if (r.layer != l) {
-        // Sorted by layer: a smaller layer than expected is a repeat, a larger one a gap.
-        if (r.layer < l) {
-          jsonl_fail(r.offset, r.line,
-                     "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
-                         " repeats line " + std::to_string(records[i - 1].line));
-        }
-        jsonl_fail(head.offset, head.line,
-                   "token " + std::to_string(head.token) + " has no record for layer " +
-                       std::to_string(l));
-      }
-      std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
-                  step_ids.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(l) * uk));
+      present[static_cast<std::size_t>(r.layer)] = 1;
+      const auto at = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r.layer) * uk);
+      std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk, step_ids.begin() + at);
       if (!step_w.empty()) {
         std::copy_n(weights.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
-                    step_w.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(l) * uk));
+                    step_w.begin() + at);
       }
-      ++i;
     }
-    if (i < records.size() && records[i].group == head.group && records[i].token == head.token) {
-      const auto& r = records[i];
-      jsonl_fail(r.offset, r.line,
-                 "layer " + std::to_string(r.layer) + " of token " + std::to_string(r.token) +
-                     " repeats line " + std::to_string(records[i - 1].line));
-    }
+    const std::size_t held = end - i;
+    i = end;
     if (head.group != current_group) {
       trace.begin_sequence();
       current_group = head.group;
     }
-    trace.append_step(step_ids, step_w);
+    if (held == static_cast<std::size_t>(layers)) {
+      trace.append_step(step_ids, step_w);
+      continue;
+    }
+    if (opt.on_incomplete == incomplete_tokens::error) {
+      const auto gap = std::find(present.begin(), present.end(), std::uint8_t{0}) - present.begin();
+      jsonl_fail(head.offset, head.line,
+                 "token " + std::to_string(head.token) + " has no record for layer " +
+                     std::to_string(gap) + " (on_incomplete can skip or keep such tokens)");
+    }
+    ++report.incomplete_tokens;
+    report.missing_records += static_cast<std::size_t>(layers) - held;
+    if (incomplete_group != head.group) {
+      incomplete_group = head.group;
+      ++report.incomplete_sequences;
+    }
+    if (opt.on_incomplete == incomplete_tokens::skip) {
+      ++report.dropped_tokens;
+      report.dropped_records += held;
+    } else {
+      ++report.partial_tokens;
+      trace.append_partial_step(step_ids, present, step_w);
+    }
   }
-  return trace;
+  return {std::move(trace), report};
 }
 
-/// @brief Imports the JSONL file at `path`. @throws wisp::error if it cannot be opened;
-/// wisp::format_error as the stream overload (the message names the file).
-[[nodiscard]] inline routing_trace import_jsonl(const std::filesystem::path& path,
-                                                const jsonl_options& opt = {}) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    WISP_FAIL(wisp::error, "cannot open ", path.string());
-  }
+/// @brief Imports the JSONL file at `path`. @throws wisp::error if it cannot be opened (naming
+/// the operating system's reason); wisp::format_error as the stream overload (the message names
+/// the file).
+[[nodiscard]] inline imported_trace import_jsonl(const std::filesystem::path& path,
+                                                 const jsonl_options& opt = {}) {
+  std::ifstream in = detail::open_for_reading(path);
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
   try {
-    return import_jsonl(in, opt);
+    return import_jsonl(in, opt, ec ? 0 : static_cast<std::uint64_t>(size));
   } catch (const format_error& e) {
     throw e.in_file(path.string());
   }

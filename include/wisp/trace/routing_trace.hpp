@@ -9,9 +9,14 @@
 /// and optionally one gate weight per id. Sequence boundaries (prompts, ESFT lines, JSONL groups)
 /// are recorded as the step indices where sequences begin.
 ///
+/// **Partial steps.** A routing log may lack some layers of a token (a recorder dropped them).
+/// `append_partial_step` keeps such a token with the layers that were recorded: its missing
+/// (step, layer) *rows* are skipped by every replay, `has_layer` says which they are and
+/// `complete()` is false. Traces built from complete steps only never pay for this.
+///
 /// **Canonical replay order** (the order of `for_each_access` and `accesses()`): for each step,
-/// for each layer 0..layers-1, the `top_k` ids as recorded. For the ESFT trace this is exactly the
-/// order of shared/traces/SOURCES.md (line, token, layer, id).
+/// for each layer 0..layers-1 that the step holds, the `top_k` ids as recorded. For the ESFT trace
+/// this is exactly the order of shared/traces/SOURCES.md (line, token, layer, id).
 ///
 /// **Memory.** Ids are stored as `uint8_t` when `experts <= 256` and as `uint16_t` otherwise
 /// (`experts <= 65536`), so a step costs `layers * top_k` bytes (or twice that). Gate weights,
@@ -109,8 +114,23 @@ class routing_trace {
   [[nodiscard]] const trace_shape& shape() const noexcept { return shape_; }
   /// Number of steps (forward passes, i.e. tokens) recorded. O(1).
   [[nodiscard]] std::size_t steps() const noexcept { return steps_; }
-  /// Number of (step, layer, expert) activations: `steps * layers * top_k`. O(1).
-  [[nodiscard]] std::size_t access_count() const noexcept { return steps_ * shape_.ids_per_step(); }
+  /// Number of (step, layer, expert) activations: `top_k` per row held, so
+  /// `(steps * layers - missing_rows()) * top_k`. O(1).
+  [[nodiscard]] std::size_t access_count() const noexcept {
+    return (steps_ * static_cast<std::size_t>(shape_.layers) - missing_rows_) *
+           static_cast<std::size_t>(shape_.top_k);
+  }
+  /// True when every step holds every layer (no partial step was appended). O(1).
+  [[nodiscard]] bool complete() const noexcept { return missing_rows_ == 0; }
+  /// Number of (step, layer) rows that partial steps lack. O(1).
+  [[nodiscard]] std::size_t missing_rows() const noexcept { return missing_rows_; }
+  /// @brief Whether `step` holds layer `layer` (always, unless it was appended as a partial
+  /// step). O(1). @throws wisp::logic_error if an index is out of range.
+  [[nodiscard]] bool has_layer(std::size_t step, std::int32_t layer) const {
+    (void)index_of(step, layer, 0);
+    return row_present(step * static_cast<std::size_t>(shape_.layers) +
+                       static_cast<std::size_t>(layer));
+  }
   /// Whether gate weights are recorded. Decided by the first appended step. O(1).
   [[nodiscard]] bool has_weights() const noexcept { return has_weights_; }
   /// Bytes used per stored id: 1 when `experts <= 256`, else 2.
@@ -142,60 +162,31 @@ class routing_trace {
   /// Complexity: O(layers * top_k) for small `top_k` (<= 32), O(layers * top_k log top_k)
   /// otherwise; amortised O(1) allocations.
   void append_step(std::span<const std::int32_t> ids, std::span<const float> weights = {}) {
-    const std::size_t n = shape_.ids_per_step();
-    WISP_EXPECTS(ids.size() == n, "append_step needs layers*top_k = ", n, " ids, got ", ids.size());
-    WISP_EXPECTS(weights.empty() || weights.size() == n, "append_step needs 0 or ", n,
-                 " weights, got ", weights.size());
-    const bool with_weights = !weights.empty();
-    WISP_EXPECTS(steps_ == 0 || with_weights == has_weights_, "step ", steps_,
-                 (with_weights ? " has weights but earlier steps do not"
-                               : " has no weights but earlier steps do"));
-    WISP_EXPECTS(steps_ < max_steps, "routing_trace is full (", max_steps, " steps)");
-    validate_ids(ids);
-    for (std::size_t i = 0; i < weights.size(); ++i) {
-      WISP_EXPECTS(std::isfinite(weights[i]), "step ", steps_, " weight ", i,
-                   " is not finite: ", weights[i]);
-    }
-    // Reserve everything first: after this point nothing throws (trivial types, no reallocation).
-    const std::size_t total = (steps_ + 1) * n;
-    auto grow = [](auto& v, std::size_t want) {
-      if (v.capacity() < want) {
-        v.reserve(std::max(want, v.capacity() * 2));
-      }
-    };
-    if (wide_) {
-      grow(ids16_, total);
-    } else {
-      grow(ids8_, total);
-    }
-    if (with_weights) {
-      grow(weights_, total);
-    }
-    if (pending_sequence_) {
-      grow(sequence_starts_, sequence_starts_.size() + 1);
-    }
-    if (wide_) {
-      for (const std::int32_t id : ids) {
-        ids16_.push_back(static_cast<std::uint16_t>(id));
-      }
-    } else {
-      for (const std::int32_t id : ids) {
-        ids8_.push_back(static_cast<std::uint8_t>(id));
-      }
-    }
-    weights_.insert(weights_.end(), weights.begin(), weights.end());
-    if (pending_sequence_) {
-      sequence_starts_.push_back(steps_);
-      pending_sequence_ = false;
-    }
-    has_weights_ = with_weights;
-    ++steps_;
+    append(ids, weights, {});
+  }
+
+  /// @brief Appends one step that lacks some layers: `present[l] != 0` for the layers recorded.
+  ///
+  /// `ids` and `weights` are laid out as for `append_step` (`layers x top_k`); the rows of the
+  /// missing layers are ignored (not validated, not stored). The missing rows are skipped by every
+  /// replay and counted by `missing_rows()`.
+  /// @throws wisp::logic_error as `append_step` (for the rows present), if `present` does not hold
+  ///         one entry per layer, or if it marks no layer present. Strong guarantee.
+  /// Complexity: as `append_step`, plus O(steps * layers) once, at the first partial step.
+  void append_partial_step(std::span<const std::int32_t> ids, std::span<const std::uint8_t> present,
+                           std::span<const float> weights = {}) {
+    WISP_EXPECTS(present.size() == static_cast<std::size_t>(shape_.layers),
+                 "append_partial_step needs one presence flag per layer (", shape_.layers,
+                 "), got ", present.size());
+    WISP_EXPECTS(std::any_of(present.begin(), present.end(), [](std::uint8_t p) { return p != 0; }),
+                 "step ", steps_, " holds no layer at all");
+    append(ids, weights, present);
   }
 
   /// @brief The `j`-th expert chosen at `layer` in `step`. O(1).
-  /// @throws wisp::logic_error if an index is out of range.
+  /// @throws wisp::logic_error if an index is out of range or the step lacks the layer.
   [[nodiscard]] std::int32_t expert(std::size_t step, std::int32_t layer, std::int32_t j) const {
-    const std::size_t i = index_of(step, layer, j);
+    const std::size_t i = present_index_of(step, layer, j);
     return wide_ ? static_cast<std::int32_t>(ids16_[i]) : static_cast<std::int32_t>(ids8_[i]);
   }
 
@@ -206,10 +197,11 @@ class routing_trace {
   }
 
   /// @brief The gate weight of `expert(step, layer, j)`. O(1).
-  /// @throws wisp::logic_error if the trace has no weights or an index is out of range.
+  /// @throws wisp::logic_error if the trace has no weights, an index is out of range or the step
+  ///         lacks the layer.
   [[nodiscard]] float weight(std::size_t step, std::int32_t layer, std::int32_t j) const {
     WISP_EXPECTS(has_weights_, "this routing trace has no gate weights");
-    return weights_[index_of(step, layer, j)];
+    return weights_[present_index_of(step, layer, j)];
   }
 
   /// @brief Marks the next appended step as the start of a sequence. Calling it again before
@@ -233,6 +225,20 @@ class routing_trace {
     }
   }
 
+  /// @brief Calls `f(step, layer, ids)` for every (step, layer) request in canonical order, `ids`
+  /// being that layer's `top_k` expert ids as recorded (a `std::span<const std::int32_t>` valid
+  /// during the call of `f`). One call of an engine's MoE layer: what the pager and the
+  /// call-granular reuse distances take. O(access_count()); one allocation of `top_k` ids.
+  template <class F>
+  void for_each_call(F&& f) const {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(shape_.top_k));
+    if (wide_) {
+      visit_calls(ids16_.data(), ids, f);
+    } else {
+      visit_calls(ids8_.data(), ids, f);
+    }
+  }
+
   class access_iterator;
   class access_range;
 
@@ -240,10 +246,12 @@ class routing_trace {
   /// `for_each_access`). The range refers to this trace: appending invalidates it. O(1).
   [[nodiscard]] access_range accesses() const noexcept;
 
-  /// Traces are equal when shape, ids, weights (bitwise float equality) and sequence starts are.
+  /// Traces are equal when shape, rows held, ids, weights (bitwise float equality) and sequence
+  /// starts are (the ignored ids of missing rows do not count).
   friend bool operator==(const routing_trace& a, const routing_trace& b) noexcept {
     return a.shape_ == b.shape_ && a.steps_ == b.steps_ && a.has_weights_ == b.has_weights_ &&
-           a.ids8_ == b.ids8_ && a.ids16_ == b.ids16_ && a.weights_ == b.weights_ &&
+           a.missing_rows_ == b.missing_rows_ && a.present_ == b.present_ && a.ids8_ == b.ids8_ &&
+           a.ids16_ == b.ids16_ && a.weights_ == b.weights_ &&
            a.sequence_starts_ == b.sequence_starts_;
   }
 
@@ -253,13 +261,126 @@ class routing_trace {
     const std::int32_t layers = shape_.layers;
     const std::int32_t k = shape_.top_k;
     const auto steps = static_cast<std::uint32_t>(steps_);
+    const std::uint8_t* present = present_.empty() ? nullptr : present_.data();
     for (std::uint32_t s = 0; s < steps; ++s) {
       for (std::int32_t l = 0; l < layers; ++l) {
+        if (present != nullptr && *present++ == 0) {
+          p += k;
+          continue;
+        }
         for (std::int32_t j = 0; j < k; ++j) {
           f(access{s, l, static_cast<std::int32_t>(*p++)});
         }
       }
     }
+  }
+
+  template <class Id, class F>
+  void visit_calls(const Id* p, std::vector<std::int32_t>& ids, F& f) const {
+    const std::int32_t layers = shape_.layers;
+    const auto steps = static_cast<std::uint32_t>(steps_);
+    const std::uint8_t* present = present_.empty() ? nullptr : present_.data();
+    for (std::uint32_t s = 0; s < steps; ++s) {
+      for (std::int32_t l = 0; l < layers; ++l) {
+        if (present != nullptr && *present++ == 0) {
+          p += ids.size();
+          continue;
+        }
+        for (std::int32_t& id : ids) {
+          id = static_cast<std::int32_t>(*p++);
+        }
+        f(s, l, std::span<const std::int32_t>(ids));
+      }
+    }
+  }
+
+  [[nodiscard]] bool row_present(std::size_t row) const noexcept {
+    return present_.empty() || present_[row] != 0;
+  }
+
+  // index_of for a row the step holds.
+  [[nodiscard]] std::size_t present_index_of(std::size_t step, std::int32_t layer,
+                                             std::int32_t j) const {
+    const std::size_t i = index_of(step, layer, j);
+    WISP_EXPECTS(row_present(i / static_cast<std::size_t>(shape_.top_k)), "step ", step,
+                 " has no record for layer ", layer);
+    return i;
+  }
+
+  // append_step / append_partial_step; `present` empty = every layer.
+  void append(std::span<const std::int32_t> ids, std::span<const float> weights,
+              std::span<const std::uint8_t> present) {
+    const std::size_t n = shape_.ids_per_step();
+    WISP_EXPECTS(ids.size() == n, "append_step needs layers*top_k = ", n, " ids, got ", ids.size());
+    WISP_EXPECTS(weights.empty() || weights.size() == n, "append_step needs 0 or ", n,
+                 " weights, got ", weights.size());
+    const bool with_weights = !weights.empty();
+    WISP_EXPECTS(steps_ == 0 || with_weights == has_weights_, "step ", steps_,
+                 (with_weights ? " has weights but earlier steps do not"
+                               : " has no weights but earlier steps do"));
+    WISP_EXPECTS(steps_ < max_steps, "routing_trace is full (", max_steps, " steps)");
+    const auto k = static_cast<std::size_t>(shape_.top_k);
+    const auto layers = static_cast<std::size_t>(shape_.layers);
+    auto held = [&](std::size_t row) { return present.empty() || present[row] != 0; };
+    std::size_t missing = 0;
+    for (std::size_t row = 0; row < layers; ++row) {
+      if (!held(row)) {
+        ++missing;
+        continue;
+      }
+      validate_row(ids.subspan(row * k, k), row);
+      for (std::size_t i = row * k; i < (row + 1) * k && with_weights; ++i) {
+        WISP_EXPECTS(std::isfinite(weights[i]), "step ", steps_, " weight ", i,
+                     " is not finite: ", weights[i]);
+      }
+    }
+    // Reserve everything first: after this point nothing throws (trivial types, no reallocation).
+    const std::size_t total = (steps_ + 1) * n;
+    auto grow = [](auto& v, std::size_t want) {
+      if (v.capacity() < want) {
+        v.reserve(std::max(want, v.capacity() * 2));
+      }
+    };
+    if (wide_) {
+      grow(ids16_, total);
+    } else {
+      grow(ids8_, total);
+    }
+    if (with_weights) {
+      grow(weights_, total);
+    }
+    if (pending_sequence_) {
+      grow(sequence_starts_, sequence_starts_.size() + 1);
+    }
+    const bool track_rows = !present_.empty() || missing != 0;
+    if (track_rows) {
+      grow(present_, (steps_ + 1) * layers);
+    }
+    // A missing row stores the ids 0..k-1 and zero weights: never read, so they need no meaning.
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int32_t id = held(i / k) ? ids[i] : static_cast<std::int32_t>(i % k);
+      if (wide_) {
+        ids16_.push_back(static_cast<std::uint16_t>(id));
+      } else {
+        ids8_.push_back(static_cast<std::uint8_t>(id));
+      }
+      if (with_weights) {
+        weights_.push_back(held(i / k) ? weights[i] : 0.0f);
+      }
+    }
+    if (track_rows) {
+      present_.resize(steps_ * layers, 1);  // the complete steps before the first partial one
+      for (std::size_t row = 0; row < layers; ++row) {
+        present_.push_back(held(row) ? 1 : 0);
+      }
+    }
+    if (pending_sequence_) {
+      sequence_starts_.push_back(steps_);
+      pending_sequence_ = false;
+    }
+    has_weights_ = with_weights;
+    missing_rows_ += missing;
+    ++steps_;
   }
 
   [[nodiscard]] std::size_t index_of(std::size_t step, std::int32_t layer, std::int32_t j) const {
@@ -273,29 +394,24 @@ class routing_trace {
            static_cast<std::size_t>(j);
   }
 
-  void validate_ids(std::span<const std::int32_t> ids) const {
-    const std::size_t k = static_cast<std::size_t>(shape_.top_k);
-    for (std::size_t i = 0; i < ids.size(); ++i) {
-      WISP_EXPECTS(ids[i] >= 0 && ids[i] < shape_.experts, "step ", steps_, " layer ", i / k,
-                   ": expert id ", ids[i], " out of range [0, ", shape_.experts, ")");
+  void validate_row(std::span<const std::int32_t> r, std::size_t layer) const {
+    for (const std::int32_t id : r) {
+      WISP_EXPECTS(id >= 0 && id < shape_.experts, "step ", steps_, " layer ", layer,
+                   ": expert id ", id, " out of range [0, ", shape_.experts, ")");
     }
-    std::vector<std::int32_t> sorted;
-    for (std::size_t row = 0; row < ids.size(); row += k) {
-      const auto r = ids.subspan(row, k);
-      if (k <= 32) {
-        for (std::size_t a = 1; a < k; ++a) {
-          for (std::size_t b = 0; b < a; ++b) {
-            WISP_EXPECTS(r[a] != r[b], "step ", steps_, " layer ", row / k, ": expert ", r[a],
-                         " chosen twice");
-          }
+    if (r.size() <= 32) {
+      for (std::size_t a = 1; a < r.size(); ++a) {
+        for (std::size_t b = 0; b < a; ++b) {
+          WISP_EXPECTS(r[a] != r[b], "step ", steps_, " layer ", layer, ": expert ", r[a],
+                       " chosen twice");
         }
-      } else {
-        sorted.assign(r.begin(), r.end());
-        std::sort(sorted.begin(), sorted.end());
-        const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
-        WISP_EXPECTS(dup == sorted.end(), "step ", steps_, " layer ", row / k, ": expert ",
-                     (dup == sorted.end() ? 0 : *dup), " chosen twice");
       }
+    } else {
+      std::vector<std::int32_t> sorted(r.begin(), r.end());
+      std::sort(sorted.begin(), sorted.end());
+      const auto dup = std::adjacent_find(sorted.begin(), sorted.end());
+      WISP_EXPECTS(dup == sorted.end(), "step ", steps_, " layer ", layer, ": expert ",
+                   (dup == sorted.end() ? 0 : *dup), " chosen twice");
     }
   }
 
@@ -304,8 +420,10 @@ class routing_trace {
   bool has_weights_ = false;
   bool pending_sequence_ = false;
   std::size_t steps_ = 0;
-  std::vector<std::uint8_t> ids8_;    // used when experts <= 256
-  std::vector<std::uint16_t> ids16_;  // used when experts > 256
+  std::size_t missing_rows_ = 0;
+  std::vector<std::uint8_t> present_;  // steps x layers flags once a partial step came, else empty
+  std::vector<std::uint8_t> ids8_;     // used when experts <= 256
+  std::vector<std::uint16_t> ids16_;   // used when experts > 256
   std::vector<float> weights_;
   std::vector<std::size_t> sequence_starts_;
 };
@@ -331,10 +449,8 @@ class routing_trace::access_iterator {
     ++pos_;
     if (++j_ == k_) {
       j_ = 0;
-      if (++layer_ == layers_) {
-        layer_ = 0;
-        ++step_;
-      }
+      next_row();
+      skip_missing_rows();
     }
     return *this;
   }
@@ -349,8 +465,26 @@ class routing_trace::access_iterator {
 
  private:
   friend class routing_trace;
+
+  void next_row() noexcept {
+    if (++layer_ == layers_) {
+      layer_ = 0;
+      ++step_;
+    }
+  }
+  // Moves past the rows a partial step lacks (a no-op for a complete trace).
+  void skip_missing_rows() noexcept {
+    while (present_ != nullptr && pos_ < end_ &&
+           present_[pos_ / static_cast<std::size_t>(k_)] == 0) {
+      pos_ += static_cast<std::size_t>(k_);
+      next_row();
+    }
+  }
+
   const std::uint8_t* ids8_ = nullptr;
   const std::uint16_t* ids16_ = nullptr;
+  const std::uint8_t* present_ = nullptr;  // row flags, or null when every row is held
+  std::size_t end_ = 0;                    // one past the last stored id
   bool wide_ = false;
   std::size_t pos_ = 0;
   std::uint32_t step_ = 0;
@@ -366,7 +500,7 @@ class routing_trace::access_range {
   [[nodiscard]] access_iterator begin() const noexcept { return first_; }
   [[nodiscard]] access_iterator end() const noexcept {
     access_iterator last = first_;
-    last.pos_ = size_;
+    last.pos_ = first_.end_;
     return last;
   }
   [[nodiscard]] std::size_t size() const noexcept { return size_; }
@@ -388,6 +522,9 @@ inline routing_trace::access_range routing_trace::accesses() const noexcept {
   }
   r.first_.layers_ = shape_.layers;
   r.first_.k_ = shape_.top_k;
+  r.first_.present_ = present_.empty() ? nullptr : present_.data();
+  r.first_.end_ = steps_ * shape_.ids_per_step();
+  r.first_.skip_missing_rows();
   r.size_ = access_count();
   return r;
 }

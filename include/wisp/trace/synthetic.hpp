@@ -318,46 +318,57 @@ inline constexpr std::size_t default_synthetic_steps = 8222;
 /// Seed of the synthetic stand-in for the ESFT trace.
 inline constexpr std::uint64_t default_synthetic_seed = 1;
 
-/// @brief Names accepted by `synthetic_preset`.
+/// @brief The default router's dynamics for a model of another shape: its working set scaled to
+/// `top_k` as the model presets scale it (`round(0.85 k)`, at least 1, at most `experts`).
+/// @code
+/// auto cfg = wisp::trace::synthetic_for_shape({.layers = 24, .experts = 60, .top_k = 4});
+/// @endcode
+/// @throws wisp::logic_error if the shape is invalid.
+[[nodiscard]] inline synthetic_config synthetic_for_shape(const trace_shape& shape) {
+  shape.validate();
+  synthetic_config c;
+  c.layers = shape.layers;
+  c.experts = shape.experts;
+  c.top_k = shape.top_k;
+  c.working_set = std::clamp<std::int32_t>((17 * shape.top_k + 10) / 20, 1, shape.experts);
+  return c;
+}
+
+/// @brief Names accepted by `synthetic_preset`: "default", one per model preset of
+/// `wisp::alloc::model_presets()` (same names, same order, same shapes), then "uniform".
 [[nodiscard]] inline std::vector<std::string_view> synthetic_preset_names() {
-  return {"default", "deepseek-v2-lite", "qwen3-30b-a3b", "mixtral-8x7b", "olmoe-1b-7b", "uniform"};
+  return {"default",          "qwen3-30b-a3b",     "olmoe-1b-7b", "mixtral-8x7b",
+          "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "uniform"};
 }
 
 /// @brief A named configuration.
 /// - "default" / "deepseek-v2-lite": the ESFT trace's shape (26 layers, 64 experts, top-6),
 ///   calibrated to its per-layer LRU hit rates;
-/// - "qwen3-30b-a3b": 48 layers, 128 experts, top-8; "mixtral-8x7b": 32, 8, top-2;
-///   "olmoe-1b-7b": 16, 64, top-8 (same locality model, working sets scaled to the shape);
+/// - "qwen3-30b-a3b": 48 layers, 128 experts, top-8; "olmoe-1b-7b": 16, 64, top-8;
+///   "mixtral-8x7b": 32, 8, top-2 (flatter popularity); "qwen1.5-moe-a2.7b": 24, 60, top-4: the
+///   same locality model with working sets scaled to the shape (`synthetic_for_shape`);
 /// - "uniform": the default shape with no skew or locality (every draw uniform), a baseline.
 /// @throws wisp::logic_error listing the valid names if `name` is unknown.
 [[nodiscard]] inline synthetic_config synthetic_preset(std::string_view name) {
-  synthetic_config c;
   if (name == "default" || name == "deepseek-v2-lite") {
-    return c;
+    return synthetic_config{};
   }
   if (name == "qwen3-30b-a3b") {
-    c.layers = 48;
-    c.experts = 128;
-    c.top_k = 8;
-    c.working_set = 7;
-    return c;
+    return synthetic_for_shape({48, 128, 8});
+  }
+  if (name == "olmoe-1b-7b") {
+    return synthetic_for_shape({16, 64, 8});
   }
   if (name == "mixtral-8x7b") {
-    c.layers = 32;
-    c.experts = 8;
-    c.top_k = 2;
-    c.working_set = 2;
+    synthetic_config c = synthetic_for_shape({32, 8, 2});
     c.zipf_exponent = 0.3;
     return c;
   }
-  if (name == "olmoe-1b-7b") {
-    c.layers = 16;
-    c.experts = 64;
-    c.top_k = 8;
-    c.working_set = 7;
-    return c;
+  if (name == "qwen1.5-moe-a2.7b") {
+    return synthetic_for_shape({24, 60, 4});
   }
   if (name == "uniform") {
+    synthetic_config c;
     c.zipf_exponent = 0;
     c.zipf_spread = 0;
     c.locality = 0;

@@ -4,8 +4,9 @@
 ///
 /// Layout (all integers little-endian regardless of host; see docs/formats.md for the table):
 /// a 64-byte header (magic, version, flags, shape, id width, step and sequence counts, payload
-/// size, header CRC-32), the payload (sequence starts as u64, ids as u8 or u16, optional weights
-/// as IEEE-754 binary32), then the CRC-32 of the payload.
+/// size, header CRC-32), the payload (sequence starts as u64, for a trace with partial steps a
+/// bitmap of the (step, layer) rows held, ids as u8 or u16, optional weights as IEEE-754
+/// binary32), then the CRC-32 of the payload. The file ends there: trailing bytes are an error.
 ///
 /// The reader never trusts a size before checking it: the header has its own CRC, the payload
 /// size must equal the one implied by the shape and counts, it is compared with the bytes left in
@@ -23,6 +24,7 @@
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/trace/detail/crc32.hpp>
+#include <wisp/trace/detail/files.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
 #include <algorithm>
@@ -53,6 +55,8 @@ inline constexpr std::uint32_t version = 1;
 inline constexpr std::size_t header_bytes = 64;
 /// Flag bit: gate weights are present.
 inline constexpr std::uint32_t flag_weights = 1u;
+/// Flag bit: some steps lack layers; a row bitmap follows the sequence starts.
+inline constexpr std::uint32_t flag_partial = 2u;
 }  // namespace wtrace
 
 namespace detail {
@@ -103,14 +107,19 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   const std::uint64_t n = trace.access_count();
   const std::uint64_t seqs = trace.sequence_starts().size();
   const std::uint64_t id_bytes = trace.id_bytes();
+  const bool partial = !trace.complete();
+  const std::uint64_t rows = trace.steps() * static_cast<std::uint64_t>(shape.layers);
+  const std::uint64_t mask_bytes = partial ? (rows + 7) / 8 : 0;
   const std::uint64_t payload =
-      seqs * 8 + n * id_bytes + (trace.has_weights() ? n * sizeof(float) : 0);
+      seqs * 8 + mask_bytes + n * id_bytes + (trace.has_weights() ? n * sizeof(float) : 0);
+  const std::uint32_t flags =
+      (trace.has_weights() ? wtrace::flag_weights : 0u) | (partial ? wtrace::flag_partial : 0u);
 
   std::vector<std::uint8_t> buf;
   buf.reserve(1u << 16);
   buf.insert(buf.end(), wtrace::magic.begin(), wtrace::magic.end());
   detail::put_le(buf, wtrace::version, 4);
-  detail::put_le(buf, trace.has_weights() ? wtrace::flag_weights : 0u, 4);
+  detail::put_le(buf, flags, 4);
   detail::put_le(buf, static_cast<std::uint32_t>(shape.layers), 4);
   detail::put_le(buf, static_cast<std::uint32_t>(shape.experts), 4);
   detail::put_le(buf, static_cast<std::uint32_t>(shape.top_k), 4);
@@ -135,6 +144,22 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
     detail::put_le(buf, s, 8);
     flush_if_full();
   }
+  if (partial) {  // bit r (LSB first) of the bitmap: row r = step * layers + layer is held
+    std::uint64_t byte = 0;
+    for (std::uint64_t r = 0; r < rows; ++r) {
+      const auto layer = static_cast<std::int32_t>(r % static_cast<std::uint64_t>(shape.layers));
+      byte |= (trace.has_layer(
+                   static_cast<std::size_t>(r / static_cast<std::uint64_t>(shape.layers)), layer)
+                   ? 1u
+                   : 0u)
+              << (r % 8);
+      if (r % 8 == 7 || r + 1 == rows) {
+        detail::put_le(buf, byte, 1);
+        byte = 0;
+        flush_if_full();
+      }
+    }
+  }
   trace.for_each_access([&](access a) {
     detail::put_le(buf, static_cast<std::uint64_t>(a.expert), static_cast<int>(id_bytes));
     flush_if_full();
@@ -142,7 +167,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   if (trace.has_weights()) {
     for (std::size_t s = 0; s < trace.steps(); ++s) {
       for (std::int32_t l = 0; l < shape.layers; ++l) {
-        for (std::int32_t j = 0; j < shape.top_k; ++j) {
+        for (std::int32_t j = 0; j < shape.top_k && trace.has_layer(s, l); ++j) {
           detail::put_le(buf, std::bit_cast<std::uint32_t>(trace.weight(s, l, j)), 4);
           flush_if_full();
         }
@@ -156,16 +181,14 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
 }
 
 /// @brief Writes `trace` to the file `path` (created or truncated).
-/// @throws wisp::error if the file cannot be opened or written.
+/// @throws wisp::error if the file cannot be opened (naming the operating system's reason) or
+///         written.
 inline void write_wtrace(const routing_trace& trace, const std::filesystem::path& path) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    WISP_FAIL(wisp::error, "cannot open ", path.string(), " for writing");
-  }
+  std::ofstream out = detail::open_for_writing(path);
   write_wtrace(trace, out);
   out.close();
   if (!out) {
-    WISP_FAIL(wisp::error, "writing ", path.string(), " failed");
+    throw error("writing " + path.string() + " failed");
   }
 }
 
@@ -217,7 +240,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
                               " (this reader knows version 1)");
   }
   const u64 flags = field(12, 4);
-  if ((flags & ~u64{wtrace::flag_weights}) != 0) {
+  if ((flags & ~u64{wtrace::flag_weights | wtrace::flag_partial}) != 0) {
     throw format_error(12, "unknown flag bits " + std::to_string(flags));
   }
   const auto layers = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(16, 4)));
@@ -247,6 +270,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   const u64 seqs = field(40, 8);
   const u64 payload = field(48, 8);
   const bool weights = (flags & wtrace::flag_weights) != 0;
+  const bool partial = (flags & wtrace::flag_partial) != 0;
   if (steps > routing_trace::max_steps) {
     throw format_error(32, "step count " + std::to_string(steps) + " exceeds the maximum");
   }
@@ -254,19 +278,30 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     throw format_error(40, "sequence count " + std::to_string(seqs) + " exceeds step count " +
                                std::to_string(steps));
   }
+  // Sizes: every (step, layer) row holds top_k ids (and weights); a partial trace stores only the
+  // rows its bitmap marks, so its payload is checked against the bitmap once that is read.
   bool ok = true;
+  const u64 rows = detail::checked_mul(steps, static_cast<u64>(layers), ok);
   const u64 per_step = static_cast<u64>(layers) * static_cast<u64>(top_k);
-  const u64 n = detail::checked_mul(steps, per_step, ok);
-  const u64 id_part = detail::checked_mul(n, id_bytes, ok);
-  const u64 w_part = weights ? detail::checked_mul(n, 4, ok) : 0;
+  const u64 row_bytes = static_cast<u64>(top_k) * (id_bytes + (weights ? 4 : 0));
   const u64 seq_part = seqs * 8;  // seqs <= 2^32
-  const u64 expected = seq_part + id_part;
-  if (!ok || expected < id_part || expected + w_part < expected) {
+  const u64 mask_part = partial ? rows / 8 + (rows % 8 != 0 ? 1 : 0) : 0;
+  const u64 rows_part = detail::checked_mul(rows, row_bytes, ok);
+  const u64 fixed = seq_part + mask_part;
+  if (!ok || fixed + rows_part < fixed) {
     throw format_error(32, "step count " + std::to_string(steps) + " overflows the payload size");
   }
-  if (payload != expected + w_part) {
+  if (!partial && payload != fixed + rows_part) {
     throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
-                               std::to_string(expected + w_part) + " implied by the header");
+                               std::to_string(fixed + rows_part) + " implied by the header");
+  }
+  if (partial &&
+      (payload < fixed || payload - fixed > rows_part || (payload - fixed) % row_bytes != 0)) {
+    throw format_error(48, "payload size " + std::to_string(payload) +
+                               " does not fit the header: sequence starts and row bitmap " +
+                               std::to_string(fixed) + " bytes plus a multiple of " +
+                               std::to_string(row_bytes) + " up to " +
+                               std::to_string(fixed + rows_part));
   }
   const u64 rest = available == std::numeric_limits<u64>::max()
                        ? available
@@ -315,69 +350,115 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     }
     starts[i] = static_cast<std::size_t>(s);
   }
-  const u64 id_base = wtrace::header_bytes + seq_part;
-  const u64 w_base = id_base + id_part;
+  const std::uint8_t* mask = p + seq_part;
+  auto held = [&](u64 row) { return !partial || ((mask[row / 8] >> (row % 8)) & 1u) != 0; };
+  u64 held_rows = rows;
+  if (partial) {
+    held_rows = 0;
+    for (u64 r = 0; r < rows; ++r) {
+      held_rows += held(r) ? 1 : 0;
+    }
+    if (rows % 8 != 0 && (mask[rows / 8] >> (rows % 8)) != 0) {
+      throw format_error(wtrace::header_bytes + seq_part + rows / 8,
+                         "row bitmap has bits set past the last row");
+    }
+    if (held_rows == rows) {
+      throw format_error(12, "partial flag set but every step holds every layer");
+    }
+    if (fixed + held_rows * row_bytes != payload) {
+      throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
+                                 std::to_string(fixed + held_rows * row_bytes) +
+                                 " implied by the row bitmap");
+    }
+  }
+  const u64 n = held_rows * static_cast<u64>(top_k);
+  const u64 id_base = fixed;                  // payload offset of the first id
+  const u64 w_base = id_base + n * id_bytes;  // payload offset of the first weight
   const int width = static_cast<int>(id_bytes);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(per_step));
   std::vector<float> ws(weights ? static_cast<std::size_t>(per_step) : 0);
+  std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
   std::vector<std::uint8_t> seen(static_cast<std::size_t>(experts), 0);
   std::size_t next_seq = 0;
+  u64 idx = 0;  // index of the next stored id (and weight)
   for (u64 s = 0; s < steps; ++s) {
-    for (u64 i = 0; i < per_step; ++i) {
-      const u64 idx = s * per_step + i;
-      const u64 off = seq_part + idx * id_bytes;
-      const auto id = static_cast<std::int64_t>(detail::get_le(p + off, width));
-      if (id >= experts) {
-        throw format_error(wtrace::header_bytes + off,
-                           "expert id " + std::to_string(id) + " >= experts " +
-                               std::to_string(experts) + " (step " + std::to_string(s) + ")");
-      }
-      ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(id);
-      if (weights) {
-        const u64 woff = w_base - wtrace::header_bytes + idx * 4;
-        const float w =
-            std::bit_cast<float>(static_cast<std::uint32_t>(detail::get_le(p + woff, 4)));
-        if (!std::isfinite(w)) {
-          throw format_error(wtrace::header_bytes + woff, "weight is not finite");
+    bool any = false;
+    bool all = true;
+    for (std::int32_t l = 0; l < layers; ++l) {
+      const bool row_held = held(s * static_cast<u64>(layers) + static_cast<u64>(l));
+      present[static_cast<std::size_t>(l)] = row_held ? 1 : 0;
+      any = any || row_held;
+      all = all && row_held;
+      for (std::int32_t j = 0; j < top_k; ++j) {
+        const auto i = static_cast<std::size_t>(l * top_k + j);
+        if (!row_held) {
+          ids[i] = j;  // ignored by append_partial_step
+          continue;
         }
-        ws[static_cast<std::size_t>(i)] = w;
-      }
-    }
-    // Distinct ids per (step, layer) row.
-    for (u64 row = 0; row < per_step; row += static_cast<u64>(top_k)) {
-      for (u64 j = row; j < row + static_cast<u64>(top_k); ++j) {
-        auto& mark = seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(j)])];
+        const u64 off = id_base + idx * id_bytes;
+        const auto id = static_cast<std::int64_t>(detail::get_le(p + off, width));
+        if (id >= experts) {
+          throw format_error(wtrace::header_bytes + off,
+                             "expert id " + std::to_string(id) + " >= experts " +
+                                 std::to_string(experts) + " (step " + std::to_string(s) + ")");
+        }
+        auto& mark = seen[static_cast<std::size_t>(id)];
         if (mark != 0) {
-          throw format_error(id_base + (s * per_step + j) * id_bytes,
-                             "expert " + std::to_string(ids[static_cast<std::size_t>(j)]) +
-                                 " appears twice in step " + std::to_string(s) + " layer " +
-                                 std::to_string(row / static_cast<u64>(top_k)));
+          throw format_error(wtrace::header_bytes + off,
+                             "expert " + std::to_string(id) + " appears twice in step " +
+                                 std::to_string(s) + " layer " + std::to_string(l));
         }
         mark = 1;
+        ids[i] = static_cast<std::int32_t>(id);
+        if (weights) {
+          const u64 woff = w_base + idx * 4;
+          const float w =
+              std::bit_cast<float>(static_cast<std::uint32_t>(detail::get_le(p + woff, 4)));
+          if (!std::isfinite(w)) {
+            throw format_error(wtrace::header_bytes + woff, "weight is not finite");
+          }
+          ws[i] = w;
+        }
+        ++idx;
       }
-      for (u64 j = row; j < row + static_cast<u64>(top_k); ++j) {
-        seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(j)])] = 0;
+      for (std::int32_t j = 0; j < top_k && row_held; ++j) {
+        seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(l * top_k + j)])] = 0;
       }
+    }
+    if (!any) {
+      throw format_error(wtrace::header_bytes + seq_part + (s * static_cast<u64>(layers)) / 8,
+                         "step " + std::to_string(s) + " holds no layer in the row bitmap");
     }
     if (next_seq < starts.size() && starts[next_seq] == s) {
       trace.begin_sequence();
       ++next_seq;
     }
-    trace.append_step(ids, ws);
+    if (all) {
+      trace.append_step(ids, ws);
+    } else {
+      trace.append_partial_step(ids, present, ws);
+    }
   }
   return trace;
 }
 
-/// @brief Reads the `.wtrace` file at `path`.
-/// @throws wisp::error if the file cannot be opened; wisp::format_error if it is malformed (the
-///         message names the file).
+/// @brief Reads the `.wtrace` file at `path`, which must hold exactly one trace.
+/// @throws wisp::error if the file cannot be opened (naming the operating system's reason);
+///         wisp::format_error if it is malformed or has bytes after the trace (the message names
+///         the file).
 [[nodiscard]] inline routing_trace read_wtrace(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    WISP_FAIL(wisp::error, "cannot open ", path.string(), " for reading");
-  }
+  std::ifstream in = detail::open_for_reading(path);
   try {
-    return read_wtrace(in);
+    routing_trace trace = read_wtrace(in);
+    const auto end = static_cast<std::uint64_t>(in.tellg());
+    if (in.peek() != std::char_traits<char>::eof()) {
+      in.seekg(0, std::ios::end);
+      const auto size = static_cast<std::uint64_t>(in.tellg());
+      throw format_error(end, std::to_string(size - end) +
+                                  " unexpected bytes after the trace (a .wtrace file holds one "
+                                  "trace)");
+    }
+    return trace;
   } catch (const format_error& e) {
     throw e.in_file(path.string());
   }

@@ -96,8 +96,9 @@ int main() {
   const auto trace = wisp::trace::make_synthetic_trace(cfg, 300, 42);
   std::printf("trace: %zu steps, %zu accesses\n", trace.steps(), trace.access_count());
 
-  // Exact per-layer LRU miss curve from one pass of stack distances.
-  const auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::per_layer);
+  // Exact per-layer LRU miss curve from one pass of stack distances, one access at a time.
+  const auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::per_layer,
+                                                  wisp::reuse::reuse_granularity::access);
   const wisp::reuse::miss_curve curve{profile.histogram};
   std::printf("cold %llu, distinct per layer %zu\nmisses:",
               static_cast<unsigned long long>(curve.cold()), profile.distinct_per_cache);

@@ -3,8 +3,10 @@
 /// @brief Device-side gather of routed expert ids through an expert map: `slot[i] = map[id[i]]`.
 ///
 /// This is what a fused-MoE kernel that takes slot indices (instead of an `expert_map`) needs after
-/// the pager has placed the experts. Written against Thrust, so it runs on any Thrust device
-/// system: CUDA on a GPU, or CPP/OMP on the host (how CI tests it without a GPU).
+/// the pager has placed the experts. `remap_topk` is written against Thrust, so it runs on any
+/// Thrust device system: CUDA on a GPU, or CPP/OMP on the host (how CI tests it without a GPU).
+/// `wisp::cuda::launch_remap` (`<wisp/cuda/kernels.cuh>`) is the plain kernel over the same
+/// rule, checked against `remap_topk` on a GPU.
 /// @code
 /// thrust::device_vector<std::int32_t> map(E, -1), ids = ..., slots(ids.size());
 /// wisp::cuda::remap_topk(thrust::device, ids.begin(), ids.end(),
@@ -14,6 +16,7 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/pager/types.hpp>
 
 #include <thrust/transform.h>
 
@@ -27,12 +30,14 @@ inline constexpr std::int32_t not_resident = -1;
 /// caller can detect a corrupt router output instead of silently dropping the token's expert.
 inline constexpr std::int32_t invalid_expert = -2;
 
-/// @brief Maps one expert id to its slot. Trivially copyable; usable in kernels.
+/// @brief Maps one expert id (`int32` or `int64`) to its slot. Trivially copyable; usable in
+/// kernels (the element rule of `remap_topk` and of the remap kernel in `<wisp/cuda/kernels.cuh>`).
 struct expert_to_slot {
   const std::int32_t* map;
   std::int32_t experts;
 
-  WISP_HOST_DEVICE std::int32_t operator()(std::int32_t id) const noexcept {
+  template <topk_id Id>
+  WISP_HOST_DEVICE std::int32_t operator()(Id id) const noexcept {
     return (id >= 0 && id < experts) ? map[id] : invalid_expert;
   }
 };

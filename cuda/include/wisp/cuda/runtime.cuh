@@ -8,7 +8,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <string>
+#include <vector>
 
 namespace wisp {
 
@@ -36,6 +38,27 @@ namespace cuda {
   return count;
 }
 
+namespace detail {
+
+/// @brief Checks the status of an allocating call (`cudaMalloc`, `cudaHostAlloc`,
+/// `cudaHostRegister`, ...) for `bytes` bytes.
+/// @throws wisp::out_of_memory for `cudaErrorMemoryAllocation`, wisp::cuda_error for any other
+///   failure; both name the call and the size.
+inline void check_allocation(cudaError_t status, const char* call, std::size_t bytes) {
+  if (status == cudaSuccess) [[likely]] {
+    return;
+  }
+  (void)cudaGetLastError();
+  const std::string message =
+      ::wisp::detail::concat(call, " of ", bytes, " bytes failed: ", cudaGetErrorName(status), " (",
+                             cudaGetErrorString(status), ")");
+  if (status == cudaErrorMemoryAllocation) {
+    throw out_of_memory(message);
+  }
+  throw cuda_error(static_cast<int>(status), message);
+}
+
+}  // namespace detail
 }  // namespace cuda
 }  // namespace wisp
 
@@ -53,3 +76,18 @@ namespace cuda {
                                  __LINE__));                                                     \
     }                                                                                            \
   } while (false)
+
+namespace wisp::cuda::detail {
+
+/// Appends `n` events made with `cudaEventDisableTiming` to `events`; the events made before a
+/// failure stay there for the caller to destroy. @throws wisp::cuda_error.
+inline void create_events(std::vector<cudaEvent_t>& events, std::size_t n) {
+  events.reserve(events.size() + n);
+  for (std::size_t i = 0; i < n; ++i) {
+    cudaEvent_t e = nullptr;
+    WISP_CUDA_TRY(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events.push_back(e);
+  }
+}
+
+}  // namespace wisp::cuda::detail

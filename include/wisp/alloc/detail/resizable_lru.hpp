@@ -2,12 +2,15 @@
 /// @file
 /// @brief An LRU cache over dense integer keys whose capacity can change between accesses (for
 /// the evaluation of adaptive splits). Shrinking evicts least-recently-used keys; growing adds
-/// empty room (evicted keys stay evicted).
+/// empty room (evicted keys stay evicted). `access_call` serves a layer's request as wisp's pager
+/// does: the call's keys never evict each other.
 #pragma once
 
 #include <wisp/core/error.hpp>
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 namespace wisp::alloc::detail {
@@ -38,6 +41,38 @@ class resizable_lru {
     ++size_;
     push_front(key);
     return false;
+  }
+
+  /// @brief One call: `hit[i]` says whether `keys[i]` (distinct) was resident before the call;
+  /// then every key becomes most recent, in call order, and the least recently used keys outside
+  /// the call make room. Returns the misses. O(keys).
+  /// @throws wisp::logic_error if a key is out of range, `hit` is too small, or the call holds
+  /// more keys than the capacity (nothing changed then).
+  std::uint32_t access_call(std::span<const std::uint32_t> keys, std::span<std::uint8_t> hit) {
+    WISP_EXPECTS(hit.size() >= keys.size() && keys.size() <= capacity_, "a call of ", keys.size(),
+                 " keys with room for ", hit.size(), " results in ", capacity_, " slots");
+    for (const std::uint32_t key : keys) {
+      WISP_EXPECTS(key < resident_.size(), "key ", key, " outside the key space ",
+                   resident_.size());
+    }
+    std::uint32_t misses = 0;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      hit[i] = resident_[keys[i]];
+      misses += hit[i] != 0 ? 0u : 1u;
+    }
+    for (const std::uint32_t key : keys) {  // most recent in call order: the last one in front
+      if (resident_[key] != 0) {
+        unlink(key);
+      } else {
+        resident_[key] = 1;
+        ++size_;
+      }
+      push_front(key);
+    }
+    while (size_ > capacity_) {  // the tail is older than every key of the call
+      evict();
+    }
+    return misses;
   }
 
   /// Sets the capacity, evicting least-recently-used keys when shrinking. O(evicted).

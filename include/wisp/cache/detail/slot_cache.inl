@@ -383,6 +383,44 @@ void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_fre
 }
 
 template <eviction_policy Policy>
+access_result slot_cache<Policy>::prefetch(cache_key key, const access_context& ctx,
+                                           protected_keys keep) {
+  check_key(key, "prefetch");
+  check_context(ctx);
+  const auto k = static_cast<std::size_t>(key);
+  if (const std::int32_t slot = key_to_slot_[k]; slot >= 0) {
+    return access_result{slot, true, no_key, false};
+  }
+  cache_key evicted = no_key;
+  if (free_size_ == 0) {
+    const cache_key victim = policy_.victim(ctx, keep);
+    if (victim == no_key) {
+      return access_result{};  // every resident key is kept: nothing to replace
+    }
+    const auto v = static_cast<std::size_t>(victim);
+    WISP_EXPECTS(v < key_to_slot_.size() && key_to_slot_[v] >= 0 && !keep(victim),
+                 "slot_cache::prefetch: policy ", policy_name<Policy>(), " returned victim ",
+                 victim, ", which is not a resident key outside the kept ones");
+    evict(victim, ctx);
+    evicted = victim;
+  }
+  const std::int32_t slot = free_[--free_size_];
+  key_to_slot_[k] = slot;
+  slot_to_key_[static_cast<std::size_t>(slot)] = key;
+  try {
+    policy_.on_insert(key, ctx);
+  } catch (...) {
+    // A policy off its contract (belady takes only its own future sequence): undo the load.
+    key_to_slot_[k] = -1;
+    slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
+    free_[free_size_++] = slot;
+    throw;
+  }
+  ++stats_.prefetches;
+  return access_result{slot, false, evicted, false};
+}
+
+template <eviction_policy Policy>
 bool slot_cache<Policy>::invalidate(cache_key key) {
   check_key(key, "invalidate");
   const auto k = static_cast<std::size_t>(key);

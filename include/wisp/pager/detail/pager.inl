@@ -54,6 +54,8 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   copies_.assign(layers * experts, copy_op{});
   keys_.assign(experts, no_key);
   seen_ = protect_set(experts_);
+  keep_ = protect_set(layout.size());
+  prefetch_copies_.assign(experts, copy_op{});
   planner_ = group_planner(experts_, config.max_tokens, top_k_);
 }
 
@@ -200,6 +202,7 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   const std::size_t distinct = call.keys.size();
   visible_count = static_cast<std::int32_t>(distinct);
   time += distinct;
+  pending_layer_ = layer;
 
   prepare_result result;
   result.layer = layer;
@@ -222,6 +225,58 @@ std::span<const expert_group> pager<Policy>::plan_expert_groups_impl(std::int32_
   const cache_key base = key_of(layer, 0);
   return planner_.plan_expert_groups(
       ids, tokens, k, cap, [&](std::int32_t expert) { return cache.slot_of(base + expert) >= 0; });
+}
+
+template <eviction_policy Policy>
+prefetch_result pager<Policy>::prefetch(std::int32_t layer,
+                                        std::span<const std::int32_t> candidates) {
+  check_layer("pager::prefetch", layer);
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    WISP_EXPECTS(candidates[i] >= 0 && candidates[i] < experts_, "pager::prefetch: candidate ", i,
+                 " = ", candidates[i], " of layer ", layer, " is outside [0, experts = ", experts_,
+                 ")");
+  }
+  cache_type& cache = cache_of(layer);
+  // Out of reach: the pending call's experts when it used this cache, then every candidate.
+  keep_.clear();
+  if (pending_layer_ >= 0 && cache_index(pending_layer_) == cache_index(layer)) {
+    const std::size_t off = offset(pending_layer_);
+    for (std::int32_t i = 0; i < visible_count_[static_cast<std::size_t>(pending_layer_)]; ++i) {
+      keep_.insert(key_of(pending_layer_, visible_[off + static_cast<std::size_t>(i)]));
+    }
+  }
+  prefetch_result result;
+  result.layer = layer;
+  std::size_t planned = 0;
+  seen_.clear();
+  for (const std::int32_t expert : candidates) {
+    if (seen_.insert(expert)) {
+      keep_.insert(key_of(layer, expert));
+    }
+  }
+  seen_.clear();
+  const access_context ctx{step_, layer, times_[cache_index(layer)]};
+  for (const std::int32_t expert : candidates) {
+    if (!seen_.insert(expert)) {
+      continue;  // a duplicate
+    }
+    const access_result r = cache.prefetch(key_of(layer, expert), ctx, keep_.view());
+    if (r.hit) {
+      ++result.resident;
+    } else if (r.slot < 0) {
+      ++result.dropped;
+    } else {
+      prefetch_copies_[planned++] = copy_op{expert, r.slot};
+      if (r.evicted != no_key) {  // hide it wherever it was shown
+        const std::int32_t victim_layer =
+            scope_ == cache_scope::global ? r.evicted / experts_ : layer;
+        maps_[offset(victim_layer) +
+              static_cast<std::size_t>(r.evicted - key_of(victim_layer, 0))] = -1;
+      }
+    }
+  }
+  result.copy_plan = std::span<const copy_op>(prefetch_copies_.data(), planned);
+  return result;
 }
 
 template <eviction_policy Policy>

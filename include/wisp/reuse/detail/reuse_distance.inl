@@ -58,20 +58,35 @@ inline void reuse_distance_counter::seal_word(std::uint32_t word) noexcept {
   }
 }
 
+inline reuse_distance_counter::distance_type reuse_distance_counter::peek(
+    key_type key) const noexcept {
+  const std::uint32_t slot = last_[key];
+  if (slot == no_slot) {
+    return cold;
+  }
+  const std::uint32_t word = slot >> 6;
+  const std::uint64_t bit = std::uint64_t{1} << (slot & 63);
+  const auto below_in_word = static_cast<std::uint32_t>(std::popcount(bits_[word] & (bit - 1)));
+  const std::uint32_t before = below_in_word + (word == (now_ >> 6) ? sealed_ : prefix_words(word));
+  return live_ - before;
+}
+
+inline reuse_distance_counter::distance_type reuse_distance_counter::distance_of(
+    key_type key) const {
+  WISP_EXPECTS(key < last_.size(), "key ", key, " is outside the key space [0, ", last_.size(),
+               ")");
+  return peek(key);
+}
+
 inline reuse_distance_counter::distance_type reuse_distance_counter::access(key_type key) {
   WISP_EXPECTS(key < last_.size(), "key ", key, " is outside the key space [0, ", last_.size(),
                ")");
   ++accesses_;
   const std::uint32_t current = now_ >> 6;
-  distance_type distance = cold;
-  const std::uint32_t slot = last_[key];
-  if (slot != no_slot) {
+  const distance_type distance = peek(key);
+  if (const std::uint32_t slot = last_[key]; slot != no_slot) {
     const std::uint32_t word = slot >> 6;
-    const std::uint64_t bit = std::uint64_t{1} << (slot & 63);
-    const auto below_in_word = static_cast<std::uint32_t>(std::popcount(bits_[word] & (bit - 1)));
-    const std::uint32_t before = below_in_word + (word == current ? sealed_ : prefix_words(word));
-    distance = live_ - before;
-    bits_[word] &= ~bit;
+    bits_[word] &= ~(std::uint64_t{1} << (slot & 63));
     if (word != current) {
       tree_add(word, ~0u);
       --sealed_;
@@ -90,6 +105,30 @@ inline reuse_distance_counter::distance_type reuse_distance_counter::access(key_
     }
   }
   return distance;
+}
+
+inline void reuse_distance_counter::access_call(std::span<const key_type> keys,
+                                                std::span<distance_type> out) {
+  WISP_EXPECTS(out.size() >= keys.size(), "access_call: ", keys.size(), " keys but room for ",
+               out.size(), " distances");
+  for (const key_type key : keys) {
+    WISP_EXPECTS(key < last_.size(), "key ", key, " is outside the key space [0, ", last_.size(),
+                 ")");
+  }
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    out[i] = peek(keys[i]);
+  }
+  // The call's keys touched so far are the `touched` most recent ones, so a key's access distance
+  // is at most `touched` exactly when it repeats within this call.
+  std::uint32_t touched = 0;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const distance_type now = access(keys[i]);
+    if (now != cold && now <= touched) {
+      out[i] = 1;
+    } else {
+      ++touched;
+    }
+  }
 }
 
 inline void reuse_distance_counter::compact() {

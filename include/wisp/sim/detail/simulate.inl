@@ -140,16 +140,26 @@ sim_result simulate_named(std::string_view policy, model_shape shape, const Sour
     return simulate<fifo>(shape, source, config);
   if (policy == "lfu")
     return simulate<lfu>(shape, source, config);
+  if (policy == "lfu_history")
+    return simulate<lfu_history>(shape, source, config);
   if (policy == "lfru")
     return simulate<lfru>(shape, source, config);
   if (policy == "fld")
     return simulate<fld>(shape, source, config);
   if (policy == "least_stale")
     return simulate<least_stale>(shape, source, config);
+  if (policy == "decayed_frequency")
+    return simulate<decayed_frequency>(shape, source, config);
+  if (policy == "predicted_next_use")
+    return simulate<predicted_next_use>(shape, source, config);
   if (policy == "belady")
     return simulate<belady>(shape, source, config);
-  WISP_FAIL(logic_error, "simulate: unknown policy '", policy,
-            "' (known: lru, fifo, lfu, lfru, fld, least_stale, belady)");
+  std::string known;
+  for (const std::string_view name : builtin_policies) {
+    known += known.empty() ? "" : ", ";
+    known += name;
+  }
+  WISP_FAIL(logic_error, "simulate: unknown policy '", policy, "' (known: ", known, ")");
 }
 
 }  // namespace wisp::sim

@@ -20,7 +20,10 @@
 
 namespace wisp::trace::detail {
 
-/// A parsed JSON value.
+struct json_member;
+
+/// A parsed JSON value. (Members are a struct declared after it, not a `std::pair`: a pair of an
+/// incomplete type cannot be instantiated, which clang with libstdc++ rejects.)
 struct json_value {
   enum class kind : std::uint8_t { null, boolean, number, string, array, object };
   kind type = kind::null;
@@ -28,18 +31,26 @@ struct json_value {
   double number = 0;
   std::string text;  // string value, or the number's source spelling
   std::vector<json_value> items;
-  std::vector<std::pair<std::string, json_value>> members;
+  std::vector<json_member> members;
 
   /// Member `key` of an object, or nullptr.
-  [[nodiscard]] const json_value* find(std::string_view key) const noexcept {
-    for (const auto& [k, v] : members) {
-      if (k == key) {
-        return &v;
-      }
-    }
-    return nullptr;
-  }
+  [[nodiscard]] const json_value* find(std::string_view key) const noexcept;
 };
+
+/// One member of a JSON object.
+struct json_member {
+  std::string key;
+  json_value value;
+};
+
+inline const json_value* json_value::find(std::string_view key) const noexcept {
+  for (const json_member& m : members) {
+    if (m.key == key) {
+      return &m.value;
+    }
+  }
+  return nullptr;
+}
 
 /// Parses exactly one JSON value spanning `text` (surrounding whitespace allowed).
 /// Errors are `format_error(base + position, message)`.
@@ -108,7 +119,7 @@ class json_parser {
         }
         ++i_;
         json_value member = parse_value(depth + 1);
-        v.members.emplace_back(std::move(key), std::move(member));
+        v.members.push_back(json_member{std::move(key), std::move(member)});
         skip_ws();
         if (i_ < s_.size() && s_[i_] == ',') {
           ++i_;

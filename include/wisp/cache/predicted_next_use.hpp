@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief `predicted_next_use`: a prediction-aware policy. Evicts the resident key whose predicted
+/// next use is farthest away (Belady's rule with a prediction in place of the future).
+///
+/// Let `c` be the layer now executing and `d(k)` the layer distance of `least_stale.hpp` (layer
+/// executions until key `k`'s layer runs again after the current call, in `[1, L]`). If `k`'s
+/// expert is routed at its layer's next execution with probability `p(k)`, and independently at
+/// later ones with the same probability, its expected next use is
+///
+///     D(k) = d(k) + L x (1 / p(k) - 1)          layer executions from now
+///
+/// and the victim is the unprotected resident key with the largest `D` (ties: least recently
+/// used; `p = 0` gives `D = inf`). `p(k)` comes from:
+///
+/// - **the routing predictor**, for a key whose layer is still ahead in the current pass and
+///   within `lookahead` layers of the next one to run, when a `coactivation_predictor` and the
+///   current `routing_pass` are attached (global scope): the predictor's estimate given the
+///   experts routed so far in this pass;
+/// - **the key's decayed routing rate** otherwise: its `decayed_frequency` count over the decayed
+///   count of passes, with the same half-life (in passes).
+///
+/// In per-layer scope `d` is the same for every key of a cache, so the order is the decayed rate's
+/// and the victims are `decayed_frequency`'s. In global scope the rule weighs layer position
+/// (as `fld` does) against how likely the key is to be needed at all.
+///
+/// The attached predictor and pass are read, never written: their owner observes each layer's
+/// routing into the pass before that layer's cache call and learns complete passes (the timeline
+/// simulator does). `victim` scans the resident keys: O(n) plus, once per (pass, layer), a score
+/// of the `lookahead` layers ahead (O(lookahead x window x top_k x E)). Other hooks O(1).
+/// Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::coactivation_predictor table(shape);
+/// wisp::routing_pass pass(shape);
+/// wisp::slot_cache<wisp::predicted_next_use> cache(
+///     wisp::key_layout::global(26, 64), 546, wisp::predicted_next_use(256.0).attach(table, pass));
+/// @endcode
+#pragma once
+
+#include <wisp/cache/detail/decay_clock.hpp>
+#include <wisp/cache/eviction_policy.hpp>
+#include <wisp/core/error.hpp>
+#include <wisp/predict/coactivation.hpp>
+#include <wisp/predict/routing_predictor.hpp>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace wisp {
+
+class predicted_next_use {
+ public:
+  static constexpr std::string_view name = "predicted_next_use";
+
+  /// @param half_life   of the decayed rates, in forward passes (finite, > 0).
+  /// @param lookahead   layers ahead scored by an attached predictor (>= 0).
+  /// @throws wisp::logic_error on an out-of-range parameter.
+  explicit predicted_next_use(double half_life = 256.0, std::int32_t lookahead = 4)
+      : clock_(half_life, "predicted_next_use"), lookahead_(lookahead) {
+    WISP_EXPECTS(lookahead >= 0, "predicted_next_use: lookahead must be >= 0, got ", lookahead);
+  }
+
+  /// Attaches a predictor and the pass it reads (both must outlive the policy and its copies).
+  /// Returns `*this` for chaining.
+  predicted_next_use& attach(const coactivation_predictor& predictor, const routing_pass& pass) {
+    predictor_ = &predictor;
+    pass_ = &pass;
+    return *this;
+  }
+
+  /// Forgets every key; sizes for `layout` (and, with a predictor attached in global scope, the
+  /// scores of `lookahead` layers). @throws wisp::logic_error if the attached predictor's shape
+  /// does not match the layout; std::bad_alloc.
+  void reset(const key_layout& layout) {
+    layout_ = layout;
+    const auto n = static_cast<std::size_t>(layout.size());
+    count_.assign(n, 0.0);
+    last_.assign(n, 0);
+    index_.assign(n, -1);
+    resident_.clear();
+    resident_.reserve(n);
+    passes_ = 0.0;
+    tick_ = 0;
+    clock_.reset();
+    scored_step_ = 0;
+    scored_observed_ = -1;
+    const bool predicts = predictor_ != nullptr && layout.scope == cache_scope::global;
+    if (predicts) {
+      WISP_EXPECTS(predictor_->shape().layers == layout.layers &&
+                       predictor_->shape().experts == layout.experts,
+                   "predicted_next_use: the predictor's shape (", predictor_->shape(),
+                   ") does not match the cache's ", layout.layers, " layers x ", layout.experts,
+                   " experts");
+    }
+    scores_.assign(predicts ? static_cast<std::size_t>(lookahead_) * n / layout.layers : 0, 0.0f);
+  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    index_[k] = static_cast<std::int32_t>(resident_.size());
+    resident_.push_back(key);  // reserved in reset: no allocation
+    bump(key, ctx);
+  }
+  void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
+  void on_erase(cache_key key) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    const std::int32_t i = index_[k];
+    if (i < 0) {
+      return;
+    }
+    const cache_key moved = resident_.back();
+    resident_[static_cast<std::size_t>(i)] = moved;
+    index_[static_cast<std::size_t>(moved)] = i;
+    resident_.pop_back();
+    index_[k] = -1;
+  }
+  /// The unprotected resident key with the largest predicted next-use distance, or `no_key`.
+  [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) {
+    refresh_scores(ctx);
+    cache_key best = no_key;
+    double best_distance = 0.0;
+    for (const cache_key key : resident_) {
+      if (is_protected(key)) {
+        continue;
+      }
+      const double d = distance(key, ctx.layer);
+      if (best == no_key || d > best_distance ||
+          (d == best_distance &&
+           last_[static_cast<std::size_t>(key)] < last_[static_cast<std::size_t>(best)])) {
+        best = key;
+        best_distance = d;
+      }
+    }
+    return best;
+  }
+
+  /// The predicted next-use distance `D(key)` (layer executions) with layer `layer` executing.
+  /// Uses the predictor's scores as of the last `victim` call.
+  [[nodiscard]] double distance(cache_key key, std::int32_t layer) const noexcept {
+    const std::int32_t layers = layout_.layers;
+    const std::int32_t key_layer = layout_.layer_of(key, layer);
+    const std::int32_t d = ((key_layer - layer - 1) % layers + layers) % layers + 1;
+    const double p = probability(key, key_layer, layer);
+    return p <= 0.0 ? std::numeric_limits<double>::infinity() : d + layers * (1.0 / p - 1.0);
+  }
+
+ private:
+  void bump(cache_key key, const access_context& ctx) noexcept {
+    if (!clock_.at(ctx.step)) {
+      if (const int shift = clock_.advance(ctx.step); shift != 0) {
+        for (double& c : count_) {
+          c = std::ldexp(c, -shift);
+        }
+        passes_ = std::ldexp(passes_, -shift);
+      }
+      passes_ += clock_.weight();  // a new pass
+    }
+    const auto k = static_cast<std::size_t>(key);
+    count_[k] += clock_.weight();
+    last_[k] = ++tick_;
+  }
+  [[nodiscard]] double probability(cache_key key, std::int32_t key_layer,
+                                   std::int32_t layer) const noexcept {
+    if (!scores_.empty() && scored_observed_ >= 0 && key_layer > layer) {
+      const std::int32_t ahead = key_layer - scored_observed_;  // 0 = the next layer to observe
+      if (ahead >= 0 && ahead < lookahead_) {
+        const auto experts = static_cast<std::size_t>(layout_.experts);
+        const std::size_t expert = static_cast<std::size_t>(key) % experts;
+        return scores_[static_cast<std::size_t>(ahead) * experts + expert];
+      }
+    }
+    return passes_ > 0.0 ? count_[static_cast<std::size_t>(key)] / passes_ : 0.0;
+  }
+  // Scores the lookahead layers after the pass's observed ones, once per (pass, observed).
+  void refresh_scores(const access_context& ctx) {
+    if (scores_.empty() || pass_ == nullptr) {
+      return;
+    }
+    const std::int32_t observed = pass_->observed();
+    if (scored_observed_ == observed && scored_step_ == ctx.step) {
+      return;
+    }
+    scored_step_ = ctx.step;
+    scored_observed_ = observed;
+    const auto experts = static_cast<std::size_t>(layout_.experts);
+    for (std::int32_t a = 0; a < lookahead_ && observed + a < layout_.layers; ++a) {
+      predictor_->score(
+          *pass_, observed + a,
+          std::span<float>(scores_.data() + static_cast<std::size_t>(a) * experts, experts));
+    }
+  }
+
+  detail::decay_clock clock_;  // counts and passes are scaled by it (see decayed_frequency)
+  std::int32_t lookahead_;
+  const coactivation_predictor* predictor_ = nullptr;
+  const routing_pass* pass_ = nullptr;
+  key_layout layout_;
+  std::vector<double> count_;        // every key's decayed count, scaled
+  std::vector<std::uint64_t> last_;  // every key's last access tick
+  std::vector<std::int32_t> index_;  // position in resident_, -1 if absent
+  std::vector<cache_key> resident_;
+  std::vector<float> scores_;  // [lookahead x experts]: predicted probabilities
+  double passes_ = 0.0;        // decayed passes seen, scaled
+  std::uint64_t tick_ = 0;
+  std::uint32_t scored_step_ = 0;
+  std::int32_t scored_observed_ = -1;
+};
+static_assert(eviction_policy<predicted_next_use>);
+
+}  // namespace wisp

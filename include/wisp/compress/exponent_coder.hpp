@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief What an exponent coder is (`exponent_coder`), the coder ids stored in compressed tensors,
+/// the `raw_coder` every container falls back to, and the owning type-erased `any_coder` /
+/// `coder_set` with which a program picks coders by name or id at run time.
+///
+/// A coder turns a stream of exponent bytes into bytes and back. It knows nothing of BF16: the
+/// container (`compressed_bf16.hpp`) splits the tensor, cuts the exponents into E-chunks and asks
+/// a coder for each. Decoding is told the exact symbol count, so a coder never has to store it.
+/// @code
+/// static_assert(wisp::exponent_coder<wisp::huffman_coder>);
+/// wisp::coder_set coders = wisp::core_coders();        // raw + huffman
+/// coders.add(wisp::zstd_coder{});                      // optional, from <wisp/compress/zstd.hpp>
+/// const wisp::any_coder& c = coders.by_name("zstd");
+/// @endcode
+#pragma once
+
+#include <wisp/core/config.hpp>
+#include <wisp/core/error.hpp>
+
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace wisp {
+
+/// @brief Identifies the coder of one E-chunk inside a compressed tensor; part of the format, so
+/// values are never reused. Several encoders may share one id when their outputs decode alike
+/// (lz4 and lz4hc both write LZ4 blocks).
+enum class coder_id : std::uint8_t {
+  raw = 0,      ///< exponent bytes stored as they are
+  huffman = 1,  ///< canonical Huffman, table-driven, decodable on host and device
+  zstd = 2,     ///< a Zstandard frame (wisp::zstd)
+  lz4 = 3,      ///< an LZ4 block, from LZ4 or LZ4HC (wisp::lz4)
+};
+
+/// The format's name of a coder id ("raw", "huffman", "zstd", "lz4"), or "unknown".
+[[nodiscard]] constexpr std::string_view coder_id_name(coder_id id) noexcept {
+  switch (id) {
+    case coder_id::raw:
+      return "raw";
+    case coder_id::huffman:
+      return "huffman";
+    case coder_id::zstd:
+      return "zstd";
+    case coder_id::lz4:
+      return "lz4";
+  }
+  return "unknown";
+}
+
+/// @brief A lossless coder of exponent byte streams.
+///
+/// - `c.id()`: the `coder_id` written beside its output;
+/// - `c.name()`: a name for people and command lines ("zstd", "lz4hc");
+/// - `c.encode(symbols, sink)`: appends the encoding of `symbols` to `sink`;
+/// - `c.decode(encoded, out)`: writes exactly `out.size()` symbols decoded from all of `encoded`,
+///   or throws `wisp::format_error` (never reads or writes out of bounds, whatever the input).
+template <class C>
+concept exponent_coder = std::copy_constructible<C> &&
+    requires(const C& c, std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink,
+             std::span<std::uint8_t> out) {
+  { c.id() } -> std::same_as<coder_id>;
+  { c.name() } -> std::convertible_to<std::string>;
+  { c.encode(in, sink) } -> std::same_as<void>;
+  { c.decode(in, out) } -> std::same_as<void>;
+};
+
+/// @brief Stores exponent bytes unchanged. The container uses it for any E-chunk that another
+/// coder would not make smaller, so a compressed tensor is never much larger than the raw one.
+struct raw_coder {
+  [[nodiscard]] coder_id id() const noexcept { return coder_id::raw; }
+  [[nodiscard]] std::string name() const { return "raw"; }
+  /// Appends `symbols`. O(n).
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    sink.insert(sink.end(), symbols.begin(), symbols.end());
+  }
+  /// Copies `encoded` to `out`. @throws wisp::format_error if the sizes differ.
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    if (encoded.size() != out.size()) {
+      throw format_error("raw E-chunk holds " + std::to_string(encoded.size()) + " bytes for " +
+                         std::to_string(out.size()) + " exponents");
+    }
+    if (!out.empty()) {
+      std::memcpy(out.data(), encoded.data(), out.size());
+    }
+  }
+};
+static_assert(exponent_coder<raw_coder>);
+
+/// @brief A coder that can adapt itself to a whole stream before encoding it in chunks
+/// (`huffman_coder` fits one code to a tensor). Optional: the container uses it when present.
+template <class C>
+concept fittable_coder = exponent_coder<C> &&
+    requires(const C& c, std::span<const std::uint8_t> s) {
+  { c.fitted(s) } -> exponent_coder;
+};
+
+/// @brief Any exponent coder behind one copyable value, for choices made at run time (a command
+/// line, a file's coder id). Thread safety: const calls may run concurrently if the wrapped
+/// coder's may (every wisp coder's can).
+class any_coder {
+ public:
+  /// Wraps a copy of `coder`. @throws std::bad_alloc.
+  template <class C>  // the any_coder test first: it stops the concept check recursing into us
+    requires(!std::same_as<std::remove_cvref_t<C>, any_coder> && exponent_coder<C>)
+  any_coder(C coder)  // NOLINT(google-explicit-constructor): a coder is-an any_coder
+      : self_(std::make_shared<model<C>>(std::move(coder))) {}
+
+  [[nodiscard]] coder_id id() const noexcept { return self_->id(); }
+  [[nodiscard]] std::string name() const { return self_->name(); }
+  void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
+    self_->encode(symbols, sink);
+  }
+  void decode(std::span<const std::uint8_t> encoded, std::span<std::uint8_t> out) const {
+    self_->decode(encoded, out);
+  }
+  /// The wrapped coder fitted to `symbols` if it is a `fittable_coder`, else a copy of this.
+  [[nodiscard]] any_coder fitted(std::span<const std::uint8_t> symbols) const {
+    return self_->fitted(*this, symbols);
+  }
+
+ private:
+  struct base {
+    virtual ~base() = default;
+    [[nodiscard]] virtual coder_id id() const noexcept = 0;
+    [[nodiscard]] virtual std::string name() const = 0;
+    virtual void encode(std::span<const std::uint8_t>, std::vector<std::uint8_t>&) const = 0;
+    virtual void decode(std::span<const std::uint8_t>, std::span<std::uint8_t>) const = 0;
+    [[nodiscard]] virtual any_coder fitted(const any_coder& self,
+                                           std::span<const std::uint8_t>) const = 0;
+  };
+  template <class C>
+  struct model final : base {
+    explicit model(C c) : coder(std::move(c)) {}
+    [[nodiscard]] coder_id id() const noexcept override { return coder.id(); }
+    [[nodiscard]] std::string name() const override { return coder.name(); }
+    void encode(std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink) const override {
+      coder.encode(in, sink);
+    }
+    void decode(std::span<const std::uint8_t> in, std::span<std::uint8_t> out) const override {
+      coder.decode(in, out);
+    }
+    [[nodiscard]] any_coder fitted(const any_coder& self,
+                                   std::span<const std::uint8_t> symbols) const override {
+      if constexpr (fittable_coder<C>) {
+        return any_coder(coder.fitted(symbols));
+      } else {
+        return self;
+      }
+    }
+    C coder;
+  };
+  std::shared_ptr<const base> self_;  // immutable, so copies may share it
+};
+static_assert(exponent_coder<any_coder>);
+
+/// @brief The coders a program has: picks an encoder by name and the decoder of a stored id.
+/// Decoding only needs one coder per id (lz4 decodes lz4hc's output).
+/// Lookups are O(coders); thread safety: const calls may run concurrently.
+class coder_set {
+ public:
+  coder_set() = default;
+
+  /// Adds `coder`; a coder with the same name is replaced. @returns *this.
+  coder_set& add(any_coder coder) {
+    for (any_coder& c : coders_) {
+      if (c.name() == coder.name()) {
+        c = std::move(coder);
+        return *this;
+      }
+    }
+    coders_.push_back(std::move(coder));
+    return *this;
+  }
+
+  /// The coder called `name`. @throws wisp::logic_error listing the names there are.
+  [[nodiscard]] const any_coder& by_name(std::string_view name) const {
+    for (const any_coder& c : coders_) {
+      if (c.name() == name) {
+        return c;
+      }
+    }
+    WISP_FAIL(logic_error, "no exponent coder called '", name, "'; available: ", names());
+  }
+
+  /// A coder that decodes `id`, or nullptr.
+  [[nodiscard]] const any_coder* find(coder_id id) const noexcept {
+    for (const any_coder& c : coders_) {
+      if (c.id() == id) {
+        return &c;
+      }
+    }
+    return nullptr;
+  }
+
+  /// The coders, in the order they were added.
+  [[nodiscard]] std::span<const any_coder> coders() const noexcept { return coders_; }
+
+  /// Comma-separated names.
+  [[nodiscard]] std::string names() const {
+    std::string out;
+    for (const any_coder& c : coders_) {
+      out += (out.empty() ? "" : ", ") + c.name();
+    }
+    return out;
+  }
+
+ private:
+  std::vector<any_coder> coders_;
+};
+
+}  // namespace wisp

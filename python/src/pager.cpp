@@ -1,0 +1,506 @@
+// SPDX-License-Identifier: Apache-2.0
+// Pager (wisp::pager<Policy> behind one type for every built-in policy), PrepareResult, token and
+// expert groups, RerouteTable.
+#include "arrays.hpp"
+#include "bindings.hpp"
+#include "errors.hpp"
+
+#include <wisp/cache/policies.hpp>
+#include <wisp/pager/pager.hpp>
+#include <wisp/pager/reroute_table.hpp>
+
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
+#include <nanobind/stl/vector.h>
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace wisp_python {
+namespace {
+
+namespace core = wisp;  // pager, policies, cache_stats, reroute_table
+
+template <class... Policies>
+using pager_variant = std::variant<core::pager<Policies>...>;
+using any_pager = pager_variant<core::lru, core::fifo, core::lfu, core::lfru, core::fld,
+                                core::least_stale, core::belady>;
+
+core::cache_scope parse_scope(std::string_view scope) {
+  if (scope == "layer" || scope == "per_layer") {
+    return core::cache_scope::per_layer;
+  }
+  WISP_EXPECTS(scope == "global", "scope must be 'layer' or 'global', got '", scope, "'");
+  return core::cache_scope::global;
+}
+
+const char* scope_name(core::cache_scope scope) {
+  return scope == core::cache_scope::global ? "global" : "layer";
+}
+
+std::int32_t to_int32(std::int64_t value, const char* what) {
+  WISP_EXPECTS(value >= 0 && value <= std::numeric_limits<std::int32_t>::max(), what, " = ", value,
+               " does not fit the pager's int32 sizes");
+  return static_cast<std::int32_t>(value);
+}
+
+// A 1-D id array as int32 (int64 values outside int32 would wrap into valid-looking ids).
+std::span<const std::int32_t> int32_ids(const int_matrix& m, std::vector<std::int32_t>& scratch,
+                                        const char* what) {
+  if (!m.wide && m.contiguous()) {
+    return m.span<std::int32_t>();
+  }
+  with_values(m, [&](const auto& values) {
+    scratch.resize(values.size());
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      WISP_EXPECTS(values[i] >= std::numeric_limits<std::int32_t>::min() &&
+                       values[i] <= std::numeric_limits<std::int32_t>::max(),
+                   what, "[", i, "] = ", values[i], " is outside int32");
+      scratch[i] = static_cast<std::int32_t>(values[i]);
+    }
+  });
+  return scratch;
+}
+
+// What one prepare did, copied out of the pager's buffers: a result stays valid whatever the
+// pager does next, and after it is gone. One allocation: [map | plan pairs | experts].
+struct prepare_snapshot {
+  std::int32_t layer = 0;
+  std::int32_t hits = 0;
+  std::int32_t misses = 0;
+  std::int32_t map_size = 0;
+  std::int32_t distinct = 0;
+  std::unique_ptr<std::int32_t[]> data;
+
+  explicit prepare_snapshot(const core::prepare_result& r)
+      : layer(r.layer),
+        hits(r.hits),
+        misses(r.misses),
+        map_size(static_cast<std::int32_t>(r.expert_map.size())),
+        distinct(static_cast<std::int32_t>(r.experts.size())),
+        data(new std::int32_t[r.expert_map.size() + 2 * r.copy_plan.size() + r.experts.size()]) {
+    static_assert(sizeof(core::copy_op) == 2 * sizeof(std::int32_t));
+    std::int32_t* out = data.get();
+    out = std::copy(r.expert_map.begin(), r.expert_map.end(), out);
+    for (const core::copy_op& op : r.copy_plan) {
+      *out++ = op.expert;
+      *out++ = op.slot;
+    }
+    std::copy(r.experts.begin(), r.experts.end(), out);
+  }
+  [[nodiscard]] const std::int32_t* map() const { return data.get(); }
+  [[nodiscard]] const std::int32_t* plan() const { return data.get() + map_size; }
+  [[nodiscard]] const std::int32_t* experts() const { return plan() + 2 * misses; }
+};
+
+struct token_group_view {
+  std::int32_t row_begin = 0;
+  std::int32_t row_end = 0;
+  numpy_array experts;
+};
+
+class python_pager {
+  // Calls f(pager, ids, tokens, k) with `topk_ids` as a span of its own element type.
+  template <class F>
+  decltype(auto) with_batch(array_like topk_ids, F&& f) {
+    const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
+    const std::int32_t tokens = to_int32(ids.rows, "tokens (rows of topk_ids)");
+    const std::int32_t k = to_int32(ids.cols, "k (columns of topk_ids)");
+    return std::visit(
+        [&](auto& pager) {
+          return ids.wide ? f(pager, id_span(ids, scratch64_), tokens, k)
+                          : f(pager, id_span(ids, scratch32_), tokens, k);
+        },
+        pager_);
+  }
+
+  template <class Id>
+  std::span<const Id> id_span(const int_matrix& ids, std::vector<Id>& scratch) {
+    std::span<const Id> span;
+    if (ids.contiguous()) {
+      span = ids.span<Id>();  // the caller's buffer itself
+    } else {
+      ids.gather(scratch);  // reuses its capacity: no allocation once grown
+      span = scratch;
+    }
+    last_ids_address_ = reinterpret_cast<std::uintptr_t>(span.data());
+    return span;
+  }
+
+ public:
+  python_pager(std::int32_t layers, std::int32_t experts, std::int32_t top_k, std::int32_t capacity,
+               std::string_view policy, std::string_view scope,
+               std::optional<std::vector<std::int32_t>> layer_capacities, std::int32_t max_tokens,
+               std::optional<std::vector<array_like>> future)
+      : pager_(make(layers, experts, top_k, capacity, policy_name(policy), parse_scope(scope),
+                    std::move(layer_capacities), max_tokens, std::move(future))),
+        policy_(policy_name(policy)) {}
+
+  prepare_snapshot prepare(std::int32_t layer, array_like topk_ids,
+                           const std::optional<array_like>& out) {
+    nb::ndarray<> out_holder;
+    std::span<std::int32_t> map_out;
+    if (out) {
+      map_out = writable_int32(*out, static_cast<std::size_t>(experts()), "out", out_holder);
+    }
+    const core::prepare_result r =
+        with_batch(topk_ids, [&](auto& pager, auto ids, std::int32_t tokens, std::int32_t k) {
+          return pager.prepare(layer, ids, tokens, k);
+        });
+    if (!map_out.empty()) {
+      std::copy(r.expert_map.begin(), r.expert_map.end(), map_out.begin());
+    }
+    return prepare_snapshot(r);
+  }
+
+  prepare_snapshot prepare_experts(std::int32_t layer, array_like experts) {
+    const int_matrix ids = int_vector_from(experts, "experts");
+    const std::span<const std::int32_t> span = int32_ids(ids, scratch32_, "experts");
+    last_ids_address_ = reinterpret_cast<std::uintptr_t>(span.data());
+    const core::prepare_result r =
+        std::visit([&](auto& pager) { return pager.prepare_experts(layer, span); }, pager_);
+    return prepare_snapshot(r);
+  }
+
+  std::vector<token_group_view> plan_token_groups(std::int32_t layer, array_like topk_ids) {
+    std::vector<token_group_view> out;
+    for (const core::token_group& g :
+         with_batch(topk_ids, [&](auto&pager, auto ids, std::int32_t tokens, std::int32_t k) {
+           return pager.plan_token_groups(layer, ids, tokens, k);
+         })) {
+      out.push_back({g.row_begin, g.row_end, numpy_copy(g.experts)});
+    }
+    return out;
+  }
+
+  std::vector<numpy_array> plan_expert_groups(std::int32_t layer, array_like topk_ids) {
+    std::vector<numpy_array> out;
+    for (const core::expert_group& g :
+         with_batch(topk_ids, [&](auto&pager, auto ids, std::int32_t tokens, std::int32_t k) {
+           return pager.plan_expert_groups(layer, ids, tokens, k);
+         })) {
+      out.push_back(numpy_copy(g.experts));
+    }
+    return out;
+  }
+
+  void reserve_tokens(std::int32_t tokens, std::int32_t k) {
+    std::visit([&](auto& pager) { pager.reserve_tokens(tokens, k); }, pager_);
+  }
+  void begin_step() {
+    std::visit([](auto& pager) { pager.begin_step(); }, pager_);
+  }
+  [[nodiscard]] std::uint32_t step() const {
+    return std::visit([](const auto& pager) { return pager.step(); }, pager_);
+  }
+  bool invalidate(std::int32_t layer, std::int32_t expert) {
+    return std::visit([&](auto& pager) { return pager.invalidate(layer, expert); }, pager_);
+  }
+  core::resize_report resize_layer(std::int32_t layer, std::int32_t capacity) {
+    return std::visit([&](auto& pager) { return pager.resize_layer(layer, capacity); }, pager_);
+  }
+  core::resize_report resize_pool(std::int32_t capacity) {
+    return std::visit([&](auto& pager) { return pager.resize_pool(capacity); }, pager_);
+  }
+  [[nodiscard]] std::int32_t layers() const {
+    return std::visit([](const auto& pager) { return pager.layers(); }, pager_);
+  }
+  [[nodiscard]] std::int32_t experts() const {
+    return std::visit([](const auto& pager) { return pager.experts(); }, pager_);
+  }
+  [[nodiscard]] std::int32_t top_k() const {
+    return std::visit([](const auto& pager) { return pager.top_k(); }, pager_);
+  }
+  [[nodiscard]] const char* scope() const {
+    return scope_name(std::visit([](const auto& pager) { return pager.scope(); }, pager_));
+  }
+  [[nodiscard]] const std::string& policy() const { return policy_; }
+  [[nodiscard]] std::int32_t capacity(std::int32_t layer) const {
+    return std::visit([&](const auto& pager) { return pager.capacity(layer); }, pager_);
+  }
+  [[nodiscard]] std::int32_t slot_of(std::int32_t layer, std::int32_t expert) const {
+    return std::visit([&](const auto& pager) { return pager.slot_of(layer, expert); }, pager_);
+  }
+  [[nodiscard]] numpy_array expert_map(std::int32_t layer) const {
+    return numpy_copy(
+        std::visit([&](const auto& pager) { return pager.expert_map(layer); }, pager_));
+  }
+  [[nodiscard]] core::cache_stats stats(std::optional<std::int32_t> layer) const {
+    return std::visit(
+        [&](const auto& pager) { return layer ? pager.stats(*layer) : pager.stats(); }, pager_);
+  }
+  [[nodiscard]] std::uintptr_t last_ids_address() const { return last_ids_address_; }
+
+ private:
+  static any_pager make(std::int32_t layers, std::int32_t experts, std::int32_t top_k,
+                        std::int32_t capacity, std::string_view policy, core::cache_scope scope,
+                        std::optional<std::vector<std::int32_t>> layer_capacities,
+                        std::int32_t max_tokens, std::optional<std::vector<array_like>> future) {
+    const core::pager_config config{
+        .layers = layers,
+        .experts = experts,
+        .top_k = top_k,
+        .capacity = capacity,
+        .layer_capacities = layer_capacities.value_or(std::vector<std::int32_t>{}),
+        .scope = scope,
+        .max_tokens = max_tokens};
+    WISP_EXPECTS(future.has_value() == (policy == "belady"),
+                 policy == "belady"
+                     ? "belady needs `future`: each cache's sequence of keys (per-layer scope: one "
+                       "array per layer of the distinct experts of its calls, in first-seen order; "
+                       "global scope: one array of layer * experts + expert keys)"
+                     : "`future` is only for policy='belady'");
+    if (policy == "belady") {
+      std::vector<std::vector<std::int32_t>> keys;
+      for (const array_like& seq : *future) {
+        std::vector<std::int32_t> scratch;
+        const auto span = int32_ids(int_vector_from(seq, "future[i]"), scratch, "future[i]");
+        keys.emplace_back(span.begin(), span.end());
+      }
+      const std::size_t caches =
+          scope == core::cache_scope::global ? 1u : static_cast<std::size_t>(std::max(layers, 0));
+      WISP_EXPECTS(keys.size() == caches, "future holds ", keys.size(), " sequences for ", caches,
+                   " caches (", scope_name(scope), " scope)");
+      return any_pager(std::in_place_type<core::pager<core::belady>>, config,
+                       [&keys](std::int32_t cache) {
+                         const auto& k = keys[static_cast<std::size_t>(cache)];
+                         return core::belady(std::span<const core::cache_key>(k));
+                       });
+    }
+    const auto build = [&]<class P>(std::in_place_type_t<P>) {
+      return any_pager(std::in_place_type<core::pager<P>>, config);
+    };
+    if (policy == "lru")
+      return build(std::in_place_type<core::lru>);
+    if (policy == "fifo")
+      return build(std::in_place_type<core::fifo>);
+    if (policy == "lfu")
+      return build(std::in_place_type<core::lfu>);
+    if (policy == "lfru")
+      return build(std::in_place_type<core::lfru>);
+    if (policy == "fld")
+      return build(std::in_place_type<core::fld>);
+    return build(std::in_place_type<core::least_stale>);
+  }
+
+  any_pager pager_;
+  std::string policy_;
+  std::vector<std::int32_t> scratch32_;  // gathered ids of non-contiguous arrays
+  std::vector<std::int64_t> scratch64_;
+  std::uintptr_t last_ids_address_ = 0;  // the ids the last prepare handed to C++ (for tests)
+};
+
+nb::typed<nb::dict, nb::str, numpy_array> resize_report_dict(const core::resize_report& r) {
+  nb::typed<nb::dict, nb::str, numpy_array> d;
+  d["evicted"] = numpy_copy(std::span<const core::cache_key>(r.evicted));
+  std::vector<std::int32_t> moves;
+  moves.reserve(3 * r.moves.size());
+  for (const core::slot_move& mv : r.moves) {
+    moves.insert(moves.end(), {mv.key, mv.from, mv.to});
+  }
+  d["moves"] = numpy_copy(moves.data(), {static_cast<std::int64_t>(r.moves.size()), 3});
+  return d;
+}
+
+}  // namespace
+
+void bind_pager(nb::module_& m) {
+  nb::class_<core::cache_stats>(m, "CacheStats",
+                                "Counters of a cache (or summed over caches): accesses, hits, "
+                                "misses, evictions and collision misses (a miss on a key evicted "
+                                "earlier in the same step).")
+      .def_ro("accesses", &core::cache_stats::accesses)
+      .def_ro("hits", &core::cache_stats::hits)
+      .def_ro("misses", &core::cache_stats::misses)
+      .def_ro("evictions", &core::cache_stats::evictions)
+      .def_ro("collision_misses", &core::cache_stats::collision_misses)
+      .def_prop_ro("hit_rate", &core::cache_stats::hit_rate, "hits / accesses (0 with no access)")
+      .def(
+          "__eq__", [](const core::cache_stats& a, const core::cache_stats& b) { return a == b; },
+          nb::is_operator())
+      .def("__repr__", [](const core::cache_stats& s) {
+        return "CacheStats(accesses=" + std::to_string(s.accesses) +
+               ", hits=" + std::to_string(s.hits) + ", misses=" + std::to_string(s.misses) +
+               ", evictions=" + std::to_string(s.evictions) +
+               ", collision_misses=" + std::to_string(s.collision_misses) + ")";
+      });
+
+  nb::class_<prepare_snapshot>(
+      m, "PrepareResult",
+      "What one Pager.prepare did. A value: its arrays are read-only and stay valid whatever the "
+      "pager does next, and after the pager is gone.")
+      .def_ro("layer", &prepare_snapshot::layer)
+      .def_ro("hits", &prepare_snapshot::hits,
+              "distinct experts of the call that were resident (hits + misses == len(experts))")
+      .def_ro("misses", &prepare_snapshot::misses,
+              "distinct experts that were not (== len(copy_plan))")
+      .def_prop_ro(
+          "expert_map",
+          [](nb::handle self) {
+            const auto& s = nb::cast<const prepare_snapshot&>(self);
+            return numpy_view(s.map(), {s.map_size}, self);
+          },
+          "int32[experts]: the slot of every expert of this call, -1 for every other expert "
+          "(also for resident experts the call did not request)")
+      .def_prop_ro(
+          "copy_plan",
+          [](nb::handle self) {
+            const auto& s = nb::cast<const prepare_snapshot&>(self);
+            return numpy_view(s.plan(), {s.misses, 2}, self);
+          },
+          "int32[misses, 2]: (expert, slot) rows in access order; copy each expert's host master "
+          "into its slot before the kernel runs")
+      .def_prop_ro(
+          "experts",
+          [](nb::handle self) {
+            const auto& s = nb::cast<const prepare_snapshot&>(self);
+            return numpy_view(s.experts(), {s.distinct}, self);
+          },
+          "int32[distinct]: the distinct experts of the call in first-seen order")
+      .def("__repr__", [](const prepare_snapshot& s) {
+        return "PrepareResult(layer=" + std::to_string(s.layer) +
+               ", hits=" + std::to_string(s.hits) + ", misses=" + std::to_string(s.misses) + ")";
+      });
+
+  nb::class_<token_group_view>(m, "TokenGroup",
+                               "Rows [row_begin, row_end) of a batch and the sorted distinct "
+                               "experts they route to.")
+      .def_ro("row_begin", &token_group_view::row_begin)
+      .def_ro("row_end", &token_group_view::row_end)
+      .def_ro("experts", &token_group_view::experts, "int32 array, sorted ascending")
+      .def("__repr__", [](const token_group_view& g) {
+        return "TokenGroup(rows=" + std::to_string(g.row_begin) + ":" + std::to_string(g.row_end) +
+               ", experts=" + nb::str(g.experts).c_str() + ")";
+      });
+
+  nb::class_<python_pager>(
+      m, "Pager", nb::is_weak_referenceable(),
+      "Per-layer expert paging (wisp::pager<Policy>): prepare(layer, topk_ids) makes exactly the "
+      "experts of a call resident and visible, and returns the expert map and the copy plan for an "
+      "unmodified fused-MoE kernel.\n\n"
+      "policy is one of wisp.POLICIES ('least-stale' is accepted too); scope is 'layer' (one "
+      "cache per layer, capacity = slots per layer) or 'global' (one pool over (layer, expert) "
+      "keys). belady needs `future`: each cache's key sequence. Not thread-safe: one thread at a "
+      "time (calls hold the GIL).")
+      .def(nb::init<std::int32_t, std::int32_t, std::int32_t, std::int32_t, std::string_view,
+                    std::string_view, std::optional<std::vector<std::int32_t>>, std::int32_t,
+                    std::optional<std::vector<array_like>>>(),
+           nb::arg("layers"), nb::arg("experts"), nb::arg("top_k"), nb::arg("capacity"),
+           nb::arg("policy") = "lru", nb::arg("scope") = "layer",
+           nb::arg("layer_capacities") = nb::none(), nb::arg("max_tokens") = 0,
+           nb::arg("future") = nb::none())
+      .def("prepare", &python_pager::prepare, nb::arg("layer"), nb::arg("topk_ids"),
+           nb::arg("out").none() = nb::none(),
+           "Makes exactly the experts of topk_ids ([tokens, k], int32 or int64, numpy or torch "
+           "CPU, any strides) of `layer` resident and visible; O(tokens x k).\n\n"
+           "C-contiguous ids are read in place; other layouts are gathered once into a buffer the "
+           "pager reuses. `out`, if given, is a writable int32[experts] array (numpy or torch CPU) "
+           "that receives the expert map in place. Raises LogicError (nothing changed) on a bad "
+           "layer, shape or id, or a call with more distinct experts than the capacity (split it "
+           "with plan_token_groups / plan_expert_groups).")
+      .def("prepare_experts", &python_pager::prepare_experts, nb::arg("layer"), nb::arg("experts"),
+           "Makes exactly `experts` (1-D, duplicates allowed) of `layer` visible: one group of a "
+           "split. Same semantics and errors as prepare over [len(experts), 1] ids.")
+      .def("plan_token_groups", &python_pager::plan_token_groups, nb::arg("layer"),
+           nb::arg("topk_ids"),
+           "The fewest contiguous row groups of the batch whose expert unions fit the layer's "
+           "capacity (token split). Does not touch the cache.")
+      .def("plan_expert_groups", &python_pager::plan_expert_groups, nb::arg("layer"),
+           nb::arg("topk_ids"),
+           "The batch's distinct experts in ceil(union / capacity) groups, resident experts first "
+           "(expert split). Does not touch the cache.")
+      .def("reserve_tokens", &python_pager::reserve_tokens, nb::arg("tokens"), nb::arg("k"),
+           "Grows the group planner so batches of tokens x k ids plan without allocation.")
+      .def("begin_step", &python_pager::begin_step,
+           "Starts the next forward pass (step + 1); Least-Stale and collision counts use it.")
+      .def_prop_ro("step", &python_pager::step)
+      .def("invalidate", &python_pager::invalidate, nb::arg("layer"), nb::arg("expert"),
+           "Drops `expert` of `layer` from its cache and hides it from the layer's map; returns "
+           "whether it was resident.")
+      .def(
+          "resize_layer",
+          [](python_pager& p, std::int32_t layer, std::int32_t capacity) {
+            return resize_report_dict(p.resize_layer(layer, capacity));
+          },
+          nb::arg("layer"), nb::arg("capacity"),
+          "Per-layer scope: changes the layer's slot count. Returns {'evicted': int32[n], "
+          "'moves': int32[m, 3] of (expert, from_slot, to_slot)}: copy each move's bytes before "
+          "freeing slots >= capacity. Strong guarantee.")
+      .def(
+          "resize_pool",
+          [](python_pager& p, std::int32_t capacity) {
+            return resize_report_dict(p.resize_pool(capacity));
+          },
+          nb::arg("capacity"),
+          "Global scope: changes the pool's slot count; keys are layer * experts + expert.")
+      .def_prop_ro("layers", &python_pager::layers)
+      .def_prop_ro("experts", &python_pager::experts)
+      .def_prop_ro("top_k", &python_pager::top_k)
+      .def_prop_ro("scope", &python_pager::scope)
+      .def_prop_ro("policy", &python_pager::policy)
+      .def("capacity", &python_pager::capacity, nb::arg("layer"),
+           "Slots available to `layer` (the pool's in global scope).")
+      .def("slot_of", &python_pager::slot_of, nb::arg("layer"), nb::arg("expert"),
+           "Slot of `expert` of `layer` if resident (visible or not), else -1.")
+      .def("expert_map", &python_pager::expert_map, nb::arg("layer"),
+           "A copy of the layer's current map (as its last prepare left it).")
+      .def("stats", &python_pager::stats, nb::arg("layer") = nb::none(),
+           "Counters of the cache serving `layer`, or summed over every cache.")
+      .def_prop_ro("_last_ids_address", &python_pager::last_ids_address,
+                   "Address of the ids the last prepare handed to C++ (tests prove zero copy).")
+      .def("__repr__", [](const python_pager& p) {
+        return "Pager(layers=" + std::to_string(p.layers()) +
+               ", experts=" + std::to_string(p.experts()) + ", top_k=" + std::to_string(p.top_k()) +
+               ", policy='" + p.policy() + "', scope='" + p.scope() + "')";
+      });
+
+  nb::class_<core::reroute_table>(
+      m, "RerouteTable",
+      "ExpertWeave's [adapters x experts] -> row table: adapter fine-tuned experts live as extra "
+      "rows [experts, rows) of one expert tensor; adapter id -1 is the base model.")
+      .def(nb::init<std::int32_t, std::int32_t, std::int32_t>(), nb::arg("adapters"),
+           nb::arg("experts"), nb::arg("rows"))
+      .def("assign", &core::reroute_table::assign, nb::arg("adapter"), nb::arg("expert"),
+           nb::arg("row"))
+      .def("row", &core::reroute_table::row, nb::arg("adapter"), nb::arg("expert"))
+      .def(
+          "apply",
+          [](const core::reroute_table& t, array_like topk_ids, array_like adapter_ids) {
+            const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
+            std::vector<std::int32_t> adapters_scratch;
+            const auto adapters = int32_ids(int_vector_from(adapter_ids, "adapter_ids"),
+                                            adapters_scratch, "adapter_ids");
+            const std::int32_t tokens = to_int32(ids.rows, "tokens (rows of topk_ids)");
+            const std::int32_t k = to_int32(ids.cols, "k (columns of topk_ids)");
+            return with_values(ids, [&](const auto& values) {
+              using Id = typename std::decay_t<decltype(values)>::value_type;
+              Id* out = nullptr;
+              numpy_array a = numpy_empty<Id>({ids.rows, ids.cols}, out);
+              t.apply(std::span<const Id>(values), tokens, k, adapters,
+                      std::span<Id>(out, values.size()));
+              return a;
+            });
+          },
+          nb::arg("topk_ids"), nb::arg("adapter_ids"),
+          "Reroutes [tokens, k] ids: out[t, j] = row(adapter_ids[t], topk_ids[t, j]). Returns a "
+          "new array of the ids' dtype.")
+      .def_prop_ro("adapters", &core::reroute_table::adapters)
+      .def_prop_ro("experts", &core::reroute_table::experts)
+      .def_prop_ro("rows", &core::reroute_table::rows)
+      .def_prop_ro(
+          "table",
+          [](const core::reroute_table& t) {
+            return numpy_copy(t.table().data(), {t.adapters(), t.experts()});
+          },
+          "A copy of the table, int32[adapters, experts].");
+}
+
+}  // namespace wisp_python

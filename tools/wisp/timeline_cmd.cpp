@@ -1,0 +1,298 @@
+// SPDX-License-Identifier: Apache-2.0
+// `wisp sim FILE --timeline [--compute-us 50,200,...] [--compute-per-token-us C --tokens B]
+//                [--prefetch none,top-k,percentile] [--overfetch 1,1.5] [--percentile 80]
+//                [--prefetch-distance 1] [--miss-policy fetch|drop|substitute --always-fetch-top
+//                R]`
+// plus the serial sim's --policy, --capacity, --scope, --expert-bytes, --bandwidth-gbps,
+// --miss-latency-us (per copy) and --json/--csv: the timeline simulator (wisp/sim/timeline_sim.hpp)
+// on a link with demand copies first and prefetches in the gaps. One row per policy x capacity x
+// compute time x prefetch setting.
+#include "timeline_cmd.hpp"
+
+#include "trace_source.hpp"
+
+#include <wisp/core/error.hpp>
+#include <wisp/pager/miss_policy.hpp>
+#include <wisp/predict/prefetch.hpp>
+#include <wisp/sim/timeline_sim.hpp>
+#include <wisp/trace/routing_trace.hpp>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace wisp::tool {
+
+struct timeline_options {
+  bool enabled = false;
+  std::vector<double> compute_us{0.0};
+  double compute_per_token_us = 0.0;
+  std::int32_t tokens = 1;
+  std::vector<std::string> prefetch{"none"};
+  std::vector<double> overfetch{1.0};
+  double percentile = 80.0;
+  std::int32_t percentile_limit = 64;
+  std::int32_t distance = 1;
+  std::string miss_policy = "fetch";
+  std::int32_t always_fetch_top = 0;
+};
+
+namespace {
+
+struct prefetch_setting {
+  prefetch_config config;
+  std::string label;  // "none", "top-k x1.5", "percentile 80"
+};
+
+std::vector<prefetch_setting> prefetch_settings(const timeline_options& opt) {
+  std::vector<prefetch_setting> out;
+  for (const std::string& rule : opt.prefetch) {
+    prefetch_config base;
+    base.percentile = opt.percentile;
+    base.limit = opt.percentile_limit;
+    base.distance = opt.distance;
+    if (rule == "none") {
+      out.push_back({base, "none"});
+    } else if (rule == "top-k") {
+      for (const double m : opt.overfetch) {
+        prefetch_config c = base;
+        c.rule = prefetch_rule::top_k;
+        c.overfetch = m;
+        char label[48];
+        std::snprintf(label, sizeof label, "top-k x%g", m);
+        out.push_back({c, label});
+      }
+    } else if (rule == "percentile") {
+      prefetch_config c = base;
+      c.rule = prefetch_rule::percentile;
+      char label[48];
+      std::snprintf(label, sizeof label, "percentile %g", opt.percentile);
+      out.push_back({c, label});
+    } else {
+      throw logic_error("--prefetch: unknown rule '" + rule + "' (valid: none, top-k, percentile)");
+    }
+    out.back().config.validate();
+  }
+  return out;
+}
+
+miss_policy parse_miss_policy(const std::string& name) {
+  if (name == "fetch") {
+    return miss_policy::fetch;
+  }
+  if (name == "drop") {
+    return miss_policy::drop;
+  }
+  if (name == "substitute") {
+    return miss_policy::substitute;
+  }
+  throw logic_error("--miss-policy: unknown policy '" + name +
+                    "' (valid: fetch, drop, substitute)");
+}
+
+struct timeline_row {
+  std::string policy;  // command-line name
+  std::int32_t capacity = 0;
+  double compute_us = 0.0;
+  std::string prefetch;
+  timeline_result result;
+};
+
+double share(double part, double whole) {
+  return whole > 0.0 ? part / whole : 0.0;
+}
+
+nlohmann::ordered_json row_json(const timeline_row& r, const timeline_common& common,
+                                const timeline_options& opt) {
+  const timeline_result& x = r.result;
+  return {{"policy", r.policy},
+          {"scope", common.scope},
+          {"capacity", r.capacity},
+          {"compute_us", r.compute_us},
+          {"compute_per_token_us", opt.compute_per_token_us},
+          {"tokens", opt.tokens},
+          {"prefetch", r.prefetch},
+          {"miss_policy", opt.miss_policy},
+          {"accesses", x.stats.accesses},
+          {"hits", x.stats.hits},
+          {"misses", x.stats.misses},
+          {"demand_copies", x.demand_copies},
+          {"prefetches", x.prefetches_started},
+          {"prefetches_useful", x.prefetches_useful},
+          {"prefetches_cancelled", x.prefetches_cancelled},
+          {"prefetch_precision", x.prefetch_precision},
+          {"prefetch_recall", x.prefetch_recall},
+          {"wasted_prefetch_bytes", x.wasted_prefetch_bytes},
+          {"stall_s", x.stall_seconds},
+          {"compute_s", x.compute_seconds},
+          {"total_s", x.total_seconds},
+          {"tpot_ms", 1e3 * x.tpot_seconds},
+          {"link_busy_s", x.link_busy_seconds},
+          {"dropped", x.rewrite.dropped},
+          {"substituted", x.rewrite.substituted},
+          {"dropped_weight_share", share(x.rewrite.dropped_weight, x.routed_weight)},
+          {"substituted_weight_share", share(x.rewrite.substituted_weight, x.routed_weight)}};
+}
+
+}  // namespace
+
+std::shared_ptr<timeline_options> add_timeline_options(CLI::App& sim) {
+  auto opt = std::make_shared<timeline_options>();
+  auto* group = sim.add_option_group(
+      "timeline", "--timeline: link and compute queues, demand copies first, prefetch in the gaps");
+  group->add_flag("--timeline", opt->enabled,
+                  "run the timeline simulator instead of the serial stall model");
+  group
+      ->add_option("--compute-us", opt->compute_us,
+                   "comma-separated per-layer compute times (fixed part), microseconds")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  group
+      ->add_option("--compute-per-token-us", opt->compute_per_token_us,
+                   "per-layer compute per token, microseconds")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  group
+      ->add_option("--tokens", opt->tokens,
+                   "tokens each layer computes per pass (scales compute only; the routing stays "
+                   "the trace's)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  group
+      ->add_option("--prefetch", opt->prefetch,
+                   "comma-separated prefetch rules among none, top-k, percentile")
+      ->delimiter(',');
+  group
+      ->add_option("--overfetch", opt->overfetch,
+                   "comma-separated top-k overfetch factors (k x m experts)")
+      ->delimiter(',')
+      ->check(CLI::NonNegativeNumber);
+  group
+      ->add_option("--percentile", opt->percentile,
+                   "percentile rule: prefetch experts scored above this percentile")
+      ->check(CLI::Range(0.0, 100.0))
+      ->capture_default_str();
+  group
+      ->add_option("--percentile-limit", opt->percentile_limit,
+                   "percentile rule: at most this many experts per layer")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  group
+      ->add_option("--prefetch-distance", opt->distance,
+                   "prefetch the layer this many layers after the one just routed")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  group
+      ->add_option("--miss-policy", opt->miss_policy,
+                   "fetch (exact), or the APPROXIMATE drop / substitute that change outputs")
+      ->check(CLI::IsMember({"fetch", "drop", "substitute"}))
+      ->capture_default_str();
+  group
+      ->add_option("--always-fetch-top", opt->always_fetch_top,
+                   "drop/substitute: each token's R highest-weight experts are always fetched")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  return opt;
+}
+
+bool timeline_requested(const timeline_options& options) {
+  return options.enabled;
+}
+
+void run_timeline(const timeline_options& opt, const timeline_common& common) {
+  if (common.bandwidth_gbps <= 0.0) {
+    throw logic_error("--timeline needs a link: give --bandwidth-gbps > 0 (and --expert-bytes)");
+  }
+  const std::vector<prefetch_setting> settings = prefetch_settings(opt);
+  const trace::routing_trace t = load_trace(common.file);
+  timeline_config config;
+  config.scope = common.scope == "global" ? cache_scope::global : cache_scope::per_layer;
+  config.link = link_model{common.bandwidth_gbps * 1e9, common.latency_us * 1e-6};
+  config.expert_bytes = common.expert_bytes;
+  config.compute_per_token_seconds = opt.compute_per_token_us * 1e-6;
+  config.tokens = opt.tokens;
+  config.miss = miss_options{parse_miss_policy(opt.miss_policy), opt.always_fetch_top};
+  if (config.miss.policy != miss_policy::fetch && !common.json && !common.csv) {
+    std::printf(
+        "NOTE: --miss-policy %s is APPROXIMATE: it changes the model's outputs (see the "
+        "dropped / substituted gate-weight shares)\n",
+        opt.miss_policy.c_str());
+  }
+
+  std::vector<timeline_row> rows;
+  for (const std::int64_t capacity : common.capacities) {
+    config.capacity = static_cast<std::int32_t>(capacity);
+    for (const double compute : opt.compute_us) {
+      config.compute_seconds = compute * 1e-6;
+      for (std::size_t p = 0; p < common.policies.size(); ++p) {
+        for (const prefetch_setting& setting : settings) {
+          if (common.policies[p] == "belady" && setting.config.rule != prefetch_rule::none) {
+            continue;  // belady replays its own future: demand paging only
+          }
+          config.prefetch = setting.config;
+          rows.push_back({common.policies[p], config.capacity, compute, setting.label,
+                          simulate_timeline_named(common.policies[p], t, config)});
+        }
+      }
+    }
+  }
+
+  if (common.json) {
+    nlohmann::ordered_json out;
+    out["results"] = nlohmann::ordered_json::array();
+    for (const timeline_row& r : rows) {
+      out["results"].push_back(row_json(r, common, opt));
+    }
+    std::cout << out.dump() << '\n';
+    return;
+  }
+  if (common.csv) {
+    bool header = true;
+    for (const timeline_row& r : rows) {
+      const nlohmann::ordered_json j = row_json(r, common, opt);
+      std::string line;
+      if (header) {
+        for (const auto& [key, value] : j.items()) {
+          line += (line.empty() ? "" : ",") + key;
+        }
+        std::printf("%s\n", line.c_str());
+        line.clear();
+        header = false;
+      }
+      for (const auto& [key, value] : j.items()) {
+        line += (line.empty() ? "" : ",") +
+                (value.is_string() ? value.get<std::string>() : value.dump());
+      }
+      std::printf("%s\n", line.c_str());
+    }
+    return;
+  }
+  const auto& shape = t.shape();
+  std::printf("%s: %zu steps, %d layers x %d experts, top-%d; scope %s\n", common.file.c_str(),
+              t.steps(), shape.layers, shape.experts, shape.top_k, common.scope.c_str());
+  std::printf(
+      "link %.3g GB/s + %.3g us per copy, %llu B per expert -> %.3f ms per copy; compute per "
+      "layer = compute_us + %.3g us x %d tokens\n\n",
+      common.bandwidth_gbps, common.latency_us,
+      static_cast<unsigned long long>(common.expert_bytes),
+      1e3 * config.link.copy_seconds(common.expert_bytes), opt.compute_per_token_us, opt.tokens);
+  std::printf("%-18s %5s %9s %-16s %10s %9s %10s %8s %8s %9s %9s\n", "policy", "cap", "compute",
+              "prefetch", "misses", "prefetch", "useful", "prec", "recall", "stall_s", "tpot_ms");
+  for (const timeline_row& r : rows) {
+    const timeline_result& x = r.result;
+    std::printf("%-18s %5d %9.1f %-16s %10llu %9llu %10llu %8.4f %8.4f %9.3f %9.3f\n",
+                r.policy.c_str(), r.capacity, r.compute_us, r.prefetch.c_str(),
+                static_cast<unsigned long long>(x.stats.misses),
+                static_cast<unsigned long long>(x.prefetches_started),
+                static_cast<unsigned long long>(x.prefetches_useful), x.prefetch_precision,
+                x.prefetch_recall, x.stall_seconds, 1e3 * x.tpot_seconds);
+  }
+}
+
+}  // namespace wisp::tool
