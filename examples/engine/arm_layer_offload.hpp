@@ -49,7 +49,7 @@ class layer_offload_residency final : public residency {
 
   void begin_forward(std::int32_t tokens, bool /*warm*/) override { wide_ = tokens * K_ >= E_; }
 
-  std::span<const row_copy> ahead(std::int32_t layer) override {
+  std::span<const row_copy> ahead(std::int32_t layer, const link_window& /*window*/) override {
     if (layer < resident_ || !wide_) {
       return {};
     }

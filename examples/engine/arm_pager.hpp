@@ -7,7 +7,8 @@
 ///   per-layer reuse profile and a working-set KV curve of the warm-up sessions, with a floor of
 ///   one session;
 /// - `pager+dynamic`: `pager+plan`, then the online controller resizes both pools at drained
-///   barriers (pager_resize.hpp).
+///   barriers (pager_resize.hpp);
+/// - `pager+prefetch`: `pager`, plus predictor-driven next-layer prefetch (prefetcher.hpp).
 ///
 /// Per layer: a call whose distinct experts fit the cap is one `prepare` (one launch); a wider
 /// call (prefill) is split by expert, each expert fetched at most once per forward: the resident
@@ -16,6 +17,7 @@
 #pragma once
 
 #include "pager_resize.hpp"
+#include "prefetcher.hpp"
 #include "residency.hpp"
 
 #include <wisp/alloc/configurator.hpp>
@@ -58,7 +60,7 @@ class pager_residency final : public residency {
     E_ = ctx.model.experts;
     wisp::alloc::admission_floor floor = ctx.floor;
     wisp::alloc::split split;
-    if (kind_ == arm_kind::pager) {
+    if (kind_ == arm_kind::pager || kind_ == arm_kind::pager_prefetch) {
       split = wisp::alloc::make_split(ctx.spec, ctx.budget,
                                       static_cast<std::uint64_t>(budget_cap(ctx)));
     } else {
@@ -78,6 +80,11 @@ class pager_residency final : public residency {
     if (kind_ == arm_kind::pager_dynamic) {
       resizer_->start_controller(ctx.requests);
     }
+    if (kind_ == arm_kind::pager_prefetch) {
+      prefetcher_.emplace(ctx.model, ctx.options.prefetch);
+      prefetcher_->learn(ctx.warmup.tokens);
+      copy_seconds_ = ctx.dev.timeline().link().copy_seconds(ctx.model.expert_bytes());
+    }
     seen_.assign(static_cast<std::size_t>(E_), 0);
     record_calls_ = kind_ == arm_kind::pager && ctx.options.forced_resizes.empty();  // fixed cap
     memory_plan m;
@@ -87,9 +94,12 @@ class pager_residency final : public residency {
     return m;
   }
 
-  void begin_forward(std::int32_t /*tokens*/, bool warm) override {
+  void begin_forward(std::int32_t tokens, bool warm) override {
     pager_->begin_step();
     warm_ = warm;
+    if (prefetcher_ && !warm) {
+      prefetcher_->begin_forward(tokens);
+    }
     if (record_calls_) {
       calls_.push_back(-1);  // a forward starts
     }
@@ -97,8 +107,8 @@ class pager_residency final : public residency {
 
   std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
                                     std::int32_t tokens) override {
-    if (kind_ == arm_kind::pager_dynamic && !warm_) {
-      resizer_->record_experts(layer, ids);
+    if (prefetcher_ && !warm_) {
+      prefetcher_->observe(layer, ids);
     }
     distinct_experts(ids, seen_, experts_);
     std::size_t n = 0;
@@ -132,10 +142,21 @@ class pager_residency final : public residency {
     return launches_;
   }
 
+  /// `pager+prefetch`: the predicted experts of `layer` that fit the link's idle time.
+  std::span<const row_copy> ahead(std::int32_t layer, const link_window& window) override {
+    if (!prefetcher_ || warm_) {
+      return {};
+    }
+    return prefetcher_->prefetch(*pager_, layer, window, copy_seconds_);
+  }
+
   /// `pager` at a fixed cap: replays every recorded call (warm-up included) through a
   /// `wisp::pager<belady>` of the same cap, built from each layer's future, and reports the
   /// optimum's copies in the evaluated calls.
   void finish(arm_result& res) override {
+    if (prefetcher_) {
+      res.prefetch_useful = prefetcher_->useful();
+    }
     if (!record_calls_) {
       return;
     }
@@ -177,8 +198,11 @@ class pager_residency final : public residency {
 
  private:
   /// Copies a prepare result (its spans die with the next prepare of the layer) into launch `i`;
-  /// `pager` also records the call for `finish`.
+  /// `pager` also records the call for `finish`, `pager+dynamic` for its controller.
   void keep(std::size_t i, std::int32_t layer, const wisp::prepare_result& r) {
+    if (kind_ == arm_kind::pager_dynamic && !warm_) {
+      resizer_->record_call(layer, r.experts);
+    }
     if (record_calls_) {  // (layer, warm, n, experts...)
       calls_.insert(calls_.end(),
                     {layer, warm_ ? 1 : 0, static_cast<std::int32_t>(r.experts.size())});
@@ -242,6 +266,8 @@ class pager_residency final : public residency {
   bool record_calls_ = false;  // for the Belady bound (finish)
   std::unique_ptr<wisp::pager<Policy>> pager_;
   std::optional<pager_resizer<Policy>> resizer_;
+  std::optional<next_layer_prefetcher> prefetcher_;  // pager+prefetch only
+  double copy_seconds_ = 0;                          // one expert on the link
   std::vector<std::uint8_t> seen_;
   std::vector<std::int32_t> experts_, resident_, missing_;
   std::vector<std::vector<std::int32_t>> maps_;

@@ -23,11 +23,16 @@ namespace wisp_engine {
 
 inline constexpr const char* usage = R"(usage: wisp-engine [options]
   --arms A,B,...        arms (default: full,layer-offload,on-demand,static-hot,pager,pager+plan,
-                        pager+dynamic); full also runs at the smallest budget where it fits
-                        when it does not fit the budget (the upper bound)
+                        pager+dynamic,pager+prefetch); full also runs at the smallest budget
+                        where it fits when it does not fit the budget (the upper bound)
   --policies P,Q,...    eviction policies of the pager arm, one arm each (default: lru,fifo,lfu,
-                        lfru,fld,least_stale; least-stale is accepted too)
-  --policy NAME         policy of pager+plan and pager+dynamic (default lru)
+                        lfu_history,lfru,fld,least_stale,decayed_frequency,predicted_next_use;
+                        least-stale is accepted too)
+  --policy NAME         policy of pager+plan, pager+dynamic and pager+prefetch (default lru)
+  --prefetch RULE       pager+prefetch: top-k (default: k x tokens x overfetch of the predictor's
+                        best) or percentile (those above --percentile, at most k x tokens)
+  --overfetch M         pager+prefetch, top-k: the multiplier (default 1)
+  --percentile P        pager+prefetch, percentile: the score percentile to exceed (default 80)
   --budget BYTES        device budget for resident experts + KV (default 48MiB)
   --bandwidth GBPS      modelled host->device link, GB/s (default 25)
   --latency-us US       modelled latency of one copy, microseconds (default 10)
@@ -51,14 +56,20 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
   --json                print the comparison as JSON
 )";
 
+/// Every pager eviction policy, as the default `--policies`.
+[[nodiscard]] inline std::vector<std::string> all_policies() {
+  const std::vector<std::string_view> names = policy_names();
+  return {names.begin(), names.end()};
+}
+
 /// @brief Everything the command line sets.
 struct cli_options {
   engine_options base;
   model_config model;
   std::vector<arm_kind> arms = {
-      arm_kind::full,  arm_kind::layer_offload, arm_kind::on_demand,    arm_kind::static_hot,
-      arm_kind::pager, arm_kind::pager_plan,    arm_kind::pager_dynamic};
-  std::vector<std::string> policies = {"lru", "fifo", "lfu", "lfru", "fld", "least_stale"};
+      arm_kind::full,  arm_kind::layer_offload, arm_kind::on_demand,     arm_kind::static_hot,
+      arm_kind::pager, arm_kind::pager_plan,    arm_kind::pager_dynamic, arm_kind::pager_prefetch};
+  std::vector<std::string> policies = all_policies();
   std::string workload = "chat";
   std::string routing = "synthetic";
   std::string trace_file;
@@ -142,23 +153,35 @@ inline std::vector<std::string> split_list(std::string_view list) {
         const auto arm = parse_arm(s);
         WISP_EXPECTS(arm.has_value(), "--arms: unknown arm '", s,
                      "' (valid: full, layer-offload, on-demand, static-hot, pager, pager+plan, "
-                     "pager+dynamic)");
+                     "pager+dynamic, pager+prefetch)");
         o.arms.push_back(*arm);
       }
     } else if (a == "--policies") {
       o.policies.clear();
       for (const std::string& s : detail::split_list(value())) {
         const auto p = canonical_policy(s);
-        WISP_EXPECTS(p.has_value(), "--policies: unknown policy '", s,
-                     "' (valid: lru, fifo, lfu, lfru, fld, least_stale or least-stale)");
+        WISP_EXPECTS(p.has_value(), "--policies: unknown policy '", s, "' (valid: ", policy_list(),
+                     ")");
         o.policies.push_back(*p);
       }
     } else if (a == "--policy") {
       const std::string_view s = value();
       const auto p = canonical_policy(s);
-      WISP_EXPECTS(p.has_value(), "--policy: unknown policy '", s,
-                   "' (valid: lru, fifo, lfu, lfru, fld, least_stale or least-stale)");
+      WISP_EXPECTS(p.has_value(), "--policy: unknown policy '", s, "' (valid: ", policy_list(),
+                   ")");
       o.base.policy = *p;
+    } else if (a == "--prefetch") {
+      const std::string_view s = value();
+      WISP_EXPECTS(s == "top-k" || s == "percentile", "--prefetch: unknown rule '", s,
+                   "' (valid: top-k, percentile)");
+      o.base.prefetch.rule =
+          s == "top-k" ? wisp::prefetch_rule::top_k : wisp::prefetch_rule::percentile;
+    } else if (a == "--overfetch") {
+      o.base.prefetch.overfetch = to_double(a, value(), 0);
+    } else if (a == "--percentile") {
+      o.base.prefetch.percentile = to_double(a, value(), 0);
+      WISP_EXPECTS(o.base.prefetch.percentile <= 100, "--percentile: ", o.base.prefetch.percentile,
+                   " is over 100");
     } else if (a == "--budget") {
       o.base.budget_bytes = wisp::alloc::parse_byte_size(std::string(value())).count();
     } else if (a == "--bandwidth") {

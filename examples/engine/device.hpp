@@ -51,12 +51,14 @@ enum class compute_op : std::uint8_t {
 using compute_clock = std::function<double(compute_op, std::int64_t units)>;
 
 /// Host-to-device copy: master experts `[expert, expert + count)` of the current layer into rows
-/// `[row, row + count)` of tensor `tensor` (one copy, one link latency).
+/// `[row, row + count)` of tensor `tensor` (one copy, one link latency). `prefetch`: a predicted
+/// expert, not one a call asked for (counted apart).
 struct row_copy {
   std::int32_t tensor = 0;
   std::int32_t row = 0;
   std::int32_t expert = 0;
   std::int32_t count = 1;
+  bool prefetch = false;
 };
 
 /// @brief The modelled device of one arm's run. Not thread-safe.
@@ -107,7 +109,7 @@ class device {
       r.ready = done;
       r.pending = w_->master(layer, c.expert + i);
     }
-    expert_copies_ += static_cast<std::uint64_t>(c.count);
+    (c.prefetch ? prefetch_copies_ : expert_copies_) += static_cast<std::uint64_t>(c.count);
     return done;
   }
 
@@ -166,11 +168,22 @@ class device {
     return timeline_.compute(seconds, waits);
   }
 
+  /// Host CPU time `f` took (0 with a modelled clock): host work that runs beside the device's
+  /// queues, such as a prefetch decision while the layer's kernels run.
+  template <class F>
+  double host_seconds(F&& f) {
+    const double t0 = clock_ ? 0 : thread_seconds();
+    f();
+    return clock_ ? 0 : thread_seconds() - t0;
+  }
+
   /// When the compute queue is free (the time the next compute op would start at the earliest).
   [[nodiscard]] double compute_free() const noexcept { return timeline_.compute_done().time; }
   [[nodiscard]] const wisp::device_timeline& timeline() const noexcept { return timeline_; }
-  /// Expert rows copied over the link so far.
+  /// Expert rows copied over the link so far because a call or a known schedule needed them.
   [[nodiscard]] std::uint64_t expert_copies() const noexcept { return expert_copies_; }
+  /// Expert rows copied over the link so far as predictions (`row_copy::prefetch`).
+  [[nodiscard]] std::uint64_t prefetch_copies() const noexcept { return prefetch_copies_; }
 
  private:
   struct row_state {
@@ -193,6 +206,7 @@ class device {
   std::vector<std::unique_ptr<tensor_type>> tensors_;
   std::vector<std::vector<row_state>> rows_;  // per tensor, per row
   std::uint64_t expert_copies_ = 0;
+  std::uint64_t prefetch_copies_ = 0;
 };
 
 }  // namespace wisp_engine

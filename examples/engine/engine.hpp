@@ -40,9 +40,47 @@ namespace wisp_engine {
           static_cast<std::uint32_t>(c.block_tokens)};
 }
 
+namespace detail {
+template <class Policy>
+std::unique_ptr<residency> make_pager(arm_kind arm) {
+  return std::make_unique<pager_residency<Policy>>(arm);
+}
+/// A pager eviction policy by name.
+struct pager_policy {
+  std::string_view name;
+  std::unique_ptr<residency> (*make)(arm_kind);
+};
+/// Every eviction policy of wisp that needs nothing but the pager's calls (`belady` needs the
+/// future). In the pager's per-layer scope `predicted_next_use` evicts as `decayed_frequency`
+/// does (its predictor term needs global scope), and `fld` and `least_stale` as `lru` does.
+inline constexpr pager_policy pager_policies[] = {
+    {"lru", make_pager<wisp::lru>},
+    {"fifo", make_pager<wisp::fifo>},
+    {"lfu", make_pager<wisp::lfu>},
+    {"lfu_history", make_pager<wisp::lfu_history>},
+    {"lfru", make_pager<wisp::lfru>},
+    {"fld", make_pager<wisp::fld>},
+    {"least_stale", make_pager<wisp::least_stale>},
+    {"decayed_frequency", make_pager<wisp::decayed_frequency>},
+    {"predicted_next_use", make_pager<wisp::predicted_next_use>},
+};
+}  // namespace detail
+
 /// Eviction policies of the pager arms (`least-stale` is accepted for `least_stale`).
 [[nodiscard]] inline std::vector<std::string_view> policy_names() {
-  return {"lru", "fifo", "lfu", "lfru", "fld", "least_stale"};
+  std::vector<std::string_view> out;
+  for (const detail::pager_policy& p : detail::pager_policies) {
+    out.push_back(p.name);
+  }
+  return out;
+}
+/// The valid policy names, for messages.
+[[nodiscard]] inline std::string policy_list() {
+  std::string out;
+  for (const std::string_view p : policy_names()) {
+    out += std::string(p) + ", ";
+  }
+  return out + "or least-stale";
 }
 /// The policy's canonical name, or nullopt when unknown.
 [[nodiscard]] inline std::optional<std::string> canonical_policy(std::string_view name) {
@@ -73,25 +111,13 @@ namespace wisp_engine {
     default:
       break;
   }
-  const std::optional<std::string> p = canonical_policy(policy);
-  WISP_EXPECTS(p.has_value(), "unknown policy '", policy,
-               "' (valid: lru, fifo, lfu, lfru, fld, least_stale or least-stale)");
-  if (*p == "lru") {
-    return std::make_unique<pager_residency<wisp::lru>>(arm);
+  const std::string name = canonical_policy(policy).value_or("");
+  for (const detail::pager_policy& p : detail::pager_policies) {
+    if (p.name == name) {
+      return p.make(arm);
+    }
   }
-  if (*p == "fifo") {
-    return std::make_unique<pager_residency<wisp::fifo>>(arm);
-  }
-  if (*p == "lfu") {
-    return std::make_unique<pager_residency<wisp::lfu>>(arm);
-  }
-  if (*p == "lfru") {
-    return std::make_unique<pager_residency<wisp::lfru>>(arm);
-  }
-  if (*p == "fld") {
-    return std::make_unique<pager_residency<wisp::fld>>(arm);
-  }
-  return std::make_unique<pager_residency<wisp::least_stale>>(arm);
+  WISP_FAIL(wisp::logic_error, "unknown policy '", policy, "' (valid: ", policy_list(), ")");
 }
 
 /// The smallest budget where `full` fits: every expert plus the KV floor of `max_running`

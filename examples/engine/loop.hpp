@@ -11,8 +11,8 @@
 ///    rows), then the launch in two parts: the experts whose rows are already in place first,
 ///    then the ones still being copied, so resident experts compute while misses are on the link;
 ///    each part waits only for the copies into the rows it reads;
-/// 4. the arm's `ahead` copies of the next layer, no earlier than this layer's planning (they
-///    overlap the rest of this layer wherever their rows are free);
+/// 4. the arm's `ahead` copies of the next layer, no earlier than this layer's planning plus the
+///    host time `ahead` took (they overlap the rest of this layer wherever their rows are free);
 /// 5. the ordered combine of the layer's positions (measured compute).
 ///
 /// TTFT, TPOT and tokens/s come from this timeline. The warm-up replay runs the same calls with
@@ -49,7 +49,7 @@ class serving_loop {
     for (const warmup_log::forward& f : log.forwards) {
       arm_.begin_forward(f.tokens, true);
       for (std::int32_t l = 0; l < w_.cfg.layers; ++l) {
-        fill(l, arm_.ahead(l));
+        fill(l, arm_.ahead(l, {}));
         for (const moe_launch& launch : arm_.layer(l, f.layer(l, K), f.tokens)) {
           fill(l, launch.copies);
         }
@@ -104,6 +104,7 @@ class serving_loop {
     res.stall_seconds = dev_.timeline().stats().stall_seconds;
     res.bytes_moved = dev_.timeline().stats().copy_bytes;
     res.expert_copies = dev_.expert_copies();
+    res.prefetch_copies = dev_.prefetch_copies();
     res.expert_accesses = accesses_;
     res.hit_rate = accesses_ > 0 ? 1.0 - std::min(1.0, static_cast<double>(res.expert_copies) /
                                                            static_cast<double>(accesses_))
@@ -121,7 +122,8 @@ class serving_loop {
     const std::int32_t T = dense_.tokens();
     const std::int32_t K = w_.cfg.top_k;
     arm_.begin_forward(T, false);
-    issue(0, arm_.ahead(0), {dev_.compute_free()});  // issued as the forward starts
+    const double start = dev_.compute_free();
+    issue(0, arm_.ahead(0, {start, start}), {start});  // issued as the forward starts
     dev_.compute(compute_op::embed, [&] {
       dense_.embed();
       return T;
@@ -154,7 +156,15 @@ class serving_loop {
         positions += run(launch, now, true) + run(launch, now, false);
       }
       if (l + 1 < w_.cfg.layers) {
-        issue(l + 1, arm_.ahead(l + 1), planned);  // issued during layer l, a layer ahead
+        // Issued during layer l, a layer ahead: the link is free from the later of its last copy
+        // and this layer's planning until this layer's kernels end.
+        // The host decides them beside the device's queues: they go out that much later.
+        const link_window window{std::max(dev_.timeline().copies_done().time, planned.time),
+                                 dev_.compute_free()};
+        std::span<const row_copy> ahead;
+        const double decided =
+            dev_.host_seconds([&] { ahead = arm_.ahead(l + 1, window); }) + planned.time;
+        issue(l + 1, ahead, {decided});
       }
       WISP_EXPECTS(positions == static_cast<std::int64_t>(T) * K, "the launches of layer ", l,
                    " computed ", positions, " of ", T * K,

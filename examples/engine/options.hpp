@@ -8,6 +8,7 @@
 #include <wisp/alloc/controller.hpp>
 #include <wisp/alloc/resize.hpp>
 #include <wisp/alloc/split.hpp>
+#include <wisp/predict/prefetch.hpp>
 #include <wisp/transfer/timeline.hpp>
 
 #include <cstdint>
@@ -28,10 +29,12 @@ enum class arm_kind : std::uint8_t {
   static_hot,     ///< per layer, the warm-up's most frequent experts pinned, misses staged
   pager,          ///< `wisp::pager<Policy>` at the largest cap that leaves the KV floor
   pager_plan,     ///< the pager at the cap and KV blocks of `wisp::alloc::configure`
-  pager_dynamic   ///< `pager_plan`, then the online controller resizes at drained barriers
+  pager_dynamic,  ///< `pager_plan`, then the online controller resizes at drained barriers
+  pager_prefetch  ///< `pager`, plus predictor-driven next-layer prefetch in the link's idle time
 };
-inline constexpr std::string_view arm_names[] = {
-    "full", "layer-offload", "on-demand", "static-hot", "pager", "pager+plan", "pager+dynamic"};
+inline constexpr std::string_view arm_names[] = {"full",          "layer-offload", "on-demand",
+                                                 "static-hot",    "pager",         "pager+plan",
+                                                 "pager+dynamic", "pager+prefetch"};
 
 [[nodiscard]] inline std::string_view arm_name(arm_kind a) noexcept {
   return arm_names[static_cast<int>(a)];
@@ -58,6 +61,9 @@ struct engine_options {
   std::uint64_t budget_bytes = 48ull << 20;  ///< device budget: resident experts + KV
   wisp::link_model link{};                   ///< the host-to-device link (25 GB/s, 10 us)
   std::string policy = "lru";                ///< pager eviction policy
+  /// pager+prefetch: how many of the predictor's best experts a batch prefetches (`top_k`:
+  /// `k x tokens x overfetch`), at most what fits the link's idle time.
+  wisp::prefetch_config prefetch{.rule = wisp::prefetch_rule::top_k};
   std::int32_t cap = 0;   ///< pager and static-hot: per-layer cap (0 = from the budget)
   std::int32_t hot = -1;  ///< static-hot: pinned experts per layer (-1 = chosen on the warm-up)
   std::int32_t max_running = 4;  ///< sessions decoded together
@@ -108,11 +114,13 @@ struct arm_result {
   std::uint64_t budget = 0;  ///< the budget it ran at
   std::string note;          ///< why infeasible, or the memory the arm used
   double decode_tok_s = 0, prefill_tok_s = 0, ttft_s = 0, tpot_s = 0;
-  double hit_rate = 0;            ///< 1 - expert rows copied / distinct experts routed per call
-  double seconds = 0;             ///< modelled time of the whole run
+  double hit_rate = 0;  ///< 1 - expert_copies / expert_accesses (distinct experts routed per call)
+  double seconds = 0;   ///< modelled time of the whole run
   double stall_seconds = 0;       ///< compute-queue time spent waiting for copies
   std::uint64_t bytes_moved = 0;  ///< bytes over the link
-  std::uint64_t expert_copies = 0, expert_accesses = 0;
+  std::uint64_t expert_copies = 0, expert_accesses = 0;  ///< copies a call or schedule needed
+  std::uint64_t prefetch_copies = 0;  ///< pager+prefetch: predicted experts copied
+  std::uint64_t prefetch_useful = 0;  ///< of those, the ones the next call used
   /// `pager` at a fixed cap: the copies of Belady's offline optimum on the same calls at the same
   /// cap (a bound on what any eviction policy could save); -1 elsewhere.
   std::int64_t belady_copies = -1;

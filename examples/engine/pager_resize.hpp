@@ -3,8 +3,9 @@
 /// @brief Resizing the pager arms at drained barriers: forced cap changes (tests) and the online
 /// controller of `pager+dynamic`.
 ///
-/// The controller (`wisp::alloc::split_controller`) is fed, every burst, the exact per-layer
-/// expert reuse distances and the KV block reuse distances of
+/// The controller (`wisp::alloc::split_controller`) is fed, every burst, each pager call's experts
+/// (`record_expert_call`: it measures their per-layer reuse distances the way the pager serves a
+/// call, the call's experts protected from each other) and the KV block reuse distances of
 /// `wisp::reuse::reuse_distance_counter`, and proposes a split at every `dynamic_burst`-th
 /// barrier; the proposal is clamped by the dual-resize law's KV target
 /// (`wisp::alloc::dual_resize_target`) and applied shrinking first through `plan_transition` /
@@ -51,14 +52,11 @@ class pager_resizer {
 
   [[nodiscard]] const engine_options& options() const noexcept { return *opt_; }
 
-  /// The controller starts at the current cap; one exact counter per layer (keys = experts) and
-  /// one over KV blocks (keys = (request, block index), so a block keeps its key when the pool
-  /// compacts it or a preempted session recomputes it).
+  /// The controller starts at the current cap; one exact counter over KV blocks (keys =
+  /// (request, block index), so a block keeps its key when the pool compacts it or a preempted
+  /// session recomputes it).
   void start_controller(const std::vector<request>& requests) {
     ctl_.emplace(spec_, budget_, floor_, cost_params(*opt_), opt_->controller, current_.expert_cap);
-    for (std::int32_t l = 0; l < pager_->layers(); ++l) {
-      expert_reuse_.emplace_back(static_cast<std::size_t>(pager_->experts()));
-    }
     std::uint64_t keys = 0;
     for (const request& r : requests) {
       kv_key_base_.push_back(keys);
@@ -69,12 +67,10 @@ class pager_resizer {
     kv_reuse_.emplace(static_cast<std::size_t>(std::max<std::uint64_t>(keys, 1)));
   }
 
-  /// Every (token, expert) access of layer `l`'s MoE, into the expert stream.
-  void record_experts(std::int32_t l, std::span<const std::int32_t> ids) {
-    auto& counter = expert_reuse_[static_cast<std::size_t>(l)];
-    for (const std::int32_t e : ids) {
-      ctl_->record_expert(counter.access(static_cast<std::uint32_t>(e)));
-    }
+  /// One pager call of layer `l` (its distinct experts), into the expert stream.
+  void record_call(std::int32_t l, std::span<const std::int32_t> experts) {
+    call_.assign(experts.begin(), experts.end());
+    ctl_->record_expert_call(static_cast<std::uint32_t>(l), call_);
   }
 
   /// After each forward: every block its attention read, once, into the KV stream; every
@@ -224,7 +220,7 @@ class pager_resizer {
   wisp::alloc::admission_floor floor_;
   wisp::alloc::split current_;                        // the split in force (check_split)
   std::optional<wisp::alloc::split_controller> ctl_;  // pager+dynamic only
-  std::vector<wisp::reuse::reuse_distance_counter> expert_reuse_;  // one per layer
+  std::vector<std::uint32_t> call_;  // record_call's experts as the controller takes them
   std::optional<wisp::reuse::reuse_distance_counter> kv_reuse_;
   std::vector<std::uint64_t> kv_key_base_;  // first KV key of each request
   std::uint64_t burst_peak_kv_ = 0;         // most KV blocks in use this burst

@@ -245,6 +245,10 @@ inline void write_json(std::ostream& os, const comparison& c) {
       if (r.belady_copies >= 0) {
         os << ",\"belady_copies\":" << r.belady_copies;
       }
+      if (a.spec.kind == arm_kind::pager_prefetch) {
+        os << ",\"prefetch_copies\":" << r.prefetch_copies
+           << ",\"prefetch_useful\":" << r.prefetch_useful;
+      }
       os << ",\"decode_tokens\":" << r.decode_tokens << ",\"prefill_tokens\":" << r.prefill_tokens
          << ",\"preemptions\":" << r.preemptions << ",\"resizes\":" << r.resizes
          << ",\"controller_moves\":" << r.controller_moves
@@ -277,16 +281,16 @@ inline void write_table(std::FILE* out, const comparison& c) {
     std::snprintf(hi, sizeof hi, fmt, f.max * scale);
     return std::string(b) + " [" + lo + "-" + hi + "]";
   };
-  std::fprintf(out, "\n%-22s %-22s %-22s %-22s %-22s %6s %10s %7s %11s %s\n", "arm",
+  std::fprintf(out, "\n%-26s %-22s %-22s %-22s %-22s %6s %10s %7s %11s %s\n", "arm",
                "decode tok/s [min-max]", "prefill tok/s", "TTFT s", "TPOT ms", "hit", "moved",
                "preempt", "rows/KV", "digest");
   for (const arm_runs& a : c.arms) {
     const arm_result& r = a.runs.front();
     if (!r.feasible) {
-      std::fprintf(out, "%-22s %s\n", a.label().c_str(), r.note.c_str());
+      std::fprintf(out, "%-26s %s\n", a.label().c_str(), r.note.c_str());
       continue;
     }
-    std::fprintf(out, "%-22s %-22s %-22s %-22s %-22s %6.3f %10s %7llu %5d/%-5llu %016llx\n",
+    std::fprintf(out, "%-26s %-22s %-22s %-22s %-22s %6.3f %10s %7llu %5d/%-5llu %016llx\n",
                  a.label().c_str(),
                  fig(figure_of(a, [](auto& x) { return x.decode_tok_s; }), "%.1f", 1).c_str(),
                  fig(figure_of(a, [](auto& x) { return x.prefill_tok_s; }), "%.1f", 1).c_str(),
@@ -309,7 +313,7 @@ inline void write_table(std::FILE* out, const comparison& c) {
                  what, base->label().c_str());
     for (const arm_runs& a : c.arms) {
       if (a.feasible() && is_pager(a.spec.kind)) {
-        std::fprintf(out, "  %-20s %s\n", a.label().c_str(),
+        std::fprintf(out, "  %-26s %s\n", a.label().c_str(),
                      fig(ratio(a, *base, value), "%.2fx", 1).c_str());
       }
     }
@@ -323,6 +327,12 @@ inline void write_table(std::FILE* out, const comparison& c) {
                    "%s: %llu expert copies; Belady's offline optimum on the same calls: %lld\n",
                    a.label().c_str(), static_cast<unsigned long long>(r.expert_copies),
                    static_cast<long long>(r.belady_copies));
+    }
+    if (r.feasible && a.spec.kind == arm_kind::pager_prefetch) {
+      std::fprintf(out, "%s: %llu expert copies on demand, %llu prefetched (%llu used)\n",
+                   a.label().c_str(), static_cast<unsigned long long>(r.expert_copies),
+                   static_cast<unsigned long long>(r.prefetch_copies),
+                   static_cast<unsigned long long>(r.prefetch_useful));
     }
   }
 }

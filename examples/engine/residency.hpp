@@ -9,11 +9,12 @@
 ///
 /// ```
 /// begin_forward(tokens, warm)              // once
-/// ahead(0)                                 // copies of layer 0 known before its routing
+/// ahead(0, window)                         // copies of layer 0 known before its routing
 /// for each layer l:
 ///   launches = layer(l, ids, tokens)       // after the router: the launches of l's MoE
-///   ahead(l + 1)                           // after l's launches; on the link while l computes
-///                                          // (double buffering) wherever its rows are free
+///   ahead(l + 1, window)                   // after l's launches; on the link while l computes
+///                                          // (double buffering, or a prefetch) wherever its
+///                                          // rows are free
 /// between_forwards(...)                    // a drained barrier (resizes)
 /// ...
 /// finish(result)                           // after the last forward
@@ -74,6 +75,14 @@ struct warmup_log {
   wisp::trace::routing_trace tokens{wisp::trace::trace_shape{1, 1, 1}};
 };
 
+/// @brief The link's time while a layer computes, as `ahead` sees it: its copies start no earlier
+/// than `start` (the link is busy before), and the layer's kernels end at `end`. A copy that
+/// starts after `end` delays the next layer's own copies; one that ends by `end` never does.
+struct link_window {
+  double start = 0;
+  double end = 0;
+};
+
 /// @brief What an arm may use to plan its memory.
 struct arm_context {
   const model_config& model;
@@ -116,8 +125,11 @@ class residency {
   virtual memory_plan setup(const arm_context& ctx) = 0;
   /// A forward of `tokens` rows starts; `warm` during the warm-up replay (copies untimed).
   virtual void begin_forward(std::int32_t /*tokens*/, bool /*warm*/) {}
-  /// Copies of `layer` that do not depend on its routing, issued one layer early.
-  virtual std::span<const row_copy> ahead(std::int32_t /*layer*/) { return {}; }
+  /// Copies of `layer` that do not depend on its routing (or predict it), issued one layer early,
+  /// during `window` (both 0 in the warm-up replay, where copies are untimed).
+  virtual std::span<const row_copy> ahead(std::int32_t /*layer*/, const link_window& /*window*/) {
+    return {};
+  }
   /// The launches of `layer`'s MoE for `ids` (`[tokens x k]`, row-major).
   virtual std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
                                             std::int32_t tokens) = 0;

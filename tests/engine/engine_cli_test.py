@@ -38,7 +38,7 @@ class EngineJson(unittest.TestCase):
             ("full", None, False), ("full", None, True), ("layer-offload", None, False),
             ("on-demand", None, False), ("static-hot", None, False), ("pager", "lru", False),
             ("pager", "least_stale", False), ("pager+plan", "lru", False),
-            ("pager+dynamic", "lru", False)])
+            ("pager+dynamic", "lru", False), ("pager+prefetch", "lru", False)])
 
     def test_full_is_infeasible_and_its_upper_bound_is_not(self):
         full, bound = self.doc["arms"][0], self.doc["arms"][1]
@@ -83,6 +83,13 @@ class EngineJson(unittest.TestCase):
             elif arm["feasible"]:
                 self.assertNotIn("belady_copies", arm)
 
+    def test_only_the_prefetch_arm_prefetches(self):
+        for arm in self.doc["arms"]:
+            if arm["name"] == "pager+prefetch":
+                self.assertLessEqual(arm["prefetch_useful"], arm["prefetch_copies"])
+            elif arm["feasible"]:
+                self.assertNotIn("prefetch_copies", arm)
+
     def test_caching_arms_move_fewer_bytes_than_on_demand(self):
         arms = {(a["name"], a.get("policy")): a for a in self.doc["arms"]}
         on_demand = arms[("on-demand", None)]["bytes_moved"]
@@ -120,11 +127,19 @@ class EngineCommandLine(unittest.TestCase):
             self.assertEqual(p.returncode, 2, args)
             self.assertIn(message, p.stderr, args)
 
-    def test_help(self):
+    def test_help_names_every_arm_and_policy(self):
         p = run("--help")
         self.assertEqual(p.returncode, 0)
         self.assertIn("--repeat N", p.stdout)
-        self.assertIn("least-stale", p.stdout)
+        help_text = p.stdout.replace("\n", " ").replace(" ", "")
+        for name in ("full", "layer-offload", "on-demand", "static-hot", "pager+plan",
+                     "pager+dynamic", "pager+prefetch", "lru", "fifo", "lfu_history", "lfru",
+                     "fld", "least_stale", "least-stale", "decayed_frequency",
+                     "predicted_next_use"):
+            self.assertIn(name, help_text)
+        bad = run("--policies", "nope")
+        for name in ("lfu_history", "decayed_frequency", "predicted_next_use"):
+            self.assertIn(name, bad.stderr)
 
 
 if __name__ == "__main__":

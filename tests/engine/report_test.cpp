@@ -136,6 +136,14 @@ TEST(EngineCli, ParsesEveryFlag) {
                                "0.5",
                                "--repeat",
                                "2",
+                               "--on-incomplete",
+                               "skip",
+                               "--prefetch",
+                               "percentile",
+                               "--overfetch",
+                               "1.5",
+                               "--percentile",
+                               "90",
                                "--json"});
   EXPECT_EQ(o.arms, (std::vector<arm_kind>{arm_kind::full, arm_kind::pager}));
   EXPECT_EQ(o.policies, (std::vector<std::string>{"least_stale", "lfu"}));
@@ -159,6 +167,10 @@ TEST(EngineCli, ParsesEveryFlag) {
   EXPECT_EQ(o.base.dynamic_burst, 3);
   EXPECT_EQ(o.base.controller.decay, 0.5);
   EXPECT_EQ(o.repeat, 2);
+  EXPECT_EQ(o.on_incomplete, wisp::trace::incomplete_tokens::skip);
+  EXPECT_EQ(o.base.prefetch.rule, wisp::prefetch_rule::percentile);
+  EXPECT_EQ(o.base.prefetch.overfetch, 1.5);
+  EXPECT_EQ(o.base.prefetch.percentile, 90);
   EXPECT_TRUE(o.json);
   EXPECT_EQ(parse({"--routing", "model"}).base.routing, routing_source::model);
   // Pager once per policy; full's upper bound after full when full does not fit.
@@ -184,6 +196,10 @@ TEST(EngineCli, BadInputNamesTheFlagAndTheValue) {
       {{"--routing", "trace"}, "missing value after --routing"},
       {{"--decay", "2"}, "decay"},
       {{"--budget", "lots"}, "lots"},
+      {{"--on-incomplete", "keep"}, "--on-incomplete: 'keep' (valid: error, skip)"},
+      {{"--prefetch", "all"}, "--prefetch: unknown rule 'all'"},
+      {{"--overfetch", "-1"}, "--overfetch: '-1'"},
+      {{"--percentile", "101"}, "--percentile: 101 is over 100"},
       {{"--frobnicate"}, "unknown option '--frobnicate'"},
   };
   for (const auto& [args, message] : bad) {

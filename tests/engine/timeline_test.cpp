@@ -130,6 +130,56 @@ TEST(EngineTimeline, LayerOffloadIssuesAWholeLayerOneLayerAhead) {
   EXPECT_EQ(r.bytes_moved, 8 * c.expert_bytes());
 }
 
+// pager+prefetch, 2 layers of 4 experts, k = 1, one row per layer, routing (l0, l1) = (s, s) at
+// step s, so the warm-up (steps 0-2) teaches the predictor that layer 1 routes what layer 0 did.
+// With 20 us kernels, each forward (embed 1; per layer attention 10, plan 1, kernel 20,
+// combine 2; head 3) runs, from its start t:
+//   L0 plan ends t+12; its miss is copied [t+12, t+26]; kernel [t+26, t+46]
+//   the link is idle [t+26, t+46]: layer 1's predicted expert is copied [t+26, t+40]
+//   L1 attention [t+48, t+58], plan [t+58, t+59]: a hit; kernel [t+59, t+79]; head ends t+84
+// 84 us per forward, against 98 for the pager alone (layer 1's copy [t+59, t+73] in the way).
+// With 5 us kernels the idle time (5 us) holds no copy (14 us): nothing is prefetched and the
+// run is the pager's.
+TEST(EngineTimeline, PrefetchFillsOnlyTheIdleLinkWithThePredictedExpert) {
+  const model_config c = micro(2, 1);
+  const workload w = micro_workload(c, {{0, 0}, {1, 1}, {2, 2}}, 1, 3);
+  engine_options o;
+  o.link = {.bytes_per_second = static_cast<double>(c.expert_bytes()) / (10 * us),
+            .latency_seconds = 4 * us};
+  o.cap = 1;
+  const model_weights weights(c);
+  auto run = [&](arm_kind arm, double kernel_us) {
+    engine_options x = o;
+    x.arm = arm;
+    x.clock = [kernel_us](compute_op op, std::int64_t units) {
+      return op == compute_op::kernel ? kernel_us * us * static_cast<double>(units)
+                                      : modelled(op, units);
+    };
+    x.max_running = 1;
+    x.budget_bytes = 1 << 20;
+    return run_arm(weights, x, w, record_warmup(weights, w, x));
+  };
+  const arm_result pager = run(arm_kind::pager, 20);
+  const arm_result prefetch = run(arm_kind::pager_prefetch, 20);
+  expect_same(pager, prefetch);
+  EXPECT_NEAR(pager.seconds, 3 * 98 * us, 1e-12);
+  EXPECT_NEAR(prefetch.seconds, 3 * 84 * us, 1e-12);
+  EXPECT_NEAR(prefetch.ttft_s, 84 * us, 1e-12);
+  EXPECT_NEAR(prefetch.tpot_s, 84 * us, 1e-12);
+  EXPECT_EQ(pager.expert_copies, 6u);
+  EXPECT_EQ(prefetch.expert_copies, 3u);  // layer 0's misses only
+  EXPECT_EQ(prefetch.prefetch_copies, 3u);
+  EXPECT_EQ(prefetch.prefetch_useful, 3u);
+  EXPECT_EQ(prefetch.bytes_moved, 6 * c.expert_bytes());
+  EXPECT_DOUBLE_EQ(prefetch.hit_rate, 0.5);
+
+  const arm_result narrow = run(arm_kind::pager_prefetch, 5);
+  const arm_result plain = run(arm_kind::pager, 5);
+  EXPECT_EQ(narrow.prefetch_copies, 0u);
+  EXPECT_EQ(narrow.seconds, plain.seconds);
+  EXPECT_EQ(narrow.expert_copies, plain.expert_copies);
+}
+
 // Everything but the link is fixed: the run at 5 GB/s takes longer than at 25 GB/s by exactly
 // bytes x (1/5 - 1/25) ns, and the same bytes move (on-demand: every copy is on the critical
 // path).
