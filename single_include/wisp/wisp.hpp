@@ -16552,7 +16552,7 @@ struct safetensors_header {
     if (name == "__metadata__") {
       bool strings = entry.type == trace::detail::json_value::kind::object;
       for (const auto& member : entry.members) {
-        strings &= member.second.type == trace::detail::json_value::kind::string;
+        strings &= member.value.type == trace::detail::json_value::kind::string;
       }
       if (!strings) {
         fail(8, "__metadata__ must be an object of strings");
