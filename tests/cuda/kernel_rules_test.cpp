@@ -4,6 +4,7 @@
 // and the pager's map; the fused-MoE block body (one thread, and 5 threads per group) against
 // reference_fused_moe, bit for bit; the copy-list rule against host_expert_store.apply.
 #include "host_thread_group.hpp"
+#include "support/traces.hpp"
 
 #include <wisp/cache/lru.hpp>
 #include <wisp/cuda/copy_list.hpp>
@@ -36,10 +37,8 @@ using wisp::bf16;
 // The real trace when present, else the synthetic stand-in of the same shape.
 const wisp::trace::routing_trace& routing() {
   static const wisp::trace::routing_trace trace = [] {
-    const auto dir =
-        std::filesystem::path{WISP_TEST_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
-    if (std::filesystem::is_directory(dir)) {
-      return wisp::trace::import_esft(dir);
+    if (auto esft = wisp::test::esft_trace()) {
+      return std::move(*esft);
     }
     return wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("default"), 2000,
                                              wisp::trace::default_synthetic_seed);

@@ -5,6 +5,7 @@
 // (always), with batched calls, failed calls, int64 ids, and with 3 and 32 threads per group.
 #include "host_thread_group.hpp"
 #include "support/expect_error.hpp"
+#include "support/traces.hpp"
 
 #include <wisp/cache/least_stale.hpp>
 #include <wisp/cache/lru.hpp>
@@ -32,9 +33,6 @@ using wisp::cuda::host_pager_state;
 using wisp::cuda::pager_state_config;
 using wisp::cuda::pager_step_status;
 using wisp::test::expect_error;
-
-const std::filesystem::path esft_dir =
-    std::filesystem::path{WISP_TEST_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
 
 // The ids of `tokens` consecutive steps of `layer`, token-major ([tokens x k]).
 std::vector<std::int32_t> layer_ids(const wisp::trace::routing_trace& t, std::size_t first_step,
@@ -140,16 +138,12 @@ std::size_t replay(const wisp::trace::routing_trace& t, std::int32_t capacity, s
 class EsftPagerStep : public ::testing::TestWithParam<std::int32_t> {
  protected:
   static void SetUpTestSuite() {
-    if (std::filesystem::is_directory(esft_dir)) {
-      trace_ = std::make_unique<wisp::trace::routing_trace>(wisp::trace::import_esft(esft_dir));
+    if (auto esft = wisp::test::esft_trace()) {
+      trace_ = std::make_unique<wisp::trace::routing_trace>(std::move(*esft));
     }
   }
   static void TearDownTestSuite() { trace_.reset(); }
-  void SetUp() override {
-    if (!trace_) {
-      GTEST_SKIP() << "ESFT trace not found at " << esft_dir;
-    }
-  }
+  void SetUp() override { WISP_TEST_NEEDS_TRACE(trace_ != nullptr); }
   static std::unique_ptr<wisp::trace::routing_trace> trace_;
 };
 std::unique_ptr<wisp::trace::routing_trace> EsftPagerStep::trace_;

@@ -234,13 +234,11 @@ TEST(Evaluate, MatchesABruteForceEvaluation) {
   expect_error([&] { evaluate_online(t, table, bad, ks); }, "distance 5", "layers - 1 = 4");
 }
 
-// The target on the real trace: next-layer precision@6 >= 0.60 online, >= 2x frequency.
+// The target on the real trace: next-layer precision@6 >= 0.60 online, >= 2x frequency.
 // A prefix keeps the Debug/sanitizer run short; `wisp predict` reports the whole trace.
 TEST(Evaluate, EsftCoactivationPrecisionBeatsTheBaselines) {
   const auto esft = wisp::test::esft_trace();
-  if (!esft) {
-    GTEST_SKIP() << "ESFT trace absent (../shared/traces)";
-  }
+  WISP_TEST_NEEDS_TRACE(esft.has_value());
   trace::routing_trace prefix(esft->shape());
   std::vector<std::int32_t> ids(esft->shape().ids_per_step());
   for (std::size_t s = 0; s < 2000; ++s) {

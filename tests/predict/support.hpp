@@ -3,6 +3,8 @@
 // when present, and a brute-force co-activation oracle (counts recomputed from every stored pass).
 #pragma once
 
+#include "support/traces.hpp"
+
 #include <wisp/predict/coactivation.hpp>
 #include <wisp/predict/routing_predictor.hpp>
 #include <wisp/trace/esft.hpp>
@@ -53,16 +55,6 @@ inline trace::routing_trace structured_trace(trace::trace_shape shape, std::size
     t.append_step(ids, weights);
   }
   return t;
-}
-
-/// The ESFT trace beside the checkout, if present.
-inline std::optional<trace::routing_trace> esft_trace() {
-  const auto dir =
-      std::filesystem::path{WISP_TEST_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
-  if (!std::filesystem::is_directory(dir)) {
-    return std::nullopt;
-  }
-  return trace::import_esft(dir);
 }
 
 /// Brute-force co-activation: every learned pass is kept, counts are recomputed per query in

@@ -3,6 +3,8 @@
 // beats LRU, LFRU and a static placement of each layer's 21 most frequent experts profiled on the
 // first 20% of the sequences; Belady stays the bound, and even a clairvoyant per-sequence static
 // placement stays above 1.35x of it. Skips when the trace is absent.
+#include "support/traces.hpp"
+
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
 #include <wisp/trace/esft.hpp>
@@ -72,12 +74,9 @@ std::uint64_t clairvoyant_placement_misses(const trace::routing_trace& t, std::i
 }
 
 TEST(AdaptiveEviction, EsftDecayedFrequencyBeatsRecencyAndStaticPlacement) {
-  const auto dir =
-      std::filesystem::path{WISP_TEST_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
-  if (!std::filesystem::is_directory(dir)) {
-    GTEST_SKIP() << "ESFT trace absent (../shared/traces)";
-  }
-  const trace::routing_trace t = trace::import_esft(dir);
+  const auto esft = wisp::test::esft_trace();
+  WISP_TEST_NEEDS_TRACE(esft.has_value());
+  const trace::routing_trace& t = *esft;
   const sim::sim_config config{cache_scope::per_layer, 21};
   const std::uint64_t adaptive = sim::simulate<decayed_frequency>(t, config).stats.misses;
   const std::uint64_t lru_misses = sim::simulate<lru>(t, config).stats.misses;

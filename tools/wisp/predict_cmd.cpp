@@ -294,7 +294,7 @@ void add_predict_command(CLI::App& app) {
       "Online precision@k / recall@k of routing predictors (co-activation, frequency, previous "
       "token) and per-user right-sizing");
   auto opt = std::make_shared<predict_options>();
-  cmd->add_option("FILE", opt->file, trace_file_help)->required();
+  cmd->add_option("FILE", opt->file, trace_source_help())->required();
   cmd->add_option("--predictor,--predictors", opt->predictors,
                   "comma-separated predictors among coactivation, frequency, previous-token "
                   "(default: all)")
