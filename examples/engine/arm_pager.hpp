@@ -8,7 +8,9 @@
 ///   one session;
 /// - `pager+dynamic`: `pager+plan`, then the online controller resizes both pools at drained
 ///   barriers (pager_resize.hpp);
-/// - `pager+prefetch`: `pager`, plus predictor-driven next-layer prefetch (prefetcher.hpp).
+/// - `pager+prefetch`: `pager`, plus predictor-driven next-layer prefetch (prefetcher.hpp);
+/// - `pager+zip`: `pager`, its misses moving compressed experts that the device decodes
+///   (zip_masters.hpp, device.hpp).
 ///
 /// Per layer: a call whose distinct experts fit the cap is one `prepare` (one launch); a wider
 /// call (prefill) is split by expert, each expert fetched at most once per forward: the resident
@@ -60,7 +62,8 @@ class pager_residency final : public residency {
     E_ = ctx.model.experts;
     wisp::alloc::admission_floor floor = ctx.floor;
     wisp::alloc::split split;
-    if (kind_ == arm_kind::pager || kind_ == arm_kind::pager_prefetch) {
+    if (kind_ == arm_kind::pager || kind_ == arm_kind::pager_prefetch ||
+        kind_ == arm_kind::pager_zip) {
       split = wisp::alloc::make_split(ctx.spec, ctx.budget,
                                       static_cast<std::uint64_t>(budget_cap(ctx)));
     } else {
@@ -79,6 +82,9 @@ class pager_residency final : public residency {
     resizer_.emplace(*pager_, ctx, floor, split);
     if (kind_ == arm_kind::pager_dynamic) {
       resizer_->start_controller(ctx.requests);
+    }
+    if (kind_ == arm_kind::pager_zip) {
+      ctx.dev.page_compressed(*ctx.zip, ctx.options.decode_bytes_per_second);
     }
     if (kind_ == arm_kind::pager_prefetch) {
       prefetcher_.emplace(ctx.model, ctx.options.prefetch);

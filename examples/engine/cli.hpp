@@ -23,16 +23,18 @@ namespace wisp_engine {
 
 inline constexpr const char* usage = R"(usage: wisp-engine [options]
   --arms A,B,...        arms (default: full,layer-offload,on-demand,static-hot,pager,pager+plan,
-                        pager+dynamic,pager+prefetch); full also runs at the smallest budget
-                        where it fits when it does not fit the budget (the upper bound)
+                        pager+dynamic,pager+prefetch,pager+zip); full also runs at the smallest
+                        budget where it fits when it does not fit the budget (the upper bound)
   --policies P,Q,...    eviction policies of the pager arm, one arm each (default: lru,fifo,lfu,
                         lfu_history,lfru,fld,least_stale,decayed_frequency,predicted_next_use;
                         least-stale is accepted too)
-  --policy NAME         policy of pager+plan, pager+dynamic and pager+prefetch (default lru)
+  --policy NAME         policy of pager+plan, pager+dynamic, pager+prefetch and pager+zip
+                        (default lru)
   --prefetch RULE       pager+prefetch: top-k (default: k x tokens x overfetch of the predictor's
                         best) or percentile (those above --percentile, at most k x tokens)
   --overfetch M         pager+prefetch, top-k: the multiplier (default 1)
   --percentile P        pager+prefetch, percentile: the score percentile to exceed (default 80)
+  --decode-gbps R       pager+zip: the device's decode rate, GB/s of BF16 written (default 100)
   --budget BYTES        device budget for resident experts + KV (default 48MiB)
   --bandwidth GBPS      modelled host->device link, GB/s (default 25)
   --latency-us US       modelled latency of one copy, microseconds (default 10)
@@ -67,8 +69,9 @@ struct cli_options {
   engine_options base;
   model_config model;
   std::vector<arm_kind> arms = {
-      arm_kind::full,  arm_kind::layer_offload, arm_kind::on_demand,     arm_kind::static_hot,
-      arm_kind::pager, arm_kind::pager_plan,    arm_kind::pager_dynamic, arm_kind::pager_prefetch};
+      arm_kind::full,          arm_kind::layer_offload,  arm_kind::on_demand,
+      arm_kind::static_hot,    arm_kind::pager,          arm_kind::pager_plan,
+      arm_kind::pager_dynamic, arm_kind::pager_prefetch, arm_kind::pager_zip};
   std::vector<std::string> policies = all_policies();
   std::string workload = "chat";
   std::string routing = "synthetic";
@@ -153,7 +156,7 @@ inline std::vector<std::string> split_list(std::string_view list) {
         const auto arm = parse_arm(s);
         WISP_EXPECTS(arm.has_value(), "--arms: unknown arm '", s,
                      "' (valid: full, layer-offload, on-demand, static-hot, pager, pager+plan, "
-                     "pager+dynamic, pager+prefetch)");
+                     "pager+dynamic, pager+prefetch, pager+zip)");
         o.arms.push_back(*arm);
       }
     } else if (a == "--policies") {
@@ -176,6 +179,8 @@ inline std::vector<std::string> split_list(std::string_view list) {
                    "' (valid: top-k, percentile)");
       o.base.prefetch.rule =
           s == "top-k" ? wisp::prefetch_rule::top_k : wisp::prefetch_rule::percentile;
+    } else if (a == "--decode-gbps") {
+      o.base.decode_bytes_per_second = to_double(a, value(), 1e-9) * 1e9;
     } else if (a == "--overfetch") {
       o.base.prefetch.overfetch = to_double(a, value(), 0);
     } else if (a == "--percentile") {

@@ -15,9 +15,17 @@
 /// - The real bytes still move, so outputs stay real: a copy records its source and the `memcpy`
 ///   happens just before the first launch that reads the row (`materialize`), outside every
 ///   measured region, so its host time is never charged on top of the modelled link time.
+/// - **Compressed paging** (`page_compressed`, the `pager+zip` arm): a copy moves the expert's
+///   compressed bytes (`zip_masters::link_bytes`) and is then decoded on the device's decode
+///   queue, in order, at a modelled rate (`decode_bytes_per_second` of BF16 written, one queue:
+///   a decode kernel on its own stream, or a decompression engine); the row is ready when its
+///   decode ends. The real decode (`zip_masters::decode`, on the host: it stands in for the
+///   kernel) writes the row at `materialize`; its thread CPU time is measured and reported, never
+///   charged.
 #pragma once
 
 #include "model.hpp"
+#include "zip_masters.hpp"
 
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/vmm/page_pool.hpp>
@@ -86,28 +94,44 @@ class device {
   [[nodiscard]] tensor_type& tensor(std::int32_t t) { return *tensors_[idx(t)]; }
   [[nodiscard]] std::size_t tensors() const noexcept { return tensors_.size(); }
 
+  /// From now on, every copy moves compressed experts and decodes them (see the file comment).
+  /// `masters` must outlive the device. @throws wisp::logic_error on a rate that is not > 0.
+  void page_compressed(const zip_masters& masters, double decode_bytes_per_second) {
+    zip_ = &masters;
+    decoder_ = wisp::device_timeline(
+        wisp::link_model{.bytes_per_second = decode_bytes_per_second, .latency_seconds = 0});
+  }
+
   /// Untimed copy (initial residency, warm-up): the bytes land now and cost no link time.
   void fill(std::int32_t layer, const row_copy& c) {
     for (std::int32_t i = 0; i < c.count; ++i) {
       row_state& r = rows_[idx(c.tensor)][static_cast<std::size_t>(c.row + i)];
-      std::memcpy(tensor(c.tensor).row(static_cast<std::size_t>(c.row + i)),
-                  w_->master(layer, c.expert + i), w_->cfg.expert_bytes());
-      r.pending = nullptr;
+      r.layer = layer;
+      r.expert = c.expert + i;
+      r.timed = false;
+      materialize(c.tensor, c.row + i);
     }
   }
 
-  /// A timed copy on the link (see the file comment). @returns when it lands.
+  /// A timed copy on the link, then its decode when paging compressed experts (see the file
+  /// comment). @returns when the rows are ready.
   wisp::timeline_event copy(std::int32_t layer, const row_copy& c, wisp::timeline_event after) {
     auto& rows = rows_[idx(c.tensor)];
+    std::uint64_t bytes = 0;
     for (std::int32_t i = 0; i < c.count; ++i) {
       after.time = std::max(after.time, rows[static_cast<std::size_t>(c.row + i)].free.time);
+      bytes += zip_ != nullptr ? zip_->link_bytes(layer, c.expert + i) : w_->cfg.expert_bytes();
     }
-    const wisp::timeline_event done =
-        timeline_.copy(static_cast<std::uint64_t>(c.count) * w_->cfg.expert_bytes(), after);
+    wisp::timeline_event done = timeline_.copy(bytes, after);
+    if (zip_ != nullptr) {
+      done = decoder_.copy(static_cast<std::uint64_t>(c.count) * w_->cfg.expert_bytes(), done);
+    }
     for (std::int32_t i = 0; i < c.count; ++i) {
       row_state& r = rows[static_cast<std::size_t>(c.row + i)];
       r.ready = done;
-      r.pending = w_->master(layer, c.expert + i);
+      r.layer = layer;
+      r.expert = c.expert + i;
+      r.timed = true;
     }
     (c.prefetch ? prefetch_copies_ : expert_copies_) += static_cast<std::uint64_t>(c.count);
     return done;
@@ -117,13 +141,25 @@ class device {
   [[nodiscard]] wisp::timeline_event ready(std::int32_t t, std::int32_t row) const {
     return rows_[idx(t)][static_cast<std::size_t>(row)].ready;
   }
-  /// Performs the pending real copy into the row, if any (outside measured regions).
+  /// Performs the pending real copy (or decode) into the row, if any (outside measured
+  /// regions).
   void materialize(std::int32_t t, std::int32_t row) {
     row_state& r = rows_[idx(t)][static_cast<std::size_t>(row)];
-    if (r.pending != nullptr) {
-      std::memcpy(tensor(t).row(static_cast<std::size_t>(row)), r.pending, w_->cfg.expert_bytes());
-      r.pending = nullptr;
+    if (r.layer < 0) {
+      return;
     }
+    std::byte* dst = tensor(t).row(static_cast<std::size_t>(row));
+    if (zip_ != nullptr) {
+      const double t0 = thread_seconds();
+      zip_->decode(r.layer, r.expert, dst);
+      if (r.timed) {
+        host_decode_seconds_ += thread_seconds() - t0;
+        host_decoded_bytes_ += w_->cfg.expert_bytes();
+      }
+    } else {
+      std::memcpy(dst, w_->master(r.layer, r.expert), w_->cfg.expert_bytes());
+    }
+    r.layer = -1;
   }
   /// Materializes every pending copy of tensor `t` (before it is resized or its rows move).
   void flush(std::int32_t t) {
@@ -180,6 +216,13 @@ class device {
   /// When the compute queue is free (the time the next compute op would start at the earliest).
   [[nodiscard]] double compute_free() const noexcept { return timeline_.compute_done().time; }
   [[nodiscard]] const wisp::device_timeline& timeline() const noexcept { return timeline_; }
+  /// Compressed paging: the modelled decode queue (its `copy_seconds` are decode time).
+  [[nodiscard]] const wisp::device_timeline& decoder() const noexcept { return decoder_; }
+  /// Compressed paging: thread CPU time of the real decodes on the host of the timed copies so
+  /// far (the warm-up's are not counted).
+  [[nodiscard]] double host_decode_seconds() const noexcept { return host_decode_seconds_; }
+  /// Compressed paging: BF16 bytes those decodes wrote.
+  [[nodiscard]] std::uint64_t host_decoded_bytes() const noexcept { return host_decoded_bytes_; }
   /// Expert rows copied over the link so far because a call or a known schedule needed them.
   [[nodiscard]] std::uint64_t expert_copies() const noexcept { return expert_copies_; }
   /// Expert rows copied over the link so far as predictions (`row_copy::prefetch`).
@@ -187,9 +230,11 @@ class device {
 
  private:
   struct row_state {
-    wisp::timeline_event ready{};        // the last copy into the row lands
-    wisp::timeline_event free{};         // the last launch that read the row ends
-    const std::byte* pending = nullptr;  // real bytes still to copy in
+    wisp::timeline_event ready{};  // the last copy into the row lands
+    wisp::timeline_event free{};   // the last launch that read the row ends
+    std::int32_t layer = -1;       // the expert whose bytes are still to land (-1: none)
+    std::int32_t expert = 0;
+    bool timed = false;  // the bytes came with a timed copy (not the warm-up)
   };
   static std::size_t idx(std::int32_t t) noexcept { return static_cast<std::size_t>(t); }
   /// CPU time of this thread: time the OS gives other processes (a busy machine) is not counted.
@@ -207,6 +252,10 @@ class device {
   std::vector<std::vector<row_state>> rows_;  // per tensor, per row
   std::uint64_t expert_copies_ = 0;
   std::uint64_t prefetch_copies_ = 0;
+  const zip_masters* zip_ = nullptr;  // compressed paging
+  wisp::device_timeline decoder_;     // its decode queue: "bytes" are BF16 bytes decoded
+  double host_decode_seconds_ = 0;
+  std::uint64_t host_decoded_bytes_ = 0;
 };
 
 }  // namespace wisp_engine

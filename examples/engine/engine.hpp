@@ -168,6 +168,13 @@ inline constexpr pager_policy pager_policies[] = {
   if (is_pager(opt.arm)) {
     res.policy = *canonical_policy(opt.policy);
   }
+  if (opt.arm == arm_kind::pager_zip) {
+    res.decode_rate = opt.decode_bytes_per_second;
+  }
+  std::shared_ptr<const zip_masters> zip = opt.zip;
+  if (opt.arm == arm_kind::pager_zip && !zip) {
+    zip = std::make_shared<const zip_masters>(w);
+  }
   device dev(w, opt.link, opt.clock);
   const wisp::alloc::model_spec spec = alloc_spec(w.cfg);
   const arm_context ctx{w.cfg,
@@ -177,7 +184,8 @@ inline constexpr pager_policy pager_policies[] = {
                         workload_floor(wl.evaluated, opt.max_running),
                         wl.evaluated,
                         warmup,
-                        dev};
+                        dev,
+                        zip.get()};
   memory_plan m;
   try {
     m = arm->setup(ctx);

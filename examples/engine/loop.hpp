@@ -105,6 +105,10 @@ class serving_loop {
     res.bytes_moved = dev_.timeline().stats().copy_bytes;
     res.expert_copies = dev_.expert_copies();
     res.prefetch_copies = dev_.prefetch_copies();
+    res.raw_bytes = (res.expert_copies + res.prefetch_copies) * w_.cfg.expert_bytes();
+    res.decode_seconds = dev_.decoder().stats().copy_seconds;
+    res.host_decode_seconds = dev_.host_decode_seconds();
+    res.host_decoded_bytes = dev_.host_decoded_bytes();
     res.expert_accesses = accesses_;
     res.hit_rate = accesses_ > 0 ? 1.0 - std::min(1.0, static_cast<double>(res.expert_copies) /
                                                            static_cast<double>(accesses_))

@@ -8,9 +8,11 @@
 
 #include <wisp/alloc/units.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -48,6 +50,11 @@ int main(int argc, char** argv) {
       wl = synthetic_workload(o.workload, o.model, o.sessions > 0 ? o.sessions : 16);
     }
     const model_weights weights(o.model);
+    if (std::find(o.arms.begin(), o.arms.end(), arm_kind::pager_zip) != o.arms.end()) {
+      o.base.zip = std::make_shared<const zip_masters>(weights);
+      std::cerr << "wisp-engine: experts compressed to " << o.base.zip->ratio() * 100
+                << "% of their bytes (Huffman exponents) for pager+zip\n";
+    }
     o.base.progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
     std::cerr << "wisp-engine: " << o.model.layers << " MoE layers x " << o.model.experts
               << " experts (top-" << o.model.top_k << "), "

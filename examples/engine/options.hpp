@@ -4,6 +4,7 @@
 #pragma once
 
 #include "device.hpp"
+#include "zip_masters.hpp"
 
 #include <wisp/alloc/controller.hpp>
 #include <wisp/alloc/resize.hpp>
@@ -13,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -23,18 +25,19 @@ namespace wisp_engine {
 
 /// The residency arms. Every arm serves the same sessions at the same budget with the same bytes.
 enum class arm_kind : std::uint8_t {
-  full,           ///< every expert resident
-  layer_offload,  ///< whole layers resident, the others streamed (vLLM `--cpu-offload-gb`)
-  on_demand,      ///< no cache: each call copies exactly its routed experts
-  static_hot,     ///< per layer, the warm-up's most frequent experts pinned, misses staged
-  pager,          ///< `wisp::pager<Policy>` at the largest cap that leaves the KV floor
-  pager_plan,     ///< the pager at the cap and KV blocks of `wisp::alloc::configure`
-  pager_dynamic,  ///< `pager_plan`, then the online controller resizes at drained barriers
-  pager_prefetch  ///< `pager`, plus predictor-driven next-layer prefetch in the link's idle time
+  full,            ///< every expert resident
+  layer_offload,   ///< whole layers resident, the others streamed (vLLM `--cpu-offload-gb`)
+  on_demand,       ///< no cache: each call copies exactly its routed experts
+  static_hot,      ///< per layer, the warm-up's most frequent experts pinned, misses staged
+  pager,           ///< `wisp::pager<Policy>` at the largest cap that leaves the KV floor
+  pager_plan,      ///< the pager at the cap and KV blocks of `wisp::alloc::configure`
+  pager_dynamic,   ///< `pager_plan`, then the online controller resizes at drained barriers
+  pager_prefetch,  ///< `pager`, plus predictor-driven next-layer prefetch in the link's idle time
+  pager_zip        ///< `pager` paging compressed experts, decoded on the device
 };
-inline constexpr std::string_view arm_names[] = {"full",          "layer-offload", "on-demand",
-                                                 "static-hot",    "pager",         "pager+plan",
-                                                 "pager+dynamic", "pager+prefetch"};
+inline constexpr std::string_view arm_names[] = {"full",          "layer-offload",  "on-demand",
+                                                 "static-hot",    "pager",          "pager+plan",
+                                                 "pager+dynamic", "pager+prefetch", "pager+zip"};
 
 [[nodiscard]] inline std::string_view arm_name(arm_kind a) noexcept {
   return arm_names[static_cast<int>(a)];
@@ -64,6 +67,11 @@ struct engine_options {
   /// pager+prefetch: how many of the predictor's best experts a batch prefetches (`top_k`:
   /// `k x tokens x overfetch`), at most what fits the link's idle time.
   wisp::prefetch_config prefetch{.rule = wisp::prefetch_rule::top_k};
+  /// pager+zip: the device's decode rate, BF16 bytes written per second.
+  double decode_bytes_per_second = 100e9;
+  /// pager+zip: the compressed masters (built once per process and shared by its runs; `run_arm`
+  /// builds them when absent).
+  std::shared_ptr<const zip_masters> zip;
   std::int32_t cap = 0;   ///< pager and static-hot: per-layer cap (0 = from the budget)
   std::int32_t hot = -1;  ///< static-hot: pinned experts per layer (-1 = chosen on the warm-up)
   std::int32_t max_running = 4;  ///< sessions decoded together
@@ -118,9 +126,14 @@ struct arm_result {
   double seconds = 0;   ///< modelled time of the whole run
   double stall_seconds = 0;       ///< compute-queue time spent waiting for copies
   std::uint64_t bytes_moved = 0;  ///< bytes over the link
+  std::uint64_t raw_bytes = 0;    ///< BF16 bytes of the experts copied (bytes_moved unless zip)
   std::uint64_t expert_copies = 0, expert_accesses = 0;  ///< copies a call or schedule needed
   std::uint64_t prefetch_copies = 0;  ///< pager+prefetch: predicted experts copied
   std::uint64_t prefetch_useful = 0;  ///< of those, the ones the next call used
+  double decode_rate = 0;             ///< pager+zip: the device's decode rate, bytes/s
+  double decode_seconds = 0;          ///< pager+zip: the modelled device decode queue's busy time
+  double host_decode_seconds = 0;     ///< pager+zip: thread CPU time of the real host decodes
+  std::uint64_t host_decoded_bytes = 0;  ///< pager+zip: BF16 bytes those decodes wrote
   /// `pager` at a fixed cap: the copies of Belady's offline optimum on the same calls at the same
   /// cap (a bound on what any eviction policy could save); -1 elsewhere.
   std::int64_t belady_copies = -1;

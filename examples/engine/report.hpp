@@ -240,7 +240,7 @@ inline void write_json(std::ostream& os, const comparison& c) {
          << ",\"tpot_s\":" << json(figure_of(a, [](auto& x) { return x.tpot_s; }))
          << ",\"stall_s\":" << json(figure_of(a, [](auto& x) { return x.stall_seconds; }))
          << ",\"hit_rate\":" << num(r.hit_rate) << ",\"bytes_moved\":" << r.bytes_moved
-         << ",\"expert_copies\":" << r.expert_copies
+         << ",\"raw_bytes\":" << r.raw_bytes << ",\"expert_copies\":" << r.expert_copies
          << ",\"expert_accesses\":" << r.expert_accesses;
       if (r.belady_copies >= 0) {
         os << ",\"belady_copies\":" << r.belady_copies;
@@ -248,6 +248,12 @@ inline void write_json(std::ostream& os, const comparison& c) {
       if (a.spec.kind == arm_kind::pager_prefetch) {
         os << ",\"prefetch_copies\":" << r.prefetch_copies
            << ",\"prefetch_useful\":" << r.prefetch_useful;
+      }
+      if (a.spec.kind == arm_kind::pager_zip) {
+        os << ",\"decode_gbps\":" << num(r.decode_rate / 1e9)
+           << ",\"decode_s\":" << num(r.decode_seconds) << ",\"host_decode_s\":"
+           << json(figure_of(a, [](auto& x) { return x.host_decode_seconds; }))
+           << ",\"host_decoded_bytes\":" << r.host_decoded_bytes;
       }
       os << ",\"decode_tokens\":" << r.decode_tokens << ",\"prefill_tokens\":" << r.prefill_tokens
          << ",\"preemptions\":" << r.preemptions << ",\"resizes\":" << r.resizes
@@ -327,6 +333,18 @@ inline void write_table(std::FILE* out, const comparison& c) {
                    "%s: %llu expert copies; Belady's offline optimum on the same calls: %lld\n",
                    a.label().c_str(), static_cast<unsigned long long>(r.expert_copies),
                    static_cast<long long>(r.belady_copies));
+    }
+    if (r.feasible && a.spec.kind == arm_kind::pager_zip) {
+      const figure host = figure_of(a, [](auto& x) { return x.host_decode_seconds; });
+      std::fprintf(
+          out,
+          "%s: %s over the link for %llu experts (%.1f%% of their raw bytes); decode "
+          "modelled %.1f ms at %g GB/s, measured on the host %.1f ms (%.2f GB/s)\n",
+          a.label().c_str(), wisp::alloc::format_bytes(r.bytes_moved).c_str(),
+          static_cast<unsigned long long>(r.expert_copies),
+          100.0 * static_cast<double>(r.bytes_moved) / static_cast<double>(r.raw_bytes),
+          r.decode_seconds * 1e3, r.decode_rate / 1e9, host.median * 1e3,
+          host.median > 0 ? static_cast<double>(r.host_decoded_bytes) / host.median / 1e9 : 0.0);
     }
     if (r.feasible && a.spec.kind == arm_kind::pager_prefetch) {
       std::fprintf(out, "%s: %llu expert copies on demand, %llu prefetched (%llu used)\n",

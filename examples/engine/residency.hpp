@@ -93,6 +93,7 @@ struct arm_context {
   const std::vector<request>& requests;  ///< the evaluated sessions (sizes only)
   const warmup_log& warmup;
   device& dev;
+  const zip_masters* zip = nullptr;  ///< pager+zip: the compressed masters
 };
 
 /// @brief The memory an arm took. `rows` is per layer (or the resident layers of layer-offload).

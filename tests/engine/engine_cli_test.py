@@ -38,7 +38,8 @@ class EngineJson(unittest.TestCase):
             ("full", None, False), ("full", None, True), ("layer-offload", None, False),
             ("on-demand", None, False), ("static-hot", None, False), ("pager", "lru", False),
             ("pager", "least_stale", False), ("pager+plan", "lru", False),
-            ("pager+dynamic", "lru", False), ("pager+prefetch", "lru", False)])
+            ("pager+dynamic", "lru", False), ("pager+prefetch", "lru", False),
+            ("pager+zip", "lru", False)])
 
     def test_full_is_infeasible_and_its_upper_bound_is_not(self):
         full, bound = self.doc["arms"][0], self.doc["arms"][1]
@@ -90,6 +91,19 @@ class EngineJson(unittest.TestCase):
             elif arm["feasible"]:
                 self.assertNotIn("prefetch_copies", arm)
 
+    def test_zip_makes_the_pagers_copies_with_fewer_bytes(self):
+        arms = {(a["name"], a.get("policy")): a for a in self.doc["arms"]}
+        pager, zip_arm = arms[("pager", "lru")], arms[("pager+zip", "lru")]
+        self.assertEqual(zip_arm["expert_copies"], pager["expert_copies"])
+        self.assertEqual(zip_arm["raw_bytes"], pager["bytes_moved"])
+        self.assertLess(zip_arm["bytes_moved"], pager["bytes_moved"])
+        self.assertEqual(zip_arm["decode_gbps"], 100)
+        self.assertEqual(len(zip_arm["host_decode_s"]["runs"]), 3)
+        for arm in self.doc["arms"]:
+            if arm["feasible"] and arm["name"] != "pager+zip":
+                self.assertNotIn("decode_s", arm)
+                self.assertEqual(arm["raw_bytes"], arm["bytes_moved"])
+
     def test_caching_arms_move_fewer_bytes_than_on_demand(self):
         arms = {(a["name"], a.get("policy")): a for a in self.doc["arms"]}
         on_demand = arms[("on-demand", None)]["bytes_moved"]
@@ -133,9 +147,9 @@ class EngineCommandLine(unittest.TestCase):
         self.assertIn("--repeat N", p.stdout)
         help_text = p.stdout.replace("\n", " ").replace(" ", "")
         for name in ("full", "layer-offload", "on-demand", "static-hot", "pager+plan",
-                     "pager+dynamic", "pager+prefetch", "lru", "fifo", "lfu_history", "lfru",
-                     "fld", "least_stale", "least-stale", "decayed_frequency",
-                     "predicted_next_use"):
+                     "pager+dynamic", "pager+prefetch", "pager+zip", "lru", "fifo",
+                     "lfu_history", "lfru", "fld", "least_stale", "least-stale",
+                     "decayed_frequency", "predicted_next_use"):
             self.assertIn(name, help_text)
         bad = run("--policies", "nope")
         for name in ("lfu_history", "decayed_frequency", "predicted_next_use"):

@@ -18,64 +18,6 @@ namespace {
 
 using namespace engine_test;
 
-constexpr double us = 1e-6;
-
-// Fixed compute costs (seconds): what the hand-computed schedules below add up.
-double modelled(compute_op op, std::int64_t units) {
-  switch (op) {
-    case compute_op::embed:
-      return 1 * us;
-    case compute_op::attention:
-      return 10 * us;
-    case compute_op::plan:
-      return 1 * us;
-    case compute_op::kernel:
-      return 5 * us * static_cast<double>(units);
-    case compute_op::combine:
-      return 2 * us;
-    case compute_op::head:
-      return 3 * us;
-  }
-  return 0;
-}
-
-model_config micro(std::int32_t layers, std::int32_t top_k) {
-  model_config c;
-  c.layers = layers;
-  c.experts = 4;
-  c.top_k = top_k;
-  c.hidden = 8;
-  c.intermediate = 4;
-  c.heads = 2;
-  c.vocab = 16;
-  c.block_tokens = 4;
-  return c;
-}
-
-// One evaluated session (and one warm-up) routed by `steps` (each step: layers x k ids).
-workload micro_workload(const model_config& c, const std::vector<std::vector<std::int32_t>>& steps,
-                        std::int32_t prompt, std::int32_t generate) {
-  workload w;
-  w.trace = wisp::trace::routing_trace(wisp::trace::trace_shape{c.layers, c.experts, c.top_k});
-  for (const auto& s : steps) {
-    w.trace.append_step(s);
-  }
-  request r;
-  r.prompt.assign(static_cast<std::size_t>(prompt), 1);
-  r.max_new_tokens = generate;
-  w.warmup = {r};
-  w.evaluated = {r};
-  return w;
-}
-
-arm_result run_micro(const model_config& c, const workload& w, engine_options o) {
-  const model_weights weights(c);
-  o.clock = modelled;
-  o.max_running = 1;
-  o.budget_bytes = 1 << 20;
-  return run_arm(weights, o, w, record_warmup(weights, w, o));
-}
-
 // on-demand, 1 layer, k = 1: each forward is embed 1, attention 10, plan 1, then the routed
 // expert's copy (latency 4 + 10 on the link) that the kernel (5) waits for, combine 2, head 3:
 // 36 us for the prefill (1 token) and 36 us for the one decode step.
