@@ -5,9 +5,9 @@
 # expert copy costed on a 25 GB/s link that overlaps compute). Arms: full residency (infeasible at
 # this budget, so also run at the smallest budget where it fits, as an upper bound), layer
 # offload, on-demand copies, static pinned hot experts, the wisp pager per eviction policy, the
-# pager sized by the offline configurator, the pager with dynamic resizing and the pager with
-# predictor-driven prefetch; each 5 times, interleaved. It prints median [min-max] figures, each pager arm against the strongest baseline,
-# and checks every arm produced the same bytes.
+# pager sized by the offline configurator, with dynamic resizing, with predictor-driven prefetch,
+# and paging compressed experts; each 5 times, interleaved. It prints median [min-max] figures,
+# each pager arm against the strongest baseline, and checks every arm produced the same bytes.
 # Usage: scripts/run.sh [wisp-engine options, e.g. --workload shift --repeat 3 --json]
 #        (installs missing Debian packages when run as root)
 set -euo pipefail
