@@ -144,6 +144,8 @@ TEST(EngineCli, ParsesEveryFlag) {
                                "1.5",
                                "--percentile",
                                "90",
+                               "--decode-gbps",
+                               "40",
                                "--json"});
   EXPECT_EQ(o.arms, (std::vector<arm_kind>{arm_kind::full, arm_kind::pager}));
   EXPECT_EQ(o.policies, (std::vector<std::string>{"least_stale", "lfu"}));
@@ -171,6 +173,7 @@ TEST(EngineCli, ParsesEveryFlag) {
   EXPECT_EQ(o.base.prefetch.rule, wisp::prefetch_rule::percentile);
   EXPECT_EQ(o.base.prefetch.overfetch, 1.5);
   EXPECT_EQ(o.base.prefetch.percentile, 90);
+  EXPECT_EQ(o.base.decode_bytes_per_second, 40e9);
   EXPECT_TRUE(o.json);
   EXPECT_EQ(parse({"--routing", "model"}).base.routing, routing_source::model);
   // Pager once per policy; full's upper bound after full when full does not fit.
@@ -200,6 +203,7 @@ TEST(EngineCli, BadInputNamesTheFlagAndTheValue) {
       {{"--prefetch", "all"}, "--prefetch: unknown rule 'all'"},
       {{"--overfetch", "-1"}, "--overfetch: '-1'"},
       {{"--percentile", "101"}, "--percentile: 101 is over 100"},
+      {{"--decode-gbps", "0"}, "--decode-gbps: '0'"},
       {{"--frobnicate"}, "unknown option '--frobnicate'"},
   };
   for (const auto& [args, message] : bad) {
