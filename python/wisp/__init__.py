@@ -47,10 +47,10 @@ from . import _wisp
 
 __all__ = [
     "COLD", "POLICIES", "CacheStats", "ColumnChunks", "DecayedHistogram", "Error", "FormatError",
-    "ImportReport", "ImportedTrace", "InfeasibleError", "LogicError", "MissCurve", "ModelSpec", "OutOfMemoryError", "Pager", "Plan",
-    "PrepareResult", "RerouteTable", "ReuseHistogram", "ReuseProfile", "SampledReuseCounter",
-    "TokenGroup", "Trace", "__version__", "minimum_budget", "model_presets", "parse_byte_size",
-    "plan", "profile", "reuse_distances", "simulate",
+    "ImportReport", "ImportedTrace", "InfeasibleError", "LogicError", "MissCurve", "ModelSpec",
+    "OutOfMemoryError", "Pager", "Plan", "PrepareResult", "RerouteTable", "ReuseHistogram",
+    "ReuseProfile", "SampledReuseCounter", "TokenGroup", "Trace", "__version__", "minimum_budget",
+    "model_presets", "parse_byte_size", "plan", "profile", "reuse_distances", "simulate",
 ]
 
 
