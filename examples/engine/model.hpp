@@ -132,8 +132,14 @@ inline void rms_norm(const float* x, float* y, std::int32_t n) noexcept {
 /// @brief The CPU reference fused-MoE kernel (SwiGLU experts in bf16, fp32 accumulation).
 ///
 /// Models `wisp::fused_moe_kernel`: reads expert `e` from row `expert_map[e]` of `experts`, skips
-/// hidden experts, overwrites `out`. Owns a scratch buffer sized at construction (no allocation per
-/// call). Not thread-safe (one kernel object per thread).
+/// hidden experts, overwrites `out`. It also runs in two stages, which is how the engine uses it:
+/// `expert_outputs` writes each visible position's expert output `expert(x_t)` into a
+/// `[tokens x k x hidden]` buffer, and `combine` sums every position in `j` order. A layer whose
+/// experts are split over several launches (expert groups, or resident experts first while the
+/// misses are copied) then produces the same bytes as one launch: a fused kernel that sums partial
+/// outputs per launch would round differently for every grouping. The fused `operator()` runs the
+/// same arithmetic in the same order. Owns scratch sized at construction (no allocation per call).
+/// Not thread-safe (one kernel object per thread).
 class cpu_reference_moe {
  public:
   cpu_reference_moe(std::int32_t hidden, std::int32_t intermediate)
@@ -143,34 +149,15 @@ class cpu_reference_moe {
         acc_(static_cast<std::size_t>(hidden)),
         tmp_(static_cast<std::size_t>(hidden)) {}
 
+  /// The fused kernel of the `wisp::fused_moe_kernel` contract.
   void operator()(const wisp::fused_moe_args& a) {
-    WISP_EXPECTS(a.hidden_dim == hidden_, "cpu_reference_moe: hidden_dim ", a.hidden_dim,
-                 " but the kernel was built for ", hidden_);
-    const std::size_t mat = static_cast<std::size_t>(hidden_) * static_cast<std::size_t>(inter_);
+    check(a);
     for (std::int32_t t = 0; t < a.tokens; ++t) {
-      const float* x = a.hidden.data() + static_cast<std::size_t>(t) * hidden_;
       std::fill(acc_.begin(), acc_.end(), 0.0f);
       for (std::int32_t j = 0; j < a.top_k; ++j) {
         const std::size_t pos = static_cast<std::size_t>(t) * a.top_k + j;
-        const std::int32_t e = a.topk_ids[pos];
-        const std::int32_t slot = a.expert_map[static_cast<std::size_t>(e)];
-        if (slot < 0) {
-          continue;
-        }
-        const auto* w =
-            reinterpret_cast<const std::uint16_t*>(a.experts.row(static_cast<std::size_t>(slot)));
-        float* gate = act_.data();
-        float* up = act_.data() + inter_;
-        matvec_bf16(w, x, gate, inter_, hidden_);
-        matvec_bf16(w + mat, x, up, inter_, hidden_);
-        for (std::int32_t i = 0; i < inter_; ++i) {
-          const float g = gate[i];
-          gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-        }
-        matvec_bf16(w + 2 * mat, gate, tmp_.data(), hidden_, inter_);
-        const float weight = a.topk_weights[pos];
-        for (std::int32_t o = 0; o < hidden_; ++o) {
-          acc_[static_cast<std::size_t>(o)] += weight * tmp_[static_cast<std::size_t>(o)];
+        if (expert(a, t, j, tmp_.data())) {
+          accumulate(acc_.data(), a.topk_weights[pos], tmp_.data(), hidden_);
         }
       }
       std::memcpy(a.out.data() + static_cast<std::size_t>(t) * hidden_, acc_.data(),
@@ -178,7 +165,71 @@ class cpu_reference_moe {
     }
   }
 
+  /// Stage 1: for every position `(t, j)` whose expert is visible, writes `expert(x_t)` to
+  /// `positions[(t * k + j) * hidden ...]`; other positions are not touched. `a.out` is unused.
+  /// @returns the number of positions written.
+  std::int64_t expert_outputs(const wisp::fused_moe_args& a, std::span<float> positions) {
+    check(a);
+    WISP_EXPECTS(positions.size() == a.topk_ids.size() * static_cast<std::size_t>(hidden_),
+                 "cpu_reference_moe: positions holds ", positions.size(), " values, need ",
+                 a.topk_ids.size() * static_cast<std::size_t>(hidden_));
+    std::int64_t written = 0;
+    for (std::int32_t t = 0; t < a.tokens; ++t) {
+      for (std::int32_t j = 0; j < a.top_k; ++j) {
+        const std::size_t pos = static_cast<std::size_t>(t) * a.top_k + j;
+        written += expert(a, t, j, positions.data() + pos * hidden_) ? 1 : 0;
+      }
+    }
+    return written;
+  }
+
+  /// Stage 2: `out[t] = sum_j weights[t, j] * positions[t, j]`, in `j` order, for `tokens` rows.
+  void combine(std::span<const float> weights, std::span<const float> positions,
+               std::span<float> out, std::int32_t tokens, std::int32_t k) {
+    for (std::int32_t t = 0; t < tokens; ++t) {
+      std::fill(acc_.begin(), acc_.end(), 0.0f);
+      for (std::int32_t j = 0; j < k; ++j) {
+        const std::size_t pos = static_cast<std::size_t>(t) * k + j;
+        accumulate(acc_.data(), weights[pos], positions.data() + pos * hidden_, hidden_);
+      }
+      std::memcpy(out.data() + static_cast<std::size_t>(t) * hidden_, acc_.data(),
+                  acc_.size() * sizeof(float));
+    }
+  }
+
  private:
+  void check(const wisp::fused_moe_args& a) const {
+    WISP_EXPECTS(a.hidden_dim == hidden_, "cpu_reference_moe: hidden_dim ", a.hidden_dim,
+                 " but the kernel was built for ", hidden_);
+  }
+  static void accumulate(float* acc, float weight, const float* y, std::int32_t n) noexcept {
+    for (std::int32_t o = 0; o < n; ++o) {
+      acc[o] += weight * y[o];
+    }
+  }
+  /// `y = expert(x_t)` for position (t, j) if its expert is visible. @returns whether it was.
+  bool expert(const wisp::fused_moe_args& a, std::int32_t t, std::int32_t j, float* y) {
+    const std::int32_t e = a.topk_ids[static_cast<std::size_t>(t) * a.top_k + j];
+    const std::int32_t slot = a.expert_map[static_cast<std::size_t>(e)];
+    if (slot < 0) {
+      return false;
+    }
+    const std::size_t mat = static_cast<std::size_t>(hidden_) * static_cast<std::size_t>(inter_);
+    const float* x = a.hidden.data() + static_cast<std::size_t>(t) * hidden_;
+    const auto* w =
+        reinterpret_cast<const std::uint16_t*>(a.experts.row(static_cast<std::size_t>(slot)));
+    float* gate = act_.data();
+    float* up = act_.data() + inter_;
+    matvec_bf16(w, x, gate, inter_, hidden_);
+    matvec_bf16(w + mat, x, up, inter_, hidden_);
+    for (std::int32_t i = 0; i < inter_; ++i) {
+      const float g = gate[i];
+      gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+    matvec_bf16(w + 2 * mat, gate, y, hidden_, inter_);
+    return true;
+  }
+
   std::int32_t hidden_;
   std::int32_t inter_;
   std::vector<float> act_;

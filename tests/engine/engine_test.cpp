@@ -1,11 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The example engine (examples/engine): output preservation across arms, caps, policies, routing
-// sources, a shrink-then-grow resize cycle and failed resizes; the scheduler's admission, fairness
-// and rejection; the fused-MoE kernel concept. Tiny shapes so that the suite runs in seconds in
-// Debug.
-#include "../../examples/engine/engine.hpp"
-
-#include <wisp/kernel/fused_moe.hpp>
+// The example engine's arms (examples/engine): output preservation across arms, caps, policies,
+// static-hot splits, routing sources, a shrink-then-grow resize cycle, failed resizes and the
+// online controller. Tiny shapes so that the suite runs in seconds in Debug.
+#include "support.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -19,66 +16,15 @@
 
 namespace {
 
-using namespace wisp_engine;
+using namespace engine_test;
 
-model_config tiny() {
-  model_config c;
-  c.layers = 2;
-  c.experts = 8;
-  c.top_k = 2;
-  c.hidden = 32;
-  c.intermediate = 16;
-  c.heads = 2;
-  c.vocab = 64;
-  c.block_tokens = 4;
-  c.seed = 11;
-  return c;
-}
-
-std::vector<request> tiny_requests(const model_config& c, std::int32_t n = 6) {
-  std::vector<request> out;
-  for (std::int32_t i = 0; i < n; ++i) {
-    request r;
-    r.id = i;
-    for (std::int32_t t = 0; t < 5 + 3 * (i % 3); ++t) {
-      r.prompt.push_back((i * 7 + t * 13) % c.vocab);
-    }
-    r.max_new_tokens = 6 + i % 2;
-    r.trace_offset = static_cast<std::uint64_t>(i) * 101;
-    out.push_back(std::move(r));
-  }
-  return out;
-}
-
-struct fixture {
-  model_config cfg = tiny();
-  model_weights weights{cfg};
-  wisp::trace::routing_trace trace = default_trace(cfg, 512, 5);
-  std::vector<request> reqs = tiny_requests(cfg);
-
-  engine_options options(arm_kind arm, routing_source src = routing_source::trace) const {
-    engine_options o;
-    o.arm = arm;
-    o.budget_bytes = 1 << 20;  // everything fits
-    o.bandwidth = 0;
-    o.max_running = 3;
-    o.routing = src;
-    o.trace = &trace;
-    o.dynamic_burst = 2;
-    return o;
-  }
-  arm_result run(const engine_options& o) const { return run_arm(weights, o, reqs); }
-};
-
-void expect_same(const arm_result& a, const arm_result& b) {
-  ASSERT_TRUE(a.feasible) << a.note;
-  ASSERT_TRUE(b.feasible) << b.note;
-  EXPECT_EQ(a.outputs, b.outputs) << a.name << " vs " << b.name;
-  EXPECT_EQ(a.logits_hashes, b.logits_hashes) << a.name << " vs " << b.name;
-}
+constexpr arm_kind every_arm_but_full[] = {arm_kind::layer_offload,  arm_kind::on_demand,
+                                           arm_kind::static_hot,     arm_kind::pager,
+                                           arm_kind::pager_plan,     arm_kind::pager_dynamic,
+                                           arm_kind::pager_prefetch, arm_kind::pager_zip};
 
 // The reference is `full` at a budget where everything fits; the other arms run at a budget with
-// room for k + 2 experts per layer beside the KV floor, so every pager arm evicts.
+// room for k + 2 experts per layer beside the KV floor, so every caching arm evicts.
 TEST(EngineArms, EveryArmProducesTheSameTokensAndLogits) {
   for (const routing_source src : {routing_source::trace, routing_source::model}) {
     const fixture f;
@@ -88,21 +34,16 @@ TEST(EngineArms, EveryArmProducesTheSameTokensAndLogits) {
       EXPECT_FALSE(out.empty());
     }
     engine_options o = f.options(arm_kind::full, src);
-    o.budget_bytes =
-        static_cast<std::uint64_t>(f.cfg.top_k + 2) * f.cfg.layers * f.cfg.expert_bytes() +
-        workload_floor(f.reqs, o.max_running).bytes(alloc_spec(f.cfg)).count();
+    o.budget_bytes = f.budget_for_rows(f.cfg.top_k + 2, o.max_running);
     EXPECT_FALSE(f.run(o).feasible);  // not every expert fits
-    for (const arm_kind arm : {arm_kind::static_offload, arm_kind::pager, arm_kind::pager_plan,
-                               arm_kind::pager_dynamic}) {
+    for (const arm_kind arm : every_arm_but_full) {
       SCOPED_TRACE(std::string(arm_name(arm)));
       o.arm = arm;
       const arm_result r = f.run(o);
       expect_same(ref, r);
-      if (arm != arm_kind::static_offload) {
-        EXPECT_LT(r.cap, f.cfg.experts);
-        // More than every expert once: evicted experts were fetched again.
-        EXPECT_GT(r.bytes_moved, f.cfg.all_expert_bytes());
-      }
+      EXPECT_LT(r.hit_rate, 1.0);
+      // More than every expert once: evicted or streamed experts were fetched again.
+      EXPECT_GT(r.bytes_moved, f.cfg.all_expert_bytes());
     }
   }
 }
@@ -120,13 +61,54 @@ TEST(EngineArms, EveryCapAndPolicyPreservesOutput) {
         SCOPED_TRACE(std::string(policy) + " cap " + std::to_string(cap));
         expect_same(ref, r);
         EXPECT_EQ(r.cap, cap);
-        if (cap < f.cfg.experts) {
-          // More than every expert once: evicted experts were fetched again.
+        if (cap == f.cfg.top_k) {  // the smallest cache: evicted experts are fetched again
           EXPECT_GT(r.bytes_moved, f.cfg.all_expert_bytes());
+        }
+        EXPECT_EQ(r.expert_copies > 0, cap < f.cfg.experts);  // all resident after the warm-up
+        // Belady on the same calls: never more copies, and fewer than LRU when LRU evicts.
+        ASSERT_GE(r.belady_copies, 0);
+        EXPECT_LE(static_cast<std::uint64_t>(r.belady_copies), r.expert_copies);
+        if (policy == "lru" && cap == f.cfg.top_k + 1) {
+          EXPECT_LT(static_cast<std::uint64_t>(r.belady_copies), r.expert_copies);
         }
       }
     }
   }
+}
+
+// Every pinned count of static-hot at a small cap: from all staging rows to k staging rows
+// (calls whose misses need several launches), and the cap chosen from the warm-up.
+TEST(EngineArms, StaticHotPreservesOutputForEverySplit) {
+  const fixture f;
+  const arm_result ref = f.run(f.options(arm_kind::full));
+  for (const std::int32_t cap : {f.cfg.top_k, f.cfg.top_k + 2, f.cfg.experts}) {
+    for (std::int32_t hot = -1; hot <= cap - f.cfg.top_k; ++hot) {
+      engine_options o = f.options(arm_kind::static_hot);
+      o.cap = cap;
+      o.hot = hot;
+      SCOPED_TRACE("cap " + std::to_string(cap) + " hot " + std::to_string(hot));
+      const arm_result r = f.run(o);
+      expect_same(ref, r);
+      EXPECT_EQ(r.cap, cap);
+    }
+  }
+  engine_options o = f.options(arm_kind::static_hot);
+  o.cap = f.cfg.top_k + 1;
+  o.hot = 2;  // leaves k - 1 staging rows
+  EXPECT_THROW((void)f.run(o), wisp::logic_error);
+}
+
+TEST(EngineArms, LeastStaleIsAcceptedInBothSpellings) {
+  const fixture f;
+  engine_options o = f.options(arm_kind::pager);
+  o.cap = f.cfg.top_k + 1;
+  o.policy = "least-stale";
+  const arm_result dash = f.run(o);
+  o.policy = "least_stale";
+  const arm_result under = f.run(o);
+  expect_same(dash, under);
+  EXPECT_EQ(dash.policy, "least_stale");
+  EXPECT_EQ(dash.bytes_moved, under.bytes_moved);
 }
 
 TEST(EngineArms, ShrinkThenGrowResizeCyclePreservesOutput) {
@@ -172,16 +154,18 @@ TEST(EngineArms, AForcedResizeMustFitTheBudget) {
   o.budget_bytes = f.cfg.all_expert_bytes() / 2 + (256u << 10);  // cap E does not fit beside KV
   o.forced_resizes = {{1, f.cfg.experts}};
   EXPECT_THROW((void)f.run(o), wisp::logic_error);
-  o.arm = arm_kind::full;
-  o.budget_bytes = 1 << 20;
-  EXPECT_THROW((void)f.run(o), wisp::logic_error);  // not a pager arm
+  for (const arm_kind arm : {arm_kind::full, arm_kind::static_hot}) {
+    o.arm = arm;
+    o.budget_bytes = 1 << 20;
+    EXPECT_THROW((void)f.run(o), wisp::logic_error);  // not a pager arm
+  }
 }
 
 TEST(EngineArms, KvPreemptionRecomputesToTheSameOutput) {
   const fixture f;
   const arm_result ref = f.run(f.options(arm_kind::full));
   engine_options o = f.options(arm_kind::pager);
-  o.cap = f.cfg.top_k;
+  o.cap = f.cfg.top_k;  // an explicit cap: the KV pool gets the rest, below the floor
   const std::uint64_t experts =
       static_cast<std::uint64_t>(o.cap) * f.cfg.layers * f.cfg.expert_bytes();
   const std::uint64_t block = f.cfg.block_tokens * f.cfg.kv_bytes_per_token();
@@ -199,14 +183,18 @@ TEST(EngineArms, FullIsInfeasibleWhenExpertsDoNotFit) {
   const arm_result r = f.run(o);
   EXPECT_FALSE(r.feasible);
   EXPECT_THAT(r.note, testing::HasSubstr("infeasible"));
+  o.budget_bytes = full_fit_budget(f.cfg, f.wl, o.max_running);
+  EXPECT_TRUE(f.run(o).feasible);  // the upper bound's budget is exactly enough
+  o.budget_bytes -= 1;
+  EXPECT_FALSE(f.run(o).feasible);
   o.arm = arm_kind::pager;
   EXPECT_TRUE(f.run(o).feasible);
 }
 
 TEST(EngineArms, DynamicResizesOnAShiftingWorkloadAndKeepsOutput) {
   fixture f;
-  f.reqs = make_workload("shift", f.cfg, 8);
-  for (request& r : f.reqs) {  // shorter, for Debug
+  f.wl = synthetic_workload("shift", f.cfg, 8);
+  for (request& r : f.wl.evaluated) {  // shorter, for Debug
     r.prompt.resize(std::min<std::size_t>(r.prompt.size(), 24));
     r.max_new_tokens = std::min(r.max_new_tokens, 4);
   }
@@ -214,10 +202,7 @@ TEST(EngineArms, DynamicResizesOnAShiftingWorkloadAndKeepsOutput) {
   engine_options o = f.options(arm_kind::pager_dynamic);
   o.controller.dead_zone = 1;  // 8 experts: a one-cap move is worth making
   // Room for the floor plus a few caps' worth of bytes: the law has something to trade.
-  const auto floor = workload_floor(f.reqs, o.max_running);  // what full would keep
-  o.budget_bytes =
-      static_cast<std::uint64_t>(f.cfg.top_k + 3) * f.cfg.layers * f.cfg.expert_bytes() +
-      floor.bytes(alloc_spec(f.cfg)).count();
+  o.budget_bytes = f.budget_for_rows(f.cfg.top_k + 3, o.max_running);
   const arm_result dyn = f.run(o);
   expect_same(ref, dyn);
   EXPECT_GT(dyn.resizes, 0u);
@@ -230,6 +215,7 @@ TEST(EngineArms, DynamicResizesOnAShiftingWorkloadAndKeepsOutput) {
     EXPECT_EQ(ev.cap_after, ev.to_cap);
     EXPECT_EQ(ev.kv_after, ev.to_kv);
   }
+  EXPECT_EQ(dyn.cap, dyn.resize_log.back().cap_after);
   o.arm = arm_kind::pager_plan;
   expect_same(ref, f.run(o));
 }
@@ -238,8 +224,8 @@ TEST(EngineArms, DynamicResizesOnAShiftingWorkloadAndKeepsOutput) {
 // stands, in the engine and in the controller (the next attempt starts from it); output is kept.
 TEST(EngineArms, FailedDynamicResizeStepKeepsThePreviousSplit) {
   fixture f;
-  f.reqs = make_workload("shift", f.cfg, 8);
-  for (request& r : f.reqs) {
+  f.wl = synthetic_workload("shift", f.cfg, 8);
+  for (request& r : f.wl.evaluated) {
     r.prompt.resize(std::min<std::size_t>(r.prompt.size(), 24));
     r.max_new_tokens = std::min(r.max_new_tokens, 4);
   }
@@ -248,10 +234,7 @@ TEST(EngineArms, FailedDynamicResizeStepKeepsThePreviousSplit) {
     SCOPED_TRACE("failing lever call " + std::to_string(fail_at));
     engine_options o = f.options(arm_kind::pager_dynamic);
     o.controller.dead_zone = 1;
-    const auto floor = workload_floor(f.reqs, o.max_running);
-    o.budget_bytes =
-        static_cast<std::uint64_t>(f.cfg.top_k + 3) * f.cfg.layers * f.cfg.expert_bytes() +
-        floor.bytes(alloc_spec(f.cfg)).count();
+    o.budget_bytes = f.budget_for_rows(f.cfg.top_k + 3, o.max_running);
     int calls = 0;
     std::vector<std::pair<wisp::alloc::pool, std::uint64_t>> pulls;
     o.lever_fault = [&](wisp::alloc::pool which, std::uint64_t to) {
@@ -287,210 +270,6 @@ TEST(EngineArms, UnknownPolicyIsRejected) {
   engine_options o = f.options(arm_kind::pager);
   o.policy = "nope";
   EXPECT_THROW((void)f.run(o), wisp::logic_error);
-}
-
-// ------------------------------------------------------------------ scheduler
-
-// Drives the scheduler the way the engine does, without a model: each plan runs its positions.
-struct sched_sim {
-  kv_block_pool pool;
-  scheduler sched;
-  std::vector<session> sessions;
-  std::vector<std::int32_t> admitted;  // ids in admission order
-
-  sched_sim(std::size_t blocks, std::int32_t block_tokens, std::int32_t max_running)
-      : pool(blocks, 1), sched(pool, block_tokens, max_running) {}
-
-  void add(std::int32_t prompt, std::int32_t gen) {
-    session s;
-    s.req.id = static_cast<std::int32_t>(sessions.size());
-    s.req.prompt.assign(static_cast<std::size_t>(prompt), 1);
-    s.req.max_new_tokens = gen;
-    sessions.push_back(std::move(s));
-  }
-  void submit_all() {
-    for (session& s : sessions) {
-      (void)sched.submit(s);
-    }
-  }
-  std::int32_t run(std::int32_t limit = 10000) {
-    std::int32_t steps = 0;
-    while (!sched.idle() && steps < limit) {
-      batch_plan plan = sched.next();
-      if (plan.sessions.empty()) {
-        break;
-      }
-      for (session* s : plan.sessions) {
-        if (plan.prefill && s->generated == 0) {
-          admitted.push_back(s->req.id);
-        }
-        // Every position of the plan has a block: the KV it writes fits.
-        EXPECT_GE(s->blocks.size() * 4, static_cast<std::size_t>(s->len()));
-        s->kv_len = s->len();
-        s->tokens.push_back(2);
-        ++s->generated;
-      }
-      // Every block in use is in exactly one session's table.
-      std::vector<std::int32_t> held;
-      for (const session& s : sessions) {
-        held.insert(held.end(), s.blocks.begin(), s.blocks.end());
-      }
-      std::sort(held.begin(), held.end());
-      EXPECT_EQ(std::adjacent_find(held.begin(), held.end()), held.end());
-      EXPECT_EQ(held.size(), pool.used());
-      for (session* s : plan.sessions) {
-        if (s->generated >= s->req.max_new_tokens) {
-          sched.finish(*s, 0);
-        }
-      }
-      ++steps;
-    }
-    return steps;
-  }
-};
-
-TEST(EngineScheduler, AdmitsOnlyWhenKvBlocksFit) {
-  sched_sim sim(10, 4, 8);
-  for (int i = 0; i < 5; ++i) {
-    sim.add(10, 6);  // admission needs blocks_for(11) = 3, whole context 4 blocks
-  }
-  sim.submit_all();
-  batch_plan first = sim.sched.next();
-  EXPECT_TRUE(first.prefill);
-  EXPECT_EQ(first.sessions.size(), 3u);  // 3 x 3 = 9 of 10 blocks
-  EXPECT_EQ(sim.sched.waiting(), 2u);
-  EXPECT_EQ(sim.pool.used(), 9u);
-}
-
-TEST(EngineScheduler, NoSessionStarvesAndAdmissionIsFifo) {
-  sched_sim sim(12, 4, 3);
-  for (int i = 0; i < 12; ++i) {
-    sim.add(3 + (i * 5) % 17, 1 + i % 9);
-  }
-  sim.submit_all();
-  const std::int32_t steps = sim.run();
-  EXPECT_LT(steps, 10000);
-  for (const session& s : sim.sessions) {
-    EXPECT_EQ(s.state, session_state::finished) << "session " << s.req.id;
-    EXPECT_EQ(s.generated, s.req.max_new_tokens);
-  }
-  std::vector<std::int32_t> fifo(sim.sessions.size());
-  std::iota(fifo.begin(), fifo.end(), 0);
-  EXPECT_EQ(sim.admitted, fifo);
-  EXPECT_EQ(sim.pool.used(), 0u);
-}
-
-TEST(EngineScheduler, PreemptsUnderKvPressureAndStillFinishes) {
-  sched_sim sim(6, 4, 4);
-  for (int i = 0; i < 4; ++i) {
-    sim.add(4, 12);  // admitted at 2 blocks, grows to 4
-  }
-  sim.submit_all();
-  (void)sim.run();
-  EXPECT_GT(sim.sched.preemptions(), 0u);
-  for (const session& s : sim.sessions) {
-    EXPECT_EQ(s.state, session_state::finished);
-  }
-}
-
-TEST(EngineScheduler, RejectsAContextThatCanNeverFit) {
-  sched_sim sim(4, 4, 4);
-  sim.add(10, 10);  // 20 tokens = 5 blocks > 4
-  sim.add(4, 4);
-  sim.submit_all();
-  EXPECT_EQ(sim.sessions[0].state, session_state::rejected);
-  EXPECT_THAT(sim.sessions[0].reject_reason,
-              testing::HasSubstr("needs 5 KV blocks of 4 tokens but the pool holds only 4"));
-  (void)sim.run();
-  EXPECT_EQ(sim.sessions[1].state, session_state::finished);
-}
-
-TEST(EngineScheduler, KvPoolShrinkCompactsOrFailsUnchanged) {
-  kv_block_pool pool(8, 2);
-  std::vector<std::int32_t> got;
-  for (int i = 0; i < 5; ++i) {
-    got.push_back(*pool.allocate());
-  }
-  pool.release(got[1]);
-  pool.release(got[2]);
-  pool.block(4)[0] = 42.0f;
-  EXPECT_FALSE(pool.resize(2, [](std::int32_t, std::int32_t) {}));  // 3 in use
-  EXPECT_EQ(pool.capacity(), 8u);
-  std::vector<std::pair<std::int32_t, std::int32_t>> moves;
-  EXPECT_TRUE(pool.resize(3, [&](std::int32_t a, std::int32_t b) { moves.emplace_back(a, b); }));
-  EXPECT_EQ(pool.capacity(), 3u);
-  ASSERT_EQ(moves.size(), 2u);  // blocks 3 and 4 -> 1 and 2
-  EXPECT_EQ(moves[1], std::make_pair(4, 2));
-  EXPECT_EQ(pool.block(2)[0], 42.0f);
-  EXPECT_TRUE(pool.resize(6, [](std::int32_t, std::int32_t) {}));
-  EXPECT_EQ(pool.free_blocks(), 3u);
-}
-
-// ------------------------------------------------------------------ kernel concept
-
-struct not_a_kernel {
-  void operator()(int) {}
-};
-static_assert(!wisp::fused_moe_kernel<not_a_kernel>);
-static_assert(!wisp::fused_moe_kernel<int>);
-
-TEST(EngineKernel, OutputDoesNotDependOnSlotsAndSkipsHiddenExperts) {
-  const model_config c = tiny();
-  const model_weights w(c);
-  const std::size_t eb = c.expert_bytes();
-  const std::int32_t T = 3, K = 2;
-  std::vector<float> hidden(static_cast<std::size_t>(T * c.hidden));
-  for (std::size_t i = 0; i < hidden.size(); ++i) {
-    hidden[i] = static_cast<float>(i % 7) * 0.1f - 0.3f;
-  }
-  const std::vector<std::int32_t> ids = {0, 5, 3, 5, 7, 1};
-  const std::vector<float> gates = {0.6f, 0.4f, 0.5f, 0.5f, 0.9f, 0.1f};
-  auto run = [&](const std::vector<std::int32_t>& map, std::int32_t slots) {
-    std::vector<std::byte> rows(static_cast<std::size_t>(slots) * eb);
-    for (std::int32_t e = 0; e < c.experts; ++e) {
-      if (map[static_cast<std::size_t>(e)] >= 0) {
-        std::memcpy(rows.data() + static_cast<std::size_t>(map[static_cast<std::size_t>(e)]) * eb,
-                    w.master(0, e), eb);
-      }
-    }
-    std::vector<float> out(hidden.size(), -1.0f);
-    cpu_reference_moe k(c.hidden, c.intermediate);
-    const wisp::fused_moe_args a{
-        hidden,  ids,
-        gates,   wisp::expert_tensor_view{rows.data(), static_cast<std::size_t>(slots), eb},
-        map,     out,
-        T,       K,
-        c.hidden};
-    wisp::check_fused_moe_args(a);
-    k(a);
-    return out;
-  };
-  std::vector<std::int32_t> identity(8);
-  std::iota(identity.begin(), identity.end(), 0);
-  const std::vector<std::int32_t> paged = {2, 1, -1, 4, -1, 0, -1, 3};  // 5 slots, permuted
-  const auto a = run(identity, 8);
-  const auto b = run(paged, 5);
-  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
-  // Hiding expert 5 changes rows 0 and 1 (they route to it) but not row 2.
-  std::vector<std::int32_t> hide5 = identity;
-  hide5[5] = -1;
-  const auto h = run(hide5, 8);
-  const auto H = static_cast<std::size_t>(c.hidden);
-  EXPECT_NE(0, std::memcmp(a.data(), h.data(), H * sizeof(float)));
-  EXPECT_EQ(0, std::memcmp(a.data() + 2 * H, h.data() + 2 * H, H * sizeof(float)));
-}
-
-TEST(EngineKernel, ArgumentShapesAreChecked) {
-  std::vector<float> hidden(8), out(8), gates(3);
-  std::vector<std::int32_t> ids(3), map(4, -1);
-  const wisp::fused_moe_args bad{hidden, ids, gates, {}, map, out, 2, 2, 4};
-  EXPECT_THROW(wisp::check_fused_moe_args(bad), wisp::logic_error);
-}
-
-TEST(EngineModel, Bf16RoundTripsAndRoundsToNearestEven) {
-  EXPECT_EQ(bf16_to_float(float_to_bf16(1.5f)), 1.5f);
-  EXPECT_EQ(bf16_to_float(float_to_bf16(-2.0f)), -2.0f);
-  EXPECT_EQ(float_to_bf16(1.0f + 1.0f / 256.0f), float_to_bf16(1.0f));  // tie to even
 }
 
 }  // namespace

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief `static-hot`: per layer, the `H` experts the warm-up routed most often are pinned; the
+/// other `S = cap - H` rows stage misses and keep what they staged (the least recently used
+/// staged expert is replaced first), so a staged expert routed again is not copied again.
+///
+/// The cap is the pager's (same rows, same KV). `H` (unless `--hot` fixes it) is the value in
+/// `[0, cap - k]` with the fewest misses when the warm-up is replayed through this very logic, so
+/// both the pinned set and the split come from the warm-up and never from the evaluated sessions.
+/// A call whose misses do not fit the staging rows beside its own staged experts (a prefill) runs
+/// in several launches of `min(k, (cap - H) / 2)` misses each, double-buffered: a launch's copies
+/// go to rows the previous launch does not read, so they overlap its compute.
+#pragma once
+
+#include "residency.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace wisp_engine {
+
+namespace detail {
+
+/// The planning of one layer of `static-hot`: pinned rows `[0, H)`, staging rows `[H, cap)`.
+class hot_layer {
+ public:
+  struct launch_plan {
+    std::vector<std::int32_t> experts, rows;  // visible experts and their rows
+    std::vector<std::int32_t> copied;         // the experts of this launch that are copied
+  };
+
+  hot_layer(std::int32_t experts, std::int32_t top_k, std::span<const std::int32_t> pinned,
+            std::int32_t cap)
+      : k_(static_cast<std::size_t>(top_k)),
+        row_of_(static_cast<std::size_t>(experts), -1),
+        pinned_(static_cast<std::size_t>(pinned.size())),
+        staged_(static_cast<std::size_t>(cap) - pinned.size(), -1),
+        last_use_(staged_.size(), 0),
+        busy_(staged_.size(), 0),
+        seen_(static_cast<std::size_t>(experts), 0) {
+    for (std::size_t i = 0; i < pinned.size(); ++i) {
+      row_of_[static_cast<std::size_t>(pinned[i])] = static_cast<std::int32_t>(i);
+    }
+  }
+
+  /// Plans the launches of a call. @returns how many (`launches()[0, n)`).
+  std::size_t plan(std::span<const std::int32_t> ids) {
+    distinct_experts(ids, seen_, experts_);
+    reset(0);
+    std::fill(busy_.begin(), busy_.end(), 0);
+    misses_.clear();
+    for (const std::int32_t e : experts_) {  // hits (pinned or staged) go in the first launch
+      const std::int32_t row = row_of_[static_cast<std::size_t>(e)];
+      if (row < 0) {
+        misses_.push_back(e);
+        continue;
+      }
+      add(0, e, row);
+      if (row >= pinned()) {
+        touch(row);
+      }
+    }
+    // Misses that fit the free staging rows join the first launch; a wider call streams them in
+    // launches of k (or half the staging rows, if fewer), so one launch's copies overlap the
+    // previous one's compute (the least recently used rows are not the ones just read).
+    const auto free_rows = static_cast<std::size_t>(std::count(busy_.begin(), busy_.end(), 0));
+    const std::size_t chunk = misses_.size() <= free_rows
+                                  ? misses_.size()
+                                  : std::max<std::size_t>(1, std::min(k_, busy_.size() / 2));
+    std::size_t n = 1, in_launch = 0;
+    for (const std::int32_t e : misses_) {
+      std::int32_t row = in_launch < chunk ? victim() : -1;
+      if (row < 0) {
+        std::fill(busy_.begin(), busy_.end(), 0);
+        reset(n++);
+        in_launch = 0;
+        row = victim();
+      }
+      place(row, e);
+      add(n - 1, e, row);
+      launches_[n - 1].copied.push_back(e);
+      ++in_launch;
+    }
+    return n;
+  }
+  [[nodiscard]] const std::vector<launch_plan>& launches() const noexcept { return launches_; }
+  [[nodiscard]] std::int32_t pinned() const noexcept { return static_cast<std::int32_t>(pinned_); }
+
+ private:
+  void reset(std::size_t i) {
+    if (launches_.size() <= i) {
+      launches_.resize(i + 1);
+    }
+    launches_[i].experts.clear();
+    launches_[i].rows.clear();
+    launches_[i].copied.clear();
+  }
+  void add(std::size_t i, std::int32_t e, std::int32_t row) {
+    launches_[i].experts.push_back(e);
+    launches_[i].rows.push_back(row);
+    if (row >= pinned()) {
+      busy_[static_cast<std::size_t>(row - pinned())] = 1;
+    }
+  }
+  void touch(std::int32_t row) { last_use_[static_cast<std::size_t>(row - pinned())] = ++clock_; }
+  [[nodiscard]] std::int32_t victim() const {
+    std::int32_t best = -1;
+    for (std::size_t i = 0; i < staged_.size(); ++i) {
+      if (busy_[i] == 0 && (best < 0 || last_use_[i] < last_use_[static_cast<std::size_t>(best)])) {
+        best = static_cast<std::int32_t>(i);
+      }
+    }
+    return best < 0 ? -1 : best + pinned();
+  }
+  void place(std::int32_t row, std::int32_t e) {
+    const auto i = static_cast<std::size_t>(row - pinned());
+    if (staged_[i] >= 0) {
+      row_of_[static_cast<std::size_t>(staged_[i])] = -1;
+    }
+    staged_[i] = e;
+    row_of_[static_cast<std::size_t>(e)] = row;
+    touch(row);
+  }
+
+  std::size_t k_;
+  std::vector<std::int32_t> row_of_;  // expert -> row, -1 when neither pinned nor staged
+  std::size_t pinned_;
+  std::vector<std::int32_t> staged_;  // staging row - H -> expert or -1
+  std::vector<std::uint64_t> last_use_;
+  std::vector<std::uint8_t> busy_;  // staging rows holding an expert of the current launch
+  std::uint64_t clock_ = 0;
+  std::vector<std::uint8_t> seen_;
+  std::vector<std::int32_t> experts_, misses_;
+  std::vector<launch_plan> launches_;
+};
+
+}  // namespace detail
+
+class static_hot_residency final : public residency {
+ public:
+  memory_plan setup(const arm_context& ctx) override {
+    const std::int32_t L = ctx.model.layers, E = ctx.model.experts, K = ctx.model.top_k;
+    const std::int32_t cap = budget_cap(ctx);
+    memory_plan m;
+    m.kv_blocks = kv_blocks_beside(ctx, "static-hot", static_cast<std::uint64_t>(cap) * L);
+    m.rows = cap;
+    std::int64_t pinned_total = 0;
+    for (std::int32_t l = 0; l < L; ++l) {
+      const std::vector<std::int32_t> order = by_frequency(ctx.warmup, l, E, K);
+      std::int32_t hot = ctx.options.hot;
+      if (hot < 0) {
+        hot = best_hot(ctx.warmup, l, order, E, K, cap);
+      }
+      WISP_EXPECTS(hot >= 0 && hot <= cap - K, "static-hot: ", hot, " pinned experts leave ",
+                   cap - hot, " staging rows of a cap of ", cap, ", fewer than k = ", K);
+      const std::span<const std::int32_t> pinned(order.data(), static_cast<std::size_t>(hot));
+      layers_.emplace_back(E, K, pinned, cap);
+      const std::int32_t t = ctx.dev.add_tensor(static_cast<std::size_t>(cap));
+      for (std::int32_t i = 0; i < hot; ++i) {
+        ctx.dev.fill(l, {.tensor = t, .row = i, .expert = pinned[static_cast<std::size_t>(i)]});
+      }
+      pinned_total += hot;
+    }
+    m.note = "cap " + std::to_string(cap) + ", " + std::to_string(pinned_total / L) +
+             " pinned per layer (mean), " + std::to_string(m.kv_blocks) + " KV blocks";
+    E_ = E;
+    return m;
+  }
+
+  std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
+                                    std::int32_t /*tokens*/) override {
+    auto& hot = layers_[static_cast<std::size_t>(layer)];
+    const std::size_t n = hot.plan(ids);
+    maps_.resize(std::max(maps_.size(), n));
+    copies_.resize(std::max(copies_.size(), n));
+    launches_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& p = hot.launches()[i];
+      maps_[i].resize(static_cast<std::size_t>(E_));
+      show_only(maps_[i], p.experts, p.rows);
+      copies_[i].clear();
+      for (const std::int32_t e : p.copied) {
+        copies_[i].push_back({.tensor = layer,
+                              .row = maps_[i][static_cast<std::size_t>(e)],
+                              .expert = e,
+                              .count = 1});
+      }
+      launches_[i] = {layer, maps_[i], copies_[i]};
+    }
+    return launches_;
+  }
+
+ private:
+  /// Layer `l`'s experts, most routed (per token) in the warm-up first, ties to the lower id.
+  static std::vector<std::int32_t> by_frequency(const warmup_log& w, std::int32_t l, std::int32_t E,
+                                                std::int32_t K) {
+    std::vector<std::uint64_t> count(static_cast<std::size_t>(E), 0);
+    for (const auto& f : w.forwards) {
+      for (const std::int32_t e : f.layer(l, K)) {
+        ++count[static_cast<std::size_t>(e)];
+      }
+    }
+    std::vector<std::int32_t> order(static_cast<std::size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+      return count[static_cast<std::size_t>(a)] > count[static_cast<std::size_t>(b)];
+    });
+    return order;
+  }
+
+  /// The pinned count in `[0, cap - k]` with the fewest misses over the warm-up (the smallest on
+  /// a tie: more staging rows, fewer extra launches).
+  static std::int32_t best_hot(const warmup_log& w, std::int32_t l,
+                               const std::vector<std::int32_t>& order, std::int32_t E,
+                               std::int32_t K, std::int32_t cap) {
+    std::int32_t best = 0;
+    std::uint64_t fewest = ~std::uint64_t{0};
+    for (std::int32_t hot = 0; hot <= cap - K; ++hot) {
+      detail::hot_layer sim(
+          E, K, std::span<const std::int32_t>(order.data(), static_cast<std::size_t>(hot)), cap);
+      std::uint64_t misses = 0;
+      for (const auto& f : w.forwards) {
+        const std::size_t n = sim.plan(f.layer(l, K));
+        for (std::size_t i = 0; i < n; ++i) {
+          misses += sim.launches()[i].copied.size();
+        }
+      }
+      if (misses < fewest) {
+        fewest = misses;
+        best = hot;
+      }
+    }
+    return best;
+  }
+
+  std::int32_t E_ = 0;
+  std::vector<detail::hot_layer> layers_;
+  std::vector<std::vector<std::int32_t>> maps_;
+  std::vector<std::vector<row_copy>> copies_;
+  std::vector<moe_launch> launches_;
+};
+
+}  // namespace wisp_engine

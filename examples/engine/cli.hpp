@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief The command line of `wisp-engine`: parsed and validated here, run in main.cpp.
+#pragma once
+
+#include "engine.hpp"
+#include "report.hpp"
+
+#include <wisp/alloc/units.hpp>
+#include <wisp/core/error.hpp>
+#include <wisp/trace/import.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace wisp_engine {
+
+inline constexpr const char* usage = R"(usage: wisp-engine [options]
+  --arms A,B,...        arms (default: full,layer-offload,on-demand,static-hot,pager,pager+plan,
+                        pager+dynamic,pager+prefetch,pager+zip); full also runs at the smallest
+                        budget where it fits when it does not fit the budget (the upper bound)
+  --policies P,Q,...    eviction policies of the pager arm, one arm each (default: lru,fifo,lfu,
+                        lfu_history,lfru,fld,least_stale,decayed_frequency,predicted_next_use;
+                        least-stale is accepted too)
+  --policy NAME         policy of pager+plan, pager+dynamic, pager+prefetch and pager+zip
+                        (default lru)
+  --prefetch RULE       pager+prefetch: top-k (default: k x tokens x overfetch of the predictor's
+                        best) or percentile (those above --percentile, at most k x tokens)
+  --overfetch M         pager+prefetch, top-k: the multiplier (default 1)
+  --percentile P        pager+prefetch, percentile: the score percentile to exceed (default 80)
+  --decode-gbps R       pager+zip: the device's decode rate, GB/s of BF16 written (default 100)
+  --budget BYTES        device budget for resident experts + KV (default 48MiB)
+  --bandwidth GBPS      modelled host->device link, GB/s (default 25)
+  --latency-us US       modelled latency of one copy, microseconds (default 10)
+  --cap N               pager and static-hot: per-layer expert rows (default: the largest that
+                        leaves the KV floor)
+  --hot N               static-hot: pinned experts per layer (default: chosen on the warm-up)
+  --workload NAME       chat (default; stationary routing) or shift (routing domains change)
+  --sessions N          evaluated sessions (default 16; with a trace: every sequence after the
+                        warm-up); 20% more are served first as the warm-up
+  --max-running N       sessions decoded together (default 4)
+  --routing SRC [FILE]  synthetic (default: the workload's synthetic trace), model (the
+                        router), or trace FILE (.wtrace, .jsonl, or an ESFT folder; the model's
+                        layers, experts and top-k follow the trace)
+  --on-incomplete P     trace routing: tokens lacking a layer are an error (default) or
+                        skipped (left out, and counted)
+  --layers N --experts N --top-k N --hidden N --intermediate N
+                        model shape (default 8 x 64, top-6, hidden 256, expert FFN 128)
+  --burst N             pager+dynamic: forwards per controller burst (default 4)
+  --decay G             pager+dynamic: controller's per-burst decay in [0, 1] (default 0)
+  --repeat N            runs of every arm, interleaved; figures are median [min-max] (default 5)
+  --json                print the comparison as JSON
+)";
+
+/// Every pager eviction policy, as the default `--policies`.
+[[nodiscard]] inline std::vector<std::string> all_policies() {
+  const std::vector<std::string_view> names = policy_names();
+  return {names.begin(), names.end()};
+}
+
+/// @brief Everything the command line sets.
+struct cli_options {
+  engine_options base;
+  model_config model;
+  std::vector<arm_kind> arms = {
+      arm_kind::full,          arm_kind::layer_offload,  arm_kind::on_demand,
+      arm_kind::static_hot,    arm_kind::pager,          arm_kind::pager_plan,
+      arm_kind::pager_dynamic, arm_kind::pager_prefetch, arm_kind::pager_zip};
+  std::vector<std::string> policies = all_policies();
+  std::string workload = "chat";
+  std::string routing = "synthetic";
+  std::string trace_file;
+  /// `--routing trace`: tokens of the trace that lack a layer are refused or left out.
+  wisp::trace::incomplete_tokens on_incomplete = wisp::trace::incomplete_tokens::error;
+  std::int32_t sessions = 0;  ///< 0: the default (16, or every sequence of a trace)
+  std::int32_t repeat = 5;
+  bool json = false;
+  bool help = false;
+  /// Shape flags given explicitly (a trace's shape must agree with them).
+  std::optional<std::int32_t> layers, experts, top_k;
+
+  /// The arms to run, in order: pager once per policy; full's upper bound right after full.
+  [[nodiscard]] std::vector<arm_spec> specs(bool full_fits) const {
+    std::vector<arm_spec> out;
+    for (const arm_kind a : arms) {
+      if (a == arm_kind::pager) {
+        for (const std::string& p : policies) {
+          out.push_back({a, p, false});
+        }
+        continue;
+      }
+      out.push_back({a, is_pager(a) ? base.policy : std::string(), false});
+      if (a == arm_kind::full && !full_fits) {
+        out.push_back({a, "", true});
+      }
+    }
+    return out;
+  }
+};
+
+namespace detail {
+inline std::int32_t to_int(std::string_view flag, std::string_view v, std::int32_t lo) {
+  std::int32_t x = 0;
+  const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  WISP_EXPECTS(ec == std::errc{} && p == v.data() + v.size() && x >= lo, flag, ": '", v,
+               "' is not an integer >= ", lo);
+  return x;
+}
+inline double to_double(std::string_view flag, std::string_view v, double lo) {
+  std::size_t used = 0;
+  double x = -1;
+  try {
+    x = std::stod(std::string(v), &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  WISP_EXPECTS(used == v.size() && std::isfinite(x) && x >= lo, flag, ": '", v,
+               "' is not a number >= ", lo);
+  return x;
+}
+inline std::vector<std::string> split_list(std::string_view list) {
+  std::vector<std::string> out;
+  std::size_t p = 0;
+  while (p <= list.size()) {
+    const std::size_t q = std::min(list.find(',', p), list.size());
+    out.emplace_back(list.substr(p, q - p));
+    p = q + 1;
+  }
+  return out;
+}
+}  // namespace detail
+
+/// @brief Parses `args` (without the program name).
+/// @throws wisp::logic_error naming the flag and value on any bad input.
+[[nodiscard]] inline cli_options parse_cli(std::span<const std::string_view> args) {
+  using detail::to_double;
+  using detail::to_int;
+  cli_options o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view a = args[i];
+    auto value = [&]() -> std::string_view {
+      WISP_EXPECTS(i + 1 < args.size(), "missing value after ", a);
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      o.help = true;
+    } else if (a == "--arms") {
+      o.arms.clear();
+      for (const std::string& s : detail::split_list(value())) {
+        const auto arm = parse_arm(s);
+        WISP_EXPECTS(arm.has_value(), "--arms: unknown arm '", s,
+                     "' (valid: full, layer-offload, on-demand, static-hot, pager, pager+plan, "
+                     "pager+dynamic, pager+prefetch, pager+zip)");
+        o.arms.push_back(*arm);
+      }
+    } else if (a == "--policies") {
+      o.policies.clear();
+      for (const std::string& s : detail::split_list(value())) {
+        const auto p = canonical_policy(s);
+        WISP_EXPECTS(p.has_value(), "--policies: unknown policy '", s, "' (valid: ", policy_list(),
+                     ")");
+        o.policies.push_back(*p);
+      }
+    } else if (a == "--policy") {
+      const std::string_view s = value();
+      const auto p = canonical_policy(s);
+      WISP_EXPECTS(p.has_value(), "--policy: unknown policy '", s, "' (valid: ", policy_list(),
+                   ")");
+      o.base.policy = *p;
+    } else if (a == "--prefetch") {
+      const std::string_view s = value();
+      WISP_EXPECTS(s == "top-k" || s == "percentile", "--prefetch: unknown rule '", s,
+                   "' (valid: top-k, percentile)");
+      o.base.prefetch.rule =
+          s == "top-k" ? wisp::prefetch_rule::top_k : wisp::prefetch_rule::percentile;
+    } else if (a == "--decode-gbps") {
+      o.base.decode_bytes_per_second = to_double(a, value(), 1e-9) * 1e9;
+    } else if (a == "--overfetch") {
+      o.base.prefetch.overfetch = to_double(a, value(), 0);
+    } else if (a == "--percentile") {
+      o.base.prefetch.percentile = to_double(a, value(), 0);
+      WISP_EXPECTS(o.base.prefetch.percentile <= 100, "--percentile: ", o.base.prefetch.percentile,
+                   " is over 100");
+    } else if (a == "--budget") {
+      o.base.budget_bytes = wisp::alloc::parse_byte_size(std::string(value())).count();
+    } else if (a == "--bandwidth") {
+      o.base.link.bytes_per_second = to_double(a, value(), 1e-9) * 1e9;
+    } else if (a == "--latency-us") {
+      o.base.link.latency_seconds = to_double(a, value(), 0) * 1e-6;
+    } else if (a == "--cap") {
+      o.base.cap = to_int(a, value(), 1);
+    } else if (a == "--hot") {
+      o.base.hot = to_int(a, value(), 0);
+    } else if (a == "--workload") {
+      o.workload = std::string(value());
+      WISP_EXPECTS(o.workload == "chat" || o.workload == "shift", "--workload: unknown '",
+                   o.workload, "' (valid: chat, shift)");
+    } else if (a == "--sessions") {
+      o.sessions = to_int(a, value(), 1);
+    } else if (a == "--max-running") {
+      o.base.max_running = to_int(a, value(), 1);
+    } else if (a == "--routing") {
+      o.routing = std::string(value());
+      if (o.routing == "trace") {
+        o.trace_file = std::string(value());
+      }
+      WISP_EXPECTS(o.routing == "synthetic" || o.routing == "model" || o.routing == "trace",
+                   "--routing: unknown '", o.routing, "' (valid: synthetic, model, trace FILE)");
+    } else if (a == "--on-incomplete") {
+      const std::string_view s = value();
+      const auto p = wisp::trace::parse_incomplete_tokens(s);
+      WISP_EXPECTS(p.has_value() && *p != wisp::trace::incomplete_tokens::keep,
+                   "--on-incomplete: '", s, "' (valid: error, skip)");
+      o.on_incomplete = *p;
+    } else if (a == "--layers") {
+      o.layers = o.model.layers = to_int(a, value(), 1);
+    } else if (a == "--experts") {
+      o.experts = o.model.experts = to_int(a, value(), 1);
+    } else if (a == "--top-k") {
+      o.top_k = o.model.top_k = to_int(a, value(), 1);
+    } else if (a == "--hidden") {
+      o.model.hidden = to_int(a, value(), 2);
+    } else if (a == "--intermediate") {
+      o.model.intermediate = to_int(a, value(), 1);
+    } else if (a == "--burst") {
+      o.base.dynamic_burst = to_int(a, value(), 1);
+    } else if (a == "--decay") {
+      o.base.controller.decay = to_double(a, value(), 0);
+      o.base.controller.validate();
+    } else if (a == "--repeat") {
+      o.repeat = to_int(a, value(), 1);
+    } else if (a == "--json") {
+      o.json = true;
+    } else {
+      WISP_FAIL(wisp::logic_error, "unknown option '", a, "' (see --help)");
+    }
+  }
+  o.base.link.validate();
+  o.base.routing = o.routing == "model" ? routing_source::model : routing_source::trace;
+  return o;
+}
+
+}  // namespace wisp_engine

@@ -1,0 +1,261 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief The modelled device: expert memory (rows of `wisp::virtual_expert_tensor`), one
+/// host-to-device link and one compute queue (`wisp::device_timeline`), joined per row by events.
+///
+/// - A **copy** of `n` expert rows costs `latency + n * expert_bytes / bandwidth` on the link
+///   (`wisp::link_model`), whatever the host's `memcpy` speed: the link is modelled, not measured.
+///   It starts no earlier than the link is free, the caller's event (e.g. the router that decided
+///   it) and the end of every launch that read its destination rows (a copy never overwrites a
+///   row that a kernel still reads).
+/// - A **compute** op is host code whose thread CPU time is measured (or, in tests, given by a
+///   `compute_clock`); it starts when the compute queue is free and its waits have happened. A
+///   launch waits only for the copies into the rows it reads. CPU time, not wall time: on a
+///   shared machine the time other processes run is not charged to the engine.
+/// - The real bytes still move, so outputs stay real: a copy records its source and the `memcpy`
+///   happens just before the first launch that reads the row (`materialize`), outside every
+///   measured region, so its host time is never charged on top of the modelled link time.
+/// - **Compressed paging** (`page_compressed`, the `pager+zip` arm): a copy moves the expert's
+///   compressed bytes (`zip_masters::link_bytes`) and is then decoded on the device's decode
+///   queue, in order, at a modelled rate (`decode_bytes_per_second` of BF16 written, one queue:
+///   a decode kernel on its own stream, or a decompression engine); the row is ready when its
+///   decode ends. The real decode (`zip_masters::decode`, on the host: it stands in for the
+///   kernel) writes the row at `materialize`; its thread CPU time is measured and reported, never
+///   charged.
+#pragma once
+
+#include "model.hpp"
+#include "zip_masters.hpp"
+
+#include <wisp/transfer/timeline.hpp>
+#include <wisp/vmm/page_pool.hpp>
+#include <wisp/vmm/posix_vmm.hpp>
+#include <wisp/vmm/virtual_expert_tensor.hpp>
+
+#include <time.h>  // clock_gettime (POSIX)
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace wisp_engine {
+
+/// What a compute op does (for a modelled `compute_clock`).
+enum class compute_op : std::uint8_t {
+  embed,      ///< token embeddings; units = rows
+  attention,  ///< RMSNorm, QKV, RoPE, attention over the KV blocks and the router; units = rows
+  plan,       ///< the residency arm's host-side planning of one layer; units = 1
+  kernel,     ///< one fused-MoE launch; units = positions (token, j) computed
+  combine,    ///< the ordered sum of a layer's positions and the residual; units = rows
+  head        ///< the LM head on each session's last row; units = rows
+};
+
+/// Seconds a compute op takes given its kind and units; empty = measure the host CPU time.
+using compute_clock = std::function<double(compute_op, std::int64_t units)>;
+
+/// Host-to-device copy: master experts `[expert, expert + count)` of the current layer into rows
+/// `[row, row + count)` of tensor `tensor` (one copy, one link latency). `prefetch`: a predicted
+/// expert, not one a call asked for (counted apart).
+struct row_copy {
+  std::int32_t tensor = 0;
+  std::int32_t row = 0;
+  std::int32_t expert = 0;
+  std::int32_t count = 1;
+  bool prefetch = false;
+};
+
+/// @brief The modelled device of one arm's run. Not thread-safe.
+class device {
+ public:
+  using tensor_type = wisp::virtual_expert_tensor<wisp::posix_vmm>;
+
+  /// @throws wisp::logic_error if `link` is invalid.
+  device(const model_weights& w, const wisp::link_model& link, compute_clock clock = {})
+      : w_(&w),
+        timeline_(link),
+        clock_(std::move(clock)),
+        pool_(wisp::posix_vmm{wisp::posix_vmm_options{.granule = std::size_t{64} << 10}}) {}
+
+  // ------------------------------------------------------------------ memory
+  /// A new tensor of up to `E` rows with `resident` rows mapped. @returns its index.
+  std::int32_t add_tensor(std::size_t resident) {
+    const auto E = static_cast<std::size_t>(w_->cfg.experts);
+    tensors_.push_back(
+        std::make_unique<tensor_type>(pool_, wisp::expert_tensor_shape{E, w_->cfg.expert_bytes()}));
+    tensors_.back()->resize_resident(resident);
+    rows_.emplace_back(E);
+    return static_cast<std::int32_t>(tensors_.size() - 1);
+  }
+  [[nodiscard]] tensor_type& tensor(std::int32_t t) { return *tensors_[idx(t)]; }
+  [[nodiscard]] std::size_t tensors() const noexcept { return tensors_.size(); }
+
+  /// From now on, every copy moves compressed experts and decodes them (see the file comment).
+  /// `masters` must outlive the device. @throws wisp::logic_error on a rate that is not > 0.
+  void page_compressed(const zip_masters& masters, double decode_bytes_per_second) {
+    zip_ = &masters;
+    decoder_ = wisp::device_timeline(
+        wisp::link_model{.bytes_per_second = decode_bytes_per_second, .latency_seconds = 0});
+  }
+
+  /// Untimed copy (initial residency, warm-up): the bytes land now and cost no link time.
+  void fill(std::int32_t layer, const row_copy& c) {
+    for (std::int32_t i = 0; i < c.count; ++i) {
+      row_state& r = rows_[idx(c.tensor)][static_cast<std::size_t>(c.row + i)];
+      r.layer = layer;
+      r.expert = c.expert + i;
+      r.timed = false;
+      materialize(c.tensor, c.row + i);
+    }
+  }
+
+  /// A timed copy on the link, then its decode when paging compressed experts (see the file
+  /// comment). @returns when the rows are ready.
+  wisp::timeline_event copy(std::int32_t layer, const row_copy& c, wisp::timeline_event after) {
+    auto& rows = rows_[idx(c.tensor)];
+    std::uint64_t bytes = 0;
+    for (std::int32_t i = 0; i < c.count; ++i) {
+      after.time = std::max(after.time, rows[static_cast<std::size_t>(c.row + i)].free.time);
+      bytes += zip_ != nullptr ? zip_->link_bytes(layer, c.expert + i) : w_->cfg.expert_bytes();
+    }
+    wisp::timeline_event done = timeline_.copy(bytes, after);
+    if (zip_ != nullptr) {
+      done = decoder_.copy(static_cast<std::uint64_t>(c.count) * w_->cfg.expert_bytes(), done);
+    }
+    for (std::int32_t i = 0; i < c.count; ++i) {
+      row_state& r = rows[static_cast<std::size_t>(c.row + i)];
+      r.ready = done;
+      r.layer = layer;
+      r.expert = c.expert + i;
+      r.timed = true;
+    }
+    (c.prefetch ? prefetch_copies_ : expert_copies_) += static_cast<std::uint64_t>(c.count);
+    return done;
+  }
+
+  /// When the last copy into row `row` of tensor `t` lands.
+  [[nodiscard]] wisp::timeline_event ready(std::int32_t t, std::int32_t row) const {
+    return rows_[idx(t)][static_cast<std::size_t>(row)].ready;
+  }
+  /// Performs the pending real copy (or decode) into the row, if any (outside measured
+  /// regions).
+  void materialize(std::int32_t t, std::int32_t row) {
+    row_state& r = rows_[idx(t)][static_cast<std::size_t>(row)];
+    if (r.layer < 0) {
+      return;
+    }
+    std::byte* dst = tensor(t).row(static_cast<std::size_t>(row));
+    if (zip_ != nullptr) {
+      const double t0 = thread_seconds();
+      zip_->decode(r.layer, r.expert, dst);
+      if (r.timed) {
+        host_decode_seconds_ += thread_seconds() - t0;
+        host_decoded_bytes_ += w_->cfg.expert_bytes();
+      }
+    } else {
+      std::memcpy(dst, w_->master(r.layer, r.expert), w_->cfg.expert_bytes());
+    }
+    r.layer = -1;
+  }
+  /// Materializes every pending copy of tensor `t` (before it is resized or its rows move).
+  void flush(std::int32_t t) {
+    for (std::size_t r = 0; r < rows_[idx(t)].size(); ++r) {
+      materialize(t, static_cast<std::int32_t>(r));
+    }
+  }
+  /// A launch that ends at `done` read the row: a later copy into it waits for `done`.
+  void read(std::int32_t t, std::int32_t row, wisp::timeline_event done) {
+    row_state& r = rows_[idx(t)][static_cast<std::size_t>(row)];
+    r.free.time = std::max(r.free.time, done.time);
+  }
+  /// A device-side row move (a resize at a drained barrier): bytes and events follow the row.
+  void move_row(std::int32_t t, std::int32_t from, std::int32_t to) {
+    materialize(t, from);
+    materialize(t, to);
+    std::memcpy(tensor(t).row(static_cast<std::size_t>(to)),
+                tensor(t).row(static_cast<std::size_t>(from)), w_->cfg.expert_bytes());
+    auto& rows = rows_[idx(t)];
+    const row_state src = rows[static_cast<std::size_t>(from)];
+    row_state& dst = rows[static_cast<std::size_t>(to)];
+    dst.ready = src.ready;
+    dst.free.time = std::max(dst.free.time, src.free.time);
+  }
+
+  // ------------------------------------------------------------------ compute
+  /// Runs `f` (which returns the op's units) as a compute op that starts after `waits`; its
+  /// duration is the thread CPU time `f` took, or the clock's for `(op, units)`. @returns when it
+  /// ends.
+  template <class F>
+  wisp::timeline_event compute(compute_op op, F&& f,
+                               std::span<const wisp::timeline_event> waits = {}) {
+    double seconds = 0;
+    if (clock_) {
+      const std::int64_t units = f();
+      seconds = clock_(op, units);
+    } else {
+      const double t0 = thread_seconds();
+      (void)f();
+      seconds = thread_seconds() - t0;
+    }
+    return timeline_.compute(seconds, waits);
+  }
+
+  /// Host CPU time `f` took (0 with a modelled clock): host work that runs beside the device's
+  /// queues, such as a prefetch decision while the layer's kernels run.
+  template <class F>
+  double host_seconds(F&& f) {
+    const double t0 = clock_ ? 0 : thread_seconds();
+    f();
+    return clock_ ? 0 : thread_seconds() - t0;
+  }
+
+  /// When the compute queue is free (the time the next compute op would start at the earliest).
+  [[nodiscard]] double compute_free() const noexcept { return timeline_.compute_done().time; }
+  [[nodiscard]] const wisp::device_timeline& timeline() const noexcept { return timeline_; }
+  /// Compressed paging: the modelled decode queue (its `copy_seconds` are decode time).
+  [[nodiscard]] const wisp::device_timeline& decoder() const noexcept { return decoder_; }
+  /// Compressed paging: thread CPU time of the real decodes on the host of the timed copies so
+  /// far (the warm-up's are not counted).
+  [[nodiscard]] double host_decode_seconds() const noexcept { return host_decode_seconds_; }
+  /// Compressed paging: BF16 bytes those decodes wrote.
+  [[nodiscard]] std::uint64_t host_decoded_bytes() const noexcept { return host_decoded_bytes_; }
+  /// Expert rows copied over the link so far because a call or a known schedule needed them.
+  [[nodiscard]] std::uint64_t expert_copies() const noexcept { return expert_copies_; }
+  /// Expert rows copied over the link so far as predictions (`row_copy::prefetch`).
+  [[nodiscard]] std::uint64_t prefetch_copies() const noexcept { return prefetch_copies_; }
+
+ private:
+  struct row_state {
+    wisp::timeline_event ready{};  // the last copy into the row lands
+    wisp::timeline_event free{};   // the last launch that read the row ends
+    std::int32_t layer = -1;       // the expert whose bytes are still to land (-1: none)
+    std::int32_t expert = 0;
+    bool timed = false;  // the bytes came with a timed copy (not the warm-up)
+  };
+  static std::size_t idx(std::int32_t t) noexcept { return static_cast<std::size_t>(t); }
+  /// CPU time of this thread: time the OS gives other processes (a busy machine) is not counted.
+  static double thread_seconds() noexcept {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+
+  const model_weights* w_;
+  wisp::device_timeline timeline_;
+  compute_clock clock_;
+  wisp::page_pool<wisp::posix_vmm> pool_;
+  std::vector<std::unique_ptr<tensor_type>> tensors_;
+  std::vector<std::vector<row_state>> rows_;  // per tensor, per row
+  std::uint64_t expert_copies_ = 0;
+  std::uint64_t prefetch_copies_ = 0;
+  const zip_masters* zip_ = nullptr;  // compressed paging
+  wisp::device_timeline decoder_;     // its decode queue: "bytes" are BF16 bytes decoded
+  double host_decode_seconds_ = 0;
+  std::uint64_t host_decoded_bytes_ = 0;
+};
+
+}  // namespace wisp_engine

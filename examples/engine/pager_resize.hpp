@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Resizing the pager arms at drained barriers: forced cap changes (tests) and the online
+/// controller of `pager+dynamic`.
+///
+/// The controller (`wisp::alloc::split_controller`) is fed, every burst, each pager call's experts
+/// (`record_expert_call`: it measures their per-layer reuse distances the way the pager serves a
+/// call, the call's experts protected from each other) and the KV block reuse distances of
+/// `wisp::reuse::reuse_distance_counter`, and proposes a split at every `dynamic_burst`-th
+/// barrier; the proposal is clamped by the dual-resize law's KV target
+/// (`wisp::alloc::dual_resize_target`) and applied shrinking first through `plan_transition` /
+/// `apply_resize`. A failed step leaves the previous split, in the engine and in the controller.
+#pragma once
+
+#include "residency.hpp"
+
+#include <wisp/alloc/controller.hpp>
+#include <wisp/alloc/cost_model.hpp>
+#include <wisp/alloc/resize.hpp>
+#include <wisp/alloc/split.hpp>
+#include <wisp/pager/pager.hpp>
+#include <wisp/reuse/reuse_distance.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace wisp_engine {
+
+/// The cost model's parameters: the modelled link's bandwidth.
+[[nodiscard]] inline wisp::alloc::cost_params cost_params(const engine_options& opt) {
+  wisp::alloc::cost_params p;
+  p.bandwidth_bytes_per_second = opt.link.bytes_per_second;
+  return p;
+}
+
+/// @brief The resizing state of one pager arm (tensor `l` is layer `l`'s). Not thread-safe.
+template <class Policy>
+class pager_resizer {
+ public:
+  pager_resizer(wisp::pager<Policy>& pager, const arm_context& ctx,
+                const wisp::alloc::admission_floor& floor, const wisp::alloc::split& current)
+      : pager_(&pager),
+        dev_(&ctx.dev),
+        opt_(&ctx.options),
+        spec_(ctx.spec),
+        budget_(ctx.budget),
+        floor_(floor),
+        current_(current) {}
+
+  [[nodiscard]] const engine_options& options() const noexcept { return *opt_; }
+
+  /// The controller starts at the current cap; one exact counter over KV blocks (keys =
+  /// (request, block index), so a block keeps its key when the pool compacts it or a preempted
+  /// session recomputes it).
+  void start_controller(const std::vector<request>& requests) {
+    ctl_.emplace(spec_, budget_, floor_, cost_params(*opt_), opt_->controller, current_.expert_cap);
+    std::uint64_t keys = 0;
+    for (const request& r : requests) {
+      kv_key_base_.push_back(keys);
+      keys += blocks_for_tokens(
+          r.prompt.size() + static_cast<std::uint64_t>(std::max(r.max_new_tokens, 0)),
+          spec_.block_tokens);
+    }
+    kv_reuse_.emplace(static_cast<std::size_t>(std::max<std::uint64_t>(keys, 1)));
+  }
+
+  /// One pager call of layer `l` (its distinct experts), into the expert stream.
+  void record_call(std::int32_t l, std::span<const std::int32_t> experts) {
+    call_.assign(experts.begin(), experts.end());
+    ctl_->record_expert_call(static_cast<std::uint32_t>(l), call_);
+  }
+
+  /// After each forward: every block its attention read, once, into the KV stream; every
+  /// `dynamic_burst` forwards, close the burst and resize (see the file comment).
+  void dynamic_barrier(barrier_context& ctx) {
+    for (const session* s : ctx.batch.sessions) {
+      const auto i = static_cast<std::size_t>(s - ctx.sessions.data());
+      const std::uint64_t blocks =
+          blocks_for_tokens(static_cast<std::uint64_t>(s->kv_len), spec_.block_tokens);
+      for (std::uint64_t b = 0; b < blocks; ++b) {
+        ctl_->record_kv(kv_reuse_->access(static_cast<std::uint32_t>(kv_key_base_[i] + b)));
+      }
+    }
+    burst_peak_kv_ = std::max<std::uint64_t>(burst_peak_kv_, ctx.kv.used());
+    if (ctx.forwards % opt_->dynamic_burst != 0) {
+      return;
+    }
+    const wisp::alloc::controller_decision d = ctl_->end_burst();
+    const std::uint64_t peak = std::max<std::uint64_t>(burst_peak_kv_, ctx.sched.kv_demand());
+    burst_peak_kv_ = 0;
+    const wisp::alloc::split law =
+        wisp::alloc::dual_resize_target(spec_, budget_, floor_, peak, opt_->dynamic_headroom);
+    const std::uint32_t wanted = d.moves() ? d.next : current_.expert_cap;
+    const std::uint32_t target = std::min(wanted, law.expert_cap);
+    if (target == current_.expert_cap) {
+      return;
+    }
+    const wisp::alloc::resize_plan plan = wisp::alloc::plan_transition(
+        spec_, budget_, current_, wisp::alloc::make_split(spec_, budget_, target));
+    levers l{this, &ctx};
+    const wisp::alloc::resize_outcome out = wisp::alloc::apply_resize(plan, l);
+    resize_event ev;
+    ev.forward = ctx.forwards;
+    ev.from_cap = static_cast<std::int32_t>(plan.from.expert_cap);
+    ev.from_kv = plan.from.kv_blocks;
+    ev.to_cap = static_cast<std::int32_t>(plan.to.expert_cap);
+    ev.to_kv = plan.to.kv_blocks;
+    ev.by_controller = d.moves() && target == d.next;
+    ev.applied = out.applied;
+    current_ = out.current;
+    if (out.applied) {
+      ctl_->set_cap(target);
+      ++ctx.result.resizes;
+      ctx.result.controller_moves += ev.by_controller ? 1 : 0;
+    } else {
+      ++ctx.result.resize_failures;
+    }
+    check_split(ctx);  // the engine holds the split apply_resize reports
+    ev.cap_after = pager_->capacity(0);
+    ev.kv_after = ctx.kv.capacity();
+    ctx.result.resize_log.push_back(ev);
+  }
+
+  /// A forced cap change: the KV pool keeps its blocks. @throws wisp::logic_error on a cap
+  /// outside `[k, E]` or one that does not fit beside the KV blocks.
+  void force(std::int32_t cap, barrier_context& ctx) {
+    const wisp::alloc::split to = wisp::alloc::make_split(
+        spec_, budget_, static_cast<std::uint64_t>(std::max(cap, 0)), current_.kv_blocks);
+    if (resize_experts(cap)) {
+      current_ = to;
+      ++ctx.result.resizes;
+      if (ctl_) {
+        ctl_->set_cap(to.expert_cap);
+      }
+    } else {
+      ++ctx.result.resize_failures;
+    }
+    check_split(ctx);
+  }
+
+ private:
+  /// Sets every layer's cap (pager and tensor); strong: on failure every layer, the one that
+  /// failed included, is as before.
+  bool resize_experts(std::int32_t cap) {
+    const std::int32_t old = pager_->capacity(0);  // every layer's (check_split)
+    std::int32_t l = 0;
+    try {
+      for (; l < pager_->layers(); ++l) {
+        resize_layer(l, cap);
+      }
+    } catch (...) {
+      // Layer l failed part-way (its tensor may have grown before its pager resize threw).
+      for (std::int32_t u = l; u >= 0; --u) {
+        resize_layer(u, old);
+      }
+      return false;
+    }
+    return true;
+  }
+  void resize_layer(std::int32_t l, std::int32_t cap) {
+    auto& t = dev_->tensor(l);
+    dev_->flush(l);  // pending bytes land before rows move or unmap
+    if (static_cast<std::size_t>(cap) > t.resident_rows()) {
+      t.resize_resident(static_cast<std::size_t>(cap));  // grow: map first
+    }
+    if (opt_->layer_fault && opt_->layer_fault(l, cap)) {
+      WISP_FAIL(wisp::error, "injected fault resizing layer ", l, " to cap ", cap);
+    }
+    pager_->prepare(l, std::span<const std::int32_t>{}, 0, pager_->top_k());  // drained: unprotect
+    const wisp::resize_report rep = pager_->resize_layer(l, cap);
+    for (const wisp::slot_move& m : rep.moves) {
+      dev_->move_row(l, m.from, m.to);
+    }
+    t.resize_resident(static_cast<std::size_t>(cap));  // shrink: unmap the tail
+  }
+
+  /// After every resize attempt: each layer's pager cap and tensor rows, and the KV pool, are
+  /// those of the split in force. @throws wisp::logic_error naming the layer that differs.
+  void check_split(const barrier_context& ctx) const {
+    const auto cap = static_cast<std::int32_t>(current_.expert_cap);
+    for (std::int32_t l = 0; l < pager_->layers(); ++l) {
+      const std::size_t rows = dev_->tensor(l).resident_rows();
+      WISP_EXPECTS(pager_->capacity(l) == cap && rows == static_cast<std::size_t>(cap), "layer ", l,
+                   " has pager cap ", pager_->capacity(l), " and ", rows,
+                   " resident rows but the split in force has cap ", cap);
+    }
+    WISP_EXPECTS(ctx.kv.capacity() == current_.kv_blocks, "the KV pool has ", ctx.kv.capacity(),
+                 " blocks but the split in force has ", current_.kv_blocks);
+    ctx.result.cap = cap;
+  }
+
+  struct levers {
+    pager_resizer* r;
+    barrier_context* ctx;
+    bool resize_experts(std::uint32_t cap) {
+      if (r->opt_->lever_fault && r->opt_->lever_fault(wisp::alloc::pool::experts, cap)) {
+        return false;
+      }
+      return r->resize_experts(static_cast<std::int32_t>(cap));
+    }
+    bool resize_kv(std::uint64_t blocks) {
+      if (r->opt_->lever_fault && r->opt_->lever_fault(wisp::alloc::pool::kv, blocks)) {
+        return false;
+      }
+      return ctx->kv.resize(
+          static_cast<std::size_t>(blocks),
+          [this](std::int32_t from, std::int32_t to) { ctx->sched.relocate(from, to); });
+    }
+  };
+  static_assert(wisp::alloc::resize_levers<levers>);
+
+  wisp::pager<Policy>* pager_;
+  device* dev_;
+  const engine_options* opt_;
+  wisp::alloc::model_spec spec_;
+  wisp::byte_size budget_;
+  wisp::alloc::admission_floor floor_;
+  wisp::alloc::split current_;                        // the split in force (check_split)
+  std::optional<wisp::alloc::split_controller> ctl_;  // pager+dynamic only
+  std::vector<std::uint32_t> call_;  // record_call's experts as the controller takes them
+  std::optional<wisp::reuse::reuse_distance_counter> kv_reuse_;
+  std::vector<std::uint64_t> kv_key_base_;  // first KV key of each request
+  std::uint64_t burst_peak_kv_ = 0;         // most KV blocks in use this burst
+};
+
+}  // namespace wisp_engine

@@ -1,0 +1,358 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Honest reporting: every arm run `repeat` times, interleaved (repetition `r` runs every
+/// arm once, so background load hits all arms alike); every timed figure reported as median,
+/// min and max over the runs; ratios of each pager arm against the strongest baseline (the
+/// fastest arm that does not use the pager, at the same budget), computed per repetition.
+///
+/// `identical` is true when every feasible run of every arm produced the same tokens and logits,
+/// false when one differs, and unknown (null) unless at least two arms are feasible and one of
+/// them does not page (so a paged output is compared with an unpaged one).
+#pragma once
+
+#include "engine.hpp"
+
+#include <wisp/alloc/units.hpp>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace wisp_engine {
+
+/// An arm to run: its kind, policy (pager arms), and whether it is `full`'s upper bound.
+struct arm_spec {
+  arm_kind kind = arm_kind::full;
+  std::string policy;
+  bool upper_bound = false;
+};
+
+/// Every run of one arm.
+struct arm_runs {
+  arm_spec spec;
+  std::vector<arm_result> runs;
+  [[nodiscard]] bool feasible() const { return !runs.empty() && runs.front().feasible; }
+  [[nodiscard]] std::string label() const {
+    std::string s = runs.front().name;
+    if (!spec.policy.empty() && spec.kind == arm_kind::pager) {
+      s += " " + spec.policy;
+    }
+    return spec.upper_bound ? s + " (bound)" : s;
+  }
+};
+
+/// Median, min, max of a figure over the runs (the median of an even count is the mean of the two
+/// middle values).
+struct figure {
+  double median = 0, min = 0, max = 0;
+  std::vector<double> runs;
+};
+[[nodiscard]] inline figure make_figure(std::vector<double> runs) {
+  figure f;
+  f.runs = runs;
+  if (runs.empty()) {
+    return f;
+  }
+  std::sort(runs.begin(), runs.end());
+  const std::size_t n = runs.size();
+  f.median = n % 2 == 1 ? runs[n / 2] : (runs[n / 2 - 1] + runs[n / 2]) / 2;
+  f.min = runs.front();
+  f.max = runs.back();
+  return f;
+}
+template <class F>
+[[nodiscard]] figure figure_of(const arm_runs& a, F value) {
+  std::vector<double> v;
+  for (const arm_result& r : a.runs) {
+    v.push_back(value(r));
+  }
+  return make_figure(std::move(v));
+}
+
+/// @brief Runs every arm of `specs` `repeat` times, interleaved. `full`'s upper bound runs at
+/// `full_fit_budget`; the others at `base.budget_bytes`.
+[[nodiscard]] inline std::vector<arm_runs> run_interleaved(
+    const model_weights& w, const engine_options& base, const workload& wl,
+    const warmup_log& warmup, const std::vector<arm_spec>& specs, std::int32_t repeat) {
+  WISP_EXPECTS(repeat >= 1, "--repeat must be at least 1, got ", repeat);
+  std::vector<arm_runs> out;
+  for (const arm_spec& s : specs) {
+    out.push_back({s, {}});
+  }
+  for (std::int32_t r = 0; r < repeat; ++r) {
+    for (arm_runs& a : out) {
+      engine_options o = base;
+      o.arm = a.spec.kind;
+      o.policy = a.spec.policy.empty() ? base.policy : a.spec.policy;
+      if (a.spec.upper_bound) {
+        o.budget_bytes = full_fit_budget(w.cfg, wl, base.max_running);
+      }
+      a.runs.push_back(run_arm(w, o, wl, warmup));
+      a.runs.back().upper_bound = a.spec.upper_bound;
+      if (base.progress) {
+        base.progress("run " + std::to_string(r + 1) + "/" + std::to_string(repeat) + " " +
+                      a.label() + ": " + wisp::alloc::format_bytes(a.runs.back().bytes_moved) +
+                      " moved");
+      }
+    }
+  }
+  return out;
+}
+
+/// The comparison the engine prints.
+struct comparison {
+  std::vector<arm_runs> arms;
+  std::optional<bool> identical;               ///< nullopt: could not check
+  const arm_runs* baseline = nullptr;          ///< strongest baseline by median decode tok/s
+  const arm_runs* prefill_baseline = nullptr;  ///< by median prefill tok/s
+  const arm_runs* best_pager = nullptr;        ///< best pager arm by median decode tok/s
+};
+
+[[nodiscard]] inline comparison compare(std::vector<arm_runs> arms) {
+  comparison c;
+  c.arms = std::move(arms);
+  const arm_result* ref = nullptr;
+  std::size_t feasible = 0;
+  bool unpaged = false, same = true;
+  for (const arm_runs& a : c.arms) {
+    if (!a.feasible()) {
+      continue;
+    }
+    ++feasible;
+    unpaged = unpaged || !is_pager(a.spec.kind);
+    for (const arm_result& r : a.runs) {
+      if (ref == nullptr) {
+        ref = &r;
+      } else if (r.outputs != ref->outputs || r.logits_hashes != ref->logits_hashes) {
+        same = false;
+      }
+    }
+  }
+  if (feasible >= 2 && unpaged) {
+    c.identical = same;
+  }
+  auto decode = [](const arm_runs& a) {
+    return figure_of(a, [](auto& r) { return r.decode_tok_s; });
+  };
+  auto prefill = [](const arm_runs& a) {
+    return figure_of(a, [](auto& r) { return r.prefill_tok_s; });
+  };
+  for (const arm_runs& a : c.arms) {
+    if (!a.feasible() || a.spec.upper_bound) {
+      continue;
+    }
+    auto better = [&](const arm_runs* best, auto fig) {
+      return best == nullptr || fig(a).median > fig(*best).median;
+    };
+    if (is_pager(a.spec.kind)) {
+      if (a.spec.kind == arm_kind::pager && better(c.best_pager, decode)) {
+        c.best_pager = &a;
+      }
+    } else {
+      if (better(c.baseline, decode)) {
+        c.baseline = &a;
+      }
+      if (better(c.prefill_baseline, prefill)) {
+        c.prefill_baseline = &a;
+      }
+    }
+  }
+  return c;
+}
+
+/// Per-repetition ratio `value(a) / value(b)`, as a figure.
+template <class F>
+[[nodiscard]] figure ratio(const arm_runs& a, const arm_runs& b, F value) {
+  std::vector<double> v;
+  for (std::size_t i = 0; i < a.runs.size() && i < b.runs.size(); ++i) {
+    const double d = value(b.runs[i]);
+    v.push_back(d > 0 ? value(a.runs[i]) / d : 0);
+  }
+  return make_figure(std::move(v));
+}
+
+namespace detail {
+inline std::string num(double v) {
+  char b[40];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+inline std::string quoted(const std::string& s) {
+  std::string o = "\"";
+  for (const char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      o += '\\';
+      o += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char b[8];
+      std::snprintf(b, sizeof b, "\\u%04x", ch);
+      o += b;
+    } else {
+      o += ch;
+    }
+  }
+  return o + "\"";
+}
+inline std::string json(const figure& f) {
+  std::string s = "{\"median\":" + num(f.median) + ",\"min\":" + num(f.min) +
+                  ",\"max\":" + num(f.max) + ",\"runs\":[";
+  for (std::size_t i = 0; i < f.runs.size(); ++i) {
+    if (i != 0) {
+      s += ',';
+    }
+    s += num(f.runs[i]);
+  }
+  s += "]}";
+  return s;
+}
+inline std::string name_of(const arm_runs* a) {
+  return a == nullptr ? "null" : quoted(a->runs.front().name);
+}
+}  // namespace detail
+
+/// @brief Writes the comparison as one JSON object (see docs/engine.md for the fields).
+inline void write_json(std::ostream& os, const comparison& c) {
+  using detail::json;
+  using detail::num;
+  using detail::quoted;
+  os << "{\"arms\":[";
+  for (std::size_t i = 0; i < c.arms.size(); ++i) {
+    const arm_runs& a = c.arms[i];
+    const arm_result& r = a.runs.front();
+    os << (i ? "," : "") << "{\"name\":" << quoted(r.name);
+    if (!a.spec.policy.empty() && is_pager(a.spec.kind)) {
+      os << ",\"policy\":" << quoted(r.policy);
+    }
+    os << ",\"upper_bound\":" << (a.spec.upper_bound ? "true" : "false")
+       << ",\"budget_bytes\":" << r.budget << ",\"feasible\":" << (r.feasible ? "true" : "false")
+       << ",\"note\":" << quoted(r.note);
+    if (r.feasible) {
+      char digest[32];
+      std::snprintf(digest, sizeof digest, "%016llx",
+                    static_cast<unsigned long long>(r.output_digest));
+      os << ",\"decode_tok_s\":" << json(figure_of(a, [](auto& x) { return x.decode_tok_s; }))
+         << ",\"prefill_tok_s\":" << json(figure_of(a, [](auto& x) { return x.prefill_tok_s; }))
+         << ",\"ttft_s\":" << json(figure_of(a, [](auto& x) { return x.ttft_s; }))
+         << ",\"tpot_s\":" << json(figure_of(a, [](auto& x) { return x.tpot_s; }))
+         << ",\"stall_s\":" << json(figure_of(a, [](auto& x) { return x.stall_seconds; }))
+         << ",\"hit_rate\":" << num(r.hit_rate) << ",\"bytes_moved\":" << r.bytes_moved
+         << ",\"raw_bytes\":" << r.raw_bytes << ",\"expert_copies\":" << r.expert_copies
+         << ",\"expert_accesses\":" << r.expert_accesses;
+      if (r.belady_copies >= 0) {
+        os << ",\"belady_copies\":" << r.belady_copies;
+      }
+      if (a.spec.kind == arm_kind::pager_prefetch) {
+        os << ",\"prefetch_copies\":" << r.prefetch_copies
+           << ",\"prefetch_useful\":" << r.prefetch_useful;
+      }
+      if (a.spec.kind == arm_kind::pager_zip) {
+        os << ",\"decode_gbps\":" << num(r.decode_rate / 1e9)
+           << ",\"decode_s\":" << num(r.decode_seconds) << ",\"host_decode_s\":"
+           << json(figure_of(a, [](auto& x) { return x.host_decode_seconds; }))
+           << ",\"host_decoded_bytes\":" << r.host_decoded_bytes;
+      }
+      os << ",\"decode_tokens\":" << r.decode_tokens << ",\"prefill_tokens\":" << r.prefill_tokens
+         << ",\"preemptions\":" << r.preemptions << ",\"resizes\":" << r.resizes
+         << ",\"controller_moves\":" << r.controller_moves
+         << ",\"resize_failures\":" << r.resize_failures << ",\"rows\":" << r.cap
+         << ",\"kv_blocks\":" << r.kv_blocks << ",\"output_digest\":\"" << digest << "\"";
+      if (is_pager(a.spec.kind) && c.baseline != nullptr) {
+        os << ",\"decode_vs_baseline\":"
+           << json(ratio(a, *c.baseline, [](auto& x) { return x.decode_tok_s; }));
+      }
+      if (is_pager(a.spec.kind) && c.prefill_baseline != nullptr) {
+        os << ",\"prefill_vs_baseline\":"
+           << json(ratio(a, *c.prefill_baseline, [](auto& x) { return x.prefill_tok_s; }));
+      }
+    }
+    os << "}";
+  }
+  os << "],\"identical\":" << (c.identical ? (*c.identical ? "true" : "false") : "null")
+     << ",\"strongest_baseline\":" << detail::name_of(c.baseline)
+     << ",\"strongest_prefill_baseline\":" << detail::name_of(c.prefill_baseline)
+     << ",\"best_pager_policy\":"
+     << (c.best_pager == nullptr ? "null" : quoted(c.best_pager->spec.policy)) << "}\n";
+}
+
+/// @brief Writes the comparison as a table and the ratio lines.
+inline void write_table(std::FILE* out, const comparison& c) {
+  auto fig = [](const figure& f, const char* fmt, double scale) {
+    char b[96], lo[32], hi[32];
+    std::snprintf(b, sizeof b, fmt, f.median * scale);
+    std::snprintf(lo, sizeof lo, fmt, f.min * scale);
+    std::snprintf(hi, sizeof hi, fmt, f.max * scale);
+    return std::string(b) + " [" + lo + "-" + hi + "]";
+  };
+  std::fprintf(out, "\n%-26s %-22s %-22s %-22s %-22s %6s %10s %7s %11s %s\n", "arm",
+               "decode tok/s [min-max]", "prefill tok/s", "TTFT s", "TPOT ms", "hit", "moved",
+               "preempt", "rows/KV", "digest");
+  for (const arm_runs& a : c.arms) {
+    const arm_result& r = a.runs.front();
+    if (!r.feasible) {
+      std::fprintf(out, "%-26s %s\n", a.label().c_str(), r.note.c_str());
+      continue;
+    }
+    std::fprintf(out, "%-26s %-22s %-22s %-22s %-22s %6.3f %10s %7llu %5d/%-5llu %016llx\n",
+                 a.label().c_str(),
+                 fig(figure_of(a, [](auto& x) { return x.decode_tok_s; }), "%.1f", 1).c_str(),
+                 fig(figure_of(a, [](auto& x) { return x.prefill_tok_s; }), "%.1f", 1).c_str(),
+                 fig(figure_of(a, [](auto& x) { return x.ttft_s; }), "%.3f", 1).c_str(),
+                 fig(figure_of(a, [](auto& x) { return x.tpot_s; }), "%.2f", 1e3).c_str(),
+                 r.hit_rate, wisp::alloc::format_bytes(r.bytes_moved).c_str(),
+                 static_cast<unsigned long long>(r.preemptions), r.cap,
+                 static_cast<unsigned long long>(r.kv_blocks),
+                 static_cast<unsigned long long>(r.output_digest));
+  }
+  std::fprintf(out, "\noutputs identical across arms: %s\n",
+               !c.identical   ? "could not check (needs two feasible arms, one of them unpaged)"
+               : *c.identical ? "yes"
+                              : "NO");
+  auto ratios = [&](const arm_runs* base, const char* what, auto value) {
+    if (base == nullptr) {
+      return;
+    }
+    std::fprintf(out, "%s tok/s vs the strongest baseline, %s (median [min-max] per repetition):\n",
+                 what, base->label().c_str());
+    for (const arm_runs& a : c.arms) {
+      if (a.feasible() && is_pager(a.spec.kind)) {
+        std::fprintf(out, "  %-26s %s\n", a.label().c_str(),
+                     fig(ratio(a, *base, value), "%.2fx", 1).c_str());
+      }
+    }
+  };
+  ratios(c.baseline, "decode", [](auto& x) { return x.decode_tok_s; });
+  ratios(c.prefill_baseline, "prefill", [](auto& x) { return x.prefill_tok_s; });
+  for (const arm_runs& a : c.arms) {
+    const arm_result& r = a.runs.front();
+    if (r.feasible && r.belady_copies >= 0) {
+      std::fprintf(out,
+                   "%s: %llu expert copies; Belady's offline optimum on the same calls: %lld\n",
+                   a.label().c_str(), static_cast<unsigned long long>(r.expert_copies),
+                   static_cast<long long>(r.belady_copies));
+    }
+    if (r.feasible && a.spec.kind == arm_kind::pager_zip) {
+      const figure host = figure_of(a, [](auto& x) { return x.host_decode_seconds; });
+      std::fprintf(
+          out,
+          "%s: %s over the link for %llu experts (%.1f%% of their raw bytes); decode "
+          "modelled %.1f ms at %g GB/s, measured on the host %.1f ms (%.2f GB/s)\n",
+          a.label().c_str(), wisp::alloc::format_bytes(r.bytes_moved).c_str(),
+          static_cast<unsigned long long>(r.expert_copies),
+          100.0 * static_cast<double>(r.bytes_moved) / static_cast<double>(r.raw_bytes),
+          r.decode_seconds * 1e3, r.decode_rate / 1e9, host.median * 1e3,
+          host.median > 0 ? static_cast<double>(r.host_decoded_bytes) / host.median / 1e9 : 0.0);
+    }
+    if (r.feasible && a.spec.kind == arm_kind::pager_prefetch) {
+      std::fprintf(out, "%s: %llu expert copies on demand, %llu prefetched (%llu used)\n",
+                   a.label().c_str(), static_cast<unsigned long long>(r.expert_copies),
+                   static_cast<unsigned long long>(r.prefetch_copies),
+                   static_cast<unsigned long long>(r.prefetch_useful));
+    }
+  }
+}
+
+}  // namespace wisp_engine

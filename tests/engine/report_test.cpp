@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+// The example engine's reporting (medians, the identical rule, the strongest baseline, the JSON
+// shape) and its command line (every flag, and errors that name the bad value).
+#include "../../examples/engine/report.hpp"
+
+#include "../../examples/engine/cli.hpp"
+#include "support.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+using namespace engine_test;
+
+TEST(EngineReport, FiguresAreMedianMinMaxOfTheRuns) {
+  const figure odd = make_figure({3, 1, 2});
+  EXPECT_EQ(odd.median, 2);
+  EXPECT_EQ(odd.min, 1);
+  EXPECT_EQ(odd.max, 3);
+  EXPECT_EQ(odd.runs, (std::vector<double>{3, 1, 2}));  // in run order
+  const figure even = make_figure({4, 1, 3, 2});
+  EXPECT_EQ(even.median, 2.5);
+  EXPECT_EQ(make_figure({}).runs.size(), 0u);
+}
+
+arm_runs fake(arm_kind kind, std::vector<double> decode, std::vector<std::int32_t> out = {1},
+              bool feasible = true, bool upper_bound = false) {
+  arm_runs a;
+  a.spec = {kind, is_pager(kind) ? "lru" : "", upper_bound};
+  for (const double d : decode) {
+    arm_result r;
+    r.name = std::string(arm_name(kind));
+    r.policy = a.spec.policy;
+    r.feasible = feasible;
+    r.decode_tok_s = d;
+    r.prefill_tok_s = 2 * d;
+    r.outputs = {out};
+    r.logits_hashes = {7};
+    a.runs.push_back(r);
+  }
+  return a;
+}
+
+TEST(EngineReport, IdenticalNeedsTwoFeasibleArmsOneOfThemUnpaged) {
+  EXPECT_FALSE(compare({fake(arm_kind::pager, {1, 2})}).identical.has_value());
+  EXPECT_FALSE(compare({fake(arm_kind::pager, {1}), fake(arm_kind::pager_plan, {1})})
+                   .identical.has_value());  // no unpaged arm
+  EXPECT_FALSE(compare({fake(arm_kind::full, {1}, {1}, false), fake(arm_kind::pager, {1})})
+                   .identical.has_value());  // full infeasible
+  EXPECT_EQ(compare({fake(arm_kind::static_hot, {1}), fake(arm_kind::pager, {1})}).identical, true);
+  EXPECT_EQ(compare({fake(arm_kind::on_demand, {1}), fake(arm_kind::pager, {1}, {2})}).identical,
+            false);
+  // A repetition that differs from the others is caught too.
+  arm_runs flaky = fake(arm_kind::pager, {1, 1});
+  flaky.runs[1].logits_hashes = {8};
+  EXPECT_EQ(compare({fake(arm_kind::full, {1}), flaky}).identical, false);
+}
+
+TEST(EngineReport, TheStrongestBaselineIsTheFastestUnpagedArmAtTheBudget) {
+  const comparison c =
+      compare({fake(arm_kind::full, {50}, {1}, true, true),  // the upper bound
+               fake(arm_kind::layer_offload, {9, 11, 10}), fake(arm_kind::static_hot, {12, 13, 8}),
+               fake(arm_kind::on_demand, {1}, {1}, false), fake(arm_kind::pager, {24, 22, 20})});
+  ASSERT_NE(c.baseline, nullptr);
+  EXPECT_EQ(c.baseline->spec.kind, arm_kind::static_hot);  // median 12 > 10
+  ASSERT_NE(c.best_pager, nullptr);
+  const figure r = ratio(*c.best_pager, *c.baseline, [](auto& x) { return x.decode_tok_s; });
+  EXPECT_EQ(r.runs, (std::vector<double>{2, 22.0 / 13, 2.5}));  // per repetition
+  EXPECT_EQ(r.median, 2);
+  std::ostringstream os;
+  write_json(os, c);
+  const std::string j = os.str();
+  EXPECT_THAT(j, testing::HasSubstr("\"strongest_baseline\":\"static-hot\""));
+  EXPECT_THAT(j, testing::HasSubstr("\"identical\":true"));
+  EXPECT_THAT(j, testing::HasSubstr(
+                     "\"decode_tok_s\":{\"median\":22,\"min\":20,\"max\":24,\"runs\":[24,22,20]}"));
+  EXPECT_THAT(j, testing::HasSubstr("\"upper_bound\":true"));
+  EXPECT_THAT(j, testing::HasSubstr("\"best_pager_policy\":\"lru\""));
+}
+
+TEST(EngineReport, NoBaselineMeansNullInTheJson) {
+  std::ostringstream os;
+  write_json(os, compare({fake(arm_kind::pager, {1})}));
+  EXPECT_THAT(os.str(), testing::HasSubstr("\"identical\":null,\"strongest_baseline\":null"));
+}
+
+cli_options parse(std::vector<std::string_view> args) {
+  return parse_cli(args);
+}
+
+TEST(EngineCli, ParsesEveryFlag) {
+  const cli_options o = parse({"--arms",
+                               "full,pager",
+                               "--policies",
+                               "least-stale,lfu",
+                               "--policy",
+                               "least-stale",
+                               "--budget",
+                               "96MiB",
+                               "--bandwidth",
+                               "5",
+                               "--latency-us",
+                               "2.5",
+                               "--cap",
+                               "20",
+                               "--hot",
+                               "10",
+                               "--workload",
+                               "shift",
+                               "--sessions",
+                               "8",
+                               "--max-running",
+                               "2",
+                               "--routing",
+                               "trace",
+                               "t.wtrace",
+                               "--layers",
+                               "3",
+                               "--experts",
+                               "16",
+                               "--top-k",
+                               "4",
+                               "--hidden",
+                               "64",
+                               "--intermediate",
+                               "32",
+                               "--burst",
+                               "3",
+                               "--decay",
+                               "0.5",
+                               "--repeat",
+                               "2",
+                               "--on-incomplete",
+                               "skip",
+                               "--prefetch",
+                               "percentile",
+                               "--overfetch",
+                               "1.5",
+                               "--percentile",
+                               "90",
+                               "--decode-gbps",
+                               "40",
+                               "--json"});
+  EXPECT_EQ(o.arms, (std::vector<arm_kind>{arm_kind::full, arm_kind::pager}));
+  EXPECT_EQ(o.policies, (std::vector<std::string>{"least_stale", "lfu"}));
+  EXPECT_EQ(o.base.policy, "least_stale");
+  EXPECT_EQ(o.base.budget_bytes, 96ull << 20);
+  EXPECT_EQ(o.base.link.bytes_per_second, 5e9);
+  EXPECT_DOUBLE_EQ(o.base.link.latency_seconds, 2.5e-6);
+  EXPECT_EQ(o.base.cap, 20);
+  EXPECT_EQ(o.base.hot, 10);
+  EXPECT_EQ(o.workload, "shift");
+  EXPECT_EQ(o.sessions, 8);
+  EXPECT_EQ(o.base.max_running, 2);
+  EXPECT_EQ(o.routing, "trace");
+  EXPECT_EQ(o.trace_file, "t.wtrace");
+  EXPECT_EQ(o.base.routing, routing_source::trace);
+  EXPECT_EQ(*o.layers, 3);
+  EXPECT_EQ(o.model.experts, 16);
+  EXPECT_EQ(o.model.top_k, 4);
+  EXPECT_EQ(o.model.hidden, 64);
+  EXPECT_EQ(o.model.intermediate, 32);
+  EXPECT_EQ(o.base.dynamic_burst, 3);
+  EXPECT_EQ(o.base.controller.decay, 0.5);
+  EXPECT_EQ(o.repeat, 2);
+  EXPECT_EQ(o.on_incomplete, wisp::trace::incomplete_tokens::skip);
+  EXPECT_EQ(o.base.prefetch.rule, wisp::prefetch_rule::percentile);
+  EXPECT_EQ(o.base.prefetch.overfetch, 1.5);
+  EXPECT_EQ(o.base.prefetch.percentile, 90);
+  EXPECT_EQ(o.base.decode_bytes_per_second, 40e9);
+  EXPECT_TRUE(o.json);
+  EXPECT_EQ(parse({"--routing", "model"}).base.routing, routing_source::model);
+  // Pager once per policy; full's upper bound after full when full does not fit.
+  const auto specs = o.specs(false);
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_TRUE(specs[1].upper_bound);
+  EXPECT_EQ(specs[2].policy, "least_stale");
+  EXPECT_EQ(specs[3].policy, "lfu");
+  EXPECT_EQ(o.specs(true).size(), 3u);
+}
+
+TEST(EngineCli, BadInputNamesTheFlagAndTheValue) {
+  const std::vector<std::pair<std::vector<std::string_view>, std::string>> bad = {
+      {{"--arms", "full,static-offload"}, "unknown arm 'static-offload'"},
+      {{"--policies", "lru,mru"}, "unknown policy 'mru'"},
+      {{"--policy", "belady"}, "unknown policy 'belady'"},
+      {{"--sessions", "0"}, "--sessions: '0' is not an integer >= 1"},
+      {{"--repeat", "two"}, "--repeat: 'two' is not an integer"},
+      {{"--bandwidth", "0"}, "--bandwidth: '0' is not a number"},
+      {{"--latency-us", "-1"}, "--latency-us: '-1'"},
+      {{"--workload", "batch"}, "unknown 'batch'"},
+      {{"--routing", "file"}, "unknown 'file'"},
+      {{"--routing", "trace"}, "missing value after --routing"},
+      {{"--decay", "2"}, "decay"},
+      {{"--budget", "lots"}, "lots"},
+      {{"--on-incomplete", "keep"}, "--on-incomplete: 'keep' (valid: error, skip)"},
+      {{"--prefetch", "all"}, "--prefetch: unknown rule 'all'"},
+      {{"--overfetch", "-1"}, "--overfetch: '-1'"},
+      {{"--percentile", "101"}, "--percentile: 101 is over 100"},
+      {{"--decode-gbps", "0"}, "--decode-gbps: '0'"},
+      {{"--frobnicate"}, "unknown option '--frobnicate'"},
+  };
+  for (const auto& [args, message] : bad) {
+    try {
+      (void)parse(args);
+      ADD_FAILURE() << "accepted " << args[0];
+    } catch (const wisp::error& e) {
+      EXPECT_THAT(e.what(), testing::HasSubstr(message));
+    }
+  }
+}
+
+}  // namespace
