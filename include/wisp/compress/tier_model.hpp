@@ -70,6 +70,10 @@ inline constexpr std::size_t tier_count = 4;
   return names[static_cast<std::size_t>(t)];
 }
 
+/// @brief Where a requested expert was found: one of the pools, or nowhere (a miss). The pool
+/// values equal their `tier`'s.
+enum class residency : std::uint8_t { full = 0, compressed = 1, sm = 2, e = 3, miss = 4 };
+
 /// Experts per pool, indexed by `tier` (S_F, S_C, S_S, S_E).
 using tier_sizes = std::array<std::int32_t, tier_count>;
 
