@@ -182,6 +182,22 @@ struct tiered_stats {
   std::uint64_t misses = 0;    ///< ... found in no pool
   std::uint64_t dropped = 0;   ///< residents ranked past every threshold, dropped after execution
   std::uint64_t rejected = 0;  ///< dispatched experts a full pool of this call's experts refused
+
+  /// Adds another cache's counters (e.g. to sum over layers).
+  tiered_stats& operator+=(const tiered_stats& o) noexcept {
+    for (std::size_t p = 0; p < tier_count; ++p) {
+      pools[p].hits += o.pools[p].hits;
+      pools[p].admitted += o.pools[p].admitted;
+      pools[p].overflow_evictions += o.pools[p].overflow_evictions;
+      pools[p].moved_out += o.pools[p].moved_out;
+    }
+    calls += o.calls;
+    accesses += o.accesses;
+    misses += o.misses;
+    dropped += o.dropped;
+    rejected += o.rejected;
+    return *this;
+  }
 };
 
 /// @brief One layer's F/C/S/E pools (see the file description). Move-only; not thread-safe.
