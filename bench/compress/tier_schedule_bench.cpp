@@ -9,11 +9,14 @@
 //
 //   BM_tier_schedule/<pattern F.C.S.E>/link_gbps/threads
 // counters: measured_us (wall time of one call, the mean of the run), estimate_us (Algorithm 3
-// with the profiled u, v, c), simulated_us (Algorithm 1's event simulation with the profiled
-// decode and recovery times), error = measured / estimate - 1. Execution on the device is out
-// of scope (no GPU): the makespan ends at the last recovery. Tensors are 2048 x 288 slices of the
-// bench's weights (real when present, Gaussian otherwise; the label says which), n = 3 per expert,
-// k = 6 experts per call, K = 8 E-chunks.
+// with u, v from the link rate and the profiled c), simulated_us (Algorithm 1's event simulation
+// with the profiled decode and recovery times), error = measured / estimate - 1. c and r are
+// profiled once as the run meets them: one thread decoding a whole call into its own buffers.
+// Execution on the device is out of scope (no GPU): the makespan ends at the last recovery. Tensors
+// are 2048 x 288 slices of the bench's weights (real when present, Gaussian otherwise; the label
+// says which), n = 3 per expert, k = 6 experts per call, K = 8 E-chunks. L + 2 threads run at once:
+// quote L only up to the idle cores minus 2. Run with --benchmark_repetitions=5
+// --benchmark_enable_random_interleaving=true and quote the median and min-max of `error`.
 #include "../../tests/compress/real_weights.hpp"
 
 #include <wisp/compress/affinity_scheduler.hpp>

@@ -24,6 +24,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace wisp::tool {
@@ -48,9 +49,9 @@ struct tiers_options {
 };
 
 std::array<bool, tier_count> parse_pools(const std::string& text) {
+  constexpr std::string_view letters = "FCSE";
   std::array<bool, tier_count> on{};
   for (const char c : text) {
-    const std::string letters = "FCSE";
     const auto i = letters.find(c);
     if (i == std::string::npos) {
       usage_error("--pools ", text, ": '", std::string(1, c),
