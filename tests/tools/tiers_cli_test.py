@@ -80,7 +80,7 @@ class TiersTest(unittest.TestCase):
                                        (calls * k - r["plain_hits"]) * size["F"] / calls,
                                        delta=1e-6 * size["F"])
                 self.assertAlmostEqual(r["speedup"],
-                                       r["plain_ms_per_call"] / r["measured_ms_per_call"])
+                                       r["plain_ms_per_call"] / r["scheduled_ms_per_call"])
                 self.assertGreaterEqual(r["pattern_distance"], 0.0)
                 self.assertLessEqual(r["pattern_distance"], 1.0)
                 # Each reported pattern is a pattern of k, and the model's probabilities are ones.
@@ -127,7 +127,7 @@ class TiersTest(unittest.TestCase):
         a, b = full["results"][0], plan["results"][0]
         self.assertEqual(a["pools"], b["pools"])
         self.assertEqual(a["expected_ms_per_call"], b["expected_ms_per_call"])
-        self.assertNotIn("measured_ms_per_call", b)
+        self.assertNotIn("scheduled_ms_per_call", b)
 
     def test_text_output(self):
         out = wisp("tiers", "synthetic", "--budget-experts", "16", "--plan-only").stdout
