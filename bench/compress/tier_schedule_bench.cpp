@@ -210,6 +210,20 @@ double run_for_real(const wisp::affinity_schedule& s, std::vector<tensor_buffers
     }
     decoded[t] = 0;
   }
+  // What the call reads and every output start cleared, so that an operation run before its
+  // inputs cannot go unnoticed (the outputs are compared with the sources afterwards).
+  for (std::size_t t = 0; t < tasks; ++t) {
+    tensor_buffers& b = buf[static_cast<std::size_t>(source_of_task[t])];
+    if (s.tasks[t].reads_sm()) {
+      std::fill(b.sm.begin(), b.sm.end(), std::uint8_t{0});
+    }
+    if (s.tasks[t].reads_e()) {
+      for (std::vector<std::uint8_t>& e : b.e) {
+        std::fill(e.begin(), e.end(), std::uint8_t{0});
+      }
+    }
+    std::fill(b.out.begin(), b.out.end(), std::uint16_t{0});
+  }
   auto source = [&](std::size_t task) { return static_cast<std::size_t>(source_of_task[task]); };
   auto record = [&](std::int32_t task) -> const wisp::compressed_bf16& {
     return src.records[source(static_cast<std::size_t>(task))];
