@@ -4,6 +4,7 @@
 // - BM_step_graph: 8 forward passes x 48 layers of step kernels captured in one CUDA graph and
 //   replayed (new routing copied in before each replay); the time per step is what a layer pays
 //   inside a captured forward (target: < 2 us);
+// - BM_empty_graph: the same graph of empty kernels, the floor a graph node costs on the device;
 // - BM_step_launch: the same steps launched one by one (launch overhead included);
 // - BM_host_round_trip, the baseline a host pager needs per layer: topk_ids back to the host
 //   (8 ids + a stream synchronisation), pager<lru>::prepare, the map up again (wall time).
@@ -114,21 +115,26 @@ bool skip_without_gpu(benchmark::State& state) {
   return false;
 }
 
-void BM_step_graph(benchmark::State& state) {
-  if (skip_without_gpu(state)) {
-    return;
-  }
-  device_setup d;
+// An empty kernel with a step's launch shape: what a graph node costs by itself.
+__global__ void empty_step_kernel(const std::int32_t* ids, std::int32_t n) {
+  (void)ids;
+  (void)n;
+}
+
+// Captures `enqueue(ids, n)` for 8 passes x every layer in one graph and times its replays (new
+// routing copied in before each); reports microseconds per step.
+template <class Enqueue>
+void time_graph(benchmark::State& state, device_setup& d, Enqueue enqueue) {
   const routing& r = trace();
   const std::int32_t k = r.top_k;
   cudaGraph_t graph = nullptr;
   WISP_CUDA_TRY(cudaStreamBeginCapture(d.stream, cudaStreamCaptureModeThreadLocal));
   for (std::int32_t p = 0; p < passes_per_graph; ++p) {
     for (std::int32_t l = 0; l < r.layers; ++l) {
-      d.pager.step(l,
-                   d.window + static_cast<std::size_t>(p) * device_setup::pass_ids() +
-                       static_cast<std::size_t>(l) * static_cast<std::size_t>(k),
-                   k, d.stream);
+      enqueue(l,
+              d.window + static_cast<std::size_t>(p) * device_setup::pass_ids() +
+                  static_cast<std::size_t>(l) * static_cast<std::size_t>(k),
+              k);
     }
   }
   WISP_CUDA_TRY(cudaStreamEndCapture(d.stream, &graph));
@@ -162,13 +168,35 @@ void BM_step_graph(benchmark::State& state) {
     seconds += t;
   }
   report_steps(state, seconds, static_cast<std::int64_t>(passes_per_graph) * r.layers);
-  const wisp::cuda::pager_layer_info info = d.pager.read_info(0, d.stream);
-  state.counters["hit_rate"] = static_cast<double>(info.total_hits) /
-                               static_cast<double>(info.total_hits + info.total_misses);
   (void)cudaGraphExecDestroy(exec);
   (void)cudaGraphDestroy(graph);
 }
+
+void BM_step_graph(benchmark::State& state) {
+  if (skip_without_gpu(state)) {
+    return;
+  }
+  device_setup d;
+  time_graph(state, d, [&](std::int32_t layer, const std::int32_t* ids, std::int32_t n) {
+    d.pager.step(layer, ids, n, d.stream);
+  });
+  const wisp::cuda::pager_layer_info info = d.pager.read_info(0, d.stream);
+  state.counters["hit_rate"] = static_cast<double>(info.total_hits) /
+                               static_cast<double>(info.total_hits + info.total_misses);
+}
 BENCHMARK(BM_step_graph)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+void BM_empty_graph(benchmark::State& state) {
+  if (skip_without_gpu(state)) {
+    return;
+  }
+  device_setup d;
+  time_graph(state, d, [&](std::int32_t, const std::int32_t* ids, std::int32_t n) {
+    empty_step_kernel<<<1, 32, 0, d.stream>>>(ids, n);
+    WISP_CUDA_TRY(cudaGetLastError());
+  });
+}
+BENCHMARK(BM_empty_graph)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_step_launch(benchmark::State& state) {
   if (skip_without_gpu(state)) {

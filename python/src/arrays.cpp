@@ -15,7 +15,10 @@ namespace {
 
 template <class T>
 constexpr int numpy_type() {
-  if constexpr (std::is_same_v<T, std::int32_t>) {
+  if constexpr (std::is_same_v<T, bool>) {
+    static_assert(sizeof(bool) == 1, "numpy's bool is one byte");
+    return NPY_BOOL;
+  } else if constexpr (std::is_same_v<T, std::int32_t>) {
     return NPY_INT32;
   } else if constexpr (std::is_same_v<T, std::int64_t>) {
     return NPY_INT64;
@@ -253,6 +256,7 @@ numpy_array numpy_empty(std::initializer_list<std::int64_t> shape, T*& data) {
   template numpy_array numpy_copy<T>(const T*, std::initializer_list<std::int64_t>);             \
   template numpy_array numpy_view<T>(const T*, std::initializer_list<std::int64_t>, nb::handle); \
   template numpy_array numpy_empty<T>(std::initializer_list<std::int64_t>, T*&);
+WISP_PYTHON_ARRAYS(bool)
 WISP_PYTHON_ARRAYS(std::int32_t)
 WISP_PYTHON_ARRAYS(std::int64_t)
 WISP_PYTHON_ARRAYS(std::uint32_t)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string_view.h>  // in every file: one definition of its caster
 
 #include <string>
 #include <string_view>

@@ -8,6 +8,7 @@
 #include <wisp/cache/policies.hpp>
 #include <wisp/pager/pager.hpp>
 #include <wisp/pager/reroute_table.hpp>
+#include <wisp/sim/simulate.hpp>
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -15,11 +16,13 @@
 #include <nanobind/stl/vector.h>
 
 #include <cstdint>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -29,10 +32,33 @@ namespace {
 
 namespace core = wisp;  // pager, policies, cache_stats, reroute_table
 
+// A pager of any built-in policy, chosen by the policy's `name`.
 template <class... Policies>
-using pager_variant = std::variant<core::pager<Policies>...>;
-using any_pager = pager_variant<core::lru, core::fifo, core::lfu, core::lfru, core::fld,
-                                core::least_stale, core::belady>;
+struct policy_list {
+  using pager = std::variant<core::pager<Policies>...>;
+
+  // The pager of the default-constructed policy called `name` (every policy but belady, which
+  // needs its future), or nullopt.
+  static std::optional<pager> make(std::string_view name, const core::pager_config& config) {
+    std::optional<pager> out;
+    (
+        [&] {
+          if constexpr (!std::is_same_v<Policies, core::belady>) {
+            if (name == Policies::name) {
+              out.emplace(std::in_place_type<core::pager<Policies>>, config);
+            }
+          }
+        }(),
+        ...);
+    return out;
+  }
+};
+using builtin_policies =
+    policy_list<core::lru, core::fifo, core::lfu, core::lfu_history, core::lfru, core::fld,
+                core::least_stale, core::decayed_frequency, core::predicted_next_use, core::belady>;
+using any_pager = builtin_policies::pager;
+static_assert(std::variant_size_v<any_pager> == std::size(wisp::sim::builtin_policies),
+              "a Pager for every policy that simulate() and `wisp sim` know");
 
 core::cache_scope parse_scope(std::string_view scope) {
   if (scope == "layer" || scope == "per_layer") {
@@ -141,8 +167,7 @@ class python_pager {
                std::optional<std::vector<std::int32_t>> layer_capacities, std::int32_t max_tokens,
                std::optional<std::vector<array_like>> future)
       : pager_(make(layers, experts, top_k, capacity, policy_name(policy), parse_scope(scope),
-                    std::move(layer_capacities), max_tokens, std::move(future))),
-        policy_(policy_name(policy)) {}
+                    std::move(layer_capacities), max_tokens, std::move(future))) {}
 
   prepare_snapshot prepare(std::int32_t layer, array_like topk_ids,
                            const std::optional<array_like>& out) {
@@ -222,7 +247,12 @@ class python_pager {
   [[nodiscard]] const char* scope() const {
     return scope_name(std::visit([](const auto& pager) { return pager.scope(); }, pager_));
   }
-  [[nodiscard]] const std::string& policy() const { return policy_; }
+  /// The library's name of the policy the pager runs (that of its type, not of the argument).
+  [[nodiscard]] std::string_view policy() const {
+    return std::visit(
+        [](const auto& pager) { return std::remove_cvref_t<decltype(pager)>::policy_type::name; },
+        pager_);
+  }
   [[nodiscard]] std::int32_t capacity(std::int32_t layer) const {
     return std::visit([&](const auto& pager) { return pager.capacity(layer); }, pager_);
   }
@@ -275,24 +305,12 @@ class python_pager {
                          return core::belady(std::span<const core::cache_key>(k));
                        });
     }
-    const auto build = [&]<class P>(std::in_place_type_t<P>) {
-      return any_pager(std::in_place_type<core::pager<P>>, config);
-    };
-    if (policy == "lru")
-      return build(std::in_place_type<core::lru>);
-    if (policy == "fifo")
-      return build(std::in_place_type<core::fifo>);
-    if (policy == "lfu")
-      return build(std::in_place_type<core::lfu>);
-    if (policy == "lfru")
-      return build(std::in_place_type<core::lfru>);
-    if (policy == "fld")
-      return build(std::in_place_type<core::fld>);
-    return build(std::in_place_type<core::least_stale>);
+    std::optional<any_pager> pager = builtin_policies::make(policy, config);
+    WISP_EXPECTS(pager.has_value(), "no Pager for policy '", policy, "'");  // policy_name checked
+    return std::move(*pager);
   }
 
   any_pager pager_;
-  std::string policy_;
   std::vector<std::int32_t> scratch32_;  // gathered ids of non-contiguous arrays
   std::vector<std::int64_t> scratch64_;
   std::uintptr_t last_ids_address_ = 0;  // the ids the last prepare handed to C++ (for tests)
@@ -386,10 +404,12 @@ void bind_pager(nb::module_& m) {
       "Per-layer expert paging (wisp::pager<Policy>): prepare(layer, topk_ids) makes exactly the "
       "experts of a call resident and visible, and returns the expert map and the copy plan for an "
       "unmodified fused-MoE kernel.\n\n"
-      "policy is one of wisp.POLICIES ('least-stale' is accepted too); scope is 'layer' (one "
-      "cache per layer, capacity = slots per layer) or 'global' (one pool over (layer, expert) "
-      "keys). belady needs `future`: each cache's key sequence. Not thread-safe: one thread at a "
-      "time (calls hold the GIL).")
+      "policy is one of wisp.POLICIES ('least-stale' is accepted too) with the library's default "
+      "parameters (decayed_frequency and predicted_next_use: a half-life of 256 forward passes; "
+      "predicted_next_use estimates next uses from decayed routing rates, no routing predictor "
+      "attached); scope is 'layer' (one cache per layer, capacity = slots per layer) or 'global' "
+      "(one pool over (layer, expert) keys). belady needs `future`: each cache's key sequence. "
+      "Not thread-safe: one thread at a time (calls hold the GIL).")
       .def(nb::init<std::int32_t, std::int32_t, std::int32_t, std::int32_t, std::string_view,
                     std::string_view, std::optional<std::vector<std::int32_t>>, std::int32_t,
                     std::optional<std::vector<array_like>>>(),
@@ -459,7 +479,7 @@ void bind_pager(nb::module_& m) {
       .def("__repr__", [](const python_pager& p) {
         return "Pager(layers=" + std::to_string(p.layers()) +
                ", experts=" + std::to_string(p.experts()) + ", top_k=" + std::to_string(p.top_k()) +
-               ", policy='" + p.policy() + "', scope='" + p.scope() + "')";
+               ", policy='" + std::string(p.policy()) + "', scope='" + p.scope() + "')";
       });
 
   nb::class_<core::reroute_table>(

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Reuse: exact profiles of a trace in both scopes, reuse histograms, LRU miss curves, decayed
-// histograms for online controllers and SHARDS-sampled curves.
+// Reuse: exact profiles of a trace in both scopes and both granularities (per call, as the pager
+// serves a layer's request, or per access), reuse histograms, LRU miss curves, decayed histograms
+// for online controllers and SHARDS-sampled curves.
 #include "arrays.hpp"
 #include "bindings.hpp"
 #include "errors.hpp"
@@ -19,6 +20,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -33,6 +35,12 @@ ru::reuse_scope trace_scope(const std::string& name) {
   WISP_EXPECTS(scope && *scope != ru::reuse_scope::stream,
                "scope must be 'layer' or 'global', got '", name, "'");
   return *scope;
+}
+
+ru::reuse_granularity trace_granularity(const std::string& name) {
+  const auto granularity = ru::parse_granularity(name);
+  WISP_EXPECTS(granularity.has_value(), "granularity must be 'call' or 'access', got '", name, "'");
+  return *granularity;
 }
 
 // SHARDS with its key space, so a batch of keys is checked before any is recorded.
@@ -128,33 +136,52 @@ void bind_reuse(nb::module_& m) {
 
   m.def(
       "profile",
-      [](const tr::routing_trace& trace, const std::string& scope) {
+      [](const tr::routing_trace& trace, const std::string& scope, const std::string& granularity) {
         const ru::reuse_scope s = trace_scope(scope);
+        const ru::reuse_granularity g = trace_granularity(granularity);
         nb::gil_scoped_release unlocked;
-        return ru::profile_trace(trace, s);
+        return ru::profile_trace(trace, s, g);
       },
-      nb::arg("trace"), nb::arg("scope") = "layer",
+      nb::arg("trace"), nb::arg("scope") = "layer", nb::arg("granularity") = "call",
       "Exact reuse profile of `trace` replayed in canonical order: scope 'layer' (one LRU cache "
-      "per layer) or 'global' (one over all (layer, expert) keys). O(accesses log keys); "
+      "per layer) or 'global' (one over all (layer, expert) keys). Granularity 'call' (the "
+      "default, as `wisp reuse`): each (step, layer) request's top_k experts are one call that "
+      "cannot evict its own experts, so the curve equals the misses of the pager and of "
+      "simulate(trace, 'lru', c) at every capacity c >= top_k; 'access': every expert access on "
+      "its own (textbook LRU, equal to simulate(..., protect_calls=False)). O(accesses log keys); "
       "releases the GIL.");
 
   m.def(
       "reuse_distances",
-      [](const tr::routing_trace& trace, const std::string& scope) {
+      [](const tr::routing_trace& trace, const std::string& scope, const std::string& granularity) {
         const ru::reuse_scope s = trace_scope(scope);
+        const ru::reuse_granularity g = trace_granularity(granularity);
         return distance_array(trace.access_count(), [&](std::uint32_t* out) {
           nb::gil_scoped_release unlocked;
           ru::scoped_reuse_counter counter(s, static_cast<std::uint32_t>(trace.shape().layers),
                                            static_cast<std::uint32_t>(trace.shape().experts));
-          trace.for_each_access([&](const tr::access& a) {
-            *out++ = counter.access(static_cast<std::uint32_t>(a.layer),
-                                    static_cast<std::uint32_t>(a.expert));
-          });
+          if (g == ru::reuse_granularity::access) {
+            trace.for_each_access([&](const tr::access& a) {
+              *out++ = counter.access(static_cast<std::uint32_t>(a.layer),
+                                      static_cast<std::uint32_t>(a.expert));
+            });
+            return;
+          }
+          std::vector<std::uint32_t> experts(static_cast<std::size_t>(trace.shape().top_k));
+          trace.for_each_call(
+              [&](std::uint32_t, std::int32_t layer, std::span<const std::int32_t> ids) {
+                experts.assign(ids.begin(), ids.end());
+                counter.access_call(static_cast<std::uint32_t>(layer), experts,
+                                    std::span<std::uint32_t>(out, experts.size()));
+                out += experts.size();
+              });
         });
       },
-      nb::arg("trace"), nb::arg("scope") = "layer",
+      nb::arg("trace"), nb::arg("scope") = "layer", nb::arg("granularity") = "call",
       "uint32[accesses]: the stack distance of every access in canonical order (wisp.COLD on "
-      "first sight); releases the GIL.");
+      "first sight). Granularity 'call': each access's distance in the stack as it was before "
+      "its (step, layer) call (profile()'s histogram counts these); 'access': per access. "
+      "Releases the GIL.");
 
   nb::class_<ru::decayed_histogram>(
       m, "DecayedHistogram",

@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 """Shared fixtures. The suite runs against the *installed* package (scripts/test.sh installs the
 wheel into a fresh venv and runs pytest from outside the source tree); set WISP_CLI to the `wisp`
-binary to compare with the command line, and the real ESFT trace is read from ../shared/traces
-(tests that need it skip when it is absent)."""
+binary to compare with the command line. The real ESFT trace is read from ../shared/traces (or
+$WISP_TEST_TRACES_DIR): tests that need it skip when it is absent, unless WISP_REQUIRE_TRACES is set
+(to anything but "" or "0"), and then they fail, as the C++ tests do (tests/support/traces.hpp)."""
 import collections
 import os
 import pathlib
@@ -14,13 +15,21 @@ import pytest
 import wisp
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-ESFT = REPO.parent / "shared" / "traces" / "raw" / "esft_deepseek_v2_lite_intent"
+TRACES = pathlib.Path(os.environ.get("WISP_TEST_TRACES_DIR") or REPO.parent / "shared" / "traces")
+ESFT = TRACES / "raw" / "esft_deepseek_v2_lite_intent"
+
+
+def traces_required():
+    return os.environ.get("WISP_REQUIRE_TRACES", "") not in ("", "0")
 
 
 @pytest.fixture(scope="session")
 def esft_dir():
     if not ESFT.is_dir():
-        pytest.skip(f"ESFT trace absent: {ESFT}")
+        message = f"ESFT trace not found at {ESFT}"
+        if traces_required():
+            pytest.fail(f"{message} (WISP_REQUIRE_TRACES is set)")
+        pytest.skip(message)
     return ESFT
 
 

@@ -30,7 +30,7 @@ def test_every_cpp_exception_maps_to_its_class(kind, cls, base):
 def test_library_errors_reach_python_as_their_classes(tmp_path):
     afile = tmp_path / "not_a_folder"
     afile.write_text("x")
-    with pytest.raises(wisp.Error, match="not a readable folder") as e:
+    with pytest.raises(wisp.Error, match="it is not a folder") as e:
         wisp.Trace.import_esft(afile)
     assert type(e.value) is wisp.Error
     with pytest.raises(wisp.LogicError, match="top_k"):

@@ -45,6 +45,7 @@ def test_every_policy_agrees_with_the_simulator(small_trace, policy, scope):
                   for cache in sorted(calls)]
     pager = wisp.Pager(t.layers, t.experts, t.top_k, capacity, policy=policy, scope=scope,
                        future=future)
+    assert pager.policy == policy and f"policy='{policy}'" in repr(pager)
     for step in range(t.steps):
         pager.begin_step()
         for layer in range(t.layers):

@@ -27,11 +27,32 @@ def stack_distances(keys):
     return out
 
 
+def key_space(trace, scope):
+    """Keys of one cache: a cache holds at most this many."""
+    return trace.experts * (trace.layers if scope == "global" else 1)
+
+
+def call_stack_distances(calls):
+    """Oracle for granularity 'call': each key's distance in the stack as it was before its call
+    (0 for cold), then the call's keys become most recent in call order."""
+    stack, out = [], []
+    for keys in calls:
+        before = list(stack)
+        for k in keys:
+            out.append(len(before) - before.index(k) if k in before else 0)
+        for k in keys:
+            if k in stack:
+                stack.remove(k)
+            stack.append(k)
+    return out
+
+
 @pytest.mark.parametrize("scope", ["layer", "global"])
 def test_distances_and_curve_match_the_oracle(small_trace, scope):
+    """Granularity 'access': textbook per-access LRU."""
     t = small_trace
     cols = t.columns()
-    d = wisp.reuse_distances(t, scope)
+    d = wisp.reuse_distances(t, scope, "access")
     if scope == "global":
         expected = stack_distances((cols["layer"] * t.experts + cols["expert"]).tolist())
     else:
@@ -41,7 +62,7 @@ def test_distances_and_curve_match_the_oracle(small_trace, scope):
             for i, dist in zip(at, stack_distances(cols["expert"][at].tolist())):
                 expected[i] = dist
     assert np.where(d == wisp.COLD, 0, d).tolist() == expected
-    curve = wisp.profile(t, scope).curve
+    curve = wisp.profile(t, scope, "access").curve
     keys = cols["layer"] * t.experts + cols["expert"]
     for capacity in (1, 3, 8):
         if scope == "global":
@@ -55,6 +76,41 @@ def test_distances_and_curve_match_the_oracle(small_trace, scope):
     assert np.allclose(curve.miss_ratios(), values / len(t))
     target = curve.capacity_for_hit_ratio(0.5)
     assert curve.hit_ratio(target) >= 0.5 and (target == 0 or curve.hit_ratio(target - 1) < 0.5)
+    capacities = list(range(1, min(curve.max_capacity + 1, key_space(t, scope)) + 1))
+    rows = wisp.simulate(t, "lru", capacities, scope, protect_calls=False)
+    assert [r["misses"] for r in rows] == [curve.misses(c) for c in capacities]
+
+
+@pytest.mark.parametrize("scope", ["layer", "global"])
+def test_call_granular_distances_and_curve_match_the_oracle(small_trace, scope):
+    """Granularity 'call' (the default): a (step, layer) request's experts are one call, so the
+    curve is the protected LRU of the pager and simulate(..., 'lru') at every capacity >= top_k."""
+    t = small_trace
+    d = wisp.reuse_distances(t, scope)
+    assert np.array_equal(d, wisp.reuse_distances(t, scope, "call"))
+    cols = t.columns()
+    expected = [0] * len(t)
+    calls = trace_calls(t, scope)
+    for cache, cache_calls in calls.items():
+        at = np.arange(len(t)) if scope == "global" else np.flatnonzero(cols["layer"] == cache)
+        for i, dist in zip(at, call_stack_distances(cache_calls)):
+            expected[i] = dist
+    assert np.where(d == wisp.COLD, 0, d).tolist() == expected
+    curve = wisp.profile(t, scope).curve
+    assert np.array_equal(curve.values(), wisp.profile(t, scope, "call").curve.values())
+    capacities = list(range(t.top_k, min(curve.max_capacity + 1, key_space(t, scope)) + 1))
+    rows = wisp.simulate(t, "lru", capacities, scope)
+    assert [r["misses"] for r in rows] == [curve.misses(c) for c in capacities]
+    for capacity in (t.top_k, t.top_k + 2):
+        oracle = sum(lru_calls(c, capacity)[1] for c in calls.values())
+        assert curve.misses(capacity) == oracle
+    # The two granularities differ on this trace: per-access LRU evicts a call's own experts.
+    access = wisp.profile(t, scope, "access").curve
+    assert any(access.misses(c) > curve.misses(c) for c in capacities)
+    with pytest.raises(wisp.LogicError, match="granularity must be 'call' or 'access', got 'step'"):
+        wisp.profile(t, scope, "step")
+    with pytest.raises(wisp.LogicError, match="granularity must be 'call' or 'access'"):
+        wisp.reuse_distances(t, scope, granularity="step")
 
 
 def test_decayed_histogram_with_unit_bins_is_exact(small_trace):
@@ -79,7 +135,7 @@ def test_shards_at_rate_one_is_exact(small_trace):
     keys = cols["layer"] * t.experts + cols["expert"]
     c = wisp.SampledReuseCounter(t.layers * t.experts, rate=1.0, adjust=False)
     c.access(keys)
-    exact = wisp.profile(t, "global").curve
+    exact = wisp.profile(t, "global", "access").curve  # SHARDS sees single accesses
     est = c.estimate(20)
     assert np.allclose(est[1:], [exact.miss_ratio(cap) for cap in range(1, 21)])
     with pytest.raises(wisp.LogicError, match="key_space"):
@@ -109,10 +165,11 @@ def test_simulate_as_frame(small_trace):
 
 
 def test_cli_reuse_and_sim_agree(cli, esft_dir, esft):
-    for scope in ("layer", "global"):
-        out = json.loads(cli("reuse", esft_dir, "--scope", scope, "--capacities", "6,16,64",
-                             "--json"))
-        curve = wisp.profile(esft, scope).curve
+    for scope, granularity in (("layer", "call"), ("global", "call"), ("layer", "access")):
+        out = json.loads(cli("reuse", esft_dir, "--scope", scope, "--granularity", granularity,
+                             "--capacities", "6,16,64", "--json"))
+        assert out["granularity"] == granularity
+        curve = wisp.profile(esft, scope, granularity).curve
         assert out["accesses"] == curve.accesses and out["cold_misses"] == curve.cold
         for point in out["miss_curve"]:
             assert point["misses"] == curve.misses(point["capacity"])

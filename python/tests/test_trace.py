@@ -1,6 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """Trace: constructors, .wtrace round trips, importers, columns, and bad files."""
 import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -101,3 +105,109 @@ def test_from_arrays_rejects_bad_input():
         wisp.Trace.from_arrays(ok, experts=2)
     with pytest.raises(wisp.LogicError, match="sequence_starts"):
         wisp.Trace.from_arrays(ok, experts=4, sequence_starts=[1, 0])
+
+
+def write_jsonl(path, records):
+    path.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+
+
+def gapped_jsonl(tmp_path):
+    """Three tokens x two layers of one request, token 1 lacking layer 1."""
+    records = [{"layer": l, "experts": [t, (t + l + 1) % 5], "token_idx": t, "req": "a"}
+               for t in range(3) for l in range(2) if (t, l) != (1, 1)]
+    path = tmp_path / "gap.jsonl"
+    write_jsonl(path, records)
+    full = np.array([[[t, (t + l + 1) % 5] for l in range(2)] for t in range(3)], dtype=np.int32)
+    return path, full
+
+
+def test_jsonl_on_incomplete(tmp_path):
+    path, full = gapped_jsonl(tmp_path)
+    with pytest.raises(wisp.FormatError, match="token") as e:
+        wisp.Trace.import_jsonl(path, group_key="req")
+    assert e.value.path == str(path)
+    with pytest.raises(wisp.LogicError, match="on_incomplete must be 'error', 'skip' or 'keep'"):
+        wisp.Trace.import_jsonl(path, group_key="req", on_incomplete="drop")
+
+    skipped = wisp.Trace.import_jsonl(path, group_key="req", on_incomplete="skip")
+    assert isinstance(skipped, wisp.Trace) and isinstance(skipped, wisp.ImportedTrace)
+    assert skipped.complete and skipped.steps == 2
+    assert np.array_equal(skipped.ids(), full[[0, 2]])
+    r = skipped.report
+    assert (r.incomplete_tokens, r.missing_records, r.dropped_tokens, r.dropped_records,
+            r.partial_tokens, r.incomplete_sequences) == (1, 1, 1, 1, 0, 1)
+
+    kept = wisp.Trace.import_jsonl(path, group_key="req", on_incomplete="keep")
+    assert not kept.complete and (kept.steps, kept.missing_rows, len(kept)) == (3, 1, 5 * 2)
+    present = np.ones((3, 2), dtype=bool)
+    present[1, 1] = False
+    assert np.array_equal(kept.present(), present)
+    expected = full.copy()
+    expected[1, 1] = -1
+    assert np.array_equal(kept.ids(), expected)
+    r = kept.report
+    assert (r.incomplete_tokens, r.missing_records, r.dropped_tokens, r.dropped_records,
+            r.partial_tokens, r.incomplete_sequences) == (1, 1, 0, 0, 1, 1)
+    # The kept trace is an ordinary Trace: equal to the one made from its arrays, its columns
+    # skip the missing row, and it round-trips through .wtrace.
+    assert kept.sequence_starts.tolist() == [0]
+    assert wisp.Trace.from_arrays(expected, experts=5, sequence_starts=[0], present=present) == kept
+    cols = kept.columns()
+    held = [(s, l) for s in range(3) for l in range(2) if present[s, l]]
+    assert cols["step"].tolist() == [s for s, _ in held for _ in range(2)]
+    assert cols["expert"].tolist() == [e for s, l in held for e in full[s, l].tolist()]
+    assert np.concatenate([c["expert"] for c in kept.iter_columns(chunk=3)]).tolist() == \
+        cols["expert"].tolist()
+    assert np.array_equal(kept.columns(3, 7)["expert"], cols["expert"][3:7])
+    kept.write(tmp_path / "kept.wtrace")
+    assert wisp.Trace.read(tmp_path / "kept.wtrace") == kept
+
+
+def test_complete_imports_report_nothing_missing(tmp_path):
+    path = tmp_path / "r.jsonl"
+    write_jsonl(path, [{"layer": l, "experts": [t, l + 2], "token_idx": t}
+                       for t in range(2) for l in range(2)])
+    for mode in ("error", "skip", "keep"):
+        t = wisp.Trace.import_jsonl(path, on_incomplete=mode)
+        assert t.complete and t.report == wisp.Trace.import_jsonl(path).report
+        assert t.report.incomplete_tokens == 0 and t.report.missing_records == 0
+
+
+def test_esft_on_incomplete(tmp_path):
+    # Line 0: layer 1 holds two tokens, layer 2 only the first (a recorder stopped early).
+    (tmp_path / "expert_weights_1.txt").write_text("0\t1\t2\t3\t\t0.5\t0.5\t0.25\t0.75\n")
+    (tmp_path / "expert_weights_2.txt").write_text("1\t3\t\t0.5\t0.5\n")
+    with pytest.raises(wisp.FormatError):
+        wisp.Trace.import_esft(tmp_path, experts=4, top_k=2)
+    skipped = wisp.Trace.import_esft(tmp_path, experts=4, top_k=2, on_incomplete="skip")
+    assert skipped.complete and skipped.ids().tolist() == [[[0, 1], [1, 3]]]
+    assert (skipped.report.dropped_tokens, skipped.report.dropped_records) == (1, 1)
+    kept = wisp.Trace.import_esft(tmp_path, experts=4, top_k=2, on_incomplete="keep")
+    assert kept.ids().tolist() == [[[0, 1], [1, 3]], [[2, 3], [-1, -1]]]
+    assert kept.present().tolist() == [[True, True], [True, False]]
+    w = kept.weights()
+    assert w[1, 0].tolist() == [0.25, 0.75] and np.isnan(w[1, 1]).all()
+    assert (kept.report.partial_tokens, kept.report.missing_records) == (1, 1)
+    assert wisp.Trace.from_arrays(kept.ids(), kept.experts, w, kept.sequence_starts,
+                                  kept.present()) == kept
+
+
+def test_esft_import_reports_a_complete_log(esft):
+    assert esft.complete and esft.missing_rows == 0
+    r = esft.report
+    assert (r.incomplete_tokens, r.missing_records, r.dropped_tokens, r.dropped_records,
+            r.partial_tokens, r.incomplete_sequences) == (0, 0, 0, 0, 0, 0)
+
+
+def test_absent_traces_skip_or_fail_when_required(tmp_path):
+    """The rule of tests/support/traces.hpp: without the real trace a test skips, unless
+    WISP_REQUIRE_TRACES is set, and then it fails."""
+    test = f"{pathlib.Path(__file__).resolve()}::test_esft_import_matches_the_text"
+    for required, outcome in (("0", "1 skipped"), ("1", "1 error")):
+        env = dict(os.environ, WISP_TEST_TRACES_DIR=str(tmp_path / "none"),
+                   WISP_REQUIRE_TRACES=required)
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                               "-rfEs", test], capture_output=True, text=True, env=env,
+                              cwd=tmp_path, timeout=120)
+        assert outcome in proc.stdout, proc.stdout
+        assert ("WISP_REQUIRE_TRACES is set" in proc.stdout) == (required == "1"), proc.stdout

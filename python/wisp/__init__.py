@@ -6,7 +6,8 @@ every rule runs in C++, on the same headers C++ users include. See docs/python.m
 
 - Paging: :class:`Pager` (``prepare(layer, topk_ids)`` -> expert map + copy plan),
   :class:`RerouteTable`; for torch engines, ``wisp.integrations.torch.ExpertCache``.
-- Traces: :class:`Trace` (``.wtrace``, ESFT, JSONL, synthetic; accesses as numpy columns).
+- Traces: :class:`Trace` (``.wtrace``, ESFT, JSONL, synthetic; accesses as numpy columns); the
+  importers return an :class:`ImportedTrace` (a Trace with an :class:`ImportReport`).
 - Reuse: :func:`profile`, :class:`MissCurve`, :func:`reuse_distances`,
   :class:`DecayedHistogram`, :class:`SampledReuseCounter`.
 - Simulation: :func:`simulate`.
@@ -21,6 +22,8 @@ from ._wisp import (
     CacheStats,
     ColumnChunks,
     DecayedHistogram,
+    ImportedTrace,
+    ImportReport,
     MissCurve,
     ModelSpec,
     Pager,
@@ -44,10 +47,10 @@ from . import _wisp
 
 __all__ = [
     "COLD", "POLICIES", "CacheStats", "ColumnChunks", "DecayedHistogram", "Error", "FormatError",
-    "InfeasibleError", "LogicError", "MissCurve", "ModelSpec", "OutOfMemoryError", "Pager", "Plan",
-    "PrepareResult", "RerouteTable", "ReuseHistogram", "ReuseProfile", "SampledReuseCounter",
-    "TokenGroup", "Trace", "__version__", "minimum_budget", "model_presets", "parse_byte_size",
-    "plan", "profile", "reuse_distances", "simulate",
+    "ImportReport", "ImportedTrace", "InfeasibleError", "LogicError", "MissCurve", "ModelSpec",
+    "OutOfMemoryError", "Pager", "Plan", "PrepareResult", "RerouteTable", "ReuseHistogram",
+    "ReuseProfile", "SampledReuseCounter", "TokenGroup", "Trace", "__version__", "minimum_budget",
+    "model_presets", "parse_byte_size", "plan", "profile", "reuse_distances", "simulate",
 ]
 
 

@@ -94,7 +94,7 @@ class Pager:
     """
     Per-layer expert paging (wisp::pager<Policy>): prepare(layer, topk_ids) makes exactly the experts of a call resident and visible, and returns the expert map and the copy plan for an unmodified fused-MoE kernel.
 
-    policy is one of wisp.POLICIES ('least-stale' is accepted too); scope is 'layer' (one cache per layer, capacity = slots per layer) or 'global' (one pool over (layer, expert) keys). belady needs `future`: each cache's key sequence. Not thread-safe: one thread at a time (calls hold the GIL).
+    policy is one of wisp.POLICIES ('least-stale' is accepted too) with the library's default parameters (decayed_frequency and predicted_next_use: a half-life of 256 forward passes; predicted_next_use estimates next uses from decayed routing rates, no routing predictor attached); scope is 'layer' (one cache per layer, capacity = slots per layer) or 'global' (one pool over (layer, expert) keys). belady needs `future`: each cache's key sequence. Not thread-safe: one thread at a time (calls hold the GIL).
     """
 
     def __init__(self, layers: int, experts: int, top_k: int, capacity: int, policy: str = 'lru', scope: str = 'layer', layer_capacities: Sequence[int] | None = None, max_tokens: int = 0, future: Sequence[numpy.typing.ArrayLike] | None = None) -> None: ...
@@ -214,15 +214,50 @@ class ColumnChunks:
 
     def __next__(self) -> dict[str, numpy.typing.NDArray]: ...
 
+class ImportReport:
+    """
+    What an importer found missing in a routing log and what it did about it (all zero for a complete log). A record is one (token, layer) entry: a JSONL line, or one token's top_k ids in an ESFT layer file.
+    """
+
+    @property
+    def incomplete_tokens(self) -> int:
+        """tokens lacking at least one layer"""
+
+    @property
+    def missing_records(self) -> int:
+        """(token, layer) records those tokens lack"""
+
+    @property
+    def dropped_tokens(self) -> int:
+        """on_incomplete='skip': incomplete tokens left out"""
+
+    @property
+    def dropped_records(self) -> int:
+        """on_incomplete='skip': the records of those tokens, left out"""
+
+    @property
+    def partial_tokens(self) -> int:
+        """on_incomplete='keep': incomplete tokens kept with the layers present"""
+
+    @property
+    def incomplete_sequences(self) -> int:
+        """sequences (ESFT lines, JSONL groups) holding such tokens"""
+
+    def __eq__(self, arg: ImportReport, /) -> bool: ...
+
+    def __repr__(self) -> str: ...
+
 class Trace:
     """
     A routing trace (wisp::trace::routing_trace): which top_k of `experts` experts every MoE layer chose at every step (token), optional gate weights, and sequence starts. Immutable once made; replayed in canonical order: step, layer, then the top_k ids as recorded.
+
+    A step may be partial (a token the routing log lacks some layers of, kept by an importer with on_incomplete='keep'): replays skip its missing (step, layer) rows, `present()` says which rows are held and `complete` is False.
     """
 
     @staticmethod
-    def from_arrays(ids: Annotated[NDArray[numpy.int32], dict(shape=(None, None, None), order='C', device='cpu', writable=False)], experts: int, weights: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), order='C', device='cpu', writable=False)] | None = None, sequence_starts: Sequence[int] | None = None) -> Trace:
+    def from_arrays(ids: Annotated[NDArray[numpy.int32], dict(shape=(None, None, None), order='C', device='cpu', writable=False)], experts: int, weights: Annotated[NDArray[numpy.float32], dict(shape=(None, None, None), order='C', device='cpu', writable=False)] | None = None, sequence_starts: Sequence[int] | None = None, present: Annotated[NDArray[numpy.bool_], dict(shape=(None, None), order='C', device='cpu', writable=False)] | None = None) -> Trace:
         """
-        A trace from ids[steps, layers, top_k] (ids distinct within each row), optional float32 weights of the same shape and the steps where sequences begin.
+        A trace from ids[steps, layers, top_k] (ids distinct within each row), optional float32 weights of the same shape, the steps where sequences begin, and optional present[steps, layers] (bool): False marks a row the step lacks, whose ids and weights are ignored. Round trip: from_arrays(t.ids(), t.experts, t.weights(), t.sequence_starts, t.present()) == t (weights only when t.has_weights).
         """
 
     @staticmethod
@@ -230,15 +265,15 @@ class Trace:
         """Reads a .wtrace file (validated: CRCs, sizes, ids, weights)."""
 
     @staticmethod
-    def import_esft(path: str | os.PathLike, experts: int = 64, top_k: int = 6) -> Trace:
+    def import_esft(path: str | os.PathLike, experts: int = 64, top_k: int = 6, on_incomplete: str = 'error') -> ImportedTrace:
         """
-        Imports an ESFT expert_weights_<L>.txt folder (one file per MoE layer).
+        Imports an ESFT expert_weights_<L>.txt folder (one file per MoE layer). A line whose files disagree on its token count is refused (on_incomplete='error', FormatError), or its tokens lacking some layers are left out ('skip') or kept with the layers present ('keep'); the result's `report` counts them. Releases the GIL.
         """
 
     @staticmethod
-    def import_jsonl(path: str | os.PathLike, group_key: str = '', experts: int = 0, layers: int = 0, layer_key: str = 'layer', experts_key: str = 'experts', token_key: str = 'token_idx', weights_key: str = 'weights') -> Trace:
+    def import_jsonl(path: str | os.PathLike, group_key: str = '', experts: int = 0, layers: int = 0, layer_key: str = 'layer', experts_key: str = 'experts', token_key: str = 'token_idx', weights_key: str = 'weights', on_incomplete: str = 'error') -> ImportedTrace:
         """
-        Imports a JSON Lines routing log, one record per (token, layer); experts/layers 0 infer them from the data.
+        Imports a JSON Lines routing log, one record per (token, layer); experts/layers 0 infer them from the data. A token lacking some layers is refused (on_incomplete='error', FormatError), left out ('skip') or kept with the layers present ('keep'); the result's `report` counts them. Releases the GIL.
         """
 
     @staticmethod
@@ -248,7 +283,7 @@ class Trace:
         """
 
     def write(self, path: str | os.PathLike) -> None:
-        """Writes the trace as a .wtrace file."""
+        """Writes the trace as a .wtrace file (partial steps included)."""
 
     @property
     def layers(self) -> int: ...
@@ -264,38 +299,67 @@ class Trace:
 
     @property
     def access_count(self) -> int:
-        """steps * layers * top_k"""
+        """
+        top_k per (step, layer) row held: (steps * layers - missing_rows) * top_k
+        """
 
     @property
     def has_weights(self) -> bool: ...
+
+    @property
+    def complete(self) -> bool:
+        """True when every step holds every layer (no partial step)"""
+
+    @property
+    def missing_rows(self) -> int:
+        """(step, layer) rows that partial steps lack"""
+
+    def present(self) -> numpy.typing.NDArray:
+        """
+        bool[steps, layers]: whether each step holds each layer (all True for a complete trace).
+        """
 
     @property
     def sequence_starts(self) -> numpy.typing.NDArray:
         """uint64 array: the steps where sequences begin"""
 
     def ids(self) -> numpy.typing.NDArray:
-        """A copy of the ids, int32[steps, layers, top_k]."""
+        """
+        A copy of the ids, int32[steps, layers, top_k]; -1 in the rows partial steps lack.
+        """
 
     def weights(self) -> numpy.typing.NDArray:
         """
-        A copy of the gate weights, float32[steps, layers, top_k]. Raises LogicError when the trace has none.
+        A copy of the gate weights, float32[steps, layers, top_k]; NaN in the rows partial steps lack. Raises LogicError when the trace has none.
         """
 
     def columns(self, start: int = 0, stop: int | None = None) -> dict[str, numpy.typing.NDArray]:
         """
-        Accesses [start, stop) in canonical order as numpy columns: {'step': uint32, 'layer': int32, 'expert': int32}.
+        Accesses [start, stop) in canonical order as numpy columns: {'step': uint32, 'layer': int32, 'expert': int32} (the rows partial steps lack are skipped). O(stop).
         """
 
     def iter_columns(self, chunk: int = 1048576) -> ColumnChunks:
         """
-        Iterates the accesses in chunks of `chunk` as columns (see columns()); no per-access Python object.
+        Iterates the accesses in chunks of `chunk` as columns (see columns()); no per-access Python object, O(accesses) in all.
         """
 
     def __len__(self) -> int: ...
 
-    def __eq__(self, arg: Trace, /) -> bool: ...
+    def __eq__(self, arg: Trace, /) -> bool:
+        """
+        Same shape, rows held, ids, weights and sequence starts (an import report does not count).
+        """
 
     def __repr__(self) -> str: ...
+
+class ImportedTrace(Trace):
+    """
+    A Trace made by an importer (Trace.import_esft, Trace.import_jsonl), with the importer's `report`: what the routing log lacked and what was done about it.
+    """
+
+    @property
+    def report(self) -> ImportReport:
+        """the ImportReport (all zero for a complete log)"""
 
 COLD: int = 4294967295
 
@@ -391,14 +455,14 @@ class ReuseProfile:
     def curve(self) -> MissCurve:
         """The LRU miss curve of the histogram."""
 
-def profile(trace: Trace, scope: str = 'layer') -> ReuseProfile:
+def profile(trace: Trace, scope: str = 'layer', granularity: str = 'call') -> ReuseProfile:
     """
-    Exact reuse profile of `trace` replayed in canonical order: scope 'layer' (one LRU cache per layer) or 'global' (one over all (layer, expert) keys). O(accesses log keys); releases the GIL.
+    Exact reuse profile of `trace` replayed in canonical order: scope 'layer' (one LRU cache per layer) or 'global' (one over all (layer, expert) keys). Granularity 'call' (the default, as `wisp reuse`): each (step, layer) request's top_k experts are one call that cannot evict its own experts, so the curve equals the misses of the pager and of simulate(trace, 'lru', c) at every capacity c >= top_k; 'access': every expert access on its own (textbook LRU, equal to simulate(..., protect_calls=False)). O(accesses log keys); releases the GIL.
     """
 
-def reuse_distances(trace: Trace, scope: str = 'layer') -> numpy.typing.NDArray:
+def reuse_distances(trace: Trace, scope: str = 'layer', granularity: str = 'call') -> numpy.typing.NDArray:
     """
-    uint32[accesses]: the stack distance of every access in canonical order (wisp.COLD on first sight); releases the GIL.
+    uint32[accesses]: the stack distance of every access in canonical order (wisp.COLD on first sight). Granularity 'call': each access's distance in the stack as it was before its (step, layer) call (profile()'s histogram counts these); 'access': per access. Releases the GIL.
     """
 
 class DecayedHistogram:
@@ -502,7 +566,7 @@ class ModelSpec:
     def __init__(self, name: str, layers: int, experts: int, top_k: int, expert_bytes: int, kv_bytes_per_token: int, block_tokens: int = 16) -> None: ...
 
     @staticmethod
-    def preset(name: "std::basic_string_view<char, std::char_traits<char> >") -> ModelSpec:
+    def preset(name: str) -> ModelSpec:
         """A built-in preset (see wisp.model_presets())."""
 
     @staticmethod
