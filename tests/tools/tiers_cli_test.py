@@ -92,8 +92,9 @@ class TiersTest(unittest.TestCase):
                     self.assertLessEqual(p["model"], 1.0)
                     seen += p["observed"]
                 self.assertLessEqual(seen, 1.0 + 1e-9)
-                # Algorithm 3 on the observed patterns is a mean of per-pattern estimates: the
-                # top patterns' estimates bound it from both sides when they cover every call.
+                # Algorithm 3 on the replay is the frequency-weighted mean of per-pattern
+                # estimates: exact when the top patterns cover every call, and never above the
+                # all-miss pattern's.
                 estimates = [algorithm_3(p["h"], k, r["link_gbps"] * 1e9, r["threads"])
                              for p in r["top_patterns"]]
                 if seen > 1.0 - 1e-9:
