@@ -90,4 +90,8 @@
 #include <wisp/compress/safetensors.hpp>
 #include <wisp/compress/archive.hpp>
 #include <wisp/compress/expert_store.hpp>
+#include <wisp/compress/tier_model.hpp>
+#include <wisp/compress/tiered_cache.hpp>
+#include <wisp/compress/affinity_scheduler.hpp>
+#include <wisp/sim/tiered_sim.hpp>
 // clang-format on

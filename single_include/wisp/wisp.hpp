@@ -17218,5 +17218,1488 @@ class compressed_expert_store {
 
 }  // namespace wisp
 // ---- end wisp/compress/expert_store.hpp --------------------------------------------------------
+
+// ---- begin wisp/compress/tier_model.hpp --------------------------------------------------------
+/// @file
+/// @brief The probabilistic model behind the compression-aware tiers (ZipMoE, seeds/001 §3.4 and
+/// Appendices C-D): selection probabilities fitted to rank marginals, the hit pattern of a layer
+/// call over the F/C/S/E pools, the makespan estimate of one pattern and the planner that sizes
+/// the pools under a memory budget.
+///
+/// **Ranks.** Experts are abstracted by popularity rank: `f[r]` is the probability that the rank-r
+/// expert (0 = most frequent) is among the `k` experts a layer call selects, so `sum f = k`.
+///
+/// **Max-entropy model.** Among all distributions over k-subsets with those marginals, the one of
+/// maximum entropy is the conditional Poisson design `P(S) ∝ prod_{i in S} w_i` (Appendix D).
+/// `fit_selection_probabilities` finds it by the modified iterative proportional fitting of Chen,
+/// Dempster and Liu (1994): with `pi_i(w) = w_i R(k-1, N \ {i}) / R(k, N)` the design's inclusion
+/// probabilities (`R(n, C)` the elementary symmetric polynomial of the weights of `C`), iterate
+/// `w_i <- w_i f_i / pi_i(w)` from `w_i = f_i / (1 - f_i)`; the result is reported as
+/// `q_i = c w_i / (1 + c w_i)`, with the scale `c` chosen so that `sum q = k`. Independent
+/// Bernoulli(q_i) draws conditioned on exactly k successes are then that design.
+///
+/// **Hit pattern.** Pools are mapped onto ranks in the order F, C, S, E (pool p takes the next
+/// `S_p` ranks); the remaining ranks form the miss pool M. `Phi_X(h)` is the Poisson-binomial
+/// probability of exactly h successes among the ranks of X (Algorithm 2's DP), and
+///   `P(h_F, h_C, h_S, h_E | k) = Phi_M(k - sum h) / Phi_N(k) * prod_p Phi_p(h_p)`.
+///
+/// **Makespan of a pattern** (Algorithm 3), with `m = k - sum h` misses, n tensors per expert, K
+/// E-chunks per tensor, SM-chunk read u, E-chunk read v, E-chunk decode c, L decode threads:
+///   `n_SM = n (h_E + m)`, `n_E = n K (h_S + m)`, `n_D = n K (k - h_F)`,
+///   `T = max(n_SM u + n_E v, (n_E v + n_D c) / L)`.
+///
+/// **Planner** (Algorithm 4): every split of the budget among the enabled pools on a grid of step
+/// `delta` (ratios summing to 1), each pool holding `floor(ratio x budget / bytes per expert in
+/// that pool)` experts (no more than the ranks left), scored by the expected makespan
+/// `sum_h P(h) T(h)`; the lowest wins.
+/// @code
+/// std::vector<double> f = ...;                       // rank marginals, sum = k
+/// auto fit = wisp::fit_selection_probabilities(f, 6);
+/// wisp::tier_costs costs{.sm_read = 1e-3, .e_read = 0.67e-3 / 8, .decode = 0.2e-3,
+///                        .threads = 6, .e_chunks = 8, .tensors = 3};
+/// wisp::tier_plan plan = wisp::plan_tiers({.q = fit.q, .k = 6, .budget_bytes = 16 * full,
+///                                          .bytes = {full, comp, sm, e}, .costs = costs});
+/// // plan.sizes = {S_F, S_C, S_S, S_E}, plan.expected_seconds
+/// @endcode
+
+namespace wisp {
+
+/// @brief The compression states of a cached expert, in hierarchy order F ≺ C ≺ S ≺ E.
+enum class tier : std::uint8_t {
+  full = 0,        ///< F: the BF16 tensors
+  compressed = 1,  ///< C: SM chunks and compressed E-chunks
+  sm = 2,          ///< S: SM chunks only (E-chunks are read and decoded on a hit)
+  e = 3,           ///< E: compressed E-chunks only (SM chunks are read on a hit)
+};
+/// Number of pools.
+inline constexpr std::size_t tier_count = 4;
+/// One letter per pool: "F", "C", "S", "E".
+[[nodiscard]] constexpr std::string_view tier_name(tier t) noexcept {
+  constexpr std::array<std::string_view, tier_count> names{"F", "C", "S", "E"};
+  return names[static_cast<std::size_t>(t)];
+}
+
+/// @brief Where a requested expert was found: one of the pools, or nowhere (a miss). The pool
+/// values equal their `tier`'s.
+enum class residency : std::uint8_t { full = 0, compressed = 1, sm = 2, e = 3, miss = 4 };
+
+/// Experts per pool, indexed by `tier` (S_F, S_C, S_S, S_E).
+using tier_sizes = std::array<std::int32_t, tier_count>;
+
+/// @brief Hits of one layer call per pool (h_F, h_C, h_S, h_E); the misses are `k - total()`.
+struct hit_pattern {
+  std::array<std::int32_t, tier_count> hits{};
+  [[nodiscard]] constexpr std::int32_t total() const noexcept {
+    return hits[0] + hits[1] + hits[2] + hits[3];
+  }
+  friend constexpr bool operator==(const hit_pattern&, const hit_pattern&) = default;
+};
+
+/// @brief Result of `fit_selection_probabilities`.
+struct selection_fit {
+  std::vector<double> q;        ///< selection probabilities, `sum q = k`
+  std::int32_t iterations = 0;  ///< proportional-fitting rounds made
+  double residual = 0.0;        ///< max_i |pi_i(q) - f_i| at the end
+};
+
+/// @brief Poisson-binomial distribution (Algorithm 2): `Phi(h)`, the probability of exactly h
+/// successes among independent Bernoulli(`q[i]`), for h in [0, max_hits] (higher counts are not
+/// computed; the values below are exact regardless). O(|q| x max_hits). Allocates the result.
+/// @throws wisp::logic_error if `max_hits < 0` or a q is outside [0, 1].
+[[nodiscard]] inline std::vector<double> poisson_binomial(std::span<const double> q,
+                                                          std::int32_t max_hits) {
+  WISP_EXPECTS(max_hits >= 0, "poisson_binomial: max_hits must be >= 0, got ", max_hits);
+  std::vector<double> phi(static_cast<std::size_t>(max_hits) + 1, 0.0);
+  phi[0] = 1.0;
+  std::size_t reach = 0;  // highest h with a nonzero entry so far
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    const double p = q[i];
+    WISP_EXPECTS(p >= 0.0 && p <= 1.0, "poisson_binomial: q[", i, "] = ", p, " is outside [0, 1]");
+    reach = std::min<std::size_t>(reach + 1, phi.size() - 1);
+    for (std::size_t h = reach; h >= 1; --h) {
+      phi[h] = phi[h] * (1.0 - p) + phi[h - 1] * p;
+    }
+    phi[0] *= 1.0 - p;
+  }
+  return phi;
+}
+
+/// @brief Inclusion probabilities of the conditional design: `pi_i = P(i selected | exactly k
+/// successes)` under independent Bernoulli(`q`). O(|q| x k^2) with prefix and suffix DPs (every
+/// intermediate a probability, so nothing overflows). Allocates.
+/// @throws wisp::logic_error if k is outside [0, |q|], a q is outside [0, 1], or exactly k
+///   successes has probability 0.
+[[nodiscard]] inline std::vector<double> inclusion_probabilities(std::span<const double> q,
+                                                                 std::int32_t k) {
+  const auto n = q.size();
+  WISP_EXPECTS(k >= 0 && static_cast<std::size_t>(k) <= n, "inclusion_probabilities: k = ", k,
+               " is outside [0, ", n, "]");
+  const auto width = static_cast<std::size_t>(k) + 1;
+  // prefix[i * width + j] = P(j successes among q[0..i)); suffix likewise among q[i..n).
+  std::vector<double> prefix((n + 1) * width, 0.0);
+  std::vector<double> suffix((n + 1) * width, 0.0);
+  prefix[0] = 1.0;
+  suffix[n * width] = 1.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    WISP_EXPECTS(q[i] >= 0.0 && q[i] <= 1.0, "inclusion_probabilities: q[", i, "] = ", q[i],
+                 " is outside [0, 1]");
+    for (std::size_t j = 0; j < width; ++j) {
+      prefix[(i + 1) * width + j] =
+          prefix[i * width + j] * (1.0 - q[i]) + (j > 0 ? prefix[i * width + j - 1] * q[i] : 0.0);
+    }
+  }
+  for (std::size_t i = n; i-- > 0;) {
+    for (std::size_t j = 0; j < width; ++j) {
+      suffix[i * width + j] = suffix[(i + 1) * width + j] * (1.0 - q[i]) +
+                              (j > 0 ? suffix[(i + 1) * width + j - 1] * q[i] : 0.0);
+    }
+  }
+  const double total = prefix[n * width + static_cast<std::size_t>(k)];
+  WISP_EXPECTS(total > 0.0, "inclusion_probabilities: exactly ", k,
+               " successes has probability 0 under these q");
+  std::vector<double> pi(n, 0.0);
+  if (k == 0) {
+    return pi;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    double others = 0.0;  // P(k - 1 successes among every q but q[i])
+    for (std::size_t j = 0; j < width - 1; ++j) {
+      others += prefix[i * width + j] * suffix[(i + 1) * width + (width - 2 - j)];
+    }
+    pi[i] = q[i] * others / total;
+  }
+  return pi;
+}
+
+namespace detail {
+// The scale c with sum c w / (1 + c w) = k (the sum increases with c), by bisection on log c.
+inline std::vector<double> probabilities_summing_to(std::span<const double> w, std::int32_t k) {
+  auto sum_at = [&](double c) {
+    double s = 0.0;
+    for (const double x : w) {
+      s += c * x / (1.0 + c * x);
+    }
+    return s;
+  };
+  double lo = -60.0;
+  double hi = 60.0;
+  for (int i = 0; i < 200 && hi - lo > 1e-15; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (sum_at(std::exp(mid)) < k ? lo : hi) = mid;
+  }
+  const double c = std::exp(0.5 * (lo + hi));
+  std::vector<double> q(w.size());
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    q[i] = c * w[i] / (1.0 + c * w[i]);
+  }
+  return q;
+}
+}  // namespace detail
+
+/// @brief Fits the maximum-entropy selection model to rank marginals `f` (the modified
+/// iterative proportional fitting of the file description) until every implied marginal is
+/// within `tolerance` of its `f`. O(iterations x |f| x k^2).
+/// @throws wisp::logic_error if k is outside [1, |f|), an f is outside [0, 1), `sum f` differs
+///   from k by more than 1e-6 k, or the fit does not reach `tolerance` in `max_iterations`.
+[[nodiscard]] inline selection_fit fit_selection_probabilities(
+    std::span<const double> f, std::int32_t k, double tolerance = 1e-9,
+    std::int32_t max_iterations = 20000) {
+  const auto n = f.size();
+  WISP_EXPECTS(k >= 1 && static_cast<std::size_t>(k) < n, "fit_selection_probabilities: k = ", k,
+               " must be in [1, ", n, ") (the number of marginals)");
+  WISP_EXPECTS(tolerance > 0.0, "fit_selection_probabilities: tolerance must be > 0, got ",
+               tolerance);
+  double sum = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    WISP_EXPECTS(f[i] >= 0.0 && f[i] < 1.0, "fit_selection_probabilities: f[", i, "] = ", f[i],
+                 " is outside [0, 1)");
+    sum += f[i];
+  }
+  WISP_EXPECTS(std::abs(sum - k) <= 1e-6 * k, "fit_selection_probabilities: the marginals sum to ",
+               sum, ", not k = ", k);
+  std::vector<double> w(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    w[i] = f[i] / (1.0 - f[i]);
+  }
+  selection_fit fit;
+  for (;;) {
+    fit.q = detail::probabilities_summing_to(w, k);
+    const std::vector<double> pi = inclusion_probabilities(fit.q, k);
+    fit.residual = 0.0;
+    for (std::size_t i = 0; i < n; ++i) {
+      fit.residual = std::max(fit.residual, std::abs(pi[i] - f[i]));
+    }
+    if (fit.residual <= tolerance) {
+      return fit;
+    }
+    WISP_EXPECTS(fit.iterations < max_iterations, "fit_selection_probabilities: residual ",
+                 fit.residual, " after ", fit.iterations, " iterations exceeds the tolerance ",
+                 tolerance);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (f[i] > 0.0) {
+        w[i] = fit.q[i] / (1.0 - fit.q[i]) * f[i] / pi[i];
+      }
+    }
+    ++fit.iterations;
+  }
+}
+
+/// @brief The conditional hit-pattern distribution of one pool partition (see the file
+/// description): pools F, C, S, E take consecutive rank intervals of `sizes`, the rest is the miss
+/// pool. Construction O(|q| x k); `probability` O(1); `for_each` O(number of patterns), at most
+/// C(k + 4, 4). Immutable after construction; safe to share between threads.
+class hit_distribution {
+ public:
+  /// @throws wisp::logic_error if k is outside [0, |q|], a size is negative, the sizes cover more
+  ///   than |q| ranks, a q is outside [0, 1], or exactly k selections has probability 0.
+  hit_distribution(std::span<const double> q, std::int32_t k, tier_sizes sizes) : k_(k) {
+    WISP_EXPECTS(k >= 0 && static_cast<std::size_t>(k) <= q.size(), "hit_distribution: k = ", k,
+                 " is outside [0, ", q.size(), "]");
+    std::size_t first = 0;
+    for (std::size_t p = 0; p < tier_count; ++p) {
+      WISP_EXPECTS(sizes[p] >= 0 && first + static_cast<std::size_t>(sizes[p]) <= q.size(),
+                   "hit_distribution: pool ", tier_name(static_cast<tier>(p)), " of ", sizes[p],
+                   " experts from rank ", first, " runs past the ", q.size(), " ranks");
+      phi_[p] = poisson_binomial(q.subspan(first, static_cast<std::size_t>(sizes[p])), k);
+      first += static_cast<std::size_t>(sizes[p]);
+    }
+    miss_ = poisson_binomial(q.subspan(first), k);
+    total_ = poisson_binomial(q, k)[static_cast<std::size_t>(k)];
+    WISP_EXPECTS(total_ > 0.0, "hit_distribution: exactly ", k,
+                 " selections has probability 0 under these q");
+  }
+
+  [[nodiscard]] std::int32_t k() const noexcept { return k_; }
+
+  /// `P(h | exactly k selections)`; 0 for an impossible pattern (negative or more than k hits).
+  [[nodiscard]] double probability(const hit_pattern& h) const noexcept {
+    double p = 1.0;
+    for (std::size_t t = 0; t < tier_count; ++t) {
+      if (h.hits[t] < 0 || h.hits[t] > k_) {
+        return 0.0;
+      }
+      p *= phi_[t][static_cast<std::size_t>(h.hits[t])];
+    }
+    const std::int32_t rest = k_ - h.total();
+    return rest < 0 ? 0.0 : p * miss_[static_cast<std::size_t>(rest)] / total_;
+  }
+
+  /// Calls `visit(pattern, probability)` for every pattern with `sum h <= k` (Algorithm 4's loop).
+  template <class Visit>
+  void for_each(Visit&& visit) const {
+    hit_pattern h;
+    for (h.hits[0] = 0; h.hits[0] <= k_; ++h.hits[0]) {
+      for (h.hits[1] = 0; h.hits[0] + h.hits[1] <= k_; ++h.hits[1]) {
+        for (h.hits[2] = 0; h.hits[0] + h.hits[1] + h.hits[2] <= k_; ++h.hits[2]) {
+          for (h.hits[3] = 0; h.total() <= k_; ++h.hits[3]) {
+            visit(static_cast<const hit_pattern&>(h), probability(h));
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  std::int32_t k_;
+  std::array<std::vector<double>, tier_count> phi_;
+  std::vector<double> miss_;
+  double total_ = 0.0;
+};
+
+/// @brief Profiled constants of the makespan estimate (Algorithm 3). Times in seconds.
+struct tier_costs {
+  double sm_read = 0.0;        ///< u: reading one tensor's SM chunk
+  double e_read = 0.0;         ///< v: reading one compressed E-chunk
+  double decode = 0.0;         ///< c: decoding one E-chunk
+  std::uint32_t threads = 1;   ///< L: decode threads
+  std::uint32_t e_chunks = 1;  ///< K: E-chunks per tensor
+  std::uint32_t tensors = 1;   ///< n: tensors per expert
+  /// @throws wisp::logic_error naming the field if a time is negative or not finite, or a count
+  ///   is 0.
+  void validate() const {
+    for (const double x : {sm_read, e_read, decode}) {
+      WISP_EXPECTS(std::isfinite(x) && x >= 0.0,
+                   "tier_costs: read and decode times must be finite and >= 0, got ", x);
+    }
+    WISP_EXPECTS(threads >= 1 && e_chunks >= 1 && tensors >= 1, "tier_costs: threads ", threads,
+                 ", e_chunks ", e_chunks, " and tensors ", tensors, " must be >= 1");
+  }
+};
+
+/// @brief Algorithm 3: estimated makespan of a layer call with `k` experts and hit pattern `h`
+/// (the formula of the file description; expert execution excluded). O(1).
+/// @throws wisp::logic_error if the pattern has a negative count or more than k hits.
+[[nodiscard]] inline double estimate_makespan(const tier_costs& c, std::int32_t k,
+                                              const hit_pattern& h) {
+  WISP_EXPECTS(
+      h.hits[0] >= 0 && h.hits[1] >= 0 && h.hits[2] >= 0 && h.hits[3] >= 0 && h.total() <= k,
+      "estimate_makespan: pattern (", h.hits[0], ", ", h.hits[1], ", ", h.hits[2], ", ", h.hits[3],
+      ") is not a pattern of k = ", k);
+  const double n = c.tensors;
+  const double kk = c.e_chunks;
+  const double misses = k - h.total();
+  const double n_sm = n * (h.hits[3] + misses);
+  const double n_e = n * kk * (h.hits[2] + misses);
+  const double n_d = n * kk * (k - h.hits[0]);
+  const double io = n_sm * c.sm_read + n_e * c.e_read;
+  const double decode = (n_e * c.e_read + n_d * c.decode) / c.threads;
+  return std::max(io, decode);
+}
+
+/// `sum_h P(h) T(h)` over the hit distribution. O(C(k + 4, 4)).
+[[nodiscard]] inline double expected_makespan(const hit_distribution& d, const tier_costs& c) {
+  double sum = 0.0;
+  d.for_each([&](const hit_pattern& h, double p) { sum += p * estimate_makespan(c, d.k(), h); });
+  return sum;
+}
+
+/// @brief Bytes one expert takes in each pool, indexed by `tier`.
+using tier_bytes = std::array<std::uint64_t, tier_count>;
+
+/// @brief What `plan_tiers` needs. `enabled` is the set Λ of pools the planner may use.
+struct tier_plan_request {
+  std::span<const double> q;       ///< fitted selection probabilities, by rank
+  std::int32_t k = 1;              ///< experts per layer call
+  std::uint64_t budget_bytes = 0;  ///< memory of one layer's pools
+  tier_bytes bytes{};              ///< bytes per expert in F, C, S, E
+  tier_costs costs{};              ///< Algorithm 3's constants
+  std::array<bool, tier_count> enabled{true, true, true, true};
+  double grid_step = 0.05;  ///< delta: ratios are multiples of it (1 / delta rounded)
+};
+
+/// @brief One partition the planner scored.
+struct tier_partition {
+  std::array<double, tier_count> ratios{};  ///< share of the budget per pool
+  tier_sizes sizes{};                       ///< experts per pool
+  std::uint64_t bytes_used = 0;             ///< sum of sizes x bytes per expert
+  double expected_seconds = 0.0;            ///< expected makespan under the model
+};
+
+/// @brief Experts per pool for budget shares `ratios` (pools fill ranks in hierarchy order; a pool
+/// gets no more experts than ranks remain). O(1).
+[[nodiscard]] inline tier_sizes sizes_for_ratios(const std::array<double, tier_count>& ratios,
+                                                 std::uint64_t budget_bytes,
+                                                 const tier_bytes& bytes, std::int32_t experts) {
+  tier_sizes s{};
+  std::int32_t left = experts;
+  for (std::size_t p = 0; p < tier_count; ++p) {
+    if (ratios[p] <= 0.0 || bytes[p] == 0) {
+      continue;
+    }
+    // A tiny epsilon so that a ratio of 0.3 of 10 experts' bytes is 3 experts, not 2.
+    const double fit = std::floor(
+        ratios[p] * static_cast<double>(budget_bytes) / static_cast<double>(bytes[p]) + 1e-9);
+    s[p] = static_cast<std::int32_t>(std::min<double>(fit, left));
+    left -= s[p];
+  }
+  return s;
+}
+
+/// @brief Result of `plan_tiers`: the best partition and how many were scored.
+struct tier_plan {
+  tier_partition best;
+  std::size_t evaluated = 0;
+};
+
+/// @brief Algorithm 4: scores every grid split of the budget among the enabled pools and returns
+/// the one with the lowest expected makespan (the first in enumeration order on ties; the
+/// enumeration runs F's share from high to low, so the all-F plain cache wins ties).
+/// `visit(partition)` sees every scored partition. O(grid points x (|q| k + C(k + 4, 4))).
+/// @throws wisp::logic_error on an invalid request (no pool enabled, a zero byte size for an
+///   enabled pool, a grid step outside (0, 1], a k outside [1, |q|]) or invalid costs.
+template <class Visit>
+tier_plan plan_tiers(const tier_plan_request& r, Visit&& visit) {
+  r.costs.validate();
+  WISP_EXPECTS(r.k >= 1 && static_cast<std::size_t>(r.k) <= r.q.size(), "plan_tiers: k = ", r.k,
+               " is outside [1, ", r.q.size(), "]");
+  WISP_EXPECTS(r.grid_step > 0.0 && r.grid_step <= 1.0, "plan_tiers: grid step ", r.grid_step,
+               " is outside (0, 1]");
+  std::vector<std::size_t> pools;
+  for (std::size_t p = 0; p < tier_count; ++p) {
+    if (r.enabled[p]) {
+      WISP_EXPECTS(r.bytes[p] > 0, "plan_tiers: pool ", tier_name(static_cast<tier>(p)),
+                   " is enabled but an expert takes 0 bytes in it");
+      pools.push_back(p);
+    }
+  }
+  WISP_EXPECTS(!pools.empty(), "plan_tiers: no pool is enabled");
+  const auto steps = static_cast<std::int32_t>(std::lround(1.0 / r.grid_step));
+  const auto experts = static_cast<std::int32_t>(r.q.size());
+  tier_plan plan;
+  plan.best.expected_seconds = INFINITY;
+  std::vector<std::int32_t> units(pools.size(), 0);
+  // Compositions of `steps` into |pools| parts, the first pool's part from high to low.
+  auto score = [&] {
+    tier_partition x;
+    for (std::size_t i = 0; i < pools.size(); ++i) {
+      x.ratios[pools[i]] = static_cast<double>(units[i]) / steps;
+    }
+    x.sizes = sizes_for_ratios(x.ratios, r.budget_bytes, r.bytes, experts);
+    for (std::size_t p = 0; p < tier_count; ++p) {
+      x.bytes_used += static_cast<std::uint64_t>(x.sizes[p]) * r.bytes[p];
+    }
+    x.expected_seconds = expected_makespan(hit_distribution(r.q, r.k, x.sizes), r.costs);
+    ++plan.evaluated;
+    visit(static_cast<const tier_partition&>(x));
+    if (x.expected_seconds < plan.best.expected_seconds) {
+      plan.best = x;
+    }
+  };
+  auto compose = [&](auto& self, std::size_t i, std::int32_t left) -> void {
+    if (i + 1 == pools.size()) {
+      units[i] = left;
+      score();
+      return;
+    }
+    for (std::int32_t u = left; u >= 0; --u) {
+      units[i] = u;
+      self(self, i + 1, left - u);
+    }
+  };
+  compose(compose, 0, steps);
+  return plan;
+}
+
+/// `plan_tiers` without a visitor.
+inline tier_plan plan_tiers(const tier_plan_request& r) {
+  return plan_tiers(r, [](const tier_partition&) {});
+}
+
+}  // namespace wisp
+// ---- end wisp/compress/tier_model.hpp ----------------------------------------------------------
+
+// ---- begin wisp/compress/tiered_cache.hpp ------------------------------------------------------
+/// @file
+/// @brief `tiered_cache`: one MoE layer's compression-aware pools F ≺ C ≺ S ≺ E (ZipMoE, seeds/001
+/// §3.4), dispatched by a runtime frequency list.
+///
+/// **Dispatch.** The cache counts every activation of every expert (`frequency_list`; rank 0 is the
+/// most frequent; among equal counts the expert that reached the count first stays ahead, experts
+/// never activated in id order). After a layer call has
+/// executed, each of its experts goes to the first pool `p` (in the order F, C, S, E, skipping
+/// empty pools) whose threshold `tau_p = S_F + ... + S_p + delta` exceeds its rank, where `S_p` is
+/// the pool's capacity and `delta` the tolerance margin; an expert ranked past every threshold is
+/// dropped from the hierarchy after execution. A pool that overflows evicts through its eviction
+/// policy (by default `frequency_rank`: the least frequent resident, ZipMoE's rule); the evicted
+/// expert leaves the hierarchy. Experts of the same call never evict each other.
+///
+/// **Lookup.** Before a call, `lookup` reports where each requested expert is (`residency`): the
+/// pool's hit kind decides the work (F: none; C: decode; S: read the E-chunks and decode; E: read
+/// the SM chunks and decode; miss: read both and decode), which `affinity_scheduler.hpp` schedules.
+///
+/// The pools are `slot_cache<Policy>`s over the layer's experts, so any `eviction_policy` of the
+/// pager (lru, lfu, least_stale, ...) can replace the frequency rule inside the pools; a policy
+/// constructible from `const frequency_list&` gets the cache's list.
+/// @code
+/// wisp::tiered_cache<> tiers(64, {.capacity = {4, 6, 8, 12}, .tolerance = 1});
+/// std::span<const wisp::residency> where = tiers.lookup(ids, {.step = s, .time = t});
+/// // ... read / decode / execute according to `where` (one entry per distinct id) ...
+/// tiers.dispatch({.step = s, .time = t});
+/// // tiers.stats().pools[0].hits, tiers.last_pattern(), ...
+/// @endcode
+
+namespace wisp {
+
+/// @brief Activation counts of a layer's experts kept in rank order (the runtime frequency list).
+/// `touch` is O(log E); `rank` and `count` O(1). Allocates only in the constructor.
+class frequency_list {
+ public:
+  /// @throws wisp::logic_error if `experts < 1`.
+  explicit frequency_list(std::int32_t experts) {
+    WISP_EXPECTS(experts >= 1, "frequency_list: experts must be >= 1, got ", experts);
+    const auto n = static_cast<std::size_t>(experts);
+    count_.assign(n, 0);
+    order_.resize(n);
+    rank_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      order_[i] = static_cast<std::int32_t>(i);
+      rank_[i] = static_cast<std::int32_t>(i);
+    }
+  }
+
+  /// Counts one activation of `e`: it moves to the front of the experts with its old count
+  /// (behind every expert with more activations). O(log E + experts tied with it).
+  /// @throws wisp::logic_error if `e` is out of range.
+  void touch(std::int32_t e) {
+    check(e);
+    const std::uint64_t c = count_[static_cast<std::size_t>(e)];
+    // The first rank holding count c (counts are non-increasing along the order).
+    const auto first = std::partition_point(order_.begin(), order_.end(), [&](std::int32_t x) {
+      return count_[static_cast<std::size_t>(x)] > c;
+    });
+    const auto at = order_.begin() + rank_[static_cast<std::size_t>(e)];
+    std::rotate(first, at, at + 1);
+    for (auto it = first; it <= at; ++it) {
+      rank_[static_cast<std::size_t>(*it)] = static_cast<std::int32_t>(it - order_.begin());
+    }
+    ++count_[static_cast<std::size_t>(e)];
+  }
+
+  [[nodiscard]] std::int32_t experts() const noexcept {
+    return static_cast<std::int32_t>(count_.size());
+  }
+  /// 0 for the most frequent expert. @throws wisp::logic_error if `e` is out of range.
+  [[nodiscard]] std::int32_t rank(std::int32_t e) const {
+    check(e);
+    return rank_[static_cast<std::size_t>(e)];
+  }
+  /// Activations of `e` so far. @throws wisp::logic_error if `e` is out of range.
+  [[nodiscard]] std::uint64_t count(std::int32_t e) const {
+    check(e);
+    return count_[static_cast<std::size_t>(e)];
+  }
+  /// Expert ids from the most to the least frequent.
+  [[nodiscard]] std::span<const std::int32_t> order() const noexcept { return order_; }
+  /// The rank array (stable address for the life of the list, even when the list is moved).
+  [[nodiscard]] const std::int32_t* ranks() const noexcept { return rank_.data(); }
+
+ private:
+  void check(std::int32_t e) const {
+    WISP_EXPECTS(e >= 0 && e < experts(), "frequency_list: expert ", e, " is outside [0, ",
+                 experts(), ")");
+  }
+  std::vector<std::uint64_t> count_;
+  std::vector<std::int32_t> order_;
+  std::vector<std::int32_t> rank_;
+};
+
+/// @brief ZipMoE's overflow rule as an `eviction_policy`: the victim is the unprotected resident
+/// with the worst rank in a `frequency_list` (the least frequently activated). `victim` is
+/// O(residents); the other hooks O(1). Keeps a pointer to the list's ranks: the list must outlive
+/// the policy (inside `tiered_cache` it does).
+class frequency_rank {
+ public:
+  static constexpr std::string_view name = "frequency_rank";
+  frequency_rank() = default;
+  explicit frequency_rank(const frequency_list& list) noexcept : rank_(list.ranks()) {}
+
+  void reset(const key_layout& layout) {
+    index_.assign(static_cast<std::size_t>(layout.size()), -1);
+    residents_.clear();
+    residents_.reserve(static_cast<std::size_t>(layout.size()));
+  }
+  void on_insert(cache_key key, const access_context&) {
+    index_[static_cast<std::size_t>(key)] = static_cast<std::int32_t>(residents_.size());
+    residents_.push_back(key);
+  }
+  void on_hit(cache_key, const access_context&) noexcept {}
+  void on_erase(cache_key key) {
+    const std::int32_t i = index_[static_cast<std::size_t>(key)];
+    const cache_key last = residents_.back();
+    residents_[static_cast<std::size_t>(i)] = last;
+    index_[static_cast<std::size_t>(last)] = i;
+    residents_.pop_back();
+    index_[static_cast<std::size_t>(key)] = -1;
+  }
+  /// Without a list (default-constructed), the largest key goes first.
+  [[nodiscard]] cache_key victim(const access_context&, protected_keys is_protected) const {
+    cache_key best = no_key;
+    for (const cache_key key : residents_) {
+      if (!is_protected(key) && (best == no_key || worse(key, best))) {
+        best = key;
+      }
+    }
+    return best;
+  }
+
+ private:
+  [[nodiscard]] bool worse(cache_key a, cache_key b) const noexcept {
+    return rank_ == nullptr
+               ? a > b
+               : rank_[static_cast<std::size_t>(a)] > rank_[static_cast<std::size_t>(b)];
+  }
+  const std::int32_t* rank_ = nullptr;
+  std::vector<std::int32_t> index_;
+  std::vector<cache_key> residents_;
+};
+static_assert(eviction_policy<frequency_rank>);
+
+/// @brief Pool capacities (experts) and the tolerance margin delta of the thresholds.
+struct tier_config {
+  tier_sizes capacity{};       ///< S_F, S_C, S_S, S_E; 0 disables a pool
+  std::int32_t tolerance = 0;  ///< delta >= 0, added to every threshold
+};
+
+/// @brief Counters of one pool.
+struct tier_pool_stats {
+  std::uint64_t hits = 0;                ///< requested experts found in this pool
+  std::uint64_t admitted = 0;            ///< experts dispatched into it
+  std::uint64_t overflow_evictions = 0;  ///< residents evicted to make room
+  std::uint64_t moved_out = 0;           ///< residents re-dispatched to another pool
+};
+
+/// @brief Counters of a `tiered_cache`.
+struct tiered_stats {
+  std::array<tier_pool_stats, tier_count> pools{};
+  std::uint64_t calls = 0;
+  std::uint64_t accesses = 0;  ///< distinct experts looked up
+  std::uint64_t misses = 0;    ///< ... found in no pool
+  std::uint64_t dropped = 0;   ///< residents ranked past every threshold, dropped after execution
+  std::uint64_t rejected = 0;  ///< dispatched experts a full pool of this call's experts refused
+
+  /// Adds another cache's counters (e.g. to sum over layers).
+  tiered_stats& operator+=(const tiered_stats& o) noexcept {
+    for (std::size_t p = 0; p < tier_count; ++p) {
+      pools[p].hits += o.pools[p].hits;
+      pools[p].admitted += o.pools[p].admitted;
+      pools[p].overflow_evictions += o.pools[p].overflow_evictions;
+      pools[p].moved_out += o.pools[p].moved_out;
+    }
+    calls += o.calls;
+    accesses += o.accesses;
+    misses += o.misses;
+    dropped += o.dropped;
+    rejected += o.rejected;
+    return *this;
+  }
+};
+
+/// @brief One layer's F/C/S/E pools (see the file description). Move-only; not thread-safe.
+template <eviction_policy Policy = frequency_rank>
+class tiered_cache {
+ public:
+  /// @throws wisp::logic_error if `experts < 1`, a capacity or the tolerance is negative, or the
+  ///   capacities add up to more than `experts`.
+  tiered_cache(std::int32_t experts, tier_config config)
+      : config_(config),
+        frequency_(experts),
+        protect_(experts),
+        where_(static_cast<std::size_t>(experts), residency::miss) {
+    std::int64_t total = 0;
+    for (std::size_t p = 0; p < tier_count; ++p) {
+      WISP_EXPECTS(config.capacity[p] >= 0, "tiered_cache: pool ", tier_name(static_cast<tier>(p)),
+                   " capacity ", config.capacity[p], " is negative");
+      total += config.capacity[p];
+    }
+    WISP_EXPECTS(total <= experts, "tiered_cache: the pools hold ", total,
+                 " experts, more than the ", experts, " of the layer");
+    WISP_EXPECTS(config.tolerance >= 0, "tiered_cache: tolerance ", config.tolerance,
+                 " is negative");
+    std::int32_t threshold = config.tolerance;
+    for (std::size_t p = 0; p < tier_count; ++p) {
+      threshold += config.capacity[p];
+      threshold_[p] = threshold;
+      if (config.capacity[p] > 0) {
+        pools_[p].emplace(key_layout::per_layer(experts), config.capacity[p], make_policy());
+      }
+    }
+  }
+  tiered_cache(tiered_cache&&) noexcept = default;
+  tiered_cache& operator=(tiered_cache&&) noexcept = default;
+  tiered_cache(const tiered_cache&) = delete;
+  tiered_cache& operator=(const tiered_cache&) = delete;
+
+  /// @brief Looks up one layer call: each distinct expert of `experts` is counted in the
+  /// frequency list and reported where it is. The returned span (valid until the next `lookup`)
+  /// has one entry per distinct expert, in first-seen order (`call_experts()`). O(|experts| log E).
+  /// @throws wisp::logic_error (nothing counted) on an expert id out of range.
+  std::span<const residency> lookup(std::span<const std::int32_t> experts,
+                                    const access_context& ctx) {
+    for (const std::int32_t e : experts) {
+      WISP_EXPECTS(e >= 0 && e < frequency_.experts(), "tiered_cache::lookup: expert ", e,
+                   " is outside [0, ", frequency_.experts(), ")");
+    }
+    const std::span<const cache_key> distinct = protect_.assign(experts);
+    call_.assign(distinct.begin(), distinct.end());
+    found_.clear();
+    pattern_ = {};
+    ++stats_.calls;
+    for (const std::int32_t e : call_) {
+      frequency_.touch(e);
+      const residency r = where_[static_cast<std::size_t>(e)];
+      found_.push_back(r);
+      ++stats_.accesses;
+      if (r == residency::miss) {
+        ++stats_.misses;
+        continue;
+      }
+      const auto p = static_cast<std::size_t>(r);
+      ++stats_.pools[p].hits;
+      ++pattern_.hits[p];
+      (void)pools_[p]->access(e, local(ctx));  // the pool's policy sees the hit
+    }
+    return found_;
+  }
+
+  /// @brief After the looked-up call executed: sends each of its experts to its pool by rank
+  /// (moving it out of its old pool), evicting through the pool's policy on overflow, and drops
+  /// those ranked past every threshold. O(call x (policy victim cost)).
+  void dispatch(const access_context& ctx) {
+    const access_context c = local(ctx);
+    const protected_keys keep = protect_.view();
+    for (const std::int32_t e : call_) {
+      const std::optional<tier> target = target_of(frequency_.rank(e));
+      const residency now = where_[static_cast<std::size_t>(e)];
+      if (target && static_cast<residency>(*target) == now) {
+        continue;
+      }
+      if (now != residency::miss) {
+        pools_[static_cast<std::size_t>(now)]->invalidate(e);
+        where_[static_cast<std::size_t>(e)] = residency::miss;
+        ++(target ? stats_.pools[static_cast<std::size_t>(now)].moved_out : stats_.dropped);
+      }
+      if (!target) {
+        continue;
+      }
+      const auto p = static_cast<std::size_t>(*target);
+      const access_result r = pools_[p]->prefetch(e, c, keep);
+      if (r.slot < 0) {
+        ++stats_.rejected;
+        continue;
+      }
+      if (r.evicted != no_key) {
+        where_[static_cast<std::size_t>(r.evicted)] = residency::miss;
+        ++stats_.pools[p].overflow_evictions;
+      }
+      where_[static_cast<std::size_t>(e)] = static_cast<residency>(*target);
+      ++stats_.pools[p].admitted;
+    }
+  }
+
+  /// The pool an expert of rank `rank` is dispatched to, or none (dropped after execution). O(1).
+  [[nodiscard]] std::optional<tier> target_of(std::int32_t rank) const noexcept {
+    for (std::size_t p = 0; p < tier_count; ++p) {
+      if (config_.capacity[p] > 0 && rank < threshold_[p]) {
+        return static_cast<tier>(p);
+      }
+    }
+    return std::nullopt;
+  }
+  /// tau_p = S_F + ... + S_p + delta.
+  [[nodiscard]] std::int32_t threshold(tier p) const noexcept {
+    return threshold_[static_cast<std::size_t>(p)];
+  }
+  /// Where expert `e` is now. @throws wisp::logic_error if `e` is out of range.
+  [[nodiscard]] residency where(std::int32_t e) const {
+    (void)frequency_.rank(e);  // checks e
+    return where_[static_cast<std::size_t>(e)];
+  }
+  /// The distinct experts of the last `lookup`, in first-seen order.
+  [[nodiscard]] std::span<const std::int32_t> call_experts() const noexcept { return call_; }
+  /// Hits per pool of the last `lookup`.
+  [[nodiscard]] const hit_pattern& last_pattern() const noexcept { return pattern_; }
+  [[nodiscard]] const frequency_list& frequencies() const noexcept { return frequency_; }
+  [[nodiscard]] const tier_config& config() const noexcept { return config_; }
+  [[nodiscard]] const tiered_stats& stats() const noexcept { return stats_; }
+  /// Experts resident in pool `p` now.
+  [[nodiscard]] std::int32_t size(tier p) const noexcept {
+    const auto& pool = pools_[static_cast<std::size_t>(p)];
+    return pool ? pool->size() : 0;
+  }
+
+ private:
+  Policy make_policy() const {
+    if constexpr (std::constructible_from<Policy, const frequency_list&>) {
+      return Policy(frequency_);
+    } else {
+      return Policy{};
+    }
+  }
+  // The pools are single-layer caches: their context is the caller's step and time on layer 0.
+  static access_context local(const access_context& ctx) noexcept {
+    return {.step = ctx.step, .layer = 0, .time = ctx.time};
+  }
+
+  tier_config config_;
+  frequency_list frequency_;
+  protect_set protect_;
+  std::array<std::int32_t, tier_count> threshold_{};
+  std::array<std::optional<slot_cache<Policy>>, tier_count> pools_;
+  std::vector<residency> where_;
+  std::vector<std::int32_t> call_;
+  std::vector<residency> found_;
+  hit_pattern pattern_;
+  tiered_stats stats_;
+};
+
+}  // namespace wisp
+// ---- end wisp/compress/tiered_cache.hpp --------------------------------------------------------
+
+// ---- begin wisp/compress/affinity_scheduler.hpp ------------------------------------------------
+/// @file
+/// @brief The cache-affinity scheduler (ZipMoE, seeds/001 §3.3 and Appendix A): the operations a
+/// layer call needs given where its experts are cached, ordered into blocks and run over one I/O
+/// thread, L decode threads, one recovery stream and the expert execution.
+///
+/// **Tasks.** Each tensor of each requested expert that is not in F is one task (a DAG): an SM
+/// chunk read (duration u) when the SM chunk is not cached (E-hit or miss), K E-chunk reads (v
+/// each) when the E-chunks are not cached (S-hit or miss), K decodes (c each; decode j needs
+/// E-chunk read j), and one recovery (r; needs the SM chunk and every decode). An expert executes
+/// (its `execute_seconds`) once all its tasks are recovered; F experts execute at once. Reads run
+/// on the one I/O thread, decodes on any of the L threads, recoveries on the recovery stream, and
+/// executions one at a time.
+///
+/// **Algorithm 1.** Type-I tasks read their SM chunk (E-hits and misses), Type-II tasks do not
+/// (C- and S-hits). Each type is sorted by non-increasing execution time with the tensors of one
+/// expert kept together; an expert's tensors form one unit. A block starts with the first
+/// remaining Type-I unit; the next unit of `(Type-II..., Type-I...)` is inserted at the earliest
+/// position of the block that adds no idle time to the decode threads (the block simulated alone),
+/// else right after the last Type-II unit of the block with at least its execution time (the last
+/// such Type-I unit when the block holds no Type-II unit; the end when none qualifies). A block is
+/// closed when it is compute-dominant: its l-th earliest decode thread finishes at least `l x v`
+/// after its I/O for every l in [1, min(L, K)] (the decode threads stay busy while the next block
+/// loads its first l E-chunks), or when no unit is left. Blocks run in order; within a block the
+/// I/O thread loads E-chunks before SM chunks, each kind in block order.
+///
+/// **Execution** (`run_blocks`): every resource is work-conserving and takes the ready operation
+/// of highest priority (block order, then position in the block, then chunk), as Appendix A
+/// describes; the result is an exact event simulation of that policy.
+/// @code
+/// std::vector<wisp::layer_expert> call = {{.expert = 3, .where = wisp::residency::miss,
+///                                          .tensors = 3, .execute_seconds = 1e-4}, ...};
+/// wisp::schedule_params p{.sm_read = 1e-3, .e_read = 8e-5, .decode = 2e-4, .threads = 6,
+///                         .e_chunks = 8};
+/// wisp::affinity_schedule s = wisp::schedule_layer(call, p);
+/// // s.makespan, s.blocks, s.ops (start, finish and thread of every operation)
+/// @endcode
+
+namespace wisp {
+
+/// @brief Durations and resources of a schedule (seconds).
+struct schedule_params {
+  double sm_read = 0.0;        ///< u: one tensor's SM chunk
+  double e_read = 0.0;         ///< v: one E-chunk
+  double decode = 0.0;         ///< c: one E-chunk
+  double recover = 0.0;        ///< r: one tensor's recovery (SM + exponents -> BF16)
+  std::uint32_t threads = 1;   ///< L decode threads
+  std::uint32_t e_chunks = 1;  ///< K E-chunks per tensor
+  /// @throws wisp::logic_error naming the value if a duration is negative or not finite, or a
+  ///   count is 0.
+  void validate() const {
+    for (const double x : {sm_read, e_read, decode, recover}) {
+      WISP_EXPECTS(std::isfinite(x) && x >= 0.0,
+                   "schedule_params: durations must be finite and >= 0, got ", x);
+    }
+    WISP_EXPECTS(threads >= 1 && e_chunks >= 1, "schedule_params: threads ", threads,
+                 " and e_chunks ", e_chunks, " must be >= 1");
+  }
+};
+
+/// @brief One requested expert of a layer call.
+struct layer_expert {
+  std::int32_t expert = 0;  ///< id (reported back, not interpreted)
+  residency where = residency::miss;
+  std::uint32_t tensors = 1;     ///< n
+  double execute_seconds = 0.0;  ///< p: its execution once recovered
+};
+
+/// @brief What an operation is.
+enum class op_kind : std::uint8_t { sm_read, e_read, decode, recover, execute };
+
+/// @brief One scheduled operation.
+struct scheduled_op {
+  op_kind kind = op_kind::execute;
+  std::int32_t task = -1;    ///< index into `affinity_schedule::tasks`; -1 for an execution
+  std::int32_t expert = -1;  ///< index into the call's experts
+  std::uint32_t chunk = 0;   ///< E-chunk index (reads and decodes)
+  std::int32_t thread = -1;  ///< decode thread, -1 elsewhere
+  double start = 0.0;
+  double finish = 0.0;
+};
+
+/// @brief One tensor of one expert that needs work.
+struct layer_task {
+  std::int32_t expert = 0;  ///< index into the call's experts
+  std::uint32_t tensor = 0;
+  residency where = residency::miss;
+  /// Type-I: the SM chunk must be read (E-hit or miss).
+  [[nodiscard]] constexpr bool type_one() const noexcept {
+    return where == residency::e || where == residency::miss;
+  }
+  [[nodiscard]] constexpr bool reads_sm() const noexcept { return type_one(); }
+  [[nodiscard]] constexpr bool reads_e() const noexcept {
+    return where == residency::sm || where == residency::miss;
+  }
+};
+
+/// @brief A schedule: the blocks (task indices in priority order), every operation's times, the
+/// makespan (the last operation's finish).
+struct affinity_schedule {
+  std::vector<layer_task> tasks;
+  std::vector<std::vector<std::int32_t>> blocks;
+  std::vector<scheduled_op> ops;
+  double makespan = 0.0;
+  double io_seconds = 0.0;  ///< when the I/O thread finished
+};
+
+namespace detail {
+
+// The tasks of a call, experts in call order, tensors in order.
+inline std::vector<layer_task> tasks_of(std::span<const layer_expert> experts) {
+  std::vector<layer_task> tasks;
+  for (std::size_t x = 0; x < experts.size(); ++x) {
+    WISP_EXPECTS(experts[x].tensors >= 1 && std::isfinite(experts[x].execute_seconds) &&
+                     experts[x].execute_seconds >= 0.0,
+                 "schedule_layer: expert ", experts[x].expert, " has ", experts[x].tensors,
+                 " tensors and execution time ", experts[x].execute_seconds,
+                 " (need >= 1 and >= 0)");
+    if (experts[x].where == residency::full) {
+      continue;
+    }
+    for (std::uint32_t t = 0; t < experts[x].tensors; ++t) {
+      tasks.push_back({static_cast<std::int32_t>(x), t, experts[x].where});
+    }
+  }
+  return tasks;
+}
+
+// Work-conserving list scheduling on `machines` identical machines: each op (given in priority
+// order, with its release time and duration) starts on the machine that frees first, at the
+// earliest moment the op is released, taking the highest-priority released op. Writes starts
+// and machines; returns the machines' finish times.
+struct list_job {
+  double release = 0.0;
+  double duration = 0.0;
+  double start = 0.0;
+  std::int32_t machine = -1;
+};
+inline std::vector<double> list_schedule(std::vector<list_job>& jobs, std::uint32_t machines) {
+  std::vector<double> free(machines, 0.0);
+  std::vector<bool> done(jobs.size(), false);
+  for (std::size_t placed = 0; placed < jobs.size(); ++placed) {
+    const auto m =
+        static_cast<std::size_t>(std::min_element(free.begin(), free.end()) - free.begin());
+    double now = free[m];
+    std::size_t pick = jobs.size();
+    double earliest = std::numeric_limits<double>::infinity();
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      if (!done[j]) {
+        earliest = std::min(earliest, jobs[j].release);
+        if (pick == jobs.size() && jobs[j].release <= now) {
+          pick = j;
+        }
+      }
+    }
+    if (pick == jobs.size()) {  // idle until the first release, then the best released op
+      now = earliest;
+      for (std::size_t j = 0; j < jobs.size(); ++j) {
+        if (!done[j] && jobs[j].release <= now) {
+          pick = j;
+          break;
+        }
+      }
+    }
+    done[pick] = true;
+    jobs[pick].start = now;
+    jobs[pick].machine = static_cast<std::int32_t>(m);
+    free[m] = now + jobs[pick].duration;
+  }
+  return free;
+}
+
+// What `run_blocks` reports about a block alone (block construction uses it).
+struct block_profile {
+  double idle = 0.0;                  // decode threads' idle time before their last finish
+  double io_finish = 0.0;             // I/O thread finish
+  std::vector<double> thread_finish;  // per decode thread, ascending
+};
+
+}  // namespace detail
+
+/// @brief Runs blocks of tasks (indices into `tasks`) under the work-conserving priority policy
+/// of the file description and returns every operation's times. O(ops^2) (list scheduling by a
+/// scan). Blocks may hold a subset of the tasks (block construction simulates a block alone);
+/// only experts with all their tasks scheduled (and F experts) execute.
+/// @throws wisp::logic_error on invalid params or a task index out of range.
+inline affinity_schedule run_blocks(std::span<const layer_expert> experts,
+                                    std::vector<layer_task> tasks,
+                                    std::vector<std::vector<std::int32_t>> blocks,
+                                    const schedule_params& p) {
+  p.validate();
+  affinity_schedule s;
+  s.tasks = std::move(tasks);
+  s.blocks = std::move(blocks);
+  const std::size_t n_tasks = s.tasks.size();
+  std::vector<std::int32_t> order;  // tasks in priority order
+  for (const auto& b : s.blocks) {
+    for (const std::int32_t t : b) {
+      WISP_EXPECTS(t >= 0 && static_cast<std::size_t>(t) < n_tasks, "run_blocks: task ", t,
+                   " is outside [0, ", n_tasks, ")");
+      order.push_back(t);
+    }
+  }
+  const std::uint32_t k = p.e_chunks;
+  // I/O: per block, E-chunks then SM chunks, back to back from 0.
+  std::vector<double> sm_ready(n_tasks, 0.0);
+  std::vector<double> e_ready(n_tasks * k, 0.0);
+  double io = 0.0;
+  for (const auto& b : s.blocks) {
+    for (const std::int32_t t : b) {
+      if (s.tasks[static_cast<std::size_t>(t)].reads_e()) {
+        for (std::uint32_t j = 0; j < k; ++j) {
+          s.ops.push_back({op_kind::e_read, t, s.tasks[static_cast<std::size_t>(t)].expert, j, -1,
+                           io, io + p.e_read});
+          io += p.e_read;
+          e_ready[static_cast<std::size_t>(t) * k + j] = io;
+        }
+      }
+    }
+    for (const std::int32_t t : b) {
+      if (s.tasks[static_cast<std::size_t>(t)].reads_sm()) {
+        s.ops.push_back({op_kind::sm_read, t, s.tasks[static_cast<std::size_t>(t)].expert, 0, -1,
+                         io, io + p.sm_read});
+        io += p.sm_read;
+        sm_ready[static_cast<std::size_t>(t)] = io;
+      }
+    }
+  }
+  s.io_seconds = io;
+  // Decodes over L threads.
+  std::vector<detail::list_job> decodes;
+  for (const std::int32_t t : order) {
+    for (std::uint32_t j = 0; j < k; ++j) {
+      decodes.push_back({e_ready[static_cast<std::size_t>(t) * k + j], p.decode});
+    }
+  }
+  (void)detail::list_schedule(decodes, p.threads);
+  std::vector<double> recover_ready(sm_ready);
+  for (std::size_t i = 0; i < decodes.size(); ++i) {
+    const std::int32_t t = order[i / k];
+    const auto& d = decodes[i];
+    s.ops.push_back({op_kind::decode, t, s.tasks[static_cast<std::size_t>(t)].expert,
+                     static_cast<std::uint32_t>(i % k), d.machine, d.start, d.start + d.duration});
+    recover_ready[static_cast<std::size_t>(t)] =
+        std::max(recover_ready[static_cast<std::size_t>(t)], d.start + d.duration);
+  }
+  // Recoveries on one stream.
+  std::vector<detail::list_job> recoveries;
+  for (const std::int32_t t : order) {
+    recoveries.push_back({recover_ready[static_cast<std::size_t>(t)], p.recover});
+  }
+  (void)detail::list_schedule(recoveries, 1);
+  std::vector<double> expert_ready(experts.size(), 0.0);
+  std::vector<std::uint32_t> recovered(experts.size(), 0);
+  std::vector<std::int32_t> expert_order;  // F experts first, then by first task in priority
+  for (std::size_t x = 0; x < experts.size(); ++x) {
+    if (experts[x].where == residency::full) {
+      expert_order.push_back(static_cast<std::int32_t>(x));
+    }
+  }
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const layer_task& t = s.tasks[static_cast<std::size_t>(order[i])];
+    const auto& r = recoveries[i];
+    s.ops.push_back({op_kind::recover, order[i], t.expert, 0, -1, r.start, r.start + r.duration});
+    const auto x = static_cast<std::size_t>(t.expert);
+    expert_ready[x] = std::max(expert_ready[x], r.start + r.duration);
+    if (++recovered[x] == experts[x].tensors) {
+      expert_order.push_back(t.expert);
+    }
+  }
+  // Executions, one at a time.
+  std::vector<detail::list_job> runs;
+  for (const std::int32_t x : expert_order) {
+    runs.push_back({expert_ready[static_cast<std::size_t>(x)],
+                    experts[static_cast<std::size_t>(x)].execute_seconds});
+  }
+  (void)detail::list_schedule(runs, 1);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    s.ops.push_back({op_kind::execute, -1, expert_order[i], 0, -1, runs[i].start,
+                     runs[i].start + runs[i].duration});
+  }
+  for (const scheduled_op& op : s.ops) {
+    s.makespan = std::max(s.makespan, op.finish);
+  }
+  return s;
+}
+
+namespace detail {
+
+inline block_profile profile_block(std::span<const layer_expert> experts,
+                                   const std::vector<layer_task>& tasks,
+                                   const std::vector<std::int32_t>& block,
+                                   const schedule_params& p) {
+  const affinity_schedule s = run_blocks(experts, tasks, {block}, p);
+  block_profile out;
+  out.io_finish = s.io_seconds;
+  out.thread_finish.assign(p.threads, 0.0);
+  std::vector<double> busy(p.threads, 0.0);
+  for (const scheduled_op& op : s.ops) {
+    if (op.kind == op_kind::decode) {
+      const auto l = static_cast<std::size_t>(op.thread);
+      out.thread_finish[l] = std::max(out.thread_finish[l], op.finish);
+      busy[l] += op.finish - op.start;
+    }
+  }
+  for (std::size_t l = 0; l < p.threads; ++l) {
+    out.idle += out.thread_finish[l] - busy[l];
+  }
+  std::sort(out.thread_finish.begin(), out.thread_finish.end());
+  return out;
+}
+
+inline bool compute_dominant(const block_profile& b, const schedule_params& p) {
+  const std::uint32_t lanes = std::min(p.threads, p.e_chunks);
+  for (std::uint32_t l = 1; l <= lanes; ++l) {
+    if (b.thread_finish[l - 1] - b.io_finish < l * p.e_read) {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace detail
+
+/// @brief Algorithm 1: builds the blocks of a layer call and runs them (see the file
+/// description). O(units^2 x simulation) where a unit is an expert's tasks.
+/// @throws wisp::logic_error on invalid params or an expert with no tensors or a negative or
+///   non-finite execution time.
+inline affinity_schedule schedule_layer(std::span<const layer_expert> experts,
+                                        const schedule_params& p) {
+  p.validate();
+  std::vector<layer_task> tasks = detail::tasks_of(experts);
+  // Units: one expert's tasks. sigma_I and sigma_II by non-increasing execution time (stable).
+  std::vector<std::vector<std::int32_t>> type_one;
+  std::vector<std::vector<std::int32_t>> type_two;
+  for (std::size_t t = 0; t < tasks.size(); ++t) {
+    auto& units = tasks[t].type_one() ? type_one : type_two;
+    if (tasks[t].tensor == 0) {
+      units.emplace_back();
+    }
+    units.back().push_back(static_cast<std::int32_t>(t));
+  }
+  auto exec_of = [&](const std::vector<std::int32_t>& unit) {
+    return experts[static_cast<std::size_t>(tasks[static_cast<std::size_t>(unit[0])].expert)]
+        .execute_seconds;
+  };
+  auto by_exec = [&](const auto& a, const auto& b) { return exec_of(a) > exec_of(b); };
+  std::stable_sort(type_one.begin(), type_one.end(), by_exec);
+  std::stable_sort(type_two.begin(), type_two.end(), by_exec);
+  std::vector<std::vector<std::int32_t>> queue;  // U = (sigma_II, sigma_I), consumed from the front
+  std::size_t next_one = 0;
+  std::size_t next_two = 0;
+  std::vector<std::vector<std::int32_t>> blocks;
+  while (next_one < type_one.size() || next_two < type_two.size()) {
+    // The block's units, as (unit, is type I).
+    std::vector<std::pair<std::vector<std::int32_t>, bool>> block;
+    if (next_one < type_one.size()) {
+      block.emplace_back(type_one[next_one++], true);
+    } else {
+      block.emplace_back(type_two[next_two++], false);
+    }
+    auto flatten = [](const auto& units) {
+      std::vector<std::int32_t> out;
+      for (const auto& [unit, one] : units) {
+        out.insert(out.end(), unit.begin(), unit.end());
+      }
+      return out;
+    };
+    auto profile = [&](const auto& units) {
+      return detail::profile_block(experts, tasks, flatten(units), p);
+    };
+    detail::block_profile now = profile(block);
+    while (!detail::compute_dominant(now, p) &&
+           (next_one < type_one.size() || next_two < type_two.size())) {
+      const bool one = next_two >= type_two.size();
+      const std::vector<std::int32_t>& unit = one ? type_one[next_one++] : type_two[next_two++];
+      bool placed = false;
+      for (std::size_t pos = 0; pos <= block.size() && !placed; ++pos) {
+        auto trial = block;
+        trial.insert(trial.begin() + static_cast<std::ptrdiff_t>(pos), {unit, one});
+        const detail::block_profile tp = profile(trial);
+        if (tp.idle <= now.idle + 1e-12 * (1.0 + now.idle)) {
+          block = std::move(trial);
+          now = tp;
+          placed = true;
+        }
+      }
+      if (placed) {
+        continue;
+      }
+      const bool any_two =
+          std::any_of(block.begin(), block.end(), [](const auto& u) { return !u.second; });
+      std::size_t pos = block.size();
+      for (std::size_t i = 0; i < block.size(); ++i) {
+        if (block[i].second != any_two && exec_of(block[i].first) >= exec_of(unit)) {
+          pos = i + 1;
+        }
+      }
+      block.insert(block.begin() + static_cast<std::ptrdiff_t>(pos), {unit, one});
+      now = profile(block);
+    }
+    blocks.push_back(flatten(block));
+  }
+  return run_blocks(experts, std::move(tasks), std::move(blocks), p);
+}
+
+}  // namespace wisp
+// ---- end wisp/compress/affinity_scheduler.hpp --------------------------------------------------
+
+// ---- begin wisp/sim/tiered_sim.hpp -------------------------------------------------------------
+/// @file
+/// @brief The compression-aware hierarchy on a routing trace: each MoE layer's F/C/S/E pools
+/// (`tiered_cache`) replayed call by call, each call scheduled by the cache-affinity scheduler,
+/// against a plain full-tensor cache of the same memory, with the planner's expectation beside
+/// the replay.
+///
+/// **Model.** A layer's experts have `tensors` tensors of `tensor_elements` BF16 values; an SM
+/// chunk is one byte per value, the compressed E-chunks `exponent_ratio` bytes per value. The
+/// slow store is read at `link_bytes_per_second` by one I/O thread (u = SM bytes / link, v = one
+/// E-chunk's bytes / link), a decode thread turns an E-chunk into exponents at
+/// `decode_bytes_per_second` of BF16 output (c), recovery is free (on the device, at memory speed)
+/// and each routed expert then executes for `execute_seconds`. The plain cache is the same
+/// frequency-ranked dispatch with only an F pool of `budget_bytes / full bytes` experts: its
+/// misses read full tensors (2 bytes per value) and need no decode; its makespan is the reads back
+/// to back with each expert executing after its own reads.
+///
+/// **Per call, reported.** *measured*: the makespan of Algorithm 1's schedule (exact event
+/// simulation); *estimated*: Algorithm 3 on the call's observed hit pattern; *expected* (per
+/// call, from the model): `sum_h P(h) T(h)` with q fitted to the trace's own rank marginals.
+/// @code
+/// wisp::tiered_sim_config cfg = wisp::tiered_sim_config::deepseek_v2_lite();
+/// cfg.link_bytes_per_second = 3.5e9;
+/// cfg.budget_bytes = 16 * cfg.full_bytes();
+/// cfg.capacity = wisp::plan_for_trace(trace, cfg).best.sizes;
+/// wisp::tiered_sim_result r = wisp::simulate_tiered(trace, cfg);
+/// // r.measured_seconds vs r.plain_seconds, r.patterns, r.bytes_read, ...
+/// @endcode
+
+namespace wisp {
+
+/// @brief What `simulate_tiered` models (see the file description).
+struct tiered_sim_config {
+  std::uint32_t tensors = 3;                    ///< n: tensors per expert
+  std::uint64_t tensor_elements = 2048 * 1408;  ///< BF16 values per tensor
+  double exponent_ratio = 0.33;                 ///< compressed E-chunk bytes per value (rho)
+  std::uint32_t e_chunks = 8;                   ///< K
+  std::uint32_t threads = 8;                    ///< L decode threads
+  double link_bytes_per_second = 3.5e9;         ///< the slow store's read rate
+  double decode_bytes_per_second = 2.28e9;      ///< one thread's decode rate, BF16 output bytes
+  double execute_seconds = 50e-6;               ///< p: one expert's execution
+  std::uint64_t budget_bytes = 0;  ///< memory of one layer's pools (and of the plain cache)
+  tier_sizes capacity{};           ///< the hierarchy's pools (e.g. from `plan_for_trace`)
+  std::int32_t tolerance = 0;      ///< delta
+  double grid_step = 0.05;         ///< the planner's grid
+  std::array<bool, tier_count> enabled{true, true, true, true};  ///< the planner's pools
+
+  /// DeepSeek-V2-Lite's routed experts (three 2048 x 1408 matrices), Huffman-coded exponents.
+  [[nodiscard]] static tiered_sim_config deepseek_v2_lite() { return {}; }
+  [[nodiscard]] std::uint64_t full_bytes() const noexcept { return 2 * tensors * tensor_elements; }
+  /// Bytes per expert in F, C, S, E.
+  [[nodiscard]] tier_bytes bytes() const noexcept {
+    const auto sm = static_cast<std::uint64_t>(tensors) * tensor_elements;
+    const auto e = static_cast<std::uint64_t>(std::ceil(exponent_ratio * static_cast<double>(sm)));
+    return {2 * sm, sm + e, sm, e};
+  }
+  /// The schedule's durations.
+  [[nodiscard]] schedule_params schedule() const noexcept {
+    const auto n = static_cast<double>(tensor_elements);
+    return {.sm_read = n / link_bytes_per_second,
+            .e_read = exponent_ratio * n / e_chunks / link_bytes_per_second,
+            .decode = 2.0 * n / e_chunks / decode_bytes_per_second,
+            .recover = 0.0,
+            .threads = threads,
+            .e_chunks = e_chunks};
+  }
+  /// Algorithm 3's constants.
+  [[nodiscard]] tier_costs costs() const noexcept {
+    const schedule_params s = schedule();
+    return {s.sm_read, s.e_read, s.decode, threads, e_chunks, tensors};
+  }
+  /// @throws wisp::logic_error naming the field if a size, rate or count is out of range.
+  void validate() const {
+    WISP_EXPECTS(tensors >= 1 && tensor_elements >= 1 && e_chunks >= 1 && threads >= 1,
+                 "tiered_sim_config: tensors ", tensors, ", tensor_elements ", tensor_elements,
+                 ", e_chunks ", e_chunks, " and threads ", threads, " must be >= 1");
+    WISP_EXPECTS(exponent_ratio > 0.0 && exponent_ratio <= 1.0,
+                 "tiered_sim_config: exponent_ratio ", exponent_ratio, " is outside (0, 1]");
+    WISP_EXPECTS(link_bytes_per_second > 0.0 && decode_bytes_per_second > 0.0 &&
+                     std::isfinite(link_bytes_per_second) && std::isfinite(decode_bytes_per_second),
+                 "tiered_sim_config: link ", link_bytes_per_second, " and decode ",
+                 decode_bytes_per_second, " B/s must be finite and > 0");
+    WISP_EXPECTS(std::isfinite(execute_seconds) && execute_seconds >= 0.0,
+                 "tiered_sim_config: execute_seconds ", execute_seconds, " must be >= 0");
+    std::uint64_t used = 0;
+    const tier_bytes b = bytes();
+    for (std::size_t p = 0; p < tier_count; ++p) {
+      WISP_EXPECTS(capacity[p] >= 0, "tiered_sim_config: pool ", tier_name(static_cast<tier>(p)),
+                   " capacity ", capacity[p], " is negative");
+      used += static_cast<std::uint64_t>(capacity[p]) * b[p];
+    }
+    WISP_EXPECTS(used <= budget_bytes, "tiered_sim_config: the pools take ", used,
+                 " bytes, more than the budget of ", budget_bytes);
+  }
+};
+
+/// @brief Per-rank marginal inclusion probabilities of a trace, pooled over layers: for each
+/// layer, its experts' call counts sorted in decreasing order; `f[r]` is the mean over layers of
+/// the rank-r count divided by that layer's calls. Sums to `top_k` (a call's ids are distinct).
+/// O(accesses + layers x E log E).
+/// @throws wisp::logic_error if the trace has no call.
+[[nodiscard]] inline std::vector<double> rank_marginals(const trace::routing_trace& t) {
+  const auto layers = static_cast<std::size_t>(t.shape().layers);
+  const auto experts = static_cast<std::size_t>(t.shape().experts);
+  std::vector<std::uint64_t> counts(layers * experts, 0);
+  std::vector<std::uint64_t> calls(layers, 0);
+  t.for_each_call([&](std::size_t, std::int32_t layer, std::span<const std::int32_t> ids) {
+    ++calls[static_cast<std::size_t>(layer)];
+    for (const std::int32_t e : ids) {
+      ++counts[static_cast<std::size_t>(layer) * experts + static_cast<std::size_t>(e)];
+    }
+  });
+  std::vector<double> f(experts, 0.0);
+  std::size_t used = 0;
+  for (std::size_t l = 0; l < layers; ++l) {
+    if (calls[l] == 0) {
+      continue;
+    }
+    ++used;
+    std::vector<std::uint64_t> c(counts.begin() + static_cast<std::ptrdiff_t>(l * experts),
+                                 counts.begin() + static_cast<std::ptrdiff_t>((l + 1) * experts));
+    std::sort(c.rbegin(), c.rend());
+    for (std::size_t r = 0; r < experts; ++r) {
+      f[r] += static_cast<double>(c[r]) / static_cast<double>(calls[l]);
+    }
+  }
+  WISP_EXPECTS(used > 0, "rank_marginals: the trace has no call");
+  for (double& x : f) {
+    x /= static_cast<double>(used);
+  }
+  return f;
+}
+
+/// @brief Plans the pools of `cfg` for `t` (Algorithm 4 on the trace's rank marginals, fitted
+/// with `fit_selection_probabilities`). O(grid points x (E k + C(k + 4, 4))).
+/// @throws wisp::logic_error as `rank_marginals`, `fit_selection_probabilities`, `plan_tiers`.
+[[nodiscard]] inline tier_plan plan_for_trace(const trace::routing_trace& t,
+                                              const tiered_sim_config& cfg) {
+  const std::vector<double> f = rank_marginals(t);
+  const selection_fit fit = fit_selection_probabilities(f, t.shape().top_k);
+  return plan_tiers({.q = fit.q,
+                     .k = t.shape().top_k,
+                     .budget_bytes = cfg.budget_bytes,
+                     .bytes = cfg.bytes(),
+                     .costs = cfg.costs(),
+                     .enabled = cfg.enabled,
+                     .grid_step = cfg.grid_step});
+}
+
+/// @brief What `simulate_tiered` measured. Times are summed over every layer call.
+struct tiered_sim_result {
+  std::uint64_t calls = 0;
+  tiered_stats stats;  ///< the hierarchy's counters, summed over layers
+  std::map<std::array<std::int32_t, tier_count>, std::uint64_t> patterns;  ///< observed h -> calls
+  std::map<std::array<std::int32_t, tier_count>, double> model;  ///< P(h) of the fitted model
+  double measured_seconds = 0.0;   ///< sum of Algorithm 1 schedule makespans
+  double estimated_seconds = 0.0;  ///< sum of Algorithm 3 on the observed patterns
+  double expected_seconds = 0.0;   ///< calls x the model's expected makespan
+  std::uint64_t bytes_read = 0;    ///< read from the slow store by the hierarchy
+  std::uint64_t plain_hits = 0;    ///< the plain cache: hits of its F pool
+  std::uint64_t plain_misses = 0;
+  double plain_seconds = 0.0;  ///< its makespans, summed
+  std::uint64_t plain_bytes_read = 0;
+  std::int32_t plain_capacity = 0;  ///< experts the plain cache holds per layer
+  /// Total variation distance between the observed and the model's pattern distributions.
+  [[nodiscard]] double pattern_distance() const {
+    double d = 0.0;
+    for (const auto& [h, p] : model) {
+      const auto it = patterns.find(h);
+      const double seen =
+          it == patterns.end() ? 0.0 : static_cast<double>(it->second) / static_cast<double>(calls);
+      d += std::abs(seen - p);
+    }
+    for (const auto& [h, n] : patterns) {
+      d += model.contains(h) ? 0.0 : static_cast<double>(n) / static_cast<double>(calls);
+    }
+    return d / 2.0;
+  }
+};
+
+namespace detail {
+// The plain cache's makespan: hits execute first; misses read their full tensors back to back,
+// each expert executing after its own reads.
+inline double plain_makespan(std::int32_t hits, std::int32_t misses, double full_read,
+                             double execute) {
+  double gpu = hits * execute;
+  double io = 0.0;
+  for (std::int32_t i = 0; i < misses; ++i) {
+    io += full_read;
+    gpu = std::max(gpu, io) + execute;
+  }
+  return gpu;
+}
+}  // namespace detail
+
+/// @brief Replays `t` (per-layer pools, one call per step and layer) through the hierarchy of
+/// `cfg` and through the plain cache of the same budget (see the file description). O(accesses x
+/// log E) plus one schedule per distinct hit pattern (memoised: every expert has the same shape
+/// and execution time). Calls must have `top_k` distinct experts.
+/// @throws wisp::logic_error on an invalid config or a call with repeated experts.
+[[nodiscard]] inline tiered_sim_result simulate_tiered(const trace::routing_trace& t,
+                                                       const tiered_sim_config& cfg) {
+  cfg.validate();
+  const std::int32_t experts = t.shape().experts;
+  const std::int32_t k = t.shape().top_k;
+  tiered_sim_result r;
+  r.plain_capacity = static_cast<std::int32_t>(std::min<std::uint64_t>(
+      static_cast<std::uint64_t>(experts), cfg.budget_bytes / cfg.full_bytes()));
+  std::vector<tiered_cache<>> tiers;
+  std::vector<tiered_cache<>> plain;
+  for (std::int32_t l = 0; l < t.shape().layers; ++l) {
+    tiers.emplace_back(experts, tier_config{cfg.capacity, cfg.tolerance});
+    plain.emplace_back(experts, tier_config{{r.plain_capacity, 0, 0, 0}, cfg.tolerance});
+  }
+  const schedule_params sp = cfg.schedule();
+  const tier_costs costs = cfg.costs();
+  const double full_read =
+      2.0 * static_cast<double>(cfg.tensor_elements) / cfg.link_bytes_per_second;
+  const auto per_value = [&](double bytes_per_value) {
+    return static_cast<std::uint64_t>(std::llround(bytes_per_value * cfg.tensor_elements)) *
+           cfg.tensors;
+  };
+  const std::uint64_t sm_bytes = per_value(1.0);
+  const std::uint64_t e_bytes = per_value(cfg.exponent_ratio);
+  std::map<std::array<std::int32_t, tier_count>, double> schedule_memo;
+  std::vector<layer_expert> call(static_cast<std::size_t>(k));
+  std::uint64_t time = 0;
+  t.for_each_call([&](std::size_t step, std::int32_t layer, std::span<const std::int32_t> ids) {
+    const access_context ctx{.step = static_cast<std::uint32_t>(step), .layer = 0, .time = time++};
+    tiered_cache<>& cache = tiers[static_cast<std::size_t>(layer)];
+    const std::span<const residency> where = cache.lookup(ids, ctx);
+    WISP_EXPECTS(static_cast<std::int32_t>(where.size()) == k, "simulate_tiered: step ", step,
+                 " layer ", layer, " routes ", where.size(), " distinct experts, not top_k = ", k);
+    const hit_pattern h = cache.last_pattern();
+    ++r.patterns[h.hits];
+    auto [it, fresh] = schedule_memo.try_emplace(h.hits, 0.0);
+    if (fresh) {
+      for (std::size_t i = 0; i < where.size(); ++i) {
+        call[i] = {static_cast<std::int32_t>(i), where[i], cfg.tensors, cfg.execute_seconds};
+      }
+      it->second = schedule_layer(call, sp).makespan;
+    }
+    r.measured_seconds += it->second;
+    r.estimated_seconds += estimate_makespan(costs, k, h);
+    const std::int32_t misses = k - h.total();
+    r.bytes_read += static_cast<std::uint64_t>(h.hits[3] + misses) * sm_bytes +
+                    static_cast<std::uint64_t>(h.hits[2] + misses) * e_bytes;
+    cache.dispatch(ctx);
+    tiered_cache<>& p = plain[static_cast<std::size_t>(layer)];
+    (void)p.lookup(ids, ctx);
+    const std::int32_t plain_hits = p.last_pattern().hits[0];
+    r.plain_hits += static_cast<std::uint64_t>(plain_hits);
+    r.plain_misses += static_cast<std::uint64_t>(k - plain_hits);
+    r.plain_bytes_read += static_cast<std::uint64_t>(k - plain_hits) * cfg.full_bytes();
+    r.plain_seconds += detail::plain_makespan(plain_hits, k - plain_hits, cfg.tensors * full_read,
+                                              cfg.execute_seconds);
+    p.dispatch(ctx);
+    ++r.calls;
+  });
+  for (const tiered_cache<>& c : tiers) {
+    r.stats += c.stats();
+  }
+  if (r.calls > 0) {
+    const selection_fit fit = fit_selection_probabilities(rank_marginals(t), k);
+    const hit_distribution d(fit.q, k, cfg.capacity);
+    d.for_each([&](const hit_pattern& h, double p) {
+      if (p > 0.0) {
+        r.model[h.hits] = p;
+      }
+    });
+    r.expected_seconds = static_cast<double>(r.calls) * expected_makespan(d, costs);
+  }
+  return r;
+}
+
+}  // namespace wisp
+// ---- end wisp/sim/tiered_sim.hpp ---------------------------------------------------------------
 // clang-format on
 // ---- end wisp/wisp.hpp -------------------------------------------------------------------------

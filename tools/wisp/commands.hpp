@@ -15,6 +15,7 @@ void add_plan_command(CLI::App& app);      // plan_cmd.cpp: wisp plan
 void add_evaluate_command(CLI::App& app);  // evaluate_cmd.cpp: wisp evaluate
 void add_predict_command(CLI::App& app);   // predict_cmd.cpp: wisp predict
 void add_compress_command(CLI::App& app);  // compress_cmd.cpp: wisp compress
+void add_tiers_command(CLI::App& app);     // tiers_cmd.cpp: wisp tiers
 
 inline void add_commands(CLI::App& app) {
   add_info_command(app);
@@ -25,6 +26,7 @@ inline void add_commands(CLI::App& app) {
   add_evaluate_command(app);
   add_predict_command(app);
   add_compress_command(app);
+  add_tiers_command(app);
 }
 
 }  // namespace wisp::tool
