@@ -56,6 +56,7 @@
 #include <wisp/vmm/vmm_backend.hpp>
 #include <wisp/vmm/posix_vmm.hpp>
 #include <wisp/vmm/page_pool.hpp>
+#include <wisp/vmm/expert_tensor_view.hpp>
 #include <wisp/vmm/virtual_expert_tensor.hpp>
 #include <wisp/vmm/adapter_layout.hpp>
 

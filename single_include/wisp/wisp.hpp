@@ -947,6 +947,48 @@ inline routing_trace::access_range routing_trace::accesses() const noexcept {
 /// assert(back == trace);
 /// @endcode
 
+// ---- begin wisp/core/detail/files.hpp ----------------------------------------------------------
+/// @file
+/// @brief Internal: opening the files wisp's readers and writers use, with errors that say why a
+/// file cannot be opened (the operating system's reason, e.g. "No such file or directory").
+
+namespace wisp::detail {
+
+/// The operating system's reason for the last failed open (`errno`), or a generic one.
+[[nodiscard]] inline std::string os_reason(int saved_errno) {
+  return saved_errno != 0 ? std::generic_category().message(saved_errno) : "unknown reason";
+}
+
+/// @brief Opens `path` for binary reading.
+/// @throws wisp::error "cannot open PATH: REASON" (a folder is refused too: reading one would
+///         fail later with a less clear message).
+[[nodiscard]] inline std::ifstream open_for_reading(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw error("cannot open " + path.string() + ": it is a folder, not a file");
+  }
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw error("cannot open " + path.string() + ": " + os_reason(errno));
+  }
+  return in;
+}
+
+/// @brief Creates or truncates `path` for binary writing.
+/// @throws wisp::error "cannot open PATH for writing: REASON".
+[[nodiscard]] inline std::ofstream open_for_writing(const std::filesystem::path& path) {
+  errno = 0;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    throw error("cannot open " + path.string() + " for writing: " + os_reason(errno));
+  }
+  return out;
+}
+
+}  // namespace wisp::detail
+// ---- end wisp/core/detail/files.hpp ------------------------------------------------------------
+
 // ---- begin wisp/trace/detail/crc32.hpp ---------------------------------------------------------
 /// @file
 /// @brief CRC-32 (IEEE 802.3 / zlib / PNG: reflected polynomial 0xEDB88320, initial value and
@@ -985,48 +1027,6 @@ inline constexpr std::array<std::uint32_t, 256> crc32_table = [] {
 
 }  // namespace wisp::trace::detail
 // ---- end wisp/trace/detail/crc32.hpp -----------------------------------------------------------
-
-// ---- begin wisp/trace/detail/files.hpp ---------------------------------------------------------
-/// @file
-/// @brief Internal: opening the files wisp's readers and writers use, with errors that say why a
-/// file cannot be opened (the operating system's reason, e.g. "No such file or directory").
-
-namespace wisp::trace::detail {
-
-/// The operating system's reason for the last failed open (`errno`), or a generic one.
-[[nodiscard]] inline std::string os_reason(int saved_errno) {
-  return saved_errno != 0 ? std::generic_category().message(saved_errno) : "unknown reason";
-}
-
-/// @brief Opens `path` for binary reading.
-/// @throws wisp::error "cannot open PATH: REASON" (a folder is refused too: reading one would
-///         fail later with a less clear message).
-[[nodiscard]] inline std::ifstream open_for_reading(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw error("cannot open " + path.string() + ": it is a folder, not a file");
-  }
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw error("cannot open " + path.string() + ": " + os_reason(errno));
-  }
-  return in;
-}
-
-/// @brief Creates or truncates `path` for binary writing.
-/// @throws wisp::error "cannot open PATH for writing: REASON".
-[[nodiscard]] inline std::ofstream open_for_writing(const std::filesystem::path& path) {
-  errno = 0;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    throw error("cannot open " + path.string() + " for writing: " + os_reason(errno));
-  }
-  return out;
-}
-
-}  // namespace wisp::trace::detail
-// ---- end wisp/trace/detail/files.hpp -----------------------------------------------------------
 
 namespace wisp::trace {
 
@@ -1169,7 +1169,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
 /// @throws wisp::error if the file cannot be opened (naming the operating system's reason) or
 ///         written.
 inline void write_wtrace(const routing_trace& trace, const std::filesystem::path& path) {
-  std::ofstream out = detail::open_for_writing(path);
+  std::ofstream out = wisp::detail::open_for_writing(path);
   write_wtrace(trace, out);
   out.close();
   if (!out) {
@@ -1432,7 +1432,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 ///         wisp::format_error if it is malformed or has bytes after the trace (the message names
 ///         the file).
 [[nodiscard]] inline routing_trace read_wtrace(const std::filesystem::path& path) {
-  std::ifstream in = detail::open_for_reading(path);
+  std::ifstream in = wisp::detail::open_for_reading(path);
   try {
     routing_trace trace = read_wtrace(in);
     const auto end = static_cast<std::uint64_t>(in.tellg());
@@ -1804,7 +1804,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   parsed.reserve(files.size());
   std::uint64_t read_bytes = 0;
   for (const auto& [index, path] : files) {
-    std::ifstream in = detail::open_for_reading(path);
+    std::ifstream in = wisp::detail::open_for_reading(path);
     std::ostringstream text;
     text << in.rdbuf();
     names.push_back(path.filename().string());
@@ -1922,14 +1922,15 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
 /// const wisp::trace::routing_trace trace = wisp::trace::import_jsonl("routing.jsonl", opt).trace;
 /// @endcode
 
-// ---- begin wisp/trace/detail/json.hpp ----------------------------------------------------------
+// ---- begin wisp/core/detail/json.hpp -----------------------------------------------------------
 /// @file
 /// @brief A small strict JSON parser (RFC 8259 subset good enough for routing records): objects,
 /// arrays, numbers, strings with escapes, true/false/null. Standard library only, so the JSONL
-/// importer stays in the header-only core. Not a general-purpose JSON library: numbers are kept as
-/// `double`, duplicate keys are rejected, nesting is limited to 64 levels.
+/// importer, the model-file reader and the safetensors header reader stay header-only. Not a
+/// general-purpose JSON library: numbers are kept as `double`, duplicate keys are rejected, nesting
+/// is limited to 64 levels.
 
-namespace wisp::trace::detail {
+namespace wisp::detail {
 
 struct json_member;
 
@@ -2254,8 +2255,8 @@ class json_parser {
   std::size_t i_ = 0;
 };
 
-}  // namespace wisp::trace::detail
-// ---- end wisp/trace/detail/json.hpp ------------------------------------------------------------
+}  // namespace wisp::detail
+// ---- end wisp/core/detail/json.hpp -------------------------------------------------------------
 
 namespace wisp::trace {
 
@@ -2279,6 +2280,8 @@ struct jsonl_options {
 };
 
 namespace detail {
+
+using wisp::detail::json_value;
 
 struct jsonl_record {
   std::size_t group;
@@ -2342,13 +2345,13 @@ struct jsonl_record {
     if (line.find_first_not_of(" \t\r") == std::string::npos) {
       continue;  // blank line
     }
-    detail::json_value v;
+    wisp::detail::json_value v;
     try {
-      v = detail::json_parser(line, off).parse_document();
+      v = wisp::detail::json_parser(line, off).parse_document();
     } catch (const format_error& e) {
       jsonl_fail(e.offset(), line_no, e.problem());
     }
-    if (v.type != detail::json_value::kind::object) {
+    if (v.type != wisp::detail::json_value::kind::object) {
       jsonl_fail(off, line_no, "record is not a JSON object");
     }
     detail::jsonl_record rec{};
@@ -2367,13 +2370,13 @@ struct jsonl_record {
     }
     std::string group_name;
     if (!opt.group_key.empty()) {
-      const detail::json_value* g = v.find(opt.group_key);
+      const wisp::detail::json_value* g = v.find(opt.group_key);
       if (g == nullptr) {
         jsonl_fail(off, line_no, "missing group field \"" + opt.group_key + "\"");
       }
-      if (g->type == detail::json_value::kind::string) {
+      if (g->type == wisp::detail::json_value::kind::string) {
         group_name = "s" + g->text;
-      } else if (g->type == detail::json_value::kind::number) {
+      } else if (g->type == wisp::detail::json_value::kind::number) {
         group_name = "n" + g->text;
       } else {
         jsonl_fail(off, line_no, "group field \"" + opt.group_key + "\" is not a string or number");
@@ -2381,8 +2384,8 @@ struct jsonl_record {
     }
     rec.group = groups.emplace(group_name, groups.size()).first->second;
 
-    const detail::json_value* e = v.find(opt.experts_key);
-    if (e == nullptr || e->type != detail::json_value::kind::array) {
+    const wisp::detail::json_value* e = v.find(opt.experts_key);
+    if (e == nullptr || e->type != wisp::detail::json_value::kind::array) {
       jsonl_fail(off, line_no, "missing or non-array field \"" + opt.experts_key + "\"");
     }
     if (e->items.empty()) {
@@ -2409,8 +2412,8 @@ struct jsonl_record {
       ids.push_back(static_cast<std::int32_t>(id));
       max_id = std::max(max_id, id);
     }
-    const detail::json_value* w = v.find(opt.weights_key);
-    const bool has_w = w != nullptr && w->type != detail::json_value::kind::null;
+    const wisp::detail::json_value* w = v.find(opt.weights_key);
+    const bool has_w = w != nullptr && w->type != wisp::detail::json_value::kind::null;
     if (with_weights < 0) {
       with_weights = has_w ? 1 : 0;
     } else if ((with_weights == 1) != has_w) {
@@ -2420,14 +2423,14 @@ struct jsonl_record {
                          "records do");
     }
     if (has_w) {
-      if (w->type != detail::json_value::kind::array ||
+      if (w->type != wisp::detail::json_value::kind::array ||
           static_cast<std::int64_t>(w->items.size()) != k) {
         jsonl_fail(
             off, line_no,
             "\"" + opt.weights_key + "\" must be an array of " + std::to_string(k) + " numbers");
       }
       for (const auto& item : w->items) {
-        if (item.type != detail::json_value::kind::number) {
+        if (item.type != wisp::detail::json_value::kind::number) {
           jsonl_fail(off, line_no, "weight is not a number");
         }
         const auto f = static_cast<float>(item.number);
@@ -2529,7 +2532,7 @@ struct jsonl_record {
 /// the file).
 [[nodiscard]] inline imported_trace import_jsonl(const std::filesystem::path& path,
                                                  const jsonl_options& opt = {}) {
-  std::ifstream in = detail::open_for_reading(path);
+  std::ifstream in = wisp::detail::open_for_reading(path);
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   try {
@@ -2572,59 +2575,13 @@ struct jsonl_record {
 /// wisp::trace::routing_trace t = wisp::trace::make_synthetic_trace(cfg, 8222, 42);
 /// @endcode
 
-namespace wisp::trace {
+// ---- begin wisp/core/detail/random.hpp ---------------------------------------------------------
+/// @file
+/// @brief Internal: the platform-independent random generator behind wisp's synthetic workloads
+/// (routing traces, KV request mixes): xoshiro256** seeded by splitmix64, integer arithmetic only,
+/// so the same seed gives the same sequence on every compiler and standard library.
 
-/// @brief Parameters of the synthetic router. Every field is checked by `validate()`.
-struct synthetic_config {
-  std::int32_t layers = 26;   ///< MoE layers.
-  std::int32_t experts = 64;  ///< Experts per layer.
-  std::int32_t top_k = 6;     ///< Experts chosen per token and layer.
-  /// Zipf exponent of the per-layer popularity ranking (0 = uniform; larger = more skewed).
-  double zipf_exponent = 0.6;
-  /// Per-layer variation of the exponent: layer *l* uses `zipf_exponent * (1 + zipf_spread * u_l)`,
-  /// `u_l` uniform in [-1, 1]. In [0, 1].
-  double zipf_spread = 0.25;
-  /// Hot experts per layer in a topic's working set, in [1, experts].
-  std::int32_t working_set = 5;
-  /// Probability mass of the working set in each draw, in [0, 1].
-  double locality = 0.4;
-  /// Probability mass of the co-activated experts (previous layer's choices, permuted), in [0, 1];
-  /// `locality + coactivation <= 1`.
-  double coactivation = 0.1;
-  /// Per step and layer, probability that one hot expert is replaced by a fresh popular one.
-  double drift_rate = 0.1;
-  /// Number of distinct topics (working-set families) sequences choose from, >= 1.
-  std::int32_t topics = 8;
-  /// Mean sequence length in steps (geometric); each sequence picks a topic. >= 1.
-  double mean_sequence_length = 65.0;
-  /// Per-step probability of switching topic inside a sequence, in [0, 1].
-  double topic_shift_probability = 0.0;
-
-  /// @brief Throws `wisp::logic_error` naming the first invalid field.
-  void validate() const {
-    trace_shape{layers, experts, top_k}.validate();
-    WISP_EXPECTS(zipf_exponent >= 0 && zipf_exponent <= 8, "zipf_exponent must be in [0, 8], got ",
-                 zipf_exponent);
-    WISP_EXPECTS(zipf_spread >= 0 && zipf_spread <= 1, "zipf_spread must be in [0, 1], got ",
-                 zipf_spread);
-    WISP_EXPECTS(working_set >= 1 && working_set <= experts,
-                 "working_set must be in [1, experts=", experts, "], got ", working_set);
-    WISP_EXPECTS(locality >= 0 && locality <= 1, "locality must be in [0, 1], got ", locality);
-    WISP_EXPECTS(coactivation >= 0 && coactivation <= 1, "coactivation must be in [0, 1], got ",
-                 coactivation);
-    WISP_EXPECTS(locality + coactivation <= 1, "locality + coactivation must be <= 1, got ",
-                 locality + coactivation);
-    WISP_EXPECTS(drift_rate >= 0 && drift_rate <= 1, "drift_rate must be in [0, 1], got ",
-                 drift_rate);
-    WISP_EXPECTS(topics >= 1, "topics must be >= 1, got ", topics);
-    WISP_EXPECTS(mean_sequence_length >= 1, "mean_sequence_length must be >= 1, got ",
-                 mean_sequence_length);
-    WISP_EXPECTS(topic_shift_probability >= 0 && topic_shift_probability <= 1,
-                 "topic_shift_probability must be in [0, 1], got ", topic_shift_probability);
-  }
-};
-
-namespace detail {
+namespace wisp::detail {
 
 /// splitmix64 step (Vigna), used to seed xoshiro.
 [[nodiscard]] constexpr std::uint64_t splitmix64(std::uint64_t& state) noexcept {
@@ -2683,9 +2640,67 @@ class xoshiro256ss {
   return static_cast<std::uint64_t>(std::ldexp(p, 64));
 }
 
+}  // namespace wisp::detail
+// ---- end wisp/core/detail/random.hpp -----------------------------------------------------------
+
+namespace wisp::trace {
+
+/// @brief Parameters of the synthetic router. Every field is checked by `validate()`.
+struct synthetic_config {
+  std::int32_t layers = 26;   ///< MoE layers.
+  std::int32_t experts = 64;  ///< Experts per layer.
+  std::int32_t top_k = 6;     ///< Experts chosen per token and layer.
+  /// Zipf exponent of the per-layer popularity ranking (0 = uniform; larger = more skewed).
+  double zipf_exponent = 0.6;
+  /// Per-layer variation of the exponent: layer *l* uses `zipf_exponent * (1 + zipf_spread * u_l)`,
+  /// `u_l` uniform in [-1, 1]. In [0, 1].
+  double zipf_spread = 0.25;
+  /// Hot experts per layer in a topic's working set, in [1, experts].
+  std::int32_t working_set = 5;
+  /// Probability mass of the working set in each draw, in [0, 1].
+  double locality = 0.4;
+  /// Probability mass of the co-activated experts (previous layer's choices, permuted), in [0, 1];
+  /// `locality + coactivation <= 1`.
+  double coactivation = 0.1;
+  /// Per step and layer, probability that one hot expert is replaced by a fresh popular one.
+  double drift_rate = 0.1;
+  /// Number of distinct topics (working-set families) sequences choose from, >= 1.
+  std::int32_t topics = 8;
+  /// Mean sequence length in steps (geometric); each sequence picks a topic. >= 1.
+  double mean_sequence_length = 65.0;
+  /// Per-step probability of switching topic inside a sequence, in [0, 1].
+  double topic_shift_probability = 0.0;
+
+  /// @brief Throws `wisp::logic_error` naming the first invalid field.
+  void validate() const {
+    trace_shape{layers, experts, top_k}.validate();
+    WISP_EXPECTS(zipf_exponent >= 0 && zipf_exponent <= 8, "zipf_exponent must be in [0, 8], got ",
+                 zipf_exponent);
+    WISP_EXPECTS(zipf_spread >= 0 && zipf_spread <= 1, "zipf_spread must be in [0, 1], got ",
+                 zipf_spread);
+    WISP_EXPECTS(working_set >= 1 && working_set <= experts,
+                 "working_set must be in [1, experts=", experts, "], got ", working_set);
+    WISP_EXPECTS(locality >= 0 && locality <= 1, "locality must be in [0, 1], got ", locality);
+    WISP_EXPECTS(coactivation >= 0 && coactivation <= 1, "coactivation must be in [0, 1], got ",
+                 coactivation);
+    WISP_EXPECTS(locality + coactivation <= 1, "locality + coactivation must be <= 1, got ",
+                 locality + coactivation);
+    WISP_EXPECTS(drift_rate >= 0 && drift_rate <= 1, "drift_rate must be in [0, 1], got ",
+                 drift_rate);
+    WISP_EXPECTS(topics >= 1, "topics must be >= 1, got ", topics);
+    WISP_EXPECTS(mean_sequence_length >= 1, "mean_sequence_length must be >= 1, got ",
+                 mean_sequence_length);
+    WISP_EXPECTS(topic_shift_probability >= 0 && topic_shift_probability <= 1,
+                 "topic_shift_probability must be in [0, 1], got ", topic_shift_probability);
+  }
+};
+
+namespace detail {
+
 /// Draws one index with probability proportional to `w` (total > 0), integer arithmetic only.
 [[nodiscard]] inline std::size_t draw_weighted(const std::vector<std::uint64_t>& w,
-                                               std::uint64_t total, xoshiro256ss& rng) noexcept {
+                                               std::uint64_t total,
+                                               wisp::detail::xoshiro256ss& rng) noexcept {
   std::uint64_t r = rng.below(total);
   std::size_t i = 0;
   while (r >= w[i]) {
@@ -2709,7 +2724,7 @@ class xoshiro256ss {
   const auto E = static_cast<std::size_t>(cfg.experts);
   const auto K = static_cast<std::size_t>(cfg.top_k);
   const auto W = static_cast<std::size_t>(cfg.working_set);
-  detail::xoshiro256ss rng(seed);
+  wisp::detail::xoshiro256ss rng(seed);
 
   // Mass of each component, quantised once. Scale 2^40 keeps sums of <= 65536 terms below 2^57.
   constexpr double scale = 1099511627776.0;  // 2^40
@@ -2776,9 +2791,9 @@ class xoshiro256ss {
   }
 
   const std::uint64_t p_new_sequence =
-      detail::probability_threshold(1.0 / cfg.mean_sequence_length);
-  const std::uint64_t p_shift = detail::probability_threshold(cfg.topic_shift_probability);
-  const std::uint64_t p_drift = detail::probability_threshold(cfg.drift_rate);
+      wisp::detail::probability_threshold(1.0 / cfg.mean_sequence_length);
+  const std::uint64_t p_shift = wisp::detail::probability_threshold(cfg.topic_shift_probability);
+  const std::uint64_t p_drift = wisp::detail::probability_threshold(cfg.drift_rate);
 
   routing_trace trace({cfg.layers, cfg.experts, cfg.top_k});
   trace.reserve(steps);
@@ -8713,8 +8728,8 @@ resize_report pager<Policy>::resize_pool(std::int32_t capacity) {
 /// table.assign(/*adapter=*/1, /*expert=*/13, /*row=*/72);     // adapter 1's version of expert 13
 /// std::vector<std::int32_t> aid = {-1, 1};                    // token 0: base, token 1: adapter 1
 /// table.apply(topk, /*tokens=*/2, /*k=*/6, aid, rerouted);    // rerouted[i] in [0, rows)
-/// wisp::pager<wisp::lru> pager({.layers = 1, .experts = table.rows(), .top_k = 6, .capacity =
-/// 16});
+/// wisp::pager<wisp::lru> pager({.layers = 1, .experts = table.rows(), .top_k = 6,
+///                                .capacity = 16});
 /// @endcode
 
 namespace wisp {
@@ -8852,6 +8867,47 @@ class reroute_table {
   std::vector<std::int32_t> table_;  // [adapters x experts] -> row
   std::vector<std::int32_t> owner_;  // adapter row - experts -> adapter * experts + expert, or -1
 };
+
+/// @brief What `write_routes` reads from a layer's adapter layout: `wisp::adapter_layout` models
+/// it (ExpertWeave's padded rows: adapter `a`'s fine-tuned experts at rows `offset(a) + j`).
+template <class L>
+concept adapter_rows = requires(const L& layout, std::int32_t adapter) {
+  { layout.shape().adapters } -> std::convertible_to<std::int32_t>;
+  { layout.shape().base_experts } -> std::convertible_to<std::int32_t>;
+  { layout.tensor().max_rows() } -> std::convertible_to<std::size_t>;
+  { layout.adapter_experts(adapter) } -> std::convertible_to<std::span<const std::int32_t>>;
+  { layout.offset(adapter) } -> std::convertible_to<std::size_t>;
+};
+
+/// @brief Writes the ESFT expert map of one layer's `layout` into `table`: every (adapter,
+/// expert) pair points at its loaded adapter row or at the base row. O(N * M).
+/// @throws wisp::logic_error (table unchanged) unless the table has the layout's N adapters,
+///   M experts and M + N * Emax rows.
+/// @code
+/// wisp::reroute_table table(4, 64, static_cast<std::int32_t>(layer.tensor().max_rows()));
+/// wisp::write_routes(layer, table);  // after layer.load_adapter(...) / unload_adapter(...)
+/// @endcode
+template <adapter_rows L>
+void write_routes(const L& layout, reroute_table& table) {
+  const std::int32_t adapters = layout.shape().adapters;
+  const std::int32_t experts = layout.shape().base_experts;
+  WISP_EXPECTS(table.adapters() == adapters && table.experts() == experts &&
+                   static_cast<std::size_t>(table.rows()) == layout.tensor().max_rows(),
+               "write_routes: table is [", table.adapters(), " x ", table.experts(), "] over ",
+               table.rows(), " rows; the layout is [", adapters, " x ", experts, "] over ",
+               layout.tensor().max_rows(), " rows");
+  for (std::int32_t a = 0; a < adapters; ++a) {  // release every adapter row first
+    for (std::int32_t e = 0; e < experts; ++e) {
+      table.assign(a, e, e);
+    }
+  }
+  for (std::int32_t a = 0; a < adapters; ++a) {
+    const std::span<const std::int32_t> list = layout.adapter_experts(a);
+    for (std::size_t j = 0; j < list.size(); ++j) {
+      table.assign(a, list[j], static_cast<std::int32_t>(layout.offset(a) + j));
+    }
+  }
+}
 
 }  // namespace wisp
 // ---- end wisp/pager/reroute_table.hpp ----------------------------------------------------------
@@ -10417,6 +10473,37 @@ class page_pool {
 }  // namespace wisp
 // ---- end wisp/vmm/page_pool.hpp ----------------------------------------------------------------
 
+// ---- begin wisp/vmm/expert_tensor_view.hpp -----------------------------------------------------
+/// @file
+/// @brief `expert_tensor_view`: the three fields a kernel or a copy needs from an expert tensor
+/// (base address, rows, row stride), in a header of its own so that kernel contracts and copy
+/// paths do not pull in the virtual-memory machinery (`virtual_expert_tensor::view()` returns one;
+/// so does any plain `[rows x row_stride]` buffer written by hand).
+/// @code
+/// std::vector<std::byte> slots(capacity * row_bytes);
+/// wisp::expert_tensor_view v{slots.data(), capacity, row_bytes};
+/// std::byte* third = v.row(3);  // slots.data() + 3 * row_bytes
+/// @endcode
+
+namespace wisp {
+
+/// @brief Trivially copyable view of an expert tensor for kernels: row `r` starts at
+/// `base + r * row_stride`. Rows that are not mapped must not be touched.
+struct expert_tensor_view {
+  std::byte* base = nullptr;
+  std::size_t rows = 0;
+  std::size_t row_stride = 0;
+
+  /// Start of row `r` (no check).
+  [[nodiscard]] WISP_HOST_DEVICE std::byte* row(std::size_t r) const noexcept {
+    return base + r * row_stride;
+  }
+};
+static_assert(std::is_trivially_copyable_v<expert_tensor_view>);
+
+}  // namespace wisp
+// ---- end wisp/vmm/expert_tensor_view.hpp -------------------------------------------------------
+
 // ---- begin wisp/vmm/virtual_expert_tensor.hpp --------------------------------------------------
 /// @file
 /// @brief `virtual_expert_tensor<Backend>`: an expert weight tensor `[max_rows x row_stride]` at a
@@ -10439,20 +10526,6 @@ class page_pool {
 /// @endcode
 
 namespace wisp {
-
-/// @brief Trivially copyable view of an expert tensor for kernels: row `r` starts at
-/// `base + r * row_stride`. Rows that are not mapped must not be touched.
-struct expert_tensor_view {
-  std::byte* base = nullptr;
-  std::size_t rows = 0;
-  std::size_t row_stride = 0;
-
-  /// Start of row `r` (no check).
-  [[nodiscard]] WISP_HOST_DEVICE std::byte* row(std::size_t r) const noexcept {
-    return base + r * row_stride;
-  }
-};
-static_assert(std::is_trivially_copyable_v<expert_tensor_view>);
 
 /// Shape of a `virtual_expert_tensor`.
 struct expert_tensor_shape {
@@ -10779,7 +10852,7 @@ class virtual_expert_tensor {
 /// layer.load_base();
 /// std::vector<wisp::expert_id> tuned = {wisp::expert_id{3}, wisp::expert_id{14}};
 /// layer.load_adapter(1, tuned);          // maps rows 77 and 78 only
-/// layer.write_routes(table);             // table.row(1, 14) == 78
+/// wisp::write_routes(layer, table);      // table.row(1, 14) == 78 (wisp/pager/reroute_table.hpp)
 /// layer.unload_adapter(1);               // pages back to the pool
 /// @endcode
 
@@ -10925,30 +10998,6 @@ class adapter_layout {
       }
     }
     return expert.value();
-  }
-
-  /// @brief Writes the ESFT expert map of this layer into `table`: every (adapter, expert) pair
-  /// points at its loaded adapter row or at the base row. O(N * M).
-  /// @throws wisp::logic_error (table unchanged) unless the table has N adapters, M experts and
-  ///   M + N * Emax rows.
-  void write_routes(reroute_table& table) const {
-    WISP_EXPECTS(table.adapters() == shape_.adapters && table.experts() == shape_.base_experts &&
-                     static_cast<std::size_t>(table.rows()) == tensor_.max_rows(),
-                 "adapter_layout::write_routes: table is [", table.adapters(), " x ",
-                 table.experts(), "] over ", table.rows(), " rows; the layout is [",
-                 shape_.adapters, " x ", shape_.base_experts, "] over ", tensor_.max_rows(),
-                 " rows");
-    for (std::int32_t a = 0; a < shape_.adapters; ++a) {  // release every adapter row first
-      for (std::int32_t e = 0; e < shape_.base_experts; ++e) {
-        table.assign(a, e, e);
-      }
-    }
-    for (std::int32_t a = 0; a < shape_.adapters; ++a) {
-      const auto list = adapter_experts(a);
-      for (std::size_t j = 0; j < list.size(); ++j) {
-        table.assign(a, list[j], static_cast<std::int32_t>(offset(a) + j));
-      }
-    }
   }
 
   /// @brief F_mem of the padded layout and of this one, for the adapters loaded now. O(N).
@@ -11733,7 +11782,7 @@ struct model_file {
 
 namespace detail {
 
-using trace::detail::json_value;
+using wisp::detail::json_value;
 
 [[nodiscard]] inline std::uint64_t json_unsigned(const json_value& v, std::string_view key,
                                                  std::uint64_t max) {
@@ -11795,8 +11844,8 @@ using trace::detail::json_value;
                                                  std::string_view fallback_name = "model") {
   using detail::json_u32;
   using detail::json_u32_or;
-  const auto doc = trace::detail::json_parser(text, 0).parse_document();
-  if (doc.type != trace::detail::json_value::kind::object) {
+  const auto doc = wisp::detail::json_parser(text, 0).parse_document();
+  if (doc.type != wisp::detail::json_value::kind::object) {
     throw format_error("model file: the document must be a JSON object");
   }
   model_file out;
@@ -11804,7 +11853,7 @@ using trace::detail::json_value;
   out.source = detail::json_string_or(doc, "source", "");
   const std::uint32_t block_tokens = json_u32_or(doc, "block_tokens", 16);
   if (const auto* cfg = doc.find("config"); cfg != nullptr) {
-    if (cfg->type != trace::detail::json_value::kind::object) {
+    if (cfg->type != wisp::detail::json_value::kind::object) {
       throw format_error("model file: \"config\" must be an object");
     }
     model_config c;
@@ -11834,8 +11883,8 @@ using trace::detail::json_value;
     // Products of 32-bit fields: at most four factors below 2^32 could overflow 64 bits.
     byte_size expert = byte_size{c.expert_matrices} * c.hidden_size * c.moe_intermediate_size;
     expert = expert * c.dtype_bytes;
-    const trace::detail::json_value* given_bytes = cfg->find("expert_bytes");
-    const trace::detail::json_value* bits = cfg->find("weight_bits");
+    const wisp::detail::json_value* given_bytes = cfg->find("expert_bytes");
+    const wisp::detail::json_value* bits = cfg->find("weight_bits");
     if (given_bytes != nullptr && bits != nullptr) {
       throw format_error(
           "model file: give \"expert_bytes\" or \"weight_bits\" in \"config\", "
@@ -11926,7 +11975,7 @@ using trace::detail::json_value;
 /// @throws wisp::error if the file cannot be opened (naming the operating system's reason);
 /// wisp::format_error if it is malformed (the path is named).
 [[nodiscard]] inline model_file read_model_json(const std::filesystem::path& path) {
-  std::ifstream in = trace::detail::open_for_reading(path);
+  std::ifstream in = wisp::detail::open_for_reading(path);
   std::ostringstream buffer;
   buffer << in.rdbuf();
   try {
@@ -13116,7 +13165,7 @@ struct kv_stream {
                  "phases must share the session pool (sessions, concurrency, context, "
                  "block_tokens)");
   }
-  trace::detail::xoshiro256ss rng{seed};
+  wisp::detail::xoshiro256ss rng{seed};
   struct session {
     std::uint32_t tokens = 0;
     std::vector<std::uint32_t> blocks;
@@ -13129,7 +13178,7 @@ struct kv_stream {
   std::vector<std::uint32_t> order(base.sessions);
   for (std::uint32_t phase = 0; phase < phases.size(); ++phase) {
     const agentic_config& cfg = phases[phase].config;
-    const auto tool_threshold = trace::detail::probability_threshold(cfg.tool_call_fraction);
+    const auto tool_threshold = wisp::detail::probability_threshold(cfg.tool_call_fraction);
     for (std::uint32_t r = 0; r < phases[phase].rounds; ++r) {
       kv_round round;
       round.phase = phase;
@@ -16531,18 +16580,18 @@ struct safetensors_header {
   }
   const std::string_view json(reinterpret_cast<const char*>(file.data() + 8),
                               static_cast<std::size_t>(n));
-  const trace::detail::json_value root = trace::detail::json_parser(json, 8).parse_document();
-  if (root.type != trace::detail::json_value::kind::object) {
+  const wisp::detail::json_value root = wisp::detail::json_parser(json, 8).parse_document();
+  if (root.type != wisp::detail::json_value::kind::object) {
     fail(8, "the header is not a JSON object");
   }
   safetensors_header h;
   h.data_begin = 8 + n;
   const std::uint64_t data_size = file_size - h.data_begin;
-  auto to_u64 = [&](const trace::detail::json_value& v, const std::string& what) {
+  auto to_u64 = [&](const wisp::detail::json_value& v, const std::string& what) {
     std::uint64_t x = 0;
     const char* first = v.text.data();
     const char* last = first + v.text.size();
-    if (v.type != trace::detail::json_value::kind::number ||
+    if (v.type != wisp::detail::json_value::kind::number ||
         std::from_chars(first, last, x).ptr != last) {
       fail(8, what + " is not a non-negative integer");
     }
@@ -16550,9 +16599,9 @@ struct safetensors_header {
   };
   for (const auto& [name, entry] : root.members) {
     if (name == "__metadata__") {
-      bool strings = entry.type == trace::detail::json_value::kind::object;
+      bool strings = entry.type == wisp::detail::json_value::kind::object;
       for (const auto& member : entry.members) {
-        strings &= member.value.type == trace::detail::json_value::kind::string;
+        strings &= member.value.type == wisp::detail::json_value::kind::string;
       }
       if (!strings) {
         fail(8, "__metadata__ must be an object of strings");
@@ -16560,14 +16609,14 @@ struct safetensors_header {
       continue;
     }
     const std::string where = "tensor '" + name + "'";
-    const trace::detail::json_value* dtype = entry.find("dtype");
-    const trace::detail::json_value* shape = entry.find("shape");
-    const trace::detail::json_value* offsets = entry.find("data_offsets");
-    if (entry.type != trace::detail::json_value::kind::object || dtype == nullptr ||
+    const wisp::detail::json_value* dtype = entry.find("dtype");
+    const wisp::detail::json_value* shape = entry.find("shape");
+    const wisp::detail::json_value* offsets = entry.find("data_offsets");
+    if (entry.type != wisp::detail::json_value::kind::object || dtype == nullptr ||
         shape == nullptr || offsets == nullptr || entry.members.size() != 3 ||
-        dtype->type != trace::detail::json_value::kind::string ||
-        shape->type != trace::detail::json_value::kind::array ||
-        offsets->type != trace::detail::json_value::kind::array || offsets->items.size() != 2) {
+        dtype->type != wisp::detail::json_value::kind::string ||
+        shape->type != wisp::detail::json_value::kind::array ||
+        offsets->type != wisp::detail::json_value::kind::array || offsets->items.size() != 2) {
       fail(8, where + " needs exactly dtype (string), shape (array), data_offsets ([begin, end])");
     }
     safetensors_tensor t;
@@ -16578,7 +16627,7 @@ struct safetensors_header {
       fail(8, where + " has unknown dtype '" + t.dtype + "'");
     }
     std::uint64_t bytes = width;
-    for (const trace::detail::json_value& d : shape->items) {
+    for (const wisp::detail::json_value& d : shape->items) {
       t.shape.push_back(to_u64(d, where + " shape entry"));
       if (t.shape.back() != 0 &&
           bytes > std::numeric_limits<std::uint64_t>::max() / t.shape.back()) {
