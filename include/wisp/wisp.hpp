@@ -29,11 +29,15 @@
 
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/cache/lru.hpp>
+#include <wisp/cache/fifo.hpp>
 #include <wisp/cache/lfu.hpp>
+#include <wisp/cache/lfru.hpp>
 #include <wisp/cache/least_stale.hpp>
+#include <wisp/cache/fld.hpp>
 #include <wisp/cache/belady.hpp>
 #include <wisp/cache/decayed_frequency.hpp>
 #include <wisp/cache/predicted_next_use.hpp>
+#include <wisp/cache/visit_policy.hpp>
 #include <wisp/cache/policies.hpp>
 #include <wisp/cache/slot_cache.hpp>
 #include <wisp/cache/per_layer_cache.hpp>

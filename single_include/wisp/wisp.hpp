@@ -4608,7 +4608,7 @@ template <class P>
 
 // ---- begin wisp/cache/lru.hpp ------------------------------------------------------------------
 /// @file
-/// @brief `lru` and `fifo`: the two list-ordered policies.
+/// @brief `lru`: least recently used (`fifo`, the other list-ordered policy, is in fifo.hpp).
 
 // ---- begin wisp/cache/detail/key_lists.hpp -----------------------------------------------------
 /// @file
@@ -4795,9 +4795,19 @@ class lru {
 };
 static_assert(call_eviction_policy<lru>);
 
+}  // namespace wisp
+// ---- end wisp/cache/lru.hpp --------------------------------------------------------------------
+
+// ---- begin wisp/cache/fifo.hpp -----------------------------------------------------------------
+/// @file
+/// @brief `fifo`: first in, first out.
+
+namespace wisp {
+
 /// @brief First in, first out: evicts the resident key inserted longest ago; hits do not reorder.
 ///
-/// Same structure and costs as `lru`.
+/// Same structure and costs as `lru`: one intrusive list, `on_insert`, `on_hit`, `on_erase` O(1),
+/// `victim` O(1 + p), p = protected keys skipped; allocation-free after `reset`. Not thread-safe.
 class fifo {
  public:
   static constexpr std::string_view name = "fifo";
@@ -4821,12 +4831,12 @@ class fifo {
 static_assert(eviction_policy<fifo>);
 
 }  // namespace wisp
-// ---- end wisp/cache/lru.hpp --------------------------------------------------------------------
+// ---- end wisp/cache/fifo.hpp -------------------------------------------------------------------
 
 // ---- begin wisp/cache/lfu.hpp ------------------------------------------------------------------
 /// @file
-/// @brief The frequency policies: `lfu` (counts while resident), `lfu_history` (counts over the
-/// whole history, as SpecMD defines LFU) and `lfru` (vLLM's frequency/recency score).
+/// @brief The LFU policies: `lfu` (counts while resident) and `lfu_history` (counts over the
+/// whole history, as SpecMD defines LFU). vLLM's frequency/recency score is `lfru` (lfru.hpp).
 
 // ---- begin wisp/cache/detail/key_heap.hpp ------------------------------------------------------
 /// @file
@@ -4978,26 +4988,6 @@ class key_heap {
 namespace wisp {
 namespace detail {
 
-/// Exact 128-bit product of two 64-bit values, compared lexicographically (portable: no __int128).
-struct wide_product {
-  std::uint64_t high = 0;
-  std::uint64_t low = 0;
-  friend constexpr auto operator<=>(const wide_product&, const wide_product&) = default;
-};
-
-[[nodiscard]] constexpr wide_product multiply(std::uint64_t a, std::uint64_t b) noexcept {
-  const std::uint64_t a_lo = a & 0xffffffffu;
-  const std::uint64_t a_hi = a >> 32;
-  const std::uint64_t b_lo = b & 0xffffffffu;
-  const std::uint64_t b_hi = b >> 32;
-  const std::uint64_t lo_lo = a_lo * b_lo;
-  const std::uint64_t hi_lo = a_hi * b_lo;
-  const std::uint64_t lo_hi = a_lo * b_hi;
-  const std::uint64_t hi_hi = a_hi * b_hi;
-  const std::uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xffffffffu) + lo_hi;
-  return wide_product{hi_hi + (hi_lo >> 32) + (cross >> 32), (cross << 32) | (lo_lo & 0xffffffffu)};
-}
-
 /// @brief The LFU family's mechanics: an indexed binary heap on (count, last access).
 /// `WholeHistory` says whether a key's count survives its eviction.
 template <bool WholeHistory>
@@ -5065,6 +5055,38 @@ class lfu_history : public detail::basic_lfu<true> {
   static constexpr std::string_view name = "lfu_history";
 };
 static_assert(eviction_policy<lfu_history>);
+
+}  // namespace wisp
+// ---- end wisp/cache/lfu.hpp --------------------------------------------------------------------
+
+// ---- begin wisp/cache/lfru.hpp -----------------------------------------------------------------
+/// @file
+/// @brief `lfru`: vLLM's frequency/recency policy, without its per-miss scan.
+
+namespace wisp {
+namespace detail {
+
+/// Exact 128-bit product of two 64-bit values, compared lexicographically (portable: no __int128).
+struct wide_product {
+  std::uint64_t high = 0;
+  std::uint64_t low = 0;
+  friend constexpr auto operator<=>(const wide_product&, const wide_product&) = default;
+};
+
+[[nodiscard]] constexpr wide_product multiply(std::uint64_t a, std::uint64_t b) noexcept {
+  const std::uint64_t a_lo = a & 0xffffffffu;
+  const std::uint64_t a_hi = a >> 32;
+  const std::uint64_t b_lo = b & 0xffffffffu;
+  const std::uint64_t b_hi = b >> 32;
+  const std::uint64_t lo_lo = a_lo * b_lo;
+  const std::uint64_t hi_lo = a_hi * b_lo;
+  const std::uint64_t lo_hi = a_lo * b_hi;
+  const std::uint64_t hi_hi = a_hi * b_hi;
+  const std::uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xffffffffu) + lo_hi;
+  return wide_product{hi_hi + (hi_lo >> 32) + (cross >> 32), (cross << 32) | (lo_lo & 0xffffffffu)};
+}
+
+}  // namespace detail
 
 /// @brief vLLM's LFRU (PR #37190, `CachedWeightProvider`): a clock ticks once per access (hit or
 /// miss); a key remembers its access count `freq` (1 on insertion) and the clock of its last
@@ -5229,12 +5251,12 @@ class lfru {
 static_assert(eviction_policy<lfru>);
 
 }  // namespace wisp
-// ---- end wisp/cache/lfu.hpp --------------------------------------------------------------------
+// ---- end wisp/cache/lfru.hpp -------------------------------------------------------------------
 
 // ---- begin wisp/cache/least_stale.hpp ----------------------------------------------------------
 /// @file
-/// @brief Layer-position-aware policies: `least_stale` (SpecMD §4) and `fld` (farthest layer
-/// distance).
+/// @brief `least_stale` (SpecMD §4), the layer-position-aware policy; its stale-blind sibling
+/// `fld` (farthest layer distance) is in fld.hpp and ranks by the same distance.
 ///
 /// Both rank a resident key by its *layer distance* from the layer now executing, `c`:
 ///
@@ -5248,6 +5270,10 @@ static_assert(eviction_policy<lfru>);
 /// most recently passed first, then the layers still ahead from the farthest to the nearest.
 /// In per-layer scope every key of a cache has the same layer, `d` is constant and both policies
 /// reduce to their tie-break (they then keep one list, not one per layer).
+
+// ---- begin wisp/cache/detail/layer_lists.hpp ---------------------------------------------------
+/// @file
+/// @brief Internal: one LRU list per layer, the structure behind `least_stale` and `fld`.
 
 namespace wisp {
 namespace detail {
@@ -5289,37 +5315,10 @@ class layer_lists {
 
 }  // namespace detail
 
-/// @brief Farthest layer distance: evicts the unprotected resident key with the largest layer
-/// distance `d` (see the file description); ties go to the least recently used.
-///
-/// One intrusive LRU list per layer (one in per-layer scope). `on_insert`, `on_hit`, `on_erase`:
-/// O(1). `victim`: O(L + p) in global scope, O(1 + p) per layer, p = protected keys skipped.
-/// Allocation-free after `reset`. Not thread-safe.
-class fld {
- public:
-  static constexpr std::string_view name = "fld";
+}  // namespace wisp
+// ---- end wisp/cache/detail/layer_lists.hpp -----------------------------------------------------
 
-  /// Forgets every key; sizes for `layout.size()` keys and `layout.layers` layers.
-  /// @throws std::bad_alloc
-  void reset(const key_layout& layout) { lists_.reset(layout); }
-  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept { lists_.insert(key); }
-  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept { lists_.touch(key); }
-  void on_erase(cache_key key) noexcept { lists_.remove(key); }
-  /// See the class description; `no_key` if every resident key is protected.
-  [[nodiscard]] cache_key victim(const access_context& ctx,
-                                 protected_keys is_protected) const noexcept {
-    cache_key found = no_key;
-    lists_.farthest_first(ctx.layer, is_protected, [&](cache_key k) {
-      found = k;
-      return true;
-    });
-    return found;
-  }
-
- private:
-  detail::layer_lists lists_;
-};
-static_assert(eviction_policy<fld>);
+namespace wisp {
 
 /// @brief SpecMD's Least-Stale. A resident key is *current* if it was accessed in the current
 /// forward pass (`step == ctx.step`), *stale* otherwise. The eviction order, first to last, is the
@@ -5391,6 +5390,48 @@ static_assert(eviction_policy<least_stale>);
 
 }  // namespace wisp
 // ---- end wisp/cache/least_stale.hpp ------------------------------------------------------------
+
+// ---- begin wisp/cache/fld.hpp ------------------------------------------------------------------
+/// @file
+/// @brief `fld`: farthest layer distance, the order of `least_stale` without its stale/current
+/// split (the layer distance `d` is defined in least_stale.hpp's description).
+
+namespace wisp {
+
+/// @brief Farthest layer distance: evicts the unprotected resident key with the largest layer
+/// distance `d` (defined in least_stale.hpp's description); ties go to the least recently used.
+///
+/// One intrusive LRU list per layer (one in per-layer scope). `on_insert`, `on_hit`, `on_erase`:
+/// O(1). `victim`: O(L + p) in global scope, O(1 + p) per layer, p = protected keys skipped.
+/// Allocation-free after `reset`. Not thread-safe.
+class fld {
+ public:
+  static constexpr std::string_view name = "fld";
+
+  /// Forgets every key; sizes for `layout.size()` keys and `layout.layers` layers.
+  /// @throws std::bad_alloc
+  void reset(const key_layout& layout) { lists_.reset(layout); }
+  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept { lists_.insert(key); }
+  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept { lists_.touch(key); }
+  void on_erase(cache_key key) noexcept { lists_.remove(key); }
+  /// See the class description; `no_key` if every resident key is protected.
+  [[nodiscard]] cache_key victim(const access_context& ctx,
+                                 protected_keys is_protected) const noexcept {
+    cache_key found = no_key;
+    lists_.farthest_first(ctx.layer, is_protected, [&](cache_key k) {
+      found = k;
+      return true;
+    });
+    return found;
+  }
+
+ private:
+  detail::layer_lists lists_;
+};
+static_assert(eviction_policy<fld>);
+
+}  // namespace wisp
+// ---- end wisp/cache/fld.hpp --------------------------------------------------------------------
 
 // ---- begin wisp/cache/belady.hpp ---------------------------------------------------------------
 /// @file
@@ -6634,11 +6675,103 @@ static_assert(eviction_policy<predicted_next_use>);
 }  // namespace wisp
 // ---- end wisp/cache/predicted_next_use.hpp -----------------------------------------------------
 
+// ---- begin wisp/cache/visit_policy.hpp ---------------------------------------------------------
+/// @file
+/// @brief Choosing a built-in eviction policy by name, in one place: `builtin_policy_names`,
+/// `builtin_policy_name` (spelling -> canonical name) and `visit_policy(name, f)`, which calls
+/// `f(std::type_identity<P>{})` with the policy type `P` so that the caller instantiates its own
+/// template once per policy (the simulator, the CLI, an engine's configuration).
+/// @code
+/// auto result = wisp::visit_policy(options.policy, [&]<class P>(std::type_identity<P>) {
+///   return run_with(wisp::per_layer_cache<P>(layout, capacity));
+/// });  // "least-stale" and "least_stale" both select wisp::least_stale
+/// @endcode
+
+namespace wisp {
+
+/// The names of the built-in policies (each type's `P::name`), in the order tools report them.
+inline constexpr std::string_view builtin_policy_names[] = {lru::name,
+                                                            fifo::name,
+                                                            lfu::name,
+                                                            lfu_history::name,
+                                                            lfru::name,
+                                                            fld::name,
+                                                            least_stale::name,
+                                                            decayed_frequency::name,
+                                                            predicted_next_use::name,
+                                                            belady::name};
+
+/// @brief The canonical name of the built-in policy spelt `name`, reading `-` as `_`
+/// ("least-stale" -> "least_stale"), or an empty view if there is none. O(number of policies).
+/// Thread-safe.
+[[nodiscard]] constexpr std::string_view builtin_policy_name(std::string_view name) noexcept {
+  for (const std::string_view known : builtin_policy_names) {
+    bool same = known.size() == name.size();
+    for (std::size_t i = 0; same && i < name.size(); ++i) {
+      same = known[i] == (name[i] == '-' ? '_' : name[i]);
+    }
+    if (same) {
+      return known;
+    }
+  }
+  return {};
+}
+
+/// @brief Calls `f(std::type_identity<P>{})` for the built-in policy `P` spelt `name` (see
+/// `builtin_policy_name`) and returns what it returns; every policy's call must return the same
+/// type. The one name-to-type switch of the library: type erasure at the edge, the work inside
+/// `f` stays fully typed.
+/// @throws wisp::logic_error "unknown policy 'NAME' (known: ...)" for any other name, before
+///   calling `f`; whatever `f` throws.
+template <class F>
+decltype(auto) visit_policy(std::string_view name, F&& f) {
+  const std::string_view canonical = builtin_policy_name(name);
+  if (canonical == lru::name) {
+    return std::invoke(f, std::type_identity<lru>{});
+  }
+  if (canonical == fifo::name) {
+    return std::invoke(f, std::type_identity<fifo>{});
+  }
+  if (canonical == lfu::name) {
+    return std::invoke(f, std::type_identity<lfu>{});
+  }
+  if (canonical == lfu_history::name) {
+    return std::invoke(f, std::type_identity<lfu_history>{});
+  }
+  if (canonical == lfru::name) {
+    return std::invoke(f, std::type_identity<lfru>{});
+  }
+  if (canonical == fld::name) {
+    return std::invoke(f, std::type_identity<fld>{});
+  }
+  if (canonical == least_stale::name) {
+    return std::invoke(f, std::type_identity<least_stale>{});
+  }
+  if (canonical == decayed_frequency::name) {
+    return std::invoke(f, std::type_identity<decayed_frequency>{});
+  }
+  if (canonical == predicted_next_use::name) {
+    return std::invoke(f, std::type_identity<predicted_next_use>{});
+  }
+  if (canonical == belady::name) {
+    return std::invoke(f, std::type_identity<belady>{});
+  }
+  std::string known;
+  for (const std::string_view n : builtin_policy_names) {
+    known += known.empty() ? "" : ", ";
+    known += n;
+  }
+  WISP_FAIL(logic_error, "unknown policy '", name, "' (known: ", known, ")");
+}
+
+}  // namespace wisp
+// ---- end wisp/cache/visit_policy.hpp -----------------------------------------------------------
+
 // ---- begin wisp/cache/policies.hpp -------------------------------------------------------------
 /// @file
 /// @brief Every built-in eviction policy and the slot cache: `lru`, `fifo`, `lfu`, `lfru`, `fld`,
 /// `least_stale`, `decayed_frequency`, `predicted_next_use`, `belady`, `slot_cache<P>`,
-/// `per_layer_cache<P>`.
+/// `per_layer_cache<P>`, and `visit_policy` (a built-in policy by name).
 
 // ---- begin wisp/cache/per_layer_cache.hpp ------------------------------------------------------
 /// @file
@@ -6666,10 +6799,6 @@ static_assert(eviction_policy<predicted_next_use>);
 /// @endcode
 
 namespace wisp {
-
-namespace detail {
-struct slot_cache_unchecked;  // the pager's way in to the unchecked bulk call (see pager.inl)
-}  // namespace detail
 
 /// What one access did.
 struct access_result {
@@ -6802,6 +6931,46 @@ class slot_cache {
                                                             const access_context& ctx,
                                                             Visit&& visit);
 
+  /// What `access_call_unchecked` returns.
+  struct unchecked_call {
+    std::span<const cache_key> keys;  ///< distinct keys of the call, first-seen order
+    std::size_t misses = 0;           ///< accesses that missed
+  };
+
+  /// @brief The fastest whole call, for a component that has already validated its keys: what
+  /// the pager runs per layer, open to any pager-like layer built on `slot_cache`.
+  ///
+  /// Starts a call, protects every key of `keys` (duplicates allowed) and accesses each distinct
+  /// key once, in first-seen order, as `access_distinct` does, but without checking the keys or
+  /// the layer and without a per-key `access_result`: a whole-call policy
+  /// (`call_eviction_policy`, e.g. `lru`) takes the call in one `on_call`, in branch-free passes.
+  /// It reports through two callbacks, neither of which may throw:
+  /// - `on_miss(key, slot)` once per miss, in access order, with the key's new slot;
+  /// - `note(i, key, slot)` once per distinct key `i`, in order, with the key's slot: -1 for a
+  ///   miss whose `on_miss` is still to come (whole-call policies report the misses after the
+  ///   notes), else its slot (a caller that stores both ends with every key's slot).
+  ///
+  /// Precondition: `ctx.layer` is a layer of the layout and every key is in `[0, key_space())`;
+  /// violating it is undefined behaviour (check with `access_distinct` when in doubt).
+  /// O(keys.size()) + policy hooks; no allocation.
+  /// @code
+  /// // keys of one layer, checked against [base, base + experts) by the caller
+  /// auto call = cache.access_call_unchecked(keys, ctx,
+  ///     [&](std::size_t, wisp::cache_key key, std::int32_t slot) { map[key - base] = slot; },
+  ///     [&](wisp::cache_key key, std::int32_t slot) { plan.push_back({key - base, slot}); });
+  /// @endcode
+  /// @returns the distinct keys (valid until the next call) and the number of misses.
+  /// @throws wisp::logic_error if the call requests more distinct keys than `capacity()` (nothing
+  ///   accessed, the previous call's protection gone, as with `access_call`), or if the policy
+  ///   breaks its contract (a whole-call policy's call is then undone, possibly after some
+  ///   `note`s and `on_miss`es were made).
+  template <class Note, class OnMiss>
+  requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
+      std::invocable<OnMiss&, cache_key, std::int32_t>
+          WISP_DETAIL_ALWAYS_INLINE unchecked_call
+          access_call_unchecked(std::span<const cache_key> keys, const access_context& ctx,
+                                Note&& note, OnMiss&& on_miss);
+
   /// @brief Loads `key` ahead of the call that will request it (a prefetch), outside any call:
   /// the current call and its protection are unchanged, and no access is counted.
   ///
@@ -6916,7 +7085,6 @@ class slot_cache {
                                 whole_call call, Visit& visit);
   // Thrown by `access_whole_call` for a bad victim met at miss `j`, after undoing misses [0, j).
   [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j);
-  friend struct detail::slot_cache_unchecked;
 
   key_layout layout_;
   std::int32_t capacity_ = 0;
@@ -7526,45 +7694,31 @@ bool slot_cache<Policy>::invariants_hold() const {
   return mapped == resident && resident + free_count() == capacity_;
 }
 
-namespace detail {
-/// For wisp's own layers only (the pager): one whole call of `keys` (duplicates allowed) without
-/// `slot_cache::access_distinct`'s checks and per-key reports, for a caller that has already
-/// validated every key and the layer against the same bounds (the pager checks ids against
-/// `[0, experts)` with its own error messages). Calls `on_miss(key, slot)` for each miss with its
-/// new slot, in access order, and `note(i, key, slot)` once for the i-th distinct key, in order,
-/// with `slot` -1 for a miss whose `on_miss` is still to come and the key's current slot
-/// otherwise (a caller storing both ends with every key's slot). Returns the distinct keys (valid
-/// until the next call) and the number of misses. Calling it with an out-of-range key or layer
-/// is undefined behaviour.
-struct slot_cache_unchecked {
-  struct call_result {
-    std::span<const cache_key> keys;  ///< distinct keys of the call, first-seen order
-    std::size_t misses = 0;
-  };
-  template <class Policy, class Note, class OnMiss>
-  WISP_DETAIL_ALWAYS_INLINE static call_result access_noting(slot_cache<Policy>& cache,
-                                                             std::span<const cache_key> keys,
-                                                             const access_context& ctx, Note& note,
-                                                             OnMiss& on_miss) {
-    const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
-    if constexpr (call_eviction_policy<Policy>) {
-      return {distinct, cache.access_whole_call(distinct, ctx, note, on_miss).misses};
-    } else {
-      auto report = [&on_miss](cache_key key, const access_result& r) {
-        if (!r.hit) {
-          on_miss(key, r.slot);
-        }
-      };
-      const std::uint64_t misses_before = cache.stats_.misses;
-      cache.access_each(distinct, ctx, report);
-      for (std::size_t i = 0; i < distinct.size(); ++i) {
-        note(i, distinct[i], cache.key_to_slot_[static_cast<std::size_t>(distinct[i])]);
+template <eviction_policy Policy>
+template <class Note, class OnMiss>
+requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
+    std::invocable<OnMiss&, cache_key, std::int32_t>
+        WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::unchecked_call
+        slot_cache<Policy>::access_call_unchecked(std::span<const cache_key> keys,
+                                                  const access_context& ctx, Note&& note,
+                                                  OnMiss&& on_miss) {
+  const std::span<const cache_key> distinct = protect_call(keys, ctx, "access_distinct");
+  if constexpr (call_eviction_policy<Policy>) {
+    return {distinct, access_whole_call(distinct, ctx, note, on_miss).misses};
+  } else {
+    auto report = [&on_miss](cache_key key, const access_result& r) {
+      if (!r.hit) {
+        on_miss(key, r.slot);
       }
-      return {distinct, static_cast<std::size_t>(cache.stats_.misses - misses_before)};
+    };
+    const std::uint64_t misses_before = stats_.misses;
+    access_each(distinct, ctx, report);
+    for (std::size_t i = 0; i < distinct.size(); ++i) {
+      note(i, distinct[i], key_to_slot_[static_cast<std::size_t>(distinct[i])]);
     }
+    return {distinct, static_cast<std::size_t>(stats_.misses - misses_before)};
   }
-};
-}  // namespace detail
+}
 
 }  // namespace wisp
 // ---- end wisp/cache/detail/slot_cache.inl ------------------------------------------------------
@@ -8563,12 +8717,11 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
     *plan_end++ = copy_op{key - base, slot};
   };
   // The keys and the layer were checked above against the same bounds the cache would check.
-  using unchecked = detail::slot_cache_unchecked;
   const access_context ctx{step_, layer, time};
-  unchecked::call_result call;
+  typename cache_type::unchecked_call call;
   if constexpr (call_eviction_policy<Policy>) {
     try {
-      call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);
+      call = cache.access_call_unchecked(keys, ctx, show, plan_copy);
     } catch (...) {
       // The policy broke its contract and the cache undid the call; some of its keys may have
       // been shown already: show none.
@@ -8576,7 +8729,7 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
       throw;
     }
   } else {
-    call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);  // shows at the end
+    call = cache.access_call_unchecked(keys, ctx, show, plan_copy);  // shows at the end
   }
   const auto misses = static_cast<std::int32_t>(call.misses);
   const std::size_t distinct = call.keys.size();
@@ -13867,19 +14020,11 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
                                                                        const sim_config& config,
                                                                        MakePolicy make_policy);
 
-/// Names of the built-in policies accepted by `simulate_named`.
-inline constexpr std::string_view builtin_policies[] = {"lru",
-                                                        "fifo",
-                                                        "lfu",
-                                                        "lfu_history",
-                                                        "lfru",
-                                                        "fld",
-                                                        "least_stale",
-                                                        "decayed_frequency",
-                                                        "predicted_next_use",
-                                                        "belady"};
+/// Names of the built-in policies accepted by `simulate_named` (`wisp::builtin_policy_names`).
+inline constexpr const auto& builtin_policies = builtin_policy_names;
 
-/// @brief Type-erased entry point for tools: picks a built-in policy by name.
+/// @brief Type-erased entry point for tools: picks a built-in policy by name (`visit_policy`:
+/// `-` reads as `_`, so "least-stale" is `least_stale`).
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as
 ///   `simulate`.
 template <access_source Source>
@@ -14021,32 +14166,9 @@ sim_result simulate(model_shape shape, const Source& source, const sim_config& c
 template <access_source Source>
 sim_result simulate_named(std::string_view policy, model_shape shape, const Source& source,
                           const sim_config& config) {
-  if (policy == "lru")
-    return simulate<lru>(shape, source, config);
-  if (policy == "fifo")
-    return simulate<fifo>(shape, source, config);
-  if (policy == "lfu")
-    return simulate<lfu>(shape, source, config);
-  if (policy == "lfu_history")
-    return simulate<lfu_history>(shape, source, config);
-  if (policy == "lfru")
-    return simulate<lfru>(shape, source, config);
-  if (policy == "fld")
-    return simulate<fld>(shape, source, config);
-  if (policy == "least_stale")
-    return simulate<least_stale>(shape, source, config);
-  if (policy == "decayed_frequency")
-    return simulate<decayed_frequency>(shape, source, config);
-  if (policy == "predicted_next_use")
-    return simulate<predicted_next_use>(shape, source, config);
-  if (policy == "belady")
-    return simulate<belady>(shape, source, config);
-  std::string known;
-  for (const std::string_view name : builtin_policies) {
-    known += known.empty() ? "" : ", ";
-    known += name;
-  }
-  WISP_FAIL(logic_error, "simulate: unknown policy '", policy, "' (known: ", known, ")");
+  return visit_policy(policy, [&]<class Policy>(std::type_identity<Policy>) {
+    return simulate<Policy>(shape, source, config);
+  });
 }
 
 }  // namespace wisp::sim
@@ -14355,7 +14477,8 @@ timeline_result simulate_timeline(const trace::routing_trace& trace, const timel
 template <eviction_policy Policy>
 timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config);
 
-/// The built-in policy named `policy` (the names of `sim::builtin_policies`).
+/// The built-in policy named `policy` (`visit_policy`: the names of `builtin_policy_names`, `-`
+/// read as `_`).
 /// @throws wisp::logic_error on an unknown name, and as `simulate_timeline`.
 inline timeline_result simulate_timeline_named(std::string_view policy,
                                                const trace::routing_trace& trace,
@@ -14677,27 +14800,9 @@ timeline_result simulate_timeline(const trace::routing_trace& trace,
 inline timeline_result simulate_timeline_named(std::string_view policy,
                                                const trace::routing_trace& trace,
                                                const timeline_config& config) {
-  if (policy == "lru")
-    return simulate_timeline<lru>(trace, config);
-  if (policy == "fifo")
-    return simulate_timeline<fifo>(trace, config);
-  if (policy == "lfu")
-    return simulate_timeline<lfu>(trace, config);
-  if (policy == "lfru")
-    return simulate_timeline<lfru>(trace, config);
-  if (policy == "fld")
-    return simulate_timeline<fld>(trace, config);
-  if (policy == "least_stale")
-    return simulate_timeline<least_stale>(trace, config);
-  if (policy == "decayed_frequency")
-    return simulate_timeline<decayed_frequency>(trace, config);
-  if (policy == "predicted_next_use")
-    return simulate_timeline<predicted_next_use>(trace, config);
-  if (policy == "belady")
-    return simulate_timeline<belady>(trace, config);
-  WISP_FAIL(logic_error, "simulate_timeline: unknown policy '", policy,
-            "' (known: lru, fifo, lfu, lfru, fld, least_stale, decayed_frequency, "
-            "predicted_next_use, belady)");
+  return visit_policy(policy, [&]<class Policy>(std::type_identity<Policy>) {
+    return simulate_timeline<Policy>(trace, config);
+  });
 }
 
 }  // namespace wisp

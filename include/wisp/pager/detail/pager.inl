@@ -183,12 +183,11 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
     *plan_end++ = copy_op{key - base, slot};
   };
   // The keys and the layer were checked above against the same bounds the cache would check.
-  using unchecked = detail::slot_cache_unchecked;
   const access_context ctx{step_, layer, time};
-  unchecked::call_result call;
+  typename cache_type::unchecked_call call;
   if constexpr (call_eviction_policy<Policy>) {
     try {
-      call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);
+      call = cache.access_call_unchecked(keys, ctx, show, plan_copy);
     } catch (...) {
       // The policy broke its contract and the cache undid the call; some of its keys may have
       // been shown already: show none.
@@ -196,7 +195,7 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
       throw;
     }
   } else {
-    call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);  // shows at the end
+    call = cache.access_call_unchecked(keys, ctx, show, plan_copy);  // shows at the end
   }
   const auto misses = static_cast<std::int32_t>(call.misses);
   const std::size_t distinct = call.keys.size();
