@@ -45,6 +45,7 @@
 #include <wisp/pager/types.hpp>
 #include <wisp/pager/group_planner.hpp>
 #include <wisp/pager/pager.hpp>
+#include <wisp/pager/resize_layer_rows.hpp>
 #include <wisp/pager/reroute_table.hpp>
 #include <wisp/pager/host_expert_store.hpp>
 #include <wisp/pager/miss_policy.hpp>

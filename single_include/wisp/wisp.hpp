@@ -8215,8 +8215,11 @@ std::span<const expert_group> group_planner::plan_expert_groups_impl(std::span<c
 /// wisp::pager<wisp::lru> pager({.layers = 24, .experts = 64, .top_k = 8, .capacity = 16});
 /// std::vector<std::int32_t> ids = router_topk(hidden);        // [tokens x 8], row-major
 /// wisp::prepare_result r = pager.prepare(layer, ids, tokens, 8);
-/// for (const wisp::copy_op& op : r.copy_plan) { copy_engine.h2d(master(op.expert), slot(op.slot));
-/// } fused_moe(hidden, ids, weights, slots, r.expert_map);       // same stream as the copies
+/// for (const wisp::copy_op& op : r.copy_plan) {
+///   copy_engine.h2d(master(op.expert), slot(op.slot));
+/// }
+/// fused_moe(hidden, ids, weights, slots, r.expert_map);  // same stream as the copies
+/// pager.end_call(layer);  // once the kernel is done, if the layer is resized before its next call
 /// @endcode
 
 namespace wisp {
@@ -8237,8 +8240,8 @@ struct prepare_result {
   std::span<const copy_op> copy_plan;
   /// The distinct experts of this call in first-seen order (the order they were accessed).
   std::span<const std::int32_t> experts;
-  std::int32_t hits =
-      0;  ///< distinct experts that were resident; `hits + misses == experts.size()`
+  /// Distinct experts that were resident; `hits + misses == experts.size()`.
+  std::int32_t hits = 0;
   std::int32_t misses = 0;  ///< distinct experts that were not (`== copy_plan.size()`)
 };
 
@@ -8371,6 +8374,22 @@ class pager {
   ///   outside `[0, experts)`; or if the policy breaks its contract (as `prepare`).
   prefetch_result prefetch(std::int32_t layer, std::span<const std::int32_t> candidates);
 
+  /// @brief Ends `layer`'s current call, once its kernel no longer reads the slots: its experts
+  /// stop being protected (a `resize_layer` or a prefetch may now evict them) and disappear from
+  /// the layer's map. Nothing is evicted or counted; the cache's contents and the policy are
+  /// unchanged, and results of the layer's last `prepare*` are no longer valid.
+  ///
+  /// What an empty `prepare(layer, {}, 0, k)` did for this purpose, without starting a call. In
+  /// global scope the pool protects only the pending call, so ending another layer only hides
+  /// its map. The pending call is over (`pending_layer()` becomes -1) if it was `layer`'s.
+  /// O(experts of the call). Not thread-safe.
+  /// @code
+  /// pager.end_call(layer);                        // the layer's kernel has finished
+  /// auto report = pager.resize_layer(layer, 12);  // may now evict the call's experts
+  /// @endcode
+  /// @throws wisp::logic_error (nothing changed) if `layer` is outside `[0, layers)`.
+  void end_call(std::int32_t layer);
+
   /// The layer of the pending call (the most recent `prepare*`), or -1 before the first.
   [[nodiscard]] std::int32_t pending_layer() const noexcept { return pending_layer_; }
 
@@ -8428,7 +8447,10 @@ class pager {
 
   /// Per-layer scope: changes `layer`'s slot count (see `slot_cache::resize`; the caller copies
   /// each reported move's bytes `from` -> `to` and may free slots `>= capacity`). The layer's
-  /// current map is updated to the new slots. Strong guarantee. No allocation but the report.
+  /// current map is updated to the new slots; the experts of its current call stay resident
+  /// (`end_call` first to release them). Strong guarantee. No allocation but the report.
+  /// `resize_layer_rows` (wisp/pager/resize_layer_rows.hpp) does this together with the
+  /// layer's expert tensor.
   /// @throws wisp::logic_error in global scope, on a bad layer, or if `capacity` is outside
   ///   `[top_k, experts]` or cannot be reached without evicting the layer's current experts.
   resize_report resize_layer(std::int32_t layer, std::int32_t capacity);
@@ -8825,6 +8847,24 @@ void pager<Policy>::refresh_map(std::int32_t layer) {
 }
 
 template <eviction_policy Policy>
+void pager<Policy>::end_call(std::int32_t layer) {
+  check_layer("pager::end_call", layer);
+  const std::size_t off = offset(layer);
+  std::int32_t& visible_count = visible_count_[static_cast<std::size_t>(layer)];
+  for (std::int32_t i = 0; i < visible_count; ++i) {
+    maps_[off + static_cast<std::size_t>(visible_[off + static_cast<std::size_t>(i)])] = -1;
+  }
+  visible_count = 0;
+  // Per-layer caches protect only their layer's last call; the global pool only the pending one.
+  if (scope_ == cache_scope::per_layer || pending_layer_ == layer) {
+    cache_of(layer).begin_call(access_context{step_, layer, times_[cache_index(layer)]});
+  }
+  if (pending_layer_ == layer) {
+    pending_layer_ = -1;
+  }
+}
+
+template <eviction_policy Policy>
 bool pager<Policy>::invalidate(std::int32_t layer, std::int32_t expert) {
   check_expert("pager::invalidate", layer, expert);
   const bool was_resident = cache_of(layer).invalidate(key_of(layer, expert));
@@ -8864,6 +8904,93 @@ resize_report pager<Policy>::resize_pool(std::int32_t capacity) {
 }  // namespace wisp
 // ---- end wisp/pager/detail/pager.inl -----------------------------------------------------------
 // ---- end wisp/pager/pager.hpp ------------------------------------------------------------------
+
+// ---- begin wisp/pager/resize_layer_rows.hpp ----------------------------------------------------
+/// @file
+/// @brief `resize_layer_rows`: resizes one per-layer pager layer together with the expert tensor
+/// that holds its slots (a `virtual_expert_tensor`, or any `resident_row_tensor`), in the one
+/// order that keeps every resident expert's bytes in its slot: grow the tensor, resize the
+/// layer's cache, copy the moved rows, shrink the tensor. Strong guarantee for the pair.
+///
+/// The pager's header does not include the VMM: the tensor is reached through the small
+/// `resident_row_tensor` concept, which `wisp::virtual_expert_tensor` models.
+/// @code
+/// pager.end_call(layer);  // the layer's kernel has finished: its experts may move or go
+/// wisp::resize_layer_rows(pager, layer, new_capacity, tensors[layer]);
+/// // pager.capacity(layer) == tensors[layer].resident_rows() == new_capacity, and each resident
+/// // expert's weights are in tensors[layer].row(pager.slot_of(layer, expert))
+/// @endcode
+
+namespace wisp {
+
+/// @brief An expert tensor whose slot rows `[0, resident_rows())` are backed and can be grown or
+/// shrunk in place: `resize_resident` growing has the strong guarantee and shrinking never fails;
+/// row `r` starts at `row(r)` and spans `row_stride()` bytes.
+template <class T>
+concept resident_row_tensor = requires(T& t, const T& ct, std::size_t n) {
+  { ct.resident_rows() } -> std::convertible_to<std::size_t>;
+  { ct.row_stride() } -> std::convertible_to<std::size_t>;
+  { ct.row(n) } -> std::convertible_to<std::byte*>;
+  t.resize_resident(n);
+};
+
+/// @brief Sets `layer`'s slot count to `capacity` in `pager` (per-layer scope) and the resident
+/// rows of `tensor`, the layer's slots, to the same, moving the bytes of every expert the
+/// pager's resize relocates (`resize_report::moves`, row by row, `row_stride()` bytes each).
+///
+/// The experts of the layer's current call stay resident and in place unless `end_call(layer)`
+/// was called first; evicted experts' rows are simply dropped or reused.
+/// O(|capacity - rows| x row_stride / granule) mapping + `pager::resize_layer` + the copies.
+/// Not thread-safe: nothing may read the layer's slots meanwhile.
+/// @returns the pager's report (its moves are already copied).
+/// @throws wisp::logic_error if the tensor has fewer resident rows than the layer has slots;
+///   whatever `tensor.resize_resident` throws when growing (e.g.
+///   wisp::out_of_memory), and as `pager::resize_layer` (a bad layer or capacity, global scope,
+///   a shrink below the current call's experts). Strong guarantee: the pager and the tensor are
+///   then both as before. Arguments are checked before the tensor is touched; if the pager
+///   still fails after the tensor grew (std::bad_alloc), the tensor is shrunk back and its pool
+///   keeps the pages as free pages.
+template <eviction_policy Policy, resident_row_tensor Tensor>
+resize_report resize_layer_rows(pager<Policy>& pager, std::int32_t layer, std::int32_t capacity,
+                                Tensor& tensor) {
+  const std::size_t rows_before = tensor.resident_rows();
+  WISP_EXPECTS(rows_before >= static_cast<std::size_t>(pager.capacity(layer)),
+               "resize_layer_rows: the tensor has ", rows_before, " resident rows but layer ",
+               layer, " has ", pager.capacity(layer), " slots (every slot needs its row)");
+  // The pager's own argument checks, before the tensor is touched (its pool keeps the pages a
+  // grow took, so a refused resize must not grow it first).
+  WISP_EXPECTS(pager.scope() == cache_scope::per_layer,
+               "resize_layer_rows: the pager has one global pool; resize it with resize_pool");
+  WISP_EXPECTS(capacity >= pager.top_k() && capacity <= pager.experts(),
+               "resize_layer_rows: capacity ", capacity, " of layer ", layer,
+               " must be in [top_k = ", pager.top_k(), ", experts = ", pager.experts(), "]");
+  const auto rows = static_cast<std::size_t>(capacity);
+  if (rows > rows_before) {
+    tensor.resize_resident(rows);  // grow first: the moves below may land in the new rows
+  }
+  resize_report report;
+  try {
+    report = pager.resize_layer(layer, capacity);
+  } catch (...) {  // a shrink below the current call's experts, or std::bad_alloc
+    if (tensor.resident_rows() != rows_before) {
+      tensor.resize_resident(rows_before);  // a shrink: never fails
+    }
+    throw;
+  }
+  // Nothing below fails: the moves go from slots >= capacity to free slots below it (disjoint).
+  const std::size_t stride = tensor.row_stride();
+  for (const slot_move& m : report.moves) {
+    std::memcpy(tensor.row(static_cast<std::size_t>(m.to)),
+                tensor.row(static_cast<std::size_t>(m.from)), stride);
+  }
+  if (rows < tensor.resident_rows()) {
+    tensor.resize_resident(rows);  // shrink last: the rows just moved from are no longer needed
+  }
+  return report;
+}
+
+}  // namespace wisp
+// ---- end wisp/pager/resize_layer_rows.hpp ------------------------------------------------------
 
 // ---- begin wisp/pager/reroute_table.hpp --------------------------------------------------------
 /// @file

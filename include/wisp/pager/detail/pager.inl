@@ -291,6 +291,24 @@ void pager<Policy>::refresh_map(std::int32_t layer) {
 }
 
 template <eviction_policy Policy>
+void pager<Policy>::end_call(std::int32_t layer) {
+  check_layer("pager::end_call", layer);
+  const std::size_t off = offset(layer);
+  std::int32_t& visible_count = visible_count_[static_cast<std::size_t>(layer)];
+  for (std::int32_t i = 0; i < visible_count; ++i) {
+    maps_[off + static_cast<std::size_t>(visible_[off + static_cast<std::size_t>(i)])] = -1;
+  }
+  visible_count = 0;
+  // Per-layer caches protect only their layer's last call; the global pool only the pending one.
+  if (scope_ == cache_scope::per_layer || pending_layer_ == layer) {
+    cache_of(layer).begin_call(access_context{step_, layer, times_[cache_index(layer)]});
+  }
+  if (pending_layer_ == layer) {
+    pending_layer_ = -1;
+  }
+}
+
+template <eviction_policy Policy>
 bool pager<Policy>::invalidate(std::int32_t layer, std::int32_t expert) {
   check_expert("pager::invalidate", layer, expert);
   const bool was_resident = cache_of(layer).invalidate(key_of(layer, expert));
