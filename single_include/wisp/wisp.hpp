@@ -8382,7 +8382,7 @@ class pager {
   /// the layer's map. Nothing is evicted or counted; the cache's contents and the policy are
   /// unchanged, and results of the layer's last `prepare*` are no longer valid.
   ///
-  /// What an empty `prepare(layer, {}, 0, k)` did for this purpose, without starting a call. In
+  /// For a resize, the same as an empty `prepare(layer, {}, 0, k)`, without starting a call. In
   /// global scope the pool protects only the pending call, so ending another layer only hides
   /// its map. The pending call is over (`pending_layer()` becomes -1) if it was `layer`'s.
   /// O(experts of the call). Not thread-safe.
