@@ -7,7 +7,7 @@ set -euo pipefail
 wisp_packages=(
   cmake ninja-build g++ clang git python3 python3-venv python3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  librange-v3-dev libcli11-dev nlohmann-json3-dev
+  libcli11-dev nlohmann-json3-dev
   pkgconf libzstd-dev liblz4-dev
 )
 

@@ -18,6 +18,9 @@
 ///
 /// Standard library only. Including single headers instead keeps compile times down; the
 /// `headers.umbrella_is_complete` test keeps this list in step with the tree.
+///
+/// Left out on purpose (experiment harnesses, not library API; include them directly):
+///   <wisp/sim/split_evaluation.hpp>
 
 // clang-format off
 
@@ -947,6 +950,48 @@ inline routing_trace::access_range routing_trace::accesses() const noexcept {
 /// assert(back == trace);
 /// @endcode
 
+// ---- begin wisp/core/detail/files.hpp ----------------------------------------------------------
+/// @file
+/// @brief Internal: opening the files wisp's readers and writers use, with errors that say why a
+/// file cannot be opened (the operating system's reason, e.g. "No such file or directory").
+
+namespace wisp::detail {
+
+/// The operating system's reason for the last failed open (`errno`), or a generic one.
+[[nodiscard]] inline std::string os_reason(int saved_errno) {
+  return saved_errno != 0 ? std::generic_category().message(saved_errno) : "unknown reason";
+}
+
+/// @brief Opens `path` for binary reading.
+/// @throws wisp::error "cannot open PATH: REASON" (a folder is refused too: reading one would
+///         fail later with a less clear message).
+[[nodiscard]] inline std::ifstream open_for_reading(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw error("cannot open " + path.string() + ": it is a folder, not a file");
+  }
+  errno = 0;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw error("cannot open " + path.string() + ": " + os_reason(errno));
+  }
+  return in;
+}
+
+/// @brief Creates or truncates `path` for binary writing.
+/// @throws wisp::error "cannot open PATH for writing: REASON".
+[[nodiscard]] inline std::ofstream open_for_writing(const std::filesystem::path& path) {
+  errno = 0;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) {
+    throw error("cannot open " + path.string() + " for writing: " + os_reason(errno));
+  }
+  return out;
+}
+
+}  // namespace wisp::detail
+// ---- end wisp/core/detail/files.hpp ------------------------------------------------------------
+
 // ---- begin wisp/trace/detail/crc32.hpp ---------------------------------------------------------
 /// @file
 /// @brief CRC-32 (IEEE 802.3 / zlib / PNG: reflected polynomial 0xEDB88320, initial value and
@@ -985,48 +1030,6 @@ inline constexpr std::array<std::uint32_t, 256> crc32_table = [] {
 
 }  // namespace wisp::trace::detail
 // ---- end wisp/trace/detail/crc32.hpp -----------------------------------------------------------
-
-// ---- begin wisp/trace/detail/files.hpp ---------------------------------------------------------
-/// @file
-/// @brief Internal: opening the files wisp's readers and writers use, with errors that say why a
-/// file cannot be opened (the operating system's reason, e.g. "No such file or directory").
-
-namespace wisp::trace::detail {
-
-/// The operating system's reason for the last failed open (`errno`), or a generic one.
-[[nodiscard]] inline std::string os_reason(int saved_errno) {
-  return saved_errno != 0 ? std::generic_category().message(saved_errno) : "unknown reason";
-}
-
-/// @brief Opens `path` for binary reading.
-/// @throws wisp::error "cannot open PATH: REASON" (a folder is refused too: reading one would
-///         fail later with a less clear message).
-[[nodiscard]] inline std::ifstream open_for_reading(const std::filesystem::path& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    throw error("cannot open " + path.string() + ": it is a folder, not a file");
-  }
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw error("cannot open " + path.string() + ": " + os_reason(errno));
-  }
-  return in;
-}
-
-/// @brief Creates or truncates `path` for binary writing.
-/// @throws wisp::error "cannot open PATH for writing: REASON".
-[[nodiscard]] inline std::ofstream open_for_writing(const std::filesystem::path& path) {
-  errno = 0;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) {
-    throw error("cannot open " + path.string() + " for writing: " + os_reason(errno));
-  }
-  return out;
-}
-
-}  // namespace wisp::trace::detail
-// ---- end wisp/trace/detail/files.hpp -----------------------------------------------------------
 
 namespace wisp::trace {
 
@@ -1169,7 +1172,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
 /// @throws wisp::error if the file cannot be opened (naming the operating system's reason) or
 ///         written.
 inline void write_wtrace(const routing_trace& trace, const std::filesystem::path& path) {
-  std::ofstream out = detail::open_for_writing(path);
+  std::ofstream out = wisp::detail::open_for_writing(path);
   write_wtrace(trace, out);
   out.close();
   if (!out) {
@@ -1432,7 +1435,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 ///         wisp::format_error if it is malformed or has bytes after the trace (the message names
 ///         the file).
 [[nodiscard]] inline routing_trace read_wtrace(const std::filesystem::path& path) {
-  std::ifstream in = detail::open_for_reading(path);
+  std::ifstream in = wisp::detail::open_for_reading(path);
   try {
     routing_trace trace = read_wtrace(in);
     const auto end = static_cast<std::uint64_t>(in.tellg());
@@ -1804,7 +1807,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   parsed.reserve(files.size());
   std::uint64_t read_bytes = 0;
   for (const auto& [index, path] : files) {
-    std::ifstream in = detail::open_for_reading(path);
+    std::ifstream in = wisp::detail::open_for_reading(path);
     std::ostringstream text;
     text << in.rdbuf();
     names.push_back(path.filename().string());
@@ -1922,14 +1925,15 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
 /// const wisp::trace::routing_trace trace = wisp::trace::import_jsonl("routing.jsonl", opt).trace;
 /// @endcode
 
-// ---- begin wisp/trace/detail/json.hpp ----------------------------------------------------------
+// ---- begin wisp/core/detail/json.hpp -----------------------------------------------------------
 /// @file
 /// @brief A small strict JSON parser (RFC 8259 subset good enough for routing records): objects,
 /// arrays, numbers, strings with escapes, true/false/null. Standard library only, so the JSONL
-/// importer stays in the header-only core. Not a general-purpose JSON library: numbers are kept as
-/// `double`, duplicate keys are rejected, nesting is limited to 64 levels.
+/// importer, the model-file reader and the safetensors header reader stay header-only. Not a
+/// general-purpose JSON library: numbers are kept as `double`, duplicate keys are rejected, nesting
+/// is limited to 64 levels.
 
-namespace wisp::trace::detail {
+namespace wisp::detail {
 
 struct json_member;
 
@@ -2254,8 +2258,8 @@ class json_parser {
   std::size_t i_ = 0;
 };
 
-}  // namespace wisp::trace::detail
-// ---- end wisp/trace/detail/json.hpp ------------------------------------------------------------
+}  // namespace wisp::detail
+// ---- end wisp/core/detail/json.hpp -------------------------------------------------------------
 
 namespace wisp::trace {
 
@@ -2279,6 +2283,8 @@ struct jsonl_options {
 };
 
 namespace detail {
+
+using wisp::detail::json_value;
 
 struct jsonl_record {
   std::size_t group;
@@ -2342,13 +2348,13 @@ struct jsonl_record {
     if (line.find_first_not_of(" \t\r") == std::string::npos) {
       continue;  // blank line
     }
-    detail::json_value v;
+    wisp::detail::json_value v;
     try {
-      v = detail::json_parser(line, off).parse_document();
+      v = wisp::detail::json_parser(line, off).parse_document();
     } catch (const format_error& e) {
       jsonl_fail(e.offset(), line_no, e.problem());
     }
-    if (v.type != detail::json_value::kind::object) {
+    if (v.type != wisp::detail::json_value::kind::object) {
       jsonl_fail(off, line_no, "record is not a JSON object");
     }
     detail::jsonl_record rec{};
@@ -2367,13 +2373,13 @@ struct jsonl_record {
     }
     std::string group_name;
     if (!opt.group_key.empty()) {
-      const detail::json_value* g = v.find(opt.group_key);
+      const wisp::detail::json_value* g = v.find(opt.group_key);
       if (g == nullptr) {
         jsonl_fail(off, line_no, "missing group field \"" + opt.group_key + "\"");
       }
-      if (g->type == detail::json_value::kind::string) {
+      if (g->type == wisp::detail::json_value::kind::string) {
         group_name = "s" + g->text;
-      } else if (g->type == detail::json_value::kind::number) {
+      } else if (g->type == wisp::detail::json_value::kind::number) {
         group_name = "n" + g->text;
       } else {
         jsonl_fail(off, line_no, "group field \"" + opt.group_key + "\" is not a string or number");
@@ -2381,8 +2387,8 @@ struct jsonl_record {
     }
     rec.group = groups.emplace(group_name, groups.size()).first->second;
 
-    const detail::json_value* e = v.find(opt.experts_key);
-    if (e == nullptr || e->type != detail::json_value::kind::array) {
+    const wisp::detail::json_value* e = v.find(opt.experts_key);
+    if (e == nullptr || e->type != wisp::detail::json_value::kind::array) {
       jsonl_fail(off, line_no, "missing or non-array field \"" + opt.experts_key + "\"");
     }
     if (e->items.empty()) {
@@ -2409,8 +2415,8 @@ struct jsonl_record {
       ids.push_back(static_cast<std::int32_t>(id));
       max_id = std::max(max_id, id);
     }
-    const detail::json_value* w = v.find(opt.weights_key);
-    const bool has_w = w != nullptr && w->type != detail::json_value::kind::null;
+    const wisp::detail::json_value* w = v.find(opt.weights_key);
+    const bool has_w = w != nullptr && w->type != wisp::detail::json_value::kind::null;
     if (with_weights < 0) {
       with_weights = has_w ? 1 : 0;
     } else if ((with_weights == 1) != has_w) {
@@ -2420,14 +2426,14 @@ struct jsonl_record {
                          "records do");
     }
     if (has_w) {
-      if (w->type != detail::json_value::kind::array ||
+      if (w->type != wisp::detail::json_value::kind::array ||
           static_cast<std::int64_t>(w->items.size()) != k) {
         jsonl_fail(
             off, line_no,
             "\"" + opt.weights_key + "\" must be an array of " + std::to_string(k) + " numbers");
       }
       for (const auto& item : w->items) {
-        if (item.type != detail::json_value::kind::number) {
+        if (item.type != wisp::detail::json_value::kind::number) {
           jsonl_fail(off, line_no, "weight is not a number");
         }
         const auto f = static_cast<float>(item.number);
@@ -2529,7 +2535,7 @@ struct jsonl_record {
 /// the file).
 [[nodiscard]] inline imported_trace import_jsonl(const std::filesystem::path& path,
                                                  const jsonl_options& opt = {}) {
-  std::ifstream in = detail::open_for_reading(path);
+  std::ifstream in = wisp::detail::open_for_reading(path);
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   try {
@@ -2572,59 +2578,13 @@ struct jsonl_record {
 /// wisp::trace::routing_trace t = wisp::trace::make_synthetic_trace(cfg, 8222, 42);
 /// @endcode
 
-namespace wisp::trace {
+// ---- begin wisp/core/detail/random.hpp ---------------------------------------------------------
+/// @file
+/// @brief Internal: the platform-independent random generator behind wisp's synthetic workloads
+/// (routing traces, KV request mixes): xoshiro256** seeded by splitmix64, integer arithmetic only,
+/// so the same seed gives the same sequence on every compiler and standard library.
 
-/// @brief Parameters of the synthetic router. Every field is checked by `validate()`.
-struct synthetic_config {
-  std::int32_t layers = 26;   ///< MoE layers.
-  std::int32_t experts = 64;  ///< Experts per layer.
-  std::int32_t top_k = 6;     ///< Experts chosen per token and layer.
-  /// Zipf exponent of the per-layer popularity ranking (0 = uniform; larger = more skewed).
-  double zipf_exponent = 0.6;
-  /// Per-layer variation of the exponent: layer *l* uses `zipf_exponent * (1 + zipf_spread * u_l)`,
-  /// `u_l` uniform in [-1, 1]. In [0, 1].
-  double zipf_spread = 0.25;
-  /// Hot experts per layer in a topic's working set, in [1, experts].
-  std::int32_t working_set = 5;
-  /// Probability mass of the working set in each draw, in [0, 1].
-  double locality = 0.4;
-  /// Probability mass of the co-activated experts (previous layer's choices, permuted), in [0, 1];
-  /// `locality + coactivation <= 1`.
-  double coactivation = 0.1;
-  /// Per step and layer, probability that one hot expert is replaced by a fresh popular one.
-  double drift_rate = 0.1;
-  /// Number of distinct topics (working-set families) sequences choose from, >= 1.
-  std::int32_t topics = 8;
-  /// Mean sequence length in steps (geometric); each sequence picks a topic. >= 1.
-  double mean_sequence_length = 65.0;
-  /// Per-step probability of switching topic inside a sequence, in [0, 1].
-  double topic_shift_probability = 0.0;
-
-  /// @brief Throws `wisp::logic_error` naming the first invalid field.
-  void validate() const {
-    trace_shape{layers, experts, top_k}.validate();
-    WISP_EXPECTS(zipf_exponent >= 0 && zipf_exponent <= 8, "zipf_exponent must be in [0, 8], got ",
-                 zipf_exponent);
-    WISP_EXPECTS(zipf_spread >= 0 && zipf_spread <= 1, "zipf_spread must be in [0, 1], got ",
-                 zipf_spread);
-    WISP_EXPECTS(working_set >= 1 && working_set <= experts,
-                 "working_set must be in [1, experts=", experts, "], got ", working_set);
-    WISP_EXPECTS(locality >= 0 && locality <= 1, "locality must be in [0, 1], got ", locality);
-    WISP_EXPECTS(coactivation >= 0 && coactivation <= 1, "coactivation must be in [0, 1], got ",
-                 coactivation);
-    WISP_EXPECTS(locality + coactivation <= 1, "locality + coactivation must be <= 1, got ",
-                 locality + coactivation);
-    WISP_EXPECTS(drift_rate >= 0 && drift_rate <= 1, "drift_rate must be in [0, 1], got ",
-                 drift_rate);
-    WISP_EXPECTS(topics >= 1, "topics must be >= 1, got ", topics);
-    WISP_EXPECTS(mean_sequence_length >= 1, "mean_sequence_length must be >= 1, got ",
-                 mean_sequence_length);
-    WISP_EXPECTS(topic_shift_probability >= 0 && topic_shift_probability <= 1,
-                 "topic_shift_probability must be in [0, 1], got ", topic_shift_probability);
-  }
-};
-
-namespace detail {
+namespace wisp::detail {
 
 /// splitmix64 step (Vigna), used to seed xoshiro.
 [[nodiscard]] constexpr std::uint64_t splitmix64(std::uint64_t& state) noexcept {
@@ -2683,9 +2643,67 @@ class xoshiro256ss {
   return static_cast<std::uint64_t>(std::ldexp(p, 64));
 }
 
+}  // namespace wisp::detail
+// ---- end wisp/core/detail/random.hpp -----------------------------------------------------------
+
+namespace wisp::trace {
+
+/// @brief Parameters of the synthetic router. Every field is checked by `validate()`.
+struct synthetic_config {
+  std::int32_t layers = 26;   ///< MoE layers.
+  std::int32_t experts = 64;  ///< Experts per layer.
+  std::int32_t top_k = 6;     ///< Experts chosen per token and layer.
+  /// Zipf exponent of the per-layer popularity ranking (0 = uniform; larger = more skewed).
+  double zipf_exponent = 0.6;
+  /// Per-layer variation of the exponent: layer *l* uses `zipf_exponent * (1 + zipf_spread * u_l)`,
+  /// `u_l` uniform in [-1, 1]. In [0, 1].
+  double zipf_spread = 0.25;
+  /// Hot experts per layer in a topic's working set, in [1, experts].
+  std::int32_t working_set = 5;
+  /// Probability mass of the working set in each draw, in [0, 1].
+  double locality = 0.4;
+  /// Probability mass of the co-activated experts (previous layer's choices, permuted), in [0, 1];
+  /// `locality + coactivation <= 1`.
+  double coactivation = 0.1;
+  /// Per step and layer, probability that one hot expert is replaced by a fresh popular one.
+  double drift_rate = 0.1;
+  /// Number of distinct topics (working-set families) sequences choose from, >= 1.
+  std::int32_t topics = 8;
+  /// Mean sequence length in steps (geometric); each sequence picks a topic. >= 1.
+  double mean_sequence_length = 65.0;
+  /// Per-step probability of switching topic inside a sequence, in [0, 1].
+  double topic_shift_probability = 0.0;
+
+  /// @brief Throws `wisp::logic_error` naming the first invalid field.
+  void validate() const {
+    trace_shape{layers, experts, top_k}.validate();
+    WISP_EXPECTS(zipf_exponent >= 0 && zipf_exponent <= 8, "zipf_exponent must be in [0, 8], got ",
+                 zipf_exponent);
+    WISP_EXPECTS(zipf_spread >= 0 && zipf_spread <= 1, "zipf_spread must be in [0, 1], got ",
+                 zipf_spread);
+    WISP_EXPECTS(working_set >= 1 && working_set <= experts,
+                 "working_set must be in [1, experts=", experts, "], got ", working_set);
+    WISP_EXPECTS(locality >= 0 && locality <= 1, "locality must be in [0, 1], got ", locality);
+    WISP_EXPECTS(coactivation >= 0 && coactivation <= 1, "coactivation must be in [0, 1], got ",
+                 coactivation);
+    WISP_EXPECTS(locality + coactivation <= 1, "locality + coactivation must be <= 1, got ",
+                 locality + coactivation);
+    WISP_EXPECTS(drift_rate >= 0 && drift_rate <= 1, "drift_rate must be in [0, 1], got ",
+                 drift_rate);
+    WISP_EXPECTS(topics >= 1, "topics must be >= 1, got ", topics);
+    WISP_EXPECTS(mean_sequence_length >= 1, "mean_sequence_length must be >= 1, got ",
+                 mean_sequence_length);
+    WISP_EXPECTS(topic_shift_probability >= 0 && topic_shift_probability <= 1,
+                 "topic_shift_probability must be in [0, 1], got ", topic_shift_probability);
+  }
+};
+
+namespace detail {
+
 /// Draws one index with probability proportional to `w` (total > 0), integer arithmetic only.
 [[nodiscard]] inline std::size_t draw_weighted(const std::vector<std::uint64_t>& w,
-                                               std::uint64_t total, xoshiro256ss& rng) noexcept {
+                                               std::uint64_t total,
+                                               wisp::detail::xoshiro256ss& rng) noexcept {
   std::uint64_t r = rng.below(total);
   std::size_t i = 0;
   while (r >= w[i]) {
@@ -2709,7 +2727,7 @@ class xoshiro256ss {
   const auto E = static_cast<std::size_t>(cfg.experts);
   const auto K = static_cast<std::size_t>(cfg.top_k);
   const auto W = static_cast<std::size_t>(cfg.working_set);
-  detail::xoshiro256ss rng(seed);
+  wisp::detail::xoshiro256ss rng(seed);
 
   // Mass of each component, quantised once. Scale 2^40 keeps sums of <= 65536 terms below 2^57.
   constexpr double scale = 1099511627776.0;  // 2^40
@@ -2776,9 +2794,9 @@ class xoshiro256ss {
   }
 
   const std::uint64_t p_new_sequence =
-      detail::probability_threshold(1.0 / cfg.mean_sequence_length);
-  const std::uint64_t p_shift = detail::probability_threshold(cfg.topic_shift_probability);
-  const std::uint64_t p_drift = detail::probability_threshold(cfg.drift_rate);
+      wisp::detail::probability_threshold(1.0 / cfg.mean_sequence_length);
+  const std::uint64_t p_shift = wisp::detail::probability_threshold(cfg.topic_shift_probability);
+  const std::uint64_t p_drift = wisp::detail::probability_threshold(cfg.drift_rate);
 
   routing_trace trace({cfg.layers, cfg.experts, cfg.top_k});
   trace.reserve(steps);
@@ -4593,7 +4611,7 @@ template <class P>
 
 // ---- begin wisp/cache/lru.hpp ------------------------------------------------------------------
 /// @file
-/// @brief `lru` and `fifo`: the two list-ordered policies.
+/// @brief `lru`: least recently used (`fifo`, the other list-ordered policy, is in fifo.hpp).
 
 // ---- begin wisp/cache/detail/key_lists.hpp -----------------------------------------------------
 /// @file
@@ -4780,9 +4798,19 @@ class lru {
 };
 static_assert(call_eviction_policy<lru>);
 
+}  // namespace wisp
+// ---- end wisp/cache/lru.hpp --------------------------------------------------------------------
+
+// ---- begin wisp/cache/fifo.hpp -----------------------------------------------------------------
+/// @file
+/// @brief `fifo`: first in, first out.
+
+namespace wisp {
+
 /// @brief First in, first out: evicts the resident key inserted longest ago; hits do not reorder.
 ///
-/// Same structure and costs as `lru`.
+/// Same structure and costs as `lru`: one intrusive list, `on_insert`, `on_hit`, `on_erase` O(1),
+/// `victim` O(1 + p), p = protected keys skipped; allocation-free after `reset`. Not thread-safe.
 class fifo {
  public:
   static constexpr std::string_view name = "fifo";
@@ -4806,12 +4834,12 @@ class fifo {
 static_assert(eviction_policy<fifo>);
 
 }  // namespace wisp
-// ---- end wisp/cache/lru.hpp --------------------------------------------------------------------
+// ---- end wisp/cache/fifo.hpp -------------------------------------------------------------------
 
 // ---- begin wisp/cache/lfu.hpp ------------------------------------------------------------------
 /// @file
-/// @brief The frequency policies: `lfu` (counts while resident), `lfu_history` (counts over the
-/// whole history, as SpecMD defines LFU) and `lfru` (vLLM's frequency/recency score).
+/// @brief The LFU policies: `lfu` (counts while resident) and `lfu_history` (counts over the
+/// whole history, as SpecMD defines LFU). vLLM's frequency/recency score is `lfru` (lfru.hpp).
 
 // ---- begin wisp/cache/detail/key_heap.hpp ------------------------------------------------------
 /// @file
@@ -4963,26 +4991,6 @@ class key_heap {
 namespace wisp {
 namespace detail {
 
-/// Exact 128-bit product of two 64-bit values, compared lexicographically (portable: no __int128).
-struct wide_product {
-  std::uint64_t high = 0;
-  std::uint64_t low = 0;
-  friend constexpr auto operator<=>(const wide_product&, const wide_product&) = default;
-};
-
-[[nodiscard]] constexpr wide_product multiply(std::uint64_t a, std::uint64_t b) noexcept {
-  const std::uint64_t a_lo = a & 0xffffffffu;
-  const std::uint64_t a_hi = a >> 32;
-  const std::uint64_t b_lo = b & 0xffffffffu;
-  const std::uint64_t b_hi = b >> 32;
-  const std::uint64_t lo_lo = a_lo * b_lo;
-  const std::uint64_t hi_lo = a_hi * b_lo;
-  const std::uint64_t lo_hi = a_lo * b_hi;
-  const std::uint64_t hi_hi = a_hi * b_hi;
-  const std::uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xffffffffu) + lo_hi;
-  return wide_product{hi_hi + (hi_lo >> 32) + (cross >> 32), (cross << 32) | (lo_lo & 0xffffffffu)};
-}
-
 /// @brief The LFU family's mechanics: an indexed binary heap on (count, last access).
 /// `WholeHistory` says whether a key's count survives its eviction.
 template <bool WholeHistory>
@@ -5050,6 +5058,38 @@ class lfu_history : public detail::basic_lfu<true> {
   static constexpr std::string_view name = "lfu_history";
 };
 static_assert(eviction_policy<lfu_history>);
+
+}  // namespace wisp
+// ---- end wisp/cache/lfu.hpp --------------------------------------------------------------------
+
+// ---- begin wisp/cache/lfru.hpp -----------------------------------------------------------------
+/// @file
+/// @brief `lfru`: vLLM's frequency/recency policy, without its per-miss scan.
+
+namespace wisp {
+namespace detail {
+
+/// Exact 128-bit product of two 64-bit values, compared lexicographically (portable: no __int128).
+struct wide_product {
+  std::uint64_t high = 0;
+  std::uint64_t low = 0;
+  friend constexpr auto operator<=>(const wide_product&, const wide_product&) = default;
+};
+
+[[nodiscard]] constexpr wide_product multiply(std::uint64_t a, std::uint64_t b) noexcept {
+  const std::uint64_t a_lo = a & 0xffffffffu;
+  const std::uint64_t a_hi = a >> 32;
+  const std::uint64_t b_lo = b & 0xffffffffu;
+  const std::uint64_t b_hi = b >> 32;
+  const std::uint64_t lo_lo = a_lo * b_lo;
+  const std::uint64_t hi_lo = a_hi * b_lo;
+  const std::uint64_t lo_hi = a_lo * b_hi;
+  const std::uint64_t hi_hi = a_hi * b_hi;
+  const std::uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xffffffffu) + lo_hi;
+  return wide_product{hi_hi + (hi_lo >> 32) + (cross >> 32), (cross << 32) | (lo_lo & 0xffffffffu)};
+}
+
+}  // namespace detail
 
 /// @brief vLLM's LFRU (PR #37190, `CachedWeightProvider`): a clock ticks once per access (hit or
 /// miss); a key remembers its access count `freq` (1 on insertion) and the clock of its last
@@ -5214,12 +5254,12 @@ class lfru {
 static_assert(eviction_policy<lfru>);
 
 }  // namespace wisp
-// ---- end wisp/cache/lfu.hpp --------------------------------------------------------------------
+// ---- end wisp/cache/lfru.hpp -------------------------------------------------------------------
 
 // ---- begin wisp/cache/least_stale.hpp ----------------------------------------------------------
 /// @file
-/// @brief Layer-position-aware policies: `least_stale` (SpecMD §4) and `fld` (farthest layer
-/// distance).
+/// @brief `least_stale` (SpecMD §4), the layer-position-aware policy; its stale-blind sibling
+/// `fld` (farthest layer distance) is in fld.hpp and ranks by the same distance.
 ///
 /// Both rank a resident key by its *layer distance* from the layer now executing, `c`:
 ///
@@ -5233,6 +5273,10 @@ static_assert(eviction_policy<lfru>);
 /// most recently passed first, then the layers still ahead from the farthest to the nearest.
 /// In per-layer scope every key of a cache has the same layer, `d` is constant and both policies
 /// reduce to their tie-break (they then keep one list, not one per layer).
+
+// ---- begin wisp/cache/detail/layer_lists.hpp ---------------------------------------------------
+/// @file
+/// @brief Internal: one LRU list per layer, the structure behind `least_stale` and `fld`.
 
 namespace wisp {
 namespace detail {
@@ -5274,37 +5318,10 @@ class layer_lists {
 
 }  // namespace detail
 
-/// @brief Farthest layer distance: evicts the unprotected resident key with the largest layer
-/// distance `d` (see the file description); ties go to the least recently used.
-///
-/// One intrusive LRU list per layer (one in per-layer scope). `on_insert`, `on_hit`, `on_erase`:
-/// O(1). `victim`: O(L + p) in global scope, O(1 + p) per layer, p = protected keys skipped.
-/// Allocation-free after `reset`. Not thread-safe.
-class fld {
- public:
-  static constexpr std::string_view name = "fld";
+}  // namespace wisp
+// ---- end wisp/cache/detail/layer_lists.hpp -----------------------------------------------------
 
-  /// Forgets every key; sizes for `layout.size()` keys and `layout.layers` layers.
-  /// @throws std::bad_alloc
-  void reset(const key_layout& layout) { lists_.reset(layout); }
-  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept { lists_.insert(key); }
-  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept { lists_.touch(key); }
-  void on_erase(cache_key key) noexcept { lists_.remove(key); }
-  /// See the class description; `no_key` if every resident key is protected.
-  [[nodiscard]] cache_key victim(const access_context& ctx,
-                                 protected_keys is_protected) const noexcept {
-    cache_key found = no_key;
-    lists_.farthest_first(ctx.layer, is_protected, [&](cache_key k) {
-      found = k;
-      return true;
-    });
-    return found;
-  }
-
- private:
-  detail::layer_lists lists_;
-};
-static_assert(eviction_policy<fld>);
+namespace wisp {
 
 /// @brief SpecMD's Least-Stale. A resident key is *current* if it was accessed in the current
 /// forward pass (`step == ctx.step`), *stale* otherwise. The eviction order, first to last, is the
@@ -5376,6 +5393,48 @@ static_assert(eviction_policy<least_stale>);
 
 }  // namespace wisp
 // ---- end wisp/cache/least_stale.hpp ------------------------------------------------------------
+
+// ---- begin wisp/cache/fld.hpp ------------------------------------------------------------------
+/// @file
+/// @brief `fld`: farthest layer distance, the order of `least_stale` without its stale/current
+/// split (the layer distance `d` is defined in least_stale.hpp's description).
+
+namespace wisp {
+
+/// @brief Farthest layer distance: evicts the unprotected resident key with the largest layer
+/// distance `d` (defined in least_stale.hpp's description); ties go to the least recently used.
+///
+/// One intrusive LRU list per layer (one in per-layer scope). `on_insert`, `on_hit`, `on_erase`:
+/// O(1). `victim`: O(L + p) in global scope, O(1 + p) per layer, p = protected keys skipped.
+/// Allocation-free after `reset`. Not thread-safe.
+class fld {
+ public:
+  static constexpr std::string_view name = "fld";
+
+  /// Forgets every key; sizes for `layout.size()` keys and `layout.layers` layers.
+  /// @throws std::bad_alloc
+  void reset(const key_layout& layout) { lists_.reset(layout); }
+  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept { lists_.insert(key); }
+  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept { lists_.touch(key); }
+  void on_erase(cache_key key) noexcept { lists_.remove(key); }
+  /// See the class description; `no_key` if every resident key is protected.
+  [[nodiscard]] cache_key victim(const access_context& ctx,
+                                 protected_keys is_protected) const noexcept {
+    cache_key found = no_key;
+    lists_.farthest_first(ctx.layer, is_protected, [&](cache_key k) {
+      found = k;
+      return true;
+    });
+    return found;
+  }
+
+ private:
+  detail::layer_lists lists_;
+};
+static_assert(eviction_policy<fld>);
+
+}  // namespace wisp
+// ---- end wisp/cache/fld.hpp --------------------------------------------------------------------
 
 // ---- begin wisp/cache/belady.hpp ---------------------------------------------------------------
 /// @file
@@ -6619,11 +6678,103 @@ static_assert(eviction_policy<predicted_next_use>);
 }  // namespace wisp
 // ---- end wisp/cache/predicted_next_use.hpp -----------------------------------------------------
 
+// ---- begin wisp/cache/visit_policy.hpp ---------------------------------------------------------
+/// @file
+/// @brief Choosing a built-in eviction policy by name, in one place: `builtin_policy_names`,
+/// `builtin_policy_name` (spelling -> canonical name) and `visit_policy(name, f)`, which calls
+/// `f(std::type_identity<P>{})` with the policy type `P` so that the caller instantiates its own
+/// template once per policy (the simulator, the CLI, an engine's configuration).
+/// @code
+/// auto result = wisp::visit_policy(options.policy, [&]<class P>(std::type_identity<P>) {
+///   return run_with(wisp::per_layer_cache<P>(layout, capacity));
+/// });  // "least-stale" and "least_stale" both select wisp::least_stale
+/// @endcode
+
+namespace wisp {
+
+/// The names of the built-in policies (each type's `P::name`), in the order tools report them.
+inline constexpr std::string_view builtin_policy_names[] = {lru::name,
+                                                            fifo::name,
+                                                            lfu::name,
+                                                            lfu_history::name,
+                                                            lfru::name,
+                                                            fld::name,
+                                                            least_stale::name,
+                                                            decayed_frequency::name,
+                                                            predicted_next_use::name,
+                                                            belady::name};
+
+/// @brief The canonical name of the built-in policy spelt `name`, reading `-` as `_`
+/// ("least-stale" -> "least_stale"), or an empty view if there is none. O(number of policies).
+/// Thread-safe.
+[[nodiscard]] constexpr std::string_view builtin_policy_name(std::string_view name) noexcept {
+  for (const std::string_view known : builtin_policy_names) {
+    bool same = known.size() == name.size();
+    for (std::size_t i = 0; same && i < name.size(); ++i) {
+      same = known[i] == (name[i] == '-' ? '_' : name[i]);
+    }
+    if (same) {
+      return known;
+    }
+  }
+  return {};
+}
+
+/// @brief Calls `f(std::type_identity<P>{})` for the built-in policy `P` spelt `name` (see
+/// `builtin_policy_name`) and returns what it returns; every policy's call must return the same
+/// type. The one name-to-type switch of the library: type erasure at the edge, the work inside
+/// `f` stays fully typed.
+/// @throws wisp::logic_error "unknown policy 'NAME' (known: ...)" for any other name, before
+///   calling `f`; whatever `f` throws.
+template <class F>
+decltype(auto) visit_policy(std::string_view name, F&& f) {
+  const std::string_view canonical = builtin_policy_name(name);
+  if (canonical == lru::name) {
+    return std::invoke(f, std::type_identity<lru>{});
+  }
+  if (canonical == fifo::name) {
+    return std::invoke(f, std::type_identity<fifo>{});
+  }
+  if (canonical == lfu::name) {
+    return std::invoke(f, std::type_identity<lfu>{});
+  }
+  if (canonical == lfu_history::name) {
+    return std::invoke(f, std::type_identity<lfu_history>{});
+  }
+  if (canonical == lfru::name) {
+    return std::invoke(f, std::type_identity<lfru>{});
+  }
+  if (canonical == fld::name) {
+    return std::invoke(f, std::type_identity<fld>{});
+  }
+  if (canonical == least_stale::name) {
+    return std::invoke(f, std::type_identity<least_stale>{});
+  }
+  if (canonical == decayed_frequency::name) {
+    return std::invoke(f, std::type_identity<decayed_frequency>{});
+  }
+  if (canonical == predicted_next_use::name) {
+    return std::invoke(f, std::type_identity<predicted_next_use>{});
+  }
+  if (canonical == belady::name) {
+    return std::invoke(f, std::type_identity<belady>{});
+  }
+  std::string known;
+  for (const std::string_view n : builtin_policy_names) {
+    known += known.empty() ? "" : ", ";
+    known += n;
+  }
+  WISP_FAIL(logic_error, "unknown policy '", name, "' (known: ", known, ")");
+}
+
+}  // namespace wisp
+// ---- end wisp/cache/visit_policy.hpp -----------------------------------------------------------
+
 // ---- begin wisp/cache/policies.hpp -------------------------------------------------------------
 /// @file
 /// @brief Every built-in eviction policy and the slot cache: `lru`, `fifo`, `lfu`, `lfru`, `fld`,
 /// `least_stale`, `decayed_frequency`, `predicted_next_use`, `belady`, `slot_cache<P>`,
-/// `per_layer_cache<P>`.
+/// `per_layer_cache<P>`, and `visit_policy` (a built-in policy by name).
 
 // ---- begin wisp/cache/per_layer_cache.hpp ------------------------------------------------------
 /// @file
@@ -6651,10 +6802,6 @@ static_assert(eviction_policy<predicted_next_use>);
 /// @endcode
 
 namespace wisp {
-
-namespace detail {
-struct slot_cache_unchecked;  // the pager's way in to the unchecked bulk call (see pager.inl)
-}  // namespace detail
 
 /// What one access did.
 struct access_result {
@@ -6787,6 +6934,46 @@ class slot_cache {
                                                             const access_context& ctx,
                                                             Visit&& visit);
 
+  /// What `access_call_unchecked` returns.
+  struct unchecked_call {
+    std::span<const cache_key> keys;  ///< distinct keys of the call, first-seen order
+    std::size_t misses = 0;           ///< accesses that missed
+  };
+
+  /// @brief The fastest whole call, for a component that has already validated its keys: what
+  /// the pager runs per layer, open to any pager-like layer built on `slot_cache`.
+  ///
+  /// Starts a call, protects every key of `keys` (duplicates allowed) and accesses each distinct
+  /// key once, in first-seen order, as `access_distinct` does, but without checking the keys or
+  /// the layer and without a per-key `access_result`: a whole-call policy
+  /// (`call_eviction_policy`, e.g. `lru`) takes the call in one `on_call`, in branch-free passes.
+  /// It reports through two callbacks, neither of which may throw:
+  /// - `on_miss(key, slot)` once per miss, in access order, with the key's new slot;
+  /// - `note(i, key, slot)` once per distinct key `i`, in order, with the key's slot: -1 for a
+  ///   miss whose `on_miss` is still to come (whole-call policies report the misses after the
+  ///   notes), else its slot (a caller that stores both ends with every key's slot).
+  ///
+  /// Precondition: `ctx.layer` is a layer of the layout and every key is in `[0, key_space())`;
+  /// violating it is undefined behaviour (check with `access_distinct` when in doubt).
+  /// O(keys.size()) + policy hooks; no allocation.
+  /// @code
+  /// // keys of one layer, checked against [base, base + experts) by the caller
+  /// auto call = cache.access_call_unchecked(keys, ctx,
+  ///     [&](std::size_t, wisp::cache_key key, std::int32_t slot) { map[key - base] = slot; },
+  ///     [&](wisp::cache_key key, std::int32_t slot) { plan.push_back({key - base, slot}); });
+  /// @endcode
+  /// @returns the distinct keys (valid until the next call) and the number of misses.
+  /// @throws wisp::logic_error if the call requests more distinct keys than `capacity()` (nothing
+  ///   accessed, the previous call's protection gone, as with `access_call`), or if the policy
+  ///   breaks its contract (a whole-call policy's call is then undone, possibly after some
+  ///   `note`s and `on_miss`es were made).
+  template <class Note, class OnMiss>
+  requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
+      std::invocable<OnMiss&, cache_key, std::int32_t>
+          WISP_DETAIL_ALWAYS_INLINE unchecked_call
+          access_call_unchecked(std::span<const cache_key> keys, const access_context& ctx,
+                                Note&& note, OnMiss&& on_miss);
+
   /// @brief Loads `key` ahead of the call that will request it (a prefetch), outside any call:
   /// the current call and its protection are unchanged, and no access is counted.
   ///
@@ -6901,7 +7088,6 @@ class slot_cache {
                                 whole_call call, Visit& visit);
   // Thrown by `access_whole_call` for a bad victim met at miss `j`, after undoing misses [0, j).
   [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j);
-  friend struct detail::slot_cache_unchecked;
 
   key_layout layout_;
   std::int32_t capacity_ = 0;
@@ -7511,45 +7697,31 @@ bool slot_cache<Policy>::invariants_hold() const {
   return mapped == resident && resident + free_count() == capacity_;
 }
 
-namespace detail {
-/// For wisp's own layers only (the pager): one whole call of `keys` (duplicates allowed) without
-/// `slot_cache::access_distinct`'s checks and per-key reports, for a caller that has already
-/// validated every key and the layer against the same bounds (the pager checks ids against
-/// `[0, experts)` with its own error messages). Calls `on_miss(key, slot)` for each miss with its
-/// new slot, in access order, and `note(i, key, slot)` once for the i-th distinct key, in order,
-/// with `slot` -1 for a miss whose `on_miss` is still to come and the key's current slot
-/// otherwise (a caller storing both ends with every key's slot). Returns the distinct keys (valid
-/// until the next call) and the number of misses. Calling it with an out-of-range key or layer
-/// is undefined behaviour.
-struct slot_cache_unchecked {
-  struct call_result {
-    std::span<const cache_key> keys;  ///< distinct keys of the call, first-seen order
-    std::size_t misses = 0;
-  };
-  template <class Policy, class Note, class OnMiss>
-  WISP_DETAIL_ALWAYS_INLINE static call_result access_noting(slot_cache<Policy>& cache,
-                                                             std::span<const cache_key> keys,
-                                                             const access_context& ctx, Note& note,
-                                                             OnMiss& on_miss) {
-    const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
-    if constexpr (call_eviction_policy<Policy>) {
-      return {distinct, cache.access_whole_call(distinct, ctx, note, on_miss).misses};
-    } else {
-      auto report = [&on_miss](cache_key key, const access_result& r) {
-        if (!r.hit) {
-          on_miss(key, r.slot);
-        }
-      };
-      const std::uint64_t misses_before = cache.stats_.misses;
-      cache.access_each(distinct, ctx, report);
-      for (std::size_t i = 0; i < distinct.size(); ++i) {
-        note(i, distinct[i], cache.key_to_slot_[static_cast<std::size_t>(distinct[i])]);
+template <eviction_policy Policy>
+template <class Note, class OnMiss>
+requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
+    std::invocable<OnMiss&, cache_key, std::int32_t>
+        WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::unchecked_call
+        slot_cache<Policy>::access_call_unchecked(std::span<const cache_key> keys,
+                                                  const access_context& ctx, Note&& note,
+                                                  OnMiss&& on_miss) {
+  const std::span<const cache_key> distinct = protect_call(keys, ctx, "access_distinct");
+  if constexpr (call_eviction_policy<Policy>) {
+    return {distinct, access_whole_call(distinct, ctx, note, on_miss).misses};
+  } else {
+    auto report = [&on_miss](cache_key key, const access_result& r) {
+      if (!r.hit) {
+        on_miss(key, r.slot);
       }
-      return {distinct, static_cast<std::size_t>(cache.stats_.misses - misses_before)};
+    };
+    const std::uint64_t misses_before = stats_.misses;
+    access_each(distinct, ctx, report);
+    for (std::size_t i = 0; i < distinct.size(); ++i) {
+      note(i, distinct[i], key_to_slot_[static_cast<std::size_t>(distinct[i])]);
     }
+    return {distinct, static_cast<std::size_t>(stats_.misses - misses_before)};
   }
-};
-}  // namespace detail
+}
 
 }  // namespace wisp
 // ---- end wisp/cache/detail/slot_cache.inl ------------------------------------------------------
@@ -8046,8 +8218,11 @@ std::span<const expert_group> group_planner::plan_expert_groups_impl(std::span<c
 /// wisp::pager<wisp::lru> pager({.layers = 24, .experts = 64, .top_k = 8, .capacity = 16});
 /// std::vector<std::int32_t> ids = router_topk(hidden);        // [tokens x 8], row-major
 /// wisp::prepare_result r = pager.prepare(layer, ids, tokens, 8);
-/// for (const wisp::copy_op& op : r.copy_plan) { copy_engine.h2d(master(op.expert), slot(op.slot));
-/// } fused_moe(hidden, ids, weights, slots, r.expert_map);       // same stream as the copies
+/// for (const wisp::copy_op& op : r.copy_plan) {
+///   copy_engine.h2d(master(op.expert), slot(op.slot));
+/// }
+/// fused_moe(hidden, ids, weights, slots, r.expert_map);  // same stream as the copies
+/// pager.end_call(layer);  // once the kernel is done, if the layer is resized before its next call
 /// @endcode
 
 namespace wisp {
@@ -8068,8 +8243,8 @@ struct prepare_result {
   std::span<const copy_op> copy_plan;
   /// The distinct experts of this call in first-seen order (the order they were accessed).
   std::span<const std::int32_t> experts;
-  std::int32_t hits =
-      0;  ///< distinct experts that were resident; `hits + misses == experts.size()`
+  /// Distinct experts that were resident; `hits + misses == experts.size()`.
+  std::int32_t hits = 0;
   std::int32_t misses = 0;  ///< distinct experts that were not (`== copy_plan.size()`)
 };
 
@@ -8202,6 +8377,22 @@ class pager {
   ///   outside `[0, experts)`; or if the policy breaks its contract (as `prepare`).
   prefetch_result prefetch(std::int32_t layer, std::span<const std::int32_t> candidates);
 
+  /// @brief Ends `layer`'s current call, once its kernel no longer reads the slots: its experts
+  /// stop being protected (a `resize_layer` or a prefetch may now evict them) and disappear from
+  /// the layer's map. Nothing is evicted or counted; the cache's contents and the policy are
+  /// unchanged, and results of the layer's last `prepare*` are no longer valid.
+  ///
+  /// For a resize, the same as an empty `prepare(layer, {}, 0, k)`, without starting a call. In
+  /// global scope the pool protects only the pending call, so ending another layer only hides
+  /// its map. The pending call is over (`pending_layer()` becomes -1) if it was `layer`'s.
+  /// O(experts of the call). Not thread-safe.
+  /// @code
+  /// pager.end_call(layer);                        // the layer's kernel has finished
+  /// auto report = pager.resize_layer(layer, 12);  // may now evict the call's experts
+  /// @endcode
+  /// @throws wisp::logic_error (nothing changed) if `layer` is outside `[0, layers)`.
+  void end_call(std::int32_t layer);
+
   /// The layer of the pending call (the most recent `prepare*`), or -1 before the first.
   [[nodiscard]] std::int32_t pending_layer() const noexcept { return pending_layer_; }
 
@@ -8259,7 +8450,10 @@ class pager {
 
   /// Per-layer scope: changes `layer`'s slot count (see `slot_cache::resize`; the caller copies
   /// each reported move's bytes `from` -> `to` and may free slots `>= capacity`). The layer's
-  /// current map is updated to the new slots. Strong guarantee. No allocation but the report.
+  /// current map is updated to the new slots; the experts of its current call stay resident
+  /// (`end_call` first to release them). Strong guarantee. No allocation but the report.
+  /// `resize_layer_rows` (wisp/pager/resize_layer_rows.hpp) does this together with the
+  /// layer's expert tensor.
   /// @throws wisp::logic_error in global scope, on a bad layer, or if `capacity` is outside
   ///   `[top_k, experts]` or cannot be reached without evicting the layer's current experts.
   resize_report resize_layer(std::int32_t layer, std::int32_t capacity);
@@ -8548,12 +8742,11 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
     *plan_end++ = copy_op{key - base, slot};
   };
   // The keys and the layer were checked above against the same bounds the cache would check.
-  using unchecked = detail::slot_cache_unchecked;
   const access_context ctx{step_, layer, time};
-  unchecked::call_result call;
+  typename cache_type::unchecked_call call;
   if constexpr (call_eviction_policy<Policy>) {
     try {
-      call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);
+      call = cache.access_call_unchecked(keys, ctx, show, plan_copy);
     } catch (...) {
       // The policy broke its contract and the cache undid the call; some of its keys may have
       // been shown already: show none.
@@ -8561,7 +8754,7 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
       throw;
     }
   } else {
-    call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);  // shows at the end
+    call = cache.access_call_unchecked(keys, ctx, show, plan_copy);  // shows at the end
   }
   const auto misses = static_cast<std::int32_t>(call.misses);
   const std::size_t distinct = call.keys.size();
@@ -8657,6 +8850,24 @@ void pager<Policy>::refresh_map(std::int32_t layer) {
 }
 
 template <eviction_policy Policy>
+void pager<Policy>::end_call(std::int32_t layer) {
+  check_layer("pager::end_call", layer);
+  const std::size_t off = offset(layer);
+  std::int32_t& visible_count = visible_count_[static_cast<std::size_t>(layer)];
+  for (std::int32_t i = 0; i < visible_count; ++i) {
+    maps_[off + static_cast<std::size_t>(visible_[off + static_cast<std::size_t>(i)])] = -1;
+  }
+  visible_count = 0;
+  // Per-layer caches protect only their layer's last call; the global pool only the pending one.
+  if (scope_ == cache_scope::per_layer || pending_layer_ == layer) {
+    cache_of(layer).begin_call(access_context{step_, layer, times_[cache_index(layer)]});
+  }
+  if (pending_layer_ == layer) {
+    pending_layer_ = -1;
+  }
+}
+
+template <eviction_policy Policy>
 bool pager<Policy>::invalidate(std::int32_t layer, std::int32_t expert) {
   check_expert("pager::invalidate", layer, expert);
   const bool was_resident = cache_of(layer).invalidate(key_of(layer, expert));
@@ -8697,6 +8908,93 @@ resize_report pager<Policy>::resize_pool(std::int32_t capacity) {
 // ---- end wisp/pager/detail/pager.inl -----------------------------------------------------------
 // ---- end wisp/pager/pager.hpp ------------------------------------------------------------------
 
+// ---- begin wisp/pager/resize_layer_rows.hpp ----------------------------------------------------
+/// @file
+/// @brief `resize_layer_rows`: resizes one per-layer pager layer together with the expert tensor
+/// that holds its slots (a `virtual_expert_tensor`, or any `resident_row_tensor`), in the one
+/// order that keeps every resident expert's bytes in its slot: grow the tensor, resize the
+/// layer's cache, copy the moved rows, shrink the tensor. Strong guarantee for the pair.
+///
+/// The pager's header does not include the VMM: the tensor is reached through the small
+/// `resident_row_tensor` concept, which `wisp::virtual_expert_tensor` models.
+/// @code
+/// pager.end_call(layer);  // the layer's kernel has finished: its experts may move or go
+/// wisp::resize_layer_rows(pager, layer, new_capacity, tensors[layer]);
+/// // pager.capacity(layer) == tensors[layer].resident_rows() == new_capacity, and each resident
+/// // expert's weights are in tensors[layer].row(pager.slot_of(layer, expert))
+/// @endcode
+
+namespace wisp {
+
+/// @brief An expert tensor whose slot rows `[0, resident_rows())` are backed and can be grown or
+/// shrunk in place: `resize_resident` growing has the strong guarantee and shrinking never fails;
+/// row `r` starts at `row(r)` and spans `row_stride()` bytes.
+template <class T>
+concept resident_row_tensor = requires(T& t, const T& ct, std::size_t n) {
+  { ct.resident_rows() } -> std::convertible_to<std::size_t>;
+  { ct.row_stride() } -> std::convertible_to<std::size_t>;
+  { ct.row(n) } -> std::convertible_to<std::byte*>;
+  t.resize_resident(n);
+};
+
+/// @brief Sets `layer`'s slot count to `capacity` in `pager` (per-layer scope) and the resident
+/// rows of `tensor`, the layer's slots, to the same, moving the bytes of every expert the
+/// pager's resize relocates (`resize_report::moves`, row by row, `row_stride()` bytes each).
+///
+/// The experts of the layer's current call stay resident and in place unless `end_call(layer)`
+/// was called first; evicted experts' rows are simply dropped or reused.
+/// O(|capacity - rows| x row_stride / granule) mapping + `pager::resize_layer` + the copies.
+/// Not thread-safe: nothing may read the layer's slots meanwhile.
+/// @returns the pager's report (its moves are already copied).
+/// @throws wisp::logic_error if the tensor has fewer resident rows than the layer has slots;
+///   whatever `tensor.resize_resident` throws when growing (e.g.
+///   wisp::out_of_memory), and as `pager::resize_layer` (a bad layer or capacity, global scope,
+///   a shrink below the current call's experts). Strong guarantee: the pager and the tensor are
+///   then both as before. Arguments are checked before the tensor is touched; if the pager
+///   still fails after the tensor grew (std::bad_alloc), the tensor is shrunk back and its pool
+///   keeps the pages as free pages.
+template <eviction_policy Policy, resident_row_tensor Tensor>
+resize_report resize_layer_rows(pager<Policy>& pager, std::int32_t layer, std::int32_t capacity,
+                                Tensor& tensor) {
+  const std::size_t rows_before = tensor.resident_rows();
+  WISP_EXPECTS(rows_before >= static_cast<std::size_t>(pager.capacity(layer)),
+               "resize_layer_rows: the tensor has ", rows_before, " resident rows but layer ",
+               layer, " has ", pager.capacity(layer), " slots (every slot needs its row)");
+  // The pager's own argument checks, before the tensor is touched (its pool keeps the pages a
+  // grow took, so a refused resize must not grow it first).
+  WISP_EXPECTS(pager.scope() == cache_scope::per_layer,
+               "resize_layer_rows: the pager has one global pool; resize it with resize_pool");
+  WISP_EXPECTS(capacity >= pager.top_k() && capacity <= pager.experts(),
+               "resize_layer_rows: capacity ", capacity, " of layer ", layer,
+               " must be in [top_k = ", pager.top_k(), ", experts = ", pager.experts(), "]");
+  const auto rows = static_cast<std::size_t>(capacity);
+  if (rows > rows_before) {
+    tensor.resize_resident(rows);  // grow first: the moves below may land in the new rows
+  }
+  resize_report report;
+  try {
+    report = pager.resize_layer(layer, capacity);
+  } catch (...) {  // a shrink below the current call's experts, or std::bad_alloc
+    if (tensor.resident_rows() != rows_before) {
+      tensor.resize_resident(rows_before);  // a shrink: never fails
+    }
+    throw;
+  }
+  // Nothing below fails: the moves go from slots >= capacity to free slots below it (disjoint).
+  const std::size_t stride = tensor.row_stride();
+  for (const slot_move& m : report.moves) {
+    std::memcpy(tensor.row(static_cast<std::size_t>(m.to)),
+                tensor.row(static_cast<std::size_t>(m.from)), stride);
+  }
+  if (rows < tensor.resident_rows()) {
+    tensor.resize_resident(rows);  // shrink last: the rows just moved from are no longer needed
+  }
+  return report;
+}
+
+}  // namespace wisp
+// ---- end wisp/pager/resize_layer_rows.hpp ------------------------------------------------------
+
 // ---- begin wisp/pager/reroute_table.hpp --------------------------------------------------------
 /// @file
 /// @brief `reroute_table`: ExpertWeave's ESFT expert map (§4.1, §4.3). Serving several
@@ -8713,8 +9011,8 @@ resize_report pager<Policy>::resize_pool(std::int32_t capacity) {
 /// table.assign(/*adapter=*/1, /*expert=*/13, /*row=*/72);     // adapter 1's version of expert 13
 /// std::vector<std::int32_t> aid = {-1, 1};                    // token 0: base, token 1: adapter 1
 /// table.apply(topk, /*tokens=*/2, /*k=*/6, aid, rerouted);    // rerouted[i] in [0, rows)
-/// wisp::pager<wisp::lru> pager({.layers = 1, .experts = table.rows(), .top_k = 6, .capacity =
-/// 16});
+/// wisp::pager<wisp::lru> pager({.layers = 1, .experts = table.rows(), .top_k = 6,
+///                                .capacity = 16});
 /// @endcode
 
 namespace wisp {
@@ -8852,6 +9150,47 @@ class reroute_table {
   std::vector<std::int32_t> table_;  // [adapters x experts] -> row
   std::vector<std::int32_t> owner_;  // adapter row - experts -> adapter * experts + expert, or -1
 };
+
+/// @brief What `write_routes` reads from a layer's adapter layout: `wisp::adapter_layout` models
+/// it (ExpertWeave's padded rows: adapter `a`'s fine-tuned experts at rows `offset(a) + j`).
+template <class L>
+concept adapter_rows = requires(const L& layout, std::int32_t adapter) {
+  { layout.shape().adapters } -> std::convertible_to<std::int32_t>;
+  { layout.shape().base_experts } -> std::convertible_to<std::int32_t>;
+  { layout.tensor().max_rows() } -> std::convertible_to<std::size_t>;
+  { layout.adapter_experts(adapter) } -> std::convertible_to<std::span<const std::int32_t>>;
+  { layout.offset(adapter) } -> std::convertible_to<std::size_t>;
+};
+
+/// @brief Writes the ESFT expert map of one layer's `layout` into `table`: every (adapter,
+/// expert) pair points at its loaded adapter row or at the base row. O(N * M).
+/// @throws wisp::logic_error (table unchanged) unless the table has the layout's N adapters,
+///   M experts and M + N * Emax rows.
+/// @code
+/// wisp::reroute_table table(4, 64, static_cast<std::int32_t>(layer.tensor().max_rows()));
+/// wisp::write_routes(layer, table);  // after layer.load_adapter(...) / unload_adapter(...)
+/// @endcode
+template <adapter_rows L>
+void write_routes(const L& layout, reroute_table& table) {
+  const std::int32_t adapters = layout.shape().adapters;
+  const std::int32_t experts = layout.shape().base_experts;
+  WISP_EXPECTS(table.adapters() == adapters && table.experts() == experts &&
+                   static_cast<std::size_t>(table.rows()) == layout.tensor().max_rows(),
+               "write_routes: table is [", table.adapters(), " x ", table.experts(), "] over ",
+               table.rows(), " rows; the layout is [", adapters, " x ", experts, "] over ",
+               layout.tensor().max_rows(), " rows");
+  for (std::int32_t a = 0; a < adapters; ++a) {  // release every adapter row first
+    for (std::int32_t e = 0; e < experts; ++e) {
+      table.assign(a, e, e);
+    }
+  }
+  for (std::int32_t a = 0; a < adapters; ++a) {
+    const std::span<const std::int32_t> list = layout.adapter_experts(a);
+    for (std::size_t j = 0; j < list.size(); ++j) {
+      table.assign(a, list[j], static_cast<std::int32_t>(layout.offset(a) + j));
+    }
+  }
+}
 
 }  // namespace wisp
 // ---- end wisp/pager/reroute_table.hpp ----------------------------------------------------------
@@ -10417,6 +10756,37 @@ class page_pool {
 }  // namespace wisp
 // ---- end wisp/vmm/page_pool.hpp ----------------------------------------------------------------
 
+// ---- begin wisp/vmm/expert_tensor_view.hpp -----------------------------------------------------
+/// @file
+/// @brief `expert_tensor_view`: the three fields a kernel or a copy needs from an expert tensor
+/// (base address, rows, row stride), in a header of its own so that kernel contracts and copy
+/// paths do not pull in the virtual-memory machinery (`virtual_expert_tensor::view()` returns one;
+/// so does any plain `[rows x row_stride]` buffer written by hand).
+/// @code
+/// std::vector<std::byte> slots(capacity * row_bytes);
+/// wisp::expert_tensor_view v{slots.data(), capacity, row_bytes};
+/// std::byte* third = v.row(3);  // slots.data() + 3 * row_bytes
+/// @endcode
+
+namespace wisp {
+
+/// @brief Trivially copyable view of an expert tensor for kernels: row `r` starts at
+/// `base + r * row_stride`. Rows that are not mapped must not be touched.
+struct expert_tensor_view {
+  std::byte* base = nullptr;
+  std::size_t rows = 0;
+  std::size_t row_stride = 0;
+
+  /// Start of row `r` (no check).
+  [[nodiscard]] WISP_HOST_DEVICE std::byte* row(std::size_t r) const noexcept {
+    return base + r * row_stride;
+  }
+};
+static_assert(std::is_trivially_copyable_v<expert_tensor_view>);
+
+}  // namespace wisp
+// ---- end wisp/vmm/expert_tensor_view.hpp -------------------------------------------------------
+
 // ---- begin wisp/vmm/virtual_expert_tensor.hpp --------------------------------------------------
 /// @file
 /// @brief `virtual_expert_tensor<Backend>`: an expert weight tensor `[max_rows x row_stride]` at a
@@ -10439,20 +10809,6 @@ class page_pool {
 /// @endcode
 
 namespace wisp {
-
-/// @brief Trivially copyable view of an expert tensor for kernels: row `r` starts at
-/// `base + r * row_stride`. Rows that are not mapped must not be touched.
-struct expert_tensor_view {
-  std::byte* base = nullptr;
-  std::size_t rows = 0;
-  std::size_t row_stride = 0;
-
-  /// Start of row `r` (no check).
-  [[nodiscard]] WISP_HOST_DEVICE std::byte* row(std::size_t r) const noexcept {
-    return base + r * row_stride;
-  }
-};
-static_assert(std::is_trivially_copyable_v<expert_tensor_view>);
 
 /// Shape of a `virtual_expert_tensor`.
 struct expert_tensor_shape {
@@ -10779,7 +11135,7 @@ class virtual_expert_tensor {
 /// layer.load_base();
 /// std::vector<wisp::expert_id> tuned = {wisp::expert_id{3}, wisp::expert_id{14}};
 /// layer.load_adapter(1, tuned);          // maps rows 77 and 78 only
-/// layer.write_routes(table);             // table.row(1, 14) == 78
+/// wisp::write_routes(layer, table);      // table.row(1, 14) == 78 (wisp/pager/reroute_table.hpp)
 /// layer.unload_adapter(1);               // pages back to the pool
 /// @endcode
 
@@ -10925,30 +11281,6 @@ class adapter_layout {
       }
     }
     return expert.value();
-  }
-
-  /// @brief Writes the ESFT expert map of this layer into `table`: every (adapter, expert) pair
-  /// points at its loaded adapter row or at the base row. O(N * M).
-  /// @throws wisp::logic_error (table unchanged) unless the table has N adapters, M experts and
-  ///   M + N * Emax rows.
-  void write_routes(reroute_table& table) const {
-    WISP_EXPECTS(table.adapters() == shape_.adapters && table.experts() == shape_.base_experts &&
-                     static_cast<std::size_t>(table.rows()) == tensor_.max_rows(),
-                 "adapter_layout::write_routes: table is [", table.adapters(), " x ",
-                 table.experts(), "] over ", table.rows(), " rows; the layout is [",
-                 shape_.adapters, " x ", shape_.base_experts, "] over ", tensor_.max_rows(),
-                 " rows");
-    for (std::int32_t a = 0; a < shape_.adapters; ++a) {  // release every adapter row first
-      for (std::int32_t e = 0; e < shape_.base_experts; ++e) {
-        table.assign(a, e, e);
-      }
-    }
-    for (std::int32_t a = 0; a < shape_.adapters; ++a) {
-      const auto list = adapter_experts(a);
-      for (std::size_t j = 0; j < list.size(); ++j) {
-        table.assign(a, list[j], static_cast<std::int32_t>(offset(a) + j));
-      }
-    }
   }
 
   /// @brief F_mem of the padded layout and of this one, for the adapters loaded now. O(N).
@@ -11733,7 +12065,7 @@ struct model_file {
 
 namespace detail {
 
-using trace::detail::json_value;
+using wisp::detail::json_value;
 
 [[nodiscard]] inline std::uint64_t json_unsigned(const json_value& v, std::string_view key,
                                                  std::uint64_t max) {
@@ -11795,8 +12127,8 @@ using trace::detail::json_value;
                                                  std::string_view fallback_name = "model") {
   using detail::json_u32;
   using detail::json_u32_or;
-  const auto doc = trace::detail::json_parser(text, 0).parse_document();
-  if (doc.type != trace::detail::json_value::kind::object) {
+  const auto doc = wisp::detail::json_parser(text, 0).parse_document();
+  if (doc.type != wisp::detail::json_value::kind::object) {
     throw format_error("model file: the document must be a JSON object");
   }
   model_file out;
@@ -11804,7 +12136,7 @@ using trace::detail::json_value;
   out.source = detail::json_string_or(doc, "source", "");
   const std::uint32_t block_tokens = json_u32_or(doc, "block_tokens", 16);
   if (const auto* cfg = doc.find("config"); cfg != nullptr) {
-    if (cfg->type != trace::detail::json_value::kind::object) {
+    if (cfg->type != wisp::detail::json_value::kind::object) {
       throw format_error("model file: \"config\" must be an object");
     }
     model_config c;
@@ -11834,8 +12166,8 @@ using trace::detail::json_value;
     // Products of 32-bit fields: at most four factors below 2^32 could overflow 64 bits.
     byte_size expert = byte_size{c.expert_matrices} * c.hidden_size * c.moe_intermediate_size;
     expert = expert * c.dtype_bytes;
-    const trace::detail::json_value* given_bytes = cfg->find("expert_bytes");
-    const trace::detail::json_value* bits = cfg->find("weight_bits");
+    const wisp::detail::json_value* given_bytes = cfg->find("expert_bytes");
+    const wisp::detail::json_value* bits = cfg->find("weight_bits");
     if (given_bytes != nullptr && bits != nullptr) {
       throw format_error(
           "model file: give \"expert_bytes\" or \"weight_bits\" in \"config\", "
@@ -11926,7 +12258,7 @@ using trace::detail::json_value;
 /// @throws wisp::error if the file cannot be opened (naming the operating system's reason);
 /// wisp::format_error if it is malformed (the path is named).
 [[nodiscard]] inline model_file read_model_json(const std::filesystem::path& path) {
-  std::ifstream in = trace::detail::open_for_reading(path);
+  std::ifstream in = wisp::detail::open_for_reading(path);
   std::ostringstream buffer;
   buffer << in.rdbuf();
   try {
@@ -13116,7 +13448,7 @@ struct kv_stream {
                  "phases must share the session pool (sessions, concurrency, context, "
                  "block_tokens)");
   }
-  trace::detail::xoshiro256ss rng{seed};
+  wisp::detail::xoshiro256ss rng{seed};
   struct session {
     std::uint32_t tokens = 0;
     std::vector<std::uint32_t> blocks;
@@ -13129,7 +13461,7 @@ struct kv_stream {
   std::vector<std::uint32_t> order(base.sessions);
   for (std::uint32_t phase = 0; phase < phases.size(); ++phase) {
     const agentic_config& cfg = phases[phase].config;
-    const auto tool_threshold = trace::detail::probability_threshold(cfg.tool_call_fraction);
+    const auto tool_threshold = wisp::detail::probability_threshold(cfg.tool_call_fraction);
     for (std::uint32_t r = 0; r < phases[phase].rounds; ++r) {
       kv_round round;
       round.phase = phase;
@@ -13184,505 +13516,6 @@ struct kv_stream {
 
 }  // namespace wisp::alloc
 // ---- end wisp/alloc/kv_workload.hpp ------------------------------------------------------------
-
-// ---- begin wisp/alloc/evaluation.hpp -----------------------------------------------------------
-/// @file
-/// @brief Trace-driven evaluation of expert/KV split policies (WiSP §5.3, Table 5): an expert
-/// stream (a routing trace, one step per decoded token) and a KV stream (agentic sessions,
-/// kv_workload.hpp) replayed against LRU pools sized by each policy.
-///
-/// Arms:
-/// - **per-workflow oracle**: the best fixed cap in hindsight on this workload (for a workload that
-///   shifts regime it is the *global oracle*: one best split over the whole session);
-/// - **MV-WSA configurator**: the offline configurator run open-loop on the first
-///   `representative_fraction` of the workload, then held fixed;
-/// - **MV-WSA online**: the online controller (Algorithm 2), one burst per round, starting from
-///   the 50-50 cap;
-/// - **dual-resize**: the closed-form law of Appendix D on each round's peak KV blocks;
-/// - **50-50**: half the budget to experts (cap rounded down, clamped to `[k, E]`);
-/// - **Flux-prop**: KV-blind, expert-working-set-proportional: the smallest cap that catches
-///   `flux_hit_fraction` of the expert stream's warm reuse, limited only by the budget (not the
-///   admission floor).
-///
-/// Fixed arms are costed from the exact miss curves (the replay of a fixed split equals the
-/// curve); adaptive arms are replayed with resizable LRU pools (a shrink evicts LRU entries, a grow
-/// adds empty room). The expert stream is served a (step, layer) request at a time, the request's
-/// experts protected from each other as in wisp's pager, and its curve is the call-granular one
-/// (`reuse::reuse_granularity::call`); the KV stream is served one block access at a time. The
-/// reported cost is the *warm* latency: misses other than first sight, which every arm pays alike
-/// (the new prompt's prefill, an expert's first load).
-/// @code
-/// auto w = wisp::alloc::make_eval_workload("tool-burst", spec, phases, 1);
-/// auto r = wisp::alloc::evaluate(spec, w, {.budget = 8_GiB});
-/// for (const auto& arm : r.arms) std::cout << arm.name << ' ' << arm.seconds << '\n';
-/// @endcode
-
-// ---- begin wisp/alloc/detail/resizable_lru.hpp -------------------------------------------------
-/// @file
-/// @brief An LRU cache over dense integer keys whose capacity can change between accesses (for
-/// the evaluation of adaptive splits). Shrinking evicts least-recently-used keys; growing adds
-/// empty room (evicted keys stay evicted). `access_call` serves a layer's request as wisp's pager
-/// does: the call's keys never evict each other.
-
-namespace wisp::alloc::detail {
-
-class resizable_lru {
- public:
-  explicit resizable_lru(std::uint32_t key_space, std::uint64_t capacity = 0)
-      : prev_(key_space, none),
-        next_(key_space, none),
-        resident_(key_space, 0),
-        capacity_(capacity) {}
-
-  /// Accesses `key`; returns true on a hit. O(1).
-  bool access(std::uint32_t key) {
-    WISP_EXPECTS(key < resident_.size(), "key ", key, " outside the key space ", resident_.size());
-    if (resident_[key] != 0) {
-      unlink(key);
-      push_front(key);
-      return true;
-    }
-    if (capacity_ == 0) {
-      return false;
-    }
-    if (size_ == capacity_) {
-      evict();
-    }
-    resident_[key] = 1;
-    ++size_;
-    push_front(key);
-    return false;
-  }
-
-  /// @brief One call: `hit[i]` says whether `keys[i]` (distinct) was resident before the call;
-  /// then every key becomes most recent, in call order, and the least recently used keys outside
-  /// the call make room. Returns the misses. O(keys).
-  /// @throws wisp::logic_error if a key is out of range, `hit` is too small, or the call holds
-  /// more keys than the capacity (nothing changed then).
-  std::uint32_t access_call(std::span<const std::uint32_t> keys, std::span<std::uint8_t> hit) {
-    WISP_EXPECTS(hit.size() >= keys.size() && keys.size() <= capacity_, "a call of ", keys.size(),
-                 " keys with room for ", hit.size(), " results in ", capacity_, " slots");
-    for (const std::uint32_t key : keys) {
-      WISP_EXPECTS(key < resident_.size(), "key ", key, " outside the key space ",
-                   resident_.size());
-    }
-    std::uint32_t misses = 0;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      hit[i] = resident_[keys[i]];
-      misses += hit[i] != 0 ? 0u : 1u;
-    }
-    for (const std::uint32_t key : keys) {  // most recent in call order: the last one in front
-      if (resident_[key] != 0) {
-        unlink(key);
-      } else {
-        resident_[key] = 1;
-        ++size_;
-      }
-      push_front(key);
-    }
-    while (size_ > capacity_) {  // the tail is older than every key of the call
-      evict();
-    }
-    return misses;
-  }
-
-  /// Sets the capacity, evicting least-recently-used keys when shrinking. O(evicted).
-  void set_capacity(std::uint64_t capacity) {
-    capacity_ = capacity;
-    while (size_ > capacity_) {
-      evict();
-    }
-  }
-
-  [[nodiscard]] std::uint64_t capacity() const noexcept { return capacity_; }
-  [[nodiscard]] std::uint64_t size() const noexcept { return size_; }
-
- private:
-  static constexpr std::uint32_t none = 0xFFFFFFFFu;
-
-  void unlink(std::uint32_t k) {
-    (prev_[k] == none ? head_ : next_[prev_[k]]) = next_[k];
-    (next_[k] == none ? tail_ : prev_[next_[k]]) = prev_[k];
-  }
-  void push_front(std::uint32_t k) {
-    prev_[k] = none;
-    next_[k] = head_;
-    (head_ == none ? tail_ : prev_[head_]) = k;
-    head_ = k;
-  }
-  void evict() {
-    const std::uint32_t victim = tail_;
-    unlink(victim);
-    resident_[victim] = 0;
-    --size_;
-  }
-
-  std::vector<std::uint32_t> prev_;
-  std::vector<std::uint32_t> next_;
-  std::vector<std::uint8_t> resident_;
-  std::uint32_t head_ = none;
-  std::uint32_t tail_ = none;
-  std::uint64_t size_ = 0;
-  std::uint64_t capacity_;
-};
-
-}  // namespace wisp::alloc::detail
-// ---- end wisp/alloc/detail/resizable_lru.hpp ---------------------------------------------------
-
-namespace wisp::alloc {
-
-/// @brief One phase of an evaluation workload: the sessions' turn mix and the expert routing
-/// behaviour during `rounds` rounds.
-struct eval_phase {
-  agentic_config kv;
-  trace::synthetic_config experts;
-  std::uint32_t rounds = 0;
-};
-
-/// @brief A workload: the KV stream and the expert stream (one routing step per decoded token,
-/// in round order).
-struct eval_workload {
-  std::string name;
-  admission_floor floor;  ///< The sessions' concurrency x context (WiSP Eq. 6).
-  kv_stream kv;
-  trace::routing_trace experts{trace::trace_shape{1, 1, 1}};
-};
-
-/// @brief Builds a workload from phases run back to back (the sessions carry over; each phase's
-/// expert steps come from its own synthetic router). Deterministic in `seed`.
-/// @throws wisp::logic_error if a phase's router shape differs from the model's or the pool's
-/// block size differs from the model's.
-[[nodiscard]] inline eval_workload make_eval_workload(std::string name, const model_spec& m,
-                                                      std::span<const eval_phase> phases,
-                                                      std::uint64_t seed) {
-  m.validate();
-  WISP_EXPECTS(!phases.empty(), "an evaluation workload needs at least one phase");
-  std::vector<agentic_phase> kv_phases;
-  for (const auto& p : phases) {
-    WISP_EXPECTS(p.experts.layers == static_cast<std::int32_t>(m.layers) &&
-                     p.experts.experts == static_cast<std::int32_t>(m.experts) &&
-                     p.experts.top_k == static_cast<std::int32_t>(m.top_k),
-                 "a phase's router shape (", p.experts.layers, " x ", p.experts.experts, ", top-",
-                 p.experts.top_k, ") differs from the model ", m);
-    WISP_EXPECTS(p.kv.block_tokens == m.block_tokens, "the sessions' block size ",
-                 p.kv.block_tokens, " differs from the model's ", m.block_tokens);
-    kv_phases.push_back({p.kv, p.rounds});
-  }
-  eval_workload w;
-  w.name = std::move(name);
-  w.floor = {phases.front().kv.concurrency, phases.front().kv.context};
-  w.kv = make_agentic_kv_stream(kv_phases, seed);
-  w.experts = trace::routing_trace{trace::trace_shape{static_cast<std::int32_t>(m.layers),
-                                                      static_cast<std::int32_t>(m.experts),
-                                                      static_cast<std::int32_t>(m.top_k)}};
-  w.experts.reserve(w.kv.decode_tokens);
-  std::vector<std::int32_t> ids(w.experts.shape().ids_per_step());
-  for (std::uint32_t p = 0; p < phases.size(); ++p) {
-    std::size_t steps = 0;
-    for (const auto& r : w.kv.rounds) {
-      steps += r.phase == p ? r.decode_tokens : 0;
-    }
-    if (steps == 0) {
-      continue;
-    }
-    const auto t = trace::make_synthetic_trace(phases[p].experts, steps, seed * 1000003u + p);
-    for (std::size_t s = 0; s < t.steps(); ++s) {
-      for (std::int32_t l = 0; l < t.shape().layers; ++l) {
-        for (std::int32_t j = 0; j < t.shape().top_k; ++j) {
-          ids[static_cast<std::size_t>(l * t.shape().top_k + j)] = t.expert(s, l, j);
-        }
-      }
-      w.experts.append_step(ids);
-    }
-  }
-  return w;
-}
-
-/// @brief Evaluation settings.
-struct eval_params {
-  byte_size budget{};
-  cost_params costs{};
-  controller_config controller{};
-  dual_resize_config dual{};              ///< Headroom and dead-zone of the closed-form law.
-  double representative_fraction = 0.25;  ///< Prefix the offline configurator sees.
-  double flux_hit_fraction = 0.95;        ///< Flux-prop's share of warm expert reuse.
-};
-
-/// @brief One arm's outcome.
-struct arm_result {
-  std::string name;
-  bool adaptive = false;
-  bool admissible = true;  ///< Met the admission floor throughout.
-  std::uint32_t cap_start = 0;
-  std::uint32_t cap_end = 0;
-  std::uint32_t cap_min = 0;
-  std::uint32_t cap_max = 0;
-  std::uint32_t moves = 0;
-  std::uint64_t expert_warm_misses = 0;
-  std::uint64_t kv_warm_misses = 0;
-  double seconds = 0;  ///< Warm latency: expert + KV warm misses times their costs.
-};
-
-/// @brief An evaluation's arms and the fixed-split cost curve.
-struct eval_result {
-  std::string workload;
-  admission_floor floor;
-  std::uint32_t max_feasible_cap = 0;
-  std::vector<arm_result> arms;
-  /// Warm seconds of every fixed cap k..E (NaN where the cap does not fit the budget).
-  std::vector<double> fixed_seconds;
-
-  /// @throws wisp::logic_error if there is no arm called `name`.
-  [[nodiscard]] const arm_result& arm(std::string_view name) const {
-    for (const auto& a : arms) {
-      if (a.name == name) {
-        return a;
-      }
-    }
-    WISP_FAIL(logic_error, "no arm called '", name, "'");
-  }
-};
-
-namespace detail {
-
-// Exact distances of both streams, computed once per workload.
-struct stream_distances {
-  std::vector<std::uint16_t> expert_ids;  // canonical order
-  std::vector<std::uint32_t> expert_d;    // per-layer distance, cold = reuse counter's cold
-  std::vector<std::uint32_t> kv_d;
-};
-
-inline stream_distances measure(const eval_workload& w) {
-  const auto& shape = w.experts.shape();
-  stream_distances out;
-  out.expert_ids.reserve(w.experts.access_count());
-  out.expert_d.reserve(w.experts.access_count());
-  reuse::scoped_reuse_counter per_layer{reuse::reuse_scope::per_layer,
-                                        static_cast<std::uint32_t>(shape.layers),
-                                        static_cast<std::uint32_t>(shape.experts)};
-  std::vector<std::uint32_t> call(static_cast<std::size_t>(shape.top_k));
-  std::vector<std::uint32_t> d(call.size());
-  w.experts.for_each_call(
-      [&](std::uint32_t, std::int32_t layer, std::span<const std::int32_t> ids) {
-        call.assign(ids.begin(), ids.end());
-        per_layer.access_call(static_cast<std::uint32_t>(layer), call, d);
-        out.expert_ids.insert(out.expert_ids.end(), ids.begin(), ids.end());
-        out.expert_d.insert(out.expert_d.end(), d.begin(), d.end());
-      });
-  reuse::reuse_distance_counter kv{std::max<std::size_t>(w.kv.blocks, 1)};
-  out.kv_d.reserve(w.kv.accesses.size());
-  for (const std::uint32_t b : w.kv.accesses) {
-    out.kv_d.push_back(kv.access(b));
-  }
-  return out;
-}
-
-// Exact curves of a prefix of the workload: rounds [0, rounds).
-inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workload& w,
-                                                              const stream_distances& d,
-                                                              std::size_t rounds) {
-  const auto& shape = w.experts.shape();
-  std::uint64_t steps = 0;
-  for (std::size_t r = 0; r < rounds; ++r) {
-    steps += w.kv.rounds[r].decode_tokens;
-  }
-  const std::uint64_t expert_accesses = steps * shape.ids_per_step();
-  const std::uint64_t kv_accesses = rounds == 0 ? 0 : w.kv.rounds[rounds - 1].end;
-  reuse::reuse_histogram he{{reuse::reuse_scope::per_layer,
-                             static_cast<std::uint32_t>(shape.layers),
-                             static_cast<std::uint32_t>(shape.experts)}};
-  for (std::uint64_t i = 0; i < expert_accesses; ++i) {
-    he.record(d.expert_d[i]);
-  }
-  reuse::reuse_histogram hk{{reuse::reuse_scope::stream, 1, 0}};
-  for (std::uint64_t i = 0; i < kv_accesses; ++i) {
-    hk.record(d.kv_d[i]);
-  }
-  return {reuse::miss_curve{he}, reuse::miss_curve{hk}};
-}
-
-}  // namespace detail
-
-/// @brief Runs every arm on `w` (see the file comment). Deterministic.
-/// Complexity: O(accesses) per adaptive arm plus O(E * curve) for the fixed arms.
-/// @throws wisp::infeasible_error if no split meets the floor (`concurrency x context` of the
-/// workload's sessions); wisp::logic_error on invalid parameters.
-[[nodiscard]] inline eval_result evaluate(const model_spec& m, const eval_workload& w,
-                                          const eval_params& p) {
-  m.validate();
-  p.costs.validate();
-  p.controller.validate();
-  WISP_EXPECTS(!w.kv.rounds.empty(), "the workload has no rounds");
-  WISP_EXPECTS(m.experts < 65536, "the evaluation stores expert ids in 16 bits");
-  const auto& shape = w.experts.shape();
-  WISP_EXPECTS(shape.layers == static_cast<std::int32_t>(m.layers) &&
-                   shape.experts == static_cast<std::int32_t>(m.experts) &&
-                   shape.top_k == static_cast<std::int32_t>(m.top_k),
-               "the workload's routing shape ", shape, " differs from the model ", m);
-  WISP_EXPECTS(w.kv.block_tokens == m.block_tokens, "the workload's block size differs");
-  WISP_EXPECTS(w.experts.steps() == w.kv.decode_tokens,
-               "the expert stream must hold one step per decoded token");
-
-  eval_result out;
-  out.workload = w.name;
-  out.floor = w.floor;
-  out.max_feasible_cap = max_feasible_cap(m, p.budget, out.floor);
-
-  const auto dist = detail::measure(w);
-  // Named curves, not structured bindings: the lambdas below use them, and clang before 16
-  // cannot capture a structured binding.
-  const auto whole = detail::curves(w, dist, w.kv.rounds.size());
-  const reuse::miss_curve& expert_curve = whole.first;
-  const reuse::miss_curve& kv_curve = whole.second;
-  const cost_model<> cost{m, expert_curve, kv_curve, p.costs};
-  auto warm_seconds = [&](const cost_model<>& c, std::uint32_t cap) {
-    const split s = make_split(m, p.budget, cap);
-    return (c.expert_misses(cap) - static_cast<double>(c.expert_curve().cold())) *
-               c.expert_miss_seconds() +
-           (c.kv_misses(s.kv_blocks) - static_cast<double>(c.kv_curve().cold())) *
-               c.kv_miss_seconds();
-  };
-  for (std::uint32_t c = m.top_k; c <= m.experts; ++c) {
-    out.fixed_seconds.push_back(m.expert_pool_bytes(c) <= p.budget
-                                    ? warm_seconds(cost, c)
-                                    : std::numeric_limits<double>::quiet_NaN());
-  }
-  auto fixed_arm = [&](std::string name, std::uint32_t cap) {
-    arm_result a;
-    a.name = std::move(name);
-    a.cap_start = a.cap_end = a.cap_min = a.cap_max = cap;
-    const split s = make_split(m, p.budget, cap);
-    a.admissible = out.floor.admits(m, s);
-    a.expert_warm_misses = expert_curve.misses(cap) - expert_curve.cold();
-    a.kv_warm_misses = kv_curve.misses(s.kv_blocks) - kv_curve.cold();
-    a.seconds = warm_seconds(cost, cap);
-    return a;
-  };
-
-  // Per-workflow (or global) oracle: the configurator on the whole workload is exactly that.
-  const configuration oracle = configure(cost, p.budget, out.floor);
-  out.arms.push_back(fixed_arm("oracle", oracle.choice.expert_cap));
-
-  // MV-WSA configurator on a representative prefix.
-  const auto prefix_rounds =
-      std::max<std::size_t>(1, static_cast<std::size_t>(p.representative_fraction *
-                                                        static_cast<double>(w.kv.rounds.size())));
-  const auto prefix = detail::curves(w, dist, std::min(prefix_rounds, w.kv.rounds.size()));
-  const configuration offline =
-      configure(cost_model<>{m, prefix.first, prefix.second, p.costs}, p.budget, out.floor);
-  out.arms.push_back(fixed_arm("mv-wsa-configurator", offline.choice.expert_cap));
-
-  // 50-50 and Flux-prop.
-  const std::uint32_t by_budget =
-      static_cast<std::uint32_t>(std::min<std::uint64_t>(m.experts, p.budget / m.cap_unit_bytes()));
-  WISP_EXPECTS(by_budget >= m.top_k, "the budget cannot hold top_k experts per layer");
-  const std::uint32_t half = std::clamp<std::uint32_t>(
-      static_cast<std::uint32_t>((byte_size{p.budget.count() / 2}) / m.cap_unit_bytes()), m.top_k,
-      by_budget);
-  out.arms.push_back(fixed_arm("50-50", half));
-  std::uint32_t flux = m.experts;
-  {
-    const double warm_total = static_cast<double>(expert_curve.accesses() - expert_curve.cold());
-    for (std::uint32_t c = m.top_k; c <= m.experts; ++c) {
-      const double warm_hits =
-          static_cast<double>(expert_curve.accesses() - expert_curve.misses(c));
-      if (warm_hits >= p.flux_hit_fraction * warm_total) {
-        flux = c;
-        break;
-      }
-    }
-    flux = std::clamp(flux, m.top_k, by_budget);
-  }
-  out.arms.push_back(fixed_arm("flux-prop", flux));
-
-  // Adaptive arms: replay with resizable LRU pools. `decide(round, current)` returns the next cap.
-  const std::uint32_t start = std::min(half, out.max_feasible_cap);
-  auto replay = [&](std::string name, auto&& on_round) {
-    arm_result a;
-    a.name = std::move(name);
-    a.adaptive = true;
-    split current = make_split(m, p.budget, start);
-    a.cap_start = a.cap_min = a.cap_max = start;
-    std::vector<detail::resizable_lru> layers;
-    for (std::uint32_t l = 0; l < m.layers; ++l) {
-      layers.emplace_back(m.experts, current.expert_cap);
-    }
-    detail::resizable_lru kv{std::max<std::uint32_t>(w.kv.blocks, 1), current.kv_blocks};
-    std::uint64_t cursor = 0;
-    const std::uint64_t per_step = shape.ids_per_step();
-    const auto k = static_cast<std::uint64_t>(shape.top_k);
-    std::vector<std::uint32_t> call(k);
-    std::vector<std::uint8_t> hit(k);
-    for (std::size_t r = 0; r < w.kv.rounds.size(); ++r) {
-      const kv_round& round = w.kv.rounds[r];
-      const std::uint64_t begin = cursor;
-      const std::uint64_t end = cursor + std::uint64_t{round.decode_tokens} * per_step;
-      for (std::uint64_t i = begin; i < end; i += k) {  // one (step, layer) call at a time
-        const auto layer = static_cast<std::size_t>((i / k) % m.layers);
-        std::copy_n(dist.expert_ids.begin() + static_cast<std::ptrdiff_t>(i), k, call.begin());
-        layers[layer].access_call(call, hit);
-        for (std::uint64_t j = 0; j < k; ++j) {
-          if (hit[j] == 0 && dist.expert_d[i + j] != reuse::reuse_distance_counter::cold) {
-            ++a.expert_warm_misses;
-          }
-        }
-      }
-      cursor = end;
-      for (std::uint64_t i = round.begin; i < round.end; ++i) {
-        if (!kv.access(w.kv.accesses[i]) && dist.kv_d[i] != reuse::reuse_distance_counter::cold) {
-          ++a.kv_warm_misses;
-        }
-      }
-      a.admissible = a.admissible && out.floor.admits(m, current);
-      const split next =
-          on_round(r, round, std::span(dist.expert_d).subspan(begin, end - begin),
-                   std::span(dist.kv_d).subspan(round.begin, round.end - round.begin), current);
-      if (next != current) {
-        ++a.moves;
-        for (auto& layer : layers) {
-          layer.set_capacity(next.expert_cap);
-        }
-        kv.set_capacity(next.kv_blocks);
-        current = next;
-        a.cap_min = std::min(a.cap_min, current.expert_cap);
-        a.cap_max = std::max(a.cap_max, current.expert_cap);
-      }
-    }
-    a.cap_end = current.expert_cap;
-    a.seconds = static_cast<double>(a.expert_warm_misses) * cost.expert_miss_seconds() +
-                static_cast<double>(a.kv_warm_misses) * cost.kv_miss_seconds();
-    return a;
-  };
-
-  split_controller controller{m, p.budget, out.floor, p.costs, p.controller, start};
-  out.arms.push_back(
-      replay("mv-wsa-online", [&](std::size_t, const kv_round&, std::span<const std::uint32_t> ed,
-                                  std::span<const std::uint32_t> kd, const split&) {
-        for (const auto d : ed) {
-          controller.record_expert(d);
-        }
-        for (const auto d : kd) {
-          controller.record_kv(d);
-        }
-        const auto decision = controller.end_burst();
-        if (decision.moves()) {
-          controller.commit(decision);
-        }
-        return controller.current();
-      }));
-
-  out.arms.push_back(
-      replay("dual-resize", [&](std::size_t, const kv_round& round, std::span<const std::uint32_t>,
-                                std::span<const std::uint32_t>, const split& current) {
-        const auto plan =
-            plan_dual_resize(m, p.budget, out.floor, current, round.working_blocks, p.dual);
-        return plan.empty() ? current : plan.to;
-      }));
-  return out;
-}
-
-}  // namespace wisp::alloc
-// ---- end wisp/alloc/evaluation.hpp -------------------------------------------------------------
 
 // ---- begin wisp/sim/simulate.hpp ---------------------------------------------------------------
 /// @file
@@ -13818,19 +13651,11 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
                                                                        const sim_config& config,
                                                                        MakePolicy make_policy);
 
-/// Names of the built-in policies accepted by `simulate_named`.
-inline constexpr std::string_view builtin_policies[] = {"lru",
-                                                        "fifo",
-                                                        "lfu",
-                                                        "lfu_history",
-                                                        "lfru",
-                                                        "fld",
-                                                        "least_stale",
-                                                        "decayed_frequency",
-                                                        "predicted_next_use",
-                                                        "belady"};
+/// Names of the built-in policies accepted by `simulate_named` (`wisp::builtin_policy_names`).
+inline constexpr const auto& builtin_policies = builtin_policy_names;
 
-/// @brief Type-erased entry point for tools: picks a built-in policy by name.
+/// @brief Type-erased entry point for tools: picks a built-in policy by name (`visit_policy`:
+/// `-` reads as `_`, so "least-stale" is `least_stale`).
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as
 ///   `simulate`.
 template <access_source Source>
@@ -13972,32 +13797,9 @@ sim_result simulate(model_shape shape, const Source& source, const sim_config& c
 template <access_source Source>
 sim_result simulate_named(std::string_view policy, model_shape shape, const Source& source,
                           const sim_config& config) {
-  if (policy == "lru")
-    return simulate<lru>(shape, source, config);
-  if (policy == "fifo")
-    return simulate<fifo>(shape, source, config);
-  if (policy == "lfu")
-    return simulate<lfu>(shape, source, config);
-  if (policy == "lfu_history")
-    return simulate<lfu_history>(shape, source, config);
-  if (policy == "lfru")
-    return simulate<lfru>(shape, source, config);
-  if (policy == "fld")
-    return simulate<fld>(shape, source, config);
-  if (policy == "least_stale")
-    return simulate<least_stale>(shape, source, config);
-  if (policy == "decayed_frequency")
-    return simulate<decayed_frequency>(shape, source, config);
-  if (policy == "predicted_next_use")
-    return simulate<predicted_next_use>(shape, source, config);
-  if (policy == "belady")
-    return simulate<belady>(shape, source, config);
-  std::string known;
-  for (const std::string_view name : builtin_policies) {
-    known += known.empty() ? "" : ", ";
-    known += name;
-  }
-  WISP_FAIL(logic_error, "simulate: unknown policy '", policy, "' (known: ", known, ")");
+  return visit_policy(policy, [&]<class Policy>(std::type_identity<Policy>) {
+    return simulate<Policy>(shape, source, config);
+  });
 }
 
 }  // namespace wisp::sim
@@ -14306,7 +14108,8 @@ timeline_result simulate_timeline(const trace::routing_trace& trace, const timel
 template <eviction_policy Policy>
 timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config);
 
-/// The built-in policy named `policy` (the names of `sim::builtin_policies`).
+/// The built-in policy named `policy` (`visit_policy`: the names of `builtin_policy_names`, `-`
+/// read as `_`).
 /// @throws wisp::logic_error on an unknown name, and as `simulate_timeline`.
 inline timeline_result simulate_timeline_named(std::string_view policy,
                                                const trace::routing_trace& trace,
@@ -14628,27 +14431,9 @@ timeline_result simulate_timeline(const trace::routing_trace& trace,
 inline timeline_result simulate_timeline_named(std::string_view policy,
                                                const trace::routing_trace& trace,
                                                const timeline_config& config) {
-  if (policy == "lru")
-    return simulate_timeline<lru>(trace, config);
-  if (policy == "fifo")
-    return simulate_timeline<fifo>(trace, config);
-  if (policy == "lfu")
-    return simulate_timeline<lfu>(trace, config);
-  if (policy == "lfru")
-    return simulate_timeline<lfru>(trace, config);
-  if (policy == "fld")
-    return simulate_timeline<fld>(trace, config);
-  if (policy == "least_stale")
-    return simulate_timeline<least_stale>(trace, config);
-  if (policy == "decayed_frequency")
-    return simulate_timeline<decayed_frequency>(trace, config);
-  if (policy == "predicted_next_use")
-    return simulate_timeline<predicted_next_use>(trace, config);
-  if (policy == "belady")
-    return simulate_timeline<belady>(trace, config);
-  WISP_FAIL(logic_error, "simulate_timeline: unknown policy '", policy,
-            "' (known: lru, fifo, lfu, lfru, fld, least_stale, decayed_frequency, "
-            "predicted_next_use, belady)");
+  return visit_policy(policy, [&]<class Policy>(std::type_identity<Policy>) {
+    return simulate_timeline<Policy>(trace, config);
+  });
 }
 
 }  // namespace wisp
@@ -16531,18 +16316,18 @@ struct safetensors_header {
   }
   const std::string_view json(reinterpret_cast<const char*>(file.data() + 8),
                               static_cast<std::size_t>(n));
-  const trace::detail::json_value root = trace::detail::json_parser(json, 8).parse_document();
-  if (root.type != trace::detail::json_value::kind::object) {
+  const wisp::detail::json_value root = wisp::detail::json_parser(json, 8).parse_document();
+  if (root.type != wisp::detail::json_value::kind::object) {
     fail(8, "the header is not a JSON object");
   }
   safetensors_header h;
   h.data_begin = 8 + n;
   const std::uint64_t data_size = file_size - h.data_begin;
-  auto to_u64 = [&](const trace::detail::json_value& v, const std::string& what) {
+  auto to_u64 = [&](const wisp::detail::json_value& v, const std::string& what) {
     std::uint64_t x = 0;
     const char* first = v.text.data();
     const char* last = first + v.text.size();
-    if (v.type != trace::detail::json_value::kind::number ||
+    if (v.type != wisp::detail::json_value::kind::number ||
         std::from_chars(first, last, x).ptr != last) {
       fail(8, what + " is not a non-negative integer");
     }
@@ -16550,9 +16335,9 @@ struct safetensors_header {
   };
   for (const auto& [name, entry] : root.members) {
     if (name == "__metadata__") {
-      bool strings = entry.type == trace::detail::json_value::kind::object;
+      bool strings = entry.type == wisp::detail::json_value::kind::object;
       for (const auto& member : entry.members) {
-        strings &= member.value.type == trace::detail::json_value::kind::string;
+        strings &= member.value.type == wisp::detail::json_value::kind::string;
       }
       if (!strings) {
         fail(8, "__metadata__ must be an object of strings");
@@ -16560,14 +16345,14 @@ struct safetensors_header {
       continue;
     }
     const std::string where = "tensor '" + name + "'";
-    const trace::detail::json_value* dtype = entry.find("dtype");
-    const trace::detail::json_value* shape = entry.find("shape");
-    const trace::detail::json_value* offsets = entry.find("data_offsets");
-    if (entry.type != trace::detail::json_value::kind::object || dtype == nullptr ||
+    const wisp::detail::json_value* dtype = entry.find("dtype");
+    const wisp::detail::json_value* shape = entry.find("shape");
+    const wisp::detail::json_value* offsets = entry.find("data_offsets");
+    if (entry.type != wisp::detail::json_value::kind::object || dtype == nullptr ||
         shape == nullptr || offsets == nullptr || entry.members.size() != 3 ||
-        dtype->type != trace::detail::json_value::kind::string ||
-        shape->type != trace::detail::json_value::kind::array ||
-        offsets->type != trace::detail::json_value::kind::array || offsets->items.size() != 2) {
+        dtype->type != wisp::detail::json_value::kind::string ||
+        shape->type != wisp::detail::json_value::kind::array ||
+        offsets->type != wisp::detail::json_value::kind::array || offsets->items.size() != 2) {
       fail(8, where + " needs exactly dtype (string), shape (array), data_offsets ([begin, end])");
     }
     safetensors_tensor t;
@@ -16578,7 +16363,7 @@ struct safetensors_header {
       fail(8, where + " has unknown dtype '" + t.dtype + "'");
     }
     std::uint64_t bytes = width;
-    for (const trace::detail::json_value& d : shape->items) {
+    for (const wisp::detail::json_value& d : shape->items) {
       t.shape.push_back(to_u64(d, where + " shape entry"));
       if (t.shape.back() != 0 &&
           bytes > std::numeric_limits<std::uint64_t>::max() / t.shape.back()) {

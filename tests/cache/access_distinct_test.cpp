@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -38,6 +39,33 @@ std::vector<cache_key> first_seen(const std::vector<cache_key>& keys) {
   return out;
 }
 
+// 40 steps of calls over the 3 layers of `layout`, 0..6 keys each from 4 experts (repeats
+// likely), and the future they make (each call's distinct keys, for belady).
+struct random_calls {
+  std::vector<std::vector<cache_key>> calls;
+  std::vector<std::pair<std::uint32_t, std::int32_t>> where;  // (step, layer) of each call
+  std::vector<cache_key> future;
+};
+
+random_calls make_random_calls(const key_layout& layout, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  random_calls r;
+  for (std::uint32_t step = 0; step < 40; ++step) {
+    for (std::int32_t layer = 0; layer < 3; ++layer) {
+      std::vector<cache_key> keys;
+      const int n = static_cast<int>(rng() % 7);
+      for (int j = 0; j < n; ++j) {
+        keys.push_back(layout.key_of(layer, static_cast<std::int32_t>(rng() % 4)));
+      }
+      const std::vector<cache_key> distinct = first_seen(keys);
+      r.future.insert(r.future.end(), distinct.begin(), distinct.end());
+      r.calls.push_back(std::move(keys));
+      r.where.emplace_back(step, layer);
+    }
+  }
+  return r;
+}
+
 TEST(SlotCacheProtect, ReturnsWhetherTheKeyWasNewlyProtected) {
   slot_cache<lru> cache(8, 4);
   cache.begin_call({0, 0, 0});
@@ -57,25 +85,11 @@ TEST(SlotCacheProtect, ReturnsWhetherTheKeyWasNewlyProtected) {
 // access_call on the deduplicated keys, result by result and state by state.
 TYPED_TEST(AccessDistinct, EqualsAccessCallOnTheDistinctKeys) {
   const key_layout layout = key_layout::global(3, 6);
-  std::mt19937 rng(7);
-  std::vector<std::vector<cache_key>> calls;
-  std::vector<std::pair<std::uint32_t, std::int32_t>> where;
-  std::vector<cache_key> future;
-  for (std::uint32_t step = 0; step < 40; ++step) {
-    for (std::int32_t layer = 0; layer < 3; ++layer) {
-      std::vector<cache_key> keys;
-      const int n = static_cast<int>(rng() % 7);  // 0..6 keys, repeats likely
-      for (int j = 0; j < n; ++j) {
-        keys.push_back(layout.key_of(layer, static_cast<std::int32_t>(rng() % 4)));
-      }
-      const std::vector<cache_key> distinct = first_seen(keys);
-      future.insert(future.end(), distinct.begin(), distinct.end());
-      calls.push_back(std::move(keys));
-      where.emplace_back(step, layer);
-    }
-  }
-  slot_cache<TypeParam> bulk(layout, 5, make_policy<TypeParam>(future));
-  slot_cache<TypeParam> each(layout, 5, make_policy<TypeParam>(future));
+  const random_calls script = make_random_calls(layout, 7);
+  const auto& calls = script.calls;
+  const auto& where = script.where;
+  slot_cache<TypeParam> bulk(layout, 5, make_policy<TypeParam>(script.future));
+  slot_cache<TypeParam> each(layout, 5, make_policy<TypeParam>(script.future));
   std::uint64_t time = 0;
   for (std::size_t c = 0; c < calls.size(); ++c) {
     const access_context ctx{where[c].first, where[c].second, time};
@@ -94,6 +108,55 @@ TYPED_TEST(AccessDistinct, EqualsAccessCallOnTheDistinctKeys) {
     }
     EXPECT_EQ(snapshot(bulk), snapshot(each)) << "call " << c;
     ASSERT_TRUE(bulk.invariants_hold());
+    time += distinct.size();
+  }
+}
+
+// The unchecked whole call (the pager's fast path) against the checked access_distinct on a twin
+// cache: same distinct keys, same misses in the same order and slots, and the notes plus the
+// misses leave every key's current slot with the caller.
+TYPED_TEST(AccessDistinct, UncheckedCallEqualsAccessDistinct) {
+  const key_layout layout = key_layout::global(3, 6);
+  const random_calls script = make_random_calls(layout, 11);
+  const auto& calls = script.calls;
+  const auto& where = script.where;
+  slot_cache<TypeParam> fast(layout, 5, make_policy<TypeParam>(script.future));
+  slot_cache<TypeParam> checked(layout, 5, make_policy<TypeParam>(script.future));
+  std::uint64_t time = 0;
+  for (std::size_t c = 0; c < calls.size(); ++c) {
+    const access_context ctx{where[c].first, where[c].second, time};
+    std::vector<std::pair<cache_key, std::int32_t>> expected_misses;
+    const std::size_t n =
+        checked.access_distinct(calls[c], ctx, [&](cache_key key, const access_result& r) {
+          if (!r.hit) {
+            expected_misses.emplace_back(key, r.slot);
+          }
+        });
+    std::vector<std::int32_t> noted(static_cast<std::size_t>(layout.size()), -2);
+    std::vector<std::pair<cache_key, std::int32_t>> misses;
+    std::size_t next_note = 0;
+    const auto call = fast.access_call_unchecked(
+        calls[c], ctx,
+        [&](std::size_t i, cache_key key, std::int32_t slot) {
+          EXPECT_EQ(i, next_note++);
+          noted[static_cast<std::size_t>(key)] = slot;
+        },
+        [&](cache_key key, std::int32_t slot) {
+          misses.emplace_back(key, slot);
+          noted[static_cast<std::size_t>(key)] = slot;
+        });
+    const std::vector<cache_key> distinct = first_seen(calls[c]);
+    ASSERT_EQ(call.keys.size(), n);
+    EXPECT_TRUE(std::equal(call.keys.begin(), call.keys.end(), distinct.begin()));
+    EXPECT_EQ(next_note, distinct.size());
+    EXPECT_EQ(call.misses, expected_misses.size()) << "call " << c;
+    EXPECT_EQ(misses, expected_misses) << "call " << c;
+    for (const cache_key k : distinct) {
+      EXPECT_EQ(noted[static_cast<std::size_t>(k)], fast.slot_of(k)) << "call " << c;
+    }
+    EXPECT_EQ(snapshot(fast), snapshot(checked)) << "call " << c;
+    EXPECT_EQ(fast.stats(), checked.stats()) << "call " << c;
+    ASSERT_TRUE(fast.invariants_hold());
     time += distinct.size();
   }
 }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include <wisp/trace/detail/json.hpp>
+#include <wisp/core/detail/json.hpp>
 #include <wisp/trace/jsonl.hpp>
 
 #include <gtest/gtest.h>
@@ -39,7 +39,7 @@ std::vector<std::int32_t> ids_of(const wisp::trace::routing_trace& t) {
 }
 
 TEST(Json, ParsesTheSubset) {
-  using wisp::trace::detail::json_parser;
+  using wisp::detail::json_parser;
   const auto v =
       json_parser(R"( {"a": [1, -2.5e1, 0], "b": "x\"\u00e9\ud83d\ude00", "c": true, "d": null,)"
                   R"( "e": {"f": []}} )",
@@ -50,7 +50,7 @@ TEST(Json, ParsesTheSubset) {
   EXPECT_EQ(v.find("a")->items[1].number, -25.0);
   EXPECT_EQ(v.find("b")->text, "x\"\xC3\xA9\xF0\x9F\x98\x80");
   EXPECT_TRUE(v.find("c")->boolean);
-  EXPECT_EQ(v.find("d")->type, wisp::trace::detail::json_value::kind::null);
+  EXPECT_EQ(v.find("d")->type, wisp::detail::json_value::kind::null);
   for (const char* bad :
        {"", "{", "[1,]", "{\"a\":1,}", "01", "1.", "-", "\"\\x\"", "tru", "{\"a\":1 \"b\":2}",
         "{\"a\":1,\"a\":2}", "[1] 2", "\"\t\"", "1e", "\"\\ud800\"", "{1:2}", "nul"}) {

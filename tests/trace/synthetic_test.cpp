@@ -24,10 +24,10 @@ TEST(Xoshiro, SplitmixReferenceAndStability) {
   // splitmix64 reference vector (seed 1234567, Vigna's splitmix64.c); xoshiro is then checked for
   // stability and range.
   std::uint64_t s = 1234567;
-  EXPECT_EQ(wisp::trace::detail::splitmix64(s), 6457827717110365317ull);
-  EXPECT_EQ(wisp::trace::detail::splitmix64(s), 3203168211198807973ull);
-  wisp::trace::detail::xoshiro256ss a(42);
-  wisp::trace::detail::xoshiro256ss b(42);
+  EXPECT_EQ(wisp::detail::splitmix64(s), 6457827717110365317ull);
+  EXPECT_EQ(wisp::detail::splitmix64(s), 3203168211198807973ull);
+  wisp::detail::xoshiro256ss a(42);
+  wisp::detail::xoshiro256ss b(42);
   for (int i = 0; i < 100; ++i) {
     ASSERT_EQ(a(), b());
   }

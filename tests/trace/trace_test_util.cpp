@@ -11,7 +11,7 @@ namespace wisp_test {
 
 wisp::trace::routing_trace random_trace(wisp::trace::trace_shape shape, std::size_t steps,
                                         bool weights, std::uint64_t seed) {
-  wisp::trace::detail::xoshiro256ss rng(seed);
+  wisp::detail::xoshiro256ss rng(seed);
   wisp::trace::routing_trace t(shape);
   const auto k = static_cast<std::size_t>(shape.top_k);
   std::vector<std::int32_t> ids(shape.ids_per_step());
@@ -41,7 +41,7 @@ wisp::trace::routing_trace random_trace(wisp::trace::trace_shape shape, std::siz
 wisp::trace::routing_trace random_partial_trace(wisp::trace::trace_shape shape, std::size_t steps,
                                                 bool weights, std::uint64_t seed) {
   const wisp::trace::routing_trace full = random_trace(shape, steps, weights, seed);
-  wisp::trace::detail::xoshiro256ss rng(seed + 1000);
+  wisp::detail::xoshiro256ss rng(seed + 1000);
   wisp::trace::routing_trace t(shape);
   const auto layers = static_cast<std::size_t>(shape.layers);
   const auto k = static_cast<std::size_t>(shape.top_k);

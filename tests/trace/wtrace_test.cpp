@@ -386,7 +386,7 @@ TEST(Wtrace, FuzzTruncationsAndBitFlips) {
         ADD_FAILURE() << "truncation to " << len << " threw something else than format_error";
       }
     }
-    wisp::trace::detail::xoshiro256ss rng(98 + static_cast<std::uint64_t>(kind));
+    wisp::detail::xoshiro256ss rng(98 + static_cast<std::uint64_t>(kind));
     for (int trial = 0; trial < 3000; ++trial) {
       std::string b = good;
       const int flips = 1 + static_cast<int>(rng.below(3));

@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // `wisp evaluate [--model NAME|FILE.json] [--budget 12GiB] [--rounds 400]
 //                [--recompute 2e-4,2e-3] [--seed 1] [--json]`: the trace-driven comparison of
-// expert/KV split policies (wisp/alloc/evaluation.hpp) on five agentic workloads, printed as the
-// Markdown tables of docs/allocator.md or as one JSON object.
+// expert/KV split policies (wisp/sim/split_evaluation.hpp) on five agentic workloads, printed as
+// the Markdown tables of docs/allocator.md or as one JSON object.
 #include "cli.hpp"
 #include "commands.hpp"
 #include "model_source.hpp"
 #include "progress.hpp"
 
-#include <wisp/alloc/evaluation.hpp>
 #include <wisp/alloc/kv_workload.hpp>
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/alloc/units.hpp>
+#include <wisp/sim/split_evaluation.hpp>
 #include <wisp/trace/synthetic.hpp>
 
 #include <CLI/CLI.hpp>

@@ -11,6 +11,7 @@
 #include "trace_source.hpp"
 
 #include <wisp/alloc/units.hpp>
+#include <wisp/cache/visit_policy.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
@@ -57,11 +58,9 @@ std::string valid_policy_list() {
 }
 
 std::string_view policy_named(std::string_view name) {
-  const std::string_view wanted = name == "least-stale" ? "least_stale" : name;  // the engine's
-  for (const auto known : sim::builtin_policies) {
-    if (known == wanted) {
-      return known;
-    }
+  const std::string_view known = builtin_policy_name(name);  // "least-stale" too
+  if (!known.empty()) {
+    return known;
   }
   usage_error("unknown policy '", name, "' (valid: ", valid_policy_list(), ")");
 }

@@ -27,8 +27,8 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/detail/random.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/trace/synthetic.hpp>
 
 #include <algorithm>
 #include <cstddef>
@@ -116,7 +116,7 @@ struct kv_stream {
                  "phases must share the session pool (sessions, concurrency, context, "
                  "block_tokens)");
   }
-  trace::detail::xoshiro256ss rng{seed};
+  wisp::detail::xoshiro256ss rng{seed};
   struct session {
     std::uint32_t tokens = 0;
     std::vector<std::uint32_t> blocks;
@@ -129,7 +129,7 @@ struct kv_stream {
   std::vector<std::uint32_t> order(base.sessions);
   for (std::uint32_t phase = 0; phase < phases.size(); ++phase) {
     const agentic_config& cfg = phases[phase].config;
-    const auto tool_threshold = trace::detail::probability_threshold(cfg.tool_call_fraction);
+    const auto tool_threshold = wisp::detail::probability_threshold(cfg.tool_call_fraction);
     for (std::uint32_t r = 0; r < phases[phase].rounds; ++r) {
       kv_round round;
       round.phase = phase;

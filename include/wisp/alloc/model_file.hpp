@@ -28,9 +28,9 @@
 
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/core/config.hpp>
+#include <wisp/core/detail/files.hpp>
+#include <wisp/core/detail/json.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/trace/detail/files.hpp>
-#include <wisp/trace/detail/json.hpp>
 
 #include <charconv>
 #include <cstdint>
@@ -83,7 +83,7 @@ struct model_file {
 
 namespace detail {
 
-using trace::detail::json_value;
+using wisp::detail::json_value;
 
 [[nodiscard]] inline std::uint64_t json_unsigned(const json_value& v, std::string_view key,
                                                  std::uint64_t max) {
@@ -145,8 +145,8 @@ using trace::detail::json_value;
                                                  std::string_view fallback_name = "model") {
   using detail::json_u32;
   using detail::json_u32_or;
-  const auto doc = trace::detail::json_parser(text, 0).parse_document();
-  if (doc.type != trace::detail::json_value::kind::object) {
+  const auto doc = wisp::detail::json_parser(text, 0).parse_document();
+  if (doc.type != wisp::detail::json_value::kind::object) {
     throw format_error("model file: the document must be a JSON object");
   }
   model_file out;
@@ -154,7 +154,7 @@ using trace::detail::json_value;
   out.source = detail::json_string_or(doc, "source", "");
   const std::uint32_t block_tokens = json_u32_or(doc, "block_tokens", 16);
   if (const auto* cfg = doc.find("config"); cfg != nullptr) {
-    if (cfg->type != trace::detail::json_value::kind::object) {
+    if (cfg->type != wisp::detail::json_value::kind::object) {
       throw format_error("model file: \"config\" must be an object");
     }
     model_config c;
@@ -184,8 +184,8 @@ using trace::detail::json_value;
     // Products of 32-bit fields: at most four factors below 2^32 could overflow 64 bits.
     byte_size expert = byte_size{c.expert_matrices} * c.hidden_size * c.moe_intermediate_size;
     expert = expert * c.dtype_bytes;
-    const trace::detail::json_value* given_bytes = cfg->find("expert_bytes");
-    const trace::detail::json_value* bits = cfg->find("weight_bits");
+    const wisp::detail::json_value* given_bytes = cfg->find("expert_bytes");
+    const wisp::detail::json_value* bits = cfg->find("weight_bits");
     if (given_bytes != nullptr && bits != nullptr) {
       throw format_error(
           "model file: give \"expert_bytes\" or \"weight_bits\" in \"config\", "
@@ -276,7 +276,7 @@ using trace::detail::json_value;
 /// @throws wisp::error if the file cannot be opened (naming the operating system's reason);
 /// wisp::format_error if it is malformed (the path is named).
 [[nodiscard]] inline model_file read_model_json(const std::filesystem::path& path) {
-  std::ifstream in = trace::detail::open_for_reading(path);
+  std::ifstream in = wisp::detail::open_for_reading(path);
   std::ostringstream buffer;
   buffer << in.rdbuf();
   try {

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief Layer-position-aware policies: `least_stale` (SpecMD §4) and `fld` (farthest layer
-/// distance).
+/// @brief `least_stale` (SpecMD §4), the layer-position-aware policy; its stale-blind sibling
+/// `fld` (farthest layer distance) is in fld.hpp and ranks by the same distance.
 ///
 /// Both rank a resident key by its *layer distance* from the layer now executing, `c`:
 ///
@@ -17,7 +17,7 @@
 /// reduce to their tie-break (they then keep one list, not one per layer).
 #pragma once
 
-#include <wisp/cache/detail/key_lists.hpp>
+#include <wisp/cache/detail/layer_lists.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 
 #include <cstddef>
@@ -26,76 +26,6 @@
 #include <vector>
 
 namespace wisp {
-namespace detail {
-
-/// LRU lists of resident keys by layer, visited from the largest layer distance down: one list
-/// per layer in global scope, a single list in per-layer scope (where the distance is constant).
-class layer_lists {
- public:
-  void reset(const key_layout& layout) {
-    layout_ = layout;
-    count_ = layout.scope == cache_scope::global ? layout.layers : 1;
-    lists_.reset(layout.size(), count_);
-  }
-  void insert(cache_key key) noexcept { lists_.push_back(list_of(key), key); }
-  void touch(cache_key key) noexcept { lists_.move_to_back(list_of(key), key); }
-  void remove(cache_key key) noexcept { lists_.remove(key); }
-
-  /// Calls `visit(k)` with the least recently used unprotected key of each non-empty list, from
-  /// the largest layer distance from `layer` to the smallest, until `visit` returns true.
-  template <class Visit>
-  void farthest_first(std::int32_t layer, protected_keys is_protected, Visit&& visit) const {
-    for (std::int32_t d = count_; d >= 1; --d) {  // list (layer + d) mod count has distance d
-      const cache_key k = lists_.first_unprotected((layer + d) % count_, is_protected);
-      if (k != no_key && visit(k)) {
-        return;
-      }
-    }
-  }
-
- private:
-  [[nodiscard]] std::int32_t list_of(cache_key key) const noexcept {
-    return count_ == 1 ? 0 : layout_.layer_of(key, 0);
-  }
-
-  key_layout layout_;
-  std::int32_t count_ = 1;
-  key_lists lists_;  // front = least recently used
-};
-
-}  // namespace detail
-
-/// @brief Farthest layer distance: evicts the unprotected resident key with the largest layer
-/// distance `d` (see the file description); ties go to the least recently used.
-///
-/// One intrusive LRU list per layer (one in per-layer scope). `on_insert`, `on_hit`, `on_erase`:
-/// O(1). `victim`: O(L + p) in global scope, O(1 + p) per layer, p = protected keys skipped.
-/// Allocation-free after `reset`. Not thread-safe.
-class fld {
- public:
-  static constexpr std::string_view name = "fld";
-
-  /// Forgets every key; sizes for `layout.size()` keys and `layout.layers` layers.
-  /// @throws std::bad_alloc
-  void reset(const key_layout& layout) { lists_.reset(layout); }
-  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept { lists_.insert(key); }
-  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept { lists_.touch(key); }
-  void on_erase(cache_key key) noexcept { lists_.remove(key); }
-  /// See the class description; `no_key` if every resident key is protected.
-  [[nodiscard]] cache_key victim(const access_context& ctx,
-                                 protected_keys is_protected) const noexcept {
-    cache_key found = no_key;
-    lists_.farthest_first(ctx.layer, is_protected, [&](cache_key k) {
-      found = k;
-      return true;
-    });
-    return found;
-  }
-
- private:
-  detail::layer_lists lists_;
-};
-static_assert(eviction_policy<fld>);
 
 /// @brief SpecMD's Least-Stale. A resident key is *current* if it was accessed in the current
 /// forward pass (`step == ctx.step`), *stale* otherwise. The eviction order, first to last, is the

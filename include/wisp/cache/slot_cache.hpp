@@ -28,10 +28,6 @@
 
 namespace wisp {
 
-namespace detail {
-struct slot_cache_unchecked;  // the pager's way in to the unchecked bulk call (see pager.inl)
-}  // namespace detail
-
 /// What one access did.
 struct access_result {
   std::int32_t slot = -1;      ///< slot that now holds the key
@@ -163,6 +159,46 @@ class slot_cache {
                                                             const access_context& ctx,
                                                             Visit&& visit);
 
+  /// What `access_call_unchecked` returns.
+  struct unchecked_call {
+    std::span<const cache_key> keys;  ///< distinct keys of the call, first-seen order
+    std::size_t misses = 0;           ///< accesses that missed
+  };
+
+  /// @brief The fastest whole call, for a component that has already validated its keys: what
+  /// the pager runs per layer, open to any pager-like layer built on `slot_cache`.
+  ///
+  /// Starts a call, protects every key of `keys` (duplicates allowed) and accesses each distinct
+  /// key once, in first-seen order, as `access_distinct` does, but without checking the keys or
+  /// the layer and without a per-key `access_result`: a whole-call policy
+  /// (`call_eviction_policy`, e.g. `lru`) takes the call in one `on_call`, in branch-free passes.
+  /// It reports through two callbacks, neither of which may throw:
+  /// - `on_miss(key, slot)` once per miss, in access order, with the key's new slot;
+  /// - `note(i, key, slot)` once per distinct key `i`, in order, with the key's slot: -1 for a
+  ///   miss whose `on_miss` is still to come (whole-call policies report the misses after the
+  ///   notes), else its slot (a caller that stores both ends with every key's slot).
+  ///
+  /// Precondition: `ctx.layer` is a layer of the layout and every key is in `[0, key_space())`;
+  /// violating it is undefined behaviour (check with `access_distinct` when in doubt).
+  /// O(keys.size()) + policy hooks; no allocation.
+  /// @code
+  /// // keys of one layer, checked against [base, base + experts) by the caller
+  /// auto call = cache.access_call_unchecked(keys, ctx,
+  ///     [&](std::size_t, wisp::cache_key key, std::int32_t slot) { map[key - base] = slot; },
+  ///     [&](wisp::cache_key key, std::int32_t slot) { plan.push_back({key - base, slot}); });
+  /// @endcode
+  /// @returns the distinct keys (valid until the next call) and the number of misses.
+  /// @throws wisp::logic_error if the call requests more distinct keys than `capacity()` (nothing
+  ///   accessed, the previous call's protection gone, as with `access_call`), or if the policy
+  ///   breaks its contract (a whole-call policy's call is then undone, possibly after some
+  ///   `note`s and `on_miss`es were made).
+  template <class Note, class OnMiss>
+  requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
+      std::invocable<OnMiss&, cache_key, std::int32_t>
+          WISP_DETAIL_ALWAYS_INLINE unchecked_call
+          access_call_unchecked(std::span<const cache_key> keys, const access_context& ctx,
+                                Note&& note, OnMiss&& on_miss);
+
   /// @brief Loads `key` ahead of the call that will request it (a prefetch), outside any call:
   /// the current call and its protection are unchanged, and no access is counted.
   ///
@@ -277,7 +313,6 @@ class slot_cache {
                                 whole_call call, Visit& visit);
   // Thrown by `access_whole_call` for a bad victim met at miss `j`, after undoing misses [0, j).
   [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j);
-  friend struct detail::slot_cache_unchecked;
 
   key_layout layout_;
   std::int32_t capacity_ = 0;

@@ -21,8 +21,8 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/detail/json.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/trace/detail/json.hpp>
 
 #include <algorithm>
 #include <charconv>
@@ -103,18 +103,18 @@ struct safetensors_header {
   }
   const std::string_view json(reinterpret_cast<const char*>(file.data() + 8),
                               static_cast<std::size_t>(n));
-  const trace::detail::json_value root = trace::detail::json_parser(json, 8).parse_document();
-  if (root.type != trace::detail::json_value::kind::object) {
+  const wisp::detail::json_value root = wisp::detail::json_parser(json, 8).parse_document();
+  if (root.type != wisp::detail::json_value::kind::object) {
     fail(8, "the header is not a JSON object");
   }
   safetensors_header h;
   h.data_begin = 8 + n;
   const std::uint64_t data_size = file_size - h.data_begin;
-  auto to_u64 = [&](const trace::detail::json_value& v, const std::string& what) {
+  auto to_u64 = [&](const wisp::detail::json_value& v, const std::string& what) {
     std::uint64_t x = 0;
     const char* first = v.text.data();
     const char* last = first + v.text.size();
-    if (v.type != trace::detail::json_value::kind::number ||
+    if (v.type != wisp::detail::json_value::kind::number ||
         std::from_chars(first, last, x).ptr != last) {
       fail(8, what + " is not a non-negative integer");
     }
@@ -122,9 +122,9 @@ struct safetensors_header {
   };
   for (const auto& [name, entry] : root.members) {
     if (name == "__metadata__") {
-      bool strings = entry.type == trace::detail::json_value::kind::object;
+      bool strings = entry.type == wisp::detail::json_value::kind::object;
       for (const auto& member : entry.members) {
-        strings &= member.value.type == trace::detail::json_value::kind::string;
+        strings &= member.value.type == wisp::detail::json_value::kind::string;
       }
       if (!strings) {
         fail(8, "__metadata__ must be an object of strings");
@@ -132,14 +132,14 @@ struct safetensors_header {
       continue;
     }
     const std::string where = "tensor '" + name + "'";
-    const trace::detail::json_value* dtype = entry.find("dtype");
-    const trace::detail::json_value* shape = entry.find("shape");
-    const trace::detail::json_value* offsets = entry.find("data_offsets");
-    if (entry.type != trace::detail::json_value::kind::object || dtype == nullptr ||
+    const wisp::detail::json_value* dtype = entry.find("dtype");
+    const wisp::detail::json_value* shape = entry.find("shape");
+    const wisp::detail::json_value* offsets = entry.find("data_offsets");
+    if (entry.type != wisp::detail::json_value::kind::object || dtype == nullptr ||
         shape == nullptr || offsets == nullptr || entry.members.size() != 3 ||
-        dtype->type != trace::detail::json_value::kind::string ||
-        shape->type != trace::detail::json_value::kind::array ||
-        offsets->type != trace::detail::json_value::kind::array || offsets->items.size() != 2) {
+        dtype->type != wisp::detail::json_value::kind::string ||
+        shape->type != wisp::detail::json_value::kind::array ||
+        offsets->type != wisp::detail::json_value::kind::array || offsets->items.size() != 2) {
       fail(8, where + " needs exactly dtype (string), shape (array), data_offsets ([begin, end])");
     }
     safetensors_tensor t;
@@ -150,7 +150,7 @@ struct safetensors_header {
       fail(8, where + " has unknown dtype '" + t.dtype + "'");
     }
     std::uint64_t bytes = width;
-    for (const trace::detail::json_value& d : shape->items) {
+    for (const wisp::detail::json_value& d : shape->items) {
       t.shape.push_back(to_u64(d, where + " shape entry"));
       if (t.shape.back() != 0 &&
           bytes > std::numeric_limits<std::uint64_t>::max() / t.shape.back()) {

@@ -37,7 +37,7 @@
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/pager/types.hpp>
-#include <wisp/vmm/virtual_expert_tensor.hpp>
+#include <wisp/vmm/expert_tensor_view.hpp>
 
 #include <concepts>
 #include <cstddef>

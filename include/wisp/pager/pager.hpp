@@ -14,8 +14,11 @@
 /// wisp::pager<wisp::lru> pager({.layers = 24, .experts = 64, .top_k = 8, .capacity = 16});
 /// std::vector<std::int32_t> ids = router_topk(hidden);        // [tokens x 8], row-major
 /// wisp::prepare_result r = pager.prepare(layer, ids, tokens, 8);
-/// for (const wisp::copy_op& op : r.copy_plan) { copy_engine.h2d(master(op.expert), slot(op.slot));
-/// } fused_moe(hidden, ids, weights, slots, r.expert_map);       // same stream as the copies
+/// for (const wisp::copy_op& op : r.copy_plan) {
+///   copy_engine.h2d(master(op.expert), slot(op.slot));
+/// }
+/// fused_moe(hidden, ids, weights, slots, r.expert_map);  // same stream as the copies
+/// pager.end_call(layer);  // once the kernel is done, if the layer is resized before its next call
 /// @endcode
 #pragma once
 
@@ -52,8 +55,8 @@ struct prepare_result {
   std::span<const copy_op> copy_plan;
   /// The distinct experts of this call in first-seen order (the order they were accessed).
   std::span<const std::int32_t> experts;
-  std::int32_t hits =
-      0;  ///< distinct experts that were resident; `hits + misses == experts.size()`
+  /// Distinct experts that were resident; `hits + misses == experts.size()`.
+  std::int32_t hits = 0;
   std::int32_t misses = 0;  ///< distinct experts that were not (`== copy_plan.size()`)
 };
 
@@ -186,6 +189,22 @@ class pager {
   ///   outside `[0, experts)`; or if the policy breaks its contract (as `prepare`).
   prefetch_result prefetch(std::int32_t layer, std::span<const std::int32_t> candidates);
 
+  /// @brief Ends `layer`'s current call, once its kernel no longer reads the slots: its experts
+  /// stop being protected (a `resize_layer` or a prefetch may now evict them) and disappear from
+  /// the layer's map. Nothing is evicted or counted; the cache's contents and the policy are
+  /// unchanged, and results of the layer's last `prepare*` are no longer valid.
+  ///
+  /// For a resize, the same as an empty `prepare(layer, {}, 0, k)`, without starting a call. In
+  /// global scope the pool protects only the pending call, so ending another layer only hides
+  /// its map. The pending call is over (`pending_layer()` becomes -1) if it was `layer`'s.
+  /// O(experts of the call). Not thread-safe.
+  /// @code
+  /// pager.end_call(layer);                        // the layer's kernel has finished
+  /// auto report = pager.resize_layer(layer, 12);  // may now evict the call's experts
+  /// @endcode
+  /// @throws wisp::logic_error (nothing changed) if `layer` is outside `[0, layers)`.
+  void end_call(std::int32_t layer);
+
   /// The layer of the pending call (the most recent `prepare*`), or -1 before the first.
   [[nodiscard]] std::int32_t pending_layer() const noexcept { return pending_layer_; }
 
@@ -243,7 +262,10 @@ class pager {
 
   /// Per-layer scope: changes `layer`'s slot count (see `slot_cache::resize`; the caller copies
   /// each reported move's bytes `from` -> `to` and may free slots `>= capacity`). The layer's
-  /// current map is updated to the new slots. Strong guarantee. No allocation but the report.
+  /// current map is updated to the new slots; the experts of its current call stay resident
+  /// (`end_call` first to release them). Strong guarantee. No allocation but the report.
+  /// `resize_layer_rows` (wisp/pager/resize_layer_rows.hpp) does this together with the
+  /// layer's expert tensor.
   /// @throws wisp::logic_error in global scope, on a bad layer, or if `capacity` is outside
   ///   `[top_k, experts]` or cannot be reached without evicting the layer's current experts.
   resize_report resize_layer(std::int32_t layer, std::int32_t capacity);

@@ -14,8 +14,8 @@
 /// table.assign(/*adapter=*/1, /*expert=*/13, /*row=*/72);     // adapter 1's version of expert 13
 /// std::vector<std::int32_t> aid = {-1, 1};                    // token 0: base, token 1: adapter 1
 /// table.apply(topk, /*tokens=*/2, /*k=*/6, aid, rerouted);    // rerouted[i] in [0, rows)
-/// wisp::pager<wisp::lru> pager({.layers = 1, .experts = table.rows(), .top_k = 6, .capacity =
-/// 16});
+/// wisp::pager<wisp::lru> pager({.layers = 1, .experts = table.rows(), .top_k = 6,
+///                                .capacity = 16});
 /// @endcode
 #pragma once
 
@@ -23,6 +23,7 @@
 #include <wisp/core/error.hpp>
 #include <wisp/pager/types.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -163,5 +164,46 @@ class reroute_table {
   std::vector<std::int32_t> table_;  // [adapters x experts] -> row
   std::vector<std::int32_t> owner_;  // adapter row - experts -> adapter * experts + expert, or -1
 };
+
+/// @brief What `write_routes` reads from a layer's adapter layout: `wisp::adapter_layout` models
+/// it (ExpertWeave's padded rows: adapter `a`'s fine-tuned experts at rows `offset(a) + j`).
+template <class L>
+concept adapter_rows = requires(const L& layout, std::int32_t adapter) {
+  { layout.shape().adapters } -> std::convertible_to<std::int32_t>;
+  { layout.shape().base_experts } -> std::convertible_to<std::int32_t>;
+  { layout.tensor().max_rows() } -> std::convertible_to<std::size_t>;
+  { layout.adapter_experts(adapter) } -> std::convertible_to<std::span<const std::int32_t>>;
+  { layout.offset(adapter) } -> std::convertible_to<std::size_t>;
+};
+
+/// @brief Writes the ESFT expert map of one layer's `layout` into `table`: every (adapter,
+/// expert) pair points at its loaded adapter row or at the base row. O(N * M).
+/// @throws wisp::logic_error (table unchanged) unless the table has the layout's N adapters,
+///   M experts and M + N * Emax rows.
+/// @code
+/// wisp::reroute_table table(4, 64, static_cast<std::int32_t>(layer.tensor().max_rows()));
+/// wisp::write_routes(layer, table);  // after layer.load_adapter(...) / unload_adapter(...)
+/// @endcode
+template <adapter_rows L>
+void write_routes(const L& layout, reroute_table& table) {
+  const std::int32_t adapters = layout.shape().adapters;
+  const std::int32_t experts = layout.shape().base_experts;
+  WISP_EXPECTS(table.adapters() == adapters && table.experts() == experts &&
+                   static_cast<std::size_t>(table.rows()) == layout.tensor().max_rows(),
+               "write_routes: table is [", table.adapters(), " x ", table.experts(), "] over ",
+               table.rows(), " rows; the layout is [", adapters, " x ", experts, "] over ",
+               layout.tensor().max_rows(), " rows");
+  for (std::int32_t a = 0; a < adapters; ++a) {  // release every adapter row first
+    for (std::int32_t e = 0; e < experts; ++e) {
+      table.assign(a, e, e);
+    }
+  }
+  for (std::int32_t a = 0; a < adapters; ++a) {
+    const std::span<const std::int32_t> list = layout.adapter_experts(a);
+    for (std::size_t j = 0; j < list.size(); ++j) {
+      table.assign(a, list[j], static_cast<std::int32_t>(layout.offset(a) + j));
+    }
+  }
+}
 
 }  // namespace wisp

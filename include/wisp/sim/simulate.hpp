@@ -24,15 +24,10 @@
 /// @endcode
 #pragma once
 
-#include <wisp/cache/belady.hpp>
-#include <wisp/cache/decayed_frequency.hpp>
 #include <wisp/cache/eviction_policy.hpp>
-#include <wisp/cache/least_stale.hpp>
-#include <wisp/cache/lfu.hpp>
-#include <wisp/cache/lru.hpp>
 #include <wisp/cache/per_layer_cache.hpp>
-#include <wisp/cache/predicted_next_use.hpp>
 #include <wisp/cache/slot_cache.hpp>
+#include <wisp/cache/visit_policy.hpp>
 #include <wisp/core/error.hpp>
 
 #include <concepts>
@@ -155,19 +150,11 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
                                                                        const sim_config& config,
                                                                        MakePolicy make_policy);
 
-/// Names of the built-in policies accepted by `simulate_named`.
-inline constexpr std::string_view builtin_policies[] = {"lru",
-                                                        "fifo",
-                                                        "lfu",
-                                                        "lfu_history",
-                                                        "lfru",
-                                                        "fld",
-                                                        "least_stale",
-                                                        "decayed_frequency",
-                                                        "predicted_next_use",
-                                                        "belady"};
+/// Names of the built-in policies accepted by `simulate_named` (`wisp::builtin_policy_names`).
+inline constexpr const auto& builtin_policies = builtin_policy_names;
 
-/// @brief Type-erased entry point for tools: picks a built-in policy by name.
+/// @brief Type-erased entry point for tools: picks a built-in policy by name (`visit_policy`:
+/// `-` reads as `_`, so "least-stale" is `least_stale`).
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as
 ///   `simulate`.
 template <access_source Source>

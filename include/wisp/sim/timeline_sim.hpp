@@ -52,6 +52,7 @@
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/cache/policies.hpp>
 #include <wisp/cache/slot_cache.hpp>
+#include <wisp/cache/visit_policy.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/pager/miss_policy.hpp>
 #include <wisp/predict/coactivation.hpp>
@@ -146,7 +147,8 @@ timeline_result simulate_timeline(const trace::routing_trace& trace, const timel
 template <eviction_policy Policy>
 timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config);
 
-/// The built-in policy named `policy` (the names of `sim::builtin_policies`).
+/// The built-in policy named `policy` (`visit_policy`: the names of `builtin_policy_names`, `-`
+/// read as `_`).
 /// @throws wisp::logic_error on an unknown name, and as `simulate_timeline`.
 inline timeline_result simulate_timeline_named(std::string_view policy,
                                                const trace::routing_trace& trace,

@@ -29,8 +29,8 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/detail/files.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/trace/detail/files.hpp>
 #include <wisp/trace/import.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
@@ -298,7 +298,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   parsed.reserve(files.size());
   std::uint64_t read_bytes = 0;
   for (const auto& [index, path] : files) {
-    std::ifstream in = detail::open_for_reading(path);
+    std::ifstream in = wisp::detail::open_for_reading(path);
     std::ostringstream text;
     text << in.rdbuf();
     names.push_back(path.filename().string());

@@ -21,9 +21,9 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/detail/files.hpp>
+#include <wisp/core/detail/json.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/trace/detail/files.hpp>
-#include <wisp/trace/detail/json.hpp>
 #include <wisp/trace/import.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
@@ -63,6 +63,8 @@ struct jsonl_options {
 };
 
 namespace detail {
+
+using wisp::detail::json_value;
 
 struct jsonl_record {
   std::size_t group;
@@ -126,13 +128,13 @@ struct jsonl_record {
     if (line.find_first_not_of(" \t\r") == std::string::npos) {
       continue;  // blank line
     }
-    detail::json_value v;
+    wisp::detail::json_value v;
     try {
-      v = detail::json_parser(line, off).parse_document();
+      v = wisp::detail::json_parser(line, off).parse_document();
     } catch (const format_error& e) {
       jsonl_fail(e.offset(), line_no, e.problem());
     }
-    if (v.type != detail::json_value::kind::object) {
+    if (v.type != wisp::detail::json_value::kind::object) {
       jsonl_fail(off, line_no, "record is not a JSON object");
     }
     detail::jsonl_record rec{};
@@ -151,13 +153,13 @@ struct jsonl_record {
     }
     std::string group_name;
     if (!opt.group_key.empty()) {
-      const detail::json_value* g = v.find(opt.group_key);
+      const wisp::detail::json_value* g = v.find(opt.group_key);
       if (g == nullptr) {
         jsonl_fail(off, line_no, "missing group field \"" + opt.group_key + "\"");
       }
-      if (g->type == detail::json_value::kind::string) {
+      if (g->type == wisp::detail::json_value::kind::string) {
         group_name = "s" + g->text;
-      } else if (g->type == detail::json_value::kind::number) {
+      } else if (g->type == wisp::detail::json_value::kind::number) {
         group_name = "n" + g->text;
       } else {
         jsonl_fail(off, line_no, "group field \"" + opt.group_key + "\" is not a string or number");
@@ -165,8 +167,8 @@ struct jsonl_record {
     }
     rec.group = groups.emplace(group_name, groups.size()).first->second;
 
-    const detail::json_value* e = v.find(opt.experts_key);
-    if (e == nullptr || e->type != detail::json_value::kind::array) {
+    const wisp::detail::json_value* e = v.find(opt.experts_key);
+    if (e == nullptr || e->type != wisp::detail::json_value::kind::array) {
       jsonl_fail(off, line_no, "missing or non-array field \"" + opt.experts_key + "\"");
     }
     if (e->items.empty()) {
@@ -193,8 +195,8 @@ struct jsonl_record {
       ids.push_back(static_cast<std::int32_t>(id));
       max_id = std::max(max_id, id);
     }
-    const detail::json_value* w = v.find(opt.weights_key);
-    const bool has_w = w != nullptr && w->type != detail::json_value::kind::null;
+    const wisp::detail::json_value* w = v.find(opt.weights_key);
+    const bool has_w = w != nullptr && w->type != wisp::detail::json_value::kind::null;
     if (with_weights < 0) {
       with_weights = has_w ? 1 : 0;
     } else if ((with_weights == 1) != has_w) {
@@ -204,14 +206,14 @@ struct jsonl_record {
                          "records do");
     }
     if (has_w) {
-      if (w->type != detail::json_value::kind::array ||
+      if (w->type != wisp::detail::json_value::kind::array ||
           static_cast<std::int64_t>(w->items.size()) != k) {
         jsonl_fail(
             off, line_no,
             "\"" + opt.weights_key + "\" must be an array of " + std::to_string(k) + " numbers");
       }
       for (const auto& item : w->items) {
-        if (item.type != detail::json_value::kind::number) {
+        if (item.type != wisp::detail::json_value::kind::number) {
           jsonl_fail(off, line_no, "weight is not a number");
         }
         const auto f = static_cast<float>(item.number);
@@ -313,7 +315,7 @@ struct jsonl_record {
 /// the file).
 [[nodiscard]] inline imported_trace import_jsonl(const std::filesystem::path& path,
                                                  const jsonl_options& opt = {}) {
-  std::ifstream in = detail::open_for_reading(path);
+  std::ifstream in = wisp::detail::open_for_reading(path);
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   try {

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/detail/random.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
@@ -96,66 +97,10 @@ struct synthetic_config {
 
 namespace detail {
 
-/// splitmix64 step (Vigna), used to seed xoshiro.
-[[nodiscard]] constexpr std::uint64_t splitmix64(std::uint64_t& state) noexcept {
-  std::uint64_t z = (state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-/// xoshiro256** 1.0 (Blackman & Vigna): small, fast, identical output on every platform.
-class xoshiro256ss {
- public:
-  explicit constexpr xoshiro256ss(std::uint64_t seed) noexcept {
-    for (auto& word : s_) {
-      word = splitmix64(seed);
-    }
-  }
-  constexpr std::uint64_t operator()() noexcept {
-    const std::uint64_t result = rotl(s_[1] * 5, 7) * 9;
-    const std::uint64_t t = s_[1] << 17;
-    s_[2] ^= s_[0];
-    s_[3] ^= s_[1];
-    s_[1] ^= s_[2];
-    s_[0] ^= s_[3];
-    s_[2] ^= t;
-    s_[3] = rotl(s_[3], 45);
-    return result;
-  }
-  /// Uniform integer in [0, n), n > 0, unbiased (rejection).
-  constexpr std::uint64_t below(std::uint64_t n) noexcept {
-    const std::uint64_t threshold = (0 - n) % n;
-    std::uint64_t r = (*this)();
-    while (r < threshold) {
-      r = (*this)();
-    }
-    return r % n;
-  }
-  /// True with probability `threshold / 2^64`.
-  constexpr bool chance(std::uint64_t threshold) noexcept { return (*this)() < threshold; }
-
- private:
-  static constexpr std::uint64_t rotl(std::uint64_t x, int k) noexcept {
-    return (x << k) | (x >> (64 - k));
-  }
-  std::array<std::uint64_t, 4> s_{};
-};
-
-/// Probability p in [0, 1] as a threshold for `xoshiro256ss::chance`.
-[[nodiscard]] inline std::uint64_t probability_threshold(double p) noexcept {
-  if (p <= 0) {
-    return 0;
-  }
-  if (p >= 1) {
-    return ~std::uint64_t{0};
-  }
-  return static_cast<std::uint64_t>(std::ldexp(p, 64));
-}
-
 /// Draws one index with probability proportional to `w` (total > 0), integer arithmetic only.
 [[nodiscard]] inline std::size_t draw_weighted(const std::vector<std::uint64_t>& w,
-                                               std::uint64_t total, xoshiro256ss& rng) noexcept {
+                                               std::uint64_t total,
+                                               wisp::detail::xoshiro256ss& rng) noexcept {
   std::uint64_t r = rng.below(total);
   std::size_t i = 0;
   while (r >= w[i]) {
@@ -179,7 +124,7 @@ class xoshiro256ss {
   const auto E = static_cast<std::size_t>(cfg.experts);
   const auto K = static_cast<std::size_t>(cfg.top_k);
   const auto W = static_cast<std::size_t>(cfg.working_set);
-  detail::xoshiro256ss rng(seed);
+  wisp::detail::xoshiro256ss rng(seed);
 
   // Mass of each component, quantised once. Scale 2^40 keeps sums of <= 65536 terms below 2^57.
   constexpr double scale = 1099511627776.0;  // 2^40
@@ -246,9 +191,9 @@ class xoshiro256ss {
   }
 
   const std::uint64_t p_new_sequence =
-      detail::probability_threshold(1.0 / cfg.mean_sequence_length);
-  const std::uint64_t p_shift = detail::probability_threshold(cfg.topic_shift_probability);
-  const std::uint64_t p_drift = detail::probability_threshold(cfg.drift_rate);
+      wisp::detail::probability_threshold(1.0 / cfg.mean_sequence_length);
+  const std::uint64_t p_shift = wisp::detail::probability_threshold(cfg.topic_shift_probability);
+  const std::uint64_t p_drift = wisp::detail::probability_threshold(cfg.drift_rate);
 
   routing_trace trace({cfg.layers, cfg.experts, cfg.top_k});
   trace.reserve(steps);

@@ -22,9 +22,9 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/detail/files.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/trace/detail/crc32.hpp>
-#include <wisp/trace/detail/files.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
 #include <algorithm>
@@ -184,7 +184,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
 /// @throws wisp::error if the file cannot be opened (naming the operating system's reason) or
 ///         written.
 inline void write_wtrace(const routing_trace& trace, const std::filesystem::path& path) {
-  std::ofstream out = detail::open_for_writing(path);
+  std::ofstream out = wisp::detail::open_for_writing(path);
   write_wtrace(trace, out);
   out.close();
   if (!out) {
@@ -447,7 +447,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 ///         wisp::format_error if it is malformed or has bytes after the trace (the message names
 ///         the file).
 [[nodiscard]] inline routing_trace read_wtrace(const std::filesystem::path& path) {
-  std::ifstream in = detail::open_for_reading(path);
+  std::ifstream in = wisp::detail::open_for_reading(path);
   try {
     routing_trace trace = read_wtrace(in);
     const auto end = static_cast<std::uint64_t>(in.tellg());

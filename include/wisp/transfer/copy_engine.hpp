@@ -26,7 +26,7 @@
 #include <wisp/core/error.hpp>
 #include <wisp/pager/types.hpp>
 #include <wisp/transfer/timeline.hpp>
-#include <wisp/vmm/virtual_expert_tensor.hpp>
+#include <wisp/vmm/expert_tensor_view.hpp>
 
 #include <algorithm>
 #include <cmath>

@@ -20,7 +20,7 @@
 /// layer.load_base();
 /// std::vector<wisp::expert_id> tuned = {wisp::expert_id{3}, wisp::expert_id{14}};
 /// layer.load_adapter(1, tuned);          // maps rows 77 and 78 only
-/// layer.write_routes(table);             // table.row(1, 14) == 78
+/// wisp::write_routes(layer, table);      // table.row(1, 14) == 78 (wisp/pager/reroute_table.hpp)
 /// layer.unload_adapter(1);               // pages back to the pool
 /// @endcode
 #pragma once
@@ -28,7 +28,6 @@
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/ids.hpp>
-#include <wisp/pager/reroute_table.hpp>
 #include <wisp/vmm/page_pool.hpp>
 #include <wisp/vmm/virtual_expert_tensor.hpp>
 #include <wisp/vmm/vmm_backend.hpp>
@@ -182,30 +181,6 @@ class adapter_layout {
       }
     }
     return expert.value();
-  }
-
-  /// @brief Writes the ESFT expert map of this layer into `table`: every (adapter, expert) pair
-  /// points at its loaded adapter row or at the base row. O(N * M).
-  /// @throws wisp::logic_error (table unchanged) unless the table has N adapters, M experts and
-  ///   M + N * Emax rows.
-  void write_routes(reroute_table& table) const {
-    WISP_EXPECTS(table.adapters() == shape_.adapters && table.experts() == shape_.base_experts &&
-                     static_cast<std::size_t>(table.rows()) == tensor_.max_rows(),
-                 "adapter_layout::write_routes: table is [", table.adapters(), " x ",
-                 table.experts(), "] over ", table.rows(), " rows; the layout is [",
-                 shape_.adapters, " x ", shape_.base_experts, "] over ", tensor_.max_rows(),
-                 " rows");
-    for (std::int32_t a = 0; a < shape_.adapters; ++a) {  // release every adapter row first
-      for (std::int32_t e = 0; e < shape_.base_experts; ++e) {
-        table.assign(a, e, e);
-      }
-    }
-    for (std::int32_t a = 0; a < shape_.adapters; ++a) {
-      const auto list = adapter_experts(a);
-      for (std::size_t j = 0; j < list.size(); ++j) {
-        table.assign(a, list[j], static_cast<std::int32_t>(offset(a) + j));
-      }
-    }
   }
 
   /// @brief F_mem of the padded layout and of this one, for the adapters loaded now. O(N).

@@ -22,6 +22,7 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/vmm/expert_tensor_view.hpp>
 #include <wisp/vmm/page_pool.hpp>
 #include <wisp/vmm/vmm_backend.hpp>
 
@@ -34,20 +35,6 @@
 #include <vector>
 
 namespace wisp {
-
-/// @brief Trivially copyable view of an expert tensor for kernels: row `r` starts at
-/// `base + r * row_stride`. Rows that are not mapped must not be touched.
-struct expert_tensor_view {
-  std::byte* base = nullptr;
-  std::size_t rows = 0;
-  std::size_t row_stride = 0;
-
-  /// Start of row `r` (no check).
-  [[nodiscard]] WISP_HOST_DEVICE std::byte* row(std::size_t r) const noexcept {
-    return base + r * row_stride;
-  }
-};
-static_assert(std::is_trivially_copyable_v<expert_tensor_view>);
 
 /// Shape of a `virtual_expert_tensor`.
 struct expert_tensor_shape {

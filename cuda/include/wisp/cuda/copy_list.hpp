@@ -16,7 +16,7 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/pager/types.hpp>
-#include <wisp/vmm/virtual_expert_tensor.hpp>
+#include <wisp/vmm/expert_tensor_view.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -27,7 +27,7 @@
 #include <wisp/kernel/reference_moe.hpp>
 #include <wisp/kernel/swiglu.hpp>
 #include <wisp/pager/types.hpp>
-#include <wisp/vmm/virtual_expert_tensor.hpp>
+#include <wisp/vmm/expert_tensor_view.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -577,44 +577,30 @@ bool slot_cache<Policy>::invariants_hold() const {
   return mapped == resident && resident + free_count() == capacity_;
 }
 
-namespace detail {
-/// For wisp's own layers only (the pager): one whole call of `keys` (duplicates allowed) without
-/// `slot_cache::access_distinct`'s checks and per-key reports, for a caller that has already
-/// validated every key and the layer against the same bounds (the pager checks ids against
-/// `[0, experts)` with its own error messages). Calls `on_miss(key, slot)` for each miss with its
-/// new slot, in access order, and `note(i, key, slot)` once for the i-th distinct key, in order,
-/// with `slot` -1 for a miss whose `on_miss` is still to come and the key's current slot
-/// otherwise (a caller storing both ends with every key's slot). Returns the distinct keys (valid
-/// until the next call) and the number of misses. Calling it with an out-of-range key or layer
-/// is undefined behaviour.
-struct slot_cache_unchecked {
-  struct call_result {
-    std::span<const cache_key> keys;  ///< distinct keys of the call, first-seen order
-    std::size_t misses = 0;
-  };
-  template <class Policy, class Note, class OnMiss>
-  WISP_DETAIL_ALWAYS_INLINE static call_result access_noting(slot_cache<Policy>& cache,
-                                                             std::span<const cache_key> keys,
-                                                             const access_context& ctx, Note& note,
-                                                             OnMiss& on_miss) {
-    const std::span<const cache_key> distinct = cache.protect_call(keys, ctx, "access_distinct");
-    if constexpr (call_eviction_policy<Policy>) {
-      return {distinct, cache.access_whole_call(distinct, ctx, note, on_miss).misses};
-    } else {
-      auto report = [&on_miss](cache_key key, const access_result& r) {
-        if (!r.hit) {
-          on_miss(key, r.slot);
-        }
-      };
-      const std::uint64_t misses_before = cache.stats_.misses;
-      cache.access_each(distinct, ctx, report);
-      for (std::size_t i = 0; i < distinct.size(); ++i) {
-        note(i, distinct[i], cache.key_to_slot_[static_cast<std::size_t>(distinct[i])]);
+template <eviction_policy Policy>
+template <class Note, class OnMiss>
+requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
+    std::invocable<OnMiss&, cache_key, std::int32_t>
+        WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::unchecked_call
+        slot_cache<Policy>::access_call_unchecked(std::span<const cache_key> keys,
+                                                  const access_context& ctx, Note&& note,
+                                                  OnMiss&& on_miss) {
+  const std::span<const cache_key> distinct = protect_call(keys, ctx, "access_distinct");
+  if constexpr (call_eviction_policy<Policy>) {
+    return {distinct, access_whole_call(distinct, ctx, note, on_miss).misses};
+  } else {
+    auto report = [&on_miss](cache_key key, const access_result& r) {
+      if (!r.hit) {
+        on_miss(key, r.slot);
       }
-      return {distinct, static_cast<std::size_t>(cache.stats_.misses - misses_before)};
+    };
+    const std::uint64_t misses_before = stats_.misses;
+    access_each(distinct, ctx, report);
+    for (std::size_t i = 0; i < distinct.size(); ++i) {
+      note(i, distinct[i], key_to_slot_[static_cast<std::size_t>(distinct[i])]);
     }
+    return {distinct, static_cast<std::size_t>(stats_.misses - misses_before)};
   }
-};
-}  // namespace detail
+}
 
 }  // namespace wisp

@@ -183,12 +183,11 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
     *plan_end++ = copy_op{key - base, slot};
   };
   // The keys and the layer were checked above against the same bounds the cache would check.
-  using unchecked = detail::slot_cache_unchecked;
   const access_context ctx{step_, layer, time};
-  unchecked::call_result call;
+  typename cache_type::unchecked_call call;
   if constexpr (call_eviction_policy<Policy>) {
     try {
-      call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);
+      call = cache.access_call_unchecked(keys, ctx, show, plan_copy);
     } catch (...) {
       // The policy broke its contract and the cache undid the call; some of its keys may have
       // been shown already: show none.
@@ -196,7 +195,7 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
       throw;
     }
   } else {
-    call = unchecked::access_noting(cache, keys, ctx, show, plan_copy);  // shows at the end
+    call = cache.access_call_unchecked(keys, ctx, show, plan_copy);  // shows at the end
   }
   const auto misses = static_cast<std::int32_t>(call.misses);
   const std::size_t distinct = call.keys.size();
@@ -288,6 +287,24 @@ void pager<Policy>::refresh_map(std::int32_t layer) {
   for (std::int32_t i = 0; i < count; ++i) {
     const std::int32_t expert = visible_[off + static_cast<std::size_t>(i)];
     maps_[off + static_cast<std::size_t>(expert)] = cache.slot_of(base + expert);
+  }
+}
+
+template <eviction_policy Policy>
+void pager<Policy>::end_call(std::int32_t layer) {
+  check_layer("pager::end_call", layer);
+  const std::size_t off = offset(layer);
+  std::int32_t& visible_count = visible_count_[static_cast<std::size_t>(layer)];
+  for (std::int32_t i = 0; i < visible_count; ++i) {
+    maps_[off + static_cast<std::size_t>(visible_[off + static_cast<std::size_t>(i)])] = -1;
+  }
+  visible_count = 0;
+  // Per-layer caches protect only their layer's last call; the global pool only the pending one.
+  if (scope_ == cache_scope::per_layer || pending_layer_ == layer) {
+    cache_of(layer).begin_call(access_context{step_, layer, times_[cache_index(layer)]});
+  }
+  if (pending_layer_ == layer) {
+    pending_layer_ = -1;
   }
 }
 

@@ -134,32 +134,9 @@ sim_result simulate(model_shape shape, const Source& source, const sim_config& c
 template <access_source Source>
 sim_result simulate_named(std::string_view policy, model_shape shape, const Source& source,
                           const sim_config& config) {
-  if (policy == "lru")
-    return simulate<lru>(shape, source, config);
-  if (policy == "fifo")
-    return simulate<fifo>(shape, source, config);
-  if (policy == "lfu")
-    return simulate<lfu>(shape, source, config);
-  if (policy == "lfu_history")
-    return simulate<lfu_history>(shape, source, config);
-  if (policy == "lfru")
-    return simulate<lfru>(shape, source, config);
-  if (policy == "fld")
-    return simulate<fld>(shape, source, config);
-  if (policy == "least_stale")
-    return simulate<least_stale>(shape, source, config);
-  if (policy == "decayed_frequency")
-    return simulate<decayed_frequency>(shape, source, config);
-  if (policy == "predicted_next_use")
-    return simulate<predicted_next_use>(shape, source, config);
-  if (policy == "belady")
-    return simulate<belady>(shape, source, config);
-  std::string known;
-  for (const std::string_view name : builtin_policies) {
-    known += known.empty() ? "" : ", ";
-    known += name;
-  }
-  WISP_FAIL(logic_error, "simulate: unknown policy '", policy, "' (known: ", known, ")");
+  return visit_policy(policy, [&]<class Policy>(std::type_identity<Policy>) {
+    return simulate<Policy>(shape, source, config);
+  });
 }
 
 }  // namespace wisp::sim

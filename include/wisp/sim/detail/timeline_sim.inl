@@ -313,27 +313,9 @@ timeline_result simulate_timeline(const trace::routing_trace& trace,
 inline timeline_result simulate_timeline_named(std::string_view policy,
                                                const trace::routing_trace& trace,
                                                const timeline_config& config) {
-  if (policy == "lru")
-    return simulate_timeline<lru>(trace, config);
-  if (policy == "fifo")
-    return simulate_timeline<fifo>(trace, config);
-  if (policy == "lfu")
-    return simulate_timeline<lfu>(trace, config);
-  if (policy == "lfru")
-    return simulate_timeline<lfru>(trace, config);
-  if (policy == "fld")
-    return simulate_timeline<fld>(trace, config);
-  if (policy == "least_stale")
-    return simulate_timeline<least_stale>(trace, config);
-  if (policy == "decayed_frequency")
-    return simulate_timeline<decayed_frequency>(trace, config);
-  if (policy == "predicted_next_use")
-    return simulate_timeline<predicted_next_use>(trace, config);
-  if (policy == "belady")
-    return simulate_timeline<belady>(trace, config);
-  WISP_FAIL(logic_error, "simulate_timeline: unknown policy '", policy,
-            "' (known: lru, fifo, lfu, lfru, fld, least_stale, decayed_frequency, "
-            "predicted_next_use, belady)");
+  return visit_policy(policy, [&]<class Policy>(std::type_identity<Policy>) {
+    return simulate_timeline<Policy>(trace, config);
+  });
 }
 
 }  // namespace wisp

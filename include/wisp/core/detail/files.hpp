@@ -12,7 +12,7 @@
 #include <string>
 #include <system_error>
 
-namespace wisp::trace::detail {
+namespace wisp::detail {
 
 /// The operating system's reason for the last failed open (`errno`), or a generic one.
 [[nodiscard]] inline std::string os_reason(int saved_errno) {
@@ -46,4 +46,4 @@ namespace wisp::trace::detail {
   return out;
 }
 
-}  // namespace wisp::trace::detail
+}  // namespace wisp::detail

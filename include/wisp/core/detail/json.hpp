@@ -2,8 +2,9 @@
 /// @file
 /// @brief A small strict JSON parser (RFC 8259 subset good enough for routing records): objects,
 /// arrays, numbers, strings with escapes, true/false/null. Standard library only, so the JSONL
-/// importer stays in the header-only core. Not a general-purpose JSON library: numbers are kept as
-/// `double`, duplicate keys are rejected, nesting is limited to 64 levels.
+/// importer, the model-file reader and the safetensors header reader stay header-only. Not a
+/// general-purpose JSON library: numbers are kept as `double`, duplicate keys are rejected, nesting
+/// is limited to 64 levels.
 #pragma once
 
 #include <wisp/core/error.hpp>
@@ -18,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-namespace wisp::trace::detail {
+namespace wisp::detail {
 
 struct json_member;
 
@@ -343,4 +344,4 @@ class json_parser {
   std::size_t i_ = 0;
 };
 
-}  // namespace wisp::trace::detail
+}  // namespace wisp::detail

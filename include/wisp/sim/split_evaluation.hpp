@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief Trace-driven evaluation of expert/KV split policies (WiSP §5.3, Table 5): an expert
+/// @brief Trace-driven evaluation of expert/KV split policies (WiSP §5.3, Table 5), an experiment
+/// harness beside the simulator (not in the umbrella header; `wisp evaluate` runs it): an expert
 /// stream (a routing trace, one step per decoded token) and a KV stream (agentic sessions,
 /// kv_workload.hpp) replayed against LRU pools sized by each policy.
 ///
@@ -18,9 +19,10 @@
 ///   admission floor).
 ///
 /// Fixed arms are costed from the exact miss curves (the replay of a fixed split equals the
-/// curve); adaptive arms are replayed with resizable LRU pools (a shrink evicts LRU entries, a grow
-/// adds empty room). The expert stream is served a (step, layer) request at a time, the request's
-/// experts protected from each other as in wisp's pager, and its curve is the call-granular one
+/// curve); adaptive arms are replayed with resizable LRU pools (the cache area's `slot_cache<lru>`:
+/// a shrink evicts LRU entries, a grow adds empty room). The expert stream is served a (step,
+/// layer) request at a time, the request's experts protected from each other as in wisp's pager,
+/// and its curve is the call-granular one
 /// (`reuse::reuse_granularity::call`); the KV stream is served one block access at a time. The
 /// reported cost is the *warm* latency: misses other than first sight, which every arm pays alike
 /// (the new prompt's prefill, an expert's first load).
@@ -34,7 +36,6 @@
 #include <wisp/alloc/configurator.hpp>
 #include <wisp/alloc/controller.hpp>
 #include <wisp/alloc/cost_model.hpp>
-#include <wisp/alloc/detail/resizable_lru.hpp>
 #include <wisp/alloc/kv_workload.hpp>
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/alloc/resize.hpp>
@@ -44,6 +45,7 @@
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/reuse_distance.hpp>
 #include <wisp/reuse/scoped_counter.hpp>
+#include <wisp/sim/detail/lru_pool.hpp>
 #include <wisp/trace/routing_trace.hpp>
 #include <wisp/trace/synthetic.hpp>
 
@@ -332,11 +334,11 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
     a.adaptive = true;
     split current = make_split(m, p.budget, start);
     a.cap_start = a.cap_min = a.cap_max = start;
-    std::vector<detail::resizable_lru> layers;
+    std::vector<sim::detail::lru_pool> layers;
     for (std::uint32_t l = 0; l < m.layers; ++l) {
       layers.emplace_back(m.experts, current.expert_cap);
     }
-    detail::resizable_lru kv{std::max<std::uint32_t>(w.kv.blocks, 1), current.kv_blocks};
+    sim::detail::lru_pool kv{std::max<std::uint32_t>(w.kv.blocks, 1), current.kv_blocks};
     std::uint64_t cursor = 0;
     const std::uint64_t per_step = shape.ids_per_step();
     const auto k = static_cast<std::uint64_t>(shape.top_k);

@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
-// The KV session model, the resizable LRU, and the trace-driven evaluation. The full table of
-// docs/allocator.md comes from `wisp evaluate`.
-#include <wisp/alloc/detail/resizable_lru.hpp>
-#include <wisp/alloc/evaluation.hpp>
+// The resizable LRU pool (the cache area's slot_cache<lru> behind an adapter) and the
+// trace-driven evaluation of expert/KV splits. The full table of docs/allocator.md comes from
+// `wisp evaluate`.
 #include <wisp/alloc/kv_workload.hpp>
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/reuse_distance.hpp>
+#include <wisp/sim/detail/lru_pool.hpp>
+#include <wisp/sim/split_evaluation.hpp>
 
 #include <gtest/gtest.h>
 
@@ -25,9 +26,9 @@ using namespace wisp::literals;
 using wisp::alloc::agentic_config;
 using wisp::alloc::eval_phase;
 
-TEST(ResizableLru, MatchesAListOracleUnderResizes) {
+TEST(LruPool, MatchesAListOracleUnderResizes) {
   std::mt19937_64 rng{5};
-  wisp::alloc::detail::resizable_lru lru{64, 8};
+  wisp::sim::detail::lru_pool lru{64, 8};
   std::list<std::uint32_t> oracle;  // front = most recent
   std::uint64_t cap = 8;
   for (int i = 0; i < 20000; ++i) {
@@ -55,9 +56,9 @@ TEST(ResizableLru, MatchesAListOracleUnderResizes) {
 }
 
 // Calls as the pager serves them: a request's keys never evict each other; resizes in between.
-TEST(ResizableLru, CallsMatchAProtectedListOracleUnderResizes) {
+TEST(LruPool, CallsMatchAProtectedListOracleUnderResizes) {
   std::mt19937_64 rng{6};
-  wisp::alloc::detail::resizable_lru lru{40, 8};
+  wisp::sim::detail::lru_pool lru{40, 8};
   std::list<std::uint32_t> oracle;  // front = most recent
   std::uint64_t cap = 8;
   std::vector<std::uint32_t> call;
@@ -100,31 +101,6 @@ TEST(ResizableLru, CallsMatchAProtectedListOracleUnderResizes) {
   lru.set_capacity(3);
   EXPECT_THROW((void)lru.access_call(call, hit), wisp::logic_error);  // 4 keys, 3 slots
   EXPECT_EQ(lru.size(), 3u);
-}
-
-TEST(KvWorkload, DeterministicAndWithinTheFloor) {
-  agentic_config cfg;
-  cfg.sessions = 8;
-  cfg.concurrency = 3;
-  cfg.context = 4096;
-  cfg.long_turn = {512, 1024, 16};
-  const auto a = wisp::alloc::make_agentic_kv_stream({{cfg, 50}}, 9);
-  const auto b = wisp::alloc::make_agentic_kv_stream({{cfg, 50}}, 9);
-  EXPECT_EQ(a.accesses, b.accesses);
-  ASSERT_EQ(a.rounds.size(), 50u);
-  const std::uint64_t floor_blocks = 3 * 4096 / 16;
-  wisp::reuse::reuse_distance_counter counter{a.blocks};
-  std::uint64_t cold = 0;
-  for (const auto& r : a.rounds) {
-    EXPECT_LE(r.working_blocks, floor_blocks);
-    EXPECT_EQ(r.tool_turns + r.long_turns, 3u);
-    for (auto i = r.begin; i < r.end; ++i) {
-      cold += counter.access(a.accesses[i]) == wisp::reuse::reuse_distance_counter::cold;
-    }
-  }
-  EXPECT_EQ(cold, a.blocks);  // every block is created once
-  EXPECT_THROW((void)wisp::alloc::make_agentic_kv_stream({{agentic_config{.sessions = 2}, 1}}, 1),
-               wisp::logic_error);  // concurrency 4 > sessions 2
 }
 
 // A small OLMoE workload: mixed turns, 40 rounds.

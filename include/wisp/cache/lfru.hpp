@@ -1,0 +1,201 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief `lfru`: vLLM's frequency/recency policy, without its per-miss scan.
+#pragma once
+
+#include <wisp/cache/detail/key_lists.hpp>
+#include <wisp/cache/eviction_policy.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace wisp {
+namespace detail {
+
+/// Exact 128-bit product of two 64-bit values, compared lexicographically (portable: no __int128).
+struct wide_product {
+  std::uint64_t high = 0;
+  std::uint64_t low = 0;
+  friend constexpr auto operator<=>(const wide_product&, const wide_product&) = default;
+};
+
+[[nodiscard]] constexpr wide_product multiply(std::uint64_t a, std::uint64_t b) noexcept {
+  const std::uint64_t a_lo = a & 0xffffffffu;
+  const std::uint64_t a_hi = a >> 32;
+  const std::uint64_t b_lo = b & 0xffffffffu;
+  const std::uint64_t b_hi = b >> 32;
+  const std::uint64_t lo_lo = a_lo * b_lo;
+  const std::uint64_t hi_lo = a_hi * b_lo;
+  const std::uint64_t lo_hi = a_lo * b_hi;
+  const std::uint64_t hi_hi = a_hi * b_hi;
+  const std::uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xffffffffu) + lo_hi;
+  return wide_product{hi_hi + (hi_lo >> 32) + (cross >> 32), (cross << 32) | (lo_lo & 0xffffffffu)};
+}
+
+}  // namespace detail
+
+/// @brief vLLM's LFRU (PR #37190, `CachedWeightProvider`): a clock ticks once per access (hit or
+/// miss); a key remembers its access count `freq` (1 on insertion) and the clock of its last
+/// access `last`; the victim minimises `freq / (clock - last + 1)`, evaluated at the clock before
+/// the missing key's own tick. Ties go to the least recently used key.
+///
+/// The score's order changes as the clock advances, so vLLM scans every resident key per miss.
+/// This implementation picks exactly the same victims without the full scan: keys are grouped by
+/// `freq` into classes kept in increasing order (each a list in order of `last`, since an access
+/// always makes a key the newest of its new class), so a class's best candidate is its oldest
+/// unprotected key; classes are visited from the lowest `freq` up and the walk stops at the first
+/// class whose `freq` divided by the age of the oldest resident key already exceeds the best
+/// score found, since no key from there on can reach it. Scores are compared exactly by
+/// cross-multiplication (no floating point).
+///
+/// `on_insert`, `on_hit`, `on_erase`: O(1). `victim`: O(1 + classes visited + p), at most
+/// O(distinct counts among resident keys); on the ESFT trace it visits a few classes where a scan
+/// would visit hundreds of keys. Allocation-free after `reset`. Not thread-safe.
+class lfru {
+ public:
+  static constexpr std::string_view name = "lfru";
+
+  /// Forgets every key and restarts the clock; sizes for `layout.size()` keys.
+  /// @throws std::bad_alloc
+  void reset(const key_layout& layout) {
+    const auto n = static_cast<std::size_t>(layout.size());
+    freq_.assign(n, 0);
+    last_.assign(n, 0);
+    class_of_.assign(n, no_class);
+    // Class nodes 0..n: at most n are in use, plus the one `on_hit` creates before it frees one.
+    classes_.assign(n + 2, freq_class{});
+    sentinel_ = static_cast<std::int32_t>(n + 1);
+    classes_[static_cast<std::size_t>(sentinel_)] = {0, sentinel_, sentinel_};
+    free_.resize(n + 1);
+    for (std::size_t i = 0; i <= n; ++i) {
+      free_[i] = static_cast<std::int32_t>(n - i);  // pop_back hands out 0, 1, 2, ...
+    }
+    members_.reset(layout.size(), static_cast<std::int32_t>(n + 1));
+    recency_.reset(layout.size(), 1);
+    clock_ = 0;
+  }
+  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    freq_[k] = 1;
+    last_[k] = ++clock_;
+    const std::int32_t head = classes_[static_cast<std::size_t>(sentinel_)].next;
+    const std::int32_t c = head != sentinel_ && classes_[static_cast<std::size_t>(head)].freq == 1
+                               ? head
+                               : new_class_after(sentinel_, 1);
+    join(key, c);
+    recency_.push_back(0, key);
+  }
+  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    const std::uint64_t f = ++freq_[k];
+    last_[k] = ++clock_;
+    const std::int32_t from = class_of_[k];
+    const std::int32_t next = classes_[static_cast<std::size_t>(from)].next;
+    const std::int32_t to = next != sentinel_ && classes_[static_cast<std::size_t>(next)].freq == f
+                                ? next
+                                : new_class_after(from, f);
+    members_.remove(key);
+    join(key, to);
+    release_if_empty(from);
+    recency_.move_to_back(0, key);
+  }
+  void on_erase(cache_key key) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    const std::int32_t c = class_of_[k];
+    if (c == no_class) {
+      return;
+    }
+    members_.remove(key);
+    class_of_[k] = no_class;
+    release_if_empty(c);
+    recency_.remove(key);
+  }
+  /// The unprotected resident key with the lowest score, or `no_key`.
+  [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
+                                 protected_keys is_protected) const noexcept {
+    const cache_key oldest = recency_.front(0);
+    if (oldest == no_key) {
+      return no_key;
+    }
+    const std::uint64_t max_age = age(oldest);  // no resident key is older
+    cache_key best = no_key;
+    for (std::int32_t c = classes_[static_cast<std::size_t>(sentinel_)].next; c != sentinel_;
+         c = classes_[static_cast<std::size_t>(c)].next) {
+      const std::uint64_t f = classes_[static_cast<std::size_t>(c)].freq;
+      // Every key from this class on scores at least f / max_age: stop once that is worse.
+      if (best != no_key && detail::multiply(f, age(best)) >
+                                detail::multiply(freq_[static_cast<std::size_t>(best)], max_age)) {
+        break;
+      }
+      const cache_key candidate = members_.first_unprotected(c, is_protected);
+      if (candidate != no_key && (best == no_key || before(candidate, best))) {
+        best = candidate;
+      }
+    }
+    return best;
+  }
+
+  /// Current score of a resident key (for reports and tests).
+  [[nodiscard]] double score(cache_key key) const noexcept {
+    return static_cast<double>(freq_[static_cast<std::size_t>(key)]) /
+           static_cast<double>(age(key));
+  }
+  /// The clock: number of accesses seen since `reset`.
+  [[nodiscard]] std::uint64_t clock() const noexcept { return clock_; }
+
+ private:
+  static constexpr std::int32_t no_class = -1;
+  struct freq_class {
+    std::uint64_t freq = 0;
+    std::int32_t prev = -1;
+    std::int32_t next = -1;
+  };
+
+  [[nodiscard]] std::uint64_t age(cache_key key) const noexcept {
+    return clock_ - last_[static_cast<std::size_t>(key)] + 1;
+  }
+  // a evicts before b: freq_a / age_a < freq_b / age_b, then older last access.
+  [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
+    const detail::wide_product lhs = detail::multiply(freq_[static_cast<std::size_t>(a)], age(b));
+    const detail::wide_product rhs = detail::multiply(freq_[static_cast<std::size_t>(b)], age(a));
+    return lhs < rhs ||
+           (lhs == rhs && last_[static_cast<std::size_t>(a)] < last_[static_cast<std::size_t>(b)]);
+  }
+  std::int32_t new_class_after(std::int32_t at, std::uint64_t freq) noexcept {
+    const std::int32_t c = free_.back();  // reserved in reset: never empty here
+    free_.pop_back();
+    const std::int32_t next = classes_[static_cast<std::size_t>(at)].next;
+    classes_[static_cast<std::size_t>(c)] = {freq, at, next};
+    classes_[static_cast<std::size_t>(at)].next = c;
+    classes_[static_cast<std::size_t>(next)].prev = c;
+    return c;
+  }
+  void release_if_empty(std::int32_t c) noexcept {
+    if (members_.front(c) != no_key) {
+      return;
+    }
+    const freq_class& node = classes_[static_cast<std::size_t>(c)];
+    classes_[static_cast<std::size_t>(node.prev)].next = node.next;
+    classes_[static_cast<std::size_t>(node.next)].prev = node.prev;
+    free_.push_back(c);  // capacity reserved in reset
+  }
+  void join(cache_key key, std::int32_t c) noexcept {
+    members_.push_back(c, key);
+    class_of_[static_cast<std::size_t>(key)] = c;
+  }
+
+  std::vector<std::uint64_t> freq_;
+  std::vector<std::uint64_t> last_;
+  std::vector<std::int32_t> class_of_;  // key -> its class node, no_class if not resident
+  std::vector<freq_class> classes_;     // class nodes, a list sorted by freq through sentinel_
+  std::vector<std::int32_t> free_;      // unused class nodes
+  detail::key_lists members_;           // one list per class node, oldest `last` first
+  detail::key_lists recency_;           // every resident key, oldest `last` first
+  std::int32_t sentinel_ = 0;
+  std::uint64_t clock_ = 0;
+};
+static_assert(eviction_policy<lfru>);
+
+}  // namespace wisp
