@@ -172,12 +172,9 @@ class device {
     row_state& r = rows_[idx(t)][static_cast<std::size_t>(row)];
     r.free.time = std::max(r.free.time, done.time);
   }
-  /// A device-side row move (a resize at a drained barrier): bytes and events follow the row.
-  void move_row(std::int32_t t, std::int32_t from, std::int32_t to) {
-    materialize(t, from);
-    materialize(t, to);
-    std::memcpy(tensor(t).row(static_cast<std::size_t>(to)),
-                tensor(t).row(static_cast<std::size_t>(from)), w_->cfg.expert_bytes());
+  /// A device-side row move (a resize at a drained barrier, after `flush`) moved the bytes of
+  /// row `from` to row `to`: its events follow them.
+  void row_moved(std::int32_t t, std::int32_t from, std::int32_t to) {
     auto& rows = rows_[idx(t)];
     const row_state src = rows[static_cast<std::size_t>(from)];
     row_state& dst = rows[static_cast<std::size_t>(to)];
