@@ -37,13 +37,13 @@ class hot_layer {
             std::int32_t cap)
       : k_(static_cast<std::size_t>(top_k)),
         row_of_(static_cast<std::size_t>(experts), -1),
-        pinned_(static_cast<std::size_t>(pinned.size())),
+        pinned_(pinned.size()),
         staged_(static_cast<std::size_t>(cap) - pinned.size(), -1),
         last_use_(staged_.size(), 0),
         busy_(staged_.size(), 0),
         seen_(static_cast<std::size_t>(experts), 0) {
     for (std::size_t i = 0; i < pinned.size(); ++i) {
-      row_of_[static_cast<std::size_t>(pinned[i])] = static_cast<std::int32_t>(i);
+      row_of(pinned[i]) = static_cast<std::int32_t>(i);
     }
   }
 
@@ -54,7 +54,7 @@ class hot_layer {
     std::fill(busy_.begin(), busy_.end(), 0);
     misses_.clear();
     for (const std::int32_t e : experts_) {  // hits (pinned or staged) go in the first launch
-      const std::int32_t row = row_of_[static_cast<std::size_t>(e)];
+      const std::int32_t row = row_of(e);
       if (row < 0) {
         misses_.push_back(e);
         continue;
@@ -116,13 +116,14 @@ class hot_layer {
     }
     return best < 0 ? -1 : best + pinned();
   }
+  std::int32_t& row_of(std::int32_t e) { return row_of_[static_cast<std::size_t>(e)]; }
   void place(std::int32_t row, std::int32_t e) {
     const auto i = static_cast<std::size_t>(row - pinned());
     if (staged_[i] >= 0) {
-      row_of_[static_cast<std::size_t>(staged_[i])] = -1;
+      row_of(staged_[i]) = -1;
     }
     staged_[i] = e;
-    row_of_[static_cast<std::size_t>(e)] = row;
+    row_of(e) = row;
     touch(row);
   }
 
@@ -198,17 +199,19 @@ class static_hot_residency final : public residency {
   /// Layer `l`'s experts, most routed (per token) in the warm-up first, ties to the lower id.
   static std::vector<std::int32_t> by_frequency(const warmup_log& w, std::int32_t l, std::int32_t E,
                                                 std::int32_t K) {
-    std::vector<std::uint64_t> count(static_cast<std::size_t>(E), 0);
+    std::vector<std::uint64_t> counts(static_cast<std::size_t>(E), 0);
+    auto count = [&counts](std::int32_t e) -> std::uint64_t& {
+      return counts[static_cast<std::size_t>(e)];
+    };
     for (const auto& f : w.forwards) {
       for (const std::int32_t e : f.layer(l, K)) {
-        ++count[static_cast<std::size_t>(e)];
+        ++count(e);
       }
     }
     std::vector<std::int32_t> order(static_cast<std::size_t>(E));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-      return count[static_cast<std::size_t>(a)] > count[static_cast<std::size_t>(b)];
-    });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::int32_t a, std::int32_t b) { return count(a) > count(b); });
     return order;
   }
 

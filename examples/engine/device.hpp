@@ -105,7 +105,7 @@ class device {
   /// Untimed copy (initial residency, warm-up): the bytes land now and cost no link time.
   void fill(std::int32_t layer, const row_copy& c) {
     for (std::int32_t i = 0; i < c.count; ++i) {
-      row_state& r = rows_[idx(c.tensor)][static_cast<std::size_t>(c.row + i)];
+      row_state& r = rows_[idx(c.tensor)][idx(c.row + i)];
       r.layer = layer;
       r.expert = c.expert + i;
       r.timed = false;
@@ -119,7 +119,7 @@ class device {
     auto& rows = rows_[idx(c.tensor)];
     std::uint64_t bytes = 0;
     for (std::int32_t i = 0; i < c.count; ++i) {
-      after.time = std::max(after.time, rows[static_cast<std::size_t>(c.row + i)].free.time);
+      after.time = std::max(after.time, rows[idx(c.row + i)].free.time);
       bytes += zip_ != nullptr ? zip_->link_bytes(layer, c.expert + i) : w_->cfg.expert_bytes();
     }
     wisp::timeline_event done = timeline_.copy(bytes, after);
@@ -127,7 +127,7 @@ class device {
       done = decoder_.copy(static_cast<std::uint64_t>(c.count) * w_->cfg.expert_bytes(), done);
     }
     for (std::int32_t i = 0; i < c.count; ++i) {
-      row_state& r = rows[static_cast<std::size_t>(c.row + i)];
+      row_state& r = rows[idx(c.row + i)];
       r.ready = done;
       r.layer = layer;
       r.expert = c.expert + i;
@@ -139,16 +139,16 @@ class device {
 
   /// When the last copy into row `row` of tensor `t` lands.
   [[nodiscard]] wisp::timeline_event ready(std::int32_t t, std::int32_t row) const {
-    return rows_[idx(t)][static_cast<std::size_t>(row)].ready;
+    return rows_[idx(t)][idx(row)].ready;
   }
   /// Performs the pending real copy (or decode) into the row, if any (outside measured
   /// regions).
   void materialize(std::int32_t t, std::int32_t row) {
-    row_state& r = rows_[idx(t)][static_cast<std::size_t>(row)];
+    row_state& r = rows_[idx(t)][idx(row)];
     if (r.layer < 0) {
       return;
     }
-    std::byte* dst = tensor(t).row(static_cast<std::size_t>(row));
+    std::byte* dst = tensor(t).row(idx(row));
     if (zip_ != nullptr) {
       const double t0 = thread_seconds();
       zip_->decode(r.layer, r.expert, dst);
@@ -169,18 +169,15 @@ class device {
   }
   /// A launch that ends at `done` read the row: a later copy into it waits for `done`.
   void read(std::int32_t t, std::int32_t row, wisp::timeline_event done) {
-    row_state& r = rows_[idx(t)][static_cast<std::size_t>(row)];
+    row_state& r = rows_[idx(t)][idx(row)];
     r.free.time = std::max(r.free.time, done.time);
   }
-  /// A device-side row move (a resize at a drained barrier): bytes and events follow the row.
-  void move_row(std::int32_t t, std::int32_t from, std::int32_t to) {
-    materialize(t, from);
-    materialize(t, to);
-    std::memcpy(tensor(t).row(static_cast<std::size_t>(to)),
-                tensor(t).row(static_cast<std::size_t>(from)), w_->cfg.expert_bytes());
+  /// A device-side row move (a resize at a drained barrier, after `flush`) moved the bytes of
+  /// row `from` to row `to`: its events follow them.
+  void row_moved(std::int32_t t, std::int32_t from, std::int32_t to) {
     auto& rows = rows_[idx(t)];
-    const row_state src = rows[static_cast<std::size_t>(from)];
-    row_state& dst = rows[static_cast<std::size_t>(to)];
+    const row_state src = rows[idx(from)];
+    row_state& dst = rows[idx(to)];
     dst.ready = src.ready;
     dst.free.time = std::max(dst.free.time, src.free.time);
   }
@@ -236,7 +233,8 @@ class device {
     std::int32_t expert = 0;
     bool timed = false;  // the bytes came with a timed copy (not the warm-up)
   };
-  static std::size_t idx(std::int32_t t) noexcept { return static_cast<std::size_t>(t); }
+  /// A tensor or row index (non-negative) as a vector index.
+  static std::size_t idx(std::int32_t i) noexcept { return static_cast<std::size_t>(i); }
   /// CPU time of this thread: time the OS gives other processes (a busy machine) is not counted.
   static double thread_seconds() noexcept {
     timespec ts{};

@@ -19,12 +19,13 @@
 #include "workload.hpp"
 
 #include <wisp/alloc/model_spec.hpp>
-#include <wisp/cache/policies.hpp>
+#include <wisp/cache/visit_policy.hpp>
 
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace wisp_engine {
@@ -40,37 +41,26 @@ namespace wisp_engine {
           static_cast<std::uint32_t>(c.block_tokens)};
 }
 
-namespace detail {
-template <class Policy>
-std::unique_ptr<residency> make_pager(arm_kind arm) {
-  return std::make_unique<pager_residency<Policy>>(arm);
-}
-/// A pager eviction policy by name.
-struct pager_policy {
-  std::string_view name;
-  std::unique_ptr<residency> (*make)(arm_kind);
-};
-/// Every eviction policy of wisp that needs nothing but the pager's calls (`belady` needs the
-/// future). In the pager's per-layer scope `predicted_next_use` evicts as `decayed_frequency`
+/// Whether the pager arms run `Policy`: every built-in policy of wisp but `belady`, which needs
+/// the future. In the pager's per-layer scope `predicted_next_use` evicts as `decayed_frequency`
 /// does (its predictor term needs global scope), and `fld` and `least_stale` as `lru` does.
-inline constexpr pager_policy pager_policies[] = {
-    {"lru", make_pager<wisp::lru>},
-    {"fifo", make_pager<wisp::fifo>},
-    {"lfu", make_pager<wisp::lfu>},
-    {"lfu_history", make_pager<wisp::lfu_history>},
-    {"lfru", make_pager<wisp::lfru>},
-    {"fld", make_pager<wisp::fld>},
-    {"least_stale", make_pager<wisp::least_stale>},
-    {"decayed_frequency", make_pager<wisp::decayed_frequency>},
-    {"predicted_next_use", make_pager<wisp::predicted_next_use>},
-};
-}  // namespace detail
+template <class Policy>
+inline constexpr bool pager_arm_policy = !std::is_same_v<Policy, wisp::belady>;
 
-/// Eviction policies of the pager arms (`least-stale` is accepted for `least_stale`).
+/// Whether the pager arms run the built-in policy spelt `name`.
+[[nodiscard]] inline bool is_pager_arm_policy(std::string_view name) {
+  return !wisp::builtin_policy_name(name).empty() &&
+         wisp::visit_policy(name,
+                            []<class P>(std::type_identity<P>) { return pager_arm_policy<P>; });
+}
+
+/// Eviction policies of the pager arms, in `wisp::builtin_policy_names`' order.
 [[nodiscard]] inline std::vector<std::string_view> policy_names() {
   std::vector<std::string_view> out;
-  for (const detail::pager_policy& p : detail::pager_policies) {
-    out.push_back(p.name);
+  for (const std::string_view p : wisp::builtin_policy_names) {
+    if (is_pager_arm_policy(p)) {
+      out.push_back(p);
+    }
   }
   return out;
 }
@@ -82,17 +72,13 @@ inline constexpr pager_policy pager_policies[] = {
   }
   return out + "or least-stale";
 }
-/// The policy's canonical name, or nullopt when unknown.
+/// The policy's canonical name (`-` read as `_`, as `wisp::builtin_policy_name` does), or
+/// nullopt when the pager arms do not run it.
 [[nodiscard]] inline std::optional<std::string> canonical_policy(std::string_view name) {
-  if (name == "least-stale") {
-    return "least_stale";
+  if (!is_pager_arm_policy(name)) {
+    return std::nullopt;
   }
-  for (const std::string_view p : policy_names()) {
-    if (p == name) {
-      return std::string(p);
-    }
-  }
-  return std::nullopt;
+  return std::string(wisp::builtin_policy_name(name));
 }
 
 /// @brief The residency object of an arm. The policy is chosen by name here, at the edge.
@@ -111,13 +97,17 @@ inline constexpr pager_policy pager_policies[] = {
     default:
       break;
   }
-  const std::string name = canonical_policy(policy).value_or("");
-  for (const detail::pager_policy& p : detail::pager_policies) {
-    if (p.name == name) {
-      return p.make(arm);
-    }
+  if (!is_pager_arm_policy(policy)) {
+    WISP_FAIL(wisp::logic_error, "unknown policy '", policy, "' (valid: ", policy_list(), ")");
   }
-  WISP_FAIL(wisp::logic_error, "unknown policy '", policy, "' (valid: ", policy_list(), ")");
+  return wisp::visit_policy(policy,
+                            [arm]<class P>(std::type_identity<P>) -> std::unique_ptr<residency> {
+                              if constexpr (pager_arm_policy<P>) {
+                                return std::make_unique<pager_residency<P>>(arm);
+                              } else {
+                                return nullptr;  // not reached: refused above
+                              }
+                            });
 }
 
 /// The smallest budget where `full` fits: every expert plus the KV floor of `max_running`

@@ -137,12 +137,10 @@ class dense_forward {
   [[nodiscard]] std::size_t topk() const noexcept { return static_cast<std::size_t>(cfg_.top_k); }
 
   [[nodiscard]] float* kv_at(session* s, std::int32_t l, std::int32_t kv, std::int32_t pos) {
-    const auto B = cfg_.block_tokens;
-    float* blk = kv_->block(s->blocks[static_cast<std::size_t>(pos / B)]);
-    return blk + ((static_cast<std::size_t>(l) * 2 + static_cast<std::size_t>(kv)) *
-                      static_cast<std::size_t>(B) +
-                  static_cast<std::size_t>(pos % B)) *
-                     hidden();
+    const auto B = static_cast<std::size_t>(cfg_.block_tokens);
+    const auto p = static_cast<std::size_t>(pos);
+    float* blk = kv_->block(s->blocks[p / B]);
+    return blk + (static_cast<std::size_t>(l * 2 + kv) * B + p % B) * hidden();
   }
 
   void rope(float* v, std::int32_t pos) const {
@@ -178,6 +176,7 @@ class dense_forward {
       const float* q = qkv_.data() + r * 3 * H;
       const std::int32_t n = rows_[r].pos + 1;
       scores_.resize(static_cast<std::size_t>(n));
+      float* const scores = scores_.data();
       float* out = attn_.data() + r * H;
       std::fill(out, out + H, 0.0f);
       for (std::int32_t h = 0; h < cfg_.heads; ++h) {
@@ -188,18 +187,18 @@ class dense_forward {
           for (std::int32_t i = 0; i < d; ++i) {
             s += q[h * d + i] * k[i];
           }
-          scores_[static_cast<std::size_t>(p)] = s * scale;
+          scores[p] = s * scale;
           mx = std::max(mx, s * scale);
         }
         float sum = 0;
         for (std::int32_t p = 0; p < n; ++p) {
-          float& s = scores_[static_cast<std::size_t>(p)];
+          float& s = scores[p];
           s = std::exp(s - mx);
           sum += s;
         }
         for (std::int32_t p = 0; p < n; ++p) {
           const float* v = kv_at(rows_[r].s, l, 1, p) + h * d;
-          const float a = scores_[static_cast<std::size_t>(p)] / sum;
+          const float a = scores[p] / sum;
           for (std::int32_t i = 0; i < d; ++i) {
             out[h * d + i] += a * v[i];
           }

@@ -243,8 +243,9 @@ class serving_loop {
   void count_accesses(std::span<const std::int32_t> ids) {
     seen_.assign(static_cast<std::size_t>(w_.cfg.experts), 0);
     for (const std::int32_t e : ids) {
-      accesses_ += seen_[static_cast<std::size_t>(e)] == 0 ? 1 : 0;
-      seen_[static_cast<std::size_t>(e)] = 1;
+      auto& seen = seen_[static_cast<std::size_t>(e)];
+      accesses_ += seen == 0 ? 1 : 0;
+      seen = 1;
     }
   }
 

@@ -12,6 +12,7 @@
 #include <wisp/predict/prefetch.hpp>
 #include <wisp/transfer/timeline.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -95,10 +96,10 @@ struct engine_options {
   /// @throws wisp::logic_error (from `run_arm`) for another arm, or a cap outside `[k, E]` or that
   /// does not fit the budget beside the KV blocks.
   std::vector<std::pair<std::int32_t, std::int32_t>> forced_resizes;
-  /// Tests: called in every per-layer expert resize (forced, dynamic and their rollbacks) with the
-  /// layer and the cap, after the layer's tensor has grown and before the pager resizes the layer;
-  /// returning true makes that step throw, as a failing `pager::resize_layer` would.
-  std::function<bool(std::int32_t, std::int32_t)> layer_fault;
+  /// Tests: called whenever a per-layer expert resize (forced, dynamic and their rollbacks) grows
+  /// the layer's tensor, with the layer and the new row count; returning true makes that grow
+  /// throw `wisp::out_of_memory` inside `wisp::resize_layer_rows`, as an exhausted device would.
+  std::function<bool(std::int32_t, std::size_t)> layer_fault;
   std::function<void(const std::string&)> progress;  ///< called now and then with a status line
 };
 

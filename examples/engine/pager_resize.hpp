@@ -19,10 +19,13 @@
 #include <wisp/alloc/resize.hpp>
 #include <wisp/alloc/split.hpp>
 #include <wisp/pager/pager.hpp>
+#include <wisp/pager/resize_layer_rows.hpp>
 #include <wisp/reuse/reuse_distance.hpp>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -142,8 +145,7 @@ class pager_resizer {
   }
 
  private:
-  /// Sets every layer's cap (pager and tensor); strong: on failure every layer, the one that
-  /// failed included, is as before.
+  /// Sets every layer's cap (pager and tensor); strong: on failure every layer is as before.
   bool resize_experts(std::int32_t cap) {
     const std::int32_t old = pager_->capacity(0);  // every layer's (check_split)
     std::int32_t l = 0;
@@ -152,30 +154,42 @@ class pager_resizer {
         resize_layer(l, cap);
       }
     } catch (...) {
-      // Layer l failed part-way (its tensor may have grown before its pager resize threw).
-      for (std::int32_t u = l; u >= 0; --u) {
+      // Layer l is as before (resize_layer_rows' strong guarantee): undo the layers before it.
+      for (std::int32_t u = l - 1; u >= 0; --u) {
         resize_layer(u, old);
       }
       return false;
     }
     return true;
   }
+  /// One layer, all or nothing: its pager cap and tensor rows change together or not at all.
   void resize_layer(std::int32_t l, std::int32_t cap) {
-    auto& t = dev_->tensor(l);
-    dev_->flush(l);  // pending bytes land before rows move or unmap
-    if (static_cast<std::size_t>(cap) > t.resident_rows()) {
-      t.resize_resident(static_cast<std::size_t>(cap));  // grow: map first
-    }
-    if (opt_->layer_fault && opt_->layer_fault(l, cap)) {
-      WISP_FAIL(wisp::error, "injected fault resizing layer ", l, " to cap ", cap);
-    }
-    pager_->prepare(l, std::span<const std::int32_t>{}, 0, pager_->top_k());  // drained: unprotect
-    const wisp::resize_report rep = pager_->resize_layer(l, cap);
+    dev_->flush(l);       // pending bytes land before rows move or unmap
+    pager_->end_call(l);  // drained: the last call's experts may move or go
+    fault_injecting_rows rows{dev_->tensor(l), l, opt_->layer_fault};
+    const wisp::resize_report rep = wisp::resize_layer_rows(*pager_, l, cap, rows);
     for (const wisp::slot_move& m : rep.moves) {
-      dev_->move_row(l, m.from, m.to);
+      dev_->row_moved(l, m.from, m.to);
     }
-    t.resize_resident(static_cast<std::size_t>(cap));  // shrink: unmap the tail
   }
+
+  /// Layer `l`'s tensor as `resize_layer_rows` resizes it, with `engine_options::layer_fault`
+  /// deciding whether a grow fails the way an exhausted device would.
+  struct fault_injecting_rows {
+    device::tensor_type& t;
+    std::int32_t layer;
+    const std::function<bool(std::int32_t, std::size_t)>& fault;
+    [[nodiscard]] std::size_t resident_rows() const { return t.resident_rows(); }
+    [[nodiscard]] std::size_t row_stride() const { return t.row_stride(); }
+    [[nodiscard]] std::byte* row(std::size_t r) const { return t.row(r); }
+    void resize_resident(std::size_t rows) {
+      if (rows > t.resident_rows() && fault && fault(layer, rows)) {
+        WISP_FAIL(wisp::out_of_memory, "injected fault growing layer ", layer, " to ", rows,
+                  " rows");
+      }
+      t.resize_resident(rows);
+    }
+  };
 
   /// After every resize attempt: each layer's pager cap and tensor rows, and the KV pool, are
   /// those of the split in force. @throws wisp::logic_error naming the layer that differs.

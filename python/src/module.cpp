@@ -4,28 +4,17 @@
 #include "bindings.hpp"
 #include "errors.hpp"
 
-#include <wisp/sim/simulate.hpp>
+#include <wisp/cache/visit_policy.hpp>
 #include <wisp/version.hpp>
 
-#include <string>
+#include <string_view>
+#include <type_traits>
 
 namespace wisp_python {
 
 std::string_view policy_name(std::string_view name) {
-  for (const std::string_view known : wisp::sim::builtin_policies) {
-    if (name == known) {
-      return known;
-    }
-  }
-  if (name == "least-stale") {
-    return "least_stale";
-  }
-  std::string valid;
-  for (const std::string_view known : wisp::sim::builtin_policies) {
-    valid += valid.empty() ? "" : ", ";
-    valid += known;
-  }
-  WISP_FAIL(wisp::logic_error, "unknown policy '", name, "' (valid: ", valid, ")");
+  // An unknown name: wisp::logic_error "unknown policy 'NAME' (known: ...)".
+  return wisp::visit_policy(name, []<class P>(std::type_identity<P>) { return P::name; });
 }
 
 }  // namespace wisp_python
@@ -37,7 +26,7 @@ NB_MODULE(_wisp, m) {
   wp::register_errors(m, nb::module_::import_("wisp.errors"));
   m.attr("__version__") = WISP_VERSION_STRING;
   nb::list policies;
-  for (const std::string_view name : wisp::sim::builtin_policies) {
+  for (const std::string_view name : wisp::builtin_policy_names) {
     policies.append(nb::str(name.data(), name.size()));
   }
   m.attr("POLICIES") = nb::tuple(policies);

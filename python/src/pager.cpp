@@ -5,10 +5,9 @@
 #include "bindings.hpp"
 #include "errors.hpp"
 
-#include <wisp/cache/policies.hpp>
+#include <wisp/cache/visit_policy.hpp>
 #include <wisp/pager/pager.hpp>
 #include <wisp/pager/reroute_table.hpp>
-#include <wisp/sim/simulate.hpp>
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -32,33 +31,15 @@ namespace {
 
 namespace core = wisp;  // pager, policies, cache_stats, reroute_table
 
-// A pager of any built-in policy, chosen by the policy's `name`.
-template <class... Policies>
-struct policy_list {
-  using pager = std::variant<core::pager<Policies>...>;
-
-  // The pager of the default-constructed policy called `name` (every policy but belady, which
-  // needs its future), or nullopt.
-  static std::optional<pager> make(std::string_view name, const core::pager_config& config) {
-    std::optional<pager> out;
-    (
-        [&] {
-          if constexpr (!std::is_same_v<Policies, core::belady>) {
-            if (name == Policies::name) {
-              out.emplace(std::in_place_type<core::pager<Policies>>, config);
-            }
-          }
-        }(),
-        ...);
-    return out;
-  }
-};
-using builtin_policies =
-    policy_list<core::lru, core::fifo, core::lfu, core::lfu_history, core::lfru, core::fld,
-                core::least_stale, core::decayed_frequency, core::predicted_next_use, core::belady>;
-using any_pager = builtin_policies::pager;
-static_assert(std::variant_size_v<any_pager> == std::size(wisp::sim::builtin_policies),
-              "a Pager for every policy that simulate() and `wisp sim` know");
+// A pager of any built-in policy (`make` builds the one `visit_policy` selects: every name of
+// `builtin_policy_names` must have its alternative here, or `make` does not compile).
+using any_pager =
+    std::variant<core::pager<core::lru>, core::pager<core::fifo>, core::pager<core::lfu>,
+                 core::pager<core::lfu_history>, core::pager<core::lfru>, core::pager<core::fld>,
+                 core::pager<core::least_stale>, core::pager<core::decayed_frequency>,
+                 core::pager<core::predicted_next_use>, core::pager<core::belady>>;
+static_assert(std::variant_size_v<any_pager> == std::size(core::builtin_policy_names),
+              "a Pager for every built-in policy, and no other");
 
 core::cache_scope parse_scope(std::string_view scope) {
   if (scope == "layer" || scope == "per_layer") {
@@ -288,26 +269,27 @@ class python_pager {
                        "array per layer of the distinct experts of its calls, in first-seen order; "
                        "global scope: one array of layer * experts + expert keys)"
                      : "`future` is only for policy='belady'");
-    if (policy == "belady") {
-      std::vector<std::vector<std::int32_t>> keys;
-      for (const array_like& seq : *future) {
-        std::vector<std::int32_t> scratch;
-        const auto span = int32_ids(int_vector_from(seq, "future[i]"), scratch, "future[i]");
-        keys.emplace_back(span.begin(), span.end());
+    return core::visit_policy(policy, [&]<class P>(std::type_identity<P>) -> any_pager {
+      if constexpr (std::is_same_v<P, core::belady>) {
+        std::vector<std::vector<std::int32_t>> keys;
+        for (const array_like& seq : *future) {
+          std::vector<std::int32_t> scratch;
+          const auto span = int32_ids(int_vector_from(seq, "future[i]"), scratch, "future[i]");
+          keys.emplace_back(span.begin(), span.end());
+        }
+        const std::size_t caches =
+            scope == core::cache_scope::global ? 1u : static_cast<std::size_t>(std::max(layers, 0));
+        WISP_EXPECTS(keys.size() == caches, "future holds ", keys.size(), " sequences for ", caches,
+                     " caches (", scope_name(scope), " scope)");
+        return any_pager(std::in_place_type<core::pager<core::belady>>, config,
+                         [&keys](std::int32_t cache) {
+                           const auto& k = keys[static_cast<std::size_t>(cache)];
+                           return core::belady(std::span<const core::cache_key>(k));
+                         });
+      } else {
+        return any_pager(std::in_place_type<core::pager<P>>, config);
       }
-      const std::size_t caches =
-          scope == core::cache_scope::global ? 1u : static_cast<std::size_t>(std::max(layers, 0));
-      WISP_EXPECTS(keys.size() == caches, "future holds ", keys.size(), " sequences for ", caches,
-                   " caches (", scope_name(scope), " scope)");
-      return any_pager(std::in_place_type<core::pager<core::belady>>, config,
-                       [&keys](std::int32_t cache) {
-                         const auto& k = keys[static_cast<std::size_t>(cache)];
-                         return core::belady(std::span<const core::cache_key>(k));
-                       });
-    }
-    std::optional<any_pager> pager = builtin_policies::make(policy, config);
-    WISP_EXPECTS(pager.has_value(), "no Pager for policy '", policy, "'");  // policy_name checked
-    return std::move(*pager);
+    });
   }
 
   any_pager pager_;

@@ -234,6 +234,7 @@ def test_constructor_errors_name_the_values():
     with pytest.raises(wisp.LogicError, match="belady needs `future`"):
         wisp.Pager(1, 16, 4, 4, policy="belady")
     assert wisp.Pager(1, 16, 4, 4, policy="least-stale").policy == "least_stale"
+    assert wisp.Pager(1, 16, 4, 4, policy="lfu-history").policy == "lfu_history"  # '-' is '_'
 
 
 def test_reroute_table():

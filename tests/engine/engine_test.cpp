@@ -126,9 +126,10 @@ TEST(EngineArms, ShrinkThenGrowResizeCyclePreservesOutput) {
   }
 }
 
-// A resize whose last layer fails after that layer's tensor has grown (as a throwing
-// pager::resize_layer would) restores every layer, the failing one included: the engine checks
-// each layer's pager cap and tensor rows against the split in force after every attempt.
+// A resize whose last layer fails (its tensor cannot grow: wisp::out_of_memory inside
+// resize_layer_rows) restores every layer: the failing one stays as it was, the ones before it are
+// shrunk back, and the engine checks each layer's pager cap and tensor rows against the split in
+// force after every attempt.
 TEST(EngineArms, AResizeThatFailsPartWayRestoresEveryLayer) {
   const fixture f;
   const arm_result ref = f.run(f.options(arm_kind::full));
@@ -136,8 +137,9 @@ TEST(EngineArms, AResizeThatFailsPartWayRestoresEveryLayer) {
   o.cap = f.cfg.experts;
   o.forced_resizes = {{2, 3}, {5, f.cfg.experts}};  // shrink, then a grow that fails
   int faults = 0;
-  o.layer_fault = [&](std::int32_t layer, std::int32_t cap) {
-    return layer == f.cfg.layers - 1 && cap == f.cfg.experts && faults++ == 0;
+  o.layer_fault = [&](std::int32_t layer, std::size_t rows) {
+    return layer == f.cfg.layers - 1 && rows == static_cast<std::size_t>(f.cfg.experts) &&
+           faults++ == 0;
   };
   const arm_result r = f.run(o);
   expect_same(ref, r);
