@@ -12516,19 +12516,19 @@ inline void require_feasible(const model_spec& m, byte_size budget, const admiss
   const byte_size needed = minimum_budget(m, floor);
   if (budget < needed) {
     const byte_size experts = m.expert_pool_bytes(m.top_k);
-    const std::string floor_text = std::to_string(floor.tokens()) + " tokens (" +
-                                   std::to_string(floor.concurrency) + " sessions x " +
-                                   std::to_string(floor.context) + " tokens = " +
-                                   std::to_string(floor.blocks(m.block_tokens)) + " blocks = " +
-                                   format_bytes_and_gib(floor.bytes(m).count()) + ")";
+    const std::string floor_text =
+        std::to_string(floor.tokens()) + " tokens (" + std::to_string(floor.concurrency) +
+        " sessions x " + std::to_string(floor.context) +
+        " tokens = " + std::to_string(floor.blocks(m.block_tokens)) +
+        " blocks = " + format_bytes_and_gib(floor.bytes(m).count()) + ")";
     if (budget < experts) {
       WISP_FAIL(infeasible_error, "no split of the budget ", format_bytes_and_gib(budget.count()),
                 " is feasible for ", m.name,
                 ": it is below the fixed cost of the minimum expert cap (top_k = ", m.top_k,
                 " slots x ", m.layers, " layers x ", m.expert_bytes.count(),
-                " B = ", format_bytes_and_gib(experts.count()), "); with the KV admission floor of ",
-                floor_text, " the smallest budget that works is ",
-                format_bytes_and_gib(needed.count()));
+                " B = ", format_bytes_and_gib(experts.count()),
+                "); with the KV admission floor of ", floor_text,
+                " the smallest budget that works is ", format_bytes_and_gib(needed.count()));
     }
     WISP_FAIL(infeasible_error, "no split of the budget ", format_bytes_and_gib(budget.count()),
               " is feasible for ", m.name, ": the KV admission floor needs ", floor_text,

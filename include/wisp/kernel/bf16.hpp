@@ -19,7 +19,6 @@
 #include <cstdint>
 #include <type_traits>
 
-
 namespace wisp {
 
 /// @brief A bfloat16 value as its 16 bits. Trivially copyable; `==` compares bits.

@@ -32,7 +32,6 @@
 #include <cstddef>
 #include <cstdint>
 
-
 namespace wisp {
 
 /// @brief Shape of one SwiGLU expert row: gate `[I x H]`, up `[I x H]`, down `[H x I]`, bf16.
