@@ -12,26 +12,8 @@ import sys
 import tempfile
 import unittest
 
-WISP = None
-ESFT = os.path.join(os.environ.get("WISP_TEST_TRACES_DIR", os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "traces")), "raw",
-    "esft_deepseek_v2_lite_intent")
-
-
-def need_esft(test):
-    """Skips `test` without the ESFT trace, or fails it when WISP_REQUIRE_TRACES is set (CI)."""
-    if os.path.isdir(ESFT):
-        return
-    if os.environ.get("WISP_REQUIRE_TRACES", "0") not in ("", "0"):
-        test.fail(f"ESFT trace not found at {ESFT} (WISP_REQUIRE_TRACES is set)")
-    test.skipTest(f"ESFT trace not found at {ESFT}")
-
-
-def wisp(*args, ok=True):
-    proc = subprocess.run([WISP, *args], capture_output=True, text=True, timeout=300)
-    if ok and proc.returncode != 0:
-        raise AssertionError(f"wisp {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-    return proc
+import cli_support
+from cli_support import ESFT, need_esft, wisp
 
 
 def lru_misses(stream, capacity):
@@ -264,5 +246,4 @@ class CliTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    WISP = sys.argv.pop(1)
-    unittest.main(verbosity=2)
+    cli_support.main()

@@ -10,19 +10,11 @@ import math
 import os
 import random
 import struct
-import subprocess
-import sys
 import tempfile
 import unittest
 
-WISP = None
-
-
-def wisp(*args, ok=True):
-    proc = subprocess.run([WISP, *args], capture_output=True, text=True, timeout=300)
-    if ok and proc.returncode != 0:
-        raise AssertionError(f"wisp {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-    return proc
+import cli_support
+from cli_support import wisp
 
 
 def bf16(x):
@@ -150,5 +142,4 @@ class CompressCliTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    WISP = sys.argv.pop(1)
-    unittest.main()
+    cli_support.main()

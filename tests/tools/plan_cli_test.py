@@ -6,12 +6,12 @@ Usage: plan_cli_test.py WISP_BINARY
 """
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import unittest
 
-WISP = None
+import cli_support
+from cli_support import wisp
+
 GIB = 1 << 30
 
 # Published config fields (the same numbers as data/models/*.json, recomputed here).
@@ -22,13 +22,6 @@ MODELS = {
     "deepseek-v2-lite": dict(L=26, E=64, k=6, expert=3 * 2048 * 1408 * 2, kv=27 * (512 + 64) * 2),
     "qwen1.5-moe-a2.7b": dict(L=24, E=60, k=4, expert=3 * 2048 * 1408 * 2, kv=24 * 2 * 16 * 128 * 2),
 }
-
-
-def wisp(*args, ok=True):
-    proc = subprocess.run([WISP, *args], capture_output=True, text=True, timeout=300)
-    if ok and proc.returncode != 0:
-        raise AssertionError(f"wisp {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-    return proc
 
 
 def plan_json(*args):
@@ -150,5 +143,4 @@ class PlanTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    WISP = sys.argv.pop(1)
-    unittest.main()
+    cli_support.main()

@@ -7,19 +7,11 @@ Usage: predict_cli_test.py WISP_BINARY
 """
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import unittest
 
-WISP = None
-
-
-def wisp(*args, ok=True):
-    proc = subprocess.run([WISP, *args], capture_output=True, text=True, timeout=300)
-    if ok and proc.returncode != 0:
-        raise AssertionError(f"wisp {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-    return proc
+import cli_support
+from cli_support import wisp
 
 
 def top_k(scores, k):
@@ -163,5 +155,4 @@ class PredictCliTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    WISP = sys.argv.pop(1)
-    unittest.main()
+    cli_support.main()

@@ -12,18 +12,11 @@ import pty
 import re
 import select
 import subprocess
-import sys
 import tempfile
 import unittest
 
-WISP = None
-
-
-def wisp(*args, ok=True, env=None):
-    proc = subprocess.run([WISP, *args], capture_output=True, text=True, timeout=300, env=env)
-    if ok and proc.returncode != 0:
-        raise AssertionError(f"wisp {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-    return proc
+import cli_support
+from cli_support import wisp
 
 
 class StrictCliTest(unittest.TestCase):
@@ -257,7 +250,7 @@ class StrictCliTest(unittest.TestCase):
     def test_progress_only_on_a_terminal_with_an_eta(self):
         # 5,120 accesses, 2 capacities x 8 policies (belady twice): past the first 2^16 at which
         # the bar looks at the clock.
-        args = [WISP, "sim", self.trace, "--capacity", "16,32"]
+        args = [cli_support.WISP, "sim", self.trace, "--capacity", "16,32"]
         env = dict(os.environ, WISP_PROGRESS_DELAY_MS="0")  # draw at once, not after a second
 
         def stderr_on_a_terminal(extra):
@@ -292,5 +285,4 @@ class StrictCliTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    WISP = sys.argv.pop(1)
-    unittest.main(verbosity=2)
+    cli_support.main()

@@ -7,24 +7,16 @@ Usage: tiers_cli_test.py WISP_BINARY
 """
 import json
 import math
-import subprocess
-import sys
 import unittest
 
-from cli_test import ESFT, need_esft
+import cli_support
+from cli_support import ESFT, need_esft, wisp
 
-WISP = None
+
 N = 2048 * 1408  # the default tensor elements
 TENSORS = 3
 K_CHUNKS = 8
 RATIO = 0.33
-
-
-def wisp(*args, ok=True):
-    proc = subprocess.run([WISP, *args], capture_output=True, text=True, timeout=300)
-    if ok and proc.returncode != 0:
-        raise AssertionError(f"wisp {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
-    return proc
 
 
 def tiers_json(*args):
@@ -160,5 +152,4 @@ class TiersTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    WISP = sys.argv.pop(1)
-    unittest.main()
+    cli_support.main()
