@@ -21,11 +21,11 @@ void expect(bool ok, const char* what) {
 }
 
 // Global-scope LRU misses at `capacity`, by direct simulation over (layer, expert) keys.
-std::uint64_t lru_misses(const wisp::trace::routing_trace& trace, std::size_t capacity) {
+std::uint64_t lru_misses(const wisp::routing_trace& trace, std::size_t capacity) {
   std::list<std::int64_t> cache;  // front = most recently used
   std::uint64_t misses = 0;
   const std::int64_t experts = trace.shape().experts;
-  trace.for_each_access([&](const wisp::trace::access& a) {
+  trace.for_each_access([&](const wisp::access& a) {
     const std::int64_t key = a.layer * experts + a.expert;
     const auto it = std::find(cache.begin(), cache.end(), key);
     if (it != cache.end()) {
@@ -44,16 +44,16 @@ std::uint64_t lru_misses(const wisp::trace::routing_trace& trace, std::size_t ca
 }  // namespace
 
 int main() {
-  wisp::trace::synthetic_config cfg;
+  wisp::synthetic_config cfg;
   cfg.layers = 2;
   cfg.experts = 8;
   cfg.top_k = 2;
   cfg.working_set = 2;
-  const auto trace = wisp::trace::make_synthetic_trace(cfg, 100, 1);
+  const auto trace = wisp::make_synthetic_trace(cfg, 100, 1);
 
-  const auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::global,
-                                                  wisp::reuse::reuse_granularity::access);
-  const wisp::reuse::miss_curve curve{profile.histogram};
+  const auto profile =
+      wisp::profile_trace(trace, wisp::reuse_scope::global, wisp::reuse_granularity::access);
+  const wisp::miss_curve curve{profile.histogram};
   expect(curve.misses(0) == trace.access_count(), "capacity 0 misses everything");
   for (std::size_t c = 1; c <= 16; ++c) {
     expect(curve.misses(c) == lru_misses(trace, c), "miss curve == simulated LRU");

@@ -42,8 +42,7 @@ struct routing {
 
 const routing& trace() {
   static const routing r = [] {
-    const auto t =
-        wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("qwen3-30b-a3b"), 512, 1);
+    const auto t = wisp::make_synthetic_trace(wisp::synthetic_preset("qwen3-30b-a3b"), 512, 1);
     routing out{t.shape().layers, t.shape().experts, t.shape().top_k, t.steps(), {}};
     for (std::size_t s = 0; s < t.steps(); ++s) {
       for (std::int32_t l = 0; l < out.layers; ++l) {

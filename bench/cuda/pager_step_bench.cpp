@@ -37,7 +37,7 @@ struct call_stream {
   }
 };
 
-call_stream flatten(const wisp::trace::routing_trace& t, std::int32_t capacity, std::string label) {
+call_stream flatten(const wisp::routing_trace& t, std::int32_t capacity, std::string label) {
   call_stream s{t.shape().layers, t.shape().experts, t.shape().top_k, capacity, {},
                 std::move(label)};
   for (std::size_t step = 0; step < t.steps(); ++step) {
@@ -51,9 +51,9 @@ call_stream flatten(const wisp::trace::routing_trace& t, std::int32_t capacity, 
 }
 
 const call_stream& stream(std::int64_t which) {
-  static const call_stream qwen = flatten(
-      wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("qwen3-30b-a3b"), 2000, 1),
-      32, "top-8 of 128, capacity 32 (synthetic qwen3-30b-a3b)");
+  static const call_stream qwen =
+      flatten(wisp::make_synthetic_trace(wisp::synthetic_preset("qwen3-30b-a3b"), 2000, 1), 32,
+              "top-8 of 128, capacity 32 (synthetic qwen3-30b-a3b)");
   static const call_stream esft = [] {
     const wisp::bench::bench_trace b = wisp::bench::load_bench_trace();
     return flatten(b.trace, 16, "top-6 of 64, capacity 16 (" + b.source + ")");

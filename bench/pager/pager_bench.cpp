@@ -174,7 +174,7 @@ template <class Policy>
 void BM_slot_cache_access_call(benchmark::State& state) {
   std::vector<wisp::slot_cache<Policy>> caches;
   for (std::int32_t l = 0; l < layers; ++l) {
-    caches.emplace_back(wisp::key_layout::per_layer(experts, layers), capacity);
+    caches.emplace_back(wisp::key_layout{wisp::cache_scope::per_layer, layers, experts}, capacity);
   }
   const std::vector<std::int32_t>& ids = stream();
   const std::size_t total = ids.size() / top_k;

@@ -33,7 +33,7 @@ namespace {
 constexpr std::int32_t k_best = 6;
 
 struct setup {
-  wisp::trace::routing_trace trace{{1, 1, 1}};
+  wisp::routing_trace trace{{1, 1, 1}};
   std::string source;
   std::unique_ptr<wisp::coactivation_predictor> table;
   std::vector<wisp::routing_pass> passes;  // 4 layers observed; target = layer 4

@@ -35,11 +35,11 @@ const replay& trace_replay() {
   static const replay r = [] {
     replay out;
     const wisp::bench::bench_trace loaded = wisp::bench::load_bench_trace();
-    const wisp::trace::routing_trace& trace = loaded.trace;
+    const wisp::routing_trace& trace = loaded.trace;
     const auto experts = static_cast<std::uint32_t>(trace.shape().experts);
     out.key_space = static_cast<std::uint32_t>(trace.shape().layers) * experts;
     out.keys.reserve(trace.access_count());
-    trace.for_each_access([&](const wisp::trace::access& a) {
+    trace.for_each_access([&](const wisp::access& a) {
       out.keys.push_back(static_cast<std::uint32_t>(a.layer) * experts +
                          static_cast<std::uint32_t>(a.expert));
     });
@@ -90,10 +90,10 @@ void set_rate(benchmark::State& state, std::size_t per_iteration) {
 // The exact counter plus histogram recording: what a profiler pays per access.
 void exact_trace(benchmark::State& state) {
   const auto& r = trace_replay();
-  wisp::reuse::reuse_distance_counter counter{r.key_space};
+  wisp::reuse_distance_counter counter{r.key_space};
   for (auto _ : state) {
     counter.reset();
-    wisp::reuse::reuse_histogram h{{wisp::reuse::reuse_scope::global, 1, r.key_space}};
+    wisp::reuse_histogram h{{wisp::reuse_scope::global, 1, r.key_space}};
     for (const auto key : r.keys) {
       h.record(counter.access(key));
     }
@@ -112,11 +112,11 @@ void naive_trace(benchmark::State& state) {
   stack.reserve(r.key_space);
   for (auto _ : state) {
     stack.clear();
-    wisp::reuse::reuse_histogram h{{wisp::reuse::reuse_scope::global, 1, r.key_space}};
+    wisp::reuse_histogram h{{wisp::reuse_scope::global, 1, r.key_space}};
     for (const auto key : r.keys) {
       const auto it = std::find(stack.begin(), stack.end(), key);
       if (it == stack.end()) {
-        h.record(wisp::reuse::reuse_distance_counter::cold);
+        h.record(wisp::reuse_distance_counter::cold);
         stack.insert(stack.begin(), key);
       } else {
         h.record(static_cast<std::uint32_t>(it - stack.begin()) + 1);
@@ -135,7 +135,7 @@ void exact_trace_per_layer(benchmark::State& state) {
   const std::uint32_t experts = 64;
   const std::uint32_t layers = r.key_space / experts;
   for (auto _ : state) {
-    wisp::reuse::scoped_reuse_counter counter{wisp::reuse::reuse_scope::per_layer, layers, experts};
+    wisp::scoped_reuse_counter counter{wisp::reuse_scope::per_layer, layers, experts};
     for (const auto key : r.keys) {
       counter.access(key / experts, key % experts);
     }
@@ -147,10 +147,10 @@ void exact_trace_per_layer(benchmark::State& state) {
 
 void exact_large(benchmark::State& state) {
   const auto& s = large_stream();
-  wisp::reuse::reuse_distance_counter counter{large_keys};
+  wisp::reuse_distance_counter counter{large_keys};
   for (auto _ : state) {
     counter.reset();
-    wisp::reuse::reuse_histogram h{{wisp::reuse::reuse_scope::stream, 1, large_keys}};
+    wisp::reuse_histogram h{{wisp::reuse_scope::stream, 1, large_keys}};
     for (const auto key : s) {
       h.record(counter.access(key));
     }
@@ -164,7 +164,7 @@ void sampled_large(benchmark::State& state) {
   const auto& s = large_stream();
   const double rate = static_cast<double>(state.range(0)) / 1000.0;
   for (auto _ : state) {
-    wisp::reuse::sampled_reuse_counter sampled{large_keys, rate};
+    wisp::sampled_reuse_counter sampled{large_keys, rate};
     for (const auto key : s) {
       sampled.access(key);
     }

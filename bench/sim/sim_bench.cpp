@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Simulator throughput: wisp::sim::simulate for every built-in policy, both scopes, at a
+// Simulator throughput: wisp::simulate for every built-in policy, both scopes, at a
 // realistic capacity (16 slots per layer, or the same 416 slots in one global cache), replaying
 // the ESFT trace (26 layers x 64 experts, top-6, 1,282,632 accesses). When shared/traces is absent
 // it falls back to the built-in synthetic trace (preset "default", 8,222 steps, seed 1) and the
@@ -48,9 +48,9 @@ namespace {
 constexpr std::int32_t layer_capacity = 16;  // slots per layer (per-layer scope)
 
 struct replay {
-  wisp::trace::routing_trace trace{{1, 1, 1}};
-  std::vector<wisp::sim::access> accesses;
-  wisp::sim::model_shape shape;
+  wisp::routing_trace trace{{1, 1, 1}};
+  std::vector<wisp::access> accesses;
+  wisp::moe_shape shape;
   std::string source;  // "ESFT" or the fallback notice
 };
 
@@ -60,9 +60,9 @@ const replay& trace_replay() {
     auto loaded = wisp::bench::load_bench_trace();
     out.trace = std::move(loaded.trace);
     out.source = std::move(loaded.source);
-    out.shape = wisp::sim::shape_of(out.trace);
+    out.shape = wisp::shape_of(out.trace);
     out.accesses.reserve(out.trace.access_count());
-    out.trace.for_each_access([&](const wisp::trace::access& a) {
+    out.trace.for_each_access([&](const wisp::access& a) {
       out.accesses.push_back({a.step, a.layer, a.expert});
     });
     return out;
@@ -70,15 +70,15 @@ const replay& trace_replay() {
   return r;
 }
 
-wisp::sim::sim_config config_for(wisp::cache_scope scope, const replay& r) {
-  wisp::sim::sim_config config;
+wisp::sim_config config_for(wisp::cache_scope scope, const replay& r) {
+  wisp::sim_config config;
   config.scope = scope;
   config.capacity =
       scope == wisp::cache_scope::global ? layer_capacity * r.shape.layers : layer_capacity;
   return config;
 }
 
-std::string label(const replay& r, wisp::cache_scope scope, const wisp::sim::sim_result& result) {
+std::string label(const replay& r, wisp::cache_scope scope, const wisp::sim_result& result) {
   const auto config = config_for(scope, r);
   const double miss_rate =
       result.stats.accesses == 0
@@ -94,13 +94,13 @@ void set_rate(benchmark::State& state, std::size_t per_iteration) {
       benchmark::Counter::kIsRate);
 }
 
-// wisp::sim::simulate_named over the pre-expanded access vector.
+// wisp::simulate_named over the pre-expanded access vector.
 void wisp_simulate(benchmark::State& state, std::string_view policy, wisp::cache_scope scope) {
   const replay& r = trace_replay();
   const auto config = config_for(scope, r);
-  wisp::sim::sim_result result;
+  wisp::sim_result result;
   for (auto _ : state) {
-    result = wisp::sim::simulate_named(policy, r.shape, r.accesses, config);
+    result = wisp::simulate_named(policy, r.shape, r.accesses, config);
     benchmark::DoNotOptimize(result.stats.misses);
   }
   state.SetLabel(label(r, scope, result));
@@ -112,9 +112,9 @@ void wisp_simulate_trace(benchmark::State& state, std::string_view policy,
                          wisp::cache_scope scope) {
   const replay& r = trace_replay();
   const auto config = config_for(scope, r);
-  wisp::sim::sim_result result;
+  wisp::sim_result result;
   for (auto _ : state) {
-    result = wisp::sim::simulate_named(policy, r.trace, config);
+    result = wisp::simulate_named(policy, r.trace, config);
     benchmark::DoNotOptimize(result.stats.misses);
   }
   state.SetLabel(label(r, scope, result));
@@ -171,11 +171,11 @@ baseline_counts baseline_lru(const replay& r, wisp::cache_scope scope) {
   std::vector<std::int32_t> call;
   const std::size_t n = r.accesses.size();
   for (std::size_t begin = 0; begin < n;) {
-    const wisp::sim::access& first = r.accesses[begin];
+    const wisp::access& first = r.accesses[begin];
     std::size_t end = begin;
     call.clear();
     while (end < n && r.accesses[end].step == first.step && r.accesses[end].layer == first.layer) {
-      const wisp::sim::access& a = r.accesses[end++];
+      const wisp::access& a = r.accesses[end++];
       call.push_back(global ? a.layer * r.shape.experts + a.expert : a.expert);
     }
     list_map_lru& cache = caches[global ? 0 : static_cast<std::size_t>(first.layer)];
@@ -191,7 +191,7 @@ baseline_counts baseline_lru(const replay& r, wisp::cache_scope scope) {
 
 void baseline_simulate(benchmark::State& state, wisp::cache_scope scope) {
   const replay& r = trace_replay();
-  const auto reference = wisp::sim::simulate<wisp::lru>(r.shape, r.accesses, config_for(scope, r));
+  const auto reference = wisp::simulate<wisp::lru>(r.shape, r.accesses, config_for(scope, r));
   const baseline_counts check = baseline_lru(r, scope);
   if (check.misses != reference.stats.misses) {
     state.SkipWithError(("baseline LRU has " + std::to_string(check.misses) +
@@ -271,8 +271,8 @@ static_assert(wisp::eviction_policy<lfru_scan>);
 void baseline_lfru_scan(benchmark::State& state, wisp::cache_scope scope) {
   const replay& r = trace_replay();
   const auto config = config_for(scope, r);
-  const auto reference = wisp::sim::simulate<wisp::lfru>(r.shape, r.accesses, config);
-  wisp::sim::sim_result result = wisp::sim::simulate<lfru_scan>(r.shape, r.accesses, config);
+  const auto reference = wisp::simulate<wisp::lfru>(r.shape, r.accesses, config);
+  wisp::sim_result result = wisp::simulate<lfru_scan>(r.shape, r.accesses, config);
   if (result.stats != reference.stats) {
     state.SkipWithError(("the scan has " + std::to_string(result.stats.misses) +
                          " misses but wisp's lfru has " + std::to_string(reference.stats.misses))
@@ -280,7 +280,7 @@ void baseline_lfru_scan(benchmark::State& state, wisp::cache_scope scope) {
     return;
   }
   for (auto _ : state) {
-    result = wisp::sim::simulate<lfru_scan>(r.shape, r.accesses, config);
+    result = wisp::simulate<lfru_scan>(r.shape, r.accesses, config);
     benchmark::DoNotOptimize(result.stats.misses);
   }
   state.SetLabel(label(r, scope, reference) + " (same victims as wisp lfru)");
@@ -301,7 +301,7 @@ void baseline_lfru_scan(benchmark::State& state, wisp::cache_scope scope) {
         ("baseline/lfru_scan/" + std::string(scope_name)).c_str(),
         [scope = scope](benchmark::State& state) { baseline_lfru_scan(state, scope); })
         ->Unit(benchmark::kMillisecond);
-    for (const std::string_view policy : wisp::sim::builtin_policies) {
+    for (const std::string_view policy : wisp::builtin_policies) {
       benchmark::RegisterBenchmark(
           ("sim/" + std::string(policy) + "/" + std::string(scope_name)).c_str(),
           [policy, scope = scope](benchmark::State& state) { wisp_simulate(state, policy, scope); })

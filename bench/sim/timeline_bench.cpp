@@ -4,7 +4,7 @@
 // scope at 8 slots per layer (1/8 of the experts), an H100-like link (50 GB/s, 10 us per copy,
 // 17.3 MB DeepSeek-V2-Lite experts) and 50 us of compute per layer.
 //
-// Baseline in the same binary: wisp::sim::simulate, the serial stall model, replaying the same
+// Baseline in the same binary: wisp::simulate, the serial stall model, replaying the same
 // trace with the same policy and capacity (the timeline adds the link and compute queues, the
 // prefetch queue and the predictor on top of the same cache). Quote `accesses_per_s` of
 // timeline/* and the ratio  serial/lru  /  timeline/lru/none  from one run.
@@ -57,12 +57,12 @@ void timeline(benchmark::State& state, std::string_view policy, wisp::prefetch_r
 
 void serial(benchmark::State& state, std::string_view policy) {
   const auto& t = timeline_trace();
-  wisp::sim::sim_config config;
+  wisp::sim_config config;
   config.scope = wisp::cache_scope::per_layer;
   config.capacity = 8;
-  wisp::sim::sim_result r;
+  wisp::sim_result r;
   for (auto _ : state) {
-    r = wisp::sim::simulate_named(policy, t.trace, config);
+    r = wisp::simulate_named(policy, t.trace, config);
     benchmark::DoNotOptimize(r.stats.misses);
   }
   state.SetLabel(t.source);

@@ -13,7 +13,7 @@
 namespace wisp::bench {
 
 struct bench_trace {
-  trace::routing_trace trace{{1, 1, 1}};
+  routing_trace trace{{1, 1, 1}};
   std::string source;  // "ESFT" or the fallback notice, for benchmark labels
 };
 
@@ -22,13 +22,12 @@ inline bench_trace load_bench_trace() {
   const auto dir =
       std::filesystem::path{WISP_BENCH_TRACES_DIR} / "raw" / "esft_deepseek_v2_lite_intent";
   if (std::filesystem::is_directory(dir)) {
-    return {trace::import_esft(dir).trace, "ESFT"};
+    return {import_esft(dir).trace, "ESFT"};
   }
-  return {
-      trace::make_synthetic_trace(trace::synthetic_preset("default"),
-                                  trace::default_synthetic_steps, trace::default_synthetic_seed),
-      "ESFT ABSENT: synthetic default trace (" + std::to_string(trace::default_synthetic_steps) +
-          " steps, seed " + std::to_string(trace::default_synthetic_seed) + ")"};
+  return {make_synthetic_trace(synthetic_preset("default"), default_synthetic_steps,
+                               default_synthetic_seed),
+          "ESFT ABSENT: synthetic default trace (" + std::to_string(default_synthetic_steps) +
+              " steps, seed " + std::to_string(default_synthetic_seed) + ")"};
 }
 
 }  // namespace wisp::bench

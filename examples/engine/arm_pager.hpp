@@ -3,7 +3,7 @@
 /// @brief The pager arms, `wisp::pager<Policy>` over one `virtual_expert_tensor` per layer:
 /// - `pager`: the cap is `--cap`, or the largest that leaves the KV floor of `max_running`
 ///   sessions (the same rows and KV as `static-hot`);
-/// - `pager+plan`: the cap and KV blocks of `wisp::alloc::configure` (WiSP Eq. 7) on the warm-up's
+/// - `pager+plan`: the cap and KV blocks of `wisp::configure` (WiSP Eq. 7) on the warm-up's
 ///   per-layer reuse profile and a working-set KV curve of the warm-up sessions, with a floor of
 ///   one session;
 /// - `pager+dynamic`: `pager+plan`, then the online controller resizes both pools at drained
@@ -43,8 +43,8 @@ namespace wisp_engine {
 /// keep `max_running` sessions' worth (every admitted session runs to the end without
 /// preemption); `pager+plan` and `pager+dynamic` keep one (the least that admits every request)
 /// and let the cost model or the controller decide the rest.
-[[nodiscard]] inline wisp::alloc::admission_floor workload_floor(const std::vector<request>& reqs,
-                                                                 std::int32_t concurrency) {
+[[nodiscard]] inline wisp::admission_floor workload_floor(const std::vector<request>& reqs,
+                                                          std::int32_t concurrency) {
   std::uint64_t longest = 0;
   for (const request& r : reqs) {
     longest = std::max<std::uint64_t>(longest, r.prompt.size() + r.max_new_tokens);
@@ -60,17 +60,16 @@ class pager_residency final : public residency {
   memory_plan setup(const arm_context& ctx) override {
     K_ = ctx.model.top_k;
     E_ = ctx.model.experts;
-    wisp::alloc::admission_floor floor = ctx.floor;
-    wisp::alloc::split split;
+    wisp::admission_floor floor = ctx.floor;
+    wisp::split split;
     if (kind_ == arm_kind::pager || kind_ == arm_kind::pager_prefetch ||
         kind_ == arm_kind::pager_zip) {
-      split = wisp::alloc::make_split(ctx.spec, ctx.budget,
-                                      static_cast<std::uint64_t>(budget_cap(ctx)));
+      split = wisp::make_split(ctx.spec, ctx.budget, static_cast<std::uint64_t>(budget_cap(ctx)));
     } else {
       floor = workload_floor(ctx.requests, 1);
       split = offline_plan(ctx, floor);
     }
-    const auto cap = static_cast<std::int32_t>(split.expert_cap);
+    const std::int32_t cap = split.expert_cap;
     pager_ = std::make_unique<wisp::pager<Policy>>(wisp::pager_config{.layers = ctx.model.layers,
                                                                       .experts = E_,
                                                                       .top_k = K_,
@@ -241,11 +240,9 @@ class pager_residency final : public residency {
 
   /// WiSP Eq. 7 from the warm-up's per-layer reuse profile and a working-set KV curve of the
   /// warm-up sessions (the `max_running` longest of them are served at once).
-  static wisp::alloc::split offline_plan(const arm_context& ctx,
-                                         const wisp::alloc::admission_floor& floor) {
-    const wisp::reuse::miss_curve expert_curve{
-        wisp::reuse::profile_trace(ctx.warmup.tokens, wisp::reuse::reuse_scope::per_layer)
-            .histogram};
+  static wisp::split offline_plan(const arm_context& ctx, const wisp::admission_floor& floor) {
+    const wisp::miss_curve expert_curve{
+        wisp::profile_trace(ctx.warmup.tokens, wisp::reuse_scope::per_layer).histogram};
     std::vector<std::uint64_t> blocks;
     for (const request& r : ctx.warmup.sessions) {
       blocks.push_back(blocks_for_tokens(
@@ -260,10 +257,10 @@ class pager_residency final : public residency {
     }
     const auto rounds = static_cast<std::uint64_t>(
         ctx.warmup.sessions.empty() ? 1 : ctx.warmup.sessions[0].max_new_tokens);
-    const wisp::alloc::cost_model<> cost{ctx.spec, expert_curve,
-                                         wisp::alloc::working_set_kv_curve(working, rounds),
-                                         cost_params(ctx.options)};
-    return wisp::alloc::configure(cost, ctx.budget, floor).choice;
+    const wisp::cost_model<> cost{ctx.spec, expert_curve,
+                                  wisp::working_set_kv_curve(working, rounds),
+                                  cost_params(ctx.options)};
+    return wisp::configure(cost, ctx.budget, floor).choice;
   }
 
   arm_kind kind_;

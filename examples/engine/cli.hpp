@@ -77,7 +77,7 @@ struct cli_options {
   std::string routing = "synthetic";
   std::string trace_file;
   /// `--routing trace`: tokens of the trace that lack a layer are refused or left out.
-  wisp::trace::incomplete_tokens on_incomplete = wisp::trace::incomplete_tokens::error;
+  wisp::incomplete_tokens on_incomplete = wisp::incomplete_tokens::error;
   std::int32_t sessions = 0;  ///< 0: the default (16, or every sequence of a trace)
   std::int32_t repeat = 5;
   bool json = false;
@@ -188,7 +188,7 @@ inline std::vector<std::string> split_list(std::string_view list) {
       WISP_EXPECTS(o.base.prefetch.percentile <= 100, "--percentile: ", o.base.prefetch.percentile,
                    " is over 100");
     } else if (a == "--budget") {
-      o.base.budget_bytes = wisp::alloc::parse_byte_size(std::string(value())).count();
+      o.base.budget_bytes = wisp::parse_byte_size(std::string(value())).count();
     } else if (a == "--bandwidth") {
       o.base.link.bytes_per_second = to_double(a, value(), 1e-9) * 1e9;
     } else if (a == "--latency-us") {
@@ -214,9 +214,9 @@ inline std::vector<std::string> split_list(std::string_view list) {
                    "--routing: unknown '", o.routing, "' (valid: synthetic, model, trace FILE)");
     } else if (a == "--on-incomplete") {
       const std::string_view s = value();
-      const auto p = wisp::trace::parse_incomplete_tokens(s);
-      WISP_EXPECTS(p.has_value() && *p != wisp::trace::incomplete_tokens::keep,
-                   "--on-incomplete: '", s, "' (valid: error, skip)");
+      const auto p = wisp::parse_incomplete_tokens(s);
+      WISP_EXPECTS(p.has_value() && *p != wisp::incomplete_tokens::keep, "--on-incomplete: '", s,
+                   "' (valid: error, skip)");
       o.on_incomplete = *p;
     } else if (a == "--layers") {
       o.layers = o.model.layers = to_int(a, value(), 1);

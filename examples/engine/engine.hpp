@@ -31,11 +31,11 @@
 namespace wisp_engine {
 
 /// The model as wisp's allocator sees it.
-[[nodiscard]] inline wisp::alloc::model_spec alloc_spec(const model_config& c) {
+[[nodiscard]] inline wisp::model_spec alloc_spec(const model_config& c) {
   return {"wisp-engine",
-          static_cast<std::uint32_t>(c.layers),
-          static_cast<std::uint32_t>(c.experts),
-          static_cast<std::uint32_t>(c.top_k),
+          c.layers,
+          c.experts,
+          c.top_k,
           wisp::byte_size{c.expert_bytes()},
           wisp::byte_size{c.kv_bytes_per_token()},
           static_cast<std::uint32_t>(c.block_tokens)};
@@ -123,12 +123,11 @@ inline constexpr bool pager_arm_policy = !std::is_same_v<Policy, wisp::belady>;
                                               const engine_options& opt) {
   warmup_log log;
   log.sessions = wl.warmup;
-  log.tokens = wisp::trace::routing_trace(
-      wisp::trace::trace_shape{w.cfg.layers, w.cfg.experts, w.cfg.top_k});
+  log.tokens = wisp::routing_trace(wisp::moe_shape{w.cfg.layers, w.cfg.experts, w.cfg.top_k});
   engine_options o = opt;
   o.arm = arm_kind::full;
-  const wisp::alloc::model_spec spec = alloc_spec(w.cfg);
-  const wisp::alloc::admission_floor floor = workload_floor(wl.warmup, o.max_running);
+  const wisp::model_spec spec = alloc_spec(w.cfg);
+  const wisp::admission_floor floor = workload_floor(wl.warmup, o.max_running);
   device dev(w, o.link, o.clock);
   full_residency arm;
   const warmup_log none;
@@ -166,7 +165,7 @@ inline constexpr bool pager_arm_policy = !std::is_same_v<Policy, wisp::belady>;
     zip = std::make_shared<const zip_masters>(w);
   }
   device dev(w, opt.link, opt.clock);
-  const wisp::alloc::model_spec spec = alloc_spec(w.cfg);
+  const wisp::model_spec spec = alloc_spec(w.cfg);
   const arm_context ctx{w.cfg,
                         opt,
                         spec,

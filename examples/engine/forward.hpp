@@ -37,7 +37,7 @@ inline std::uint64_t fnv(std::uint64_t h, const void* p, std::size_t n) noexcept
 class dense_forward {
  public:
   /// `trace`: route by its ids (request offset + position is the step); null: the router's.
-  dense_forward(const model_weights& w, const wisp::trace::routing_trace* trace)
+  dense_forward(const model_weights& w, const wisp::routing_trace* trace)
       : w_(w), cfg_(w.cfg), trace_(trace), kernel_(w.cfg.hidden, w.cfg.intermediate) {
     const std::int32_t d = cfg_.head_dim();
     for (std::int32_t i = 0; i < d / 2; ++i) {
@@ -235,7 +235,7 @@ class dense_forward {
 
   const model_weights& w_;
   model_config cfg_;
-  const wisp::trace::routing_trace* trace_;
+  const wisp::routing_trace* trace_;
   cpu_reference_moe kernel_;
   kv_block_pool* kv_ = nullptr;
   std::vector<row> rows_;

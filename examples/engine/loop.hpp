@@ -40,7 +40,7 @@ class serving_loop {
  public:
   /// `trace`: route by its ids (null: the model's router); `record`: log every forward's routing.
   serving_loop(const model_weights& w, const engine_options& opt, device& dev, residency& arm,
-               const wisp::trace::routing_trace* trace, warmup_log* record = nullptr)
+               const wisp::routing_trace* trace, warmup_log* record = nullptr)
       : w_(w), opt_(opt), dev_(dev), arm_(arm), dense_(w, trace), record_(record) {}
 
   /// Replays the warm-up's routing through the arm (copies untimed, no compute).

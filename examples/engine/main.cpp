@@ -28,13 +28,13 @@ int main(int argc, char** argv) {
     }
     workload wl;
     if (o.routing == "trace") {
-      wisp::trace::imported_trace imported = read_routing_trace(o.trace_file, o.on_incomplete);
+      wisp::imported_trace imported = read_routing_trace(o.trace_file, o.on_incomplete);
       if (imported.report.dropped_tokens > 0) {
         std::cerr << "wisp-engine: " << imported.report.dropped_tokens
                   << " tokens lacking a layer were left out (--on-incomplete skip), "
                   << imported.report.incomplete_sequences << " sequences affected\n";
       }
-      wisp::trace::routing_trace trace = std::move(imported.trace);
+      wisp::routing_trace trace = std::move(imported.trace);
       const auto& s = trace.shape();
       WISP_EXPECTS((!o.layers || *o.layers == s.layers) &&
                        (!o.experts || *o.experts == s.experts) && (!o.top_k || *o.top_k == s.top_k),
@@ -58,8 +58,8 @@ int main(int argc, char** argv) {
     o.base.progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
     std::cerr << "wisp-engine: " << o.model.layers << " MoE layers x " << o.model.experts
               << " experts (top-" << o.model.top_k << "), "
-              << wisp::alloc::format_bytes(o.model.all_expert_bytes()) << " of experts, budget "
-              << wisp::alloc::format_bytes(o.base.budget_bytes) << ", link "
+              << wisp::format_bytes(o.model.all_expert_bytes()) << " of experts, budget "
+              << wisp::format_bytes(o.base.budget_bytes) << ", link "
               << o.base.link.bytes_per_second / 1e9 << " GB/s + "
               << o.base.link.latency_seconds * 1e6 << " us per copy; '" << wl.name
               << "': " << wl.warmup.size() << " warm-up + " << wl.evaluated.size()

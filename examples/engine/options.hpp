@@ -31,7 +31,7 @@ enum class arm_kind : std::uint8_t {
   on_demand,       ///< no cache: each call copies exactly its routed experts
   static_hot,      ///< per layer, the warm-up's most frequent experts pinned, misses staged
   pager,           ///< `wisp::pager<Policy>` at the largest cap that leaves the KV floor
-  pager_plan,      ///< the pager at the cap and KV blocks of `wisp::alloc::configure`
+  pager_plan,      ///< the pager at the cap and KV blocks of `wisp::configure`
   pager_dynamic,   ///< `pager_plan`, then the online controller resizes at drained barriers
   pager_prefetch,  ///< `pager`, plus predictor-driven next-layer prefetch in the link's idle time
   pager_zip        ///< `pager` paging compressed experts, decoded on the device
@@ -83,13 +83,13 @@ struct engine_options {
   /// shift workload's phases last about two bursts, and a KV miss (a block's recompute) costs
   /// hundreds of expert misses, so any remembered long-context burst pins the split; the law's
   /// clamp (KV >= observed peak + headroom) already protects KV when long turns return.
-  wisp::alloc::controller_config controller{.decay = 0.0};
+  wisp::controller_config controller{.decay = 0.0};
   /// Tests: compute durations from a model instead of the host clock.
   compute_clock clock;
   /// Tests: called before every resize lever pull of `pager+dynamic` (including the undo of a
   /// rollback) with the pool and its requested size; returning true makes that pull fail with the
   /// pool unchanged.
-  std::function<bool(wisp::alloc::pool, std::uint64_t)> lever_fault;
+  std::function<bool(wisp::pool, std::uint64_t)> lever_fault;
   /// Tests: forced per-layer cap changes `(forwards done, cap)` for the pager arms, made at the
   /// drained barrier after that many forwards (>= 1), each counted in `arm_result::resizes` or,
   /// when it fails and is rolled back, `resize_failures`; the KV pool keeps its blocks.

@@ -3,12 +3,12 @@
 /// @brief Resizing the pager arms at drained barriers: forced cap changes (tests) and the online
 /// controller of `pager+dynamic`.
 ///
-/// The controller (`wisp::alloc::split_controller`) is fed, every burst, each pager call's experts
+/// The controller (`wisp::split_controller`) is fed, every burst, each pager call's experts
 /// (`record_expert_call`: it measures their per-layer reuse distances the way the pager serves a
 /// call, the call's experts protected from each other) and the KV block reuse distances of
-/// `wisp::reuse::reuse_distance_counter`, and proposes a split at every `dynamic_burst`-th
+/// `wisp::reuse_distance_counter`, and proposes a split at every `dynamic_burst`-th
 /// barrier; the proposal is clamped by the dual-resize law's KV target
-/// (`wisp::alloc::dual_resize_target`) and applied shrinking first through `plan_transition` /
+/// (`wisp::dual_resize_target`) and applied shrinking first through `plan_transition` /
 /// `apply_resize`. A failed step leaves the previous split, in the engine and in the controller.
 #pragma once
 
@@ -33,8 +33,8 @@
 namespace wisp_engine {
 
 /// The cost model's parameters: the modelled link's bandwidth.
-[[nodiscard]] inline wisp::alloc::cost_params cost_params(const engine_options& opt) {
-  wisp::alloc::cost_params p;
+[[nodiscard]] inline wisp::cost_params cost_params(const engine_options& opt) {
+  wisp::cost_params p;
   p.bandwidth_bytes_per_second = opt.link.bytes_per_second;
   return p;
 }
@@ -44,7 +44,7 @@ template <class Policy>
 class pager_resizer {
  public:
   pager_resizer(wisp::pager<Policy>& pager, const arm_context& ctx,
-                const wisp::alloc::admission_floor& floor, const wisp::alloc::split& current)
+                const wisp::admission_floor& floor, const wisp::split& current)
       : pager_(&pager),
         dev_(&ctx.dev),
         opt_(&ctx.options),
@@ -72,8 +72,7 @@ class pager_resizer {
 
   /// One pager call of layer `l` (its distinct experts), into the expert stream.
   void record_call(std::int32_t l, std::span<const std::int32_t> experts) {
-    call_.assign(experts.begin(), experts.end());
-    ctl_->record_expert_call(static_cast<std::uint32_t>(l), call_);
+    ctl_->record_expert_call(l, experts);
   }
 
   /// After each forward: every block its attention read, once, into the KV stream; every
@@ -91,25 +90,25 @@ class pager_resizer {
     if (ctx.forwards % opt_->dynamic_burst != 0) {
       return;
     }
-    const wisp::alloc::controller_decision d = ctl_->end_burst();
+    const wisp::controller_decision d = ctl_->end_burst();
     const std::uint64_t peak = std::max<std::uint64_t>(burst_peak_kv_, ctx.sched.kv_demand());
     burst_peak_kv_ = 0;
-    const wisp::alloc::split law =
-        wisp::alloc::dual_resize_target(spec_, budget_, floor_, peak, opt_->dynamic_headroom);
-    const std::uint32_t wanted = d.moves() ? d.next : current_.expert_cap;
-    const std::uint32_t target = std::min(wanted, law.expert_cap);
+    const wisp::split law =
+        wisp::dual_resize_target(spec_, budget_, floor_, peak, opt_->dynamic_headroom);
+    const std::int32_t wanted = d.moves() ? d.next : current_.expert_cap;
+    const std::int32_t target = std::min(wanted, law.expert_cap);
     if (target == current_.expert_cap) {
       return;
     }
-    const wisp::alloc::resize_plan plan = wisp::alloc::plan_transition(
-        spec_, budget_, current_, wisp::alloc::make_split(spec_, budget_, target));
+    const wisp::resize_plan plan =
+        wisp::plan_transition(spec_, budget_, current_, wisp::make_split(spec_, budget_, target));
     levers l{this, &ctx};
-    const wisp::alloc::resize_outcome out = wisp::alloc::apply_resize(plan, l);
+    const wisp::resize_outcome out = wisp::apply_resize(plan, l);
     resize_event ev;
     ev.forward = ctx.forwards;
-    ev.from_cap = static_cast<std::int32_t>(plan.from.expert_cap);
+    ev.from_cap = plan.from.expert_cap;
     ev.from_kv = plan.from.kv_blocks;
-    ev.to_cap = static_cast<std::int32_t>(plan.to.expert_cap);
+    ev.to_cap = plan.to.expert_cap;
     ev.to_kv = plan.to.kv_blocks;
     ev.by_controller = d.moves() && target == d.next;
     ev.applied = out.applied;
@@ -130,7 +129,7 @@ class pager_resizer {
   /// A forced cap change: the KV pool keeps its blocks. @throws wisp::logic_error on a cap
   /// outside `[k, E]` or one that does not fit beside the KV blocks.
   void force(std::int32_t cap, barrier_context& ctx) {
-    const wisp::alloc::split to = wisp::alloc::make_split(
+    const wisp::split to = wisp::make_split(
         spec_, budget_, static_cast<std::uint64_t>(std::max(cap, 0)), current_.kv_blocks);
     if (resize_experts(cap)) {
       current_ = to;
@@ -194,7 +193,7 @@ class pager_resizer {
   /// After every resize attempt: each layer's pager cap and tensor rows, and the KV pool, are
   /// those of the split in force. @throws wisp::logic_error naming the layer that differs.
   void check_split(const barrier_context& ctx) const {
-    const auto cap = static_cast<std::int32_t>(current_.expert_cap);
+    const std::int32_t cap = current_.expert_cap;
     for (std::int32_t l = 0; l < pager_->layers(); ++l) {
       const std::size_t rows = dev_->tensor(l).resident_rows();
       WISP_EXPECTS(pager_->capacity(l) == cap && rows == static_cast<std::size_t>(cap), "layer ", l,
@@ -209,14 +208,14 @@ class pager_resizer {
   struct levers {
     pager_resizer* r;
     barrier_context* ctx;
-    bool resize_experts(std::uint32_t cap) {
-      if (r->opt_->lever_fault && r->opt_->lever_fault(wisp::alloc::pool::experts, cap)) {
+    bool resize_experts(std::int32_t cap) {
+      if (r->opt_->lever_fault && r->opt_->lever_fault(wisp::pool::experts, cap)) {
         return false;
       }
-      return r->resize_experts(static_cast<std::int32_t>(cap));
+      return r->resize_experts(cap);
     }
     bool resize_kv(std::uint64_t blocks) {
-      if (r->opt_->lever_fault && r->opt_->lever_fault(wisp::alloc::pool::kv, blocks)) {
+      if (r->opt_->lever_fault && r->opt_->lever_fault(wisp::pool::kv, blocks)) {
         return false;
       }
       return ctx->kv.resize(
@@ -224,18 +223,17 @@ class pager_resizer {
           [this](std::int32_t from, std::int32_t to) { ctx->sched.relocate(from, to); });
     }
   };
-  static_assert(wisp::alloc::resize_levers<levers>);
+  static_assert(wisp::resize_levers<levers>);
 
   wisp::pager<Policy>* pager_;
   device* dev_;
   const engine_options* opt_;
-  wisp::alloc::model_spec spec_;
+  wisp::model_spec spec_;
   wisp::byte_size budget_;
-  wisp::alloc::admission_floor floor_;
-  wisp::alloc::split current_;                        // the split in force (check_split)
-  std::optional<wisp::alloc::split_controller> ctl_;  // pager+dynamic only
-  std::vector<std::uint32_t> call_;  // record_call's experts as the controller takes them
-  std::optional<wisp::reuse::reuse_distance_counter> kv_reuse_;
+  wisp::admission_floor floor_;
+  wisp::split current_;                        // the split in force (check_split)
+  std::optional<wisp::split_controller> ctl_;  // pager+dynamic only
+  std::optional<wisp::reuse_distance_counter> kv_reuse_;
   std::vector<std::uint64_t> kv_key_base_;  // first KV key of each request
   std::uint64_t burst_peak_kv_ = 0;         // most KV blocks in use this burst
 };

@@ -46,7 +46,7 @@ class next_layer_prefetcher {
   }
 
   /// Learns every token of the warm-up (one pass per step of `tokens`).
-  void learn(const wisp::trace::routing_trace& tokens) {
+  void learn(const wisp::routing_trace& tokens) {
     wisp::routing_pass pass(shape_);
     for (std::size_t s = 0; s < tokens.steps(); ++s) {
       pass.assign(tokens, s);
@@ -136,7 +136,7 @@ class next_layer_prefetcher {
     return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.experts);
   }
 
-  wisp::trace::trace_shape shape_;
+  wisp::moe_shape shape_;
   wisp::coactivation_predictor table_;
   wisp::prefetch_config config_;
   std::vector<wisp::routing_pass> passes_;  // one per row of the forward

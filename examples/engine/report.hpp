@@ -95,8 +95,7 @@ template <class F>
       a.runs.back().upper_bound = a.spec.upper_bound;
       if (base.progress) {
         base.progress("run " + std::to_string(r + 1) + "/" + std::to_string(repeat) + " " +
-                      a.label() + ": " + wisp::alloc::format_bytes(a.runs.back().bytes_moved) +
-                      " moved");
+                      a.label() + ": " + wisp::format_bytes(a.runs.back().bytes_moved) + " moved");
       }
     }
   }
@@ -302,7 +301,7 @@ inline void write_table(std::FILE* out, const comparison& c) {
                  fig(figure_of(a, [](auto& x) { return x.prefill_tok_s; }), "%.1f", 1).c_str(),
                  fig(figure_of(a, [](auto& x) { return x.ttft_s; }), "%.3f", 1).c_str(),
                  fig(figure_of(a, [](auto& x) { return x.tpot_s; }), "%.2f", 1e3).c_str(),
-                 r.hit_rate, wisp::alloc::format_bytes(r.bytes_moved).c_str(),
+                 r.hit_rate, wisp::format_bytes(r.bytes_moved).c_str(),
                  static_cast<unsigned long long>(r.preemptions), r.cap,
                  static_cast<unsigned long long>(r.kv_blocks),
                  static_cast<unsigned long long>(r.output_digest));
@@ -340,7 +339,7 @@ inline void write_table(std::FILE* out, const comparison& c) {
           out,
           "%s: %s over the link for %llu experts (%.1f%% of their raw bytes); decode "
           "modelled %.1f ms at %g GB/s, measured on the host %.1f ms (%.2f GB/s)\n",
-          a.label().c_str(), wisp::alloc::format_bytes(r.bytes_moved).c_str(),
+          a.label().c_str(), wisp::format_bytes(r.bytes_moved).c_str(),
           static_cast<unsigned long long>(r.expert_copies),
           100.0 * static_cast<double>(r.bytes_moved) / static_cast<double>(r.raw_bytes),
           r.decode_seconds * 1e3, r.decode_rate / 1e9, host.median * 1e3,

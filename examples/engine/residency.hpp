@@ -72,7 +72,7 @@ struct warmup_log {
   std::vector<forward> forwards;
   std::vector<request> sessions;  ///< the warm-up sessions themselves
   /// One step per token row, in forward order (for reuse profiles).
-  wisp::trace::routing_trace tokens{wisp::trace::trace_shape{1, 1, 1}};
+  wisp::routing_trace tokens{wisp::moe_shape{1, 1, 1}};
 };
 
 /// @brief The link's time while a layer computes, as `ahead` sees it: its copies start no earlier
@@ -87,9 +87,9 @@ struct link_window {
 struct arm_context {
   const model_config& model;
   const engine_options& options;
-  wisp::alloc::model_spec spec;          ///< the model as wisp's allocator sees it
+  wisp::model_spec spec;                 ///< the model as wisp's allocator sees it
   wisp::byte_size budget;                ///< experts + KV
-  wisp::alloc::admission_floor floor;    ///< KV every arm keeps (max_running longest sessions)
+  wisp::admission_floor floor;           ///< KV every arm keeps (max_running longest sessions)
   const std::vector<request>& requests;  ///< the evaluated sessions (sizes only)
   const warmup_log& warmup;
   device& dev;
@@ -151,9 +151,8 @@ class residency {
   const std::uint64_t budget = ctx.budget.count();
   if (experts > budget || (budget - experts) / block < floor) {
     WISP_FAIL(wisp::infeasible_error, arm, ": ", expert_rows, " expert rows need ",
-              wisp::alloc::format_bytes(experts), " plus a KV floor of ", floor, " blocks (",
-              wisp::alloc::format_bytes(floor * block), "), budget ",
-              wisp::alloc::format_bytes(budget));
+              wisp::format_bytes(experts), " plus a KV floor of ", floor, " blocks (",
+              wisp::format_bytes(floor * block), "), budget ", wisp::format_bytes(budget));
   }
   return (budget - experts) / block;
 }
@@ -171,7 +170,7 @@ class residency {
   if (ctx.options.cap > 0) {
     return ctx.options.cap;
   }
-  return static_cast<std::int32_t>(wisp::alloc::max_feasible_cap(ctx.spec, ctx.budget, ctx.floor));
+  return static_cast<std::int32_t>(wisp::max_feasible_cap(ctx.spec, ctx.budget, ctx.floor));
 }
 
 /// Builds the launch that shows exactly `experts` (distinct) at `rows` in `map` (size E, reset).

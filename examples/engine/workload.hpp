@@ -45,7 +45,7 @@ namespace wisp_engine {
 /// + position is a step of `trace`).
 struct workload {
   std::string name;
-  wisp::trace::routing_trace trace{wisp::trace::trace_shape{1, 1, 1}};
+  wisp::routing_trace trace{wisp::moe_shape{1, 1, 1}};
   std::vector<request> warmup;     ///< served first, never measured
   std::vector<request> evaluated;  ///< what every arm serves and is measured on
 };
@@ -56,15 +56,15 @@ struct workload {
 }
 
 /// @brief The synthetic routing trace of one domain for the model's shape ("default" preset).
-[[nodiscard]] inline wisp::trace::routing_trace synthetic_domain(const model_config& c,
-                                                                 std::size_t steps = 4096,
-                                                                 std::uint64_t seed = 7) {
-  wisp::trace::synthetic_config s = wisp::trace::synthetic_preset("default");
+[[nodiscard]] inline wisp::routing_trace synthetic_domain(const model_config& c,
+                                                          std::size_t steps = 4096,
+                                                          std::uint64_t seed = 7) {
+  wisp::synthetic_config s = wisp::synthetic_preset("default");
   s.layers = c.layers;
   s.experts = c.experts;
   s.top_k = c.top_k;
   s.working_set = std::max(c.top_k - 1, 1);
-  return wisp::trace::make_synthetic_trace(s, steps, seed);
+  return wisp::make_synthetic_trace(s, steps, seed);
 }
 
 namespace detail {
@@ -93,7 +93,7 @@ inline request make_request(std::int32_t id, std::int32_t prompt, std::int32_t g
 }
 
 /// Appends every step of `from` to `to`, keeping sequence starts.
-inline void append_trace(wisp::trace::routing_trace& to, const wisp::trace::routing_trace& from) {
+inline void append_trace(wisp::routing_trace& to, const wisp::routing_trace& from) {
   const std::size_t n = from.shape().ids_per_step();
   std::vector<std::int32_t> ids(n);
   const auto starts = from.sequence_starts();
@@ -131,7 +131,7 @@ inline void split_warmup(workload& w, std::vector<request> all, std::size_t warm
   const std::int32_t domains = name == "shift" ? 4 : 1;
   workload w;
   w.name = std::string(name);
-  w.trace = wisp::trace::routing_trace(wisp::trace::trace_shape{c.layers, c.experts, c.top_k});
+  w.trace = wisp::routing_trace(wisp::moe_shape{c.layers, c.experts, c.top_k});
   std::vector<std::vector<std::size_t>> starts(static_cast<std::size_t>(domains));
   for (std::int32_t d = 0; d < domains; ++d) {
     const auto t = synthetic_domain(c, domain_steps, 7 + static_cast<std::uint64_t>(d));
@@ -169,22 +169,22 @@ inline void split_warmup(workload& w, std::vector<request> all, std::size_t warm
 /// keep partial steps.
 /// @throws wisp::error if it cannot be read, wisp::format_error if it is malformed or (a
 ///   `.wtrace`) holds partial steps, wisp::logic_error for `incomplete_tokens::keep`.
-[[nodiscard]] inline wisp::trace::imported_trace read_routing_trace(
+[[nodiscard]] inline wisp::imported_trace read_routing_trace(
     const std::string& path,
-    wisp::trace::incomplete_tokens on_incomplete = wisp::trace::incomplete_tokens::error) {
-  WISP_EXPECTS(on_incomplete != wisp::trace::incomplete_tokens::keep,
+    wisp::incomplete_tokens on_incomplete = wisp::incomplete_tokens::error) {
+  WISP_EXPECTS(on_incomplete != wisp::incomplete_tokens::keep,
                "the engine routes every layer of every token: incomplete tokens can be refused "
                "(error) or left out (skip), not kept");
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    return wisp::trace::import_esft(path, {.on_incomplete = on_incomplete});
+    return wisp::import_esft(path, {.on_incomplete = on_incomplete});
   }
   if (std::filesystem::path(path).extension() == ".jsonl") {
-    wisp::trace::jsonl_options opt;
+    wisp::jsonl_options opt;
     opt.on_incomplete = on_incomplete;
-    return wisp::trace::import_jsonl(std::filesystem::path(path), opt);
+    return wisp::import_jsonl(std::filesystem::path(path), opt);
   }
-  wisp::trace::imported_trace t{wisp::trace::read_wtrace(std::filesystem::path(path)), {}};
+  wisp::imported_trace t{wisp::read_wtrace(std::filesystem::path(path)), {}};
   if (!t.trace.complete()) {
     WISP_FAIL(wisp::format_error, path, ": ", t.trace.missing_rows(),
               " (step, layer) rows are missing; the engine needs every layer of every token");
@@ -199,9 +199,8 @@ inline void split_warmup(workload& w, std::vector<request> all, std::size_t warm
 /// (routing comes from the trace, not from them).
 /// @throws wisp::logic_error if the trace's shape is not the model's, or fewer than two sequences
 ///   are usable (one warm-up, one evaluated).
-[[nodiscard]] inline workload trace_workload(wisp::trace::routing_trace trace,
-                                             const model_config& c, std::int32_t sessions = 0,
-                                             std::uint64_t seed = 3) {
+[[nodiscard]] inline workload trace_workload(wisp::routing_trace trace, const model_config& c,
+                                             std::int32_t sessions = 0, std::uint64_t seed = 3) {
   const auto& s = trace.shape();
   WISP_EXPECTS(s.layers == c.layers && s.experts == c.experts && s.top_k == c.top_k,
                "the trace has ", s.layers, " layers x ", s.experts, " experts (top-", s.top_k,

@@ -12,8 +12,12 @@
 // clang-format off
 #include <wisp/version.hpp>
 #include <wisp/core/config.hpp>
+#include <wisp/core/deprecated_namespaces.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/ids.hpp>
+#include <wisp/core/model.hpp>
+#include <wisp/core/shape.hpp>
+#include <wisp/core/topk.hpp>
 
 #include <wisp/trace/routing_trace.hpp>
 #include <wisp/trace/wtrace.hpp>
@@ -45,8 +49,8 @@
 #include <wisp/cache/slot_cache.hpp>
 #include <wisp/cache/per_layer_cache.hpp>
 
-#include <wisp/pager/types.hpp>
 #include <wisp/pager/group_planner.hpp>
+#include <wisp/pager/types.hpp>
 #include <wisp/pager/pager.hpp>
 #include <wisp/pager/resize_layer_rows.hpp>
 #include <wisp/pager/reroute_table.hpp>

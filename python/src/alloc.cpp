@@ -32,27 +32,23 @@
 namespace wisp_python {
 namespace {
 
-namespace al = wisp::alloc;
-namespace ru = wisp::reuse;
-namespace tr = wisp::trace;
-
 using budget_arg = std::variant<std::uint64_t, std::string>;
 
 wisp::byte_size budget_bytes(const budget_arg& budget) {
   if (const auto* text = std::get_if<std::string>(&budget)) {
-    return al::parse_byte_size(*text);
+    return wisp::parse_byte_size(*text);
   }
   return wisp::byte_size{std::get<std::uint64_t>(budget)};
 }
 
-al::model_spec spec_of(const std::variant<al::model_spec, std::string>& model) {
+wisp::model_spec spec_of(const std::variant<wisp::model_spec, std::string>& model) {
   if (const auto* name = std::get_if<std::string>(&model)) {
-    return al::model_preset(*name);
+    return wisp::model_preset(*name);
   }
-  return std::get<al::model_spec>(model);
+  return std::get<wisp::model_spec>(model);
 }
 
-nb::typed<nb::dict, nb::str, nb::int_> split_dict(const al::split& s) {
+nb::typed<nb::dict, nb::str, nb::int_> split_dict(const wisp::split& s) {
   nb::typed<nb::dict, nb::str, nb::int_> d;
   d["expert_cap"] = s.expert_cap;
   d["kv_blocks"] = s.kv_blocks;
@@ -64,59 +60,59 @@ nb::typed<nb::dict, nb::str, nb::int_> split_dict(const al::split& s) {
 }
 
 struct plan_result {
-  al::configuration conf;
-  std::vector<al::sweep_point> sweep;
+  wisp::configuration conf;
+  std::vector<wisp::sweep_point> sweep;
 };
 
 }  // namespace
 
 void bind_alloc(nb::module_& m) {
-  nb::class_<al::model_spec>(
+  nb::class_<wisp::model_spec>(
       m, "ModelSpec",
       "What an expert/KV split is made of: MoE layers, experts per layer, top-k, bytes of one "
       "expert, KV bytes per token and tokens per KV block.")
       .def(
           "__init__",
-          [](al::model_spec* self, std::string name, std::uint32_t layers, std::uint32_t experts,
-             std::uint32_t top_k, std::uint64_t expert_bytes, std::uint64_t kv_bytes_per_token,
+          [](wisp::model_spec* self, std::string name, std::int32_t layers, std::int32_t experts,
+             std::int32_t top_k, std::uint64_t expert_bytes, std::uint64_t kv_bytes_per_token,
              std::uint32_t block_tokens) {
-            al::model_spec s{std::move(name),
-                             layers,
-                             experts,
-                             top_k,
-                             wisp::byte_size{expert_bytes},
-                             wisp::byte_size{kv_bytes_per_token},
-                             block_tokens};
+            wisp::model_spec s{std::move(name),
+                               layers,
+                               experts,
+                               top_k,
+                               wisp::byte_size{expert_bytes},
+                               wisp::byte_size{kv_bytes_per_token},
+                               block_tokens};
             s.validate();
-            new (self) al::model_spec(std::move(s));
+            new (self) wisp::model_spec(std::move(s));
           },
           nb::arg("name"), nb::arg("layers"), nb::arg("experts"), nb::arg("top_k"),
           nb::arg("expert_bytes"), nb::arg("kv_bytes_per_token"), nb::arg("block_tokens") = 16)
-      .def_static("preset", &al::model_preset, nb::arg("name"),
+      .def_static("preset", &wisp::model_preset, nb::arg("name"),
                   "A built-in preset (see wisp.model_presets()).")
       .def_static(
           "read_json",
           [](const std::filesystem::path& path) {
-            return reading(path, [&] { return al::read_model_json(path).spec; });
+            return reading(path, [&] { return wisp::read_model_json(path).spec; });
           },
           nb::arg("path"), "A model .json file (the direct form or published config fields).")
-      .def_ro("name", &al::model_spec::name)
-      .def_ro("layers", &al::model_spec::layers)
-      .def_ro("experts", &al::model_spec::experts)
-      .def_ro("top_k", &al::model_spec::top_k)
-      .def_prop_ro("expert_bytes", [](const al::model_spec& s) { return s.expert_bytes.count(); })
+      .def_ro("name", &wisp::model_spec::name)
+      .def_ro("layers", &wisp::model_spec::layers)
+      .def_ro("experts", &wisp::model_spec::experts)
+      .def_ro("top_k", &wisp::model_spec::top_k)
+      .def_prop_ro("expert_bytes", [](const wisp::model_spec& s) { return s.expert_bytes.count(); })
       .def_prop_ro("kv_bytes_per_token",
-                   [](const al::model_spec& s) { return s.kv_bytes_per_token.count(); })
-      .def_ro("block_tokens", &al::model_spec::block_tokens)
+                   [](const wisp::model_spec& s) { return s.kv_bytes_per_token.count(); })
+      .def_ro("block_tokens", &wisp::model_spec::block_tokens)
       .def_prop_ro(
-          "cap_unit_bytes", [](const al::model_spec& s) { return s.cap_unit_bytes().count(); },
+          "cap_unit_bytes", [](const wisp::model_spec& s) { return s.cap_unit_bytes().count(); },
           "one slot in every MoE layer: layers * expert_bytes")
       .def_prop_ro("kv_block_bytes",
-                   [](const al::model_spec& s) { return s.kv_block_bytes().count(); })
+                   [](const wisp::model_spec& s) { return s.kv_block_bytes().count(); })
       .def(
-          "__eq__", [](const al::model_spec& a, const al::model_spec& b) { return a == b; },
+          "__eq__", [](const wisp::model_spec& a, const wisp::model_spec& b) { return a == b; },
           nb::is_operator())
-      .def("__repr__", [](const al::model_spec& s) {
+      .def("__repr__", [](const wisp::model_spec& s) {
         return "ModelSpec(name='" + s.name + "', layers=" + std::to_string(s.layers) +
                ", experts=" + std::to_string(s.experts) + ", top_k=" + std::to_string(s.top_k) +
                ", expert_bytes=" + std::to_string(s.expert_bytes.count()) +
@@ -128,7 +124,7 @@ void bind_alloc(nb::module_& m) {
       "model_presets",
       [] {
         std::vector<std::string> names;
-        for (const al::model_preset_entry& p : al::model_presets()) {
+        for (const wisp::model_preset_entry& p : wisp::model_presets()) {
           names.emplace_back(p.config.name);
         }
         return names;
@@ -136,15 +132,15 @@ void bind_alloc(nb::module_& m) {
       "Names of the built-in model presets.");
 
   m.def(
-      "parse_byte_size", [](const std::string& text) { return al::parse_byte_size(text).count(); },
-      nb::arg("text"),
+      "parse_byte_size",
+      [](const std::string& text) { return wisp::parse_byte_size(text).count(); }, nb::arg("text"),
       "Bytes in a size as people write it ('24GiB', '1.5 GiB', '80GB', '8000000000'), exactly.");
 
   m.def(
       "minimum_budget",
-      [](const std::variant<al::model_spec, std::string>& model, std::uint64_t concurrency,
+      [](const std::variant<wisp::model_spec, std::string>& model, std::uint64_t concurrency,
          std::uint64_t context) {
-        return al::minimum_budget(spec_of(model), {concurrency, context}).count();
+        return wisp::minimum_budget(spec_of(model), {concurrency, context}).count();
       },
       nb::arg("model"), nb::arg("concurrency") = 0, nb::arg("context") = 0,
       "The smallest budget with a feasible split: top_k slots per layer plus the KV admission "
@@ -174,7 +170,7 @@ void bind_alloc(nb::module_& m) {
           "sweep",
           [](const plan_result& p) {
             nb::typed<nb::list, nb::dict> rows;
-            for (const al::sweep_point& s : p.sweep) {
+            for (const wisp::sweep_point& s : p.sweep) {
               nb::dict d = split_dict(s.s);
               d["fits"] = s.fits;
               d["feasible"] = s.feasible;
@@ -189,40 +185,39 @@ void bind_alloc(nb::module_& m) {
 
   m.def(
       "plan",
-      [](const std::variant<al::model_spec, std::string>& model, const budget_arg& budget,
-         const tr::routing_trace& trace, std::uint64_t concurrency, std::uint64_t context,
+      [](const std::variant<wisp::model_spec, std::string>& model, const budget_arg& budget,
+         const wisp::routing_trace& trace, std::uint64_t concurrency, std::uint64_t context,
          double bandwidth_gbps, double recompute,
-         std::optional<std::vector<std::uint32_t>> sweep_caps) {
-        const al::model_spec spec = spec_of(model);
+         std::optional<std::vector<std::int32_t>> sweep_caps) {
+        const wisp::model_spec spec = spec_of(model);
         const wisp::byte_size bytes = budget_bytes(budget);
-        const al::admission_floor floor{concurrency, context};
+        const wisp::admission_floor floor{concurrency, context};
         const auto& shape = trace.shape();
-        WISP_EXPECTS(shape.layers == static_cast<std::int32_t>(spec.layers) &&
-                         shape.experts == static_cast<std::int32_t>(spec.experts) &&
-                         shape.top_k == static_cast<std::int32_t>(spec.top_k),
-                     "trace has ", shape, " but model ", spec.name, " has ", spec.layers,
-                     " MoE layers x ", spec.experts, " experts, top-", spec.top_k);
-        std::vector<std::uint32_t> caps = sweep_caps.value_or(std::vector<std::uint32_t>{});
+        WISP_EXPECTS(shape == spec.shape(), "trace has ", shape, " but model ", spec.name, " has ",
+                     spec.shape());
+        std::vector<std::int32_t> caps = sweep_caps.value_or(std::vector<std::int32_t>{});
         if (caps.empty()) {
-          for (std::uint32_t c = spec.top_k; c <= spec.experts; ++c) {
+          for (std::int32_t c = spec.top_k; c <= spec.experts; ++c) {
             caps.push_back(c);
           }
         }
         try {
-          al::require_feasible(spec, bytes, floor);  // before any trace work
+          wisp::require_feasible(spec, bytes, floor);  // before any trace work
         } catch (const wisp::infeasible_error& e) {
-          throw infeasible_with_budget(e, al::minimum_budget(spec, floor).count());
+          throw infeasible_with_budget(e, wisp::minimum_budget(spec, floor).count());
         }
         nb::gil_scoped_release unlocked;
-        const ru::reuse_profile profile = ru::profile_trace(trace, ru::reuse_scope::per_layer);
+        const wisp::reuse_profile profile =
+            wisp::profile_trace(trace, wisp::reuse_scope::per_layer);
         // The KV stream: the admission floor's working set read once per decode round.
         const std::uint64_t rounds =
             std::max<std::uint64_t>(1, trace.steps() / std::max<std::uint64_t>(1, concurrency));
-        const al::cost_model<> cost{
-            spec, ru::miss_curve{profile.histogram},
-            al::working_set_kv_curve(floor.blocks(spec.block_tokens), rounds),
-            al::cost_params{bandwidth_gbps * 1e9, recompute}};
-        return plan_result{al::configure(cost, bytes, floor), al::sweep(cost, bytes, floor, caps)};
+        const wisp::cost_model<> cost{
+            spec, wisp::miss_curve{profile.histogram},
+            wisp::working_set_kv_curve(floor.blocks(spec.block_tokens), rounds),
+            wisp::cost_params{bandwidth_gbps * 1e9, recompute}};
+        return plan_result{wisp::configure(cost, bytes, floor),
+                           wisp::sweep(cost, bytes, floor, caps)};
       },
       nb::arg("model"), nb::arg("budget"), nb::arg("trace"), nb::arg("concurrency") = 0,
       nb::arg("context") = 0, nb::arg("bandwidth_gbps") = 25.0, nb::arg("recompute") = 2e-4,

@@ -27,25 +27,22 @@
 namespace wisp_python {
 namespace {
 
-namespace ru = wisp::reuse;
-namespace tr = wisp::trace;
-
-ru::reuse_scope trace_scope(const std::string& name) {
-  const auto scope = ru::parse_scope(name);
-  WISP_EXPECTS(scope && *scope != ru::reuse_scope::stream,
+wisp::reuse_scope trace_scope(const std::string& name) {
+  const auto scope = wisp::parse_scope(name);
+  WISP_EXPECTS(scope && *scope != wisp::reuse_scope::stream,
                "scope must be 'layer' or 'global', got '", name, "'");
   return *scope;
 }
 
-ru::reuse_granularity trace_granularity(const std::string& name) {
-  const auto granularity = ru::parse_granularity(name);
+wisp::reuse_granularity trace_granularity(const std::string& name) {
+  const auto granularity = wisp::parse_granularity(name);
   WISP_EXPECTS(granularity.has_value(), "granularity must be 'call' or 'access', got '", name, "'");
   return *granularity;
 }
 
 // SHARDS with its key space, so a batch of keys is checked before any is recorded.
 struct sampled_counter {
-  ru::sampled_reuse_counter counter;
+  wisp::sampled_reuse_counter counter;
   std::size_t key_space;
 };
 
@@ -61,26 +58,28 @@ numpy_array distance_array(std::size_t n, Record&& record) {
 }  // namespace
 
 void bind_reuse(nb::module_& m) {
-  m.attr("COLD") = ru::reuse_distance_counter::cold;
+  m.attr("COLD") = wisp::reuse_distance_counter::cold;
 
-  nb::class_<ru::reuse_histogram>(
+  nb::class_<wisp::reuse_histogram>(
       m, "ReuseHistogram",
       "Counts of LRU stack distances plus cold (first-sight) accesses. A per-layer histogram is "
       "the sum of one histogram per layer.")
-      .def_prop_ro(
-          "scope",
-          [](const ru::reuse_histogram& h) { return std::string(ru::to_string(h.shape().scope)); })
-      .def_prop_ro("partitions", [](const ru::reuse_histogram& h) { return h.shape().partitions; })
+      .def_prop_ro("scope",
+                   [](const wisp::reuse_histogram& h) {
+                     return std::string(wisp::to_string(h.shape().scope));
+                   })
+      .def_prop_ro("partitions",
+                   [](const wisp::reuse_histogram& h) { return h.shape().partitions; })
       .def_prop_ro("keys_per_partition",
-                   [](const ru::reuse_histogram& h) { return h.shape().keys_per_partition; })
-      .def_prop_ro("cold", &ru::reuse_histogram::cold)
-      .def_prop_ro("warm", &ru::reuse_histogram::warm)
-      .def_prop_ro("accesses", &ru::reuse_histogram::accesses)
-      .def_prop_ro("max_distance", &ru::reuse_histogram::max_distance)
-      .def("count", &ru::reuse_histogram::count, nb::arg("distance"))
+                   [](const wisp::reuse_histogram& h) { return h.shape().keys_per_partition; })
+      .def_prop_ro("cold", &wisp::reuse_histogram::cold)
+      .def_prop_ro("warm", &wisp::reuse_histogram::warm)
+      .def_prop_ro("accesses", &wisp::reuse_histogram::accesses)
+      .def_prop_ro("max_distance", &wisp::reuse_histogram::max_distance)
+      .def("count", &wisp::reuse_histogram::count, nb::arg("distance"))
       .def(
           "counts",
-          [](const ru::reuse_histogram& h) {
+          [](const wisp::reuse_histogram& h) {
             std::vector<std::uint64_t> c(std::size_t{h.max_distance()} + 1);
             for (std::uint32_t d = 1; d <= h.max_distance(); ++d) {
               c[d] = h.count(d);
@@ -88,34 +87,34 @@ void bind_reuse(nb::module_& m) {
             return numpy_copy(std::span<const std::uint64_t>(c));
           },
           "uint64[max_distance + 1]: counts[d] accesses of distance d (counts[0] is 0).")
-      .def("merge", &ru::reuse_histogram::merge, nb::arg("other"), nb::rv_policy::none,
+      .def("merge", &wisp::reuse_histogram::merge, nb::arg("other"), nb::rv_policy::none,
            "Adds every count of `other` (same shape: an independent stream or cache).")
       .def(
           "__eq__",
-          [](const ru::reuse_histogram& a, const ru::reuse_histogram& b) { return a == b; },
+          [](const wisp::reuse_histogram& a, const wisp::reuse_histogram& b) { return a == b; },
           nb::is_operator());
 
-  nb::class_<ru::miss_curve>(
+  nb::class_<wisp::miss_curve>(
       m, "MissCurve",
       "Misses of an LRU cache at every capacity, from one reuse histogram: misses(c) = cold + "
       "#{d > c}. Per-layer scope: c is the slots of each layer, misses summed over layers.")
-      .def(nb::init<const ru::reuse_histogram&>(), nb::arg("histogram"))
-      .def_prop_ro("accesses", &ru::miss_curve::accesses)
-      .def_prop_ro("cold", &ru::miss_curve::cold)
-      .def_prop_ro("max_capacity", &ru::miss_curve::max_capacity,
+      .def(nb::init<const wisp::reuse_histogram&>(), nb::arg("histogram"))
+      .def_prop_ro("accesses", &wisp::miss_curve::accesses)
+      .def_prop_ro("cold", &wisp::miss_curve::cold)
+      .def_prop_ro("max_capacity", &wisp::miss_curve::max_capacity,
                    "smallest capacity at which only cold misses remain")
-      .def("misses", &ru::miss_curve::misses, nb::arg("capacity"))
-      .def("miss_ratio", &ru::miss_curve::miss_ratio, nb::arg("capacity"))
-      .def("hit_ratio", &ru::miss_curve::hit_ratio, nb::arg("capacity"))
-      .def("capacity_for_hit_ratio", &ru::miss_curve::capacity_for_hit_ratio, nb::arg("target"),
+      .def("misses", &wisp::miss_curve::misses, nb::arg("capacity"))
+      .def("miss_ratio", &wisp::miss_curve::miss_ratio, nb::arg("capacity"))
+      .def("hit_ratio", &wisp::miss_curve::hit_ratio, nb::arg("capacity"))
+      .def("capacity_for_hit_ratio", &wisp::miss_curve::capacity_for_hit_ratio, nb::arg("target"),
            "Smallest capacity whose hit ratio is at least `target`, or None when cold misses "
            "make it unreachable.")
       .def(
-          "values", [](const ru::miss_curve& c) { return numpy_copy(c.values()); },
+          "values", [](const wisp::miss_curve& c) { return numpy_copy(c.values()); },
           "uint64[max_capacity + 1]: misses at capacities 0..max_capacity.")
       .def(
           "miss_ratios",
-          [](const ru::miss_curve& c) {
+          [](const wisp::miss_curve& c) {
             std::vector<double> r(c.values().size());
             for (std::size_t i = 0; i < r.size(); ++i) {
               r[i] = c.miss_ratio(i);
@@ -124,23 +123,24 @@ void bind_reuse(nb::module_& m) {
           },
           "float64[max_capacity + 1]: miss ratios at capacities 0..max_capacity.");
 
-  nb::class_<ru::reuse_profile>(m, "ReuseProfile", "The exact reuse profile of a trace.")
-      .def_ro("histogram", &ru::reuse_profile::histogram)
-      .def_ro("distinct_per_cache", &ru::reuse_profile::distinct_per_cache,
+  nb::class_<wisp::reuse_profile>(m, "ReuseProfile", "The exact reuse profile of a trace.")
+      .def_ro("histogram", &wisp::reuse_profile::histogram)
+      .def_ro("distinct_per_cache", &wisp::reuse_profile::distinct_per_cache,
               "distinct keys of the largest cache (global: all keys)")
-      .def_ro("distinct_total", &ru::reuse_profile::distinct_total,
+      .def_ro("distinct_total", &wisp::reuse_profile::distinct_total,
               "distinct (layer, expert) keys over all caches")
       .def_prop_ro(
-          "curve", [](const ru::reuse_profile& p) { return ru::miss_curve(p.histogram); },
+          "curve", [](const wisp::reuse_profile& p) { return wisp::miss_curve(p.histogram); },
           "The LRU miss curve of the histogram.");
 
   m.def(
       "profile",
-      [](const tr::routing_trace& trace, const std::string& scope, const std::string& granularity) {
-        const ru::reuse_scope s = trace_scope(scope);
-        const ru::reuse_granularity g = trace_granularity(granularity);
+      [](const wisp::routing_trace& trace, const std::string& scope,
+         const std::string& granularity) {
+        const wisp::reuse_scope s = trace_scope(scope);
+        const wisp::reuse_granularity g = trace_granularity(granularity);
         nb::gil_scoped_release unlocked;
-        return ru::profile_trace(trace, s, g);
+        return wisp::profile_trace(trace, s, g);
       },
       nb::arg("trace"), nb::arg("scope") = "layer", nb::arg("granularity") = "call",
       "Exact reuse profile of `trace` replayed in canonical order: scope 'layer' (one LRU cache "
@@ -153,15 +153,16 @@ void bind_reuse(nb::module_& m) {
 
   m.def(
       "reuse_distances",
-      [](const tr::routing_trace& trace, const std::string& scope, const std::string& granularity) {
-        const ru::reuse_scope s = trace_scope(scope);
-        const ru::reuse_granularity g = trace_granularity(granularity);
+      [](const wisp::routing_trace& trace, const std::string& scope,
+         const std::string& granularity) {
+        const wisp::reuse_scope s = trace_scope(scope);
+        const wisp::reuse_granularity g = trace_granularity(granularity);
         return distance_array(trace.access_count(), [&](std::uint32_t* out) {
           nb::gil_scoped_release unlocked;
-          ru::scoped_reuse_counter counter(s, static_cast<std::uint32_t>(trace.shape().layers),
-                                           static_cast<std::uint32_t>(trace.shape().experts));
-          if (g == ru::reuse_granularity::access) {
-            trace.for_each_access([&](const tr::access& a) {
+          wisp::scoped_reuse_counter counter(s, static_cast<std::uint32_t>(trace.shape().layers),
+                                             static_cast<std::uint32_t>(trace.shape().experts));
+          if (g == wisp::reuse_granularity::access) {
+            trace.for_each_access([&](const wisp::access& a) {
               *out++ = counter.access(static_cast<std::uint32_t>(a.layer),
                                       static_cast<std::uint32_t>(a.expert));
             });
@@ -183,23 +184,23 @@ void bind_reuse(nb::module_& m) {
       "its (step, layer) call (profile()'s histogram counts these); 'access': per access. "
       "Releases the GIL.");
 
-  nb::class_<ru::decayed_histogram>(
+  nb::class_<wisp::decayed_histogram>(
       m, "DecayedHistogram",
       "A binned reuse-distance histogram with per-burst exponential decay (H <- decay * H + "
       "burst): the current marginal value of one more slot, for online controllers.")
       .def(nb::init<std::vector<std::uint32_t>, double>(), nb::arg("edges"), nb::arg("decay"))
-      .def_static("unit_edges", &ru::decayed_histogram::unit_edges, nb::arg("max_distance"))
-      .def_static("power_of_two_edges", &ru::decayed_histogram::power_of_two_edges,
+      .def_static("unit_edges", &wisp::decayed_histogram::unit_edges, nb::arg("max_distance"))
+      .def_static("power_of_two_edges", &wisp::decayed_histogram::power_of_two_edges,
                   nb::arg("max_distance"))
-      .def("record", &ru::decayed_histogram::record, nb::arg("distance"), nb::arg("weight") = 1.0,
+      .def("record", &wisp::decayed_histogram::record, nb::arg("distance"), nb::arg("weight") = 1.0,
            "Adds `weight` accesses of `distance` (wisp.COLD = cold).")
       .def(
           "record_many",
-          [](ru::decayed_histogram& h, array_like distances) {
+          [](wisp::decayed_histogram& h, array_like distances) {
             with_values(int_vector_from(distances, "distances"), [&](const auto& values) {
               for (const auto v : values) {
                 WISP_EXPECTS(
-                    v >= 1 && static_cast<std::uint64_t>(v) <= ru::reuse_distance_counter::cold,
+                    v >= 1 && static_cast<std::uint64_t>(v) <= wisp::reuse_distance_counter::cold,
                     "distance ", v, " is outside [1, wisp.COLD]");
               }
               for (const auto v : values) {
@@ -209,23 +210,23 @@ void bind_reuse(nb::module_& m) {
           },
           nb::arg("distances"),
           "record() for each entry of a 1-D int64/int32 array (e.g. reuse_distances as int64).")
-      .def("end_burst", &ru::decayed_histogram::end_burst)
-      .def("add_burst", &ru::decayed_histogram::add_burst, nb::arg("burst"))
-      .def_prop_ro("decay", &ru::decayed_histogram::decay)
-      .def_prop_ro("edges", [](const ru::decayed_histogram& h) { return numpy_copy(h.edges()); })
+      .def("end_burst", &wisp::decayed_histogram::end_burst)
+      .def("add_burst", &wisp::decayed_histogram::add_burst, nb::arg("burst"))
+      .def_prop_ro("decay", &wisp::decayed_histogram::decay)
+      .def_prop_ro("edges", [](const wisp::decayed_histogram& h) { return numpy_copy(h.edges()); })
       .def_prop_ro(
-          "bins", [](const ru::decayed_histogram& h) { return numpy_copy(h.bins()); },
+          "bins", [](const wisp::decayed_histogram& h) { return numpy_copy(h.bins()); },
           "decayed mass per bin; the last is the overflow bin")
-      .def_prop_ro("cold", &ru::decayed_histogram::cold)
-      .def_prop_ro("warm_total", &ru::decayed_histogram::warm_total)
-      .def_prop_ro("bursts", &ru::decayed_histogram::bursts)
-      .def_prop_ro("max_capacity", &ru::decayed_histogram::max_capacity)
-      .def("hits", &ru::decayed_histogram::hits, nb::arg("capacity"))
-      .def("warm_miss_ratio", &ru::decayed_histogram::warm_miss_ratio, nb::arg("capacity"))
-      .def("marginal", &ru::decayed_histogram::marginal, nb::arg("capacity"))
+      .def_prop_ro("cold", &wisp::decayed_histogram::cold)
+      .def_prop_ro("warm_total", &wisp::decayed_histogram::warm_total)
+      .def_prop_ro("bursts", &wisp::decayed_histogram::bursts)
+      .def_prop_ro("max_capacity", &wisp::decayed_histogram::max_capacity)
+      .def("hits", &wisp::decayed_histogram::hits, nb::arg("capacity"))
+      .def("warm_miss_ratio", &wisp::decayed_histogram::warm_miss_ratio, nb::arg("capacity"))
+      .def("marginal", &wisp::decayed_histogram::marginal, nb::arg("capacity"))
       .def(
           "marginals",
-          [](const ru::decayed_histogram& h) {
+          [](const wisp::decayed_histogram& h) {
             const std::vector<double> v = h.marginals();
             return numpy_copy(std::span<const double>(v));
           },
@@ -240,8 +241,8 @@ void bind_reuse(nb::module_& m) {
           [](sampled_counter* self, std::size_t key_space, double rate, std::uint64_t seed,
              bool adjust) {
             new (self) sampled_counter{
-                ru::sampled_reuse_counter(
-                    key_space, ru::shards_options{.rate = rate, .seed = seed, .adjust = adjust}),
+                wisp::sampled_reuse_counter(
+                    key_space, wisp::shards_options{.rate = rate, .seed = seed, .adjust = adjust}),
                 key_space};
           },
           nb::arg("key_space"), nb::arg("rate") = 0.01, nb::arg("seed") = 0,
@@ -255,7 +256,7 @@ void bind_reuse(nb::module_& m) {
                              " is outside [0, key_space = ", c.key_space, ")");
               }
               for (const auto v : values) {  // holds the GIL: the counter is shared state
-                c.counter.access(static_cast<ru::sampled_reuse_counter::key_type>(v));
+                c.counter.access(static_cast<wisp::sampled_reuse_counter::key_type>(v));
               }
             });
           },
@@ -283,7 +284,7 @@ void bind_reuse(nb::module_& m) {
       .def(
           "estimate",
           [](const sampled_counter& c, std::uint64_t max_capacity) {
-            const ru::miss_ratio_curve curve = c.counter.estimate(max_capacity);
+            const wisp::miss_ratio_curve curve = c.counter.estimate(max_capacity);
             return numpy_copy(curve.values());
           },
           nb::arg("max_capacity"),

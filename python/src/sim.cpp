@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// simulate: replays a trace through built-in policies at several capacities (wisp::sim), one row
+// simulate: replays a trace through built-in policies at several capacities, one row
 // per (capacity, policy) with the counters `wisp sim --json` reports.
 #include "arrays.hpp"
 #include "bindings.hpp"
@@ -19,13 +19,10 @@
 namespace wisp_python {
 namespace {
 
-namespace sm = wisp::sim;
-namespace tr = wisp::trace;
-
 struct sim_row {
   std::string policy;
   std::int32_t capacity = 0;
-  sm::sim_result result;
+  wisp::sim_result result;
 };
 
 }  // namespace
@@ -33,7 +30,7 @@ struct sim_row {
 void bind_sim(nb::module_& m) {
   m.def(
       "_simulate",
-      [](const tr::routing_trace& trace, const std::vector<std::string>& policies,
+      [](const wisp::routing_trace& trace, const std::vector<std::string>& policies,
          const std::vector<std::int32_t>& capacities, const std::string& scope,
          std::uint64_t expert_bytes, double bandwidth_gbps, double miss_latency_us,
          bool protect_calls) {
@@ -46,7 +43,7 @@ void bind_sim(nb::module_& m) {
         for (const std::string& p : policies) {
           names.push_back(policy_name(p));
         }
-        sm::sim_config config;
+        wisp::sim_config config;
         config.scope = scope == "global" ? wisp::cache_scope::global : wisp::cache_scope::per_layer;
         config.bandwidth = {expert_bytes, bandwidth_gbps, miss_latency_us};
         config.protect_calls = protect_calls;
@@ -57,7 +54,7 @@ void bind_sim(nb::module_& m) {
             config.capacity = capacity;
             for (const std::string_view name : names) {
               rows.push_back(
-                  {std::string(name), capacity, sm::simulate_named(name, trace, config)});
+                  {std::string(name), capacity, wisp::simulate_named(name, trace, config)});
             }
           }
         }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// Trace: wisp::trace::routing_trace, its .wtrace reader/writer, the ESFT and JSONL importers (an
+// Trace: wisp::routing_trace, its .wtrace reader/writer, the ESFT and JSONL importers (an
 // ImportedTrace: the trace and its ImportReport), the synthetic router, and its accesses as numpy
 // columns. Traces may hold partial steps (tokens lacking some layers): the columns skip their
 // missing rows, and the [steps, layers, top_k] arrays mark them (-1 ids, NaN weights).
@@ -32,13 +32,11 @@
 namespace wisp_python {
 namespace {
 
-namespace tr = wisp::trace;
-
 // Columns of the next `n` accesses from `it`, in canonical order: step, layer, expert. The
 // trace's own iterator skips the rows that partial steps lack.
 using columns_dict = nb::typed<nb::dict, nb::str, numpy_array>;
 
-columns_dict columns(tr::routing_trace::access_iterator& it, std::size_t n) {
+columns_dict columns(wisp::routing_trace::access_iterator& it, std::size_t n) {
   std::uint32_t* steps = nullptr;
   std::int32_t* layers = nullptr;
   std::int32_t* experts = nullptr;
@@ -48,7 +46,7 @@ columns_dict columns(tr::routing_trace::access_iterator& it, std::size_t n) {
   out["layer"] = numpy_empty<std::int32_t>({size}, layers);
   out["expert"] = numpy_empty<std::int32_t>({size}, experts);
   for (std::size_t o = 0; o < n; ++o, ++it) {
-    const tr::access a = *it;
+    const wisp::access a = *it;
     steps[o] = a.step;
     layers[o] = a.layer;
     experts[o] = a.expert;
@@ -60,20 +58,20 @@ columns_dict columns(tr::routing_trace::access_iterator& it, std::size_t n) {
 // its iterator stays valid.
 struct column_chunks {
   nb::object trace;  // the Python Trace
-  tr::routing_trace::access_iterator next;
+  wisp::routing_trace::access_iterator next;
   std::size_t left;
   std::size_t chunk;
 };
 
 // The trace an importer made, and what it found missing (a Trace to Python, with `.report`).
-struct imported : tr::routing_trace {
-  explicit imported(tr::imported_trace&& r)
-      : tr::routing_trace(std::move(r.trace)), report(r.report) {}
-  tr::import_report report;
+struct imported : wisp::routing_trace {
+  explicit imported(wisp::imported_trace&& r)
+      : wisp::routing_trace(std::move(r.trace)), report(r.report) {}
+  wisp::import_report report;
 };
 
-tr::incomplete_tokens parse_on_incomplete(const std::string& name) {
-  const auto policy = tr::parse_incomplete_tokens(name);
+wisp::incomplete_tokens parse_on_incomplete(const std::string& name) {
+  const auto policy = wisp::parse_incomplete_tokens(name);
   WISP_EXPECTS(policy.has_value(), "on_incomplete must be 'error', 'skip' or 'keep', got '", name,
                "'");
   return *policy;
@@ -82,11 +80,11 @@ tr::incomplete_tokens parse_on_incomplete(const std::string& name) {
 template <class T>
 using array3 = nb::ndarray<const T, nb::ndim<3>, nb::c_contig, nb::device::cpu>;
 
-tr::routing_trace from_arrays(
+wisp::routing_trace from_arrays(
     array3<std::int32_t> ids, std::int32_t experts, std::optional<array3<float>> weights,
     std::optional<std::vector<std::int64_t>> sequence_starts,
     std::optional<nb::ndarray<const bool, nb::ndim<2>, nb::c_contig, nb::device::cpu>> present) {
-  tr::routing_trace t(
+  wisp::routing_trace t(
       {static_cast<std::int32_t>(ids.shape(1)), experts, static_cast<std::int32_t>(ids.shape(2))});
   const std::size_t steps = ids.shape(0);
   const std::size_t layers = ids.shape(1);
@@ -136,8 +134,8 @@ tr::routing_trace from_arrays(
   return t;
 }
 
-tr::synthetic_config synthetic_config(const std::string& preset, nb::kwargs overrides) {
-  tr::synthetic_config c = tr::synthetic_preset(preset);
+wisp::synthetic_config synthetic_config(const std::string& preset, nb::kwargs overrides) {
+  wisp::synthetic_config c = wisp::synthetic_preset(preset);
   for (const auto& [key, value] : overrides) {
     const std::string name = nb::cast<std::string>(key);
     const auto set = [&](const char* field, auto& member) {
@@ -175,27 +173,28 @@ void bind_trace(nb::module_& m) {
         return columns(c.next, n);
       });
 
-  nb::class_<tr::import_report>(
+  nb::class_<wisp::import_report>(
       m, "ImportReport",
       "What an importer found missing in a routing log and what it did about it (all zero for a "
       "complete log). A record is one (token, layer) entry: a JSONL line, or one token's top_k ids "
       "in an ESFT layer file.")
-      .def_ro("incomplete_tokens", &tr::import_report::incomplete_tokens,
+      .def_ro("incomplete_tokens", &wisp::import_report::incomplete_tokens,
               "tokens lacking at least one layer")
-      .def_ro("missing_records", &tr::import_report::missing_records,
+      .def_ro("missing_records", &wisp::import_report::missing_records,
               "(token, layer) records those tokens lack")
-      .def_ro("dropped_tokens", &tr::import_report::dropped_tokens,
+      .def_ro("dropped_tokens", &wisp::import_report::dropped_tokens,
               "on_incomplete='skip': incomplete tokens left out")
-      .def_ro("dropped_records", &tr::import_report::dropped_records,
+      .def_ro("dropped_records", &wisp::import_report::dropped_records,
               "on_incomplete='skip': the records of those tokens, left out")
-      .def_ro("partial_tokens", &tr::import_report::partial_tokens,
+      .def_ro("partial_tokens", &wisp::import_report::partial_tokens,
               "on_incomplete='keep': incomplete tokens kept with the layers present")
-      .def_ro("incomplete_sequences", &tr::import_report::incomplete_sequences,
+      .def_ro("incomplete_sequences", &wisp::import_report::incomplete_sequences,
               "sequences (ESFT lines, JSONL groups) holding such tokens")
       .def(
-          "__eq__", [](const tr::import_report& a, const tr::import_report& b) { return a == b; },
+          "__eq__",
+          [](const wisp::import_report& a, const wisp::import_report& b) { return a == b; },
           nb::is_operator())
-      .def("__repr__", [](const tr::import_report& r) {
+      .def("__repr__", [](const wisp::import_report& r) {
         return "ImportReport(incomplete_tokens=" + std::to_string(r.incomplete_tokens) +
                ", missing_records=" + std::to_string(r.missing_records) +
                ", dropped_tokens=" + std::to_string(r.dropped_tokens) +
@@ -204,9 +203,9 @@ void bind_trace(nb::module_& m) {
                ", incomplete_sequences=" + std::to_string(r.incomplete_sequences) + ")";
       });
 
-  nb::class_<tr::routing_trace>(
+  nb::class_<wisp::routing_trace>(
       m, "Trace",
-      "A routing trace (wisp::trace::routing_trace): which top_k of `experts` experts every MoE "
+      "A routing trace (wisp::routing_trace): which top_k of `experts` experts every MoE "
       "layer chose at every step (token), optional gate weights, and sequence starts. Immutable "
       "once made; replayed in canonical order: step, layer, then the top_k ids as recorded.\n\n"
       "A step may be partial (a token the routing log lacks some layers of, kept by an importer "
@@ -226,7 +225,7 @@ void bind_trace(nb::module_& m) {
           [](const std::filesystem::path& path) {
             return reading(path, [&] {
               nb::gil_scoped_release unlocked;
-              return tr::read_wtrace(path);
+              return wisp::read_wtrace(path);
             });
           },
           nb::arg("path"), "Reads a .wtrace file (validated: CRCs, sizes, ids, weights).")
@@ -234,12 +233,12 @@ void bind_trace(nb::module_& m) {
           "import_esft",
           [](const std::filesystem::path& path, std::int32_t experts, std::int32_t top_k,
              const std::string& on_incomplete) {
-            const tr::esft_options opt{.experts = experts,
-                                       .top_k = top_k,
-                                       .on_incomplete = parse_on_incomplete(on_incomplete)};
+            const wisp::esft_options opt{.experts = experts,
+                                         .top_k = top_k,
+                                         .on_incomplete = parse_on_incomplete(on_incomplete)};
             return reading(path, [&] {
               nb::gil_scoped_release unlocked;
-              return imported(tr::import_esft(path, opt));
+              return imported(wisp::import_esft(path, opt));
             });
           },
           nb::arg("path"), nb::arg("experts") = 64, nb::arg("top_k") = 6,
@@ -253,17 +252,17 @@ void bind_trace(nb::module_& m) {
           [](const std::filesystem::path& path, std::string group_key, std::int32_t experts,
              std::int32_t layers, std::string layer_key, std::string experts_key,
              std::string token_key, std::string weights_key, const std::string& on_incomplete) {
-            const tr::jsonl_options opt{.group_key = std::move(group_key),
-                                        .experts = experts,
-                                        .layers = layers,
-                                        .layer_key = std::move(layer_key),
-                                        .experts_key = std::move(experts_key),
-                                        .token_key = std::move(token_key),
-                                        .weights_key = std::move(weights_key),
-                                        .on_incomplete = parse_on_incomplete(on_incomplete)};
+            const wisp::jsonl_options opt{.group_key = std::move(group_key),
+                                          .experts = experts,
+                                          .layers = layers,
+                                          .layer_key = std::move(layer_key),
+                                          .experts_key = std::move(experts_key),
+                                          .token_key = std::move(token_key),
+                                          .weights_key = std::move(weights_key),
+                                          .on_incomplete = parse_on_incomplete(on_incomplete)};
             return reading(path, [&] {
               nb::gil_scoped_release unlocked;
-              return imported(tr::import_jsonl(path, opt));
+              return imported(wisp::import_jsonl(path, opt));
             });
           },
           nb::arg("path"), nb::arg("group_key") = "", nb::arg("experts") = 0, nb::arg("layers") = 0,
@@ -278,12 +277,12 @@ void bind_trace(nb::module_& m) {
           "synthetic",
           [](const std::string& preset, std::size_t steps, std::uint64_t seed,
              nb::kwargs overrides) {
-            const tr::synthetic_config config = synthetic_config(preset, std::move(overrides));
+            const wisp::synthetic_config config = synthetic_config(preset, std::move(overrides));
             nb::gil_scoped_release unlocked;
-            return tr::make_synthetic_trace(config, steps, seed);
+            return wisp::make_synthetic_trace(config, steps, seed);
           },
-          nb::arg("preset") = "default", nb::arg("steps") = tr::default_synthetic_steps,
-          nb::arg("seed") = tr::default_synthetic_seed, nb::arg("overrides"),
+          nb::arg("preset") = "default", nb::arg("steps") = wisp::default_synthetic_steps,
+          nb::arg("seed") = wisp::default_synthetic_seed, nb::arg("overrides"),
           "The deterministic synthetic router: a preset (default, deepseek-v2-lite, "
           "qwen3-30b-a3b, mixtral-8x7b, olmoe-1b-7b, uniform) with any of its parameters "
           "overridden by keyword (layers, experts, top_k, zipf_exponent, zipf_spread, "
@@ -291,25 +290,25 @@ void bind_trace(nb::module_& m) {
           "topic_shift_probability).")
       .def(
           "write",
-          [](const tr::routing_trace& t, const std::filesystem::path& path) {
+          [](const wisp::routing_trace& t, const std::filesystem::path& path) {
             nb::gil_scoped_release unlocked;
-            tr::write_wtrace(t, path);
+            wisp::write_wtrace(t, path);
           },
           nb::arg("path"), "Writes the trace as a .wtrace file (partial steps included).")
-      .def_prop_ro("layers", [](const tr::routing_trace& t) { return t.shape().layers; })
-      .def_prop_ro("experts", [](const tr::routing_trace& t) { return t.shape().experts; })
-      .def_prop_ro("top_k", [](const tr::routing_trace& t) { return t.shape().top_k; })
-      .def_prop_ro("steps", &tr::routing_trace::steps)
-      .def_prop_ro("access_count", &tr::routing_trace::access_count,
+      .def_prop_ro("layers", [](const wisp::routing_trace& t) { return t.shape().layers; })
+      .def_prop_ro("experts", [](const wisp::routing_trace& t) { return t.shape().experts; })
+      .def_prop_ro("top_k", [](const wisp::routing_trace& t) { return t.shape().top_k; })
+      .def_prop_ro("steps", &wisp::routing_trace::steps)
+      .def_prop_ro("access_count", &wisp::routing_trace::access_count,
                    "top_k per (step, layer) row held: (steps * layers - missing_rows) * top_k")
-      .def_prop_ro("has_weights", &tr::routing_trace::has_weights)
-      .def_prop_ro("complete", &tr::routing_trace::complete,
+      .def_prop_ro("has_weights", &wisp::routing_trace::has_weights)
+      .def_prop_ro("complete", &wisp::routing_trace::complete,
                    "True when every step holds every layer (no partial step)")
-      .def_prop_ro("missing_rows", &tr::routing_trace::missing_rows,
+      .def_prop_ro("missing_rows", &wisp::routing_trace::missing_rows,
                    "(step, layer) rows that partial steps lack")
       .def(
           "present",
-          [](const tr::routing_trace& t) {
+          [](const wisp::routing_trace& t) {
             bool* out = nullptr;
             numpy_array a =
                 numpy_empty<bool>({static_cast<std::int64_t>(t.steps()), t.shape().layers}, out);
@@ -324,7 +323,7 @@ void bind_trace(nb::module_& m) {
           "trace).")
       .def_prop_ro(
           "sequence_starts",
-          [](const tr::routing_trace& t) {
+          [](const wisp::routing_trace& t) {
             const auto s = t.sequence_starts();
             std::vector<std::uint64_t> starts(s.begin(), s.end());
             return numpy_copy(std::span<const std::uint64_t>(starts));
@@ -332,7 +331,7 @@ void bind_trace(nb::module_& m) {
           "uint64 array: the steps where sequences begin")
       .def(
           "ids",
-          [](const tr::routing_trace& t) {
+          [](const wisp::routing_trace& t) {
             const std::int64_t layers = t.shape().layers;
             const std::int64_t k = t.shape().top_k;
             std::int32_t* out = nullptr;
@@ -350,7 +349,7 @@ void bind_trace(nb::module_& m) {
           "A copy of the ids, int32[steps, layers, top_k]; -1 in the rows partial steps lack.")
       .def(
           "weights",
-          [](const tr::routing_trace& t) {
+          [](const wisp::routing_trace& t) {
             WISP_EXPECTS(t.has_weights(), "this routing trace has no gate weights");
             float* out = nullptr;
             numpy_array a = numpy_empty<float>(
@@ -369,7 +368,7 @@ void bind_trace(nb::module_& m) {
           "steps lack. Raises LogicError when the trace has none.")
       .def(
           "columns",
-          [](const tr::routing_trace& t, std::size_t start, std::optional<std::size_t> stop) {
+          [](const wisp::routing_trace& t, std::size_t start, std::optional<std::size_t> stop) {
             const std::size_t end = std::min(stop.value_or(t.access_count()), t.access_count());
             start = std::min(start, end);
             auto it = t.accesses().begin();
@@ -384,19 +383,20 @@ void bind_trace(nb::module_& m) {
           "iter_columns",
           [](nb::handle self, std::size_t chunk) {
             WISP_EXPECTS(chunk > 0, "iter_columns: chunk must be positive");
-            const auto& t = nb::cast<const tr::routing_trace&>(self);
+            const auto& t = nb::cast<const wisp::routing_trace&>(self);
             return column_chunks{nb::borrow(self), t.accesses().begin(), t.access_count(), chunk};
           },
           nb::arg("chunk") = std::size_t{1} << 20,
           "Iterates the accesses in chunks of `chunk` as columns (see columns()); no per-access "
           "Python object, O(accesses) in all.")
-      .def("__len__", &tr::routing_trace::access_count)
+      .def("__len__", &wisp::routing_trace::access_count)
       .def(
-          "__eq__", [](const tr::routing_trace& a, const tr::routing_trace& b) { return a == b; },
+          "__eq__",
+          [](const wisp::routing_trace& a, const wisp::routing_trace& b) { return a == b; },
           nb::is_operator(),
           "Same shape, rows held, ids, weights and sequence starts (an import report does not "
           "count).")
-      .def("__repr__", [](const tr::routing_trace& t) {
+      .def("__repr__", [](const wisp::routing_trace& t) {
         return "Trace(steps=" + std::to_string(t.steps()) +
                ", layers=" + std::to_string(t.shape().layers) +
                ", experts=" + std::to_string(t.shape().experts) +
@@ -404,7 +404,7 @@ void bind_trace(nb::module_& m) {
                (t.complete() ? "" : ", missing_rows=" + std::to_string(t.missing_rows())) + ")";
       });
 
-  nb::class_<imported, tr::routing_trace>(
+  nb::class_<imported, wisp::routing_trace>(
       m, "ImportedTrace",
       "A Trace made by an importer (Trace.import_esft, Trace.import_jsonl), with the importer's "
       "`report`: what the routing log lacked and what was done about it.")

@@ -249,7 +249,7 @@ class ImportReport:
 
 class Trace:
     """
-    A routing trace (wisp::trace::routing_trace): which top_k of `experts` experts every MoE layer chose at every step (token), optional gate weights, and sequence starts. Immutable once made; replayed in canonical order: step, layer, then the top_k ids as recorded.
+    A routing trace (wisp::routing_trace): which top_k of `experts` experts every MoE layer chose at every step (token), optional gate weights, and sequence starts. Immutable once made; replayed in canonical order: step, layer, then the top_k ids as recorded.
 
     A step may be partial (a token the routing log lacks some layers of, kept by an importer with on_incomplete='keep'): replays skip its missing (step, layer) rows, `present()` says which rows are held and `complete` is False.
     """

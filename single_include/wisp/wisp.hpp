@@ -52,6 +52,36 @@
 /// Including any wisp header with an unsupported compiler or language standard stops the build
 /// here with one readable `#error` instead of pages of template errors further down.
 
+// ---- begin wisp/core/deprecated_namespaces.hpp -------------------------------------------------
+/// @file
+/// @brief The pre-0.2 sub-namespaces `wisp::trace`, `wisp::reuse`, `wisp::alloc` and `wisp::sim`,
+/// kept as deprecated spellings of `wisp::`.
+///
+/// Every public name of wisp lives directly in `wisp::` (internals in `wisp::detail`, device code
+/// in `wisp::cuda`). Code written against the old sub-namespaces (`wisp::reuse::reuse_histogram`,
+/// `wisp::trace::read_trace`, ...) still compiles, with a deprecation warning naming the
+/// namespace; the aliases are removed in 0.3.
+
+namespace wisp {
+// Qualified lookup in these namespaces finds every name of `wisp::` through the directive.
+namespace
+    [[deprecated("the names of wisp::trace are now in wisp:: (this alias goes in 0.3)")]] trace {
+using namespace ::wisp;
+}
+namespace
+    [[deprecated("the names of wisp::reuse are now in wisp:: (this alias goes in 0.3)")]] reuse {
+using namespace ::wisp;
+}
+namespace
+    [[deprecated("the names of wisp::alloc are now in wisp:: (this alias goes in 0.3)")]] alloc {
+using namespace ::wisp;
+}
+namespace [[deprecated("the names of wisp::sim are now in wisp:: (this alias goes in 0.3)")]] sim {
+using namespace ::wisp;
+}
+}  // namespace wisp
+// ---- end wisp/core/deprecated_namespaces.hpp ---------------------------------------------------
+
 #if defined(_MSVC_LANG)
 #define WISP_DETAIL_CPLUSPLUS _MSVC_LANG
 #else
@@ -259,11 +289,16 @@ template <class Error, class... Parts>
 
 // ---- begin wisp/core/ids.hpp -------------------------------------------------------------------
 /// @file
-/// @brief Strong types for the ids that wisp's interfaces pass around (experts, layers, slots)
-/// and for byte sizes, so a slot index cannot be passed where an expert id is expected.
+/// @brief Strong types for byte sizes and for ids where two kinds of id sit side by side.
 ///
-/// The types are trivially copyable wrappers with no overhead; hot loops over `int32` top-k
-/// buffers work on raw integers and wrap them only at API boundaries.
+/// **One type per quantity.** Layer, expert and slot ids, the expert-side counts (layers, experts,
+/// top-k) and capacities are plain `std::int32_t` everywhere (the pager, the caches, traces,
+/// kernels, the allocator's caps), so a top-k buffer from a router goes through without
+/// conversion; KV token and block counts are `std::uint64_t`; bytes are `byte_size` (or
+/// `std::uint64_t` inside hot structures); reuse distances are the reuse area's `distance_type`.
+/// `expert_id` and `layer_id` wrap an id only where a call takes two kinds of id next to each
+/// other and a swap would compile silently: `adapter_layout::row(adapter, expert_id)`,
+/// `routing_trace::expert(step, layer_id, j)`. They are trivially copyable, with no overhead.
 /// @code
 /// using namespace wisp::literals;
 /// wisp::expert_id e{17};
@@ -313,8 +348,8 @@ struct slot_tag {
 using expert_id = strong_id<detail::expert_tag>;
 /// Index of a MoE layer, 0-based over the MoE layers only (dense layers are not counted).
 using layer_id = strong_id<detail::layer_tag>;
-/// Index of a device slot (one row of an expert buffer).
-using slot_id = strong_id<detail::slot_tag>;
+/// Deprecated (no interface takes it: slots are `std::int32_t`); this alias goes in 0.3.
+using slot_id [[deprecated("slots are plain std::int32_t")]] = strong_id<detail::slot_tag>;
 
 /// @brief A number of bytes. Arithmetic is checked: a result that would wrap around throws
 /// `wisp::logic_error` naming both operands, because a wrapped byte count silently corrupts every
@@ -409,9 +444,336 @@ struct std::hash<wisp::byte_size> {
 };
 // ---- end wisp/core/ids.hpp ---------------------------------------------------------------------
 
+// ---- begin wisp/core/model.hpp -----------------------------------------------------------------
+/// @file
+/// @brief `wisp::model_spec`: what wisp knows about a model (its `moe_shape`, bytes of one expert,
+/// KV bytes per token, KV block size), the published-config fields they are derived from, and
+/// the five built-in presets: the one preset table (the synthetic routers of
+/// `synthetic_preset` take their shapes from it).
+///
+/// A split gives experts a per-layer cap `c` (c slots in every MoE layer, `c * layers *
+/// expert_bytes` bytes) and the KV cache the rest of the budget in whole blocks of
+/// `block_tokens * kv_bytes_per_token` bytes (see split.hpp).
+///
+/// The presets are embedded here (`model_presets()`) *and* shipped as data/models/<name>.json;
+/// tests check that the two agree and that both equal a recomputation from the config fields.
+/// @code
+/// const wisp::model_spec qwen = wisp::model_preset("qwen3-30b-a3b");
+/// // qwen.expert_bytes == 3 x 2048 x 768 x 2 B = 9 MiB; qwen.kv_bytes_per_token == 96 KiB
+/// @endcode
+
+// ---- begin wisp/core/shape.hpp -----------------------------------------------------------------
+/// @file
+/// @brief `wisp::moe_shape`: the routing dimensions of a Mixture-of-Experts model (MoE layers,
+/// routed experts per layer, experts chosen per token), the one shape type every area takes.
+///
+/// Traces (`routing_trace`), the simulator, the predictors and the kernels take a `moe_shape`;
+/// `pager_config::shape()`, `model_spec::shape()` and a `key_layout` aggregate
+/// (`key_layout{scope, s.layers, s.experts}`) convert the other configuration types to and from it.
+/// @code
+/// constexpr wisp::moe_shape deepseek_v2_lite{.layers = 26, .experts = 64, .top_k = 6};
+/// deepseek_v2_lite.validate();  // throws wisp::logic_error naming a bad field
+/// @endcode
+
+namespace wisp {
+
+/// @brief The routing dimensions of an MoE model. A valid shape has `layers > 0`,
+/// `0 < experts <= max_experts` and `0 < top_k <= experts` (see `validate`).
+///
+/// Literal, trivially copyable value type.
+struct moe_shape {
+  std::int32_t layers = 1;   ///< Number of MoE layers (dense layers are not counted).
+  std::int32_t experts = 1;  ///< Routed experts per layer; ids are in `[0, experts)`.
+  std::int32_t top_k = 1;    ///< Experts chosen per token and layer.
+
+  /// Largest supported number of experts (trace ids are stored in at most 16 bits).
+  static constexpr std::int32_t max_experts = 65536;
+
+  /// @brief Throws `wisp::logic_error` naming the bad field unless the shape is valid. O(1).
+  void validate() const {
+    WISP_EXPECTS(layers > 0, "MoE shape needs layers > 0, got ", layers);
+    WISP_EXPECTS(experts > 0 && experts <= max_experts,
+                 "MoE shape needs 0 < experts <= ", max_experts, ", got ", experts);
+    WISP_EXPECTS(top_k > 0 && top_k <= experts, "MoE shape needs 0 < top_k <= experts (", experts,
+                 "), got ", top_k);
+  }
+
+  /// Expert ids per forward step: `layers * top_k`.
+  [[nodiscard]] constexpr std::size_t ids_per_step() const noexcept {
+    return static_cast<std::size_t>(layers) * static_cast<std::size_t>(top_k);
+  }
+
+  friend constexpr bool operator==(const moe_shape&, const moe_shape&) = default;
+
+  /// Prints the shape as "26 layers x 64 experts, top-6".
+  friend std::ostream& operator<<(std::ostream& out, const moe_shape& s) {
+    return out << s.layers << " layers x " << s.experts << " experts, top-" << s.top_k;
+  }
+};
+
+}  // namespace wisp
+// ---- end wisp/core/shape.hpp -------------------------------------------------------------------
+
+namespace wisp {
+
+/// @brief What a split is made of: the sizes of one expert slot and one KV block.
+///
+/// Value type; `validate()` checks it. Thread-safety: the usual for values.
+struct model_spec {
+  std::string name;                ///< Preset name or a free label.
+  std::int32_t layers = 0;         ///< MoE layers L (dense layers are not counted).
+  std::int32_t experts = 0;        ///< Routed experts per layer E (shared experts are fixed costs).
+  std::int32_t top_k = 0;          ///< Experts chosen per token and layer k.
+  byte_size expert_bytes{};        ///< Bytes of one routed expert, all of its matrices.
+  byte_size kv_bytes_per_token{};  ///< KV bytes of one token, summed over all attention layers.
+  std::uint32_t block_tokens = 16;  ///< Tokens per KV block.
+
+  /// @brief Throws `wisp::logic_error` naming the first invalid field: every count must be
+  /// positive, `top_k <= experts`, and one cap unit (`layers * expert_bytes`) and one KV block
+  /// must fit in 64 bits.
+  void validate() const {
+    WISP_EXPECTS(layers > 0, "model '", name, "' needs layers > 0, got ", layers);
+    WISP_EXPECTS(experts > 0, "model '", name, "' needs experts > 0, got ", experts);
+    WISP_EXPECTS(top_k > 0 && top_k <= experts, "model '", name, "' needs 0 < top_k <= experts (",
+                 experts, "), got ", top_k);
+    WISP_EXPECTS(expert_bytes.count() > 0, "model '", name, "' needs expert_bytes > 0");
+    WISP_EXPECTS(kv_bytes_per_token.count() > 0, "model '", name, "' needs kv_bytes_per_token > 0");
+    WISP_EXPECTS(block_tokens > 0, "model '", name, "' needs block_tokens > 0");
+    (void)cap_unit_bytes();  // throws on overflow
+    (void)kv_block_bytes();  // throws on overflow
+    (void)(cap_unit_bytes() * experts);
+  }
+
+  /// @brief Bytes of one unit of the per-layer cap: one slot in every MoE layer,
+  /// `layers * expert_bytes`. @throws wisp::logic_error on overflow.
+  [[nodiscard]] byte_size cap_unit_bytes() const { return expert_bytes * layers; }
+  /// @brief Bytes of one KV block: `block_tokens * kv_bytes_per_token`.
+  /// @throws wisp::logic_error on overflow.
+  [[nodiscard]] byte_size kv_block_bytes() const { return kv_bytes_per_token * block_tokens; }
+  /// @brief Bytes of a per-layer cap of `cap` experts: `cap * layers * expert_bytes`.
+  /// @throws wisp::logic_error on overflow.
+  [[nodiscard]] byte_size expert_pool_bytes(std::int32_t cap) const {
+    WISP_EXPECTS(cap >= 0, "expert cap must be >= 0, got ", cap);
+    return cap_unit_bytes() * static_cast<std::uint64_t>(cap);
+  }
+
+  /// The routing shape `{layers, experts, top_k}`. O(1).
+  [[nodiscard]] constexpr moe_shape shape() const noexcept { return {layers, experts, top_k}; }
+
+  friend bool operator==(const model_spec&, const model_spec&) = default;
+
+  friend std::ostream& operator<<(std::ostream& out, const model_spec& m) {
+    return out << m.name << " (" << m.layers << " MoE layers x " << m.experts << " experts, top-"
+               << m.top_k << ", " << m.expert_bytes.count() << " B per expert, "
+               << m.kv_bytes_per_token.count() << " B KV per token, " << m.block_tokens
+               << "-token blocks)";
+  }
+};
+
+/// @brief How a model's attention stores KV: grouped-query (K and V per KV head) or multi-head
+/// latent attention (one compressed latent plus a decoupled RoPE key per token).
+enum class attention_kind : std::uint8_t { gqa, mla };
+
+/// @brief The published configuration fields a `model_spec` is derived from (names follow the
+/// models' Hugging Face config.json). Literal type, so presets are compile-time constants.
+struct model_config {
+  std::string_view name;
+  std::string_view source;             ///< Where the fields come from.
+  std::uint32_t moe_layers = 0;        ///< Layers with routed experts.
+  std::uint32_t attention_layers = 0;  ///< Layers holding KV (all decoder layers).
+  std::uint32_t experts = 0;           ///< n_routed_experts / num_experts / num_local_experts.
+  std::uint32_t top_k = 0;             ///< num_experts_per_tok.
+  std::uint32_t shared_experts = 0;    ///< Always-resident shared experts (a fixed cost, not in B).
+  std::uint32_t hidden_size = 0;
+  std::uint32_t moe_intermediate_size = 0;  ///< Intermediate size of one routed expert.
+  std::uint32_t expert_matrices = 3;        ///< gate, up, down.
+  attention_kind attention = attention_kind::gqa;
+  std::uint32_t num_key_value_heads = 0;  ///< GQA only.
+  std::uint32_t head_dim = 0;             ///< GQA only.
+  std::uint32_t kv_lora_rank = 0;         ///< MLA only: compressed KV latent width.
+  std::uint32_t qk_rope_head_dim = 0;     ///< MLA only: decoupled RoPE key width.
+  std::uint32_t dtype_bytes = 2;          ///< bf16.
+  std::uint32_t block_tokens = 16;
+
+  /// `expert_matrices * hidden_size * moe_intermediate_size * dtype_bytes`.
+  [[nodiscard]] constexpr std::uint64_t expert_bytes() const noexcept {
+    return std::uint64_t{expert_matrices} * hidden_size * moe_intermediate_size * dtype_bytes;
+  }
+  /// Cached values per token and attention layer: GQA `2 * kv_heads * head_dim` (K and V), MLA
+  /// `kv_lora_rank + qk_rope_head_dim`.
+  [[nodiscard]] constexpr std::uint64_t kv_values_per_token_per_layer() const noexcept {
+    return attention == attention_kind::gqa ? std::uint64_t{2} * num_key_value_heads * head_dim
+                                            : std::uint64_t{kv_lora_rank} + qk_rope_head_dim;
+  }
+  /// `attention_layers * kv_values_per_token_per_layer() * dtype_bytes`.
+  [[nodiscard]] constexpr std::uint64_t kv_bytes_per_token() const noexcept {
+    return std::uint64_t{attention_layers} * kv_values_per_token_per_layer() * dtype_bytes;
+  }
+
+  /// @brief The spec these fields give. @throws wisp::logic_error if it is invalid.
+  [[nodiscard]] model_spec spec() const {
+    const auto count = [](std::uint32_t v, const char* field) {
+      WISP_EXPECTS(v <= std::uint32_t{std::numeric_limits<std::int32_t>::max()}, field, " = ", v,
+                   " exceeds int32");
+      return static_cast<std::int32_t>(v);
+    };
+    model_spec s{
+        std::string(name),     count(moe_layers, "moe_layers"), count(experts, "experts"),
+        count(top_k, "top_k"), byte_size{expert_bytes()},       byte_size{kv_bytes_per_token()},
+        block_tokens};
+    s.validate();
+    return s;
+  }
+};
+
+/// @brief A built-in preset: its config fields and the derived numbers as written in
+/// data/models/<name>.json (checked against the fields at compile time below).
+struct model_preset_entry {
+  model_config config;
+  std::uint64_t expert_bytes;        ///< As published in the JSON file.
+  std::uint64_t kv_bytes_per_token;  ///< As published in the JSON file.
+};
+
+namespace detail {
+// clang-format off
+inline constexpr std::array<model_preset_entry, 5> presets{{
+    {{"qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B config.json",
+      48, 48, 128, 8, 0, 2048, 768, 3, attention_kind::gqa, 4, 128, 0, 0, 2, 16},
+     9437184, 98304},
+    {{"olmoe-1b-7b", "allenai/OLMoE-1B-7B-0924 config.json",
+      16, 16, 64, 8, 0, 2048, 1024, 3, attention_kind::gqa, 16, 128, 0, 0, 2, 16},
+     12582912, 131072},
+    {{"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1 config.json",
+      32, 32, 8, 2, 0, 4096, 14336, 3, attention_kind::gqa, 8, 128, 0, 0, 2, 16},
+     352321536, 131072},
+    {{"deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite config.json (layer 0 dense)",
+      26, 27, 64, 6, 2, 2048, 1408, 3, attention_kind::mla, 0, 0, 512, 64, 2, 16},
+     17301504, 31104},
+    {{"qwen1.5-moe-a2.7b", "Qwen/Qwen1.5-MoE-A2.7B config.json",
+      24, 24, 60, 4, 1, 2048, 1408, 3, attention_kind::gqa, 16, 128, 0, 0, 2, 16},
+     17301504, 196608},
+}};
+// clang-format on
+
+[[nodiscard]] constexpr bool presets_consistent() noexcept {
+  for (const auto& p : presets) {
+    if (p.config.expert_bytes() != p.expert_bytes ||
+        p.config.kv_bytes_per_token() != p.kv_bytes_per_token) {
+      return false;
+    }
+  }
+  return true;
+}
+static_assert(presets_consistent(), "a preset's derived sizes disagree with its config fields");
+}  // namespace detail
+
+/// @brief The built-in presets, in a fixed order. O(1).
+[[nodiscard]] constexpr std::span<const model_preset_entry> model_presets() noexcept {
+  return detail::presets;
+}
+
+/// @brief Names accepted by `model_preset`, comma-separated (for messages).
+[[nodiscard]] inline std::string model_preset_names() {
+  std::string out;
+  for (const auto& p : detail::presets) {
+    out += out.empty() ? "" : ", ";
+    out += p.config.name;
+  }
+  return out;
+}
+
+/// @brief The preset called `name`, or nullptr.
+[[nodiscard]] constexpr const model_preset_entry* find_model_preset(
+    std::string_view name) noexcept {
+  for (const auto& p : detail::presets) {
+    if (p.config.name == name) {
+      return &p;
+    }
+  }
+  return nullptr;
+}
+
+/// @brief The spec of the preset called `name`.
+/// @throws wisp::logic_error listing the valid names if `name` is unknown.
+[[nodiscard]] inline model_spec model_preset(std::string_view name) {
+  const model_preset_entry* p = find_model_preset(name);
+  WISP_EXPECTS(p != nullptr, "unknown model '", name, "' (presets: ", model_preset_names(),
+               "; or give a model .json file)");
+  return p->config.spec();
+}
+
+}  // namespace wisp
+// ---- end wisp/core/model.hpp -------------------------------------------------------------------
+
+// ---- begin wisp/core/topk.hpp ------------------------------------------------------------------
+/// @file
+/// @brief Vocabulary of top-k routing: the `topk_id` element types a router may emit, one entry
+/// of a copy plan (`copy_op`), and the shape check every top-k consumer shares.
+/// @code
+/// std::vector<std::int64_t> ids = {3, 7, 3, 9};           // [tokens = 2] x [k = 2], row-major
+/// static_assert(wisp::topk_id<std::int64_t>);
+/// wisp::copy_op op{.expert = 7, .slot = 1};               // "load expert 7 into slot 1"
+/// @endcode
+
+namespace wisp {
+
+/// Element type of a `topk_ids` buffer: `int32` or `int64`, as routers emit (vLLM accepts both).
+template <class T>
+concept topk_id = std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t>;
+
+/// @brief One entry of a copy plan: copy the host master of `expert` into device slot `slot`.
+///
+/// Trivially copyable (a kernel or a copy engine can take a span of them as is).
+struct copy_op {
+  std::int32_t expert = -1;  ///< logical expert of the layer (row of the host master)
+  std::int32_t slot = -1;    ///< destination slot (row of the device expert buffer)
+
+  friend constexpr bool operator==(const copy_op&, const copy_op&) = default;
+};
+
+/// A copy plan: the copies to issue, in order, before the kernel reads the slots.
+using copy_plan = std::span<const copy_op>;
+
+namespace detail {
+
+/// Checks that a row-major `[tokens x k]` buffer of `size` elements is well formed.
+/// @throws wisp::logic_error naming the values if `tokens < 0`, `k < 1` or `size != tokens * k`.
+inline void check_topk_shape(const char* where, std::size_t size, std::int32_t tokens,
+                             std::int32_t k) {
+  WISP_EXPECTS(tokens >= 0, where, ": tokens must be >= 0, got ", tokens);
+  WISP_EXPECTS(k >= 1, where, ": k must be >= 1, got ", k);
+  WISP_EXPECTS(static_cast<std::int64_t>(tokens) * k == static_cast<std::int64_t>(size), where,
+               ": topk_ids holds ", size, " ids but tokens * k = ", tokens, " * ", k, " = ",
+               static_cast<std::int64_t>(tokens) * k);
+}
+
+/// Throws the error for the bad id `ids[i]` of a `[tokens x k]` buffer over `experts` experts.
+template <topk_id Id>
+[[noreturn]] void fail_bad_id(const char* where, std::span<const Id> ids, std::size_t i,
+                              std::int32_t k, std::int32_t experts) {
+  WISP_FAIL(logic_error, where, ": topk_ids[", i, "] (token ", i / static_cast<std::size_t>(k),
+            ", position ", i % static_cast<std::size_t>(k),
+            ") = ", static_cast<std::int64_t>(ids[i]), " is outside [0, experts = ", experts, ")");
+}
+
+/// Checks every id of `ids` against `[0, experts)`. O(ids.size()).
+template <topk_id Id>
+void check_topk_ids(const char* where, std::span<const Id> ids, std::int32_t k,
+                    std::int32_t experts) {
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= experts) [[unlikely]] {
+      fail_bad_id(where, ids, i, k, experts);
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace wisp
+// ---- end wisp/core/topk.hpp --------------------------------------------------------------------
+
 // ---- begin wisp/trace/routing_trace.hpp --------------------------------------------------------
 /// @file
-/// @brief `wisp::trace::routing_trace`: an in-memory record of MoE routing decisions (which
+/// @brief `wisp::routing_trace`: an in-memory record of MoE routing decisions (which
 /// `top_k` of `experts` experts every MoE layer chose for every forward step), stored compactly and
 /// replayed in one canonical order.
 ///
@@ -438,55 +800,26 @@ struct std::hash<wisp::byte_size> {
 /// and 5.1 MB of weights.
 ///
 /// @code
-/// wisp::trace::routing_trace t({.layers = 2, .experts = 8, .top_k = 2});
+/// wisp::routing_trace t({.layers = 2, .experts = 8, .top_k = 2});
 /// t.begin_sequence();
 /// const std::int32_t ids[] = {0, 5, 3, 1};      // layer 0: {0,5}, layer 1: {3,1}
 /// t.append_step(ids);
-/// t.for_each_access([](wisp::trace::access a) { /* (0,0,0) (0,0,5) (0,1,3) (0,1,1) */ });
+/// t.for_each_access([](wisp::access a) { /* (0,0,0) (0,0,5) (0,1,3) (0,1,1) */ });
 /// @endcode
 ///
 /// Thread-safety: const member functions may be called concurrently; mutation needs exclusive
 /// access (the usual standard-library rules).
 
-namespace wisp::trace {
+namespace wisp {
 
-/// @brief The dimensions of a routing trace. A valid shape has `layers > 0`, `experts > 0`,
-/// `0 < top_k <= experts` and `experts <= 65536` (see `validate`).
-struct trace_shape {
-  std::int32_t layers;   ///< Number of MoE layers (dense layers are not counted).
-  std::int32_t experts;  ///< Routed experts per layer; ids are in `[0, experts)`.
-  std::int32_t top_k;    ///< Experts chosen per token and layer.
-
-  /// Largest supported number of experts (ids must fit in 16 bits).
-  static constexpr std::int32_t max_experts = 65536;
-
-  /// @brief Throws `wisp::logic_error` naming the bad field unless the shape is valid.
-  void validate() const {
-    WISP_EXPECTS(layers > 0, "trace shape needs layers > 0, got ", layers);
-    WISP_EXPECTS(experts > 0 && experts <= max_experts,
-                 "trace shape needs 0 < experts <= ", max_experts, ", got ", experts);
-    WISP_EXPECTS(top_k > 0 && top_k <= experts, "trace shape needs 0 < top_k <= experts (", experts,
-                 "), got ", top_k);
-  }
-
-  /// Expert ids per step: `layers * top_k`.
-  [[nodiscard]] constexpr std::size_t ids_per_step() const noexcept {
-    return static_cast<std::size_t>(layers) * static_cast<std::size_t>(top_k);
-  }
-
-  friend constexpr bool operator==(const trace_shape&, const trace_shape&) = default;
-
-  /// Prints `{layers, experts, top_k}` as "26 layers x 64 experts, top-6".
-  friend std::ostream& operator<<(std::ostream& out, const trace_shape& s) {
-    return out << s.layers << " layers x " << s.experts << " experts, top-" << s.top_k;
-  }
-};
+/// Deprecated spelling of `moe_shape` (the one shape type; this alias goes in 0.3).
+using trace_shape [[deprecated("use wisp::moe_shape")]] = moe_shape;
 
 /// @brief One (step, layer, expert) activation, as visited in canonical order.
 struct access {
-  std::uint32_t step;   ///< Forward step (token) index.
-  std::int32_t layer;   ///< MoE layer, 0-based.
-  std::int32_t expert;  ///< Expert id in `[0, experts)`.
+  std::uint32_t step = 0;   ///< Forward step (token) index.
+  std::int32_t layer = 0;   ///< MoE layer, 0-based.
+  std::int32_t expert = 0;  ///< Expert id in `[0, experts)`.
 
   friend constexpr bool operator==(const access&, const access&) = default;
 };
@@ -500,14 +833,14 @@ class routing_trace {
   static constexpr std::size_t max_steps = std::numeric_limits<std::uint32_t>::max();
 
   /// @brief An empty trace of the given shape.
-  /// @throws wisp::logic_error if the shape is invalid (see `trace_shape::validate`).
-  explicit routing_trace(trace_shape shape) : shape_(shape) {
+  /// @throws wisp::logic_error if the shape is invalid (see `moe_shape::validate`).
+  explicit routing_trace(moe_shape shape) : shape_(shape) {
     shape_.validate();
     wide_ = shape_.experts > 256;
   }
 
   /// The trace's dimensions.
-  [[nodiscard]] const trace_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] const moe_shape& shape() const noexcept { return shape_; }
   /// Number of steps (forward passes, i.e. tokens) recorded. O(1).
   [[nodiscard]] std::size_t steps() const noexcept { return steps_; }
   /// Number of (step, layer, expert) activations: `top_k` per row held, so
@@ -811,7 +1144,7 @@ class routing_trace {
     }
   }
 
-  trace_shape shape_;
+  moe_shape shape_;
   bool wide_ = false;
   bool has_weights_ = false;
   bool pending_sequence_ = false;
@@ -925,7 +1258,7 @@ inline routing_trace::access_range routing_trace::accesses() const noexcept {
   return r;
 }
 
-}  // namespace wisp::trace
+}  // namespace wisp
 // ---- end wisp/trace/routing_trace.hpp ----------------------------------------------------------
 
 // ---- begin wisp/trace/wtrace.hpp ---------------------------------------------------------------
@@ -945,10 +1278,49 @@ inline routing_trace::access_range routing_trace::accesses() const noexcept {
 /// `wisp::format_error` with the byte offset (relative to where reading began).
 ///
 /// @code
-/// wisp::trace::write_wtrace(trace, "intent.wtrace");
-/// wisp::trace::routing_trace back = wisp::trace::read_wtrace("intent.wtrace");
+/// wisp::write_wtrace(trace, "intent.wtrace");
+/// wisp::routing_trace back = wisp::read_wtrace("intent.wtrace");
 /// assert(back == trace);
 /// @endcode
+
+// ---- begin wisp/core/detail/crc32.hpp ----------------------------------------------------------
+/// @file
+/// @brief CRC-32 (IEEE 802.3 / zlib / PNG: reflected polynomial 0xEDB88320, initial value and
+/// final xor 0xFFFFFFFF), table-driven, used as the `.wtrace` payload checksum.
+/// `crc32("123456789") == 0xCBF43926`.
+
+namespace wisp::detail {
+
+inline constexpr std::array<std::uint32_t, 256> crc32_table = [] {
+  std::array<std::uint32_t, 256> table{};
+  for (std::uint32_t n = 0; n < 256; ++n) {
+    std::uint32_t c = n;
+    for (int bit = 0; bit < 8; ++bit) {
+      c = (c & 1u) != 0 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    }
+    table[n] = c;
+  }
+  return table;
+}();
+
+/// @brief Incremental CRC-32: start with `crc32_update(0, first)`, continue with the returned
+/// value. O(bytes), no allocation.
+[[nodiscard]] constexpr std::uint32_t crc32_update(std::uint32_t crc,
+                                                   std::span<const std::uint8_t> bytes) noexcept {
+  crc = ~crc;
+  for (const std::uint8_t b : bytes) {
+    crc = crc32_table[(crc ^ b) & 0xFFu] ^ (crc >> 8);
+  }
+  return ~crc;
+}
+
+/// @brief CRC-32 of `bytes`.
+[[nodiscard]] constexpr std::uint32_t crc32(std::span<const std::uint8_t> bytes) noexcept {
+  return crc32_update(0, bytes);
+}
+
+}  // namespace wisp::detail
+// ---- end wisp/core/detail/crc32.hpp ------------------------------------------------------------
 
 // ---- begin wisp/core/detail/files.hpp ----------------------------------------------------------
 /// @file
@@ -992,46 +1364,7 @@ namespace wisp::detail {
 }  // namespace wisp::detail
 // ---- end wisp/core/detail/files.hpp ------------------------------------------------------------
 
-// ---- begin wisp/trace/detail/crc32.hpp ---------------------------------------------------------
-/// @file
-/// @brief CRC-32 (IEEE 802.3 / zlib / PNG: reflected polynomial 0xEDB88320, initial value and
-/// final xor 0xFFFFFFFF), table-driven, used as the `.wtrace` payload checksum.
-/// `crc32("123456789") == 0xCBF43926`.
-
-namespace wisp::trace::detail {
-
-inline constexpr std::array<std::uint32_t, 256> crc32_table = [] {
-  std::array<std::uint32_t, 256> table{};
-  for (std::uint32_t n = 0; n < 256; ++n) {
-    std::uint32_t c = n;
-    for (int bit = 0; bit < 8; ++bit) {
-      c = (c & 1u) != 0 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-    }
-    table[n] = c;
-  }
-  return table;
-}();
-
-/// @brief Incremental CRC-32: start with `crc32_update(0, first)`, continue with the returned
-/// value. O(bytes), no allocation.
-[[nodiscard]] constexpr std::uint32_t crc32_update(std::uint32_t crc,
-                                                   std::span<const std::uint8_t> bytes) noexcept {
-  crc = ~crc;
-  for (const std::uint8_t b : bytes) {
-    crc = crc32_table[(crc ^ b) & 0xFFu] ^ (crc >> 8);
-  }
-  return ~crc;
-}
-
-/// @brief CRC-32 of `bytes`.
-[[nodiscard]] constexpr std::uint32_t crc32(std::span<const std::uint8_t> bytes) noexcept {
-  return crc32_update(0, bytes);
-}
-
-}  // namespace wisp::trace::detail
-// ---- end wisp/trace/detail/crc32.hpp -----------------------------------------------------------
-
-namespace wisp::trace {
+namespace wisp {
 
 /// Constants of the `.wtrace` format.
 namespace wtrace {
@@ -1091,7 +1424,7 @@ inline void write_bytes(std::ostream& out, const std::vector<std::uint8_t>& byte
 /// O(access_count()) time, O(1) extra memory (the payload is streamed in 64 KiB chunks).
 /// @throws wisp::error if the stream reports a failure.
 inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
-  const trace_shape& shape = trace.shape();
+  const moe_shape& shape = trace.shape();
   const std::uint64_t n = trace.access_count();
   const std::uint64_t seqs = trace.sequence_starts().size();
   const std::uint64_t id_bytes = trace.id_bytes();
@@ -1237,7 +1570,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   if (layers <= 0) {
     throw format_error(16, "layers must be positive, got " + std::to_string(layers));
   }
-  if (experts <= 0 || experts > trace_shape::max_experts) {
+  if (experts <= 0 || experts > moe_shape::max_experts) {
     throw format_error(20, "experts must be in [1, 65536], got " + std::to_string(experts));
   }
   if (top_k <= 0 || top_k > experts) {
@@ -1452,7 +1785,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   }
 }
 
-}  // namespace wisp::trace
+}  // namespace wisp
 // ---- end wisp/trace/wtrace.hpp -----------------------------------------------------------------
 
 // ---- begin wisp/trace/esft.hpp -----------------------------------------------------------------
@@ -1480,7 +1813,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 /// a group. Both are reported (`wisp::format_error`) instead of producing a plausible wrong trace.
 ///
 /// @code
-/// auto [trace, report] = wisp::trace::import_esft("traces/raw/esft_deepseek_v2_lite_intent");
+/// auto [trace, report] = wisp::import_esft("traces/raw/esft_deepseek_v2_lite_intent");
 /// // trace.shape() == {26, 64, 6}; trace.steps() == 8222; trace.sequence_starts().size() == 127
 /// @endcode
 
@@ -1495,13 +1828,13 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 /// (`routing_trace::append_partial_step`). Either way the `import_report` says how many tokens
 /// and records were dropped or kept partial, so nothing is lost silently.
 /// @code
-/// wisp::trace::jsonl_options opt;
-/// opt.on_incomplete = wisp::trace::incomplete_tokens::skip;
-/// auto [trace, report] = wisp::trace::import_jsonl("routing.jsonl", opt);
+/// wisp::jsonl_options opt;
+/// opt.on_incomplete = wisp::incomplete_tokens::skip;
+/// auto [trace, report] = wisp::import_jsonl("routing.jsonl", opt);
 /// if (report.dropped_tokens > 0) { /* tell the user */ }
 /// @endcode
 
-namespace wisp::trace {
+namespace wisp {
 
 /// @brief What an importer does with a token that lacks some of its layers.
 enum class incomplete_tokens : std::uint8_t {
@@ -1558,10 +1891,10 @@ struct imported_trace {
   import_report report;
 };
 
-}  // namespace wisp::trace
+}  // namespace wisp
 // ---- end wisp/trace/import.hpp -----------------------------------------------------------------
 
-namespace wisp::trace {
+namespace wisp {
 
 /// @brief Parameters of the ESFT model that the text files do not record.
 struct esft_options {
@@ -1755,7 +2088,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
 [[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
                                                 const esft_options& opt = {}) {
   namespace fs = std::filesystem;
-  trace_shape{1, opt.experts, opt.top_k}.validate();
+  moe_shape{1, opt.experts, opt.top_k}.validate();
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
   if (status.type() == fs::file_type::not_found) {
@@ -1901,7 +2234,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   return {std::move(trace), report};
 }
 
-}  // namespace wisp::trace
+}  // namespace wisp
 // ---- end wisp/trace/esft.hpp -------------------------------------------------------------------
 
 // ---- begin wisp/trace/jsonl.hpp ----------------------------------------------------------------
@@ -1920,9 +2253,9 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
 /// library.
 ///
 /// @code
-/// wisp::trace::jsonl_options opt;
+/// wisp::jsonl_options opt;
 /// opt.group_key = "problem_id";
-/// const wisp::trace::routing_trace trace = wisp::trace::import_jsonl("routing.jsonl", opt).trace;
+/// const wisp::routing_trace trace = wisp::import_jsonl("routing.jsonl", opt).trace;
 /// @endcode
 
 // ---- begin wisp/core/detail/json.hpp -----------------------------------------------------------
@@ -2261,7 +2594,7 @@ class json_parser {
 }  // namespace wisp::detail
 // ---- end wisp/core/detail/json.hpp -------------------------------------------------------------
 
-namespace wisp::trace {
+namespace wisp {
 
 /// @brief How to read a JSONL routing log.
 struct jsonl_options {
@@ -2283,8 +2616,6 @@ struct jsonl_options {
 };
 
 namespace detail {
-
-using wisp::detail::json_value;
 
 struct jsonl_record {
   std::size_t group;
@@ -2404,7 +2735,7 @@ struct jsonl_record {
     rec.first = ids.size();
     for (const auto& item : e->items) {
       const std::int64_t id = detail::jsonl_int(&item, opt.experts_key, off, line_no);
-      if (id < 0 || id >= trace_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
+      if (id < 0 || id >= moe_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
         jsonl_fail(off, line_no, "expert id " + std::to_string(id) + " out of range");
       }
       for (std::size_t j = rec.first; j < ids.size(); ++j) {
@@ -2545,7 +2876,7 @@ struct jsonl_record {
   }
 }
 
-}  // namespace wisp::trace
+}  // namespace wisp
 // ---- end wisp/trace/jsonl.hpp ------------------------------------------------------------------
 
 // ---- begin wisp/trace/synthetic.hpp ------------------------------------------------------------
@@ -2574,8 +2905,8 @@ struct jsonl_record {
 /// step count and seed give the same trace on every platform and standard library.
 ///
 /// @code
-/// auto cfg = wisp::trace::synthetic_preset("default");
-/// wisp::trace::routing_trace t = wisp::trace::make_synthetic_trace(cfg, 8222, 42);
+/// auto cfg = wisp::synthetic_preset("default");
+/// wisp::routing_trace t = wisp::make_synthetic_trace(cfg, 8222, 42);
 /// @endcode
 
 // ---- begin wisp/core/detail/random.hpp ---------------------------------------------------------
@@ -2646,7 +2977,7 @@ class xoshiro256ss {
 }  // namespace wisp::detail
 // ---- end wisp/core/detail/random.hpp -----------------------------------------------------------
 
-namespace wisp::trace {
+namespace wisp {
 
 /// @brief Parameters of the synthetic router. Every field is checked by `validate()`.
 struct synthetic_config {
@@ -2676,7 +3007,7 @@ struct synthetic_config {
 
   /// @brief Throws `wisp::logic_error` naming the first invalid field.
   void validate() const {
-    trace_shape{layers, experts, top_k}.validate();
+    moe_shape{layers, experts, top_k}.validate();
     WISP_EXPECTS(zipf_exponent >= 0 && zipf_exponent <= 8, "zipf_exponent must be in [0, 8], got ",
                  zipf_exponent);
     WISP_EXPECTS(zipf_spread >= 0 && zipf_spread <= 1, "zipf_spread must be in [0, 1], got ",
@@ -2869,10 +3200,10 @@ inline constexpr std::uint64_t default_synthetic_seed = 1;
 /// @brief The default router's dynamics for a model of another shape: its working set scaled to
 /// `top_k` as the model presets scale it (`round(0.85 k)`, at least 1, at most `experts`).
 /// @code
-/// auto cfg = wisp::trace::synthetic_for_shape({.layers = 24, .experts = 60, .top_k = 4});
+/// auto cfg = wisp::synthetic_for_shape({.layers = 24, .experts = 60, .top_k = 4});
 /// @endcode
 /// @throws wisp::logic_error if the shape is invalid.
-[[nodiscard]] inline synthetic_config synthetic_for_shape(const trace_shape& shape) {
+[[nodiscard]] inline synthetic_config synthetic_for_shape(const moe_shape& shape) {
   shape.validate();
   synthetic_config c;
   c.layers = shape.layers;
@@ -2883,37 +3214,35 @@ inline constexpr std::uint64_t default_synthetic_seed = 1;
 }
 
 /// @brief Names accepted by `synthetic_preset`: "default", one per model preset of
-/// `wisp::alloc::model_presets()` (same names, same order, same shapes), then "uniform".
+/// `wisp::model_presets()` (same names, same order; the shape comes from the preset), then
+/// "uniform".
 [[nodiscard]] inline std::vector<std::string_view> synthetic_preset_names() {
-  return {"default",          "qwen3-30b-a3b",     "olmoe-1b-7b", "mixtral-8x7b",
-          "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "uniform"};
+  std::vector<std::string_view> names{"default"};
+  for (const model_preset_entry& p : model_presets()) {
+    names.push_back(p.config.name);
+  }
+  names.push_back("uniform");
+  return names;
 }
 
 /// @brief A named configuration.
 /// - "default" / "deepseek-v2-lite": the ESFT trace's shape (26 layers, 64 experts, top-6),
 ///   calibrated to its per-layer LRU hit rates;
-/// - "qwen3-30b-a3b": 48 layers, 128 experts, top-8; "olmoe-1b-7b": 16, 64, top-8;
-///   "mixtral-8x7b": 32, 8, top-2 (flatter popularity); "qwen1.5-moe-a2.7b": 24, 60, top-4: the
-///   same locality model with working sets scaled to the shape (`synthetic_for_shape`);
+/// - every other model preset ("qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b",
+///   "qwen1.5-moe-a2.7b"): the same locality model at the preset's shape (`synthetic_for_shape`),
+///   with a flatter popularity for mixtral-8x7b (8 experts, top-2);
 /// - "uniform": the default shape with no skew or locality (every draw uniform), a baseline.
 /// @throws wisp::logic_error listing the valid names if `name` is unknown.
 [[nodiscard]] inline synthetic_config synthetic_preset(std::string_view name) {
   if (name == "default" || name == "deepseek-v2-lite") {
     return synthetic_config{};
   }
-  if (name == "qwen3-30b-a3b") {
-    return synthetic_for_shape({48, 128, 8});
-  }
-  if (name == "olmoe-1b-7b") {
-    return synthetic_for_shape({16, 64, 8});
-  }
-  if (name == "mixtral-8x7b") {
-    synthetic_config c = synthetic_for_shape({32, 8, 2});
-    c.zipf_exponent = 0.3;
+  if (const model_preset_entry* p = find_model_preset(name)) {
+    synthetic_config c = synthetic_for_shape(p->config.spec().shape());
+    if (name == "mixtral-8x7b") {
+      c.zipf_exponent = 0.3;
+    }
     return c;
-  }
-  if (name == "qwen1.5-moe-a2.7b") {
-    return synthetic_for_shape({24, 60, 4});
   }
   if (name == "uniform") {
     synthetic_config c;
@@ -2932,7 +3261,7 @@ inline constexpr std::uint64_t default_synthetic_seed = 1;
   WISP_FAIL(wisp::logic_error, "unknown synthetic preset '", name, "' (valid: ", valid, ")");
 }
 
-}  // namespace wisp::trace
+}  // namespace wisp
 // ---- end wisp/trace/synthetic.hpp --------------------------------------------------------------
 
 // ---- begin wisp/reuse/reuse_distance.hpp -------------------------------------------------------
@@ -2945,7 +3274,7 @@ inline constexpr std::uint64_t default_synthetic_seed = 1;
 /// Gecsei, Slutz and Traiger, 1970), so one pass over a stream gives the miss count of every
 /// capacity at once (see `wisp/reuse/histogram.hpp`).
 /// @code
-/// wisp::reuse::reuse_distance_counter counter{64};   // keys 0..63
+/// wisp::reuse_distance_counter counter{64};   // keys 0..63
 /// counter.access(3);   // reuse_distance_counter::cold (first sight)
 /// counter.access(5);   // cold
 /// counter.access(3);   // 2: {5, 3} were touched since the last 3
@@ -2963,7 +3292,7 @@ inline constexpr std::uint64_t default_synthetic_seed = 1;
 /// counter.access_call(call, d);   // d = {1, 2}: both were in the stack before the call
 /// @endcode
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief Exact LRU stack distances in O(log D) per access and O(K + D) memory, where K is the
 /// key space and D the number of distinct keys seen, independent of the stream length.
@@ -3042,12 +3371,12 @@ class reuse_distance_counter {
   std::uint64_t accesses_ = 0;
 };
 
-}  // namespace wisp::reuse
+}  // namespace wisp
 
 // ---- begin wisp/reuse/detail/reuse_distance.inl ------------------------------------------------
-// Implementation of wisp::reuse::reuse_distance_counter (included by reuse_distance.hpp).
+// Implementation of wisp::reuse_distance_counter (included by reuse_distance.hpp).
 
-namespace wisp::reuse {
+namespace wisp {
 
 namespace detail {
 inline constexpr std::size_t max_key_space = std::size_t{1} << 30;
@@ -3224,7 +3553,7 @@ inline void reuse_distance_counter::rebuild_tree() noexcept {
   }
 }
 
-}  // namespace wisp::reuse
+}  // namespace wisp
 // ---- end wisp/reuse/detail/reuse_distance.inl --------------------------------------------------
 // ---- end wisp/reuse/reuse_distance.hpp ---------------------------------------------------------
 
@@ -3241,14 +3570,14 @@ inline void reuse_distance_counter::rebuild_tree() noexcept {
 /// curve at capacity `c` is the total miss count when every layer has `c` slots, because
 /// `sum_l (cold_l + #{d_l > c}) = cold + #{d > c}` over the summed histogram.
 /// @code
-/// wisp::reuse::reuse_histogram h{{wisp::reuse::reuse_scope::stream, 1, 64}};
-/// wisp::reuse::reuse_distance_counter counter{64};
+/// wisp::reuse_histogram h{{wisp::reuse_scope::stream, 1, 64}};
+/// wisp::reuse_distance_counter counter{64};
 /// for (std::uint32_t key : stream) h.record(counter.access(key));
-/// wisp::reuse::miss_curve curve{h};
+/// wisp::miss_curve curve{h};
 /// double r = curve.miss_ratio(8);   // miss ratio of an 8-slot LRU cache
 /// @endcode
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief Which caches a histogram describes.
 enum class reuse_scope : std::uint8_t {
@@ -3471,7 +3800,7 @@ class miss_curve {
   std::uint64_t cold_ = 0;
 };
 
-}  // namespace wisp::reuse
+}  // namespace wisp
 // ---- end wisp/reuse/histogram.hpp --------------------------------------------------------------
 
 // ---- begin wisp/reuse/histogram_io.hpp ---------------------------------------------------------
@@ -3495,11 +3824,11 @@ class miss_curve {
 ///
 /// The reader rejects anything else with `wisp::format_error` naming the byte offset.
 /// @code
-/// std::string text = wisp::reuse::to_text(histogram);
-/// wisp::reuse::reuse_histogram back = wisp::reuse::parse_histogram(text);   // == histogram
+/// std::string text = wisp::to_text(histogram);
+/// wisp::reuse_histogram back = wisp::parse_histogram(text);   // == histogram
 /// @endcode
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// Format identifier written on the first line.
 inline constexpr std::string_view histogram_magic = "wisp-reuse-histogram";
@@ -3685,7 +4014,7 @@ class histogram_text_reader {
   return parse_histogram(text);
 }
 
-}  // namespace wisp::reuse
+}  // namespace wisp
 // ---- end wisp/reuse/histogram_io.hpp -----------------------------------------------------------
 
 // ---- begin wisp/reuse/scoped_counter.hpp -------------------------------------------------------
@@ -3700,13 +4029,13 @@ class histogram_text_reader {
 /// keys cannot evict each other, as wisp's pager and `wisp sim` run it; `access` measures every
 /// expert access on its own (the textbook LRU of Mattson et al.). See `reuse_granularity`.
 /// @code
-/// wisp::reuse::scoped_reuse_counter counter{wisp::reuse::reuse_scope::per_layer, 26, 64};
+/// wisp::scoped_reuse_counter counter{wisp::reuse_scope::per_layer, 26, 64};
 /// const std::uint32_t experts[] = {17, 3};
 /// counter.access_call(0, experts);   // layer 0 asks for experts 17 and 3
-/// wisp::reuse::miss_curve curve{counter.histogram()};
+/// wisp::miss_curve curve{counter.histogram()};
 /// @endcode
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief How the accesses of one layer's request are measured.
 ///
@@ -3838,7 +4167,7 @@ class scoped_reuse_counter {
   std::vector<distance_type> distances_;  // distances of `access_call` without an output
 };
 
-}  // namespace wisp::reuse
+}  // namespace wisp
 // ---- end wisp/reuse/scoped_counter.hpp ---------------------------------------------------------
 
 // ---- begin wisp/reuse/decayed_histogram.hpp ----------------------------------------------------
@@ -3860,13 +4189,13 @@ class scoped_reuse_counter {
 /// `c < e_m` (exact with unit bins), and `marginal(c) = hits(c + 1) - hits(c)` is the hit mass
 /// gained by the `(c+1)`-th slot.
 /// @code
-/// wisp::reuse::decayed_histogram h{wisp::reuse::decayed_histogram::unit_edges(64), 0.9};
-/// h.record(3); h.record(wisp::reuse::reuse_distance_counter::cold);
+/// wisp::decayed_histogram h{wisp::decayed_histogram::unit_edges(64), 0.9};
+/// h.record(3); h.record(wisp::reuse_distance_counter::cold);
 /// h.end_burst();
 /// double gain = h.marginal(8);   // decayed hits gained going from 8 to 9 slots
 /// @endcode
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief Binned reuse-distance histogram with per-burst exponential decay.
 ///
@@ -4021,7 +4350,7 @@ class decayed_histogram {
   std::uint64_t bursts_ = 0;
 };
 
-}  // namespace wisp::reuse
+}  // namespace wisp
 // ---- end wisp/reuse/decayed_histogram.hpp ------------------------------------------------------
 
 // ---- begin wisp/reuse/shards.hpp ---------------------------------------------------------------
@@ -4041,12 +4370,12 @@ class decayed_histogram {
 /// sampled *keys*: with `K` distinct keys, about `K R` are sampled, and the curve moves in steps
 /// of `1 / R` capacity units. A small key space (e.g. 1,664 ESFT keys) needs a high rate.
 /// @code
-/// wisp::reuse::sampled_reuse_counter sampled{1u << 20, 0.01};
+/// wisp::sampled_reuse_counter sampled{1u << 20, 0.01};
 /// for (std::uint32_t key : stream) sampled.access(key);
-/// wisp::reuse::miss_ratio_curve mrc = sampled.estimate(1u << 20);
+/// wisp::miss_ratio_curve mrc = sampled.estimate(1u << 20);
 /// @endcode
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief Miss ratios of an LRU cache at capacities 0..max_capacity (estimated or exact).
 class miss_ratio_curve {
@@ -4265,20 +4594,20 @@ class sampled_reuse_counter {
   std::uint64_t accesses_ = 0;
 };
 
-}  // namespace wisp::reuse
+}  // namespace wisp
 // ---- end wisp/reuse/shards.hpp -----------------------------------------------------------------
 
 // ---- begin wisp/reuse/trace_profile.hpp --------------------------------------------------------
 /// @file
-/// @brief Reuse profile of a whole routing trace in one scope (the glue between `wisp::trace`
+/// @brief Reuse profile of a whole routing trace in one scope (the glue between the trace area
 /// and the trace-independent reuse headers).
 /// @code
-/// auto trace = wisp::trace::import_esft("shared/traces/raw/esft_deepseek_v2_lite_intent");
-/// auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::global);
-/// wisp::reuse::miss_curve curve{profile.histogram};   // == wisp sim --policy lru, per capacity
+/// auto trace = wisp::import_esft("shared/traces/raw/esft_deepseek_v2_lite_intent");
+/// auto profile = wisp::profile_trace(trace, wisp::reuse_scope::global);
+/// wisp::miss_curve curve{profile.histogram};   // == wisp sim --policy lru, per capacity
 /// @endcode
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief What `profile_trace` measures.
 struct reuse_profile {
@@ -4290,20 +4619,20 @@ struct reuse_profile {
 /// @brief Exact reuse profile of `trace` replayed in canonical order, in `scope`.
 ///
 /// With `reuse_granularity::call` (the default) every (step, layer) request is one call, so the
-/// curve equals the misses of `wisp::sim::simulate<wisp::lru>` (calls protected) at every
+/// curve equals the misses of `wisp::simulate<wisp::lru>` (calls protected) at every
 /// capacity from `top_k` up; with `reuse_granularity::access` it is plain per-access LRU (equal to
 /// `simulate<lru>` with `protect_calls = false`, at every capacity from 1).
 ///
 /// Complexity: O(accesses * log(keys)), memory O(layers * experts), one pass.
 /// @throws wisp::logic_error if `scope` is `reuse_scope::stream`.
 [[nodiscard]] inline reuse_profile profile_trace(
-    const trace::routing_trace& trace, reuse_scope scope,
+    const routing_trace& trace, reuse_scope scope,
     reuse_granularity granularity = reuse_granularity::call) {
   const auto& shape = trace.shape();
   scoped_reuse_counter counter{scope, static_cast<std::uint32_t>(shape.layers),
                                static_cast<std::uint32_t>(shape.experts)};
   if (granularity == reuse_granularity::access) {
-    trace.for_each_access([&](const trace::access& a) {
+    trace.for_each_access([&](const access& a) {
       counter.access(static_cast<std::uint32_t>(a.layer), static_cast<std::uint32_t>(a.expert));
     });
   } else {
@@ -4316,7 +4645,7 @@ struct reuse_profile {
   return {counter.histogram(), counter.distinct_per_cache(), counter.distinct_total()};
 }
 
-}  // namespace wisp::reuse
+}  // namespace wisp
 // ---- end wisp/reuse/trace_profile.hpp ----------------------------------------------------------
 
 // ---- begin wisp/cache/eviction_policy.hpp ------------------------------------------------------
@@ -4340,7 +4669,8 @@ struct reuse_profile {
 ///   wisp::cache_key victim(const wisp::access_context& ctx, wisp::protected_keys is_protected);
 /// };
 /// static_assert(wisp::eviction_policy<my_policy>);
-/// wisp::slot_cache<my_policy> cache(wisp::key_layout::per_layer(64), /*capacity=*/8);
+/// wisp::slot_cache<my_policy> cache(wisp::key_layout{wisp::cache_scope::per_layer, 1, 64},
+/// /*capacity=*/8);
 /// @endcode
 
 // ---- begin wisp/cache/detail/inline.hpp --------------------------------------------------------
@@ -4372,7 +4702,8 @@ enum class cache_scope : std::uint8_t {
   global,     ///< one cache over every layer, key = layer * experts + expert (SpecMD)
 };
 
-/// @brief The shape of a cache's key space: scope, number of MoE layers `L`, experts per layer `E`.
+/// @brief The shape of a cache's key space: scope, number of MoE layers `L`, experts per layer `E`,
+/// written as an aggregate in that order: `key_layout{cache_scope::global, 26, 64}`.
 ///
 /// Trivially copyable. `size()` is the key space (`E` per layer, `L * E` global).
 struct key_layout {
@@ -4380,14 +4711,19 @@ struct key_layout {
   std::int32_t layers = 1;   ///< L >= 1: MoE layers of the model
   std::int32_t experts = 1;  ///< E >= 1: routed experts per layer
 
-  /// Per-layer scope over `experts` keys, for a model of `layers` layers.
-  [[nodiscard]] static constexpr key_layout per_layer(std::int32_t experts,
-                                                      std::int32_t layers = 1) noexcept {
+  /// Deprecated: write `key_layout{cache_scope::per_layer, layers, experts}` (this factory took
+  /// its arguments in the opposite order to `global`).
+  [[deprecated(
+      "use key_layout{cache_scope::per_layer, layers, "
+      "experts}")]] [[nodiscard]] static constexpr key_layout
+  per_layer(std::int32_t experts, std::int32_t layers = 1) noexcept {
     return key_layout{cache_scope::per_layer, layers, experts};
   }
-  /// Global scope over `layers * experts` keys.
-  [[nodiscard]] static constexpr key_layout global(std::int32_t layers,
-                                                   std::int32_t experts) noexcept {
+  /// Deprecated: write `key_layout{cache_scope::global, layers, experts}`.
+  [[deprecated(
+      "use key_layout{cache_scope::global, layers, "
+      "experts}")]] [[nodiscard]] static constexpr key_layout
+  global(std::int32_t layers, std::int32_t experts) noexcept {
     return key_layout{cache_scope::global, layers, experts};
   }
 
@@ -4767,7 +5103,7 @@ namespace wisp {
 /// (the order the per-access events leave), then the victims are taken from the front (no
 /// protected key is left to skip there). Allocation-free after `reset`. Not thread-safe.
 /// @code
-/// wisp::slot_cache<wisp::lru> cache(wisp::key_layout::per_layer(64), 8);
+/// wisp::slot_cache<wisp::lru> cache(wisp::key_layout{wisp::cache_scope::per_layer, 1, 64}, 8);
 /// @endcode
 class lru {
  public:
@@ -4853,6 +5189,10 @@ struct heap_priority {
   std::uint64_t major = 0;
   std::uint64_t minor = 0;
   friend constexpr auto operator<=>(const heap_priority&, const heap_priority&) = default;
+  // Spelled out: nvcc 13 leaves the == implied by a defaulted <=> undefined.
+  friend constexpr bool operator==(const heap_priority& x, const heap_priority& y) noexcept {
+    return x.major == y.major && x.minor == y.minor;
+  }
 };
 
 class key_heap {
@@ -5051,7 +5391,8 @@ static_assert(eviction_policy<lfu>);
 ///
 /// Same structure and costs as `lfu`. Allocation-free after `reset`. Not thread-safe.
 /// @code
-/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout::global(26, 64), 208);
+/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout{wisp::cache_scope::global, 26, 64},
+/// 208);
 /// @endcode
 class lfu_history : public detail::basic_lfu<true> {
  public:
@@ -5074,6 +5415,10 @@ struct wide_product {
   std::uint64_t high = 0;
   std::uint64_t low = 0;
   friend constexpr auto operator<=>(const wide_product&, const wide_product&) = default;
+  // Spelled out: nvcc 13 leaves the == implied by a defaulted <=> undefined.
+  friend constexpr bool operator==(const wide_product& x, const wide_product& y) noexcept {
+    return x.high == y.high && x.low == y.low;
+  }
 };
 
 [[nodiscard]] constexpr wide_product multiply(std::uint64_t a, std::uint64_t b) noexcept {
@@ -5761,7 +6106,8 @@ static_assert(eviction_policy<decayed_frequency>);
 /// wisp::coactivation_predictor table(shape);
 /// wisp::routing_pass pass(shape);
 /// wisp::slot_cache<wisp::predicted_next_use> cache(
-///     wisp::key_layout::global(26, 64), 546, wisp::predicted_next_use(256.0).attach(table, pass));
+///     wisp::key_layout{wisp::cache_scope::global, 26, 64}, 546,
+///     wisp::predicted_next_use(256.0).attach(table, pass));
 /// @endcode
 
 // ---- begin wisp/predict/coactivation.hpp -------------------------------------------------------
@@ -5820,7 +6166,7 @@ class binary_writer {
   void f32(float v) { put(std::bit_cast<std::uint32_t>(v), 4); }
   void f64(double v) { put(std::bit_cast<std::uint64_t>(v), 8); }
   void bytes(std::span<const std::uint8_t> b) {
-    crc_ = trace::detail::crc32_update(crc_, b);
+    crc_ = detail::crc32_update(crc_, b);
     out_.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
   }
   /// Writes the CRC-32 of everything written so far (not itself included).
@@ -5858,7 +6204,7 @@ class binary_reader {
     if (static_cast<std::size_t>(in_.gcount()) != b.size()) {
       fail(offset_ + static_cast<std::uint64_t>(in_.gcount()), "truncated input in ", field);
     }
-    crc_ = trace::detail::crc32_update(crc_, b);
+    crc_ = detail::crc32_update(crc_, b);
     offset_ += b.size();
   }
   /// Reads the stored CRC-32 and compares it with the CRC of everything read before it.
@@ -5932,9 +6278,9 @@ namespace wisp {
 class routing_pass {
  public:
   /// An empty pass of shape {1 layer, 1 expert, top-1}.
-  routing_pass() : routing_pass(trace::trace_shape{1, 1, 1}) {}
-  /// @throws wisp::logic_error if `shape` is invalid (see `trace::trace_shape::validate`).
-  explicit routing_pass(const trace::trace_shape& shape) : shape_(shape) {
+  routing_pass() : routing_pass(moe_shape{1, 1, 1}) {}
+  /// @throws wisp::logic_error if `shape` is invalid (see `moe_shape::validate`).
+  explicit routing_pass(const moe_shape& shape) : shape_(shape) {
     shape_.validate();
     ids_.assign(shape_.ids_per_step(), 0);
   }
@@ -5965,7 +6311,7 @@ class routing_pass {
 
   /// Clears the pass and observes every layer of step `step` of `trace` (same shape). O(L x k).
   /// @throws wisp::logic_error on a shape mismatch or an out-of-range step.
-  void assign(const trace::routing_trace& trace, std::size_t step) {
+  void assign(const routing_trace& trace, std::size_t step) {
     WISP_EXPECTS(trace.shape() == shape_, "routing_pass::assign: trace shape (", trace.shape(),
                  ") differs from the pass shape (", shape_, ")");
     WISP_EXPECTS(step < trace.steps(), "routing_pass::assign: step ", step, " of ", trace.steps());
@@ -5981,7 +6327,7 @@ class routing_pass {
   [[nodiscard]] std::int32_t observed() const noexcept { return observed_; }
   /// True once every layer is observed.
   [[nodiscard]] bool complete() const noexcept { return observed_ == shape_.layers; }
-  [[nodiscard]] const trace::trace_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] const moe_shape& shape() const noexcept { return shape_; }
   /// The ids of observed layer `layer` (unchecked: `layer < observed()`). O(1).
   [[nodiscard]] std::span<const std::int32_t> experts(std::int32_t layer) const noexcept {
     return {ids_.data() + offset(layer), static_cast<std::size_t>(shape_.top_k)};
@@ -5992,7 +6338,7 @@ class routing_pass {
     return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.top_k);
   }
 
-  trace::trace_shape shape_;
+  moe_shape shape_;
   std::vector<std::int32_t> ids_;  // [layers x top_k], first observed_ rows valid
   std::int32_t observed_ = 0;
 };
@@ -6154,8 +6500,7 @@ class coactivation_predictor {
 
   /// An empty table (every score falls back to the marginal, itself 0 before any pass).
   /// @throws wisp::logic_error on an invalid shape or config; std::bad_alloc.
-  explicit coactivation_predictor(const trace::trace_shape& shape,
-                                  const coactivation_config& config = {})
+  explicit coactivation_predictor(const moe_shape& shape, const coactivation_config& config = {})
       : shape_(shape), config_(config) {
     shape_.validate();
     config_.validate();
@@ -6323,7 +6668,7 @@ class coactivation_predictor {
              format_version, ")");
     }
     const std::uint64_t shape_at = r.offset();
-    trace::trace_shape shape{};
+    moe_shape shape{};
     shape.layers = r.i32("layers");
     shape.experts = r.i32("experts");
     shape.top_k = r.i32("top_k");
@@ -6363,7 +6708,7 @@ class coactivation_predictor {
 
   // ------------------------------------------------------------------ queries
 
-  [[nodiscard]] const trace::trace_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] const moe_shape& shape() const noexcept { return shape_; }
   [[nodiscard]] const coactivation_config& config() const noexcept { return config_; }
   /// Learned passes, each weighted by its forgetting factor (the count of passes without it).
   [[nodiscard]] double passes() const noexcept { return passes_ / weight_; }
@@ -6503,7 +6848,7 @@ class coactivation_predictor {
     return (block * experts + static_cast<std::size_t>(i)) * experts;
   }
 
-  trace::trace_shape shape_;
+  moe_shape shape_;
   coactivation_config config_;
   std::vector<float> pairs_;      // [layers x span x experts x experts], scaled by weight_
   std::vector<float> marginals_;  // [layers x experts], scaled by weight_
@@ -6794,8 +7139,8 @@ decltype(auto) visit_policy(std::string_view name, F&& f) {
 /// The cache is pure bookkeeping: it says which slot an expert lives in and which expert a miss
 /// displaced; moving the bytes is the caller's job (the pager's copy plan).
 /// @code
-/// wisp::slot_cache<wisp::lru> cache(wisp::key_layout::per_layer(/*experts=*/64), /*capacity=*/8);
-/// std::array<wisp::cache_key, 2> ids{3, 17};
+/// wisp::slot_cache<wisp::lru> cache(wisp::key_layout{wisp::cache_scope::per_layer, 1,
+/// /*experts=*/64}, /*capacity=*/8); std::array<wisp::cache_key, 2> ids{3, 17};
 /// std::array<wisp::access_result, 2> out{};
 /// cache.access_call(ids, {.step = 0, .layer = 0, .time = 0}, out);   // both protected
 /// if (!out[0].hit) { /* copy expert 3 into slot out[0].slot */ }
@@ -6881,7 +7226,7 @@ class slot_cache {
 
   /// Shorthand: per-layer scope over `key_space` keys (one layer).
   slot_cache(std::int32_t key_space, std::int32_t capacity, Policy policy = Policy{})
-      : slot_cache(key_layout::per_layer(key_space), capacity, std::move(policy)) {}
+      : slot_cache(key_layout{cache_scope::per_layer, 1, key_space}, capacity, std::move(policy)) {}
 
   // ------------------------------------------------------------------ calls and accesses
 
@@ -7731,7 +8076,7 @@ namespace wisp {
 
 /// @brief A set of per-layer slot caches, layer `l` holding experts of layer `l` only.
 ///
-/// Every cache has layout `key_layout::per_layer(experts, layers)`. Costs are those of
+/// Every cache has layout `key_layout{cache_scope::per_layer, layers, experts}`. Costs are those of
 /// `slot_cache` plus an O(1) dispatch. Not thread-safe.
 template <eviction_policy Policy>
 class per_layer_cache {
@@ -7746,7 +8091,8 @@ class per_layer_cache {
     WISP_EXPECTS(layers >= 1, "per_layer_cache: layers must be >= 1, got ", layers);
     caches_.reserve(static_cast<std::size_t>(layers));
     for (std::int32_t l = 0; l < layers; ++l) {
-      caches_.emplace_back(key_layout::per_layer(experts, layers), capacity, prototype);
+      caches_.emplace_back(key_layout{cache_scope::per_layer, layers, experts}, capacity,
+                           prototype);
     }
   }
 
@@ -7761,7 +8107,7 @@ class per_layer_cache {
     const auto layers = static_cast<std::int32_t>(capacities.size());
     caches_.reserve(capacities.size());
     for (std::int32_t l = 0; l < layers; ++l) {
-      caches_.emplace_back(key_layout::per_layer(experts, layers),
+      caches_.emplace_back(key_layout{cache_scope::per_layer, layers, experts},
                            capacities[static_cast<std::size_t>(l)], make_policy(l));
     }
   }
@@ -7821,72 +8167,6 @@ class per_layer_cache {
 }  // namespace wisp
 // ---- end wisp/cache/per_layer_cache.hpp --------------------------------------------------------
 // ---- end wisp/cache/policies.hpp ---------------------------------------------------------------
-
-// ---- begin wisp/pager/types.hpp ----------------------------------------------------------------
-/// @file
-/// @brief Vocabulary of the pager area: the `topk_id` element types a router may emit, one entry
-/// of a copy plan (`copy_op`), and the shape check every top-k consumer shares.
-/// @code
-/// std::vector<std::int64_t> ids = {3, 7, 3, 9};           // [tokens = 2] x [k = 2], row-major
-/// static_assert(wisp::topk_id<std::int64_t>);
-/// wisp::copy_op op{.expert = 7, .slot = 1};               // "load expert 7 into slot 1"
-/// @endcode
-
-namespace wisp {
-
-/// Element type of a `topk_ids` buffer: `int32` or `int64`, as routers emit (vLLM accepts both).
-template <class T>
-concept topk_id = std::same_as<T, std::int32_t> || std::same_as<T, std::int64_t>;
-
-/// @brief One entry of a copy plan: copy the host master of `expert` into device slot `slot`.
-///
-/// Trivially copyable (a kernel or a copy engine can take a span of them as is).
-struct copy_op {
-  std::int32_t expert = -1;  ///< logical expert of the layer (row of the host master)
-  std::int32_t slot = -1;    ///< destination slot (row of the device expert buffer)
-
-  friend constexpr bool operator==(const copy_op&, const copy_op&) = default;
-};
-
-/// A copy plan: the copies to issue, in order, before the kernel reads the slots.
-using copy_plan = std::span<const copy_op>;
-
-namespace detail {
-
-/// Checks that a row-major `[tokens x k]` buffer of `size` elements is well formed.
-/// @throws wisp::logic_error naming the values if `tokens < 0`, `k < 1` or `size != tokens * k`.
-inline void check_topk_shape(const char* where, std::size_t size, std::int32_t tokens,
-                             std::int32_t k) {
-  WISP_EXPECTS(tokens >= 0, where, ": tokens must be >= 0, got ", tokens);
-  WISP_EXPECTS(k >= 1, where, ": k must be >= 1, got ", k);
-  WISP_EXPECTS(static_cast<std::int64_t>(tokens) * k == static_cast<std::int64_t>(size), where,
-               ": topk_ids holds ", size, " ids but tokens * k = ", tokens, " * ", k, " = ",
-               static_cast<std::int64_t>(tokens) * k);
-}
-
-/// Throws the error for the bad id `ids[i]` of a `[tokens x k]` buffer over `experts` experts.
-template <topk_id Id>
-[[noreturn]] void fail_bad_id(const char* where, std::span<const Id> ids, std::size_t i,
-                              std::int32_t k, std::int32_t experts) {
-  WISP_FAIL(logic_error, where, ": topk_ids[", i, "] (token ", i / static_cast<std::size_t>(k),
-            ", position ", i % static_cast<std::size_t>(k),
-            ") = ", static_cast<std::int64_t>(ids[i]), " is outside [0, experts = ", experts, ")");
-}
-
-/// Checks every id of `ids` against `[0, experts)`. O(ids.size()).
-template <topk_id Id>
-void check_topk_ids(const char* where, std::span<const Id> ids, std::int32_t k,
-                    std::int32_t experts) {
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    if (ids[i] < 0 || ids[i] >= experts) [[unlikely]] {
-      fail_bad_id(where, ids, i, k, experts);
-    }
-  }
-}
-
-}  // namespace detail
-}  // namespace wisp
-// ---- end wisp/pager/types.hpp ------------------------------------------------------------------
 
 // ---- begin wisp/pager/group_planner.hpp --------------------------------------------------------
 /// @file
@@ -8202,6 +8482,13 @@ std::span<const expert_group> group_planner::plan_expert_groups_impl(std::span<c
 // ---- end wisp/pager/detail/group_planner.inl ---------------------------------------------------
 // ---- end wisp/pager/group_planner.hpp ----------------------------------------------------------
 
+// ---- begin wisp/pager/types.hpp ----------------------------------------------------------------
+/// @file
+/// @brief Forwards to core/topk.hpp (`topk_id`, `copy_op`), where every area that reads top-k ids
+/// or copy plans finds them.
+
+// ---- end wisp/pager/types.hpp ------------------------------------------------------------------
+
 // ---- begin wisp/pager/pager.hpp ----------------------------------------------------------------
 /// @file
 /// @brief `pager<Policy>`: the per-layer paging step of a MoE forward pass (WiSP §3.2,
@@ -8276,6 +8563,21 @@ struct pager_config {
   /// batch grows the planner once, or call `reserve_tokens` at start-up. `prepare` never
   /// depends on it.
   std::int32_t max_tokens = 0;
+
+  /// @brief The config of a pager for `shape` with `capacity` slots per layer (or in the shared
+  /// pool), every other field at its default. O(1).
+  [[nodiscard]] static pager_config for_shape(const moe_shape& shape, std::int32_t capacity,
+                                              cache_scope scope = cache_scope::per_layer) {
+    pager_config c;
+    c.layers = shape.layers;
+    c.experts = shape.experts;
+    c.top_k = shape.top_k;
+    c.capacity = capacity;
+    c.scope = scope;
+    return c;
+  }
+  /// The routing shape `{layers, experts, top_k}`. O(1).
+  [[nodiscard]] constexpr moe_shape shape() const noexcept { return {layers, experts, top_k}; }
 };
 
 /// @brief Per-layer expert paging over `slot_cache<Policy>` (or one global pool).
@@ -8576,8 +8878,8 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   WISP_EXPECTS(config.top_k >= 1, "pager: top_k must be >= 1, got ", config.top_k);
   WISP_EXPECTS(config.max_tokens >= 0, "pager: max_tokens must be >= 0, got ", config.max_tokens);
   const key_layout layout = scope_ == cache_scope::global
-                                ? key_layout::global(config.layers, config.experts)
-                                : key_layout::per_layer(config.experts, config.layers);
+                                ? key_layout{cache_scope::global, config.layers, config.experts}
+                                : key_layout{cache_scope::per_layer, config.layers, config.experts};
   layout.validate();
   const auto layers = static_cast<std::size_t>(layers_);
   const auto experts = static_cast<std::size_t>(experts_);
@@ -9532,7 +9834,7 @@ miss_prepare_result prepare_with_misses(pager<Policy>& pager, std::int32_t layer
 namespace wisp {
 namespace detail {
 
-inline void check_baseline_query(const char* where, const trace::trace_shape& shape,
+inline void check_baseline_query(const char* where, const moe_shape& shape,
                                  const routing_pass& pass, std::int32_t target,
                                  std::span<float> scores) {
   WISP_EXPECTS(pass.shape() == shape, where, ": pass shape (", pass.shape(),
@@ -9543,7 +9845,7 @@ inline void check_baseline_query(const char* where, const trace::trace_shape& sh
                " scores for ", shape.experts, " experts");
 }
 
-inline void check_learned_pass(const char* where, const trace::trace_shape& shape,
+inline void check_learned_pass(const char* where, const moe_shape& shape,
                                const routing_pass& pass) {
   WISP_EXPECTS(pass.shape() == shape, where, ": pass shape (", pass.shape(),
                ") differs from the predictor shape (", shape, ")");
@@ -9562,7 +9864,7 @@ class frequency_predictor {
   static constexpr std::string_view name = "frequency";
 
   /// @throws wisp::logic_error on an invalid shape.
-  explicit frequency_predictor(const trace::trace_shape& shape) : shape_(shape) {
+  explicit frequency_predictor(const moe_shape& shape) : shape_(shape) {
     shape_.validate();
     counts_.assign(
         static_cast<std::size_t>(shape_.layers) * static_cast<std::size_t>(shape_.experts), 0);
@@ -9595,7 +9897,7 @@ class frequency_predictor {
   [[nodiscard]] std::uint64_t passes() const noexcept { return passes_; }
 
  private:
-  trace::trace_shape shape_;
+  moe_shape shape_;
   std::vector<std::uint64_t> counts_;  // [layers x experts]
   std::uint64_t passes_ = 0;
 };
@@ -9611,7 +9913,7 @@ class previous_token_predictor {
   static constexpr std::string_view name = "previous-token";
 
   /// @throws wisp::logic_error on an invalid shape.
-  explicit previous_token_predictor(const trace::trace_shape& shape) : last_(shape) {}
+  explicit previous_token_predictor(const moe_shape& shape) : last_(shape) {}
 
   /// @throws wisp::logic_error on a shape mismatch, a target outside `[observed, layers)` or a
   ///   wrong `scores` size.
@@ -9676,9 +9978,8 @@ class personal_predictor {
   ///   user's table alone once it has learned anything).
   /// @param learn_population whether a user's `learn` also feeds the population table.
   /// @throws wisp::logic_error on an invalid shape, config or prior.
-  explicit personal_predictor(const trace::trace_shape& shape,
-                              const coactivation_config& config = {}, double prior_passes = 16.0,
-                              bool learn_population = true)
+  explicit personal_predictor(const moe_shape& shape, const coactivation_config& config = {},
+                              double prior_passes = 16.0, bool learn_population = true)
       : population_(shape, config),
         prior_(prior_passes),
         learn_population_(learn_population),
@@ -9822,11 +10123,10 @@ struct prediction_quality {
 /// @throws wisp::logic_error if a distance is outside `[1, layers - 1]`, a k outside
 ///   `[1, experts]`, either list is empty, or the predictor throws.
 template <routing_predictor Predictor>
-std::vector<prediction_quality> evaluate_online(const trace::routing_trace& trace,
-                                                Predictor& predictor,
+std::vector<prediction_quality> evaluate_online(const routing_trace& trace, Predictor& predictor,
                                                 std::span<const std::int32_t> distances,
                                                 std::span<const std::int32_t> ks) {
-  const trace::trace_shape& shape = trace.shape();
+  const moe_shape& shape = trace.shape();
   WISP_EXPECTS(!distances.empty() && !ks.empty(), "evaluate_online: ", distances.size(),
                " distances and ", ks.size(), " values of k given; both lists must be non-empty");
   for (const std::int32_t d : distances) {
@@ -9920,7 +10220,7 @@ std::vector<prediction_quality> evaluate_online(const trace::routing_trace& trac
 /// at the caps chosen and reports the measured miss ratio beside the target.
 ///
 /// The result feeds the pager (`pager_config::layer_capacities = caps.layer_caps`) and the
-/// allocator (`alloc::make_split(model, budget, caps.max_cap())` reserves enough for every layer;
+/// allocator (`make_split(model, budget, caps.max_cap())` reserves enough for every layer;
 /// `caps.slots()` is what the pager actually holds, the memory a per-user cap frees against a
 /// global one).
 /// @code
@@ -9999,7 +10299,7 @@ struct right_size_result {
                                                   right_size_model model = right_size_model::lru) {
   WISP_EXPECTS(target_miss_ratio >= 0.0 && target_miss_ratio <= 1.0,
                "right_size: target miss ratio must be in [0, 1], got ", target_miss_ratio);
-  const trace::trace_shape& shape = table.shape();
+  const moe_shape& shape = table.shape();
   right_size_result out;
   out.layer_caps.assign(static_cast<std::size_t>(shape.layers), shape.experts);
   out.predicted_miss_ratio.assign(static_cast<std::size_t>(shape.layers), 0.0);
@@ -11798,204 +12098,9 @@ static_assert(fused_moe_kernel<reference_fused_moe, basic_fused_moe_args<bf16>>)
 
 // ---- begin wisp/alloc/model_spec.hpp -----------------------------------------------------------
 /// @file
-/// @brief `wisp::alloc::model_spec`: the sizes the expert/KV split needs (MoE layers, experts,
-/// top-k, bytes of one expert, KV bytes per token, KV block size), the published-config fields
-/// they are derived from, and the five built-in presets.
-///
-/// A split gives experts a per-layer cap `c` (c slots in every MoE layer, `c * layers *
-/// expert_bytes` bytes) and the KV cache the rest of the budget in whole blocks of
-/// `block_tokens * kv_bytes_per_token` bytes (see split.hpp).
-///
-/// The presets are embedded here (`model_presets()`) *and* shipped as data/models/<name>.json;
-/// tests check that the two agree and that both equal a recomputation from the config fields.
-/// @code
-/// const wisp::alloc::model_spec qwen = wisp::alloc::model_preset("qwen3-30b-a3b");
-/// // qwen.expert_bytes == 3 x 2048 x 768 x 2 B = 9 MiB; qwen.kv_bytes_per_token == 96 KiB
-/// @endcode
+/// @brief The model the expert/KV split is computed for: `wisp::model_spec` and the built-in
+/// presets, defined in core (core/model.hpp) because the synthetic routers share the preset table.
 
-namespace wisp::alloc {
-
-/// @brief What a split is made of: the sizes of one expert slot and one KV block.
-///
-/// Value type; `validate()` checks it. Thread-safety: the usual for values.
-struct model_spec {
-  std::string name;                ///< Preset name or a free label.
-  std::uint32_t layers = 0;        ///< MoE layers L (dense layers are not counted).
-  std::uint32_t experts = 0;       ///< Routed experts per layer E (shared experts are fixed costs).
-  std::uint32_t top_k = 0;         ///< Experts chosen per token and layer k.
-  byte_size expert_bytes{};        ///< Bytes of one routed expert, all of its matrices.
-  byte_size kv_bytes_per_token{};  ///< KV bytes of one token, summed over all attention layers.
-  std::uint32_t block_tokens = 16;  ///< Tokens per KV block.
-
-  /// @brief Throws `wisp::logic_error` naming the first invalid field: every count must be
-  /// positive, `top_k <= experts`, and one cap unit (`layers * expert_bytes`) and one KV block
-  /// must fit in 64 bits.
-  void validate() const {
-    WISP_EXPECTS(layers > 0, "model '", name, "' needs layers > 0, got ", layers);
-    WISP_EXPECTS(experts > 0, "model '", name, "' needs experts > 0, got ", experts);
-    WISP_EXPECTS(top_k > 0 && top_k <= experts, "model '", name, "' needs 0 < top_k <= experts (",
-                 experts, "), got ", top_k);
-    WISP_EXPECTS(expert_bytes.count() > 0, "model '", name, "' needs expert_bytes > 0");
-    WISP_EXPECTS(kv_bytes_per_token.count() > 0, "model '", name, "' needs kv_bytes_per_token > 0");
-    WISP_EXPECTS(block_tokens > 0, "model '", name, "' needs block_tokens > 0");
-    (void)cap_unit_bytes();  // throws on overflow
-    (void)kv_block_bytes();  // throws on overflow
-    (void)(cap_unit_bytes() * experts);
-  }
-
-  /// @brief Bytes of one unit of the per-layer cap: one slot in every MoE layer,
-  /// `layers * expert_bytes`. @throws wisp::logic_error on overflow.
-  [[nodiscard]] byte_size cap_unit_bytes() const { return expert_bytes * layers; }
-  /// @brief Bytes of one KV block: `block_tokens * kv_bytes_per_token`.
-  /// @throws wisp::logic_error on overflow.
-  [[nodiscard]] byte_size kv_block_bytes() const { return kv_bytes_per_token * block_tokens; }
-  /// @brief Bytes of a per-layer cap of `cap` experts: `cap * layers * expert_bytes`.
-  /// @throws wisp::logic_error on overflow.
-  [[nodiscard]] byte_size expert_pool_bytes(std::uint64_t cap) const {
-    return cap_unit_bytes() * cap;
-  }
-
-  friend bool operator==(const model_spec&, const model_spec&) = default;
-
-  friend std::ostream& operator<<(std::ostream& out, const model_spec& m) {
-    return out << m.name << " (" << m.layers << " MoE layers x " << m.experts << " experts, top-"
-               << m.top_k << ", " << m.expert_bytes.count() << " B per expert, "
-               << m.kv_bytes_per_token.count() << " B KV per token, " << m.block_tokens
-               << "-token blocks)";
-  }
-};
-
-/// @brief How a model's attention stores KV: grouped-query (K and V per KV head) or multi-head
-/// latent attention (one compressed latent plus a decoupled RoPE key per token).
-enum class attention_kind : std::uint8_t { gqa, mla };
-
-/// @brief The published configuration fields a `model_spec` is derived from (names follow the
-/// models' Hugging Face config.json). Literal type, so presets are compile-time constants.
-struct model_config {
-  std::string_view name;
-  std::string_view source;             ///< Where the fields come from.
-  std::uint32_t moe_layers = 0;        ///< Layers with routed experts.
-  std::uint32_t attention_layers = 0;  ///< Layers holding KV (all decoder layers).
-  std::uint32_t experts = 0;           ///< n_routed_experts / num_experts / num_local_experts.
-  std::uint32_t top_k = 0;             ///< num_experts_per_tok.
-  std::uint32_t shared_experts = 0;    ///< Always-resident shared experts (a fixed cost, not in B).
-  std::uint32_t hidden_size = 0;
-  std::uint32_t moe_intermediate_size = 0;  ///< Intermediate size of one routed expert.
-  std::uint32_t expert_matrices = 3;        ///< gate, up, down.
-  attention_kind attention = attention_kind::gqa;
-  std::uint32_t num_key_value_heads = 0;  ///< GQA only.
-  std::uint32_t head_dim = 0;             ///< GQA only.
-  std::uint32_t kv_lora_rank = 0;         ///< MLA only: compressed KV latent width.
-  std::uint32_t qk_rope_head_dim = 0;     ///< MLA only: decoupled RoPE key width.
-  std::uint32_t dtype_bytes = 2;          ///< bf16.
-  std::uint32_t block_tokens = 16;
-
-  /// `expert_matrices * hidden_size * moe_intermediate_size * dtype_bytes`.
-  [[nodiscard]] constexpr std::uint64_t expert_bytes() const noexcept {
-    return std::uint64_t{expert_matrices} * hidden_size * moe_intermediate_size * dtype_bytes;
-  }
-  /// Cached values per token and attention layer: GQA `2 * kv_heads * head_dim` (K and V), MLA
-  /// `kv_lora_rank + qk_rope_head_dim`.
-  [[nodiscard]] constexpr std::uint64_t kv_values_per_token_per_layer() const noexcept {
-    return attention == attention_kind::gqa ? std::uint64_t{2} * num_key_value_heads * head_dim
-                                            : std::uint64_t{kv_lora_rank} + qk_rope_head_dim;
-  }
-  /// `attention_layers * kv_values_per_token_per_layer() * dtype_bytes`.
-  [[nodiscard]] constexpr std::uint64_t kv_bytes_per_token() const noexcept {
-    return std::uint64_t{attention_layers} * kv_values_per_token_per_layer() * dtype_bytes;
-  }
-
-  /// @brief The spec these fields give. @throws wisp::logic_error if it is invalid.
-  [[nodiscard]] model_spec spec() const {
-    model_spec s{std::string(name),
-                 moe_layers,
-                 experts,
-                 top_k,
-                 byte_size{expert_bytes()},
-                 byte_size{kv_bytes_per_token()},
-                 block_tokens};
-    s.validate();
-    return s;
-  }
-};
-
-/// @brief A built-in preset: its config fields and the derived numbers as written in
-/// data/models/<name>.json (checked against the fields at compile time below).
-struct model_preset_entry {
-  model_config config;
-  std::uint64_t expert_bytes;        ///< As published in the JSON file.
-  std::uint64_t kv_bytes_per_token;  ///< As published in the JSON file.
-};
-
-namespace detail {
-// clang-format off
-inline constexpr std::array<model_preset_entry, 5> presets{{
-    {{"qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B config.json",
-      48, 48, 128, 8, 0, 2048, 768, 3, attention_kind::gqa, 4, 128, 0, 0, 2, 16},
-     9437184, 98304},
-    {{"olmoe-1b-7b", "allenai/OLMoE-1B-7B-0924 config.json",
-      16, 16, 64, 8, 0, 2048, 1024, 3, attention_kind::gqa, 16, 128, 0, 0, 2, 16},
-     12582912, 131072},
-    {{"mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1 config.json",
-      32, 32, 8, 2, 0, 4096, 14336, 3, attention_kind::gqa, 8, 128, 0, 0, 2, 16},
-     352321536, 131072},
-    {{"deepseek-v2-lite", "deepseek-ai/DeepSeek-V2-Lite config.json (layer 0 dense)",
-      26, 27, 64, 6, 2, 2048, 1408, 3, attention_kind::mla, 0, 0, 512, 64, 2, 16},
-     17301504, 31104},
-    {{"qwen1.5-moe-a2.7b", "Qwen/Qwen1.5-MoE-A2.7B config.json",
-      24, 24, 60, 4, 1, 2048, 1408, 3, attention_kind::gqa, 16, 128, 0, 0, 2, 16},
-     17301504, 196608},
-}};
-// clang-format on
-
-[[nodiscard]] constexpr bool presets_consistent() noexcept {
-  for (const auto& p : presets) {
-    if (p.config.expert_bytes() != p.expert_bytes ||
-        p.config.kv_bytes_per_token() != p.kv_bytes_per_token) {
-      return false;
-    }
-  }
-  return true;
-}
-static_assert(presets_consistent(), "a preset's derived sizes disagree with its config fields");
-}  // namespace detail
-
-/// @brief The built-in presets, in a fixed order. O(1).
-[[nodiscard]] constexpr std::span<const model_preset_entry> model_presets() noexcept {
-  return detail::presets;
-}
-
-/// @brief Names accepted by `model_preset`, comma-separated (for messages).
-[[nodiscard]] inline std::string model_preset_names() {
-  std::string out;
-  for (const auto& p : detail::presets) {
-    out += out.empty() ? "" : ", ";
-    out += p.config.name;
-  }
-  return out;
-}
-
-/// @brief The preset called `name`, or nullptr.
-[[nodiscard]] constexpr const model_preset_entry* find_model_preset(
-    std::string_view name) noexcept {
-  for (const auto& p : detail::presets) {
-    if (p.config.name == name) {
-      return &p;
-    }
-  }
-  return nullptr;
-}
-
-/// @brief The spec of the preset called `name`.
-/// @throws wisp::logic_error listing the valid names if `name` is unknown.
-[[nodiscard]] inline model_spec model_preset(std::string_view name) {
-  const model_preset_entry* p = find_model_preset(name);
-  WISP_EXPECTS(p != nullptr, "unknown model '", name, "' (presets: ", model_preset_names(),
-               "; or give a model .json file)");
-  return p->config.spec();
-}
-
-}  // namespace wisp::alloc
 // ---- end wisp/alloc/model_spec.hpp -------------------------------------------------------------
 
 // ---- begin wisp/alloc/model_file.hpp -----------------------------------------------------------
@@ -12025,7 +12130,7 @@ static_assert(presets_consistent(), "a preset's derived sizes disagree with its 
 ///   takes `ceil(weights * b / 8) + ceil(weights / g) * s` bytes.
 /// `dtype_bytes` still sizes the KV cache. See docs/formats.md#model-files for the whole schema.
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief How a model file says its experts are stored, when not in `dtype_bytes` per weight.
 struct expert_storage {
@@ -12065,8 +12170,6 @@ struct model_file {
 
 namespace detail {
 
-using wisp::detail::json_value;
-
 [[nodiscard]] inline std::uint64_t json_unsigned(const json_value& v, std::string_view key,
                                                  std::uint64_t max) {
   if (v.type != json_value::kind::number) {
@@ -12087,7 +12190,8 @@ using wisp::detail::json_value;
   return out;
 }
 
-[[nodiscard]] inline const json_value& json_member(const json_value& object, std::string_view key) {
+[[nodiscard]] inline const json_value& json_required_member(const json_value& object,
+                                                            std::string_view key) {
   const json_value* v = object.find(key);
   if (v == nullptr) {
     throw format_error("model file: missing \"" + std::string(key) + "\"");
@@ -12096,8 +12200,8 @@ using wisp::detail::json_value;
 }
 
 [[nodiscard]] inline std::uint32_t json_u32(const json_value& object, std::string_view key) {
-  return static_cast<std::uint32_t>(
-      json_unsigned(json_member(object, key), key, std::numeric_limits<std::uint32_t>::max()));
+  return static_cast<std::uint32_t>(json_unsigned(json_required_member(object, key), key,
+                                                  std::numeric_limits<std::uint32_t>::max()));
 }
 
 [[nodiscard]] inline std::uint32_t json_u32_or(const json_value& object, std::string_view key,
@@ -12243,11 +12347,11 @@ using wisp::detail::json_value;
     out.spec.experts = json_u32(doc, "experts");
     out.spec.top_k = json_u32(doc, "top_k");
     out.spec.expert_bytes =
-        byte_size{detail::json_unsigned(detail::json_member(doc, "expert_bytes"), "expert_bytes",
-                                        std::numeric_limits<std::uint64_t>::max())};
+        byte_size{detail::json_unsigned(detail::json_required_member(doc, "expert_bytes"),
+                                        "expert_bytes", std::numeric_limits<std::uint64_t>::max())};
     out.spec.kv_bytes_per_token = byte_size{
-        detail::json_unsigned(detail::json_member(doc, "kv_bytes_per_token"), "kv_bytes_per_token",
-                              std::numeric_limits<std::uint64_t>::max())};
+        detail::json_unsigned(detail::json_required_member(doc, "kv_bytes_per_token"),
+                              "kv_bytes_per_token", std::numeric_limits<std::uint64_t>::max())};
     out.spec.block_tokens = block_tokens;
   }
   out.spec.validate();
@@ -12268,7 +12372,7 @@ using wisp::detail::json_value;
   }
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp
 // ---- end wisp/alloc/model_file.hpp -------------------------------------------------------------
 
 // ---- begin wisp/alloc/units.hpp ----------------------------------------------------------------
@@ -12276,10 +12380,10 @@ using wisp::detail::json_value;
 /// @brief Parsing byte sizes as people write them ("24GiB", "1.5 GiB", "8000000000", "80GB"),
 /// exactly: the result is an integer number of bytes or an error, never a rounded double.
 /// @code
-/// wisp::byte_size b = wisp::alloc::parse_byte_size("24GiB");   // 25769803776 B
+/// wisp::byte_size b = wisp::parse_byte_size("24GiB");   // 25769803776 B
 /// @endcode
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief Parses `<digits>[.<digits>][ ]<unit>` where the unit is one of B, KiB, MiB, GiB, TiB
 /// (powers of 1024), kB/KB, MB, GB, TB (powers of 1000), or nothing (bytes). The value must be a
@@ -12375,7 +12479,7 @@ namespace wisp::alloc {
   return buf;
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp
 // ---- end wisp/alloc/units.hpp ------------------------------------------------------------------
 
 // ---- begin wisp/alloc/split.hpp ----------------------------------------------------------------
@@ -12394,23 +12498,23 @@ namespace wisp::alloc {
 /// cannot admit the concurrent sessions. Feasible caps form the interval `[k, max_feasible_cap]`.
 /// @code
 /// using namespace wisp::literals;
-/// const auto m = wisp::alloc::model_preset("qwen3-30b-a3b");
-/// const wisp::alloc::admission_floor floor{4, 8192};            // 4 sessions x 8k tokens
-/// const auto s = wisp::alloc::make_split(m, 24_GiB, 32);         // cap 32 in each of 48 layers
+/// const auto m = wisp::model_preset("qwen3-30b-a3b");
+/// const wisp::admission_floor floor{4, 8192};            // 4 sessions x 8k tokens
+/// const auto s = wisp::make_split(m, 24_GiB, 32);         // cap 32 in each of 48 layers
 /// bool ok = floor.admits(m, s);
-/// auto hi = wisp::alloc::max_feasible_cap(m, 24_GiB, floor);    // throws infeasible_error if none
+/// auto hi = wisp::max_feasible_cap(m, 24_GiB, floor);    // throws infeasible_error if none
 /// @endcode
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief One split of a budget between the expert pool and the KV pool.
 struct split {
-  std::uint32_t expert_cap = 0;  ///< Per-layer expert slots c.
-  std::uint64_t kv_blocks = 0;   ///< KV blocks.
-  byte_size expert_bytes{};      ///< `c * L * expert_bytes`.
-  byte_size kv_bytes{};          ///< `kv_blocks * kv_block_bytes`.
-  byte_size slack{};             ///< Budget left over (less than one KV block).
-  std::uint64_t kv_tokens = 0;   ///< `kv_blocks * block_tokens`.
+  std::int32_t expert_cap = 0;  ///< Per-layer expert slots c.
+  std::uint64_t kv_blocks = 0;  ///< KV blocks.
+  byte_size expert_bytes{};     ///< `c * L * expert_bytes`.
+  byte_size kv_bytes{};         ///< `kv_blocks * kv_block_bytes`.
+  byte_size slack{};            ///< Budget left over (less than one KV block).
+  std::uint64_t kv_tokens = 0;  ///< `kv_blocks * block_tokens`.
 
   /// Bytes in use: `expert_bytes + kv_bytes` (never above the budget).
   [[nodiscard]] byte_size used() const { return expert_bytes + kv_bytes; }
@@ -12426,7 +12530,7 @@ struct split {
 /// @brief The split with per-layer cap `cap` and every remaining whole KV block. O(1), exact.
 /// @throws wisp::logic_error if the spec is invalid, `cap` is outside `[top_k, experts]`, or the
 /// cap alone exceeds the budget (the message gives the cap's bytes and the budget).
-[[nodiscard]] inline split make_split(const model_spec& m, byte_size budget, std::uint64_t cap) {
+[[nodiscard]] inline split make_split(const model_spec& m, byte_size budget, std::int32_t cap) {
   m.validate();
   WISP_EXPECTS(cap >= m.top_k && cap <= m.experts, "expert cap ", cap,
                " is outside [top_k, experts]", " = [", m.top_k, ", ", m.experts, "] for ", m.name);
@@ -12438,7 +12542,7 @@ struct split {
   const byte_size block = m.kv_block_bytes();
   const std::uint64_t blocks = rest / block;
   split s;
-  s.expert_cap = static_cast<std::uint32_t>(cap);
+  s.expert_cap = cap;
   s.kv_blocks = blocks;
   s.expert_bytes = experts;
   s.kv_bytes = block * blocks;
@@ -12450,7 +12554,7 @@ struct split {
 /// @brief A split of `budget` with an explicit KV pool (e.g. a plan step that is not the
 /// "every remaining block" split). @throws wisp::logic_error if `cap` is outside `[k, E]` or the
 /// two pools exceed the budget.
-[[nodiscard]] inline split make_split(const model_spec& m, byte_size budget, std::uint64_t cap,
+[[nodiscard]] inline split make_split(const model_spec& m, byte_size budget, std::int32_t cap,
                                       std::uint64_t kv_blocks) {
   const split full = make_split(m, budget, cap);
   WISP_EXPECTS(kv_blocks <= full.kv_blocks, "cap ", cap, " with ", kv_blocks,
@@ -12502,7 +12606,7 @@ struct admission_floor {
 /// remaining KV blocks meet the floor. O(1).
 /// @throws wisp::logic_error if `cap` is outside `[k, E]`.
 [[nodiscard]] inline bool feasible(const model_spec& m, byte_size budget,
-                                   const admission_floor& floor, std::uint64_t cap) {
+                                   const admission_floor& floor, std::int32_t cap) {
   m.validate();
   WISP_EXPECTS(cap >= m.top_k && cap <= m.experts, "expert cap ", cap,
                " is outside [top_k, experts]", " = [", m.top_k, ", ", m.experts, "] for ", m.name);
@@ -12548,7 +12652,7 @@ inline void require_feasible(const model_spec& m, byte_size budget, const admiss
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(m.experts, by_budget));
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp
 // ---- end wisp/alloc/split.hpp ------------------------------------------------------------------
 
 // ---- begin wisp/alloc/cost_model.hpp -----------------------------------------------------------
@@ -12561,15 +12665,15 @@ inline void require_feasible(const model_spec& m, byte_size budget, const admiss
 /// `M_e` and `M_kv` are miss counts read off the two streams' miss curves: the expert stream in
 /// the per-layer scope (capacity = slots in each layer, misses summed over layers) and the KV
 /// stream over block keys (capacity = blocks). Any type with `misses(capacity)` is a curve
-/// (`miss_curve_like`): the exact `reuse::miss_curve`, the decayed warm curve of the online
+/// (`miss_curve_like`): the exact `miss_curve`, the decayed warm curve of the online
 /// controller (`warm_curve`), or a test's table.
 /// @code
-/// wisp::alloc::cost_model cost{spec, expert_curve, kv_curve, {.bandwidth_bytes_per_second = 25e9,
+/// wisp::cost_model cost{spec, expert_curve, kv_curve, {.bandwidth_bytes_per_second = 25e9,
 ///                                                          .recompute_seconds_per_token = 2e-4}};
-/// double t = cost.seconds(wisp::alloc::make_split(spec, budget, 32));
+/// double t = cost.seconds(wisp::make_split(spec, budget, 32));
 /// @endcode
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief A miss curve: `misses(capacity)` is the (possibly fractional, decayed) miss count of an
 /// LRU cache with `capacity` entries; non-increasing in `capacity`.
@@ -12578,20 +12682,20 @@ concept miss_curve_like = requires(const C& curve, std::uint64_t capacity) {
   { curve.misses(capacity) } -> std::convertible_to<double>;
 };
 
-static_assert(miss_curve_like<reuse::miss_curve>);
+static_assert(miss_curve_like<miss_curve>);
 
 /// @brief The warm (non-compulsory) miss curve of a decayed histogram: `warm_total - hits(c)`.
 /// First-sight misses are excluded (WiSP App. B, design decision 2). Holds a pointer: the
 /// histogram must outlive it.
 class warm_curve {
  public:
-  explicit warm_curve(const reuse::decayed_histogram& h) noexcept : h_(&h) {}
+  explicit warm_curve(const decayed_histogram& h) noexcept : h_(&h) {}
   [[nodiscard]] double misses(std::uint64_t capacity) const noexcept {
     return std::max(0.0, h_->warm_total() - h_->hits(capacity));
   }
 
  private:
-  const reuse::decayed_histogram* h_;
+  const decayed_histogram* h_;
 };
 static_assert(miss_curve_like<warm_curve>);
 
@@ -12615,8 +12719,7 @@ struct cost_params {
 
 /// @brief WiSP Eq. 4 over two miss curves. Copyable value; thread-safety: const calls are safe
 /// when the curves' are. Complexity: one `misses` call per stream.
-template <miss_curve_like ExpertCurve = reuse::miss_curve,
-          miss_curve_like KvCurve = reuse::miss_curve>
+template <miss_curve_like ExpertCurve = miss_curve, miss_curve_like KvCurve = miss_curve>
 class cost_model {
  public:
   /// @throws wisp::logic_error if the spec or the parameters are invalid.
@@ -12638,7 +12741,7 @@ class cost_model {
     return static_cast<double>(spec_.block_tokens) * params_.recompute_seconds_per_token;
   }
   /// Expert misses with `cap` slots per layer.
-  [[nodiscard]] double expert_misses(std::uint64_t cap) const {
+  [[nodiscard]] double expert_misses(std::int32_t cap) const {
     return static_cast<double>(expert_.misses(cap));
   }
   /// KV misses with `blocks` blocks.
@@ -12646,7 +12749,7 @@ class cost_model {
     return static_cast<double>(kv_.misses(blocks));
   }
   /// Expert part of T: `M_e(cap) * expert_miss_seconds()`.
-  [[nodiscard]] double expert_seconds(std::uint64_t cap) const {
+  [[nodiscard]] double expert_seconds(std::int32_t cap) const {
     return expert_misses(cap) * expert_miss_seconds();
   }
   /// KV part of T: `M_kv(blocks) * kv_miss_seconds()`.
@@ -12654,7 +12757,7 @@ class cost_model {
     return kv_misses(blocks) * kv_miss_seconds();
   }
   /// T for a cap and a KV pool.
-  [[nodiscard]] double seconds(std::uint64_t cap, std::uint64_t kv_blocks) const {
+  [[nodiscard]] double seconds(std::int32_t cap, std::uint64_t kv_blocks) const {
     return expert_seconds(cap) + kv_seconds(kv_blocks);
   }
   /// T for a split.
@@ -12677,22 +12780,22 @@ class cost_model {
 /// `working_blocks` blocks on (cold misses only) and misses every access below (the admission
 /// cliff). This is the step curve of WiSP §3.5, used when no KV trace is given.
 /// @throws wisp::logic_error if the working set exceeds 2^32 - 2 blocks.
-[[nodiscard]] inline reuse::miss_curve working_set_kv_curve(std::uint64_t working_blocks,
-                                                            std::uint64_t rounds) {
-  WISP_EXPECTS(working_blocks < reuse::reuse_distance_counter::cold, "working set of ",
-               working_blocks, " blocks is too large for a reuse histogram");
-  reuse::reuse_histogram h{{reuse::reuse_scope::stream, 1, 0}};
+[[nodiscard]] inline miss_curve working_set_kv_curve(std::uint64_t working_blocks,
+                                                     std::uint64_t rounds) {
+  WISP_EXPECTS(working_blocks < reuse_distance_counter::cold, "working set of ", working_blocks,
+               " blocks is too large for a reuse histogram");
+  reuse_histogram h{{reuse_scope::stream, 1, 0}};
   if (working_blocks > 0) {
-    h.add(reuse::reuse_distance_counter::cold, working_blocks);
+    h.add(reuse_distance_counter::cold, working_blocks);
     if (rounds > 1) {
-      h.add(static_cast<reuse::reuse_distance_counter::distance_type>(working_blocks),
+      h.add(static_cast<reuse_distance_counter::distance_type>(working_blocks),
             (rounds - 1) * working_blocks);
     }
   }
-  return reuse::miss_curve{h};
+  return miss_curve{h};
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp
 // ---- end wisp/alloc/cost_model.hpp -------------------------------------------------------------
 
 // ---- begin wisp/alloc/configurator.hpp ---------------------------------------------------------
@@ -12703,18 +12806,18 @@ class cost_model {
 ///
 /// Ties go to the smallest cap (the most KV headroom at the same predicted cost).
 /// @code
-/// auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::per_layer);
-/// wisp::alloc::cost_model cost{spec, wisp::reuse::miss_curve{profile.histogram}, kv_curve, {}};
-/// auto conf = wisp::alloc::configure(cost, 24_GiB, {4, 8192});
+/// auto profile = wisp::profile_trace(trace, wisp::reuse_scope::per_layer);
+/// wisp::cost_model cost{spec, wisp::miss_curve{profile.histogram}, kv_curve, {}};
+/// auto conf = wisp::configure(cost, 24_GiB, {4, 8192});
 /// engine.set_expert_cap(conf.knobs.per_layer_expert_cap);
 /// engine.set_kv_cache_bytes(conf.knobs.kv_cache_bytes.count());
 /// @endcode
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief One cap of a sweep.
 struct sweep_point {
-  std::uint32_t expert_cap = 0;
+  std::int32_t expert_cap = 0;
   bool fits = false;      ///< The expert pool alone fits the budget (`s` is meaningful).
   bool feasible = false;  ///< Fits and the KV pool meets the admission floor.
   split s{};              ///< The split at this cap (zero KV when it does not fit).
@@ -12724,8 +12827,8 @@ struct sweep_point {
 
 /// @brief The two knobs an engine takes (WiSP Eq. 7).
 struct engine_knobs {
-  std::uint32_t per_layer_expert_cap = 0;  ///< Expert scratch slots per MoE layer.
-  byte_size kv_cache_bytes{};              ///< KV pool bytes (whole blocks).
+  std::int32_t per_layer_expert_cap = 0;  ///< Expert scratch slots per MoE layer.
+  byte_size kv_cache_bytes{};             ///< KV pool bytes (whole blocks).
   std::uint64_t kv_blocks = 0;
 };
 
@@ -12734,7 +12837,7 @@ struct configuration {
   split choice;                        ///< The minimum-cost feasible split.
   double predicted_seconds = 0;        ///< T at the choice.
   engine_knobs knobs;                  ///< The choice as engine settings.
-  std::uint32_t max_feasible_cap = 0;  ///< Feasible caps are `[k, max_feasible_cap]`.
+  std::int32_t max_feasible_cap = 0;   ///< Feasible caps are `[k, max_feasible_cap]`.
   std::vector<sweep_point> evaluated;  ///< Every feasible cap, ascending, with its cost.
 };
 
@@ -12743,11 +12846,11 @@ struct configuration {
 /// @throws wisp::logic_error if a cap is outside `[k, E]` or the spec is invalid.
 [[nodiscard]] inline std::vector<sweep_point> sweep(const model_spec& m, byte_size budget,
                                                     const admission_floor& floor,
-                                                    std::span<const std::uint32_t> caps) {
+                                                    std::span<const std::int32_t> caps) {
   m.validate();
   std::vector<sweep_point> out;
   out.reserve(caps.size());
-  for (const std::uint32_t c : caps) {
+  for (const std::int32_t c : caps) {
     WISP_EXPECTS(c >= m.top_k && c <= m.experts, "expert cap ", c, " is outside [top_k, experts]",
                  " = [", m.top_k, ", ", m.experts, "] for ", m.name);
     sweep_point p;
@@ -12769,7 +12872,7 @@ struct configuration {
 template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
 [[nodiscard]] std::vector<sweep_point> sweep(const cost_model<ExpertCurve, KvCurve>& cost,
                                              byte_size budget, const admission_floor& floor,
-                                             std::span<const std::uint32_t> caps) {
+                                             std::span<const std::int32_t> caps) {
   auto out = sweep(cost.spec(), budget, floor, caps);
   for (auto& p : out) {
     if (p.fits) {
@@ -12791,7 +12894,7 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
   out.max_feasible_cap = max_feasible_cap(m, budget, floor);  // throws when infeasible
   out.evaluated.reserve(out.max_feasible_cap - m.top_k + 1);
   bool have = false;
-  for (std::uint32_t c = m.top_k; c <= out.max_feasible_cap; ++c) {
+  for (std::int32_t c = m.top_k; c <= out.max_feasible_cap; ++c) {
     sweep_point p;
     p.expert_cap = c;
     p.fits = true;
@@ -12809,7 +12912,7 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
   return out;
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp
 // ---- end wisp/alloc/configurator.hpp -----------------------------------------------------------
 
 // ---- begin wisp/alloc/controller.hpp -----------------------------------------------------------
@@ -12819,7 +12922,7 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
 /// Per burst (e.g. one scheduler round) the caller records each stream's warm reuse distances:
 /// expert accesses in the per-layer scope, KV block accesses over block keys. `record_expert_call`
 /// measures the expert distances itself, one MoE layer's request at a time, the request's experts
-/// protected from each other as wisp's pager serves them (`reuse::reuse_granularity::call`), so
+/// protected from each other as wisp's pager serves them (`reuse_granularity::call`), so
 /// its curve is the pager's. `end_burst()` decays
 /// each stream's histogram by `decay` and adds the burst (first-sight misses are excluded: they are
 /// constant in the split and would bias the controller toward the pool seen less). It then
@@ -12835,7 +12938,7 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
 /// are exact at every grid point. The proposal is not applied until `commit`: an engine first
 /// executes the matching `resize_plan` (resize.hpp) and commits only on success (fail-safe).
 /// @code
-/// wisp::alloc::split_controller ctl{spec, budget, floor, params, {}, initial_cap};
+/// wisp::split_controller ctl{spec, budget, floor, params, {}, initial_cap};
 /// for (auto& burst : bursts) {
 ///   for (auto& [layer, ids] : burst.expert_calls) ctl.record_expert_call(layer, ids);
 ///   for (auto d : burst.kv_distances) ctl.record_kv(d);
@@ -12844,16 +12947,16 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
 /// }
 /// @endcode
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief Tuning of the online controller (WiSP App. B: gamma, the grid, gate, rate limit,
 /// dead-zone).
 struct controller_config {
-  double decay = 0.9;              ///< gamma: weight a burst keeps per later burst, in [0, 1].
-  std::uint32_t grid_points = 33;  ///< Candidate caps, spread evenly over [k, max feasible cap].
-  double gate = 0.05;              ///< Minimum predicted gain, as a fraction of the current cost.
-  std::uint32_t rate_limit = 4;    ///< Largest cap change per burst (>= 1).
-  std::uint32_t dead_zone = 2;     ///< Targets closer than this many caps are ignored.
+  double decay = 0.9;             ///< gamma: weight a burst keeps per later burst, in [0, 1].
+  std::int32_t grid_points = 33;  ///< Candidate caps, spread evenly over [k, max feasible cap].
+  double gate = 0.05;             ///< Minimum predicted gain, as a fraction of the current cost.
+  std::int32_t rate_limit = 4;    ///< Largest cap change per burst (>= 1).
+  std::int32_t dead_zone = 2;     ///< Targets closer than this many caps are ignored.
 
   /// @throws wisp::logic_error naming the bad field.
   void validate() const {
@@ -12881,11 +12984,11 @@ inline std::ostream& operator<<(std::ostream& out, controller_reason r) {
 /// @brief One burst's decision.
 struct controller_decision {
   controller_reason reason = controller_reason::no_signal;
-  std::uint32_t current = 0;  ///< Cap before the decision.
-  std::uint32_t target = 0;   ///< Grid minimum.
-  std::uint32_t next = 0;     ///< Proposed cap (== current unless `moves()`).
-  double current_cost = 0;    ///< Predicted warm seconds at the current split (decayed).
-  double target_cost = 0;     ///< Predicted warm seconds at the target.
+  std::int32_t current = 0;  ///< Cap before the decision.
+  std::int32_t target = 0;   ///< Grid minimum.
+  std::int32_t next = 0;     ///< Proposed cap (== current unless `moves()`).
+  double current_cost = 0;   ///< Predicted warm seconds at the current split (decayed).
+  double target_cost = 0;    ///< Predicted warm seconds at the target.
   /// Finite differences toward the next grid point above the current cap, per byte moved:
   /// seconds the experts would save and seconds the KV pool would lose. Equal at an interior
   /// equimarginal optimum (Eq. 5). Zero at the top of the grid.
@@ -12901,13 +13004,13 @@ struct controller_decision {
 /// Thread-safety: none.
 class split_controller {
  public:
-  using distance_type = reuse::reuse_distance_counter::distance_type;
+  using distance_type = reuse_distance_counter::distance_type;
 
   /// @param initial_cap must be feasible (in `[k, max_feasible_cap]`).
   /// @throws wisp::infeasible_error if no split is feasible; wisp::logic_error on an invalid spec,
   /// parameters, configuration or initial cap.
   split_controller(model_spec spec, byte_size budget, admission_floor floor, cost_params params,
-                   controller_config config, std::uint32_t initial_cap)
+                   controller_config config, std::int32_t initial_cap)
       : spec_(std::move(spec)),
         budget_(budget),
         floor_(floor),
@@ -12915,9 +13018,9 @@ class split_controller {
         config_(config),
         max_cap_(max_feasible_cap(spec_, budget_, floor_)),
         grid_(make_grid(spec_.top_k, max_cap_, config.grid_points)),
-        expert_hist_(reuse::decayed_histogram::unit_edges(spec_.experts), config.decay),
+        expert_hist_(decayed_histogram::unit_edges(spec_.experts), config.decay),
         kv_hist_(kv_edges(spec_, budget_, grid_), config.decay),
-        expert_calls_(reuse::reuse_scope::per_layer, spec_.layers, spec_.experts) {
+        expert_calls_(reuse_scope::per_layer, spec_.layers, spec_.experts) {
     params_.validate();
     config_.validate();
     WISP_EXPECTS(initial_cap >= spec_.top_k && initial_cap <= max_cap_, "initial cap ", initial_cap,
@@ -12931,9 +13034,15 @@ class split_controller {
   /// per-layer distance in the stack as it was before the request, as the pager serves it.
   /// @throws wisp::logic_error if `layer` or an expert is out of the spec's range (nothing
   ///   recorded then).
-  void record_expert_call(std::uint32_t layer, std::span<const std::uint32_t> experts) {
+  void record_expert_call(std::int32_t layer, std::span<const std::int32_t> experts) {
+    WISP_EXPECTS(layer >= 0, "layer ", layer, " is negative");
+    call_ids_.resize(experts.size());
+    for (std::size_t i = 0; i < experts.size(); ++i) {
+      WISP_EXPECTS(experts[i] >= 0, "expert ", experts[i], " is negative");
+      call_ids_[i] = static_cast<std::uint32_t>(experts[i]);
+    }
     call_distances_.resize(experts.size());
-    expert_calls_.access_call(layer, experts, call_distances_);
+    expert_calls_.access_call(static_cast<std::uint32_t>(layer), call_ids_, call_distances_);
     for (const distance_type d : call_distances_) {
       expert_hist_.record(d);
     }
@@ -12951,16 +13060,16 @@ class split_controller {
   /// @brief The proposal for the current histograms (what `end_burst` returns).
   [[nodiscard]] controller_decision decide() const {
     controller_decision d;
-    const std::uint32_t c = current_.expert_cap;
+    const std::int32_t c = current_.expert_cap;
     d.current = d.target = d.next = c;
     if (expert_hist_.warm_total() <= 0.0 && kv_hist_.warm_total() <= 0.0) {
       return d;
     }
     d.current_cost = predicted_cost(c);
     d.target_cost = d.current_cost;
-    for (const std::uint32_t g : grid_) {
+    for (const std::int32_t g : grid_) {
       const double cost = predicted_cost(g);
-      const auto dist = [c](std::uint32_t x) { return x > c ? x - c : c - x; };
+      const auto dist = [c](std::int32_t x) { return x > c ? x - c : c - x; };
       // Strictly better, or equal and nearer to the current cap (no move for nothing).
       if (cost < d.target_cost || (cost == d.target_cost && dist(g) < dist(d.target))) {
         d.target = g;
@@ -12982,7 +13091,7 @@ class split_controller {
       d.reason = controller_reason::at_target;
       return d;
     }
-    const std::uint32_t distance = d.target > c ? d.target - c : c - d.target;
+    const std::int32_t distance = d.target > c ? d.target - c : c - d.target;
     if (distance < config_.dead_zone) {
       d.reason = controller_reason::dead_zone;
       return d;
@@ -12991,7 +13100,7 @@ class split_controller {
       d.reason = controller_reason::below_gate;
       return d;
     }
-    const std::uint32_t step = std::min(distance, config_.rate_limit);
+    const std::int32_t step = std::min(distance, config_.rate_limit);
     d.next = d.target > c ? c + step : c - step;
     d.reason = controller_reason::move;
     return d;
@@ -13003,28 +13112,26 @@ class split_controller {
 
   /// @brief Sets the current cap (e.g. after an external resize). @throws wisp::logic_error if the
   /// cap is not feasible.
-  void set_cap(std::uint32_t cap) {
+  void set_cap(std::int32_t cap) {
     WISP_EXPECTS(cap >= spec_.top_k && cap <= max_cap_, "cap ", cap,
                  " is not feasible: feasible caps are [", spec_.top_k, ", ", max_cap_, "]");
     current_ = make_split(spec_, budget_, cap);
   }
 
   /// Predicted warm seconds (decayed) at cap `cap` with every remaining block to KV.
-  [[nodiscard]] double predicted_cost(std::uint32_t cap) const {
+  [[nodiscard]] double predicted_cost(std::int32_t cap) const {
     const split s = make_split(spec_, budget_, cap);
     return warm_curve{expert_hist_}.misses(cap) * expert_miss_seconds() +
            warm_curve{kv_hist_}.misses(s.kv_blocks) * kv_miss_seconds();
   }
 
   [[nodiscard]] const split& current() const noexcept { return current_; }
-  [[nodiscard]] std::span<const std::uint32_t> grid() const noexcept { return grid_; }
-  [[nodiscard]] std::uint32_t max_cap() const noexcept { return max_cap_; }
+  [[nodiscard]] std::span<const std::int32_t> grid() const noexcept { return grid_; }
+  [[nodiscard]] std::int32_t max_cap() const noexcept { return max_cap_; }
   [[nodiscard]] const model_spec& spec() const noexcept { return spec_; }
   [[nodiscard]] const controller_config& config() const noexcept { return config_; }
-  [[nodiscard]] const reuse::decayed_histogram& expert_histogram() const noexcept {
-    return expert_hist_;
-  }
-  [[nodiscard]] const reuse::decayed_histogram& kv_histogram() const noexcept { return kv_hist_; }
+  [[nodiscard]] const decayed_histogram& expert_histogram() const noexcept { return expert_hist_; }
+  [[nodiscard]] const decayed_histogram& kv_histogram() const noexcept { return kv_hist_; }
 
  private:
   [[nodiscard]] double expert_miss_seconds() const noexcept {
@@ -13034,12 +13141,12 @@ class split_controller {
     return static_cast<double>(spec_.block_tokens) * params_.recompute_seconds_per_token;
   }
 
-  static std::vector<std::uint32_t> make_grid(std::uint32_t lo, std::uint32_t hi,
-                                              std::uint32_t points) {
-    std::vector<std::uint32_t> g;
-    const std::uint64_t span = hi - lo;
-    for (std::uint64_t i = 0; i < points; ++i) {
-      const auto c = static_cast<std::uint32_t>(lo + (span * i + (points - 1) / 2) / (points - 1));
+  static std::vector<std::int32_t> make_grid(std::int32_t lo, std::int32_t hi,
+                                             std::int32_t points) {
+    std::vector<std::int32_t> g;
+    const auto span = static_cast<std::int64_t>(hi - lo);
+    for (std::int64_t i = 0; i < points; ++i) {
+      const auto c = static_cast<std::int32_t>(lo + (span * i + (points - 1) / 2) / (points - 1));
       if (g.empty() || g.back() != c) {
         g.push_back(c);
       }
@@ -13052,12 +13159,12 @@ class split_controller {
 
   // Edges 1 and kv_blocks(g) + 1 for every grid cap g: hits are exact at the grid's pool sizes.
   static std::vector<distance_type> kv_edges(const model_spec& m, byte_size budget,
-                                             const std::vector<std::uint32_t>& grid) {
+                                             const std::vector<std::int32_t>& grid) {
     std::vector<distance_type> edges{1};
     for (auto it = grid.rbegin(); it != grid.rend(); ++it) {  // descending cap = ascending KV
       const std::uint64_t blocks = make_split(m, budget, *it).kv_blocks;
       const auto e = static_cast<distance_type>(
-          std::min<std::uint64_t>(blocks + 1, reuse::reuse_distance_counter::cold - 1));
+          std::min<std::uint64_t>(blocks + 1, reuse_distance_counter::cold - 1));
       if (e > edges.back()) {
         edges.push_back(e);
       }
@@ -13070,16 +13177,17 @@ class split_controller {
   admission_floor floor_;
   cost_params params_;
   controller_config config_;
-  std::uint32_t max_cap_;
-  std::vector<std::uint32_t> grid_;
-  reuse::decayed_histogram expert_hist_;
-  reuse::decayed_histogram kv_hist_;
-  reuse::scoped_reuse_counter expert_calls_;   // the per-layer stacks of record_expert_call
+  std::int32_t max_cap_;
+  std::vector<std::int32_t> grid_;
+  decayed_histogram expert_hist_;
+  decayed_histogram kv_hist_;
+  scoped_reuse_counter expert_calls_;          // the per-layer stacks of record_expert_call
   std::vector<distance_type> call_distances_;  // its scratch
+  std::vector<std::uint32_t> call_ids_;        // the reuse counter's key type
   split current_;
 };
 
-}  // namespace wisp::alloc
+}  // namespace wisp
 // ---- end wisp/alloc/controller.hpp -------------------------------------------------------------
 
 // ---- begin wisp/alloc/resize.hpp ---------------------------------------------------------------
@@ -13104,13 +13212,13 @@ class split_controller {
 /// **Fail-safe.** `apply_resize` runs the steps through the engine's levers; if one fails (returns
 /// false or throws) the steps already done are undone in reverse and the previous split stands.
 /// @code
-/// auto plan = wisp::alloc::plan_dual_resize(spec, budget, floor, current, peak_blocks,
+/// auto plan = wisp::plan_dual_resize(spec, budget, floor, current, peak_blocks,
 ///                                           {.headroom_blocks = 64, .dead_zone = 2});
-/// auto outcome = wisp::alloc::apply_resize(plan, engine_levers);  // engine_levers: resize_levers
+/// auto outcome = wisp::apply_resize(plan, engine_levers);  // engine_levers: resize_levers
 /// current = outcome.current;
 /// @endcode
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief Which pool a resize step changes.
 enum class pool : std::uint8_t { experts, kv };
@@ -13150,9 +13258,9 @@ struct resize_plan {
   std::uint64_t block_tokens = 0;  ///< Tokens of one KV block.
 
   /// The split with cap `cap` and `blocks` KV blocks under this plan's model and budget.
-  [[nodiscard]] split split_of(std::uint64_t cap, std::uint64_t blocks) const {
+  [[nodiscard]] split split_of(std::int32_t cap, std::uint64_t blocks) const {
     split s;
-    s.expert_cap = static_cast<std::uint32_t>(cap);
+    s.expert_cap = cap;
     s.kv_blocks = blocks;
     s.expert_bytes = cap_unit_bytes * cap;
     s.kv_bytes = kv_block_bytes * blocks;
@@ -13241,13 +13349,13 @@ struct dual_resize_config {
     *kv_target_out = kv_target;
   }
   const byte_size block = m.kv_block_bytes();
-  std::uint64_t cap = m.top_k;
+  std::int32_t cap = m.top_k;
   // kv_target * block may not fit (or overflow): then experts get their minimum.
   if (kv_target <= budget / block) {
     const byte_size kv_bytes = block * kv_target;
-    cap = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(m.experts, (budget - kv_bytes) / m.cap_unit_bytes()));
-    cap = std::max<std::uint64_t>(cap, m.top_k);
+    const std::uint64_t fits = (budget - kv_bytes) / m.cap_unit_bytes();
+    cap = std::max(
+        m.top_k, static_cast<std::int32_t>(std::min(static_cast<std::uint64_t>(m.experts), fits)));
   }
   return make_split(m, budget, cap);  // every remaining whole block to KV (D.10)
 }
@@ -13265,9 +13373,9 @@ struct dual_resize_config {
   std::uint64_t kv_target = 0;
   const split target =
       dual_resize_target(m, budget, floor, peak_kv_blocks, config.headroom_blocks, &kv_target);
-  const std::uint64_t distance = target.expert_cap > current.expert_cap
-                                     ? target.expert_cap - current.expert_cap
-                                     : current.expert_cap - target.expert_cap;
+  const auto distance = static_cast<std::uint64_t>(target.expert_cap > current.expert_cap
+                                                       ? target.expert_cap - current.expert_cap
+                                                       : current.expert_cap - target.expert_cap);
   // Within the dead zone (and above the floor) the plan stays where it is: no step.
   const bool stay = distance < config.dead_zone && floor.admits(m, current);
   resize_plan plan = plan_transition(m, budget, current, stay ? current : target);
@@ -13281,7 +13389,7 @@ struct dual_resize_config {
 /// @brief An engine's two resize levers, called only at a drained barrier. Each returns whether the
 /// pool now has the requested size; on `false` (or an exception) the pool must be unchanged.
 template <class L>
-concept resize_levers = requires(L& levers, std::uint32_t cap, std::uint64_t blocks) {
+concept resize_levers = requires(L& levers, std::int32_t cap, std::uint64_t blocks) {
   { levers.resize_experts(cap) } -> std::convertible_to<bool>;
   { levers.resize_kv(blocks) } -> std::convertible_to<bool>;
 };
@@ -13325,7 +13433,7 @@ template <resize_levers L>
             (plan.steps[t].which == pool::experts ? cap : blocks) = plan.steps[t].to;
           }
           try {
-            out.current = plan.split_of(cap, blocks);
+            out.current = plan.split_of(static_cast<std::int32_t>(cap), blocks);
           } catch (...) {  // cannot overflow: both sizes were valid splits of the budget
           }
           return out;
@@ -13339,7 +13447,7 @@ template <resize_levers L>
   return out;
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp
 // ---- end wisp/alloc/resize.hpp -----------------------------------------------------------------
 
 // ---- begin wisp/alloc/kv_workload.hpp ----------------------------------------------------------
@@ -13364,12 +13472,12 @@ template <resize_levers L>
 /// Blocks get dense ids in order of creation, so an array-indexed LRU or reuse counter can replay
 /// the stream. Deterministic: the same phases and seed give the same stream.
 /// @code
-/// wisp::alloc::agentic_config cfg;            // 12 sessions, 4 at a time, 8k context
+/// wisp::agentic_config cfg;            // 12 sessions, 4 at a time, 8k context
 /// cfg.tool_call_fraction = 0.9;               // a tool-call-heavy workflow
-/// auto kv = wisp::alloc::make_agentic_kv_stream({{cfg, 200}}, 7);
+/// auto kv = wisp::make_agentic_kv_stream({{cfg, 200}}, 7);
 /// @endcode
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief One kind of turn: prompt tokens drawn uniformly in `[prompt_min, prompt_max]`, then
 /// `decode_tokens` generated tokens.
@@ -13514,7 +13622,7 @@ struct kv_stream {
                                 seed);
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp
 // ---- end wisp/alloc/kv_workload.hpp ------------------------------------------------------------
 
 // ---- begin wisp/sim/simulate.hpp ---------------------------------------------------------------
@@ -13525,7 +13633,7 @@ struct kv_stream {
 ///
 /// The input is either a range of accesses or a callable `source(f)` that calls `f(a)` for every
 /// access in order; an access is anything with `step`, `layer` and `expert` members
-/// (`wisp::sim::access`, `wisp::trace::access`, ...), so this header does not depend on the trace
+/// (`wisp::access`, `wisp::access`, ...), so this header does not depend on the trace
 /// area (see `<wisp/sim/trace_sim.hpp>` for the `routing_trace` overload).
 ///
 /// **Calls.** Consecutive accesses with the same (step, layer) form one call, as one MoE layer's
@@ -13534,29 +13642,18 @@ struct kv_stream {
 /// replay). The i-th access of the stream has time i.
 ///
 /// @code
-/// std::vector<wisp::sim::access> stream = {{0, 0, 3}, {0, 0, 5}, {0, 1, 2}, {1, 0, 3}};
-/// wisp::sim::sim_config cfg{.scope = wisp::cache_scope::global, .capacity = 2,
+/// std::vector<wisp::access> stream = {{0, 0, 3}, {0, 0, 5}, {0, 1, 2}, {1, 0, 3}};
+/// wisp::sim_config cfg{.scope = wisp::cache_scope::global, .capacity = 2,
 ///                           .bandwidth = {.bytes_per_expert = 9u << 20, .gb_per_s = 25.0,
 ///                                         .miss_latency_us = 10.0}};
-/// auto r = wisp::sim::simulate<wisp::lru>({.layers = 2, .experts = 8}, stream, cfg);
+/// auto r = wisp::simulate<wisp::lru>({.layers = 2, .experts = 8}, stream, cfg);
 /// // r.stats.misses, r.bytes_moved, r.stall_seconds
 /// @endcode
 
-namespace wisp::sim {
+namespace wisp {
 
-/// One expert activation: forward step, MoE layer, expert id.
-struct access {
-  std::uint32_t step = 0;
-  std::int32_t layer = 0;
-  std::int32_t expert = 0;
-  friend constexpr bool operator==(const access&, const access&) = default;
-};
-
-/// The model dimensions the stream refers to.
-struct model_shape {
-  std::int32_t layers = 1;
-  std::int32_t experts = 1;
-};
+/// Deprecated: the simulator takes a `moe_shape` (its `top_k` is not used; this alias goes in 0.3).
+using model_shape [[deprecated("use wisp::moe_shape")]] = moe_shape;
 
 /// Serial transfer model: every miss costs `miss_latency_us + bytes_per_expert / (gb_per_s*1e9)`.
 struct bandwidth_model {
@@ -13641,12 +13738,12 @@ concept access_source =
 ///   [1, L*E] global), an access is out of the shape, steps decrease, or a call requests more
 ///   distinct experts than the capacity (per layer, or in total).
 template <eviction_policy Policy, access_source Source>
-sim_result simulate(model_shape shape, const Source& source, const sim_config& config);
+sim_result simulate(moe_shape shape, const Source& source, const sim_config& config);
 
 /// @brief The same, with policies made by `make_policy(layer)` (per-layer scope: once per layer;
 /// global scope: once, with layer -1). Lets a caller configure a policy.
 template <eviction_policy Policy, access_source Source, class MakePolicy>
-requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_shape shape,
+requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(moe_shape shape,
                                                                        const Source& source,
                                                                        const sim_config& config,
                                                                        MakePolicy make_policy);
@@ -13659,22 +13756,22 @@ inline constexpr const auto& builtin_policies = builtin_policy_names;
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as
 ///   `simulate`.
 template <access_source Source>
-sim_result simulate_named(std::string_view policy, model_shape shape, const Source& source,
+sim_result simulate_named(std::string_view policy, moe_shape shape, const Source& source,
                           const sim_config& config);
 
-}  // namespace wisp::sim
+}  // namespace wisp
 
 // ---- begin wisp/sim/detail/simulate.inl --------------------------------------------------------
-// Implementation of wisp::sim::simulate; included at the end of <wisp/sim/simulate.hpp>.
+// Implementation of wisp::simulate; included at the end of <wisp/sim/simulate.hpp>.
 
-namespace wisp::sim {
+namespace wisp {
 namespace detail {
 
 /// Groups accesses into calls and feeds them to `cache` (a slot_cache or per_layer_cache).
 template <class Cache>
 class replayer {
  public:
-  replayer(Cache& cache, model_shape shape, const sim_config& config, sim_result& result)
+  replayer(Cache& cache, moe_shape shape, const sim_config& config, sim_result& result)
       : cache_(cache), shape_(shape), config_(config), result_(result) {}
 
   void push(const access& a) {
@@ -13718,7 +13815,7 @@ class replayer {
 
  private:
   Cache& cache_;
-  model_shape shape_;
+  moe_shape shape_;
   const sim_config& config_;
   sim_result& result_;
   std::vector<cache_key> keys_;
@@ -13729,16 +13826,16 @@ class replayer {
   bool started_ = false;
 };
 
-inline void check_shape(model_shape shape) {
+inline void check_shape(moe_shape shape) {
   WISP_EXPECTS(shape.layers >= 1, "simulate: layers must be >= 1, got ", shape.layers);
   WISP_EXPECTS(shape.experts >= 1, "simulate: experts must be >= 1, got ", shape.experts);
-  key_layout::global(shape.layers, shape.experts).validate();
+  key_layout{cache_scope::global, shape.layers, shape.experts}.validate();
 }
 
 }  // namespace detail
 
 template <eviction_policy Policy, access_source Source, class MakePolicy>
-requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_shape shape,
+requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(moe_shape shape,
                                                                        const Source& source,
                                                                        const sim_config& config,
                                                                        MakePolicy make_policy) {
@@ -13747,8 +13844,8 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
   result.policy = std::string(policy_name<Policy>());
   result.per_layer.assign(static_cast<std::size_t>(shape.layers), cache_stats{});
   if (config.scope == cache_scope::global) {
-    slot_cache<Policy> cache(key_layout::global(shape.layers, shape.experts), config.capacity,
-                             make_policy(-1));
+    slot_cache<Policy> cache(key_layout{cache_scope::global, shape.layers, shape.experts},
+                             config.capacity, make_policy(-1));
     detail::replayer<slot_cache<Policy>> replay(cache, shape, config, result);
     detail::visit(source, [&](const access& a) { replay.push(a); });
     replay.flush();
@@ -13770,7 +13867,7 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
 }
 
 template <eviction_policy Policy, access_source Source>
-sim_result simulate(model_shape shape, const Source& source, const sim_config& config) {
+sim_result simulate(moe_shape shape, const Source& source, const sim_config& config) {
   if constexpr (std::is_same_v<Policy, belady>) {
     detail::check_shape(shape);
     // Belady needs the future: one pass to collect each cache's key sequence and times.
@@ -13795,32 +13892,32 @@ sim_result simulate(model_shape shape, const Source& source, const sim_config& c
 }
 
 template <access_source Source>
-sim_result simulate_named(std::string_view policy, model_shape shape, const Source& source,
+sim_result simulate_named(std::string_view policy, moe_shape shape, const Source& source,
                           const sim_config& config) {
   return visit_policy(policy, [&]<class Policy>(std::type_identity<Policy>) {
     return simulate<Policy>(shape, source, config);
   });
 }
 
-}  // namespace wisp::sim
+}  // namespace wisp
 // ---- end wisp/sim/detail/simulate.inl ----------------------------------------------------------
 // ---- end wisp/sim/simulate.hpp -----------------------------------------------------------------
 
 // ---- begin wisp/sim/trace_sim.hpp --------------------------------------------------------------
 /// @file
-/// @brief `simulate` over a `wisp::trace::routing_trace`: the shape comes from the trace and the
+/// @brief `simulate` over a `wisp::routing_trace`: the shape comes from the trace and the
 /// accesses from `for_each_access` (canonical order: step, layer, top-k ids as recorded).
 /// @code
-/// auto r = wisp::sim::simulate<wisp::least_stale>(trace, {.scope = wisp::cache_scope::global,
+/// auto r = wisp::simulate<wisp::least_stale>(trace, {.scope = wisp::cache_scope::global,
 ///                                                         .capacity = 64});
 /// @endcode
 
-namespace wisp::sim {
+namespace wisp {
 
 namespace detail {
 /// Adapts a routing_trace to an access source (a callable taking a visitor).
 struct trace_source {
-  const trace::routing_trace* trace;
+  const routing_trace* trace;
   template <class F>
   void operator()(F&& f) const {
     trace->for_each_access(f);
@@ -13829,24 +13926,24 @@ struct trace_source {
 }  // namespace detail
 
 /// The model shape of a trace.
-[[nodiscard]] inline model_shape shape_of(const trace::routing_trace& trace) noexcept {
-  return model_shape{trace.shape().layers, trace.shape().experts};
+[[nodiscard]] inline moe_shape shape_of(const routing_trace& trace) noexcept {
+  return moe_shape{trace.shape().layers, trace.shape().experts};
 }
 
-/// Replays `trace` through `Policy`. See `simulate(model_shape, source, config)`.
+/// Replays `trace` through `Policy`. See `simulate(moe_shape, source, config)`.
 /// @throws wisp::logic_error as `simulate`.
 template <eviction_policy Policy>
-sim_result simulate(const trace::routing_trace& trace, const sim_config& config) {
+sim_result simulate(const routing_trace& trace, const sim_config& config) {
   return simulate<Policy>(shape_of(trace), detail::trace_source{&trace}, config);
 }
 
 /// Replays `trace` through the built-in policy named `policy`. See `simulate_named`.
-inline sim_result simulate_named(std::string_view policy, const trace::routing_trace& trace,
+inline sim_result simulate_named(std::string_view policy, const routing_trace& trace,
                                  const sim_config& config) {
   return simulate_named(policy, shape_of(trace), detail::trace_source{&trace}, config);
 }
 
-}  // namespace wisp::sim
+}  // namespace wisp
 // ---- end wisp/sim/trace_sim.hpp ----------------------------------------------------------------
 
 // ---- begin wisp/sim/timeline_sim.hpp -----------------------------------------------------------
@@ -13875,7 +13972,7 @@ inline sim_result simulate_named(std::string_view policy, const trace::routing_t
 ///    After the pass the predictor learns it (online: predict, then learn).
 ///
 /// TPOT is the modelled time per pass (one token per trace step). With no prefetch and zero
-/// compute the stall is the serial model's (`sim::simulate`: every miss costs one copy).
+/// compute the stall is the serial model's (`simulate`: every miss costs one copy).
 ///
 /// **Prefetch accounting.** A prefetch is *useful* when its layer's call in that pass routes the
 /// expert. precision = useful / started; recall = useful / (useful + demand misses); wasted bytes
@@ -14100,19 +14197,18 @@ struct timeline_result {
 ///   miss policy (its future would not be the sequence replayed), or a policy breaking its
 ///   contract.
 template <eviction_policy Policy, class MakePolicy>
-timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config,
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
                                   MakePolicy make_policy);
 
 /// @brief `simulate_timeline` with a default-constructed policy; `belady` is built from the
 /// trace's future, `predicted_next_use` gets the simulator's predictor attached.
 template <eviction_policy Policy>
-timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config);
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config);
 
 /// The built-in policy named `policy` (`visit_policy`: the names of `builtin_policy_names`, `-`
 /// read as `_`).
 /// @throws wisp::logic_error on an unknown name, and as `simulate_timeline`.
-inline timeline_result simulate_timeline_named(std::string_view policy,
-                                               const trace::routing_trace& trace,
+inline timeline_result simulate_timeline_named(std::string_view policy, const routing_trace& trace,
                                                const timeline_config& config);
 
 }  // namespace wisp
@@ -14128,7 +14224,7 @@ template <eviction_policy Policy>
 class timeline_replay {
  public:
   template <class MakePolicy>
-  timeline_replay(const trace::routing_trace& trace, const timeline_config& config,
+  timeline_replay(const routing_trace& trace, const timeline_config& config,
                   MakePolicy& make_policy)
       : trace_(trace),
         config_(config),
@@ -14137,8 +14233,9 @@ class timeline_replay {
         predictor_(shape_, config.predictor),
         pass_(shape_),
         queue_(shape_.layers, shape_.experts) {
-    const key_layout layout = global_ ? key_layout::global(shape_.layers, shape_.experts)
-                                      : key_layout::per_layer(shape_.experts, shape_.layers);
+    const key_layout layout =
+        global_ ? key_layout{cache_scope::global, shape_.layers, shape_.experts}
+                : key_layout{cache_scope::per_layer, shape_.layers, shape_.experts};
     const std::int32_t high = layout.size();
     WISP_EXPECTS(config.capacity >= shape_.top_k && config.capacity <= high,
                  "simulate_timeline: capacity ", config.capacity,
@@ -14353,9 +14450,9 @@ class timeline_replay {
     }
   }
 
-  const trace::routing_trace& trace_;
+  const routing_trace& trace_;
   const timeline_config& config_;
-  trace::trace_shape shape_;
+  moe_shape shape_;
   bool global_;
   coactivation_predictor predictor_;
   routing_pass pass_;
@@ -14376,9 +14473,9 @@ class timeline_replay {
 };
 
 // The per-cache sequences of distinct keys a fetch-only replay accesses (belady's future).
-inline std::vector<std::vector<cache_key>> timeline_futures(const trace::routing_trace& trace,
+inline std::vector<std::vector<cache_key>> timeline_futures(const routing_trace& trace,
                                                             bool global) {
-  const trace::trace_shape& shape = trace.shape();
+  const moe_shape& shape = trace.shape();
   std::vector<std::vector<cache_key>> keys(global ? 1 : static_cast<std::size_t>(shape.layers));
   for (std::size_t s = 0; s < trace.steps(); ++s) {
     for (std::int32_t l = 0; l < shape.layers; ++l) {
@@ -14399,7 +14496,7 @@ inline std::vector<std::vector<cache_key>> timeline_futures(const trace::routing
 }  // namespace detail
 
 template <eviction_policy Policy, class MakePolicy>
-timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config,
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
                                   MakePolicy make_policy) {
   config.validate();
   if constexpr (std::is_same_v<Policy, belady>) {
@@ -14415,8 +14512,7 @@ timeline_result simulate_timeline(const trace::routing_trace& trace, const timel
 }
 
 template <eviction_policy Policy>
-timeline_result simulate_timeline(const trace::routing_trace& trace,
-                                  const timeline_config& config) {
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config) {
   if constexpr (std::is_same_v<Policy, belady>) {
     const bool global = config.scope == cache_scope::global;
     const auto futures = detail::timeline_futures(trace, global);
@@ -14428,8 +14524,7 @@ timeline_result simulate_timeline(const trace::routing_trace& trace,
   }
 }
 
-inline timeline_result simulate_timeline_named(std::string_view policy,
-                                               const trace::routing_trace& trace,
+inline timeline_result simulate_timeline_named(std::string_view policy, const routing_trace& trace,
                                                const timeline_config& config) {
   return visit_policy(policy, [&]<class Policy>(std::type_identity<Policy>) {
     return simulate_timeline<Policy>(trace, config);
@@ -15975,7 +16070,7 @@ inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> s
                        std::to_string(ref.first + ref.count) + ") should be " +
                        std::to_string(ref.bytes) + " bytes, got " + std::to_string(stored.size()));
   }
-  if (verify && trace::detail::crc32(stored) != ref.crc) {
+  if (verify && detail::crc32(stored) != ref.crc) {
     throw format_error("CRC-32 mismatch in the E-chunk of elements [" + std::to_string(ref.first) +
                        ", " + std::to_string(ref.first + ref.count) + ")");
   }
@@ -16033,7 +16128,7 @@ class compressed_bf16 {
       z.bytes_.insert(z.bytes_.end(), encoded.begin(), encoded.end());
     }
     for (chunk_ref& c : z.chunks_) {
-      c.crc = trace::detail::crc32(z.chunk_bytes(c));
+      c.crc = detail::crc32(z.chunk_bytes(c));
     }
     z.write_header();
     return z;
@@ -16070,7 +16165,7 @@ class compressed_bf16 {
       fail(size, "truncated chunk table (" + std::to_string(size) + " of " +
                      std::to_string(header) + " header bytes)");
     }
-    if (trace::detail::crc32(std::span<const std::uint8_t>(bytes.data(), header - 4)) !=
+    if (detail::crc32(std::span<const std::uint8_t>(bytes.data(), header - 4)) !=
         get_u32(bytes, header - 4)) {
       fail(header - 4, "header checksum mismatch");
     }
@@ -16113,7 +16208,7 @@ class compressed_bf16 {
     z.bytes_ = std::move(bytes);
     for (std::uint32_t c = 0; c <= k; ++c) {
       const chunk_ref& r = z.chunks_[c];
-      if (trace::detail::crc32(z.chunk_bytes(r)) != r.crc) {
+      if (detail::crc32(z.chunk_bytes(r)) != r.crc) {
         fail(r.offset, "chunk " + std::to_string(c) + " checksum mismatch");
       }
     }
@@ -16214,8 +16309,7 @@ class compressed_bf16 {
       put(at + 20, static_cast<std::uint8_t>(chunks_[c].coder), 1);
     }
     const std::size_t header = wzbf::header_bytes(e_chunks());
-    put(header - 4, trace::detail::crc32(std::span<const std::uint8_t>(bytes_.data(), header - 4)),
-        4);
+    put(header - 4, detail::crc32(std::span<const std::uint8_t>(bytes_.data(), header - 4)), 4);
   }
 
   std::uint64_t elements_ = 0;
@@ -16479,7 +16573,7 @@ class bf16_archive {
                  " segments is more than 2^32 - 1");
     put(out, 12, segments_.size(), 4);
     put(out, 16, original_bytes(), 8);
-    put(out, 28, trace::detail::crc32(std::span(out).first(28)), 4);
+    put(out, 28, detail::crc32(std::span(out).first(28)), 4);
     for (const archive_segment& s : segments_) {
       WISP_EXPECTS(s.name.size() <= wzar::max_name, "bf16_archive: segment name of ", s.name.size(),
                    " bytes is longer than ", wzar::max_name);
@@ -16490,13 +16584,13 @@ class bf16_archive {
       put(out, at + 4, s.name.size(), 4);
       put(out, at + 8, stored.size(), 8);
       put(out, at + 16, s.original_bytes, 8);
-      std::uint32_t crc = trace::detail::crc32(
+      std::uint32_t crc = detail::crc32(
           std::span(reinterpret_cast<const std::uint8_t*>(s.name.data()), s.name.size()));
       if (!s.tensor) {
-        crc = trace::detail::crc32_update(crc, stored);
+        crc = detail::crc32_update(crc, stored);
       }
       put(out, at + 24, crc, 4);
-      put(out, at + 28, trace::detail::crc32(std::span(out).subspan(at, 28)), 4);
+      put(out, at + 28, detail::crc32(std::span(out).subspan(at, 28)), 4);
       out.insert(out.end(), s.name.begin(), s.name.end());
       out.insert(out.end(), stored.begin(), stored.end());
     }
@@ -16518,7 +16612,7 @@ class bf16_archive {
     if (bytes.size() < wzar::header_bytes) {
       fail(bytes.size(), "truncated header");
     }
-    if (trace::detail::crc32(bytes.first(28)) != u32(28)) {
+    if (detail::crc32(bytes.first(28)) != u32(28)) {
       fail(28, "header checksum mismatch");
     }
     if (u32(8) != wzar::version) {
@@ -16535,7 +16629,7 @@ class bf16_archive {
       if (bytes.size() - at < wzar::descriptor_bytes) {
         fail(at, "truncated descriptor of segment " + std::to_string(i));
       }
-      if (trace::detail::crc32(bytes.subspan(at, 28)) != u32(at + 28)) {
+      if (detail::crc32(bytes.subspan(at, 28)) != u32(at + 28)) {
         fail(at + 28, "descriptor checksum mismatch in segment " + std::to_string(i));
       }
       const std::uint8_t kind = bytes[at];
@@ -16554,9 +16648,9 @@ class bf16_archive {
       }
       const std::span<const std::uint8_t> name = bytes.subspan(data, name_bytes);
       const std::span<const std::uint8_t> payload = bytes.subspan(data + name_bytes, stored);
-      std::uint32_t crc = trace::detail::crc32(name);
+      std::uint32_t crc = detail::crc32(name);
       if (kind == 0) {
-        crc = trace::detail::crc32_update(crc, payload);
+        crc = detail::crc32_update(crc, payload);
       }
       if (crc != u32(at + 24)) {
         fail(at + 24, "segment " + std::to_string(i) + " checksum mismatch");
@@ -17665,7 +17759,8 @@ class tiered_cache {
       threshold += config.capacity[p];
       threshold_[p] = threshold;
       if (config.capacity[p] > 0) {
-        pools_[p].emplace(key_layout::per_layer(experts), config.capacity[p], make_policy());
+        pools_[p].emplace(key_layout{cache_scope::per_layer, 1, experts}, config.capacity[p],
+                          make_policy());
       }
     }
   }
@@ -18310,7 +18405,7 @@ struct tiered_sim_config {
 /// the rank-r count divided by that layer's calls. Sums to `top_k` (a call's ids are distinct).
 /// O(accesses + layers x E log E).
 /// @throws wisp::logic_error if the trace has no call.
-[[nodiscard]] inline std::vector<double> rank_marginals(const trace::routing_trace& t) {
+[[nodiscard]] inline std::vector<double> rank_marginals(const routing_trace& t) {
   const auto layers = static_cast<std::size_t>(t.shape().layers);
   const auto experts = static_cast<std::size_t>(t.shape().experts);
   std::vector<std::uint64_t> counts(layers * experts, 0);
@@ -18345,7 +18440,7 @@ struct tiered_sim_config {
 /// @brief Plans the pools of `cfg` for `t` (Algorithm 4 on the trace's rank marginals, fitted
 /// with `fit_selection_probabilities`). O(grid points x (E k + C(k + 4, 4))).
 /// @throws wisp::logic_error as `rank_marginals`, `fit_selection_probabilities`, `plan_tiers`.
-[[nodiscard]] inline tier_plan plan_for_trace(const trace::routing_trace& t,
+[[nodiscard]] inline tier_plan plan_for_trace(const routing_trace& t,
                                               const tiered_sim_config& cfg) {
   const std::vector<double> f = rank_marginals(t);
   const selection_fit fit = fit_selection_probabilities(f, t.shape().top_k);
@@ -18409,7 +18504,7 @@ inline double plain_makespan(std::int32_t hits, std::int32_t misses, double full
 /// log E) plus one schedule per distinct hit pattern (memoised: every expert has the same shape
 /// and execution time). Calls must have `top_k` distinct experts.
 /// @throws wisp::logic_error on an invalid config or a call with repeated experts.
-[[nodiscard]] inline tiered_sim_result simulate_tiered(const trace::routing_trace& t,
+[[nodiscard]] inline tiered_sim_result simulate_tiered(const routing_trace& t,
                                                        const tiered_sim_config& cfg) {
   cfg.validate();
   const std::int32_t experts = t.shape().experts;

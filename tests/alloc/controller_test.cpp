@@ -16,19 +16,19 @@
 namespace {
 
 using namespace wisp::literals;
-using wisp::alloc::controller_config;
-using wisp::alloc::controller_reason;
-using wisp::alloc::split_controller;
+using wisp::controller_config;
+using wisp::controller_reason;
+using wisp::split_controller;
 
 // OLMoE at 8 GiB with a 1024-token floor: caps [8, 42]; cap c leaves 4096 - 96 c KV blocks.
-split_controller make(controller_config cfg, std::uint32_t start) {
+split_controller make(controller_config cfg, std::int32_t start) {
   return split_controller{
-      wisp::alloc::model_preset("olmoe-1b-7b"), 8_GiB, {1, 1024}, {25e9, 2e-4}, cfg, start};
+      wisp::model_preset("olmoe-1b-7b"), 8_GiB, {1, 1024}, {25e9, 2e-4}, cfg, start};
 }
 
 // One burst: `n` accesses at each listed distance.
-void burst(split_controller& c, const std::vector<std::uint32_t>& expert,
-           const std::vector<std::uint32_t>& kv, double n = 100) {
+void burst(split_controller& c, const std::vector<std::int32_t>& expert,
+           const std::vector<std::int32_t>& kv, double n = 100) {
   for (const auto d : expert) {
     c.record_expert(d, n);
   }
@@ -41,27 +41,28 @@ void burst(split_controller& c, const std::vector<std::uint32_t>& expert,
 // record_expert the distances of one independent stack per layer looked up before each request,
 // and not those of a per-access stack (the two differ on this stream).
 TEST(Controller, ExpertCallsAreMeasuredPerCallPerLayer) {
-  const auto m = wisp::alloc::model_preset("olmoe-1b-7b");
+  const auto m = wisp::model_preset("olmoe-1b-7b");
   controller_config cfg;
   cfg.gate = 0;
   cfg.dead_zone = 0;
   auto by_calls = make(cfg, 20);
   auto by_hand = make(cfg, 20);
   auto per_access = make(cfg, 20);
-  std::vector<wisp::reuse::reuse_distance_counter> stacks(m.layers,
-                                                          wisp::reuse::reuse_distance_counter{64});
-  std::vector<wisp::reuse::reuse_distance_counter> access_stacks = stacks;
+  std::vector<wisp::reuse_distance_counter> stacks(m.layers, wisp::reuse_distance_counter{64});
+  std::vector<wisp::reuse_distance_counter> access_stacks = stacks;
   std::mt19937_64 rng{3};
-  std::vector<std::uint32_t> ids(8);
+  std::vector<std::int32_t> ids(8);
+  std::vector<std::uint32_t> keys(8);  // the same ids as the reuse counter's keys
   std::vector<std::uint32_t> d(8);
   for (int round = 0; round < 30; ++round) {
     for (int token = 0; token < 20; ++token) {
-      for (std::uint32_t l = 0; l < m.layers; ++l) {
-        for (std::uint32_t j = 0; j < 8; ++j) {  // 8 distinct experts among 12 + j * 4
-          ids[j] = static_cast<std::uint32_t>((j * 4 + rng() % 4 + (l % 2) * 20) % 64);
+      for (std::int32_t l = 0; l < m.layers; ++l) {
+        for (std::int32_t j = 0; j < 8; ++j) {  // 8 distinct experts among 12 + j * 4
+          ids[j] = static_cast<std::int32_t>((j * 4 + rng() % 4 + (l % 2) * 20) % 64);
         }
         by_calls.record_expert_call(l, ids);
-        stacks[l].access_call(ids, d);
+        keys.assign(ids.begin(), ids.end());
+        stacks[l].access_call(keys, d);
         for (const auto x : d) {
           by_hand.record_expert(x);
         }
@@ -80,7 +81,7 @@ TEST(Controller, ExpertCallsAreMeasuredPerCallPerLayer) {
     EXPECT_DOUBLE_EQ(a.current_cost, b.current_cost);
   }
   EXPECT_NE(by_calls.predicted_cost(10), per_access.predicted_cost(10));
-  const std::uint32_t out_of_range[] = {1, 64};
+  const std::int32_t out_of_range[] = {1, 64};
   EXPECT_THROW(by_calls.record_expert_call(0, out_of_range), wisp::logic_error);
   EXPECT_THROW(by_calls.record_expert_call(16, ids), wisp::logic_error);
 }
@@ -104,8 +105,8 @@ TEST(Controller, GridAndFeasibleRange) {
 TEST(Controller, NoSignalNoMoveAndColdIsIgnored) {
   auto c = make({}, 20);
   EXPECT_EQ(c.end_burst().reason, controller_reason::no_signal);
-  c.record_expert(wisp::reuse::reuse_distance_counter::cold, 1e6);  // first sights only
-  c.record_kv(wisp::reuse::reuse_distance_counter::cold, 1e6);
+  c.record_expert(wisp::reuse_distance_counter::cold, 1e6);  // first sights only
+  c.record_kv(wisp::reuse_distance_counter::cold, 1e6);
   EXPECT_EQ(c.end_burst().reason, controller_reason::no_signal);
 }
 
@@ -116,7 +117,7 @@ TEST(Controller, CrossesTheBimodalGapWithRateLimitedMoves) {
   cfg.rate_limit = 4;
   cfg.dead_zone = 2;
   auto c = make(cfg, 10);
-  std::vector<std::uint32_t> caps;
+  std::vector<std::int32_t> caps;
   for (int i = 0; i < 12; ++i) {
     burst(c, {2, 2, 30}, {50});
     const auto d = c.end_burst();
@@ -130,7 +131,7 @@ TEST(Controller, CrossesTheBimodalGapWithRateLimitedMoves) {
     }
     caps.push_back(c.current().expert_cap);
   }
-  const std::vector<std::uint32_t> expected{14, 18, 22, 26, 30, 30, 30, 30, 30, 30, 30, 30};
+  const std::vector<std::int32_t> expected{14, 18, 22, 26, 30, 30, 30, 30, 30, 30, 30, 30};
   EXPECT_EQ(caps, expected);
 }
 
@@ -178,17 +179,17 @@ TEST(Controller, DeadZoneAndGateHoldTheSplit) {
 // Round-to-round noise: each burst samples accesses from one fixed distribution. With the gate
 // and dead-zone the controller settles and stays; with them off it wanders.
 struct noisy_run {
-  std::uint32_t moves_after_warmup = 0;
-  std::uint32_t reversals = 0;
-  std::uint32_t final_cap = 0;
+  std::int32_t moves_after_warmup = 0;
+  std::int32_t reversals = 0;
+  std::int32_t final_cap = 0;
 };
 
 noisy_run run_noisy(controller_config cfg, std::uint64_t seed) {
   auto c = make(cfg, 12);
   std::mt19937_64 rng{seed};
   // Experts: distances uniform in [1, 26]; KV: uniform in [1, 2200] blocks (kept up to cap 20).
-  std::uniform_int_distribution<std::uint32_t> ed(1, 26);
-  std::uniform_int_distribution<std::uint32_t> kd(1, 2200);
+  std::uniform_int_distribution<std::int32_t> ed(1, 26);
+  std::uniform_int_distribution<std::int32_t> kd(1, 2200);
   noisy_run r;
   int last_direction = 0;
   for (int b = 0; b < 300; ++b) {
@@ -228,7 +229,7 @@ TEST(Controller, WithoutHysteresisTheSameNoiseMovesTheSplit) {
   loose.gate = 0;
   loose.dead_zone = 0;
   loose.decay = 0.3;
-  std::uint32_t moves = 0;
+  std::int32_t moves = 0;
   for (std::uint64_t seed = 1; seed <= 5; ++seed) {
     moves += run_noisy(loose, seed).moves_after_warmup;
   }

@@ -15,16 +15,16 @@
 namespace {
 
 using namespace wisp::literals;
+using wisp::admission_floor;
 using wisp::byte_size;
-using wisp::alloc::admission_floor;
-using wisp::alloc::make_split;
-using wisp::alloc::model_preset;
+using wisp::make_split;
+using wisp::model_preset;
 
 TEST(Split, HandComputedQwen3At24GiB) {
   const auto m = model_preset("qwen3-30b-a3b");
   // cap 32: 32 x 48 x 9 MiB = 13824 MiB; rest 24576 - 13824 = 10752 MiB; block 1.5 MiB -> 7168.
   const auto s = make_split(m, 24_GiB, 32);
-  EXPECT_EQ(s.expert_cap, 32u);
+  EXPECT_EQ(s.expert_cap, 32);
   EXPECT_EQ(s.expert_bytes, 13824_MiB);
   EXPECT_EQ(s.kv_blocks, 7168u);
   EXPECT_EQ(s.kv_tokens, 7168u * 16);
@@ -46,7 +46,7 @@ TEST(Split, HandComputedEveryPreset) {
   struct row {
     const char* name;
     byte_size budget;
-    std::uint32_t cap;
+    std::int32_t cap;
     std::uint64_t blocks;
     std::uint64_t slack;
   };
@@ -77,12 +77,12 @@ TEST(Split, HandComputedEveryPreset) {
 }
 
 TEST(Split, ConservationAtEveryCapAndOddBudgets) {
-  for (const auto& entry : wisp::alloc::model_presets()) {
+  for (const auto& entry : wisp::model_presets()) {
     const auto m = entry.config.spec();
     for (const std::uint64_t budget :
          {m.cap_unit_bytes().count() * m.experts, m.cap_unit_bytes().count() * m.top_k + 12345,
           (24_GiB).count() + 7, (80_GiB).count() - 1}) {
-      for (std::uint32_t c = m.top_k; c <= m.experts; ++c) {
+      for (std::int32_t c = m.top_k; c <= m.experts; ++c) {
         if (m.expert_pool_bytes(c).count() > budget) {
           EXPECT_THROW((void)make_split(m, byte_size{budget}, c), wisp::logic_error);
           continue;
@@ -120,38 +120,38 @@ TEST(AdmissionFloor, BlocksRoundUpAndAdmits) {
 }
 
 TEST(AdmissionFloor, MaxFeasibleCapMatchesBruteForce) {
-  for (const auto& entry : wisp::alloc::model_presets()) {
+  for (const auto& entry : wisp::model_presets()) {
     const auto m = entry.config.spec();
     for (const admission_floor f : {admission_floor{0, 0}, admission_floor{4, 8192},
                                     admission_floor{1, 32768}, admission_floor{16, 4096}}) {
-      const auto lowest = wisp::alloc::minimum_budget(m, f);
+      const auto lowest = wisp::minimum_budget(m, f);
       for (std::uint64_t step = 0; step < 40; ++step) {
         const byte_size budget{lowest.count() + step * (m.cap_unit_bytes().count() / 3 + 977)};
-        std::uint32_t brute = 0;
-        for (std::uint32_t c = m.top_k; c <= m.experts; ++c) {
+        std::int32_t brute = 0;
+        for (std::int32_t c = m.top_k; c <= m.experts; ++c) {
           if (m.expert_pool_bytes(c) <= budget && f.admits(m, make_split(m, budget, c))) {
             brute = c;
           } else {
             break;
           }
         }
-        ASSERT_EQ(wisp::alloc::max_feasible_cap(m, budget, f), brute)
+        ASSERT_EQ(wisp::max_feasible_cap(m, budget, f), brute)
             << entry.config.name << " budget " << budget.count();
-        ASSERT_TRUE(wisp::alloc::feasible(m, budget, f, brute));
+        ASSERT_TRUE(wisp::feasible(m, budget, f, brute));
       }
     }
   }
 }
 
 TEST(AdmissionFloor, SmallestBudgetIsExact) {
-  for (const auto& entry : wisp::alloc::model_presets()) {
+  for (const auto& entry : wisp::model_presets()) {
     const auto m = entry.config.spec();
     const admission_floor f{4, 8191};
-    const auto lowest = wisp::alloc::minimum_budget(m, f);
-    EXPECT_EQ(wisp::alloc::max_feasible_cap(m, lowest, f), m.top_k);
+    const auto lowest = wisp::minimum_budget(m, f);
+    EXPECT_EQ(wisp::max_feasible_cap(m, lowest, f), m.top_k);
     const byte_size below{lowest.count() - 1};
     wisp::test::expect_error<wisp::infeasible_error>(
-        [&] { (void)wisp::alloc::max_feasible_cap(m, below, f); }, std::to_string(below.count()),
+        [&] { (void)wisp::max_feasible_cap(m, below, f); }, std::to_string(below.count()),
         std::to_string(lowest.count()), "32764 tokens");  // the floor
   }
 }
@@ -159,19 +159,19 @@ TEST(AdmissionFloor, SmallestBudgetIsExact) {
 TEST(AdmissionFloor, BudgetBelowTheMinimumExpertCap) {
   const auto m = model_preset("qwen3-30b-a3b");
   wisp::test::expect_error<wisp::infeasible_error>(
-      [&] { (void)wisp::alloc::max_feasible_cap(m, 1_GiB, {}); },
+      [&] { (void)wisp::max_feasible_cap(m, 1_GiB, {}); },
       "below the fixed cost of the minimum expert cap",
       std::to_string(m.expert_pool_bytes(8).count()), "budget 1073741824 B (1.00 GiB)");
 }
 
 TEST(Units, BytesWithGibBeside) {
-  EXPECT_EQ(wisp::alloc::format_bytes_and_gib(25769803776), "25769803776 B (24.00 GiB)");
-  EXPECT_EQ(wisp::alloc::format_bytes_and_gib(0), "0 B (0.00 GiB)");
-  EXPECT_EQ(wisp::alloc::format_bytes_and_gib(40565735424), "40565735424 B (37.78 GiB)");
+  EXPECT_EQ(wisp::format_bytes_and_gib(25769803776), "25769803776 B (24.00 GiB)");
+  EXPECT_EQ(wisp::format_bytes_and_gib(0), "0 B (0.00 GiB)");
+  EXPECT_EQ(wisp::format_bytes_and_gib(40565735424), "40565735424 B (37.78 GiB)");
 }
 
 TEST(Units, ParsesSizesExactly) {
-  using wisp::alloc::parse_byte_size;
+  using wisp::parse_byte_size;
   EXPECT_EQ(parse_byte_size("24GiB"), 24_GiB);
   EXPECT_EQ(parse_byte_size("24 GiB"), 24_GiB);
   EXPECT_EQ(parse_byte_size("1.5GiB"), 1536_MiB);

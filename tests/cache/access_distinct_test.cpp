@@ -84,7 +84,7 @@ TEST(SlotCacheProtect, ReturnsWhetherTheKeyWasNewlyProtected) {
 // Random calls with repeats, global scope over 3 layers: access_distinct on the raw keys against
 // access_call on the deduplicated keys, result by result and state by state.
 TYPED_TEST(AccessDistinct, EqualsAccessCallOnTheDistinctKeys) {
-  const key_layout layout = key_layout::global(3, 6);
+  const key_layout layout = key_layout{cache_scope::global, 3, 6};
   const random_calls script = make_random_calls(layout, 7);
   const auto& calls = script.calls;
   const auto& where = script.where;
@@ -116,7 +116,7 @@ TYPED_TEST(AccessDistinct, EqualsAccessCallOnTheDistinctKeys) {
 // cache: same distinct keys, same misses in the same order and slots, and the notes plus the
 // misses leave every key's current slot with the caller.
 TYPED_TEST(AccessDistinct, UncheckedCallEqualsAccessDistinct) {
-  const key_layout layout = key_layout::global(3, 6);
+  const key_layout layout = key_layout{cache_scope::global, 3, 6};
   const random_calls script = make_random_calls(layout, 11);
   const auto& calls = script.calls;
   const auto& where = script.where;

@@ -138,10 +138,10 @@ void expect_matches(history_reference::rule rule, Policy prototype, double half_
   // Every count is a sum of powers of two spanning at most 50 bits: exact in a double.
   const std::uint32_t steps = half_life < 1.0 ? 25 : 40;
   const bool global = scope == cache_scope::global;
-  const key_layout layout =
-      global ? key_layout::global(layers, experts) : key_layout::per_layer(experts, layers);
+  const key_layout layout = global ? key_layout{cache_scope::global, layers, experts}
+                                   : key_layout{cache_scope::per_layer, layers, experts};
   const auto calls = random_calls(rng, layers, experts, k, steps, !global);
-  const trace::trace_shape shape{layers, experts, k};
+  const moe_shape shape{layers, experts, k};
   coactivation_predictor predictor(shape);
   routing_pass pass(shape);
   if (with_predictor) {
@@ -226,8 +226,10 @@ TEST(PredictedNextUse, MatchesItsReferenceWithAndWithoutAPredictor) {
 TEST(PredictedNextUse, EqualsDecayedFrequencyInPerLayerScope) {
   std::mt19937_64 rng(17);
   const auto calls = random_calls(rng, 1, 16, 3, 200, true);
-  slot_cache<decayed_frequency> a(key_layout::per_layer(16, 1), 6, decayed_frequency(8));
-  slot_cache<predicted_next_use> b(key_layout::per_layer(16, 1), 6, predicted_next_use(8));
+  slot_cache<decayed_frequency> a(key_layout{cache_scope::per_layer, 1, 16}, 6,
+                                  decayed_frequency(8));
+  slot_cache<predicted_next_use> b(key_layout{cache_scope::per_layer, 1, 16}, 6,
+                                   predicted_next_use(8));
   std::vector<access_result> ra(3), rb(3);
   std::uint64_t t = 0;
   for (const auto& call : calls) {

@@ -55,14 +55,14 @@ struct no_victim {
 };
 static_assert(!eviction_policy<no_victim>);
 
-struct victim_returns_slot_id {
+struct victim_returns_strong_id {
   void reset(const key_layout&);
   void on_insert(cache_key, const access_context&);
   void on_hit(cache_key, const access_context&);
   void on_erase(cache_key);
-  slot_id victim(const access_context&, protected_keys);
+  expert_id victim(const access_context&, protected_keys);
 };
-static_assert(!eviction_policy<victim_returns_slot_id>);
+static_assert(!eviction_policy<victim_returns_strong_id>);
 
 struct takes_no_protection {
   void reset(const key_layout&);
@@ -141,11 +141,11 @@ TEST(ProtectSet, AssignReturnsTheDistinctKeysInFirstSeenOrder) {
 }
 
 TEST(KeyLayout, DecodesKeys) {
-  constexpr key_layout g = key_layout::global(3, 5);
+  constexpr key_layout g = key_layout{cache_scope::global, 3, 5};
   static_assert(g.size() == 15 && g.layer_of(11, 0) == 2 && g.key_of(2, 1) == 11);
-  constexpr key_layout p = key_layout::per_layer(5, 3);
+  constexpr key_layout p = key_layout{cache_scope::per_layer, 3, 5};
   static_assert(p.size() == 5 && p.layer_of(4, 2) == 2 && p.key_of(2, 4) == 4);
-  EXPECT_THROW(key_layout::global(70000, 70000).validate(), logic_error);
+  EXPECT_THROW((key_layout{cache_scope::global, 70000, 70000}.validate()), logic_error);
 }
 
 }  // namespace

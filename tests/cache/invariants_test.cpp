@@ -84,8 +84,9 @@ TYPED_TEST_SUITE(CacheInvariants, all_policies, wisp::test::policy_names);
 TYPED_TEST(CacheInvariants, HoldUnderRandomOperations) {
   std::mt19937_64 rng(31337);
   std::size_t operations = 0;
-  const key_layout layouts[] = {key_layout::global(4, 8), key_layout::per_layer(24, 3),
-                                key_layout::global(2, 3), key_layout::per_layer(1, 2)};
+  const key_layout layouts[] = {
+      key_layout{cache_scope::global, 4, 8}, key_layout{cache_scope::per_layer, 3, 24},
+      key_layout{cache_scope::global, 2, 3}, key_layout{cache_scope::per_layer, 2, 1}};
   for (const key_layout& layout : layouts) {
     for (int rep = 0; rep < 2; ++rep) {
       const auto capacity =

@@ -42,7 +42,7 @@ TYPED_TEST(PolicyOracle, GlobalScopeCallsMatchReference) {
     for (int rep = 0; rep < 3; ++rep) {
       const auto calls = random_calls(rng, c.layers, c.experts, c.k, c.steps);
       const auto accesses = flatten(calls);
-      const key_layout layout = key_layout::global(c.layers, c.experts);
+      const key_layout layout = key_layout{cache_scope::global, c.layers, c.experts};
       const std::int32_t capacity = std::min(c.capacity, layout.size());
       slot_cache<TypeParam> cache(layout, capacity, make_policy<TypeParam>(keys_of(accesses)));
       reference_cache ref(rule_of<TypeParam>(), layout, capacity, keys_of(accesses));
@@ -75,7 +75,7 @@ TYPED_TEST(PolicyOracle, RandomSingleAccessesMatchReference) {
   for (int rep = 0; rep < 12; ++rep) {
     const std::int32_t layers = 1 + static_cast<std::int32_t>(rng() % 6);
     const std::int32_t experts = 1 + static_cast<std::int32_t>(rng() % 8);
-    const key_layout layout = key_layout::global(layers, experts);
+    const key_layout layout = key_layout{cache_scope::global, layers, experts};
     const std::int32_t capacity = 1 + static_cast<std::int32_t>(rng() % layout.size());
     std::vector<test::stream_access> accesses;
     std::uint32_t step = 0;
@@ -112,7 +112,7 @@ void large_global_cache_matches_reference() {
   std::mt19937_64 rng(77);
   for (const std::int32_t capacity : {40, 150, 400}) {
     const auto calls = random_calls(rng, 16, 32, 6, 60);
-    const key_layout layout = key_layout::global(16, 32);
+    const key_layout layout = key_layout{cache_scope::global, 16, 32};
     slot_cache<P> cache(layout, capacity);
     reference_cache ref(rule_of<P>(), layout, capacity);
     std::uint64_t t = 0;
@@ -156,7 +156,7 @@ TYPED_TEST(PolicyOracle, PerLayerScopeMatchesReference) {
   });
   std::vector<reference_cache> refs;
   for (std::int32_t l = 0; l < layers; ++l) {
-    refs.emplace_back(rule_of<TypeParam>(), key_layout::per_layer(experts, layers),
+    refs.emplace_back(rule_of<TypeParam>(), key_layout{cache_scope::per_layer, layers, experts},
                       capacities[static_cast<std::size_t>(l)],
                       sub_keys[static_cast<std::size_t>(l)],
                       sub_times[static_cast<std::size_t>(l)]);
@@ -187,7 +187,7 @@ TYPED_TEST(PolicyOracle, BeladyNeverLoses) {
     const std::int32_t k = 1 + static_cast<std::int32_t>(rng() % 3);
     const auto calls = random_calls(rng, layers, experts, k, 30);
     const auto accesses = flatten(calls);
-    const key_layout layout = key_layout::global(layers, experts);
+    const key_layout layout = key_layout{cache_scope::global, layers, experts};
     const std::int32_t capacity =
         k + static_cast<std::int32_t>(rng() % static_cast<std::uint64_t>(layout.size() - k + 1));
     slot_cache<TypeParam> cache(layout, capacity, make_policy<TypeParam>(keys_of(accesses)));

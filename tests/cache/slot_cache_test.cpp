@@ -351,7 +351,10 @@ TYPED_TEST(SlotCache, RejectsBadInput) {
   expect_error([] { slot_cache<TypeParam> c(0, 1, make_policy<TypeParam>({})); },
                "experts must be >= 1, got 0");
   expect_error(
-      [] { slot_cache<TypeParam> c(key_layout::global(0, 4), 1, make_policy<TypeParam>({})); },
+      [] {
+        slot_cache<TypeParam> c(key_layout{cache_scope::global, 0, 4}, 1,
+                                make_policy<TypeParam>({}));
+      },
       "layers must be >= 1, got 0");
 
   slot_cache<TypeParam> cache(8, 3, make_policy<TypeParam>({1, 2}));
@@ -460,7 +463,7 @@ TYPED_TEST(SlotCache, ShrinkThatWouldEvictProtectedKeysThrowsAndChangesNothing) 
 
 TEST(SlotCacheCollision, CountsMissesOnKeysEvictedInTheSamePass) {
   // Global scope, 2 layers x 2 experts, capacity 1.
-  slot_cache<lru> cache(key_layout::global(2, 2), 1);
+  slot_cache<lru> cache(key_layout{cache_scope::global, 2, 2}, 1);
   cache.access(0, {0, 0, 0});                        // layer 0 expert 0
   EXPECT_EQ(cache.access(2, {0, 1, 1}).evicted, 0);  // layer 1 expert 0 evicts key 0
   const auto again = cache.access(0, {0, 0, 2});     // same pass: collision
@@ -487,7 +490,7 @@ TEST(SlotCacheCollision, InvalidateIsNotAnEviction) {
 
 TEST(LeastStale, EvictsStaleBeforeCurrentAndTheLayerNeededLastFirst) {
   // 4 layers x 2 experts, global scope, capacity 5.
-  const key_layout layout = key_layout::global(4, 2);
+  const key_layout layout = key_layout{cache_scope::global, 4, 2};
   slot_cache<least_stale> cache(layout, 5);
   std::uint64_t t = 0;
   auto at = [&](std::uint32_t step, std::int32_t layer, std::int32_t expert) {
@@ -519,7 +522,7 @@ TEST(LeastStale, EvictsStaleBeforeCurrentAndTheLayerNeededLastFirst) {
 }
 
 TEST(LeastStale, CurrentKeysGoOnlyWhenNoStaleKeyIsLeft) {
-  const key_layout layout = key_layout::global(3, 2);
+  const key_layout layout = key_layout{cache_scope::global, 3, 2};
   slot_cache<least_stale> cache(layout, 2);
   std::uint64_t t = 0;
   auto at = [&](std::uint32_t step, std::int32_t layer, std::int32_t expert) {
@@ -532,7 +535,7 @@ TEST(LeastStale, CurrentKeysGoOnlyWhenNoStaleKeyIsLeft) {
 }
 
 TEST(Fld, EvictsTheLayerNeededLast) {
-  const key_layout layout = key_layout::global(4, 1);  // key == layer
+  const key_layout layout = key_layout{cache_scope::global, 4, 1};  // key == layer
   slot_cache<fld> cache(layout, 3);
   std::uint64_t t = 0;
   cache.access(0, {0, 0, t++});
@@ -546,7 +549,7 @@ TEST(Fld, EvictsTheLayerNeededLast) {
 }
 
 TEST(Fld, EvictsTheExecutingLayersUnrequestedExpertsFirst) {
-  const key_layout layout = key_layout::global(3, 2);  // key = layer * 2 + expert
+  const key_layout layout = key_layout{cache_scope::global, 3, 2};  // key = layer * 2 + expert
   slot_cache<fld> cache(layout, 3);
   std::uint64_t t = 0;
   for (std::int32_t l = 0; l < 3; ++l)
@@ -560,8 +563,8 @@ TEST(Fld, EvictsTheExecutingLayersUnrequestedExpertsFirst) {
 TEST(LayerPolicies, PerLayerScopeReducesToTheTieBreak) {
   // One layer's cache: the distance is the same for every key, so fld is LRU and least_stale is
   // stale-then-LRU.
-  slot_cache<fld> f(key_layout::per_layer(4, 3), 2);
-  slot_cache<lru> l(key_layout::per_layer(4, 3), 2);
+  slot_cache<fld> f(key_layout{cache_scope::per_layer, 3, 4}, 2);
+  slot_cache<lru> l(key_layout{cache_scope::per_layer, 3, 4}, 2);
   std::uint64_t t = 0;
   for (const cache_key k : {0, 1, 0, 2, 3, 1, 0, 2}) {
     const access_context ctx{static_cast<std::uint32_t>(t), 1, t};

@@ -142,13 +142,15 @@ void expect_same_run(key_layout layout, std::int32_t capacity, std::uint32_t see
 
 TEST(WholeCallLru, EqualsPerAccessLruPerLayer) {
   for (std::int32_t cap : {1, 2, 8, 32, 64}) {
-    expect_same_run(key_layout::per_layer(64), cap, 11u + static_cast<std::uint32_t>(cap), 20000);
+    expect_same_run(key_layout{cache_scope::per_layer, 1, 64}, cap,
+                    11u + static_cast<std::uint32_t>(cap), 20000);
   }
 }
 
 TEST(WholeCallLru, EqualsPerAccessLruGlobal) {
   for (std::int32_t cap : {3, 40, 160}) {
-    expect_same_run(key_layout::global(6, 32), cap, 97u + static_cast<std::uint32_t>(cap), 20000);
+    expect_same_run(key_layout{cache_scope::global, 6, 32}, cap,
+                    97u + static_cast<std::uint32_t>(cap), 20000);
   }
 }
 

@@ -157,11 +157,11 @@ void reseal(std::vector<std::uint8_t>& b) {
     const std::uint64_t off = u64(at);
     const std::uint64_t len = u64(at + 8);
     if (off <= b.size() && len <= b.size() - off) {
-      put32(at + 16, wisp::trace::detail::crc32(std::span(b).subspan(off, len)));
+      put32(at + 16, wisp::detail::crc32(std::span(b).subspan(off, len)));
     }
   }
   const std::size_t h = wisp::wzbf::header_bytes(k);
-  put32(h - 4, wisp::trace::detail::crc32(std::span(b).first(h - 4)));
+  put32(h - 4, wisp::detail::crc32(std::span(b).first(h - 4)));
 }
 
 TEST(CompressedBf16, FuzzTruncationsAndBitFlips) {

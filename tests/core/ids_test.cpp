@@ -16,7 +16,7 @@ namespace {
 using namespace wisp::literals;
 
 // Distinct id kinds do not convert into each other or from raw integers.
-static_assert(!std::is_convertible_v<wisp::expert_id, wisp::slot_id>);
+static_assert(!std::is_convertible_v<wisp::expert_id, wisp::layer_id>);
 static_assert(!std::is_convertible_v<std::int32_t, wisp::expert_id>);
 static_assert(!std::is_convertible_v<std::uint64_t, wisp::byte_size>);
 static_assert(std::is_trivially_copyable_v<wisp::expert_id>);
@@ -33,8 +33,8 @@ TEST(StrongId, ComparesHashesAndPrints) {
                                                   wisp::layer_id{2}};
   EXPECT_EQ(layers.size(), 2u);
   std::ostringstream out;
-  out << a << ", " << wisp::slot_id{7} << ", " << wisp::layer_id{0};
-  EXPECT_EQ(out.str(), "expert 3, slot 7, layer 0");
+  out << a << ", " << wisp::layer_id{0};
+  EXPECT_EQ(out.str(), "expert 3, layer 0");
 }
 
 TEST(ByteSize, LiteralsAreBinaryUnits) {

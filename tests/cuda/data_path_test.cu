@@ -296,7 +296,7 @@ TEST(DeviceExpertMap, UploadsAreRefusedDuringCaptureAndBadArgumentsNamed) {
 }
 
 // Every call's ids of a trace, canonical order ([steps x layers x k]).
-std::vector<std::int32_t> all_ids(const wisp::trace::routing_trace& t) {
+std::vector<std::int32_t> all_ids(const wisp::routing_trace& t) {
   std::vector<std::int32_t> ids;
   for (std::size_t s = 0; s < t.steps(); ++s) {
     for (std::int32_t l = 0; l < t.shape().layers; ++l) {
@@ -310,9 +310,8 @@ std::vector<std::int32_t> all_ids(const wisp::trace::routing_trace& t) {
 
 // Steps every call of `t` (in batches of `tokens` tokens, a bad id now and then) on the device
 // and on the host; the maps, copy lists and counters must agree after each.
-void check_device_steps(const wisp::trace::routing_trace& t, std::int32_t capacity,
-                        std::int32_t tokens) {
-  const wisp::trace::trace_shape shape = t.shape();
+void check_device_steps(const wisp::routing_trace& t, std::int32_t capacity, std::int32_t tokens) {
+  const wisp::moe_shape shape = t.shape();
   const wisp::cuda::pager_state_config config{
       .layers = shape.layers, .experts = shape.experts, .capacity = capacity};
   wisp::cuda::device_pager device(config);
@@ -357,21 +356,21 @@ void check_device_steps(const wisp::trace::routing_trace& t, std::int32_t capaci
 
 TEST(DevicePager, StepsEqualTheSameStepRunOnTheHost) {
   WISP_SKIP_WITHOUT_GPU();
-  const auto esft_like = wisp::trace::make_synthetic_trace(
-      wisp::trace::synthetic_preset("default"), 120, wisp::trace::default_synthetic_seed);
+  const auto esft_like = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 120,
+                                                    wisp::default_synthetic_seed);
   check_device_steps(esft_like, 8, 1);
   check_device_steps(esft_like, 16, 4);  // some calls over the capacity
-  auto qwen = wisp::trace::synthetic_preset("qwen3-30b-a3b");
+  auto qwen = wisp::synthetic_preset("qwen3-30b-a3b");
   qwen.layers = 3;
-  const auto wide = wisp::trace::make_synthetic_trace(qwen, 200, 3);
+  const auto wide = wisp::make_synthetic_trace(qwen, 200, 3);
   check_device_steps(wide, 32, 1);
   check_device_steps(wide, 128, 24);  // 192 ids per call: several rounds of the block's scans
 }
 
 TEST(DevicePager, CopyKernelFillsTheSlotsFromPinnedMasters) {
   WISP_SKIP_WITHOUT_GPU();
-  const auto t = wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("default"), 150,
-                                                   wisp::trace::default_synthetic_seed);
+  const auto t = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 150,
+                                            wisp::default_synthetic_seed);
   const std::int32_t layers = 3;
   const std::int32_t experts = t.shape().experts;
   const std::int32_t capacity = 8;

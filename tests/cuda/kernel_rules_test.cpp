@@ -35,13 +35,13 @@ namespace {
 using wisp::bf16;
 
 // The real trace when present, else the synthetic stand-in of the same shape.
-const wisp::trace::routing_trace& routing() {
-  static const wisp::trace::routing_trace trace = [] {
+const wisp::routing_trace& routing() {
+  static const wisp::routing_trace trace = [] {
     if (auto esft = wisp::test::esft_trace()) {
       return std::move(*esft);
     }
-    return wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("default"), 2000,
-                                             wisp::trace::default_synthetic_seed);
+    return wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 2000,
+                                      wisp::default_synthetic_seed);
   }();
   return trace;
 }
@@ -52,7 +52,7 @@ struct batch {
   std::vector<float> weights;
 };
 batch layer_batch(std::size_t step, std::int32_t tokens, std::int32_t layer, std::mt19937& rng) {
-  const wisp::trace::routing_trace& t = routing();
+  const wisp::routing_trace& t = routing();
   std::uniform_real_distribution<float> draw(0.0f, 0.3f);
   batch b;
   for (std::size_t s = step; s < step + static_cast<std::size_t>(tokens); ++s) {
@@ -65,7 +65,7 @@ batch layer_batch(std::size_t step, std::int32_t tokens, std::int32_t layer, std
 }
 
 TEST(RerouteRule, EqualsRerouteTableAndThePagersMapOnRealRouting) {
-  const wisp::trace::routing_trace& t = routing();
+  const wisp::routing_trace& t = routing();
   const std::int32_t experts = t.shape().experts;
   const std::int32_t k = t.shape().top_k;
   const std::int32_t adapters = 3;
@@ -135,7 +135,7 @@ struct moe_setup {
 
 TEST(FusedMoeBlock, EqualsReferenceFusedMoeBitForBitOnRealRouting) {
   moe_setup m;
-  const wisp::trace::trace_shape ts = routing().shape();
+  const wisp::moe_shape ts = routing().shape();
   wisp::pager<wisp::lru> pager(
       {.layers = ts.layers, .experts = ts.experts, .top_k = ts.top_k, .capacity = m.capacity});
   wisp::reference_fused_moe reference(m.shape);
@@ -207,7 +207,7 @@ TEST(FusedMoeBlock, SkipsPositionsOutsideTheMapInsteadOfReadingThem) {
 }
 
 TEST(CopyListRule, CopiesWhatHostExpertStoreApplies) {
-  const wisp::trace::trace_shape ts = routing().shape();
+  const wisp::moe_shape ts = routing().shape();
   // 40-byte rows take the byte path, 48-byte rows the 16-byte path.
   for (const std::size_t row_bytes : {40u, 48u}) {
     const std::int32_t capacity = 8;

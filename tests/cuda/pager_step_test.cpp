@@ -35,7 +35,7 @@ using wisp::cuda::pager_step_status;
 using wisp::test::expect_error;
 
 // The ids of `tokens` consecutive steps of `layer`, token-major ([tokens x k]).
-std::vector<std::int32_t> layer_ids(const wisp::trace::routing_trace& t, std::size_t first_step,
+std::vector<std::int32_t> layer_ids(const wisp::routing_trace& t, std::size_t first_step,
                                     std::int32_t tokens, std::int32_t layer) {
   std::vector<std::int32_t> ids;
   for (std::size_t s = first_step; s < first_step + static_cast<std::size_t>(tokens); ++s) {
@@ -89,9 +89,9 @@ bool all_hidden(std::span<const std::int32_t> map) {
 // Replays `steps` steps of `t` in batches of `tokens` tokens through pager<lru>,
 // pager<least_stale> and the device step; every call must agree. A batch over the capacity must
 // fail in all three and change nothing. Returns the number of failed calls.
-std::size_t replay(const wisp::trace::routing_trace& t, std::int32_t capacity, std::size_t steps,
+std::size_t replay(const wisp::routing_trace& t, std::int32_t capacity, std::size_t steps,
                    std::int32_t tokens) {
-  const wisp::trace::trace_shape shape = t.shape();
+  const wisp::moe_shape shape = t.shape();
   const wisp::pager_config config{
       .layers = shape.layers, .experts = shape.experts, .top_k = shape.top_k, .capacity = capacity};
   wisp::pager<wisp::lru> lru(config);
@@ -139,14 +139,14 @@ class EsftPagerStep : public ::testing::TestWithParam<std::int32_t> {
  protected:
   static void SetUpTestSuite() {
     if (auto esft = wisp::test::esft_trace()) {
-      trace_ = std::make_unique<wisp::trace::routing_trace>(std::move(*esft));
+      trace_ = std::make_unique<wisp::routing_trace>(std::move(*esft));
     }
   }
   static void TearDownTestSuite() { trace_.reset(); }
   void SetUp() override { WISP_TEST_NEEDS_TRACE(trace_ != nullptr); }
-  static std::unique_ptr<wisp::trace::routing_trace> trace_;
+  static std::unique_ptr<wisp::routing_trace> trace_;
 };
-std::unique_ptr<wisp::trace::routing_trace> EsftPagerStep::trace_;
+std::unique_ptr<wisp::routing_trace> EsftPagerStep::trace_;
 
 TEST_P(EsftPagerStep, EqualsPagerLruAndLeastStaleOnEveryCall) {
   EXPECT_EQ(replay(*trace_, GetParam(), trace_->steps(), 1), 0u);
@@ -156,20 +156,20 @@ INSTANTIATE_TEST_SUITE_P(Capacities, EsftPagerStep, ::testing::Values(8, 16, 32)
                          [](const auto& info) { return "capacity_" + std::to_string(info.param); });
 
 TEST(PagerStep, EqualsThePagersOnSyntheticTraces) {
-  const auto esft_like = wisp::trace::make_synthetic_trace(
-      wisp::trace::synthetic_preset("default"), 600, wisp::trace::default_synthetic_seed);
+  const auto esft_like = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 600,
+                                                    wisp::default_synthetic_seed);
   for (const std::int32_t capacity : {6, 8, 16, 32, 64}) {
     EXPECT_EQ(replay(esft_like, capacity, esft_like.steps(), 1), 0u) << capacity;
   }
-  auto qwen = wisp::trace::synthetic_preset("qwen3-30b-a3b");
+  auto qwen = wisp::synthetic_preset("qwen3-30b-a3b");
   qwen.layers = 4;
-  const auto wide = wisp::trace::make_synthetic_trace(qwen, 400, 7);
+  const auto wide = wisp::make_synthetic_trace(qwen, 400, 7);
   EXPECT_EQ(replay(wide, 32, wide.steps(), 1), 0u);
 }
 
 TEST(PagerStep, BatchedCallsAgreeAndCallsOverTheCapacityFailAlike) {
-  const auto t = wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("default"), 480,
-                                                   wisp::trace::default_synthetic_seed);
+  const auto t = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 480,
+                                            wisp::default_synthetic_seed);
   EXPECT_EQ(replay(t, 32, t.steps(), 4), 0u);  // 24 ids per call always fit 32 slots
   const std::size_t failed = replay(t, 16, t.steps(), 4);
   EXPECT_GT(failed, 0u) << "no call exceeded 16 slots: the failure path went untested";
@@ -212,8 +212,8 @@ TEST(PagerStep, BadIdsFailWithTheIdAndChangeNothing) {
 }
 
 TEST(PagerStep, Int64IdsPageLikeInt32Ids) {
-  const auto t = wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("default"), 200,
-                                                   wisp::trace::default_synthetic_seed);
+  const auto t = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 200,
+                                            wisp::default_synthetic_seed);
   const pager_state_config config{.layers = 26, .experts = 64, .capacity = 8};
   host_pager_state narrow(config);
   host_pager_state wide(config);
@@ -239,8 +239,8 @@ struct logged_call {
 };
 
 TEST(PagerStep, ThreadGroupsOfAnySizeComputeTheSerialResult) {
-  const auto t = wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("default"), 120,
-                                                   wisp::trace::default_synthetic_seed);
+  const auto t = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 120,
+                                            wisp::default_synthetic_seed);
   // Calls of 1 to 6 tokens (up to 36 ids: several chunks of 32 ranks), with a few bad ids.
   struct call {
     std::int32_t layer;

@@ -238,8 +238,8 @@ TEST(EngineArms, FailedDynamicResizeStepKeepsThePreviousSplit) {
     o.controller.dead_zone = 1;
     o.budget_bytes = f.budget_for_rows(f.cfg.top_k + 3, o.max_running);
     int calls = 0;
-    std::vector<std::pair<wisp::alloc::pool, std::uint64_t>> pulls;
-    o.lever_fault = [&](wisp::alloc::pool which, std::uint64_t to) {
+    std::vector<std::pair<wisp::pool, std::uint64_t>> pulls;
+    o.lever_fault = [&](wisp::pool which, std::uint64_t to) {
       pulls.emplace_back(which, to);
       return ++calls == fail_at;
     };
@@ -254,7 +254,7 @@ TEST(EngineArms, FailedDynamicResizeStepKeepsThePreviousSplit) {
     if (fail_at == 2) {  // step 1 was pulled, step 2 failed, step 1 was undone to its start
       ASSERT_GE(pulls.size(), 3u);
       EXPECT_EQ(pulls[2].first, pulls[0].first);
-      EXPECT_EQ(pulls[2].second, pulls[0].first == wisp::alloc::pool::kv
+      EXPECT_EQ(pulls[2].second, pulls[0].first == wisp::pool::kv
                                      ? failed.from_kv
                                      : static_cast<std::uint64_t>(failed.from_cap));
     }

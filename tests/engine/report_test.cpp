@@ -169,7 +169,7 @@ TEST(EngineCli, ParsesEveryFlag) {
   EXPECT_EQ(o.base.dynamic_burst, 3);
   EXPECT_EQ(o.base.controller.decay, 0.5);
   EXPECT_EQ(o.repeat, 2);
-  EXPECT_EQ(o.on_incomplete, wisp::trace::incomplete_tokens::skip);
+  EXPECT_EQ(o.on_incomplete, wisp::incomplete_tokens::skip);
   EXPECT_EQ(o.base.prefetch.rule, wisp::prefetch_rule::percentile);
   EXPECT_EQ(o.base.prefetch.overfetch, 1.5);
   EXPECT_EQ(o.base.prefetch.percentile, 90);

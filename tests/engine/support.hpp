@@ -128,7 +128,7 @@ inline workload micro_workload(const model_config& c,
                                const std::vector<std::vector<std::int32_t>>& steps,
                                std::int32_t prompt, std::int32_t generate) {
   workload w;
-  w.trace = wisp::trace::routing_trace(wisp::trace::trace_shape{c.layers, c.experts, c.top_k});
+  w.trace = wisp::routing_trace(wisp::moe_shape{c.layers, c.experts, c.top_k});
   for (const auto& s : steps) {
     w.trace.append_step(s);
   }

@@ -294,7 +294,7 @@ TEST(EngineWorkload, ShiftChangesTheRoutingDomainEveryPhase) {
 
 TEST(EngineWorkload, ARecordedTraceGivesOneSessionPerSequence) {
   const model_config c = tiny();
-  wisp::trace::routing_trace t(wisp::trace::trace_shape{c.layers, c.experts, c.top_k});
+  wisp::routing_trace t(wisp::moe_shape{c.layers, c.experts, c.top_k});
   std::vector<std::int32_t> step;
   for (std::int32_t l = 0; l < c.layers; ++l) {
     for (std::int32_t j = 0; j < c.top_k; ++j) {
@@ -332,7 +332,7 @@ TEST(EngineWorkload, RealEsftRoutingKeepsEveryArmIdentical) {
   if (!std::filesystem::exists(dir)) {
     GTEST_SKIP() << "no ESFT trace at " << dir;
   }
-  wisp::trace::routing_trace t = read_routing_trace(dir.string()).trace;
+  wisp::routing_trace t = read_routing_trace(dir.string()).trace;
   model_config c = tiny();
   c.layers = t.shape().layers;
   c.experts = t.shape().experts;

@@ -20,12 +20,12 @@ using wisp::test::expect_error;
 using wisp::test::observe_prefix;
 using wisp::test::structured_trace;
 
-constexpr trace::trace_shape small{.layers = 6, .experts = 10, .top_k = 3};
+constexpr moe_shape small{.layers = 6, .experts = 10, .top_k = 3};
 
 // Every count and conditional, then the score of every (prefix, target), against the oracle.
 void expect_matches_oracle(const coactivation_predictor& table, const coactivation_oracle& oracle,
-                           const trace::routing_trace& t, std::size_t step, double tolerance) {
-  const trace::trace_shape& shape = t.shape();
+                           const routing_trace& t, std::size_t step, double tolerance) {
+  const moe_shape& shape = t.shape();
   ASSERT_NEAR(table.passes(), oracle.passes(), tolerance * oracle.passes());
   for (std::int32_t s = 0; s < shape.layers; ++s) {
     for (std::int32_t i = 0; i < shape.experts; ++i) {
@@ -73,7 +73,7 @@ TEST(Coactivation, MatchesTheBruteForceOracle) {
       {{.forgetting = 0.9}, 30},
   };
   for (const oracle_case& c : cases) {
-    const trace::routing_trace t = structured_trace(small, c.steps, 7);
+    const routing_trace t = structured_trace(small, c.steps, 7);
     coactivation_predictor table(small, c.config);
     coactivation_oracle oracle(small, c.config);
     routing_pass pass(small);
@@ -91,7 +91,7 @@ TEST(Coactivation, MatchesTheBruteForceOracle) {
 TEST(Coactivation, MergeAddsTheCountsOfBothTables) {
   for (const double forgetting : {1.0, 0.5}) {
     const coactivation_config config{.forgetting = forgetting};
-    const trace::routing_trace t = structured_trace(small, 24, 3);
+    const routing_trace t = structured_trace(small, 24, 3);
     coactivation_predictor a(small, config), b(small, config);
     coactivation_oracle both(small, config);
     routing_pass pass(small);
@@ -120,7 +120,7 @@ TEST(Coactivation, MergeAddsTheCountsOfBothTables) {
 TEST(Coactivation, SaveLoadRoundTripsEveryCount) {
   const coactivation_config config{
       .window = 3, .decay = 0.7f, .max_distance = 2, .forgetting = 0.99};
-  const trace::routing_trace t = structured_trace(small, 40, 11);
+  const routing_trace t = structured_trace(small, 40, 11);
   coactivation_predictor table(small, config);
   routing_pass pass(small);
   for (std::size_t s = 0; s < 40; ++s) {

@@ -28,7 +28,7 @@ using wisp::test::expect_error;
 using wisp::test::observe_prefix;
 using wisp::test::structured_trace;
 
-constexpr trace::trace_shape small{.layers = 5, .experts = 12, .top_k = 2};
+constexpr moe_shape small{.layers = 5, .experts = 12, .top_k = 2};
 
 // ------------------------------------------------------------------ concept
 
@@ -123,7 +123,7 @@ TEST(Selection, AbovePercentileMatchesItsDefinition) {
 // ------------------------------------------------------------------ baselines and blend
 
 TEST(Baselines, FrequencyAndPreviousTokenFollowTheirDefinitions) {
-  const trace::routing_trace t = structured_trace(small, 30, 2);
+  const routing_trace t = structured_trace(small, 30, 2);
   frequency_predictor freq(small);
   previous_token_predictor previous(small);
   routing_pass pass(small);
@@ -160,7 +160,7 @@ TEST(Baselines, FrequencyAndPreviousTokenFollowTheirDefinitions) {
 }
 
 TEST(Personal, BlendsTheUserTableByItsEvidence) {
-  const trace::routing_trace t = structured_trace(small, 20, 6);
+  const routing_trace t = structured_trace(small, 20, 6);
   personal_predictor tables(small, {}, /*prior_passes=*/4.0);
   const std::size_t alice = tables.add_user();
   const std::size_t bob = tables.add_user();
@@ -186,7 +186,7 @@ TEST(Personal, BlendsTheUserTableByItsEvidence) {
 // ------------------------------------------------------------------ online evaluation
 
 TEST(Evaluate, MatchesABruteForceEvaluation) {
-  const trace::routing_trace t = structured_trace(small, 25, 8);
+  const routing_trace t = structured_trace(small, 25, 8);
   const std::vector<std::int32_t> distances{1, 3};
   const std::vector<std::int32_t> ks{2, 4};
   coactivation_predictor table(small);
@@ -239,7 +239,7 @@ TEST(Evaluate, MatchesABruteForceEvaluation) {
 TEST(Evaluate, EsftCoactivationPrecisionBeatsTheBaselines) {
   const auto esft = wisp::test::esft_trace();
   WISP_TEST_NEEDS_TRACE(esft.has_value());
-  trace::routing_trace prefix(esft->shape());
+  routing_trace prefix(esft->shape());
   std::vector<std::int32_t> ids(esft->shape().ids_per_step());
   for (std::size_t s = 0; s < 2000; ++s) {
     for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -260,7 +260,7 @@ TEST(Evaluate, EsftCoactivationPrecisionBeatsTheBaselines) {
 // ------------------------------------------------------------------ right-sizing
 
 TEST(RightSize, StaticModelIsTheSmallestCapCoveringTheMass) {
-  const trace::routing_trace t = structured_trace(small, 40, 12);
+  const routing_trace t = structured_trace(small, 40, 12);
   coactivation_predictor table(small);
   routing_pass pass(small);
   for (std::size_t s = 0; s < t.steps(); ++s) {
@@ -296,7 +296,7 @@ TEST(RightSize, StaticModelIsTheSmallestCapCoveringTheMass) {
 // Che's approximation against an LRU cache fed independent references with the same
 // probabilities: the LRU model's caps must keep the simulated miss ratio near the target.
 TEST(RightSize, LruModelPredictsAnIndependentReferenceLruCache) {
-  const trace::trace_shape one{.layers = 1, .experts = 64, .top_k = 1};
+  const moe_shape one{.layers = 1, .experts = 64, .top_k = 1};
   std::mt19937_64 rng(5);
   std::vector<double> weights(64);
   for (std::size_t j = 0; j < weights.size(); ++j) {

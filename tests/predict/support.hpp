@@ -23,10 +23,9 @@ namespace wisp::test {
 
 /// A random trace whose layer l+1 routing depends on layer l's (a shifted copy with noise), so
 /// co-activations carry signal. Distinct ids per row; weights decreasing along the row.
-inline trace::routing_trace structured_trace(trace::trace_shape shape, std::size_t steps,
-                                             std::uint64_t seed) {
+inline routing_trace structured_trace(moe_shape shape, std::size_t steps, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
-  trace::routing_trace t(shape);
+  routing_trace t(shape);
   std::vector<std::int32_t> ids(shape.ids_per_step());
   std::vector<float> weights(ids.size());
   for (std::size_t s = 0; s < steps; ++s) {
@@ -61,7 +60,7 @@ inline trace::routing_trace structured_trace(trace::trace_shape shape, std::size
 /// double with the forgetting weights f^(passes after it).
 class coactivation_oracle {
  public:
-  coactivation_oracle(trace::trace_shape shape, coactivation_config config)
+  coactivation_oracle(moe_shape shape, coactivation_config config)
       : shape_(shape), config_(config) {}
 
   void learn(const routing_pass& pass) {
@@ -138,13 +137,13 @@ class coactivation_oracle {
   }
 
  private:
-  trace::trace_shape shape_;
+  moe_shape shape_;
   coactivation_config config_;
   std::vector<std::vector<std::vector<std::int32_t>>> passes_;
 };
 
 /// Observes the first `layers` layers of `step` into `pass` (cleared first).
-inline void observe_prefix(routing_pass& pass, const trace::routing_trace& t, std::size_t step,
+inline void observe_prefix(routing_pass& pass, const routing_trace& t, std::size_t step,
                            std::int32_t layers) {
   pass.clear();
   std::vector<std::int32_t> ids(static_cast<std::size_t>(t.shape().top_k));

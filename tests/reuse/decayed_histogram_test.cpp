@@ -12,8 +12,8 @@
 
 namespace {
 
-using wisp::reuse::decayed_histogram;
-using wisp::reuse::reuse_distance_counter;
+using wisp::decayed_histogram;
+using wisp::reuse_distance_counter;
 constexpr auto cold = reuse_distance_counter::cold;
 
 // Edges {1, 2, 4, 8}: bins [1,2) [2,4) [4,8) and overflow [8, inf); decay 1/2.
@@ -115,14 +115,14 @@ TEST(DecayedHistogram, UnitBinsMatchRecursionOracle) {
 // decay = 1 with one burst: the warm curve is the exact miss curve without the cold misses.
 TEST(DecayedHistogram, NoDecayEqualsExactWarmCurve) {
   reuse_distance_counter counter{50};
-  wisp::reuse::reuse_histogram exact{{wisp::reuse::reuse_scope::stream, 1, 50}};
+  wisp::reuse_histogram exact{{wisp::reuse_scope::stream, 1, 50}};
   std::mt19937_64 rng{3};
   for (int i = 0; i < 5000; ++i) {
     exact.record(counter.access(static_cast<std::uint32_t>(rng() % 50)));
   }
   decayed_histogram h{decayed_histogram::unit_edges(50), 1.0};
   h.add_burst(exact);
-  const wisp::reuse::miss_curve curve{exact};
+  const wisp::miss_curve curve{exact};
   EXPECT_DOUBLE_EQ(h.cold(), static_cast<double>(exact.cold()));
   for (std::uint32_t c = 0; c <= 50; ++c) {
     EXPECT_DOUBLE_EQ(h.warm_total() - h.hits(c),

@@ -19,16 +19,16 @@
 
 namespace {
 
-using wisp::reuse::miss_curve;
-using wisp::reuse::reuse_granularity;
-using wisp::reuse::reuse_scope;
-namespace oracle = wisp::reuse::testing;
+using wisp::miss_curve;
+using wisp::reuse_granularity;
+using wisp::reuse_scope;
+namespace oracle = wisp::testing;
 
 class EsftReuse : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (auto t = wisp::test::esft_trace()) {
-      trace_ = std::make_unique<wisp::trace::routing_trace>(std::move(*t));
+      trace_ = std::make_unique<wisp::routing_trace>(std::move(*t));
     }
   }
   static void TearDownTestSuite() { trace_.reset(); }
@@ -40,7 +40,7 @@ class EsftReuse : public ::testing::Test {
     const auto experts = static_cast<std::uint32_t>(trace_->shape().experts);
     std::vector<std::uint32_t> out;
     out.reserve(trace_->access_count());
-    trace_->for_each_access([&](const wisp::trace::access& a) {
+    trace_->for_each_access([&](const wisp::access& a) {
       out.push_back(static_cast<std::uint32_t>(a.layer) * experts +
                     static_cast<std::uint32_t>(a.expert));
     });
@@ -48,7 +48,7 @@ class EsftReuse : public ::testing::Test {
   }
   static std::vector<std::vector<std::uint32_t>> layer_streams() {
     std::vector<std::vector<std::uint32_t>> out(static_cast<std::size_t>(trace_->shape().layers));
-    trace_->for_each_access([&](const wisp::trace::access& a) {
+    trace_->for_each_access([&](const wisp::access& a) {
       out[static_cast<std::size_t>(a.layer)].push_back(static_cast<std::uint32_t>(a.expert));
     });
     return out;
@@ -77,10 +77,10 @@ class EsftReuse : public ::testing::Test {
     return out;
   }
 
-  static std::unique_ptr<wisp::trace::routing_trace> trace_;
+  static std::unique_ptr<wisp::routing_trace> trace_;
 };
 
-std::unique_ptr<wisp::trace::routing_trace> EsftReuse::trace_;
+std::unique_ptr<wisp::routing_trace> EsftReuse::trace_;
 
 TEST_F(EsftReuse, ShapeAsDocumented) {
   EXPECT_EQ(trace_->shape().layers, 26);
@@ -90,14 +90,14 @@ TEST_F(EsftReuse, ShapeAsDocumented) {
 
 TEST_F(EsftReuse, PerLayerScopeEqualsBruteForceAtEveryCapacity) {
   const auto profile =
-      wisp::reuse::profile_trace(*trace_, reuse_scope::per_layer, reuse_granularity::access);
+      wisp::profile_trace(*trace_, reuse_scope::per_layer, reuse_granularity::access);
   const miss_curve curve{profile.histogram};
   EXPECT_EQ(curve.accesses(), trace_->access_count());
   EXPECT_EQ(profile.distinct_per_cache, 64u);
   EXPECT_EQ(profile.distinct_total, curve.cold());
 
   // Every access's distance: per-layer explicit LRU stacks over the whole trace.
-  wisp::reuse::reuse_histogram want{profile.histogram.shape()};
+  wisp::reuse_histogram want{profile.histogram.shape()};
   for (const auto& stream : layer_streams()) {
     for (const auto d : oracle::stack_distances(stream)) {
       want.record(d);
@@ -117,8 +117,7 @@ TEST_F(EsftReuse, PerLayerScopeEqualsBruteForceAtEveryCapacity) {
 }
 
 TEST_F(EsftReuse, GlobalScopeEqualsBruteForce) {
-  const auto profile =
-      wisp::reuse::profile_trace(*trace_, reuse_scope::global, reuse_granularity::access);
+  const auto profile = wisp::profile_trace(*trace_, reuse_scope::global, reuse_granularity::access);
   const miss_curve curve{profile.histogram};
   const auto stream = global_stream();
   constexpr std::uint32_t keys = 26 * 64;
@@ -135,7 +134,7 @@ TEST_F(EsftReuse, GlobalScopeEqualsBruteForce) {
   // A prefix (the first ~770 tokens): every access's distance against an explicit LRU stack, and
   // an LRU cache at every capacity.
   const std::vector<std::uint32_t> prefix(stream.begin(), stream.begin() + 20000);
-  wisp::reuse::scoped_reuse_counter counter{reuse_scope::global, 26, 64};
+  wisp::scoped_reuse_counter counter{reuse_scope::global, 26, 64};
   std::vector<std::uint32_t> got;
   for (const auto key : prefix) {
     got.push_back(counter.access(key / 64, key % 64));
@@ -150,8 +149,7 @@ TEST_F(EsftReuse, GlobalScopeEqualsBruteForce) {
 TEST_F(EsftReuse, CallCurvesEqualProtectedLruInBothScopes) {
   // Per layer: a spread of capacities that hold a call (tests/sim checks every one against the
   // simulator).
-  const miss_curve layer_curve{
-      wisp::reuse::profile_trace(*trace_, reuse_scope::per_layer).histogram};
+  const miss_curve layer_curve{wisp::profile_trace(*trace_, reuse_scope::per_layer).histogram};
   const auto per_layer = layer_calls();
   for (const std::uint32_t c : {6u, 8u, 16u, 32u, 64u, 65u}) {
     std::uint64_t misses = 0;
@@ -162,13 +160,12 @@ TEST_F(EsftReuse, CallCurvesEqualProtectedLruInBothScopes) {
   }
   // The figures quoted in docs/reuse.md: 8 slots per layer, per access against per call.
   const miss_curve access_curve{
-      wisp::reuse::profile_trace(*trace_, reuse_scope::per_layer, reuse_granularity::access)
-          .histogram};
+      wisp::profile_trace(*trace_, reuse_scope::per_layer, reuse_granularity::access).histogram};
   EXPECT_EQ(access_curve.misses(8), 939182u);
   EXPECT_EQ(layer_curve.misses(8), 883712u);
 
   // Global: a spread of capacities from one step's layer call up to every key.
-  const miss_curve global_curve{wisp::reuse::profile_trace(*trace_, reuse_scope::global).histogram};
+  const miss_curve global_curve{wisp::profile_trace(*trace_, reuse_scope::global).histogram};
   const auto calls = global_calls();
   for (const std::uint32_t c : {6u, 156u, 416u, 1664u}) {
     ASSERT_EQ(global_curve.misses(c), oracle::protected_lru_misses(calls, 26 * 64, c))

@@ -16,12 +16,12 @@
 
 namespace {
 
-using wisp::reuse::histogram_shape;
-using wisp::reuse::miss_curve;
-using wisp::reuse::reuse_distance_counter;
-using wisp::reuse::reuse_histogram;
-using wisp::reuse::reuse_scope;
-namespace oracle = wisp::reuse::testing;
+using wisp::histogram_shape;
+using wisp::miss_curve;
+using wisp::reuse_distance_counter;
+using wisp::reuse_histogram;
+using wisp::reuse_scope;
+namespace oracle = wisp::testing;
 
 reuse_histogram profile(const std::vector<std::uint32_t>& stream, histogram_shape shape) {
   reuse_distance_counter counter{shape.keys_per_partition};
@@ -42,7 +42,7 @@ TEST(HistogramMerge, SumOfIndependentCaches) {
   const histogram_shape shape{reuse_scope::stream, 1, 300};
   const auto a = random_stream(300, 8000, 1);
   const auto b = random_stream(300, 5000, 2);
-  const reuse_histogram merged = wisp::reuse::merge(profile(a, shape), profile(b, shape));
+  const reuse_histogram merged = wisp::merge(profile(a, shape), profile(b, shape));
   const miss_curve curve{merged};
   EXPECT_EQ(merged.accesses(), a.size() + b.size());
   for (std::uint32_t c = 0; c <= 301; ++c) {
@@ -50,8 +50,8 @@ TEST(HistogramMerge, SumOfIndependentCaches) {
         << "capacity " << c;
   }
   // Commutative, and merging an empty histogram changes nothing.
-  EXPECT_EQ(merged, wisp::reuse::merge(profile(b, shape), profile(a, shape)));
-  EXPECT_EQ(wisp::reuse::merge(merged, reuse_histogram{shape}), merged);
+  EXPECT_EQ(merged, wisp::merge(profile(b, shape), profile(a, shape)));
+  EXPECT_EQ(wisp::merge(merged, reuse_histogram{shape}), merged);
 }
 
 // Not the histogram of one cache replaying a then b: b's first accesses are warm there.
@@ -61,7 +61,7 @@ TEST(HistogramMerge, IsNotConcatenation) {
   const std::vector<std::uint32_t> b = {1, 0};
   std::vector<std::uint32_t> both = a;
   both.insert(both.end(), b.begin(), b.end());
-  const auto merged = wisp::reuse::merge(profile(a, shape), profile(b, shape));
+  const auto merged = wisp::merge(profile(a, shape), profile(b, shape));
   const auto concatenated = profile(both, shape);
   EXPECT_EQ(merged.cold(), 4u);
   EXPECT_EQ(concatenated.cold(), 2u);
@@ -91,13 +91,13 @@ TEST(HistogramText, RoundTrip) {
       }(),
   };
   for (const auto& h : cases) {
-    const std::string text = wisp::reuse::to_text(h);
-    const reuse_histogram back = wisp::reuse::parse_histogram(text);
+    const std::string text = wisp::to_text(h);
+    const reuse_histogram back = wisp::parse_histogram(text);
     EXPECT_EQ(back, h) << text;
     EXPECT_EQ(back.shape(), h.shape());
-    EXPECT_EQ(wisp::reuse::to_text(back), text);
+    EXPECT_EQ(wisp::to_text(back), text);
     std::istringstream in{text};
-    EXPECT_EQ(wisp::reuse::read_histogram(in), h);
+    EXPECT_EQ(wisp::read_histogram(in), h);
   }
 }
 
@@ -106,7 +106,7 @@ TEST(HistogramText, ExactTextOfASmallHistogram) {
   h.add(1, 3);
   h.add(4, 2);
   h.add(reuse_distance_counter::cold, 5);
-  EXPECT_EQ(wisp::reuse::to_text(h),
+  EXPECT_EQ(wisp::to_text(h),
             "wisp-reuse-histogram v1\nscope layer\npartitions 2\nkeys 4\ncold 5\nwarm 5\n"
             "distances 2\n1 3\n4 2\nend\n");
 }
@@ -123,7 +123,7 @@ TEST(HistogramText, RejectsMalformedInputNamingTheOffset) {
   const std::uint64_t h = head.size();
   ASSERT_EQ(h, 57u);
   const std::string good = head + "cold 2\nwarm 3\ndistances 2\n1 2\n5 1\nend\n";
-  ASSERT_NO_THROW((void)wisp::reuse::parse_histogram(good));
+  ASSERT_NO_THROW((void)wisp::parse_histogram(good));
   const std::vector<malformed_case> cases = {
       {"empty", "", 0},
       {"wrong magic", "wisp-trace v1\n", 0},
@@ -152,7 +152,7 @@ TEST(HistogramText, RejectsMalformedInputNamingTheOffset) {
   };
   for (const auto& c : cases) {
     try {
-      (void)wisp::reuse::parse_histogram(c.text);
+      (void)wisp::parse_histogram(c.text);
       ADD_FAILURE() << c.name << ": accepted";
     } catch (const wisp::format_error& e) {
       EXPECT_EQ(e.offset(), c.offset) << c.name << ": " << e.what();

@@ -11,7 +11,7 @@
 #include <random>
 #include <vector>
 
-namespace wisp::reuse::testing {
+namespace wisp::testing {
 
 inline constexpr std::uint32_t oracle_cold = reuse_distance_counter::cold;
 
@@ -209,4 +209,4 @@ class zipf_stream {
   std::vector<std::uint32_t> ids_;
 };
 
-}  // namespace wisp::reuse::testing
+}  // namespace wisp::testing

@@ -17,11 +17,11 @@
 
 namespace {
 
-using wisp::reuse::miss_curve;
-using wisp::reuse::reuse_distance_counter;
-using wisp::reuse::reuse_histogram;
-using wisp::reuse::reuse_scope;
-namespace oracle = wisp::reuse::testing;
+using wisp::miss_curve;
+using wisp::reuse_distance_counter;
+using wisp::reuse_histogram;
+using wisp::reuse_scope;
+namespace oracle = wisp::testing;
 
 struct stream_case {
   std::string name;
@@ -323,8 +323,8 @@ TEST(ScopedReuseCounter, PerLayerAndGlobalAgainstOracles) {
       }
     }
   }
-  wisp::reuse::scoped_reuse_counter per_layer{reuse_scope::per_layer, layers, experts};
-  wisp::reuse::scoped_reuse_counter global{reuse_scope::global, layers, experts};
+  wisp::scoped_reuse_counter per_layer{reuse_scope::per_layer, layers, experts};
+  wisp::scoped_reuse_counter global{reuse_scope::global, layers, experts};
   std::vector<std::vector<std::uint32_t>> layer_streams(layers);
   std::vector<std::uint32_t> global_stream;
   for (const auto& [l, e] : accesses) {
@@ -336,7 +336,7 @@ TEST(ScopedReuseCounter, PerLayerAndGlobalAgainstOracles) {
   const miss_curve layer_curve{per_layer.histogram()};
   const miss_curve global_curve{global.histogram()};
   EXPECT_EQ(per_layer.histogram().shape(),
-            (wisp::reuse::histogram_shape{reuse_scope::per_layer, layers, experts}));
+            (wisp::histogram_shape{reuse_scope::per_layer, layers, experts}));
   EXPECT_EQ(per_layer.distinct_per_cache(), experts);
   EXPECT_EQ(per_layer.distinct_total(), 4u + 2 * experts);
   EXPECT_EQ(global.distinct_per_cache(), 4u + 2 * experts);
@@ -356,7 +356,7 @@ TEST(ScopedReuseCounter, PerLayerAndGlobalAgainstOracles) {
   EXPECT_THROW(global.access_call(0, bad), wisp::logic_error);
   EXPECT_EQ(global.histogram().accesses(), accesses.size());  // nothing recorded
   EXPECT_THROW(per_layer.access(0, experts), wisp::logic_error);
-  EXPECT_THROW(wisp::reuse::scoped_reuse_counter(reuse_scope::stream, 1, 1), wisp::logic_error);
+  EXPECT_THROW(wisp::scoped_reuse_counter(reuse_scope::stream, 1, 1), wisp::logic_error);
 }
 
 // Calls of two experts per (step, layer): per layer and global, each scope's call curve against
@@ -365,8 +365,8 @@ TEST(ScopedReuseCounter, CallsAgainstProtectedLruInBothScopes) {
   constexpr std::uint32_t layers = 3;
   constexpr std::uint32_t experts = 12;
   std::mt19937_64 rng{21};
-  wisp::reuse::scoped_reuse_counter per_layer{reuse_scope::per_layer, layers, experts};
-  wisp::reuse::scoped_reuse_counter global{reuse_scope::global, layers, experts};
+  wisp::scoped_reuse_counter per_layer{reuse_scope::per_layer, layers, experts};
+  wisp::scoped_reuse_counter global{reuse_scope::global, layers, experts};
   std::vector<std::vector<std::vector<std::uint32_t>>> layer_calls(layers);
   std::vector<std::vector<std::uint32_t>> global_calls;
   for (int step = 0; step < 2000; ++step) {

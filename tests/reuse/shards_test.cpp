@@ -33,15 +33,15 @@
 
 namespace {
 
-using wisp::reuse::mean_absolute_error;
-using wisp::reuse::miss_curve;
-using wisp::reuse::miss_ratio_curve;
-using wisp::reuse::reuse_distance_counter;
-using wisp::reuse::reuse_histogram;
-using wisp::reuse::reuse_scope;
-using wisp::reuse::sampled_reuse_counter;
-using wisp::reuse::shards_options;
-namespace oracle = wisp::reuse::testing;
+using wisp::mean_absolute_error;
+using wisp::miss_curve;
+using wisp::miss_ratio_curve;
+using wisp::reuse_distance_counter;
+using wisp::reuse_histogram;
+using wisp::reuse_scope;
+using wisp::sampled_reuse_counter;
+using wisp::shards_options;
+namespace oracle = wisp::testing;
 
 struct exact_result {
   miss_ratio_curve curve;
@@ -189,7 +189,7 @@ TEST(Shards, ErrorBoundEsftGlobal) {
   const auto trace = wisp::test::esft_trace();
   WISP_TEST_NEEDS_TRACE(trace);
   std::vector<std::uint32_t> stream;
-  trace->for_each_access([&](const wisp::trace::access& a) {
+  trace->for_each_access([&](const wisp::access& a) {
     stream.push_back(static_cast<std::uint32_t>(a.layer * 64 + a.expert));
   });
   std::printf("    ESFT global scope, 1,664 keys, plain SHARDS\n");

@@ -22,9 +22,9 @@ using namespace wisp;
 
 // Accesses outside each layer's `capacity` most frequent experts of the profile steps [0, cut):
 // a static placement misses exactly there (a missing expert is copied in and dropped after use).
-std::uint64_t static_placement_misses(const trace::routing_trace& t, std::size_t cut,
+std::uint64_t static_placement_misses(const routing_trace& t, std::size_t cut,
                                       std::int32_t capacity) {
-  const trace::trace_shape& shape = t.shape();
+  const moe_shape& shape = t.shape();
   std::uint64_t misses = 0;
   for (std::int32_t l = 0; l < shape.layers; ++l) {
     std::vector<std::uint64_t> count(static_cast<std::size_t>(shape.experts), 0);
@@ -53,8 +53,8 @@ std::uint64_t static_placement_misses(const trace::routing_trace& t, std::size_t
 
 // A clairvoyant static placement: each sequence gets its own `capacity` most frequent experts per
 // layer, known in advance and installed for free. The bound of any purely frequency-based rule.
-std::uint64_t clairvoyant_placement_misses(const trace::routing_trace& t, std::int32_t capacity) {
-  const trace::trace_shape& shape = t.shape();
+std::uint64_t clairvoyant_placement_misses(const routing_trace& t, std::int32_t capacity) {
+  const moe_shape& shape = t.shape();
   std::vector<std::size_t> bounds(t.sequence_starts().begin(), t.sequence_starts().end());
   bounds.push_back(t.steps());
   std::uint64_t misses = 0;
@@ -76,12 +76,12 @@ std::uint64_t clairvoyant_placement_misses(const trace::routing_trace& t, std::i
 TEST(AdaptiveEviction, EsftDecayedFrequencyBeatsRecencyAndStaticPlacement) {
   const auto esft = wisp::test::esft_trace();
   WISP_TEST_NEEDS_TRACE(esft.has_value());
-  const trace::routing_trace& t = *esft;
-  const sim::sim_config config{cache_scope::per_layer, 21};
-  const std::uint64_t adaptive = sim::simulate<decayed_frequency>(t, config).stats.misses;
-  const std::uint64_t lru_misses = sim::simulate<lru>(t, config).stats.misses;
-  const std::uint64_t lfru_misses = sim::simulate<lfru>(t, config).stats.misses;
-  const std::uint64_t bound = sim::simulate<belady>(t, config).stats.misses;
+  const routing_trace& t = *esft;
+  const sim_config config{cache_scope::per_layer, 21};
+  const std::uint64_t adaptive = simulate<decayed_frequency>(t, config).stats.misses;
+  const std::uint64_t lru_misses = simulate<lru>(t, config).stats.misses;
+  const std::uint64_t lfru_misses = simulate<lfru>(t, config).stats.misses;
+  const std::uint64_t bound = simulate<belady>(t, config).stats.misses;
   const auto starts = t.sequence_starts();
   const std::size_t cut = starts[starts.size() / 5];  // the first 20% of the sequences
   const std::uint64_t pinned = static_placement_misses(t, cut, 21);

@@ -22,14 +22,12 @@
 namespace {
 
 using namespace wisp;
-using reuse::reuse_granularity;
-using reuse::reuse_scope;
 
 // A trace whose layers route uniformly over a small working set, k distinct ids per row.
-trace::routing_trace random_trace(std::uint64_t seed, std::int32_t layers, std::int32_t experts,
-                                  std::int32_t k, std::size_t steps) {
+routing_trace random_trace(std::uint64_t seed, std::int32_t layers, std::int32_t experts,
+                           std::int32_t k, std::size_t steps) {
   std::mt19937_64 rng(seed);
-  trace::routing_trace t({layers, experts, k});
+  routing_trace t({layers, experts, k});
   std::vector<std::int32_t> row(static_cast<std::size_t>(experts));
   std::iota(row.begin(), row.end(), 0);
   std::vector<std::int32_t> ids;
@@ -49,8 +47,8 @@ trace::routing_trace random_trace(std::uint64_t seed, std::int32_t layers, std::
 }
 
 // The first `steps` steps of `t` (complete traces only).
-trace::routing_trace prefix(const trace::routing_trace& t, std::size_t steps) {
-  trace::routing_trace out(t.shape());
+routing_trace prefix(const routing_trace& t, std::size_t steps) {
+  routing_trace out(t.shape());
   std::vector<std::int32_t> ids;
   t.for_each_call([&](std::uint32_t step, std::int32_t, std::span<const std::int32_t> row) {
     if (step < steps) {
@@ -66,22 +64,21 @@ trace::routing_trace prefix(const trace::routing_trace& t, std::size_t steps) {
 
 // Capacity -> misses of simulate<lru> against the curve of the same scope and granularity
 // (`with_access`: also per access against simulate without call protection).
-void expect_curve_equals_sim(const trace::routing_trace& t, cache_scope scope,
+void expect_curve_equals_sim(const routing_trace& t, cache_scope scope,
                              const std::vector<std::int32_t>& capacities, bool with_access = true) {
   const auto rscope = scope == cache_scope::global ? reuse_scope::global : reuse_scope::per_layer;
-  const reuse::miss_curve per_call{reuse::profile_trace(t, rscope).histogram};
-  const reuse::miss_curve per_access{
-      reuse::profile_trace(t, rscope, reuse_granularity::access).histogram};
+  const miss_curve per_call{profile_trace(t, rscope).histogram};
+  const miss_curve per_access{profile_trace(t, rscope, reuse_granularity::access).histogram};
   for (const std::int32_t c : capacities) {
     if (c >= t.shape().top_k) {  // a protected call must fit
-      const auto r = sim::simulate<lru>(t, {scope, c, {}, /*protect_calls=*/true});
+      const auto r = simulate<lru>(t, {scope, c, {}, /*protect_calls=*/true});
       ASSERT_EQ(per_call.misses(static_cast<std::uint64_t>(c)), r.stats.misses)
           << "per call, capacity " << c;
     }
     if (!with_access) {
       continue;
     }
-    const auto r = sim::simulate<lru>(t, {scope, c, {}, /*protect_calls=*/false});
+    const auto r = simulate<lru>(t, {scope, c, {}, /*protect_calls=*/false});
     ASSERT_EQ(per_access.misses(static_cast<std::uint64_t>(c)), r.stats.misses)
         << "per access, capacity " << c;
   }

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// wisp::sim::simulate: LRU against an independent stack-distance computation at every capacity
+// wisp::simulate: LRU against an independent stack-distance computation at every capacity
 // (both scopes), Belady against every policy, the bandwidth model, sources and errors.
 #include "cache/reference.hpp"
 #include "support/expect_error.hpp"
@@ -17,7 +17,7 @@
 namespace {
 
 using namespace wisp;
-using sim::access;
+using wisp::access;
 using wisp::test::expect_error;
 
 std::vector<access> random_stream(std::uint64_t seed, std::int32_t layers, std::int32_t experts,
@@ -64,15 +64,15 @@ TEST(Simulate, LruMissesEqualStackDistanceAtEveryCapacity) {
         for (const std::size_t d : dist)
           expected += (d == 0 || d > static_cast<std::size_t>(capacity)) ? 1 : 0;
         // pure stream replay: every access its own call
-        sim::sim_config cfg{scope, capacity, {}, /*protect_calls=*/false};
-        const auto r = sim::simulate<lru>({layers, experts}, stream, cfg);
+        sim_config cfg{scope, capacity, {}, /*protect_calls=*/false};
+        const auto r = simulate<lru>({layers, experts}, stream, cfg);
         ASSERT_EQ(r.stats.misses, expected)
             << "k=" << k << " capacity " << capacity << " scope "
             << (scope == cache_scope::global ? "global" : "per_layer");
         ASSERT_EQ(r.stats.accesses, stream.size());
         if (k == 1) {  // with one expert per call protection changes nothing
           cfg.protect_calls = true;
-          ASSERT_EQ(sim::simulate<lru>({layers, experts}, stream, cfg).stats.misses, expected);
+          ASSERT_EQ(simulate<lru>({layers, experts}, stream, cfg).stats.misses, expected);
         }
       }
     }
@@ -87,10 +87,10 @@ TEST(Simulate, BeladyNeverLosesToAnyPolicy) {
       const std::int32_t max_capacity = scope == cache_scope::global ? layers * experts : experts;
       for (std::int32_t capacity = k; capacity <= max_capacity; capacity += 3) {
         for (const bool protect : {true, false}) {
-          const sim::sim_config cfg{scope, capacity, {}, protect};
-          const auto best = sim::simulate<belady>({layers, experts}, stream, cfg);
-          for (const std::string_view name : sim::builtin_policies) {
-            const auto r = sim::simulate_named(name, {layers, experts}, stream, cfg);
+          const sim_config cfg{scope, capacity, {}, protect};
+          const auto best = simulate<belady>({layers, experts}, stream, cfg);
+          for (const std::string_view name : builtin_policies) {
+            const auto r = simulate_named(name, {layers, experts}, stream, cfg);
             ASSERT_EQ(r.policy, name);
             ASSERT_LE(best.stats.misses, r.stats.misses)
                 << name << " capacity " << capacity << " seed " << seed;
@@ -103,10 +103,10 @@ TEST(Simulate, BeladyNeverLosesToAnyPolicy) {
 
 TEST(Simulate, ReportsBytesStallsAndPerLayerCounters) {
   const auto stream = random_stream(3, 4, 16, 2, 50);
-  sim::sim_config cfg{cache_scope::global,
-                      12,
-                      {.bytes_per_expert = 9u << 20, .gb_per_s = 25.0, .miss_latency_us = 10.0}};
-  const auto r = sim::simulate<least_stale>({4, 16}, stream, cfg);
+  sim_config cfg{cache_scope::global,
+                 12,
+                 {.bytes_per_expert = 9u << 20, .gb_per_s = 25.0, .miss_latency_us = 10.0}};
+  const auto r = simulate<least_stale>({4, 16}, stream, cfg);
   EXPECT_EQ(r.policy, "least_stale");
   EXPECT_EQ(r.bytes_moved, r.stats.misses * (9u << 20));
   const double per_miss = (9.0 * (1 << 20)) / 25e9 + 10e-6;
@@ -117,7 +117,7 @@ TEST(Simulate, ReportsBytesStallsAndPerLayerCounters) {
   EXPECT_EQ(sum, r.stats);
   EXPECT_EQ(r.stats.hits + r.stats.misses, stream.size());
   EXPECT_LE(r.stats.collision_misses, r.stats.misses);
-  EXPECT_DOUBLE_EQ(sim::bandwidth_model{}.seconds_per_miss(), 0.0);
+  EXPECT_DOUBLE_EQ(bandwidth_model{}.seconds_per_miss(), 0.0);
 }
 
 TEST(Simulate, CallableSourceEqualsRangeSource) {
@@ -126,16 +126,16 @@ TEST(Simulate, CallableSourceEqualsRangeSource) {
     for (const access& a : stream)
       f(a);
   };
-  for (const std::string_view name : sim::builtin_policies) {
-    const sim::sim_config cfg{cache_scope::per_layer, 4};
-    EXPECT_EQ(sim::simulate_named(name, {3, 8}, stream, cfg).stats,
-              sim::simulate_named(name, {3, 8}, source, cfg).stats)
+  for (const std::string_view name : builtin_policies) {
+    const sim_config cfg{cache_scope::per_layer, 4};
+    EXPECT_EQ(simulate_named(name, {3, 8}, stream, cfg).stats,
+              simulate_named(name, {3, 8}, source, cfg).stats)
         << name;
   }
 }
 
 TEST(Simulate, ReplaysARoutingTrace) {
-  trace::routing_trace t({.layers = 3, .experts = 8, .top_k = 2});
+  routing_trace t({.layers = 3, .experts = 8, .top_k = 2});
   std::vector<access> stream;
   std::mt19937_64 rng(8);
   t.begin_sequence();
@@ -152,55 +152,49 @@ TEST(Simulate, ReplaysARoutingTrace) {
     t.append_step(ids);
   }
   for (const cache_scope scope : {cache_scope::global, cache_scope::per_layer}) {
-    const sim::sim_config cfg{scope, 4};
-    EXPECT_EQ(sim::simulate<lru>(t, cfg).stats, sim::simulate<lru>({3, 8}, stream, cfg).stats);
-    EXPECT_EQ(sim::simulate_named("belady", t, cfg).stats,
-              sim::simulate<belady>({3, 8}, stream, cfg).stats);
+    const sim_config cfg{scope, 4};
+    EXPECT_EQ(simulate<lru>(t, cfg).stats, simulate<lru>({3, 8}, stream, cfg).stats);
+    EXPECT_EQ(simulate_named("belady", t, cfg).stats, simulate<belady>({3, 8}, stream, cfg).stats);
   }
 }
 
 TEST(Simulate, RejectsBadInput) {
   const std::vector<access> ok = {{0, 0, 1}, {0, 1, 2}};
-  const sim::sim_config cfg{cache_scope::per_layer, 2};
-  expect_error([&] { (void)sim::simulate<lru>({0, 8}, ok, cfg); }, "layers must be >= 1, got 0");
-  expect_error([&] { (void)sim::simulate<lru>({2, 0}, ok, cfg); }, "experts must be >= 1, got 0");
+  const sim_config cfg{cache_scope::per_layer, 2};
+  expect_error([&] { (void)simulate<lru>({0, 8}, ok, cfg); }, "layers must be >= 1, got 0");
+  expect_error([&] { (void)simulate<lru>({2, 0}, ok, cfg); }, "experts must be >= 1, got 0");
   expect_error(
       [&] {
-        (void)sim::simulate<lru>({2, 8}, ok, {cache_scope::per_layer, 9});
+        (void)simulate<lru>({2, 8}, ok, {cache_scope::per_layer, 9});
       },
       "capacity 9 must be in [1, key_space = 8]");
+  expect_error([&] { (void)simulate<lru>({2, 8}, ok, {cache_scope::global, 0}); }, "capacity 0");
   expect_error(
       [&] {
-        (void)sim::simulate<lru>({2, 8}, ok, {cache_scope::global, 0});
-      },
-      "capacity 0");
-  expect_error(
-      [&] {
-        (void)sim::simulate<lru>({2, 8}, std::vector<access>{{0, 2, 1}}, cfg);
+        (void)simulate<lru>({2, 8}, std::vector<access>{{0, 2, 1}}, cfg);
       },
       "has layer 2 outside [0, 2)");
   expect_error(
       [&] {
-        (void)sim::simulate<lru>({2, 8}, std::vector<access>{{0, 1, 8}}, cfg);
+        (void)simulate<lru>({2, 8}, std::vector<access>{{0, 1, 8}}, cfg);
       },
       "has expert 8 outside [0, 8)");
   expect_error(
       [&] {
-        (void)sim::simulate<lru>({2, 8}, std::vector<access>{{0, 0, -1}}, cfg);
+        (void)simulate<lru>({2, 8}, std::vector<access>{{0, 0, -1}}, cfg);
       },
       "has expert -1");
   expect_error(
       [&] {
-        (void)sim::simulate<lru>({2, 8}, std::vector<access>{{3, 0, 1}, {2, 0, 1}}, cfg);
+        (void)simulate<lru>({2, 8}, std::vector<access>{{3, 0, 1}, {2, 0, 1}}, cfg);
       },
       "goes back from step 3 to step 2");
   expect_error(
       [&] {
-        (void)sim::simulate<fifo>({1, 8}, std::vector<access>{{0, 0, 1}, {0, 0, 2}, {0, 0, 3}},
-                                  cfg);
+        (void)simulate<fifo>({1, 8}, std::vector<access>{{0, 0, 1}, {0, 0, 2}, {0, 0, 3}}, cfg);
       },
       "3 distinct keys requested but capacity is 2");
-  expect_error([&] { (void)sim::simulate_named("mru", {2, 8}, ok, cfg); }, "unknown policy 'mru'");
+  expect_error([&] { (void)simulate_named("mru", {2, 8}, ok, cfg); }, "unknown policy 'mru'");
 }
 
 }  // namespace

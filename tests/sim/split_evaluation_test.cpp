@@ -23,12 +23,12 @@
 namespace {
 
 using namespace wisp::literals;
-using wisp::alloc::agentic_config;
-using wisp::alloc::eval_phase;
+using wisp::agentic_config;
+using wisp::eval_phase;
 
 TEST(LruPool, MatchesAListOracleUnderResizes) {
   std::mt19937_64 rng{5};
-  wisp::sim::detail::lru_pool lru{64, 8};
+  wisp::detail::lru_pool lru{64, 8};
   std::list<std::uint32_t> oracle;  // front = most recent
   std::uint64_t cap = 8;
   for (int i = 0; i < 20000; ++i) {
@@ -58,7 +58,7 @@ TEST(LruPool, MatchesAListOracleUnderResizes) {
 // Calls as the pager serves them: a request's keys never evict each other; resizes in between.
 TEST(LruPool, CallsMatchAProtectedListOracleUnderResizes) {
   std::mt19937_64 rng{6};
-  wisp::sim::detail::lru_pool lru{40, 8};
+  wisp::detail::lru_pool lru{40, 8};
   std::list<std::uint32_t> oracle;  // front = most recent
   std::uint64_t cap = 8;
   std::vector<std::uint32_t> call;
@@ -104,8 +104,8 @@ TEST(LruPool, CallsMatchAProtectedListOracleUnderResizes) {
 }
 
 // A small OLMoE workload: mixed turns, 40 rounds.
-wisp::alloc::eval_workload small_workload(double tool_fraction, std::uint32_t rounds = 40) {
-  const auto m = wisp::alloc::model_preset("olmoe-1b-7b");
+wisp::eval_workload small_workload(double tool_fraction, std::uint32_t rounds = 40) {
+  const auto m = wisp::model_preset("olmoe-1b-7b");
   eval_phase p;
   p.kv.sessions = 10;
   p.kv.concurrency = 2;
@@ -113,21 +113,21 @@ wisp::alloc::eval_workload small_workload(double tool_fraction, std::uint32_t ro
   p.kv.long_turn = {512, 1536, 16};
   p.kv.tool_turn = {32, 128, 48};
   p.kv.tool_call_fraction = tool_fraction;
-  p.experts = wisp::trace::synthetic_preset("olmoe-1b-7b");
+  p.experts = wisp::synthetic_preset("olmoe-1b-7b");
   p.rounds = rounds;
   const eval_phase phases[] = {p};
-  return wisp::alloc::make_eval_workload("small", m, phases, 3);
+  return wisp::make_eval_workload("small", m, phases, 3);
 }
 
 TEST(Evaluation, FixedReplayEqualsTheCurveAndOracleIsTheMinimum) {
-  const auto m = wisp::alloc::model_preset("olmoe-1b-7b");
+  const auto m = wisp::model_preset("olmoe-1b-7b");
   const auto w = small_workload(0.5);
-  wisp::alloc::eval_params p;
+  wisp::eval_params p;
   p.budget = 3_GiB;
   // Guards that never let the adaptive arms move: their replay must equal the fixed curve.
   p.controller.gate = 1e9;
   p.dual.dead_zone = 1000;
-  const auto r = wisp::alloc::evaluate(m, w, p);
+  const auto r = wisp::evaluate(m, w, p);
   const auto& online = r.arm("mv-wsa-online");
   const auto& dual = r.arm("dual-resize");
   EXPECT_EQ(online.moves, 0u);
@@ -138,8 +138,8 @@ TEST(Evaluation, FixedReplayEqualsTheCurveAndOracleIsTheMinimum) {
   EXPECT_NEAR(r.arm("50-50").seconds, fixed, 1e-9 * std::max(1.0, fixed));
   // The oracle is the minimum of the fixed curve over the feasible caps.
   double best = INFINITY;
-  for (std::uint32_t c = m.top_k; c <= r.max_feasible_cap; ++c) {
-    best = std::min(best, r.fixed_seconds[c - m.top_k]);
+  for (std::int32_t c = m.top_k; c <= r.max_feasible_cap; ++c) {
+    best = std::min(best, r.fixed_seconds[static_cast<std::size_t>(c - m.top_k)]);
   }
   EXPECT_DOUBLE_EQ(r.arm("oracle").seconds, best);
   for (const auto& a : r.arms) {
@@ -150,12 +150,12 @@ TEST(Evaluation, FixedReplayEqualsTheCurveAndOracleIsTheMinimum) {
 }
 
 TEST(Evaluation, AdaptiveArmsMoveAndStayAdmissible) {
-  const auto m = wisp::alloc::model_preset("olmoe-1b-7b");
+  const auto m = wisp::model_preset("olmoe-1b-7b");
   const auto w = small_workload(0.2, 60);
-  wisp::alloc::eval_params p;
+  wisp::eval_params p;
   p.budget = 3_GiB;
   p.dual.headroom_blocks = 16;
-  const auto r = wisp::alloc::evaluate(m, w, p);
+  const auto r = wisp::evaluate(m, w, p);
   for (const auto& a : r.arms) {
     EXPECT_GE(a.cap_min, m.top_k) << a.name;
     if (a.adaptive) {

@@ -22,7 +22,7 @@ namespace {
 
 // Each layer's call drawn from the conditional Poisson design with Zipf weights over a random
 // expert permutation: the stationary routing the planner's model assumes.
-wisp::trace::routing_trace model_trace(std::size_t steps, std::uint64_t seed) {
+wisp::routing_trace model_trace(std::size_t steps, std::uint64_t seed) {
   const int layers = 4;
   const int experts = 64;
   const int k = 6;
@@ -37,7 +37,7 @@ wisp::trace::routing_trace model_trace(std::size_t steps, std::uint64_t seed) {
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
   }
-  wisp::trace::routing_trace t({.layers = layers, .experts = experts, .top_k = k});
+  wisp::routing_trace t({.layers = layers, .experts = experts, .top_k = k});
   std::uniform_real_distribution<double> u(0.0, 1.0);
   std::vector<std::int32_t> ids;
   for (std::size_t s = 0; s < steps; ++s) {
@@ -98,7 +98,7 @@ TEST(TieredSim, OnRealRoutingTheHierarchyWinsOnASlowLinkOnly) {
   const auto t = wisp::test::esft_trace();
   WISP_TEST_NEEDS_TRACE(t.has_value());
   // A slice keeps the test short; the docs' table replays the whole trace.
-  wisp::trace::routing_trace slice(t->shape());
+  wisp::routing_trace slice(t->shape());
   std::vector<std::int32_t> ids;
   for (std::size_t s = 0; s < 1500; ++s) {
     ids.clear();

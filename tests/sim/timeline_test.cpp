@@ -20,8 +20,8 @@ using wisp::test::expect_error;
 
 // Two layers, four experts, top-1, alternating passes: (0, 1), (2, 3), (0, 1), (2, 3). After two
 // passes the co-activation table predicts layer 1 exactly from layer 0.
-trace::routing_trace alternating() {
-  trace::routing_trace t({.layers = 2, .experts = 4, .top_k = 1});
+routing_trace alternating() {
+  routing_trace t({.layers = 2, .experts = 4, .top_k = 1});
   for (int s = 0; s < 4; ++s) {
     const std::vector<std::int32_t> ids =
         s % 2 == 0 ? std::vector<std::int32_t>{0, 1} : std::vector<std::int32_t>{2, 3};
@@ -87,10 +87,10 @@ TEST(Timeline, MatchesAHandComputedScheduleWithPrefetchInFlight) {
   EXPECT_EQ(r.prefetches_useful, 2u);
 }
 
-trace::routing_trace random_trace(std::uint64_t seed, std::size_t steps) {
+routing_trace random_trace(std::uint64_t seed, std::size_t steps) {
   std::mt19937_64 rng(seed);
-  const trace::trace_shape shape{.layers = 5, .experts = 12, .top_k = 3};
-  trace::routing_trace t(shape);
+  const moe_shape shape{.layers = 5, .experts = 12, .top_k = 3};
+  routing_trace t(shape);
   std::vector<std::int32_t> ids(shape.ids_per_step());
   std::vector<float> weights(ids.size());
   for (std::size_t s = 0; s < steps; ++s) {
@@ -113,9 +113,9 @@ trace::routing_trace random_trace(std::uint64_t seed, std::size_t steps) {
 }
 
 // Without prefetch or compute, nothing overlaps: the stall is the serial model's, and the cache
-// sees exactly what sim::simulate replays.
+// sees exactly what simulate replays.
 TEST(Timeline, ReducesToTheSerialModelWithoutOverlap) {
-  const trace::routing_trace t = random_trace(3, 60);
+  const routing_trace t = random_trace(3, 60);
   for (const cache_scope scope : {cache_scope::per_layer, cache_scope::global}) {
     for (const std::string_view name : {"lru", "least_stale", "decayed_frequency", "belady"}) {
       timeline_config c;
@@ -124,9 +124,9 @@ TEST(Timeline, ReducesToTheSerialModelWithoutOverlap) {
       c.link = {.bytes_per_second = 1000, .latency_seconds = 1};
       c.expert_bytes = 1000;
       const timeline_result r = simulate_timeline_named(name, t, c);
-      sim::sim_config serial{
+      sim_config serial{
           scope, c.capacity, {.bytes_per_expert = 1000, .gb_per_s = 1e-6, .miss_latency_us = 1e6}};
-      const sim::sim_result s = sim::simulate_named(name, t, serial);
+      const sim_result s = simulate_named(name, t, serial);
       EXPECT_EQ(r.stats.misses, s.stats.misses) << name;
       EXPECT_EQ(r.stats.hits, s.stats.hits) << name;
       EXPECT_EQ(r.stall_seconds, s.stall_seconds) << name;
@@ -138,7 +138,7 @@ TEST(Timeline, ReducesToTheSerialModelWithoutOverlap) {
 // With no compute the link is never idle before a layer starts: every prefetch is cancelled and
 // the run is the demand-only one.
 TEST(Timeline, CancelsPrefetchesWhoseLayerStarted) {
-  const trace::routing_trace t = random_trace(4, 40);
+  const routing_trace t = random_trace(4, 40);
   timeline_config c;
   c.capacity = 5;
   c.link = {.bytes_per_second = 1000, .latency_seconds = 1};
@@ -154,7 +154,7 @@ TEST(Timeline, CancelsPrefetchesWhoseLayerStarted) {
 
 // Prefetch accounting holds on any run: useful <= started, precision and recall from the counts.
 TEST(Timeline, PrefetchAccountingIsConsistent) {
-  const trace::routing_trace t = random_trace(5, 80);
+  const routing_trace t = random_trace(5, 80);
   for (const prefetch_rule rule : {prefetch_rule::top_k, prefetch_rule::percentile}) {
     timeline_config c;
     c.scope = cache_scope::global;
@@ -179,7 +179,7 @@ TEST(Timeline, PrefetchAccountingIsConsistent) {
 
 // Drop never copies what it may skip; every expert it drops is counted with its weight.
 TEST(Timeline, ApproximateMissPoliciesReportWhatTheyChange) {
-  const trace::routing_trace t = random_trace(6, 50);
+  const routing_trace t = random_trace(6, 50);
   timeline_config c;
   c.capacity = 4;
   c.link = {.bytes_per_second = 1000, .latency_seconds = 1};
@@ -198,7 +198,7 @@ TEST(Timeline, ApproximateMissPoliciesReportWhatTheyChange) {
 }
 
 TEST(Timeline, RejectsBadConfigurations) {
-  const trace::routing_trace t = alternating();
+  const routing_trace t = alternating();
   timeline_config c = hand_config(1);
   expect_error([&] { simulate_timeline<belady>(t, c); }, "belady", "prefetch (rule top-k)");
   c.prefetch = {};

@@ -37,11 +37,11 @@ inline std::string missing_trace_message() {
 }
 
 /// The imported ESFT trace, or `std::nullopt` when its folder is absent.
-inline std::optional<trace::routing_trace> esft_trace() {
+inline std::optional<routing_trace> esft_trace() {
   if (!std::filesystem::is_directory(esft_dir())) {
     return std::nullopt;
   }
-  return trace::import_esft(esft_dir()).trace;
+  return import_esft(esft_dir()).trace;
 }
 
 }  // namespace wisp::test

@@ -16,10 +16,9 @@
 
 namespace {
 
-using wisp::trace::import_esft;
+using wisp::import_esft;
 
-std::string expect_format_error(const std::filesystem::path& dir,
-                                wisp::trace::esft_options opt = {}) {
+std::string expect_format_error(const std::filesystem::path& dir, wisp::esft_options opt = {}) {
   try {
     (void)import_esft(dir, opt);
   } catch (const wisp::format_error& e) {
@@ -35,7 +34,7 @@ std::string expect_format_error(const std::filesystem::path& dir,
 TEST(Esft, RealTraceHasTheDocumentedSize) {
   WISP_TEST_NEEDS_TRACE(std::filesystem::is_directory(wisp::test::esft_dir()));
   const auto t = import_esft(wisp::test::esft_dir()).trace;
-  EXPECT_EQ(t.shape(), (wisp::trace::trace_shape{26, 64, 6}));
+  EXPECT_EQ(t.shape(), (wisp::moe_shape{26, 64, 6}));
   EXPECT_EQ(t.sequence_starts().size(), 127u);
   EXPECT_EQ(t.steps(), 8222u);
   EXPECT_EQ(t.access_count(), 1282632u);
@@ -72,13 +71,13 @@ TEST(Esft, SmallHandWrittenFolder) {
   dir.write("expert_weights_2.txt", "1\t2\t0\t3\t\t0.5\t0.25\t0.1\t0.2\r\n2\t1\t\t0.3\t0.4");
   dir.write("README.md", "ignored");
   const auto t = import_esft(dir.path(), {.experts = 4, .top_k = 2}).trace;
-  EXPECT_EQ(t.shape(), (wisp::trace::trace_shape{2, 4, 2}));
+  EXPECT_EQ(t.shape(), (wisp::moe_shape{2, 4, 2}));
   ASSERT_EQ(t.steps(), 3u);
   EXPECT_EQ(std::vector<std::size_t>(t.sequence_starts().begin(), t.sequence_starts().end()),
             (std::vector<std::size_t>{0, 2}));
   // Canonical order: line, token, layer, ids as written.
   std::vector<std::int32_t> order;
-  t.for_each_access([&](wisp::trace::access a) { order.push_back(a.expert); });
+  t.for_each_access([&](wisp::access a) { order.push_back(a.expert); });
   EXPECT_EQ(order, (std::vector<std::int32_t>{0, 1, 1, 2, 2, 3, 0, 3, 3, 0, 2, 1}));
   EXPECT_FLOAT_EQ(t.weight(1, 0, 1), 0.2f);
   EXPECT_FLOAT_EQ(t.weight(2, 1, 1), 0.4f);
@@ -110,16 +109,15 @@ TEST(Esft, SkipKeepsTheTokensEveryFileHolds) {
   const wisp_test::temp_dir dir("esft_incomplete_skip");
   write_incomplete_folder(dir);
   const auto [t, report] = import_esft(
-      dir.path(),
-      {.experts = 4, .top_k = 2, .on_incomplete = wisp::trace::incomplete_tokens::skip});
+      dir.path(), {.experts = 4, .top_k = 2, .on_incomplete = wisp::incomplete_tokens::skip});
   EXPECT_TRUE(t.complete());
   ASSERT_EQ(t.steps(), 3u);  // line 1 tokens 0 and 1, line 2 token 0; line 3 held by one file only
   std::vector<std::int32_t> order;
-  t.for_each_access([&](wisp::trace::access a) { order.push_back(a.expert); });
+  t.for_each_access([&](wisp::access a) { order.push_back(a.expert); });
   EXPECT_EQ(order, (std::vector<std::int32_t>{0, 1, 1, 0, 2, 3, 3, 2, 3, 2, 0, 3}));
   EXPECT_EQ(std::vector<std::size_t>(t.sequence_starts().begin(), t.sequence_starts().end()),
             (std::vector<std::size_t>{0, 2}));
-  wisp::trace::import_report want;
+  wisp::import_report want;
   want.incomplete_tokens = 3;  // line 1 token 2, line 3 tokens 0 and 1
   want.missing_records = 3;    // file 2 lacks those three
   want.dropped_tokens = 3;
@@ -132,8 +130,7 @@ TEST(Esft, KeepImportsEveryTokenWithTheLayersPresent) {
   const wisp_test::temp_dir dir("esft_incomplete_keep");
   write_incomplete_folder(dir);
   const auto [t, report] = import_esft(
-      dir.path(),
-      {.experts = 4, .top_k = 2, .on_incomplete = wisp::trace::incomplete_tokens::keep});
+      dir.path(), {.experts = 4, .top_k = 2, .on_incomplete = wisp::incomplete_tokens::keep});
   ASSERT_EQ(t.steps(), 6u);
   EXPECT_EQ(t.missing_rows(), 3u);
   EXPECT_FALSE(t.has_layer(2, 1));
@@ -144,7 +141,7 @@ TEST(Esft, KeepImportsEveryTokenWithTheLayersPresent) {
   EXPECT_EQ(t.expert(5, 0, 0), 0);
   EXPECT_EQ(std::vector<std::size_t>(t.sequence_starts().begin(), t.sequence_starts().end()),
             (std::vector<std::size_t>{0, 3, 4}));
-  wisp::trace::import_report want;
+  wisp::import_report want;
   want.incomplete_tokens = 3;
   want.missing_records = 3;
   want.partial_tokens = 3;

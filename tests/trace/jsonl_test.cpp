@@ -11,10 +11,10 @@
 
 namespace {
 
-using wisp::trace::import_jsonl;
-using wisp::trace::jsonl_options;
+using wisp::import_jsonl;
+using wisp::jsonl_options;
 
-wisp::trace::routing_trace import_text(const std::string& text, const jsonl_options& opt = {}) {
+wisp::routing_trace import_text(const std::string& text, const jsonl_options& opt = {}) {
   std::istringstream in(text);
   return import_jsonl(in, opt).trace;
 }
@@ -32,9 +32,9 @@ std::string expect_format_error(const std::string& text, const jsonl_options& op
   return {};
 }
 
-std::vector<std::int32_t> ids_of(const wisp::trace::routing_trace& t) {
+std::vector<std::int32_t> ids_of(const wisp::routing_trace& t) {
   std::vector<std::int32_t> out;
-  t.for_each_access([&](wisp::trace::access a) { out.push_back(a.expert); });
+  t.for_each_access([&](wisp::access a) { out.push_back(a.expert); });
   return out;
 }
 
@@ -78,7 +78,7 @@ TEST(Jsonl, SortsIntoGroupTokenLayerOrder) {
   jsonl_options opt;
   opt.group_key = "problem_id";
   const auto t = import_text(text, opt);
-  EXPECT_EQ(t.shape(), (wisp::trace::trace_shape{2, 8, 2}));
+  EXPECT_EQ(t.shape(), (wisp::moe_shape{2, 8, 2}));
   ASSERT_EQ(t.steps(), 3u);
   EXPECT_FALSE(t.has_weights());
   EXPECT_EQ(std::vector<std::size_t>(t.sequence_starts().begin(), t.sequence_starts().end()),
@@ -97,7 +97,7 @@ TEST(Jsonl, WeightsAndExplicitShape) {
   jsonl_options opt;
   opt.experts = 16;
   const auto t = import_text(text, opt);
-  EXPECT_EQ(t.shape(), (wisp::trace::trace_shape{1, 16, 2}));
+  EXPECT_EQ(t.shape(), (wisp::moe_shape{1, 16, 2}));
   EXPECT_TRUE(t.has_weights());
   EXPECT_EQ(t.weight(0, 0, 1), 0.25f);
   EXPECT_EQ(t.sequence_starts().size(), 1u);
@@ -123,7 +123,7 @@ const std::string incomplete_log = R"({"layer":0,"experts":[1,2],"token_idx":0,"
                                    R"({"layer":2,"experts":[4,5],"token_idx":1,"g":"b"})"
                                    "\n";
 
-wisp::trace::imported_trace import_incomplete(wisp::trace::incomplete_tokens policy) {
+wisp::imported_trace import_incomplete(wisp::incomplete_tokens policy) {
   jsonl_options opt;
   opt.group_key = "g";
   opt.on_incomplete = policy;
@@ -139,13 +139,13 @@ TEST(Jsonl, IncompleteTokensAreAnErrorByDefault) {
 }
 
 TEST(Jsonl, SkipDropsIncompleteTokensAndCountsThem) {
-  const auto [t, report] = import_incomplete(wisp::trace::incomplete_tokens::skip);
+  const auto [t, report] = import_incomplete(wisp::incomplete_tokens::skip);
   EXPECT_TRUE(t.complete());
   ASSERT_EQ(t.steps(), 2u);  // a/0 and b/1
   EXPECT_EQ(ids_of(t), (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 2, 0, 2, 3, 4, 5}));
   EXPECT_EQ(std::vector<std::size_t>(t.sequence_starts().begin(), t.sequence_starts().end()),
             (std::vector<std::size_t>{0, 1}));
-  wisp::trace::import_report want;
+  wisp::import_report want;
   want.incomplete_tokens = 2;
   want.missing_records = 3;
   want.dropped_tokens = 2;
@@ -155,7 +155,7 @@ TEST(Jsonl, SkipDropsIncompleteTokensAndCountsThem) {
 }
 
 TEST(Jsonl, KeepImportsTheLayersPresent) {
-  const auto [t, report] = import_incomplete(wisp::trace::incomplete_tokens::keep);
+  const auto [t, report] = import_incomplete(wisp::incomplete_tokens::keep);
   ASSERT_EQ(t.steps(), 4u);
   EXPECT_EQ(t.missing_rows(), 3u);
   EXPECT_FALSE(t.has_layer(1, 1));
@@ -164,7 +164,7 @@ TEST(Jsonl, KeepImportsTheLayersPresent) {
   EXPECT_FALSE(t.has_layer(2, 2));
   EXPECT_EQ(ids_of(t),
             (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6, 1, 3, 6, 7, 0, 1, 2, 0, 2, 3, 4, 5}));
-  wisp::trace::import_report want;
+  wisp::import_report want;
   want.incomplete_tokens = 2;
   want.missing_records = 3;
   want.partial_tokens = 2;
@@ -172,7 +172,7 @@ TEST(Jsonl, KeepImportsTheLayersPresent) {
   EXPECT_EQ(report, want);
   // A repeated layer is corruption, not a gap: an error whatever the policy.
   jsonl_options opt;
-  opt.on_incomplete = wisp::trace::incomplete_tokens::keep;
+  opt.on_incomplete = wisp::incomplete_tokens::keep;
   const std::string what = expect_format_error(
       "{\"layer\":0,\"experts\":[1],\"token_idx\":0}\n{\"layer\":0,\"experts\":[2],\"token_idx\":"
       "0}",

@@ -12,9 +12,9 @@
 
 namespace {
 
-using wisp::trace::access;
-using wisp::trace::routing_trace;
-using wisp::trace::trace_shape;
+using wisp::access;
+using wisp::moe_shape;
+using wisp::routing_trace;
 
 static_assert(std::ranges::forward_range<routing_trace::access_range>);
 static_assert(std::forward_iterator<routing_trace::access_iterator>);
@@ -192,10 +192,10 @@ TEST(RoutingTrace, PartialStepsAreValidatedWithStrongGuarantee) {
 }
 
 // for_each_access and accesses() visit exactly the nested-loop order.
-class AccessOrder : public ::testing::TestWithParam<trace_shape> {};
+class AccessOrder : public ::testing::TestWithParam<moe_shape> {};
 
 TEST_P(AccessOrder, MatchesNestedLoops) {
-  const trace_shape shape = GetParam();
+  const moe_shape shape = GetParam();
   const routing_trace t = wisp_test::random_trace(shape, 37, false, 11);
   std::vector<access> expected;
   for (std::size_t s = 0; s < t.steps(); ++s) {
@@ -219,7 +219,7 @@ TEST_P(AccessOrder, MatchesNestedLoops) {
 
 // The same with partial steps: nested loops over the rows each step holds.
 TEST_P(AccessOrder, PartialStepsMatchNestedLoopsOverTheRowsHeld) {
-  const trace_shape shape = GetParam();
+  const moe_shape shape = GetParam();
   const routing_trace t = wisp_test::random_partial_trace(shape, 37, false, 12);
   std::vector<access> expected;
   for (std::size_t s = 0; s < t.steps(); ++s) {
@@ -240,9 +240,9 @@ TEST_P(AccessOrder, PartialStepsMatchNestedLoopsOverTheRowsHeld) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AccessOrder,
-                         ::testing::Values(trace_shape{1, 1, 1}, trace_shape{26, 64, 6},
-                                           trace_shape{3, 8, 8}, trace_shape{4, 300, 5},
-                                           trace_shape{2, 65536, 2}),
+                         ::testing::Values(moe_shape{1, 1, 1}, moe_shape{26, 64, 6},
+                                           moe_shape{3, 8, 8}, moe_shape{4, 300, 5},
+                                           moe_shape{2, 65536, 2}),
                          [](const auto& info) {
                            return "L" + std::to_string(info.param.layers) + "_E" +
                                   std::to_string(info.param.experts) + "_K" +

@@ -16,9 +16,9 @@
 
 namespace {
 
-using wisp::trace::make_synthetic_trace;
-using wisp::trace::synthetic_config;
-using wisp::trace::synthetic_preset;
+using wisp::make_synthetic_trace;
+using wisp::synthetic_config;
+using wisp::synthetic_preset;
 
 TEST(Xoshiro, SplitmixReferenceAndStability) {
   // splitmix64 reference vector (seed 1234567, Vigna's splitmix64.c); xoshiro is then checked for
@@ -37,7 +37,7 @@ TEST(Xoshiro, SplitmixReferenceAndStability) {
 }
 
 TEST(Synthetic, SameSeedSameTraceDifferentSeedDifferentTrace) {
-  for (const auto name : wisp::trace::synthetic_preset_names()) {
+  for (const auto name : wisp::synthetic_preset_names()) {
     const synthetic_config cfg = synthetic_preset(name);
     const auto a = make_synthetic_trace(cfg, 300, 7);
     const auto b = make_synthetic_trace(cfg, 300, 7);
@@ -45,7 +45,7 @@ TEST(Synthetic, SameSeedSameTraceDifferentSeedDifferentTrace) {
     EXPECT_EQ(a, b) << name;
     EXPECT_NE(a, c) << name;
     EXPECT_EQ(a.steps(), 300u);
-    EXPECT_EQ(a.shape(), (wisp::trace::trace_shape{cfg.layers, cfg.experts, cfg.top_k})) << name;
+    EXPECT_EQ(a.shape(), (wisp::moe_shape{cfg.layers, cfg.experts, cfg.top_k})) << name;
     ASSERT_FALSE(a.sequence_starts().empty());
     EXPECT_EQ(a.sequence_starts()[0], 0u);
   }
@@ -54,13 +54,13 @@ TEST(Synthetic, SameSeedSameTraceDifferentSeedDifferentTrace) {
 TEST(Synthetic, PresetsHaveTheDocumentedShapes) {
   auto shape = [](std::string_view n) {
     const auto c = synthetic_preset(n);
-    return wisp::trace::trace_shape{c.layers, c.experts, c.top_k};
+    return wisp::moe_shape{c.layers, c.experts, c.top_k};
   };
-  EXPECT_EQ(shape("default"), (wisp::trace::trace_shape{26, 64, 6}));
-  EXPECT_EQ(shape("qwen3-30b-a3b"), (wisp::trace::trace_shape{48, 128, 8}));
-  EXPECT_EQ(shape("mixtral-8x7b"), (wisp::trace::trace_shape{32, 8, 2}));
-  EXPECT_EQ(shape("olmoe-1b-7b"), (wisp::trace::trace_shape{16, 64, 8}));
-  EXPECT_EQ(shape("qwen1.5-moe-a2.7b"), (wisp::trace::trace_shape{24, 60, 4}));
+  EXPECT_EQ(shape("default"), (wisp::moe_shape{26, 64, 6}));
+  EXPECT_EQ(shape("qwen3-30b-a3b"), (wisp::moe_shape{48, 128, 8}));
+  EXPECT_EQ(shape("mixtral-8x7b"), (wisp::moe_shape{32, 8, 2}));
+  EXPECT_EQ(shape("olmoe-1b-7b"), (wisp::moe_shape{16, 64, 8}));
+  EXPECT_EQ(shape("qwen1.5-moe-a2.7b"), (wisp::moe_shape{24, 60, 4}));
   EXPECT_EQ(synthetic_preset("qwen1.5-moe-a2.7b").working_set, 3);  // round(0.85 x 4)
   wisp::test::expect_error([] { (void)synthetic_preset("gpt-9"); }, "qwen3-30b-a3b", "gpt-9");
 }
@@ -102,9 +102,8 @@ TEST(Synthetic, SkewAndLocalityRaiseHitRates) {
 // The "default" preset tracks the real ESFT trace: per-layer LRU hit rate within 0.1 at 8, 16, 32
 // with the same number of steps. Prints both curves (docs/synthetic.md quotes them).
 TEST(Synthetic, DefaultPresetIsCalibratedAgainstEsft) {
-  const auto synth =
-      make_synthetic_trace(synthetic_preset("default"), wisp::trace::default_synthetic_steps,
-                           wisp::trace::default_synthetic_seed);
+  const auto synth = make_synthetic_trace(
+      synthetic_preset("default"), wisp::default_synthetic_steps, wisp::default_synthetic_seed);
   const std::vector<int> caps = {1, 2, 4, 8, 16, 32, 64};
   const auto esft = wisp::test::esft_trace();
   const std::vector<double> s = wisp_test::per_layer_lru_curve(synth, caps);

@@ -9,10 +9,10 @@
 
 namespace wisp_test {
 
-wisp::trace::routing_trace random_trace(wisp::trace::trace_shape shape, std::size_t steps,
-                                        bool weights, std::uint64_t seed) {
+wisp::routing_trace random_trace(wisp::moe_shape shape, std::size_t steps, bool weights,
+                                 std::uint64_t seed) {
   wisp::detail::xoshiro256ss rng(seed);
-  wisp::trace::routing_trace t(shape);
+  wisp::routing_trace t(shape);
   const auto k = static_cast<std::size_t>(shape.top_k);
   std::vector<std::int32_t> ids(shape.ids_per_step());
   std::vector<float> ws(weights ? ids.size() : 0);
@@ -38,11 +38,11 @@ wisp::trace::routing_trace random_trace(wisp::trace::trace_shape shape, std::siz
   return t;
 }
 
-wisp::trace::routing_trace random_partial_trace(wisp::trace::trace_shape shape, std::size_t steps,
-                                                bool weights, std::uint64_t seed) {
-  const wisp::trace::routing_trace full = random_trace(shape, steps, weights, seed);
+wisp::routing_trace random_partial_trace(wisp::moe_shape shape, std::size_t steps, bool weights,
+                                         std::uint64_t seed) {
+  const wisp::routing_trace full = random_trace(shape, steps, weights, seed);
   wisp::detail::xoshiro256ss rng(seed + 1000);
-  wisp::trace::routing_trace t(shape);
+  wisp::routing_trace t(shape);
   const auto layers = static_cast<std::size_t>(shape.layers);
   const auto k = static_cast<std::size_t>(shape.top_k);
   std::vector<std::int32_t> ids(shape.ids_per_step());
@@ -107,18 +107,18 @@ void temp_dir::write(const std::string& file, const std::string& text) const {
   out << text;
 }
 
-double per_layer_lru_hit_rate(const wisp::trace::routing_trace& trace, int capacity) {
+double per_layer_lru_hit_rate(const wisp::routing_trace& trace, int capacity) {
   return per_layer_lru_curve(trace, {capacity}).front();
 }
 
-std::vector<double> per_layer_lru_curve(const wisp::trace::routing_trace& trace,
+std::vector<double> per_layer_lru_curve(const wisp::routing_trace& trace,
                                         const std::vector<int>& capacities) {
   std::vector<std::vector<std::int32_t>> stacks(static_cast<std::size_t>(trace.shape().layers));
   // depth_hits[d]: accesses found at LRU stack depth d (0 = most recent); a capacity-c LRU cache
   // hits exactly the accesses with depth < c.
   std::vector<std::size_t> depth_hits(static_cast<std::size_t>(trace.shape().experts), 0);
   std::size_t total = 0;
-  trace.for_each_access([&](wisp::trace::access a) {
+  trace.for_each_access([&](wisp::access a) {
     auto& s = stacks[static_cast<std::size_t>(a.layer)];  // most recent first
     ++total;
     const auto it = std::find(s.begin(), s.end(), a.expert);

@@ -2,7 +2,7 @@
 // Helpers shared by the trace tests.
 #pragma once
 
-#include <wisp/trace/detail/crc32.hpp>
+#include <wisp/core/detail/crc32.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
 #include <cstdint>
@@ -14,13 +14,13 @@
 namespace wisp_test {
 
 /// A random valid trace (xoshiro from the library, so it is the same on every platform).
-wisp::trace::routing_trace random_trace(wisp::trace::trace_shape shape, std::size_t steps,
-                                        bool weights, std::uint64_t seed);
+wisp::routing_trace random_trace(wisp::moe_shape shape, std::size_t steps, bool weights,
+                                 std::uint64_t seed);
 
 /// `random_trace` in which about a third of the steps (never the first) lack a random proper
 /// subset of their layers (`append_partial_step`).
-wisp::trace::routing_trace random_partial_trace(wisp::trace::trace_shape shape, std::size_t steps,
-                                                bool weights, std::uint64_t seed);
+wisp::routing_trace random_partial_trace(wisp::moe_shape shape, std::size_t steps, bool weights,
+                                         std::uint64_t seed);
 
 /// A fresh empty folder under the system temp folder, removed by the destructor.
 class temp_dir {
@@ -38,10 +38,10 @@ class temp_dir {
 
 /// Per-layer LRU hit rate (hits / accesses, cold misses included), brute force: an expert hits
 /// iff fewer than `capacity` distinct experts of its layer were touched since its last access.
-double per_layer_lru_hit_rate(const wisp::trace::routing_trace& trace, int capacity);
+double per_layer_lru_hit_rate(const wisp::routing_trace& trace, int capacity);
 
 /// The same for several capacities in one pass (one LRU stack per layer, stack depth histogram).
-std::vector<double> per_layer_lru_curve(const wisp::trace::routing_trace& trace,
+std::vector<double> per_layer_lru_curve(const wisp::routing_trace& trace,
                                         const std::vector<int>& capacities);
 
 }  // namespace wisp_test

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "trace_test_util.hpp"
 
-#include <wisp/trace/detail/crc32.hpp>
+#include <wisp/core/detail/crc32.hpp>
 #include <wisp/trace/synthetic.hpp>
 #include <wisp/trace/wtrace.hpp>
 
@@ -16,9 +16,9 @@
 
 namespace {
 
-using wisp::trace::read_wtrace;
-using wisp::trace::routing_trace;
-using wisp::trace::write_wtrace;
+using wisp::read_wtrace;
+using wisp::routing_trace;
+using wisp::write_wtrace;
 
 std::span<const std::uint8_t> bytes_of(std::string_view s) {
   return {reinterpret_cast<const std::uint8_t*>(s.data()), s.size()};
@@ -48,10 +48,9 @@ void put_u64(std::string& b, std::size_t off, std::uint64_t v) {
 
 // Recomputes both checksums so a deliberately inconsistent file reaches the semantic checks.
 void reseal(std::string& b) {
-  put_u32(b, 56, wisp::trace::detail::crc32(bytes_of(std::string_view(b).substr(0, 56))));
+  put_u32(b, 56, wisp::detail::crc32(bytes_of(std::string_view(b).substr(0, 56))));
   const std::size_t payload = b.size() - 64 - 4;
-  put_u32(b, b.size() - 4,
-          wisp::trace::detail::crc32(bytes_of(std::string_view(b).substr(64, payload))));
+  put_u32(b, b.size() - 4, wisp::detail::crc32(bytes_of(std::string_view(b).substr(64, payload))));
 }
 
 // Expects a format_error whose message contains `needle` and returns its offset.
@@ -70,15 +69,15 @@ std::uint64_t expect_format_error(const std::string& bytes, const std::string& n
 }
 
 TEST(Crc32, KnownVectors) {
-  using wisp::trace::detail::crc32;
+  using wisp::detail::crc32;
   EXPECT_EQ(crc32(bytes_of("123456789")), 0xCBF43926u);
   EXPECT_EQ(crc32(bytes_of("")), 0x00000000u);
   EXPECT_EQ(crc32(bytes_of("a")), 0xE8B7BE43u);
   EXPECT_EQ(crc32(bytes_of("The quick brown fox jumps over the lazy dog")), 0x414FA339u);
   // Incremental equals one-shot.
-  const auto part = wisp::trace::detail::crc32_update(0, bytes_of("12345"));
-  EXPECT_EQ(wisp::trace::detail::crc32_update(part, bytes_of("6789")), 0xCBF43926u);
-  static_assert(wisp::trace::detail::crc32_table[1] == 0x77073096u);
+  const auto part = wisp::detail::crc32_update(0, bytes_of("12345"));
+  EXPECT_EQ(wisp::detail::crc32_update(part, bytes_of("6789")), 0xCBF43926u);
+  static_assert(wisp::detail::crc32_table[1] == 0x77073096u);
 }
 
 TEST(Wtrace, HeaderLayoutIsLittleEndian) {
@@ -102,7 +101,7 @@ TEST(Wtrace, HeaderLayoutIsLittleEndian) {
 }
 
 struct round_trip_case {
-  wisp::trace::trace_shape shape;
+  wisp::moe_shape shape;
   std::size_t steps;
   bool weights;
 };
@@ -140,9 +139,8 @@ INSTANTIATE_TEST_SUITE_P(Traces, WtraceRoundTrip,
 
 TEST(Wtrace, PartialStepsRoundTrip) {
   for (const bool weights : {false, true}) {
-    for (const wisp::trace::trace_shape shape :
-         {wisp::trace::trace_shape{2, 8, 2}, wisp::trace::trace_shape{26, 64, 6},
-          wisp::trace::trace_shape{9, 300, 3}}) {
+    for (const wisp::moe_shape shape :
+         {wisp::moe_shape{2, 8, 2}, wisp::moe_shape{26, 64, 6}, wisp::moe_shape{9, 300, 3}}) {
       const routing_trace t = wisp_test::random_partial_trace(shape, 40, weights, 7);
       ASSERT_FALSE(t.complete());
       const std::string b = to_bytes(t);
@@ -200,8 +198,7 @@ TEST(Wtrace, RejectsInconsistentRowBitmaps) {
 
 TEST(Wtrace, FileRoundTripAndErrorsNameThePath) {
   const wisp_test::temp_dir dir("wtrace");
-  const routing_trace t =
-      wisp::trace::make_synthetic_trace(wisp::trace::synthetic_preset("default"), 100, 5);
+  const routing_trace t = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 100, 5);
   write_wtrace(t, dir.path() / "a.wtrace");
   EXPECT_EQ(read_wtrace(dir.path() / "a.wtrace"), t);
   dir.write("bad.wtrace", "not a trace");

@@ -5,8 +5,8 @@
 // bad plans that copy nothing.
 #include "support/expect_error.hpp"
 
+#include <wisp/core/topk.hpp>
 #include <wisp/pager/host_expert_store.hpp>
-#include <wisp/pager/types.hpp>
 #include <wisp/transfer/copy_engine.hpp>
 #include <wisp/transfer/row_layout.hpp>
 #include <wisp/transfer/timeline.hpp>

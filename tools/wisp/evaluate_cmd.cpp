@@ -37,8 +37,8 @@ struct evaluate_options {
 };
 
 // One phase of a workload: the KV session mix and the routing locality that goes with it.
-alloc::eval_phase phase(const alloc::model_spec& m, double tool_fraction, std::uint32_t rounds) {
-  alloc::eval_phase p;
+eval_phase phase(const model_spec& m, double tool_fraction, std::uint32_t rounds) {
+  eval_phase p;
   p.kv.sessions = 16;
   p.kv.concurrency = 2;  // context and turn shapes: agentic_config's defaults
   p.kv.tool_call_fraction = tool_fraction;
@@ -57,10 +57,10 @@ alloc::eval_phase phase(const alloc::model_spec& m, double tool_fraction, std::u
 
 struct workload_def {
   const char* name;
-  std::vector<alloc::eval_phase> phases;
+  std::vector<eval_phase> phases;
 };
 
-std::vector<workload_def> workloads(const alloc::model_spec& m, std::uint32_t r) {
+std::vector<workload_def> workloads(const model_spec& m, std::uint32_t r) {
   return {
       {"long-context", {phase(m, 0.1, r)}},
       {"mixed", {phase(m, 0.5, r)}},
@@ -70,8 +70,8 @@ std::vector<workload_def> workloads(const alloc::model_spec& m, std::uint32_t r)
   };
 }
 
-alloc::eval_params params_for(byte_size budget, double recompute) {
-  alloc::eval_params p;
+eval_params params_for(byte_size budget, double recompute) {
+  eval_params p;
   p.budget = budget;
   p.costs.recompute_seconds_per_token = recompute;
   p.dual.headroom_blocks = 64;
@@ -82,15 +82,15 @@ alloc::eval_params params_for(byte_size budget, double recompute) {
 // One table: every workload's arms at one recompute cost.
 struct table {
   double recompute = 0;
-  std::vector<std::pair<std::string, alloc::eval_result>> results;
+  std::vector<std::pair<std::string, eval_result>> results;
 };
 
-void print_markdown(const alloc::model_spec& m, byte_size budget, const evaluate_options& o,
+void print_markdown(const model_spec& m, byte_size budget, const evaluate_options& o,
                     const table& t) {
-  const alloc::eval_params p = params_for(budget, t.recompute);
+  const eval_params p = params_for(budget, t.recompute);
   std::printf(
       "\n%s at %s, %u rounds per workload, bandwidth %.0f GB/s, recompute %.0f us/token\n\n",
-      m.name.c_str(), alloc::format_bytes(budget.count()).c_str(), o.rounds,
+      m.name.c_str(), format_bytes(budget.count()).c_str(), o.rounds,
       p.costs.bandwidth_bytes_per_second / 1e9, p.costs.recompute_seconds_per_token * 1e6);
   std::printf(
       "| workload | arm | cap (start->end, min..max) | moves | warm expert misses | warm KV "
@@ -108,14 +108,14 @@ void print_markdown(const alloc::model_spec& m, byte_size budget, const evaluate
   std::fflush(stdout);
 }
 
-void print_json(const alloc::model_spec& m, byte_size budget, const evaluate_options& o,
+void print_json(const model_spec& m, byte_size budget, const evaluate_options& o,
                 const std::vector<table>& tables) {
   nlohmann::ordered_json out;
   out["model"] = m.name;
   out["budget_bytes"] = budget.count();
   out["rounds"] = o.rounds;
   out["seed"] = o.seed;
-  out["bandwidth_gbps"] = alloc::cost_params{}.bandwidth_bytes_per_second / 1e9;
+  out["bandwidth_gbps"] = cost_params{}.bandwidth_bytes_per_second / 1e9;
   out["tables"] = nlohmann::ordered_json::array();
   for (const table& t : tables) {
     nlohmann::ordered_json j;
@@ -145,18 +145,18 @@ void print_json(const alloc::model_spec& m, byte_size budget, const evaluate_opt
 }
 
 void run(const evaluate_options& o) {
-  const alloc::model_spec m = load_model(o.model);
-  const byte_size budget = alloc::parse_byte_size(o.budget);
+  const model_spec m = load_model(o.model);
+  const byte_size budget = parse_byte_size(o.budget);
   const auto defs = workloads(m, o.rounds);
   progress_bar bar("evaluate " + m.name, (o.recompute.size() * defs.size()) << 16,
                    progress_wanted(o.json));
   std::vector<table> tables;
   for (const double recompute : o.recompute) {
     table t{recompute, {}};
-    const alloc::eval_params p = params_for(budget, recompute);
+    const eval_params p = params_for(budget, recompute);
     for (const auto& d : defs) {
-      const auto w = alloc::make_eval_workload(d.name, m, d.phases, o.seed);
-      t.results.emplace_back(d.name, alloc::evaluate(m, w, p));
+      const auto w = make_eval_workload(d.name, m, d.phases, o.seed);
+      t.results.emplace_back(d.name, evaluate(m, w, p));
       bar.advance(1u << 16);  // one unit of work per workload, drawn at once
     }
     if (!o.json) {

@@ -19,36 +19,34 @@ namespace wisp::tool {
 
 /// Help text of a model argument.
 inline std::string model_source_help() {
-  return "a preset (" + alloc::model_preset_names() +
+  return "a preset (" + model_preset_names() +
          ") or a model .json file (schema: docs/formats.md#model-files)";
 }
 
 /// @brief The preset called `name`, else the model file at that path.
 /// @throws wisp::logic_error for an unknown name that is no file; wisp::error / format_error for
 ///   a file that cannot be read or parsed.
-inline alloc::model_spec load_model(const std::string& name) {
-  if (alloc::find_model_preset(name) != nullptr) {
-    return alloc::model_preset(name);
+inline model_spec load_model(const std::string& name) {
+  if (find_model_preset(name) != nullptr) {
+    return model_preset(name);
   }
   std::error_code ec;
   if (name.ends_with(".json") || std::filesystem::exists(name, ec)) {
-    return alloc::read_model_json(name).spec;
+    return read_model_json(name).spec;
   }
-  usage_error("--model: unknown model '", name, "' (presets: ", alloc::model_preset_names(),
+  usage_error("--model: unknown model '", name, "' (presets: ", model_preset_names(),
               "; or give a model .json file)");
 }
 
 /// The synthetic router of the model: its preset for a preset model, else the default dynamics
 /// scaled to the model's shape.
-inline trace::synthetic_config synthetic_for(const alloc::model_spec& m) {
-  const trace::trace_shape shape{static_cast<std::int32_t>(m.layers),
-                                 static_cast<std::int32_t>(m.experts),
-                                 static_cast<std::int32_t>(m.top_k)};
-  if (const auto* preset = alloc::find_model_preset(m.name);
+inline synthetic_config synthetic_for(const model_spec& m) {
+  const moe_shape shape = m.shape();
+  if (const auto* preset = find_model_preset(m.name);
       preset != nullptr && preset->config.spec() == m) {
-    return trace::synthetic_preset(m.name);
+    return synthetic_preset(m.name);
   }
-  return trace::synthetic_for_shape(shape);
+  return synthetic_for_shape(shape);
 }
 
 }  // namespace wisp::tool

@@ -53,16 +53,13 @@ struct plan_options {
   bool json = false;
 };
 
-trace::routing_trace plan_trace(const std::string& file, const alloc::model_spec& m) {
+routing_trace plan_trace(const std::string& file, const model_spec& m) {
   if (file.empty()) {
-    return trace::make_synthetic_trace(synthetic_for(m), trace::default_synthetic_steps,
-                                       trace::default_synthetic_seed);
+    return make_synthetic_trace(synthetic_for(m), default_synthetic_steps, default_synthetic_seed);
   }
-  trace::routing_trace t = load_trace_with_accesses(file);
+  routing_trace t = load_trace_with_accesses(file);
   const auto& s = t.shape();
-  if (s.layers != static_cast<std::int32_t>(m.layers) ||
-      s.experts != static_cast<std::int32_t>(m.experts) ||
-      s.top_k != static_cast<std::int32_t>(m.top_k)) {
+  if (s != m.shape()) {
     usage_error("--trace ", file, " has shape ", s, " but model ", m.name, " has ", m.layers,
                 " MoE layers x ", m.experts, " experts, top-", m.top_k);
   }
@@ -70,46 +67,45 @@ trace::routing_trace plan_trace(const std::string& file, const alloc::model_spec
 }
 
 // "yes", or why not: "floor" (fits, but the KV pool is below the admission floor), "budget".
-const char* feasibility(const alloc::sweep_point& p) {
+const char* feasibility(const sweep_point& p) {
   return p.feasible ? "yes" : (p.fits ? "floor" : "budget");
 }
 
 void run(const plan_options& opt) {
-  const alloc::model_spec m = load_model(opt.model);
-  const byte_size budget = alloc::parse_byte_size(opt.budget);
+  const model_spec m = load_model(opt.model);
+  const byte_size budget = parse_byte_size(opt.budget);
   if (opt.concurrency.has_value() != opt.context.has_value()) {
     usage_error(
         "--concurrency and --context go together (the admission floor is C sessions x N "
         "tokens)");
   }
-  const alloc::admission_floor floor{opt.concurrency.value_or(0), opt.context.value_or(0)};
-  std::vector<std::uint32_t> caps;
+  const admission_floor floor{opt.concurrency.value_or(0), opt.context.value_or(0)};
+  std::vector<std::int32_t> caps;
   for (const std::int64_t c : opt.sweep_caps) {
-    if (c < static_cast<std::int64_t>(m.top_k) || c > static_cast<std::int64_t>(m.experts)) {
+    if (c < m.top_k || c > m.experts) {
       usage_error("--sweep-cap ", c, " is outside [top_k, experts] = [", m.top_k, ", ", m.experts,
                   "] for ", m.name, " (the cap is expert slots per MoE layer)");
     }
-    caps.push_back(static_cast<std::uint32_t>(c));
+    caps.push_back(static_cast<std::int32_t>(c));
   }
   if (caps.empty()) {
-    for (std::uint32_t c = m.top_k; c <= m.experts; ++c) {
+    for (std::int32_t c = m.top_k; c <= m.experts; ++c) {
       caps.push_back(c);
     }
   }
   // Feasibility first: an infeasible request fails before any trace work.
-  alloc::require_feasible(m, budget, floor);
+  require_feasible(m, budget, floor);
 
-  const trace::routing_trace t = plan_trace(opt.trace, m);
-  const reuse::miss_curve expert_curve{
-      reuse::profile_trace(t, reuse::reuse_scope::per_layer).histogram};
+  const routing_trace t = plan_trace(opt.trace, m);
+  const miss_curve expert_curve{profile_trace(t, reuse_scope::per_layer).histogram};
   const std::uint64_t rounds =
       std::max<std::uint64_t>(1, t.steps() / std::max<std::uint64_t>(1, floor.concurrency));
-  const alloc::cost_params params{opt.bandwidth_gbps * 1e9, opt.recompute};
-  const alloc::cost_model<> cost{
-      m, expert_curve, alloc::working_set_kv_curve(floor.blocks(m.block_tokens), rounds), params};
-  const alloc::configuration conf = alloc::configure(cost, budget, floor);
-  const auto points = alloc::sweep(cost, budget, floor, caps);
-  const alloc::split& c = conf.choice;
+  const cost_params params{opt.bandwidth_gbps * 1e9, opt.recompute};
+  const cost_model<> cost{m, expert_curve,
+                          working_set_kv_curve(floor.blocks(m.block_tokens), rounds), params};
+  const configuration conf = configure(cost, budget, floor);
+  const auto points = sweep(cost, budget, floor, caps);
+  const split& c = conf.choice;
   if (floor.tokens() == 0) {
     warn(
         "no admission floor given (--concurrency, --context): nothing keeps KV memory for "
@@ -163,15 +159,14 @@ void run(const plan_options& opt) {
   std::printf(
       "model %s: %u MoE layers x %u experts, top-%u; one expert %s (a cap unit, one slot "
       "in every layer: %s); KV %s per token, %u-token blocks (%s)\n",
-      m.name.c_str(), m.layers, m.experts, m.top_k,
-      alloc::format_bytes(m.expert_bytes.count()).c_str(),
-      alloc::format_bytes(m.cap_unit_bytes().count()).c_str(),
-      alloc::format_bytes(m.kv_bytes_per_token.count()).c_str(), m.block_tokens,
-      alloc::format_bytes(m.kv_block_bytes().count()).c_str());
+      m.name.c_str(), m.layers, m.experts, m.top_k, format_bytes(m.expert_bytes.count()).c_str(),
+      format_bytes(m.cap_unit_bytes().count()).c_str(),
+      format_bytes(m.kv_bytes_per_token.count()).c_str(), m.block_tokens,
+      format_bytes(m.kv_block_bytes().count()).c_str());
   std::printf(
       "budget %s; admission floor %llu sessions x %llu tokens = %llu blocks; feasible caps "
       "[%u, %u]\n",
-      alloc::format_bytes_and_gib(budget.count()).c_str(),
+      format_bytes_and_gib(budget.count()).c_str(),
       static_cast<unsigned long long>(floor.concurrency),
       static_cast<unsigned long long>(floor.context),
       static_cast<unsigned long long>(floor.blocks(m.block_tokens)), m.top_k,
@@ -183,13 +178,13 @@ void run(const plan_options& opt) {
   std::printf(
       "choice: expert cap %u per layer (%s), KV %llu blocks = %llu tokens (%s), slack %llu "
       "B; predicted latency %.6g s\n",
-      c.expert_cap, alloc::format_bytes(c.expert_bytes.count()).c_str(),
+      c.expert_cap, format_bytes(c.expert_bytes.count()).c_str(),
       static_cast<unsigned long long>(c.kv_blocks), static_cast<unsigned long long>(c.kv_tokens),
-      alloc::format_bytes(c.kv_bytes.count()).c_str(),
-      static_cast<unsigned long long>(c.slack.count()), conf.predicted_seconds);
+      format_bytes(c.kv_bytes.count()).c_str(), static_cast<unsigned long long>(c.slack.count()),
+      conf.predicted_seconds);
   std::printf("engine knobs: per-layer expert cap %u, KV cache bytes %s\n\n",
               conf.knobs.per_layer_expert_cap,
-              alloc::format_bytes_and_gib(conf.knobs.kv_cache_bytes.count()).c_str());
+              format_bytes_and_gib(conf.knobs.kv_cache_bytes.count()).c_str());
   std::printf("%8s %12s %12s %10s %9s %14s\n", "cap", "kv_blocks", "kv_tokens", "miss_rate",
               "feasible", "predicted_s");
   for (const auto& p : points) {

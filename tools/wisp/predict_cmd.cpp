@@ -76,7 +76,7 @@ std::vector<std::string> checked_predictors(const std::vector<std::string>& requ
 }
 
 template <class Predictor>
-void evaluate_into(std::vector<row>& rows, const std::string& name, const trace::routing_trace& t,
+void evaluate_into(std::vector<row>& rows, const std::string& name, const routing_trace& t,
                    Predictor& predictor, const predict_options& opt) {
   for (const prediction_quality& q : evaluate_online(t, predictor, opt.distances, opt.ks)) {
     rows.push_back({name, q});
@@ -97,9 +97,9 @@ struct user_report {
   double measured_miss_ratio = 0.0;
 };
 
-double replay_miss_ratio(const trace::routing_trace& t, std::size_t begin, std::size_t end,
+double replay_miss_ratio(const routing_trace& t, std::size_t begin, std::size_t end,
                          const std::vector<std::int32_t>& caps) {
-  const trace::trace_shape& shape = t.shape();
+  const moe_shape& shape = t.shape();
   per_layer_cache<lru> caches(std::span<const std::int32_t>(caps), shape.experts);
   std::vector<cache_key> ids(static_cast<std::size_t>(shape.top_k));
   std::vector<access_result> out(ids.size());
@@ -119,8 +119,7 @@ double replay_miss_ratio(const trace::routing_trace& t, std::size_t begin, std::
              : static_cast<double>(stats.misses) / static_cast<double>(stats.accesses);
 }
 
-std::vector<user_report> right_size_users(const trace::routing_trace& t,
-                                          const predict_options& opt) {
+std::vector<user_report> right_size_users(const routing_trace& t, const predict_options& opt) {
   std::vector<std::size_t> starts(t.sequence_starts().begin(), t.sequence_starts().end());
   if (starts.empty() || starts.front() != 0) {
     starts.insert(starts.begin(), 0);
@@ -187,8 +186,8 @@ void run(predict_options opt) {
   if (opt.users < 1) {
     throw logic_error("--users must be >= 1, got " + std::to_string(opt.users));
   }
-  const trace::routing_trace t = load_trace(opt.file);
-  const trace::trace_shape& shape = t.shape();
+  const routing_trace t = load_trace(opt.file);
+  const moe_shape& shape = t.shape();
   if (opt.ks.empty()) {
     opt.ks.push_back(shape.top_k);
   }

@@ -47,11 +47,10 @@ std::vector<std::uint64_t> default_capacities(std::uint64_t distinct) {
   return out;
 }
 
-void print_human(const reuse_options& opt, const trace::routing_trace& t,
-                 const reuse::reuse_profile& profile, const reuse::miss_curve& curve,
-                 const std::vector<std::uint64_t>& capacities) {
+void print_human(const reuse_options& opt, const routing_trace& t, const reuse_profile& profile,
+                 const miss_curve& curve, const std::vector<std::uint64_t>& capacities) {
   const auto& shape = t.shape();
-  const bool global = profile.histogram.shape().scope == reuse::reuse_scope::global;
+  const bool global = profile.histogram.shape().scope == reuse_scope::global;
   std::printf("%s: %zu steps, %d layers x %d experts, top-%d, %llu accesses\n", opt.file.c_str(),
               t.steps(), shape.layers, shape.experts, shape.top_k,
               static_cast<unsigned long long>(curve.accesses()));
@@ -104,9 +103,8 @@ void print_human(const reuse_options& opt, const trace::routing_trace& t,
   }
 }
 
-void print_json(const reuse_options& opt, const trace::routing_trace& t,
-                const reuse::reuse_profile& profile, const reuse::miss_curve& curve,
-                const std::vector<std::uint64_t>& capacities) {
+void print_json(const reuse_options& opt, const routing_trace& t, const reuse_profile& profile,
+                const miss_curve& curve, const std::vector<std::uint64_t>& capacities) {
   nlohmann::ordered_json out = trace_json(opt.file, t);
   out["scope"] = opt.scope;
   out["granularity"] = opt.granularity;
@@ -130,11 +128,11 @@ void print_json(const reuse_options& opt, const trace::routing_trace& t,
 }
 
 void run(const reuse_options& opt) {
-  const auto scope = *reuse::parse_scope(opt.scope);
-  const auto granularity = *reuse::parse_granularity(opt.granularity);
-  const trace::routing_trace t = load_trace_with_accesses(opt.file);
-  const reuse::reuse_profile profile = reuse::profile_trace(t, scope, granularity);
-  const reuse::miss_curve curve{profile.histogram};
+  const auto scope = *parse_scope(opt.scope);
+  const auto granularity = *parse_granularity(opt.granularity);
+  const routing_trace t = load_trace_with_accesses(opt.file);
+  const reuse_profile profile = profile_trace(t, scope, granularity);
+  const miss_curve curve{profile.histogram};
   const std::vector<std::uint64_t> capacities =
       opt.capacities.empty() ? default_capacities(profile.distinct_per_cache) : opt.capacities;
   if (opt.json) {

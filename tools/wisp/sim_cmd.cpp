@@ -51,10 +51,10 @@ struct sim_options {
   double miss_latency_us = 0.0;
 };
 
-// The policies, by the library's names (sim::builtin_policies), in the order they are reported.
+// The policies, by the library's names (builtin_policies), in the order they are reported.
 // The one place where the command turns a name into a policy: anything else is refused.
 std::string valid_policy_list() {
-  return comma_list(sim::builtin_policies);
+  return comma_list(builtin_policies);
 }
 
 std::string_view policy_named(std::string_view name) {
@@ -67,11 +67,11 @@ std::string_view policy_named(std::string_view name) {
 
 // An access source over a trace that also advances the progress bar.
 struct counted_source {
-  const trace::routing_trace* trace;
+  const routing_trace* trace;
   progress_bar* bar;
   template <class F>
   void operator()(F&& f) const {
-    trace->for_each_access([&](const trace::access& a) {
+    trace->for_each_access([&](const access& a) {
       f(a);
       bar->advance();
     });
@@ -82,7 +82,7 @@ struct counted_source {
 
 std::vector<std::string_view> checked_policies(const std::vector<std::string>& requested) {
   if (requested.empty()) {
-    return {std::begin(sim::builtin_policies), std::end(sim::builtin_policies)};
+    return {std::begin(builtin_policies), std::end(builtin_policies)};
   }
   std::vector<std::string_view> out;
   for (const auto& name : requested) {
@@ -95,7 +95,7 @@ std::vector<std::string_view> checked_policies(const std::vector<std::string>& r
 }
 
 std::vector<std::int32_t> checked_capacities(const std::vector<std::int64_t>& requested,
-                                             bool global, const trace::trace_shape& shape) {
+                                             bool global, const moe_shape& shape) {
   const std::int64_t low = shape.top_k;
   const std::int64_t high =
       global ? static_cast<std::int64_t>(shape.layers) * shape.experts : shape.experts;
@@ -123,7 +123,7 @@ std::vector<std::int32_t> checked_capacities(const std::vector<std::int64_t>& re
 struct row {
   std::string_view policy;
   std::int32_t capacity = 0;
-  sim::sim_result result;
+  sim_result result;
 };
 
 double ratio(std::uint64_t a, std::uint64_t b) {
@@ -144,8 +144,7 @@ std::int64_t total_slots(const row& r, bool global, std::int32_t layers) {
   return global ? r.capacity : static_cast<std::int64_t>(r.capacity) * layers;
 }
 
-void print_json(const sim_options& opt, const trace::routing_trace& t,
-                const std::vector<row>& rows) {
+void print_json(const sim_options& opt, const routing_trace& t, const std::vector<row>& rows) {
   const bool global = opt.scope == "global";
   nlohmann::ordered_json out = trace_json(opt.file, t);
   out["scope"] = opt.scope;
@@ -175,8 +174,7 @@ void print_json(const sim_options& opt, const trace::routing_trace& t,
   std::cout << out.dump() << '\n';
 }
 
-void print_csv(const sim_options& opt, const trace::routing_trace& t,
-               const std::vector<row>& rows) {
+void print_csv(const sim_options& opt, const routing_trace& t, const std::vector<row>& rows) {
   const bool global = opt.scope == "global";
   std::printf(
       "policy,scope,capacity,total_slots,accesses,hits,misses,miss_rate,collision_misses,"
@@ -196,8 +194,8 @@ void print_csv(const sim_options& opt, const trace::routing_trace& t,
   }
 }
 
-void print_table(const sim_options& opt, const trace::routing_trace& t,
-                 const std::vector<row>& rows, const sim::bandwidth_model& bw) {
+void print_table(const sim_options& opt, const routing_trace& t, const std::vector<row>& rows,
+                 const bandwidth_model& bw) {
   const auto& shape = t.shape();
   const bool global = opt.scope == "global";
   std::printf("%s: %zu steps, %d layers x %d experts, top-%d, %zu accesses\n", opt.file.c_str(),
@@ -215,7 +213,7 @@ void print_table(const sim_options& opt, const trace::routing_trace& t,
   if (with_model) {
     std::printf(
         "bandwidth model: %s per expert, %.3g GB/s, %.3g us per miss -> %.3f ms stall per miss\n",
-        alloc::format_bytes(bw.bytes_per_expert).c_str(), bw.gb_per_s, bw.miss_latency_us,
+        format_bytes(bw.bytes_per_expert).c_str(), bw.gb_per_s, bw.miss_latency_us,
         1e3 * bw.seconds_per_miss());
   }
   std::printf(
@@ -246,7 +244,7 @@ void print_table(const sim_options& opt, const trace::routing_trace& t,
                 ratio(s.misses, s.accesses), static_cast<unsigned long long>(s.collision_misses),
                 ratio(s.collision_misses, s.accesses), versus);
     if (with_model) {
-      std::printf(" %12s %10.3f", alloc::format_bytes(r.result.bytes_moved).c_str(),
+      std::printf(" %12s %10.3f", format_bytes(r.result.bytes_moved).c_str(),
                   r.result.stall_seconds);
     }
     std::printf("\n");
@@ -256,9 +254,8 @@ void print_table(const sim_options& opt, const trace::routing_trace& t,
 // ------------------------------------------------------------------------------------ run
 
 // Every (capacity, policy) run, in that order, on `jobs` threads; the first error is rethrown.
-std::vector<row> run_grid(const trace::routing_trace& t,
-                          const std::vector<std::string_view>& policies,
-                          const std::vector<std::int32_t>& capacities, const sim::sim_config& base,
+std::vector<row> run_grid(const routing_trace& t, const std::vector<std::string_view>& policies,
+                          const std::vector<std::int32_t>& capacities, const sim_config& base,
                           std::uint32_t jobs, progress_bar& bar) {
   std::vector<row> rows;
   for (const std::int32_t capacity : capacities) {
@@ -271,11 +268,11 @@ std::vector<row> run_grid(const trace::routing_trace& t,
   auto work = [&] {
     for (std::size_t i = next++; i < rows.size(); i = next++) {
       try {
-        sim::sim_config config = base;
+        sim_config config = base;
         config.capacity = rows[i].capacity;
-        rows[i].result = bar.enabled() ? sim::simulate_named(rows[i].policy, sim::shape_of(t),
-                                                             counted_source{&t, &bar}, config)
-                                       : sim::simulate_named(rows[i].policy, t, config);
+        rows[i].result = bar.enabled() ? simulate_named(rows[i].policy, shape_of(t),
+                                                        counted_source{&t, &bar}, config)
+                                       : simulate_named(rows[i].policy, t, config);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -304,13 +301,13 @@ void run(const sim_options& opt) {
         "--bandwidth-gbps without --expert-bytes: a miss moves 0 bytes, so no transfer stall is "
         "computed (stall_s counts --miss-latency-us only)");
   }
-  const trace::routing_trace t = load_trace_with_accesses(opt.file);
+  const routing_trace t = load_trace_with_accesses(opt.file);
   const bool global = opt.scope == "global";
   const std::vector<std::int32_t> capacities =
       checked_capacities(opt.capacities, global, t.shape());
 
-  const sim::bandwidth_model bw{opt.expert_bytes, opt.bandwidth_gbps, opt.miss_latency_us};
-  sim::sim_config config;
+  const bandwidth_model bw{opt.expert_bytes, opt.bandwidth_gbps, opt.miss_latency_us};
+  sim_config config;
   config.scope = global ? cache_scope::global : cache_scope::per_layer;
   config.bandwidth = bw;
 

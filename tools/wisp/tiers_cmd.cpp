@@ -72,7 +72,7 @@ std::string sizes_text(const tier_sizes& s) {
 }
 
 void run(const tiers_options& opt) {
-  const trace::routing_trace t = load_trace_with_accesses(opt.trace);
+  const routing_trace t = load_trace_with_accesses(opt.trace);
   tiered_sim_config base;
   base.tensors = opt.tensors;
   base.tensor_elements = opt.tensor_elements;

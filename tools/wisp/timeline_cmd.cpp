@@ -210,7 +210,7 @@ void run_timeline(const timeline_options& opt, const timeline_common& common) {
     throw logic_error("--timeline needs a link: give --bandwidth-gbps > 0 (and --expert-bytes)");
   }
   const std::vector<prefetch_setting> settings = prefetch_settings(opt);
-  const trace::routing_trace t = load_trace(common.file);
+  const routing_trace t = load_trace(common.file);
   timeline_config config;
   config.scope = common.scope == "global" ? cache_scope::global : cache_scope::per_layer;
   config.link = link_model{common.bandwidth_gbps * 1e9, common.latency_us * 1e-6};

@@ -40,7 +40,7 @@ struct trace_stats {
   std::size_t windows = 0;
 };
 
-trace_stats compute_stats(const trace::routing_trace& t, std::size_t window) {
+trace_stats compute_stats(const routing_trace& t, std::size_t window) {
   const auto L = static_cast<std::size_t>(t.shape().layers);
   const auto E = static_cast<std::size_t>(t.shape().experts);
   std::vector<std::uint64_t> counts(L * E, 0);
@@ -49,7 +49,7 @@ trace_stats compute_stats(const trace::routing_trace& t, std::size_t window) {
   // Full windows only, unless the trace is shorter than one window (then the whole trace).
   const std::size_t windows = t.steps() < window ? (t.steps() > 0 ? 1 : 0) : t.steps() / window;
   const std::size_t covered = t.steps() < window ? t.steps() : windows * window;
-  t.for_each_access([&](trace::access a) {
+  t.for_each_access([&](access a) {
     const std::size_t i =
         static_cast<std::size_t>(a.layer) * E + static_cast<std::size_t>(a.expert);
     ++counts[i];
@@ -103,8 +103,7 @@ double mean_of(const std::vector<layer_stats>& v, double layer_stats::*field) {
   return v.empty() ? 0.0 : sum / static_cast<double>(v.size());
 }
 
-void print_stats(const trace::routing_trace& t, const std::string& file, std::size_t window,
-                 bool json) {
+void print_stats(const routing_trace& t, const std::string& file, std::size_t window, bool json) {
   const trace_stats st = compute_stats(t, window);
   const auto& shape = t.shape();
   if (json) {
@@ -175,10 +174,10 @@ void add_trace_command(CLI::App& app) {
                       "JSONL only: field grouping records into sequences (e.g. problem_id)");
   auto* experts = imp->add_option("--experts", ia->experts,
                                   "Experts per layer (ESFT default 64; JSONL default: max id + 1)")
-                      ->check(whole_number(1, trace::trace_shape::max_experts));
+                      ->check(whole_number(1, moe_shape::max_experts));
   auto* top_k = imp->add_option("--top-k", ia->top_k,
                                 "ESFT only: ids per token (default 6); checked against the data")
-                    ->check(whole_number(1, trace::trace_shape::max_experts));
+                    ->check(whole_number(1, moe_shape::max_experts));
   imp->add_option("--on-incomplete", ia->on_incomplete,
                   "a token lacking some layers (JSONL), or an ESFT line whose layer files "
                   "disagree on its token count: error, skip (drop those tokens) or keep (keep "
@@ -194,39 +193,39 @@ void add_trace_command(CLI::App& app) {
       usage_error("--top-k applies to --format esft only (JSONL records carry their ids)");
     }
     refuse_overwriting(ia->input, ia->output);
-    const auto policy = *trace::parse_incomplete_tokens(ia->on_incomplete);
+    const auto policy = *parse_incomplete_tokens(ia->on_incomplete);
     progress_bar bar("importing " + std::filesystem::path(ia->input).filename().string(), 0,
                      progress_wanted(false));
     auto report_progress = [&bar](std::uint64_t done, std::uint64_t total) {
       bar.set_total(total);
       bar.set(done);
     };
-    trace::imported_trace imported = [&] {
+    imported_trace imported = [&] {
       if (esft) {
-        trace::esft_options opt;
+        esft_options opt;
         opt.experts = experts->count() > 0 ? ia->experts : opt.experts;
         opt.top_k = top_k->count() > 0 ? ia->top_k : opt.top_k;
         opt.on_incomplete = policy;
         opt.progress = report_progress;
-        return trace::import_esft(ia->input, opt);
+        return import_esft(ia->input, opt);
       }
-      trace::jsonl_options opt;
+      jsonl_options opt;
       opt.group_key = ia->group_key;
       opt.experts = ia->experts;
       opt.on_incomplete = policy;
       opt.progress = report_progress;
-      return trace::import_jsonl(std::filesystem::path(ia->input), opt);
+      return import_jsonl(std::filesystem::path(ia->input), opt);
     }();
-    const trace::routing_trace& t = imported.trace;
-    trace::write_wtrace(t, std::filesystem::path(ia->output));
+    const routing_trace& t = imported.trace;
+    write_wtrace(t, std::filesystem::path(ia->output));
     std::printf(
         "wrote %s: %d layers x %d experts, top-%d; %zu steps, %zu sequences, %zu accesses\n",
         ia->output.c_str(), t.shape().layers, t.shape().experts, t.shape().top_k, t.steps(),
         t.sequence_starts().size(), t.access_count());
-    const trace::import_report& r = imported.report;
+    const import_report& r = imported.report;
     if (r.incomplete_tokens > 0) {
       const std::string action =
-          policy == trace::incomplete_tokens::skip
+          policy == incomplete_tokens::skip
               ? "dropped " + std::to_string(r.dropped_tokens) + " tokens (" +
                     std::to_string(r.dropped_records) + " records)"
               : "kept " + std::to_string(r.partial_tokens) + " tokens with the layers present";
@@ -249,15 +248,15 @@ void add_trace_command(CLI::App& app) {
       ->check(whole_number(1))
       ->capture_default_str();
   stats->callback([sa] {
-    const trace::routing_trace t = load_trace(sa->file);
+    const routing_trace t = load_trace(sa->file);
     print_stats(t, sa->file, sa->window, sa->json);
   });
 
   // wisp trace synth [--preset NAME] [--steps N] [--seed S] -o OUT.wtrace
   struct synth_args {
     std::string preset = "default";
-    std::size_t steps = trace::default_synthetic_steps;
-    std::uint64_t seed = trace::default_synthetic_seed;
+    std::size_t steps = default_synthetic_steps;
+    std::uint64_t seed = default_synthetic_seed;
     std::string output;
   };
   auto ya = std::make_shared<synth_args>();
@@ -265,16 +264,15 @@ void add_trace_command(CLI::App& app) {
   synth->add_option("--preset", ya->preset, "Preset: " + synthetic_presets_text())
       ->capture_default_str();
   synth->add_option("--steps", ya->steps, "Number of steps (tokens)")
-      ->check(whole_number(0, trace::routing_trace::max_steps))
+      ->check(whole_number(0, routing_trace::max_steps))
       ->capture_default_str();
   synth->add_option("--seed", ya->seed, "Random seed")
       ->check(whole_number(0))
       ->capture_default_str();
   synth->add_option("-o,--output", ya->output, "Output .wtrace file")->required();
   synth->callback([ya] {
-    const trace::routing_trace t =
-        trace::make_synthetic_trace(trace::synthetic_preset(ya->preset), ya->steps, ya->seed);
-    trace::write_wtrace(t, std::filesystem::path(ya->output));
+    const routing_trace t = make_synthetic_trace(synthetic_preset(ya->preset), ya->steps, ya->seed);
+    write_wtrace(t, std::filesystem::path(ya->output));
     std::printf(
         "wrote %s: preset %s, seed %llu; %d layers x %d experts, top-%d; %zu steps, "
         "%zu sequences\n",

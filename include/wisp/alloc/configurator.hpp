@@ -6,9 +6,9 @@
 ///
 /// Ties go to the smallest cap (the most KV headroom at the same predicted cost).
 /// @code
-/// auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::per_layer);
-/// wisp::alloc::cost_model cost{spec, wisp::reuse::miss_curve{profile.histogram}, kv_curve, {}};
-/// auto conf = wisp::alloc::configure(cost, 24_GiB, {4, 8192});
+/// auto profile = wisp::profile_trace(trace, wisp::reuse_scope::per_layer);
+/// wisp::cost_model cost{spec, wisp::miss_curve{profile.histogram}, kv_curve, {}};
+/// auto conf = wisp::configure(cost, 24_GiB, {4, 8192});
 /// engine.set_expert_cap(conf.knobs.per_layer_expert_cap);
 /// engine.set_kv_cache_bytes(conf.knobs.kv_cache_bytes.count());
 /// @endcode
@@ -27,11 +27,11 @@
 #include <span>
 #include <vector>
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief One cap of a sweep.
 struct sweep_point {
-  std::uint32_t expert_cap = 0;
+  std::int32_t expert_cap = 0;
   bool fits = false;      ///< The expert pool alone fits the budget (`s` is meaningful).
   bool feasible = false;  ///< Fits and the KV pool meets the admission floor.
   split s{};              ///< The split at this cap (zero KV when it does not fit).
@@ -41,8 +41,8 @@ struct sweep_point {
 
 /// @brief The two knobs an engine takes (WiSP Eq. 7).
 struct engine_knobs {
-  std::uint32_t per_layer_expert_cap = 0;  ///< Expert scratch slots per MoE layer.
-  byte_size kv_cache_bytes{};              ///< KV pool bytes (whole blocks).
+  std::int32_t per_layer_expert_cap = 0;  ///< Expert scratch slots per MoE layer.
+  byte_size kv_cache_bytes{};             ///< KV pool bytes (whole blocks).
   std::uint64_t kv_blocks = 0;
 };
 
@@ -51,7 +51,7 @@ struct configuration {
   split choice;                        ///< The minimum-cost feasible split.
   double predicted_seconds = 0;        ///< T at the choice.
   engine_knobs knobs;                  ///< The choice as engine settings.
-  std::uint32_t max_feasible_cap = 0;  ///< Feasible caps are `[k, max_feasible_cap]`.
+  std::int32_t max_feasible_cap = 0;   ///< Feasible caps are `[k, max_feasible_cap]`.
   std::vector<sweep_point> evaluated;  ///< Every feasible cap, ascending, with its cost.
 };
 
@@ -60,11 +60,11 @@ struct configuration {
 /// @throws wisp::logic_error if a cap is outside `[k, E]` or the spec is invalid.
 [[nodiscard]] inline std::vector<sweep_point> sweep(const model_spec& m, byte_size budget,
                                                     const admission_floor& floor,
-                                                    std::span<const std::uint32_t> caps) {
+                                                    std::span<const std::int32_t> caps) {
   m.validate();
   std::vector<sweep_point> out;
   out.reserve(caps.size());
-  for (const std::uint32_t c : caps) {
+  for (const std::int32_t c : caps) {
     WISP_EXPECTS(c >= m.top_k && c <= m.experts, "expert cap ", c, " is outside [top_k, experts]",
                  " = [", m.top_k, ", ", m.experts, "] for ", m.name);
     sweep_point p;
@@ -86,7 +86,7 @@ struct configuration {
 template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
 [[nodiscard]] std::vector<sweep_point> sweep(const cost_model<ExpertCurve, KvCurve>& cost,
                                              byte_size budget, const admission_floor& floor,
-                                             std::span<const std::uint32_t> caps) {
+                                             std::span<const std::int32_t> caps) {
   auto out = sweep(cost.spec(), budget, floor, caps);
   for (auto& p : out) {
     if (p.fits) {
@@ -108,7 +108,7 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
   out.max_feasible_cap = max_feasible_cap(m, budget, floor);  // throws when infeasible
   out.evaluated.reserve(out.max_feasible_cap - m.top_k + 1);
   bool have = false;
-  for (std::uint32_t c = m.top_k; c <= out.max_feasible_cap; ++c) {
+  for (std::int32_t c = m.top_k; c <= out.max_feasible_cap; ++c) {
     sweep_point p;
     p.expert_cap = c;
     p.fits = true;
@@ -126,4 +126,4 @@ template <miss_curve_like ExpertCurve, miss_curve_like KvCurve>
   return out;
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp

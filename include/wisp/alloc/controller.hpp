@@ -5,7 +5,7 @@
 /// Per burst (e.g. one scheduler round) the caller records each stream's warm reuse distances:
 /// expert accesses in the per-layer scope, KV block accesses over block keys. `record_expert_call`
 /// measures the expert distances itself, one MoE layer's request at a time, the request's experts
-/// protected from each other as wisp's pager serves them (`reuse::reuse_granularity::call`), so
+/// protected from each other as wisp's pager serves them (`reuse_granularity::call`), so
 /// its curve is the pager's. `end_burst()` decays
 /// each stream's histogram by `decay` and adds the burst (first-sight misses are excluded: they are
 /// constant in the split and would bias the controller toward the pool seen less). It then
@@ -21,7 +21,7 @@
 /// are exact at every grid point. The proposal is not applied until `commit`: an engine first
 /// executes the matching `resize_plan` (resize.hpp) and commits only on success (fail-safe).
 /// @code
-/// wisp::alloc::split_controller ctl{spec, budget, floor, params, {}, initial_cap};
+/// wisp::split_controller ctl{spec, budget, floor, params, {}, initial_cap};
 /// for (auto& burst : bursts) {
 ///   for (auto& [layer, ids] : burst.expert_calls) ctl.record_expert_call(layer, ids);
 ///   for (auto d : burst.kv_distances) ctl.record_kv(d);
@@ -50,16 +50,16 @@
 #include <utility>
 #include <vector>
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief Tuning of the online controller (WiSP App. B: gamma, the grid, gate, rate limit,
 /// dead-zone).
 struct controller_config {
-  double decay = 0.9;              ///< gamma: weight a burst keeps per later burst, in [0, 1].
-  std::uint32_t grid_points = 33;  ///< Candidate caps, spread evenly over [k, max feasible cap].
-  double gate = 0.05;              ///< Minimum predicted gain, as a fraction of the current cost.
-  std::uint32_t rate_limit = 4;    ///< Largest cap change per burst (>= 1).
-  std::uint32_t dead_zone = 2;     ///< Targets closer than this many caps are ignored.
+  double decay = 0.9;             ///< gamma: weight a burst keeps per later burst, in [0, 1].
+  std::int32_t grid_points = 33;  ///< Candidate caps, spread evenly over [k, max feasible cap].
+  double gate = 0.05;             ///< Minimum predicted gain, as a fraction of the current cost.
+  std::int32_t rate_limit = 4;    ///< Largest cap change per burst (>= 1).
+  std::int32_t dead_zone = 2;     ///< Targets closer than this many caps are ignored.
 
   /// @throws wisp::logic_error naming the bad field.
   void validate() const {
@@ -87,11 +87,11 @@ inline std::ostream& operator<<(std::ostream& out, controller_reason r) {
 /// @brief One burst's decision.
 struct controller_decision {
   controller_reason reason = controller_reason::no_signal;
-  std::uint32_t current = 0;  ///< Cap before the decision.
-  std::uint32_t target = 0;   ///< Grid minimum.
-  std::uint32_t next = 0;     ///< Proposed cap (== current unless `moves()`).
-  double current_cost = 0;    ///< Predicted warm seconds at the current split (decayed).
-  double target_cost = 0;     ///< Predicted warm seconds at the target.
+  std::int32_t current = 0;  ///< Cap before the decision.
+  std::int32_t target = 0;   ///< Grid minimum.
+  std::int32_t next = 0;     ///< Proposed cap (== current unless `moves()`).
+  double current_cost = 0;   ///< Predicted warm seconds at the current split (decayed).
+  double target_cost = 0;    ///< Predicted warm seconds at the target.
   /// Finite differences toward the next grid point above the current cap, per byte moved:
   /// seconds the experts would save and seconds the KV pool would lose. Equal at an interior
   /// equimarginal optimum (Eq. 5). Zero at the top of the grid.
@@ -107,13 +107,13 @@ struct controller_decision {
 /// Thread-safety: none.
 class split_controller {
  public:
-  using distance_type = reuse::reuse_distance_counter::distance_type;
+  using distance_type = reuse_distance_counter::distance_type;
 
   /// @param initial_cap must be feasible (in `[k, max_feasible_cap]`).
   /// @throws wisp::infeasible_error if no split is feasible; wisp::logic_error on an invalid spec,
   /// parameters, configuration or initial cap.
   split_controller(model_spec spec, byte_size budget, admission_floor floor, cost_params params,
-                   controller_config config, std::uint32_t initial_cap)
+                   controller_config config, std::int32_t initial_cap)
       : spec_(std::move(spec)),
         budget_(budget),
         floor_(floor),
@@ -121,9 +121,9 @@ class split_controller {
         config_(config),
         max_cap_(max_feasible_cap(spec_, budget_, floor_)),
         grid_(make_grid(spec_.top_k, max_cap_, config.grid_points)),
-        expert_hist_(reuse::decayed_histogram::unit_edges(spec_.experts), config.decay),
+        expert_hist_(decayed_histogram::unit_edges(spec_.experts), config.decay),
         kv_hist_(kv_edges(spec_, budget_, grid_), config.decay),
-        expert_calls_(reuse::reuse_scope::per_layer, spec_.layers, spec_.experts) {
+        expert_calls_(reuse_scope::per_layer, spec_.layers, spec_.experts) {
     params_.validate();
     config_.validate();
     WISP_EXPECTS(initial_cap >= spec_.top_k && initial_cap <= max_cap_, "initial cap ", initial_cap,
@@ -137,9 +137,15 @@ class split_controller {
   /// per-layer distance in the stack as it was before the request, as the pager serves it.
   /// @throws wisp::logic_error if `layer` or an expert is out of the spec's range (nothing
   ///   recorded then).
-  void record_expert_call(std::uint32_t layer, std::span<const std::uint32_t> experts) {
+  void record_expert_call(std::int32_t layer, std::span<const std::int32_t> experts) {
+    WISP_EXPECTS(layer >= 0, "layer ", layer, " is negative");
+    call_ids_.resize(experts.size());
+    for (std::size_t i = 0; i < experts.size(); ++i) {
+      WISP_EXPECTS(experts[i] >= 0, "expert ", experts[i], " is negative");
+      call_ids_[i] = static_cast<std::uint32_t>(experts[i]);
+    }
     call_distances_.resize(experts.size());
-    expert_calls_.access_call(layer, experts, call_distances_);
+    expert_calls_.access_call(static_cast<std::uint32_t>(layer), call_ids_, call_distances_);
     for (const distance_type d : call_distances_) {
       expert_hist_.record(d);
     }
@@ -157,16 +163,16 @@ class split_controller {
   /// @brief The proposal for the current histograms (what `end_burst` returns).
   [[nodiscard]] controller_decision decide() const {
     controller_decision d;
-    const std::uint32_t c = current_.expert_cap;
+    const std::int32_t c = current_.expert_cap;
     d.current = d.target = d.next = c;
     if (expert_hist_.warm_total() <= 0.0 && kv_hist_.warm_total() <= 0.0) {
       return d;
     }
     d.current_cost = predicted_cost(c);
     d.target_cost = d.current_cost;
-    for (const std::uint32_t g : grid_) {
+    for (const std::int32_t g : grid_) {
       const double cost = predicted_cost(g);
-      const auto dist = [c](std::uint32_t x) { return x > c ? x - c : c - x; };
+      const auto dist = [c](std::int32_t x) { return x > c ? x - c : c - x; };
       // Strictly better, or equal and nearer to the current cap (no move for nothing).
       if (cost < d.target_cost || (cost == d.target_cost && dist(g) < dist(d.target))) {
         d.target = g;
@@ -188,7 +194,7 @@ class split_controller {
       d.reason = controller_reason::at_target;
       return d;
     }
-    const std::uint32_t distance = d.target > c ? d.target - c : c - d.target;
+    const std::int32_t distance = d.target > c ? d.target - c : c - d.target;
     if (distance < config_.dead_zone) {
       d.reason = controller_reason::dead_zone;
       return d;
@@ -197,7 +203,7 @@ class split_controller {
       d.reason = controller_reason::below_gate;
       return d;
     }
-    const std::uint32_t step = std::min(distance, config_.rate_limit);
+    const std::int32_t step = std::min(distance, config_.rate_limit);
     d.next = d.target > c ? c + step : c - step;
     d.reason = controller_reason::move;
     return d;
@@ -209,28 +215,26 @@ class split_controller {
 
   /// @brief Sets the current cap (e.g. after an external resize). @throws wisp::logic_error if the
   /// cap is not feasible.
-  void set_cap(std::uint32_t cap) {
+  void set_cap(std::int32_t cap) {
     WISP_EXPECTS(cap >= spec_.top_k && cap <= max_cap_, "cap ", cap,
                  " is not feasible: feasible caps are [", spec_.top_k, ", ", max_cap_, "]");
     current_ = make_split(spec_, budget_, cap);
   }
 
   /// Predicted warm seconds (decayed) at cap `cap` with every remaining block to KV.
-  [[nodiscard]] double predicted_cost(std::uint32_t cap) const {
+  [[nodiscard]] double predicted_cost(std::int32_t cap) const {
     const split s = make_split(spec_, budget_, cap);
     return warm_curve{expert_hist_}.misses(cap) * expert_miss_seconds() +
            warm_curve{kv_hist_}.misses(s.kv_blocks) * kv_miss_seconds();
   }
 
   [[nodiscard]] const split& current() const noexcept { return current_; }
-  [[nodiscard]] std::span<const std::uint32_t> grid() const noexcept { return grid_; }
-  [[nodiscard]] std::uint32_t max_cap() const noexcept { return max_cap_; }
+  [[nodiscard]] std::span<const std::int32_t> grid() const noexcept { return grid_; }
+  [[nodiscard]] std::int32_t max_cap() const noexcept { return max_cap_; }
   [[nodiscard]] const model_spec& spec() const noexcept { return spec_; }
   [[nodiscard]] const controller_config& config() const noexcept { return config_; }
-  [[nodiscard]] const reuse::decayed_histogram& expert_histogram() const noexcept {
-    return expert_hist_;
-  }
-  [[nodiscard]] const reuse::decayed_histogram& kv_histogram() const noexcept { return kv_hist_; }
+  [[nodiscard]] const decayed_histogram& expert_histogram() const noexcept { return expert_hist_; }
+  [[nodiscard]] const decayed_histogram& kv_histogram() const noexcept { return kv_hist_; }
 
  private:
   [[nodiscard]] double expert_miss_seconds() const noexcept {
@@ -240,12 +244,12 @@ class split_controller {
     return static_cast<double>(spec_.block_tokens) * params_.recompute_seconds_per_token;
   }
 
-  static std::vector<std::uint32_t> make_grid(std::uint32_t lo, std::uint32_t hi,
-                                              std::uint32_t points) {
-    std::vector<std::uint32_t> g;
-    const std::uint64_t span = hi - lo;
-    for (std::uint64_t i = 0; i < points; ++i) {
-      const auto c = static_cast<std::uint32_t>(lo + (span * i + (points - 1) / 2) / (points - 1));
+  static std::vector<std::int32_t> make_grid(std::int32_t lo, std::int32_t hi,
+                                             std::int32_t points) {
+    std::vector<std::int32_t> g;
+    const auto span = static_cast<std::int64_t>(hi - lo);
+    for (std::int64_t i = 0; i < points; ++i) {
+      const auto c = static_cast<std::int32_t>(lo + (span * i + (points - 1) / 2) / (points - 1));
       if (g.empty() || g.back() != c) {
         g.push_back(c);
       }
@@ -258,12 +262,12 @@ class split_controller {
 
   // Edges 1 and kv_blocks(g) + 1 for every grid cap g: hits are exact at the grid's pool sizes.
   static std::vector<distance_type> kv_edges(const model_spec& m, byte_size budget,
-                                             const std::vector<std::uint32_t>& grid) {
+                                             const std::vector<std::int32_t>& grid) {
     std::vector<distance_type> edges{1};
     for (auto it = grid.rbegin(); it != grid.rend(); ++it) {  // descending cap = ascending KV
       const std::uint64_t blocks = make_split(m, budget, *it).kv_blocks;
       const auto e = static_cast<distance_type>(
-          std::min<std::uint64_t>(blocks + 1, reuse::reuse_distance_counter::cold - 1));
+          std::min<std::uint64_t>(blocks + 1, reuse_distance_counter::cold - 1));
       if (e > edges.back()) {
         edges.push_back(e);
       }
@@ -276,13 +280,14 @@ class split_controller {
   admission_floor floor_;
   cost_params params_;
   controller_config config_;
-  std::uint32_t max_cap_;
-  std::vector<std::uint32_t> grid_;
-  reuse::decayed_histogram expert_hist_;
-  reuse::decayed_histogram kv_hist_;
-  reuse::scoped_reuse_counter expert_calls_;   // the per-layer stacks of record_expert_call
+  std::int32_t max_cap_;
+  std::vector<std::int32_t> grid_;
+  decayed_histogram expert_hist_;
+  decayed_histogram kv_hist_;
+  scoped_reuse_counter expert_calls_;          // the per-layer stacks of record_expert_call
   std::vector<distance_type> call_distances_;  // its scratch
+  std::vector<std::uint32_t> call_ids_;        // the reuse counter's key type
   split current_;
 };
 
-}  // namespace wisp::alloc
+}  // namespace wisp

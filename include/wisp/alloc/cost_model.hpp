@@ -8,12 +8,12 @@
 /// `M_e` and `M_kv` are miss counts read off the two streams' miss curves: the expert stream in
 /// the per-layer scope (capacity = slots in each layer, misses summed over layers) and the KV
 /// stream over block keys (capacity = blocks). Any type with `misses(capacity)` is a curve
-/// (`miss_curve_like`): the exact `reuse::miss_curve`, the decayed warm curve of the online
+/// (`miss_curve_like`): the exact `miss_curve`, the decayed warm curve of the online
 /// controller (`warm_curve`), or a test's table.
 /// @code
-/// wisp::alloc::cost_model cost{spec, expert_curve, kv_curve, {.bandwidth_bytes_per_second = 25e9,
+/// wisp::cost_model cost{spec, expert_curve, kv_curve, {.bandwidth_bytes_per_second = 25e9,
 ///                                                          .recompute_seconds_per_token = 2e-4}};
-/// double t = cost.seconds(wisp::alloc::make_split(spec, budget, 32));
+/// double t = cost.seconds(wisp::make_split(spec, budget, 32));
 /// @endcode
 #pragma once
 
@@ -29,7 +29,7 @@
 #include <cstdint>
 #include <utility>
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief A miss curve: `misses(capacity)` is the (possibly fractional, decayed) miss count of an
 /// LRU cache with `capacity` entries; non-increasing in `capacity`.
@@ -38,20 +38,20 @@ concept miss_curve_like = requires(const C& curve, std::uint64_t capacity) {
   { curve.misses(capacity) } -> std::convertible_to<double>;
 };
 
-static_assert(miss_curve_like<reuse::miss_curve>);
+static_assert(miss_curve_like<miss_curve>);
 
 /// @brief The warm (non-compulsory) miss curve of a decayed histogram: `warm_total - hits(c)`.
 /// First-sight misses are excluded (WiSP App. B, design decision 2). Holds a pointer: the
 /// histogram must outlive it.
 class warm_curve {
  public:
-  explicit warm_curve(const reuse::decayed_histogram& h) noexcept : h_(&h) {}
+  explicit warm_curve(const decayed_histogram& h) noexcept : h_(&h) {}
   [[nodiscard]] double misses(std::uint64_t capacity) const noexcept {
     return std::max(0.0, h_->warm_total() - h_->hits(capacity));
   }
 
  private:
-  const reuse::decayed_histogram* h_;
+  const decayed_histogram* h_;
 };
 static_assert(miss_curve_like<warm_curve>);
 
@@ -75,8 +75,7 @@ struct cost_params {
 
 /// @brief WiSP Eq. 4 over two miss curves. Copyable value; thread-safety: const calls are safe
 /// when the curves' are. Complexity: one `misses` call per stream.
-template <miss_curve_like ExpertCurve = reuse::miss_curve,
-          miss_curve_like KvCurve = reuse::miss_curve>
+template <miss_curve_like ExpertCurve = miss_curve, miss_curve_like KvCurve = miss_curve>
 class cost_model {
  public:
   /// @throws wisp::logic_error if the spec or the parameters are invalid.
@@ -98,7 +97,7 @@ class cost_model {
     return static_cast<double>(spec_.block_tokens) * params_.recompute_seconds_per_token;
   }
   /// Expert misses with `cap` slots per layer.
-  [[nodiscard]] double expert_misses(std::uint64_t cap) const {
+  [[nodiscard]] double expert_misses(std::int32_t cap) const {
     return static_cast<double>(expert_.misses(cap));
   }
   /// KV misses with `blocks` blocks.
@@ -106,7 +105,7 @@ class cost_model {
     return static_cast<double>(kv_.misses(blocks));
   }
   /// Expert part of T: `M_e(cap) * expert_miss_seconds()`.
-  [[nodiscard]] double expert_seconds(std::uint64_t cap) const {
+  [[nodiscard]] double expert_seconds(std::int32_t cap) const {
     return expert_misses(cap) * expert_miss_seconds();
   }
   /// KV part of T: `M_kv(blocks) * kv_miss_seconds()`.
@@ -114,7 +113,7 @@ class cost_model {
     return kv_misses(blocks) * kv_miss_seconds();
   }
   /// T for a cap and a KV pool.
-  [[nodiscard]] double seconds(std::uint64_t cap, std::uint64_t kv_blocks) const {
+  [[nodiscard]] double seconds(std::int32_t cap, std::uint64_t kv_blocks) const {
     return expert_seconds(cap) + kv_seconds(kv_blocks);
   }
   /// T for a split.
@@ -137,19 +136,19 @@ class cost_model {
 /// `working_blocks` blocks on (cold misses only) and misses every access below (the admission
 /// cliff). This is the step curve of WiSP §3.5, used when no KV trace is given.
 /// @throws wisp::logic_error if the working set exceeds 2^32 - 2 blocks.
-[[nodiscard]] inline reuse::miss_curve working_set_kv_curve(std::uint64_t working_blocks,
-                                                            std::uint64_t rounds) {
-  WISP_EXPECTS(working_blocks < reuse::reuse_distance_counter::cold, "working set of ",
-               working_blocks, " blocks is too large for a reuse histogram");
-  reuse::reuse_histogram h{{reuse::reuse_scope::stream, 1, 0}};
+[[nodiscard]] inline miss_curve working_set_kv_curve(std::uint64_t working_blocks,
+                                                     std::uint64_t rounds) {
+  WISP_EXPECTS(working_blocks < reuse_distance_counter::cold, "working set of ", working_blocks,
+               " blocks is too large for a reuse histogram");
+  reuse_histogram h{{reuse_scope::stream, 1, 0}};
   if (working_blocks > 0) {
-    h.add(reuse::reuse_distance_counter::cold, working_blocks);
+    h.add(reuse_distance_counter::cold, working_blocks);
     if (rounds > 1) {
-      h.add(static_cast<reuse::reuse_distance_counter::distance_type>(working_blocks),
+      h.add(static_cast<reuse_distance_counter::distance_type>(working_blocks),
             (rounds - 1) * working_blocks);
     }
   }
-  return reuse::miss_curve{h};
+  return miss_curve{h};
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp

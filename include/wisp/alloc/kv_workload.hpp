@@ -20,9 +20,9 @@
 /// Blocks get dense ids in order of creation, so an array-indexed LRU or reuse counter can replay
 /// the stream. Deterministic: the same phases and seed give the same stream.
 /// @code
-/// wisp::alloc::agentic_config cfg;            // 12 sessions, 4 at a time, 8k context
+/// wisp::agentic_config cfg;            // 12 sessions, 4 at a time, 8k context
 /// cfg.tool_call_fraction = 0.9;               // a tool-call-heavy workflow
-/// auto kv = wisp::alloc::make_agentic_kv_stream({{cfg, 200}}, 7);
+/// auto kv = wisp::make_agentic_kv_stream({{cfg, 200}}, 7);
 /// @endcode
 #pragma once
 
@@ -37,7 +37,7 @@
 #include <span>
 #include <vector>
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief One kind of turn: prompt tokens drawn uniformly in `[prompt_min, prompt_max]`, then
 /// `decode_tokens` generated tokens.
@@ -182,4 +182,4 @@ struct kv_stream {
                                 seed);
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp

@@ -43,7 +43,7 @@
 #include <string_view>
 #include <system_error>
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief How a model file says its experts are stored, when not in `dtype_bytes` per weight.
 struct expert_storage {
@@ -83,8 +83,6 @@ struct model_file {
 
 namespace detail {
 
-using wisp::detail::json_value;
-
 [[nodiscard]] inline std::uint64_t json_unsigned(const json_value& v, std::string_view key,
                                                  std::uint64_t max) {
   if (v.type != json_value::kind::number) {
@@ -105,7 +103,8 @@ using wisp::detail::json_value;
   return out;
 }
 
-[[nodiscard]] inline const json_value& json_member(const json_value& object, std::string_view key) {
+[[nodiscard]] inline const json_value& json_required_member(const json_value& object,
+                                                            std::string_view key) {
   const json_value* v = object.find(key);
   if (v == nullptr) {
     throw format_error("model file: missing \"" + std::string(key) + "\"");
@@ -114,8 +113,8 @@ using wisp::detail::json_value;
 }
 
 [[nodiscard]] inline std::uint32_t json_u32(const json_value& object, std::string_view key) {
-  return static_cast<std::uint32_t>(
-      json_unsigned(json_member(object, key), key, std::numeric_limits<std::uint32_t>::max()));
+  return static_cast<std::uint32_t>(json_unsigned(json_required_member(object, key), key,
+                                                  std::numeric_limits<std::uint32_t>::max()));
 }
 
 [[nodiscard]] inline std::uint32_t json_u32_or(const json_value& object, std::string_view key,
@@ -261,11 +260,11 @@ using wisp::detail::json_value;
     out.spec.experts = json_u32(doc, "experts");
     out.spec.top_k = json_u32(doc, "top_k");
     out.spec.expert_bytes =
-        byte_size{detail::json_unsigned(detail::json_member(doc, "expert_bytes"), "expert_bytes",
-                                        std::numeric_limits<std::uint64_t>::max())};
+        byte_size{detail::json_unsigned(detail::json_required_member(doc, "expert_bytes"),
+                                        "expert_bytes", std::numeric_limits<std::uint64_t>::max())};
     out.spec.kv_bytes_per_token = byte_size{
-        detail::json_unsigned(detail::json_member(doc, "kv_bytes_per_token"), "kv_bytes_per_token",
-                              std::numeric_limits<std::uint64_t>::max())};
+        detail::json_unsigned(detail::json_required_member(doc, "kv_bytes_per_token"),
+                              "kv_bytes_per_token", std::numeric_limits<std::uint64_t>::max())};
     out.spec.block_tokens = block_tokens;
   }
   out.spec.validate();
@@ -286,4 +285,4 @@ using wisp::detail::json_value;
   }
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp

@@ -20,9 +20,9 @@
 /// **Fail-safe.** `apply_resize` runs the steps through the engine's levers; if one fails (returns
 /// false or throws) the steps already done are undone in reverse and the previous split stands.
 /// @code
-/// auto plan = wisp::alloc::plan_dual_resize(spec, budget, floor, current, peak_blocks,
+/// auto plan = wisp::plan_dual_resize(spec, budget, floor, current, peak_blocks,
 ///                                           {.headroom_blocks = 64, .dead_zone = 2});
-/// auto outcome = wisp::alloc::apply_resize(plan, engine_levers);  // engine_levers: resize_levers
+/// auto outcome = wisp::apply_resize(plan, engine_levers);  // engine_levers: resize_levers
 /// current = outcome.current;
 /// @endcode
 #pragma once
@@ -41,7 +41,7 @@
 #include <ostream>
 #include <vector>
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief Which pool a resize step changes.
 enum class pool : std::uint8_t { experts, kv };
@@ -81,9 +81,9 @@ struct resize_plan {
   std::uint64_t block_tokens = 0;  ///< Tokens of one KV block.
 
   /// The split with cap `cap` and `blocks` KV blocks under this plan's model and budget.
-  [[nodiscard]] split split_of(std::uint64_t cap, std::uint64_t blocks) const {
+  [[nodiscard]] split split_of(std::int32_t cap, std::uint64_t blocks) const {
     split s;
-    s.expert_cap = static_cast<std::uint32_t>(cap);
+    s.expert_cap = cap;
     s.kv_blocks = blocks;
     s.expert_bytes = cap_unit_bytes * cap;
     s.kv_bytes = kv_block_bytes * blocks;
@@ -172,13 +172,13 @@ struct dual_resize_config {
     *kv_target_out = kv_target;
   }
   const byte_size block = m.kv_block_bytes();
-  std::uint64_t cap = m.top_k;
+  std::int32_t cap = m.top_k;
   // kv_target * block may not fit (or overflow): then experts get their minimum.
   if (kv_target <= budget / block) {
     const byte_size kv_bytes = block * kv_target;
-    cap = static_cast<std::uint32_t>(
-        std::min<std::uint64_t>(m.experts, (budget - kv_bytes) / m.cap_unit_bytes()));
-    cap = std::max<std::uint64_t>(cap, m.top_k);
+    const std::uint64_t fits = (budget - kv_bytes) / m.cap_unit_bytes();
+    cap = std::max(
+        m.top_k, static_cast<std::int32_t>(std::min(static_cast<std::uint64_t>(m.experts), fits)));
   }
   return make_split(m, budget, cap);  // every remaining whole block to KV (D.10)
 }
@@ -196,9 +196,9 @@ struct dual_resize_config {
   std::uint64_t kv_target = 0;
   const split target =
       dual_resize_target(m, budget, floor, peak_kv_blocks, config.headroom_blocks, &kv_target);
-  const std::uint64_t distance = target.expert_cap > current.expert_cap
-                                     ? target.expert_cap - current.expert_cap
-                                     : current.expert_cap - target.expert_cap;
+  const auto distance = static_cast<std::uint64_t>(target.expert_cap > current.expert_cap
+                                                       ? target.expert_cap - current.expert_cap
+                                                       : current.expert_cap - target.expert_cap);
   // Within the dead zone (and above the floor) the plan stays where it is: no step.
   const bool stay = distance < config.dead_zone && floor.admits(m, current);
   resize_plan plan = plan_transition(m, budget, current, stay ? current : target);
@@ -212,7 +212,7 @@ struct dual_resize_config {
 /// @brief An engine's two resize levers, called only at a drained barrier. Each returns whether the
 /// pool now has the requested size; on `false` (or an exception) the pool must be unchanged.
 template <class L>
-concept resize_levers = requires(L& levers, std::uint32_t cap, std::uint64_t blocks) {
+concept resize_levers = requires(L& levers, std::int32_t cap, std::uint64_t blocks) {
   { levers.resize_experts(cap) } -> std::convertible_to<bool>;
   { levers.resize_kv(blocks) } -> std::convertible_to<bool>;
 };
@@ -256,7 +256,7 @@ template <resize_levers L>
             (plan.steps[t].which == pool::experts ? cap : blocks) = plan.steps[t].to;
           }
           try {
-            out.current = plan.split_of(cap, blocks);
+            out.current = plan.split_of(static_cast<std::int32_t>(cap), blocks);
           } catch (...) {  // cannot overflow: both sizes were valid splits of the budget
           }
           return out;
@@ -270,4 +270,4 @@ template <resize_levers L>
   return out;
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp

@@ -14,11 +14,11 @@
 /// cannot admit the concurrent sessions. Feasible caps form the interval `[k, max_feasible_cap]`.
 /// @code
 /// using namespace wisp::literals;
-/// const auto m = wisp::alloc::model_preset("qwen3-30b-a3b");
-/// const wisp::alloc::admission_floor floor{4, 8192};            // 4 sessions x 8k tokens
-/// const auto s = wisp::alloc::make_split(m, 24_GiB, 32);         // cap 32 in each of 48 layers
+/// const auto m = wisp::model_preset("qwen3-30b-a3b");
+/// const wisp::admission_floor floor{4, 8192};            // 4 sessions x 8k tokens
+/// const auto s = wisp::make_split(m, 24_GiB, 32);         // cap 32 in each of 48 layers
 /// bool ok = floor.admits(m, s);
-/// auto hi = wisp::alloc::max_feasible_cap(m, 24_GiB, floor);    // throws infeasible_error if none
+/// auto hi = wisp::max_feasible_cap(m, 24_GiB, floor);    // throws infeasible_error if none
 /// @endcode
 #pragma once
 
@@ -33,16 +33,16 @@
 #include <ostream>
 #include <string>
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief One split of a budget between the expert pool and the KV pool.
 struct split {
-  std::uint32_t expert_cap = 0;  ///< Per-layer expert slots c.
-  std::uint64_t kv_blocks = 0;   ///< KV blocks.
-  byte_size expert_bytes{};      ///< `c * L * expert_bytes`.
-  byte_size kv_bytes{};          ///< `kv_blocks * kv_block_bytes`.
-  byte_size slack{};             ///< Budget left over (less than one KV block).
-  std::uint64_t kv_tokens = 0;   ///< `kv_blocks * block_tokens`.
+  std::int32_t expert_cap = 0;  ///< Per-layer expert slots c.
+  std::uint64_t kv_blocks = 0;  ///< KV blocks.
+  byte_size expert_bytes{};     ///< `c * L * expert_bytes`.
+  byte_size kv_bytes{};         ///< `kv_blocks * kv_block_bytes`.
+  byte_size slack{};            ///< Budget left over (less than one KV block).
+  std::uint64_t kv_tokens = 0;  ///< `kv_blocks * block_tokens`.
 
   /// Bytes in use: `expert_bytes + kv_bytes` (never above the budget).
   [[nodiscard]] byte_size used() const { return expert_bytes + kv_bytes; }
@@ -58,7 +58,7 @@ struct split {
 /// @brief The split with per-layer cap `cap` and every remaining whole KV block. O(1), exact.
 /// @throws wisp::logic_error if the spec is invalid, `cap` is outside `[top_k, experts]`, or the
 /// cap alone exceeds the budget (the message gives the cap's bytes and the budget).
-[[nodiscard]] inline split make_split(const model_spec& m, byte_size budget, std::uint64_t cap) {
+[[nodiscard]] inline split make_split(const model_spec& m, byte_size budget, std::int32_t cap) {
   m.validate();
   WISP_EXPECTS(cap >= m.top_k && cap <= m.experts, "expert cap ", cap,
                " is outside [top_k, experts]", " = [", m.top_k, ", ", m.experts, "] for ", m.name);
@@ -70,7 +70,7 @@ struct split {
   const byte_size block = m.kv_block_bytes();
   const std::uint64_t blocks = rest / block;
   split s;
-  s.expert_cap = static_cast<std::uint32_t>(cap);
+  s.expert_cap = cap;
   s.kv_blocks = blocks;
   s.expert_bytes = experts;
   s.kv_bytes = block * blocks;
@@ -82,7 +82,7 @@ struct split {
 /// @brief A split of `budget` with an explicit KV pool (e.g. a plan step that is not the
 /// "every remaining block" split). @throws wisp::logic_error if `cap` is outside `[k, E]` or the
 /// two pools exceed the budget.
-[[nodiscard]] inline split make_split(const model_spec& m, byte_size budget, std::uint64_t cap,
+[[nodiscard]] inline split make_split(const model_spec& m, byte_size budget, std::int32_t cap,
                                       std::uint64_t kv_blocks) {
   const split full = make_split(m, budget, cap);
   WISP_EXPECTS(kv_blocks <= full.kv_blocks, "cap ", cap, " with ", kv_blocks,
@@ -134,7 +134,7 @@ struct admission_floor {
 /// remaining KV blocks meet the floor. O(1).
 /// @throws wisp::logic_error if `cap` is outside `[k, E]`.
 [[nodiscard]] inline bool feasible(const model_spec& m, byte_size budget,
-                                   const admission_floor& floor, std::uint64_t cap) {
+                                   const admission_floor& floor, std::int32_t cap) {
   m.validate();
   WISP_EXPECTS(cap >= m.top_k && cap <= m.experts, "expert cap ", cap,
                " is outside [top_k, experts]", " = [", m.top_k, ", ", m.experts, "] for ", m.name);
@@ -180,4 +180,4 @@ inline void require_feasible(const model_spec& m, byte_size budget, const admiss
   return static_cast<std::uint32_t>(std::min<std::uint64_t>(m.experts, by_budget));
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp

@@ -3,7 +3,7 @@
 /// @brief Parsing byte sizes as people write them ("24GiB", "1.5 GiB", "8000000000", "80GB"),
 /// exactly: the result is an integer number of bytes or an error, never a rounded double.
 /// @code
-/// wisp::byte_size b = wisp::alloc::parse_byte_size("24GiB");   // 25769803776 B
+/// wisp::byte_size b = wisp::parse_byte_size("24GiB");   // 25769803776 B
 /// @endcode
 #pragma once
 
@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief Parses `<digits>[.<digits>][ ]<unit>` where the unit is one of B, KiB, MiB, GiB, TiB
 /// (powers of 1024), kB/KB, MB, GB, TB (powers of 1000), or nothing (bytes). The value must be a
@@ -115,4 +115,4 @@ namespace wisp::alloc {
   return buf;
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp

@@ -19,7 +19,8 @@
 ///   wisp::cache_key victim(const wisp::access_context& ctx, wisp::protected_keys is_protected);
 /// };
 /// static_assert(wisp::eviction_policy<my_policy>);
-/// wisp::slot_cache<my_policy> cache(wisp::key_layout::per_layer(64), /*capacity=*/8);
+/// wisp::slot_cache<my_policy> cache(wisp::key_layout{wisp::cache_scope::per_layer, 1, 64},
+/// /*capacity=*/8);
 /// @endcode
 #pragma once
 
@@ -52,7 +53,8 @@ enum class cache_scope : std::uint8_t {
   global,     ///< one cache over every layer, key = layer * experts + expert (SpecMD)
 };
 
-/// @brief The shape of a cache's key space: scope, number of MoE layers `L`, experts per layer `E`.
+/// @brief The shape of a cache's key space: scope, number of MoE layers `L`, experts per layer `E`,
+/// written as an aggregate in that order: `key_layout{cache_scope::global, 26, 64}`.
 ///
 /// Trivially copyable. `size()` is the key space (`E` per layer, `L * E` global).
 struct key_layout {
@@ -60,14 +62,19 @@ struct key_layout {
   std::int32_t layers = 1;   ///< L >= 1: MoE layers of the model
   std::int32_t experts = 1;  ///< E >= 1: routed experts per layer
 
-  /// Per-layer scope over `experts` keys, for a model of `layers` layers.
-  [[nodiscard]] static constexpr key_layout per_layer(std::int32_t experts,
-                                                      std::int32_t layers = 1) noexcept {
+  /// Deprecated: write `key_layout{cache_scope::per_layer, layers, experts}` (this factory took
+  /// its arguments in the opposite order to `global`).
+  [[deprecated(
+      "use key_layout{cache_scope::per_layer, layers, "
+      "experts}")]] [[nodiscard]] static constexpr key_layout
+  per_layer(std::int32_t experts, std::int32_t layers = 1) noexcept {
     return key_layout{cache_scope::per_layer, layers, experts};
   }
-  /// Global scope over `layers * experts` keys.
-  [[nodiscard]] static constexpr key_layout global(std::int32_t layers,
-                                                   std::int32_t experts) noexcept {
+  /// Deprecated: write `key_layout{cache_scope::global, layers, experts}`.
+  [[deprecated(
+      "use key_layout{cache_scope::global, layers, "
+      "experts}")]] [[nodiscard]] static constexpr key_layout
+  global(std::int32_t layers, std::int32_t experts) noexcept {
     return key_layout{cache_scope::global, layers, experts};
   }
 

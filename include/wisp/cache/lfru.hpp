@@ -19,6 +19,10 @@ struct wide_product {
   std::uint64_t high = 0;
   std::uint64_t low = 0;
   friend constexpr auto operator<=>(const wide_product&, const wide_product&) = default;
+  // Spelled out: nvcc 13 leaves the == implied by a defaulted <=> undefined.
+  friend constexpr bool operator==(const wide_product& x, const wide_product& y) noexcept {
+    return x.high == y.high && x.low == y.low;
+  }
 };
 
 [[nodiscard]] constexpr wide_product multiply(std::uint64_t a, std::uint64_t b) noexcept {

@@ -75,7 +75,8 @@ static_assert(eviction_policy<lfu>);
 ///
 /// Same structure and costs as `lfu`. Allocation-free after `reset`. Not thread-safe.
 /// @code
-/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout::global(26, 64), 208);
+/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout{wisp::cache_scope::global, 26, 64},
+/// 208);
 /// @endcode
 class lfu_history : public detail::basic_lfu<true> {
  public:

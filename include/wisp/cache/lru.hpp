@@ -19,7 +19,7 @@ namespace wisp {
 /// (the order the per-access events leave), then the victims are taken from the front (no
 /// protected key is left to skip there). Allocation-free after `reset`. Not thread-safe.
 /// @code
-/// wisp::slot_cache<wisp::lru> cache(wisp::key_layout::per_layer(64), 8);
+/// wisp::slot_cache<wisp::lru> cache(wisp::key_layout{wisp::cache_scope::per_layer, 1, 64}, 8);
 /// @endcode
 class lru {
  public:

@@ -25,7 +25,7 @@ namespace wisp {
 
 /// @brief A set of per-layer slot caches, layer `l` holding experts of layer `l` only.
 ///
-/// Every cache has layout `key_layout::per_layer(experts, layers)`. Costs are those of
+/// Every cache has layout `key_layout{cache_scope::per_layer, layers, experts}`. Costs are those of
 /// `slot_cache` plus an O(1) dispatch. Not thread-safe.
 template <eviction_policy Policy>
 class per_layer_cache {
@@ -40,7 +40,8 @@ class per_layer_cache {
     WISP_EXPECTS(layers >= 1, "per_layer_cache: layers must be >= 1, got ", layers);
     caches_.reserve(static_cast<std::size_t>(layers));
     for (std::int32_t l = 0; l < layers; ++l) {
-      caches_.emplace_back(key_layout::per_layer(experts, layers), capacity, prototype);
+      caches_.emplace_back(key_layout{cache_scope::per_layer, layers, experts}, capacity,
+                           prototype);
     }
   }
 
@@ -55,7 +56,7 @@ class per_layer_cache {
     const auto layers = static_cast<std::int32_t>(capacities.size());
     caches_.reserve(capacities.size());
     for (std::int32_t l = 0; l < layers; ++l) {
-      caches_.emplace_back(key_layout::per_layer(experts, layers),
+      caches_.emplace_back(key_layout{cache_scope::per_layer, layers, experts},
                            capacities[static_cast<std::size_t>(l)], make_policy(l));
     }
   }

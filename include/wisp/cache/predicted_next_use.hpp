@@ -33,7 +33,8 @@
 /// wisp::coactivation_predictor table(shape);
 /// wisp::routing_pass pass(shape);
 /// wisp::slot_cache<wisp::predicted_next_use> cache(
-///     wisp::key_layout::global(26, 64), 546, wisp::predicted_next_use(256.0).attach(table, pass));
+///     wisp::key_layout{wisp::cache_scope::global, 26, 64}, 546,
+///     wisp::predicted_next_use(256.0).attach(table, pass));
 /// @endcode
 #pragma once
 

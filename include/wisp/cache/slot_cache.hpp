@@ -6,8 +6,8 @@
 /// The cache is pure bookkeeping: it says which slot an expert lives in and which expert a miss
 /// displaced; moving the bytes is the caller's job (the pager's copy plan).
 /// @code
-/// wisp::slot_cache<wisp::lru> cache(wisp::key_layout::per_layer(/*experts=*/64), /*capacity=*/8);
-/// std::array<wisp::cache_key, 2> ids{3, 17};
+/// wisp::slot_cache<wisp::lru> cache(wisp::key_layout{wisp::cache_scope::per_layer, 1,
+/// /*experts=*/64}, /*capacity=*/8); std::array<wisp::cache_key, 2> ids{3, 17};
 /// std::array<wisp::access_result, 2> out{};
 /// cache.access_call(ids, {.step = 0, .layer = 0, .time = 0}, out);   // both protected
 /// if (!out[0].hit) { /* copy expert 3 into slot out[0].slot */ }
@@ -106,7 +106,7 @@ class slot_cache {
 
   /// Shorthand: per-layer scope over `key_space` keys (one layer).
   slot_cache(std::int32_t key_space, std::int32_t capacity, Policy policy = Policy{})
-      : slot_cache(key_layout::per_layer(key_space), capacity, std::move(policy)) {}
+      : slot_cache(key_layout{cache_scope::per_layer, 1, key_space}, capacity, std::move(policy)) {}
 
   // ------------------------------------------------------------------ calls and accesses
 

@@ -20,8 +20,8 @@
 #include <wisp/compress/exponent_coder.hpp>
 #include <wisp/compress/safetensors.hpp>
 #include <wisp/core/config.hpp>
+#include <wisp/core/detail/crc32.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/trace/detail/crc32.hpp>
 
 #include <algorithm>
 #include <array>
@@ -90,7 +90,7 @@ class bf16_archive {
                  " segments is more than 2^32 - 1");
     put(out, 12, segments_.size(), 4);
     put(out, 16, original_bytes(), 8);
-    put(out, 28, trace::detail::crc32(std::span(out).first(28)), 4);
+    put(out, 28, detail::crc32(std::span(out).first(28)), 4);
     for (const archive_segment& s : segments_) {
       WISP_EXPECTS(s.name.size() <= wzar::max_name, "bf16_archive: segment name of ", s.name.size(),
                    " bytes is longer than ", wzar::max_name);
@@ -101,13 +101,13 @@ class bf16_archive {
       put(out, at + 4, s.name.size(), 4);
       put(out, at + 8, stored.size(), 8);
       put(out, at + 16, s.original_bytes, 8);
-      std::uint32_t crc = trace::detail::crc32(
+      std::uint32_t crc = detail::crc32(
           std::span(reinterpret_cast<const std::uint8_t*>(s.name.data()), s.name.size()));
       if (!s.tensor) {
-        crc = trace::detail::crc32_update(crc, stored);
+        crc = detail::crc32_update(crc, stored);
       }
       put(out, at + 24, crc, 4);
-      put(out, at + 28, trace::detail::crc32(std::span(out).subspan(at, 28)), 4);
+      put(out, at + 28, detail::crc32(std::span(out).subspan(at, 28)), 4);
       out.insert(out.end(), s.name.begin(), s.name.end());
       out.insert(out.end(), stored.begin(), stored.end());
     }
@@ -129,7 +129,7 @@ class bf16_archive {
     if (bytes.size() < wzar::header_bytes) {
       fail(bytes.size(), "truncated header");
     }
-    if (trace::detail::crc32(bytes.first(28)) != u32(28)) {
+    if (detail::crc32(bytes.first(28)) != u32(28)) {
       fail(28, "header checksum mismatch");
     }
     if (u32(8) != wzar::version) {
@@ -146,7 +146,7 @@ class bf16_archive {
       if (bytes.size() - at < wzar::descriptor_bytes) {
         fail(at, "truncated descriptor of segment " + std::to_string(i));
       }
-      if (trace::detail::crc32(bytes.subspan(at, 28)) != u32(at + 28)) {
+      if (detail::crc32(bytes.subspan(at, 28)) != u32(at + 28)) {
         fail(at + 28, "descriptor checksum mismatch in segment " + std::to_string(i));
       }
       const std::uint8_t kind = bytes[at];
@@ -165,9 +165,9 @@ class bf16_archive {
       }
       const std::span<const std::uint8_t> name = bytes.subspan(data, name_bytes);
       const std::span<const std::uint8_t> payload = bytes.subspan(data + name_bytes, stored);
-      std::uint32_t crc = trace::detail::crc32(name);
+      std::uint32_t crc = detail::crc32(name);
       if (kind == 0) {
-        crc = trace::detail::crc32_update(crc, payload);
+        crc = detail::crc32_update(crc, payload);
       }
       if (crc != u32(at + 24)) {
         fail(at + 24, "segment " + std::to_string(i) + " checksum mismatch");

@@ -26,8 +26,8 @@
 #include <wisp/compress/exponent_coder.hpp>
 #include <wisp/compress/huffman.hpp>
 #include <wisp/core/config.hpp>
+#include <wisp/core/detail/crc32.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/trace/detail/crc32.hpp>
 
 #include <algorithm>
 #include <array>
@@ -104,7 +104,7 @@ inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> s
                        std::to_string(ref.first + ref.count) + ") should be " +
                        std::to_string(ref.bytes) + " bytes, got " + std::to_string(stored.size()));
   }
-  if (verify && trace::detail::crc32(stored) != ref.crc) {
+  if (verify && detail::crc32(stored) != ref.crc) {
     throw format_error("CRC-32 mismatch in the E-chunk of elements [" + std::to_string(ref.first) +
                        ", " + std::to_string(ref.first + ref.count) + ")");
   }
@@ -162,7 +162,7 @@ class compressed_bf16 {
       z.bytes_.insert(z.bytes_.end(), encoded.begin(), encoded.end());
     }
     for (chunk_ref& c : z.chunks_) {
-      c.crc = trace::detail::crc32(z.chunk_bytes(c));
+      c.crc = detail::crc32(z.chunk_bytes(c));
     }
     z.write_header();
     return z;
@@ -199,7 +199,7 @@ class compressed_bf16 {
       fail(size, "truncated chunk table (" + std::to_string(size) + " of " +
                      std::to_string(header) + " header bytes)");
     }
-    if (trace::detail::crc32(std::span<const std::uint8_t>(bytes.data(), header - 4)) !=
+    if (detail::crc32(std::span<const std::uint8_t>(bytes.data(), header - 4)) !=
         get_u32(bytes, header - 4)) {
       fail(header - 4, "header checksum mismatch");
     }
@@ -242,7 +242,7 @@ class compressed_bf16 {
     z.bytes_ = std::move(bytes);
     for (std::uint32_t c = 0; c <= k; ++c) {
       const chunk_ref& r = z.chunks_[c];
-      if (trace::detail::crc32(z.chunk_bytes(r)) != r.crc) {
+      if (detail::crc32(z.chunk_bytes(r)) != r.crc) {
         fail(r.offset, "chunk " + std::to_string(c) + " checksum mismatch");
       }
     }
@@ -343,8 +343,7 @@ class compressed_bf16 {
       put(at + 20, static_cast<std::uint8_t>(chunks_[c].coder), 1);
     }
     const std::size_t header = wzbf::header_bytes(e_chunks());
-    put(header - 4, trace::detail::crc32(std::span<const std::uint8_t>(bytes_.data(), header - 4)),
-        4);
+    put(header - 4, detail::crc32(std::span<const std::uint8_t>(bytes_.data(), header - 4)), 4);
   }
 
   std::uint64_t elements_ = 0;

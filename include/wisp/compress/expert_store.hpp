@@ -26,7 +26,7 @@
 #include <wisp/compress/exponent_coder.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/pager/types.hpp>
+#include <wisp/core/topk.hpp>
 
 #include <chrono>
 #include <condition_variable>

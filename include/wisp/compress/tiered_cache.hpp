@@ -226,7 +226,8 @@ class tiered_cache {
       threshold += config.capacity[p];
       threshold_[p] = threshold;
       if (config.capacity[p] > 0) {
-        pools_[p].emplace(key_layout::per_layer(experts), config.capacity[p], make_policy());
+        pools_[p].emplace(key_layout{cache_scope::per_layer, 1, experts}, config.capacity[p],
+                          make_policy());
       }
     }
   }

@@ -1,10 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief Strong types for the ids that wisp's interfaces pass around (experts, layers, slots)
-/// and for byte sizes, so a slot index cannot be passed where an expert id is expected.
+/// @brief Strong types for byte sizes and for ids where two kinds of id sit side by side.
 ///
-/// The types are trivially copyable wrappers with no overhead; hot loops over `int32` top-k
-/// buffers work on raw integers and wrap them only at API boundaries.
+/// **One type per quantity.** Layer, expert and slot ids, the expert-side counts (layers, experts,
+/// top-k) and capacities are plain `std::int32_t` everywhere (the pager, the caches, traces,
+/// kernels, the allocator's caps), so a top-k buffer from a router goes through without
+/// conversion; KV token and block counts are `std::uint64_t`; bytes are `byte_size` (or
+/// `std::uint64_t` inside hot structures); reuse distances are the reuse area's `distance_type`.
+/// `expert_id` and `layer_id` wrap an id only where a call takes two kinds of id next to each
+/// other and a swap would compile silently: `adapter_layout::row(adapter, expert_id)`,
+/// `routing_trace::expert(step, layer_id, j)`. They are trivially copyable, with no overhead.
 /// @code
 /// using namespace wisp::literals;
 /// wisp::expert_id e{17};
@@ -64,8 +69,8 @@ struct slot_tag {
 using expert_id = strong_id<detail::expert_tag>;
 /// Index of a MoE layer, 0-based over the MoE layers only (dense layers are not counted).
 using layer_id = strong_id<detail::layer_tag>;
-/// Index of a device slot (one row of an expert buffer).
-using slot_id = strong_id<detail::slot_tag>;
+/// Deprecated (no interface takes it: slots are `std::int32_t`); this alias goes in 0.3.
+using slot_id [[deprecated("slots are plain std::int32_t")]] = strong_id<detail::slot_tag>;
 
 /// @brief A number of bytes. Arithmetic is checked: a result that would wrap around throws
 /// `wisp::logic_error` naming both operands, because a wrapped byte count silently corrupts every

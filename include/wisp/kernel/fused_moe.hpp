@@ -36,7 +36,7 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/pager/types.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/vmm/expert_tensor_view.hpp>
 
 #include <concepts>

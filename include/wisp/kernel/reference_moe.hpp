@@ -18,10 +18,10 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/kernel/bf16.hpp>
 #include <wisp/kernel/fused_moe.hpp>
 #include <wisp/kernel/swiglu.hpp>
-#include <wisp/pager/types.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -24,7 +24,7 @@
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/pager/types.hpp>
+#include <wisp/core/topk.hpp>
 
 #include <algorithm>
 #include <cstddef>

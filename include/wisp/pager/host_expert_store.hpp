@@ -15,7 +15,7 @@
 #include <wisp/cache/slot_cache.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/pager/types.hpp>
+#include <wisp/core/topk.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -29,8 +29,8 @@
 #pragma once
 
 #include <wisp/core/error.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/pager/pager.hpp>
-#include <wisp/pager/types.hpp>
 
 #include <algorithm>
 #include <bit>

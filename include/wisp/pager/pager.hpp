@@ -26,8 +26,9 @@
 #include <wisp/cache/slot_cache.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/shape.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/pager/group_planner.hpp>
-#include <wisp/pager/types.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -88,6 +89,21 @@ struct pager_config {
   /// batch grows the planner once, or call `reserve_tokens` at start-up. `prepare` never
   /// depends on it.
   std::int32_t max_tokens = 0;
+
+  /// @brief The config of a pager for `shape` with `capacity` slots per layer (or in the shared
+  /// pool), every other field at its default. O(1).
+  [[nodiscard]] static pager_config for_shape(const moe_shape& shape, std::int32_t capacity,
+                                              cache_scope scope = cache_scope::per_layer) {
+    pager_config c;
+    c.layers = shape.layers;
+    c.experts = shape.experts;
+    c.top_k = shape.top_k;
+    c.capacity = capacity;
+    c.scope = scope;
+    return c;
+  }
+  /// The routing shape `{layers, experts, top_k}`. O(1).
+  [[nodiscard]] constexpr moe_shape shape() const noexcept { return {layers, experts, top_k}; }
 };
 
 /// @brief Per-layer expert paging over `slot_cache<Policy>` (or one global pool).

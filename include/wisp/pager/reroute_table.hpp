@@ -21,7 +21,7 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/pager/types.hpp>
+#include <wisp/core/topk.hpp>
 
 #include <concepts>
 #include <cstddef>

@@ -26,7 +26,7 @@
 namespace wisp {
 namespace detail {
 
-inline void check_baseline_query(const char* where, const trace::trace_shape& shape,
+inline void check_baseline_query(const char* where, const moe_shape& shape,
                                  const routing_pass& pass, std::int32_t target,
                                  std::span<float> scores) {
   WISP_EXPECTS(pass.shape() == shape, where, ": pass shape (", pass.shape(),
@@ -37,7 +37,7 @@ inline void check_baseline_query(const char* where, const trace::trace_shape& sh
                " scores for ", shape.experts, " experts");
 }
 
-inline void check_learned_pass(const char* where, const trace::trace_shape& shape,
+inline void check_learned_pass(const char* where, const moe_shape& shape,
                                const routing_pass& pass) {
   WISP_EXPECTS(pass.shape() == shape, where, ": pass shape (", pass.shape(),
                ") differs from the predictor shape (", shape, ")");
@@ -56,7 +56,7 @@ class frequency_predictor {
   static constexpr std::string_view name = "frequency";
 
   /// @throws wisp::logic_error on an invalid shape.
-  explicit frequency_predictor(const trace::trace_shape& shape) : shape_(shape) {
+  explicit frequency_predictor(const moe_shape& shape) : shape_(shape) {
     shape_.validate();
     counts_.assign(
         static_cast<std::size_t>(shape_.layers) * static_cast<std::size_t>(shape_.experts), 0);
@@ -89,7 +89,7 @@ class frequency_predictor {
   [[nodiscard]] std::uint64_t passes() const noexcept { return passes_; }
 
  private:
-  trace::trace_shape shape_;
+  moe_shape shape_;
   std::vector<std::uint64_t> counts_;  // [layers x experts]
   std::uint64_t passes_ = 0;
 };
@@ -105,7 +105,7 @@ class previous_token_predictor {
   static constexpr std::string_view name = "previous-token";
 
   /// @throws wisp::logic_error on an invalid shape.
-  explicit previous_token_predictor(const trace::trace_shape& shape) : last_(shape) {}
+  explicit previous_token_predictor(const moe_shape& shape) : last_(shape) {}
 
   /// @throws wisp::logic_error on a shape mismatch, a target outside `[observed, layers)` or a
   ///   wrong `scores` size.

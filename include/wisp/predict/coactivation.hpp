@@ -107,8 +107,7 @@ class coactivation_predictor {
 
   /// An empty table (every score falls back to the marginal, itself 0 before any pass).
   /// @throws wisp::logic_error on an invalid shape or config; std::bad_alloc.
-  explicit coactivation_predictor(const trace::trace_shape& shape,
-                                  const coactivation_config& config = {})
+  explicit coactivation_predictor(const moe_shape& shape, const coactivation_config& config = {})
       : shape_(shape), config_(config) {
     shape_.validate();
     config_.validate();
@@ -276,7 +275,7 @@ class coactivation_predictor {
              format_version, ")");
     }
     const std::uint64_t shape_at = r.offset();
-    trace::trace_shape shape{};
+    moe_shape shape{};
     shape.layers = r.i32("layers");
     shape.experts = r.i32("experts");
     shape.top_k = r.i32("top_k");
@@ -316,7 +315,7 @@ class coactivation_predictor {
 
   // ------------------------------------------------------------------ queries
 
-  [[nodiscard]] const trace::trace_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] const moe_shape& shape() const noexcept { return shape_; }
   [[nodiscard]] const coactivation_config& config() const noexcept { return config_; }
   /// Learned passes, each weighted by its forgetting factor (the count of passes without it).
   [[nodiscard]] double passes() const noexcept { return passes_ / weight_; }
@@ -456,7 +455,7 @@ class coactivation_predictor {
     return (block * experts + static_cast<std::size_t>(i)) * experts;
   }
 
-  trace::trace_shape shape_;
+  moe_shape shape_;
   coactivation_config config_;
   std::vector<float> pairs_;      // [layers x span x experts x experts], scaled by weight_
   std::vector<float> marginals_;  // [layers x experts], scaled by weight_

@@ -52,11 +52,10 @@ struct prediction_quality {
 /// @throws wisp::logic_error if a distance is outside `[1, layers - 1]`, a k outside
 ///   `[1, experts]`, either list is empty, or the predictor throws.
 template <routing_predictor Predictor>
-std::vector<prediction_quality> evaluate_online(const trace::routing_trace& trace,
-                                                Predictor& predictor,
+std::vector<prediction_quality> evaluate_online(const routing_trace& trace, Predictor& predictor,
                                                 std::span<const std::int32_t> distances,
                                                 std::span<const std::int32_t> ks) {
-  const trace::trace_shape& shape = trace.shape();
+  const moe_shape& shape = trace.shape();
   WISP_EXPECTS(!distances.empty() && !ks.empty(), "evaluate_online: ", distances.size(),
                " distances and ", ks.size(), " values of k given; both lists must be non-empty");
   for (const std::int32_t d : distances) {

@@ -43,9 +43,8 @@ class personal_predictor {
   ///   user's table alone once it has learned anything).
   /// @param learn_population whether a user's `learn` also feeds the population table.
   /// @throws wisp::logic_error on an invalid shape, config or prior.
-  explicit personal_predictor(const trace::trace_shape& shape,
-                              const coactivation_config& config = {}, double prior_passes = 16.0,
-                              bool learn_population = true)
+  explicit personal_predictor(const moe_shape& shape, const coactivation_config& config = {},
+                              double prior_passes = 16.0, bool learn_population = true)
       : population_(shape, config),
         prior_(prior_passes),
         learn_population_(learn_population),

@@ -23,7 +23,7 @@
 /// at the caps chosen and reports the measured miss ratio beside the target.
 ///
 /// The result feeds the pager (`pager_config::layer_capacities = caps.layer_caps`) and the
-/// allocator (`alloc::make_split(model, budget, caps.max_cap())` reserves enough for every layer;
+/// allocator (`make_split(model, budget, caps.max_cap())` reserves enough for every layer;
 /// `caps.slots()` is what the pager actually holds, the memory a per-user cap frees against a
 /// global one).
 /// @code
@@ -114,7 +114,7 @@ struct right_size_result {
                                                   right_size_model model = right_size_model::lru) {
   WISP_EXPECTS(target_miss_ratio >= 0.0 && target_miss_ratio <= 1.0,
                "right_size: target miss ratio must be in [0, 1], got ", target_miss_ratio);
-  const trace::trace_shape& shape = table.shape();
+  const moe_shape& shape = table.shape();
   right_size_result out;
   out.layer_caps.assign(static_cast<std::size_t>(shape.layers), shape.experts);
   out.predicted_miss_ratio.assign(static_cast<std::size_t>(shape.layers), 0.0);

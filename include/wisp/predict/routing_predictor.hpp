@@ -46,9 +46,9 @@ namespace wisp {
 class routing_pass {
  public:
   /// An empty pass of shape {1 layer, 1 expert, top-1}.
-  routing_pass() : routing_pass(trace::trace_shape{1, 1, 1}) {}
-  /// @throws wisp::logic_error if `shape` is invalid (see `trace::trace_shape::validate`).
-  explicit routing_pass(const trace::trace_shape& shape) : shape_(shape) {
+  routing_pass() : routing_pass(moe_shape{1, 1, 1}) {}
+  /// @throws wisp::logic_error if `shape` is invalid (see `moe_shape::validate`).
+  explicit routing_pass(const moe_shape& shape) : shape_(shape) {
     shape_.validate();
     ids_.assign(shape_.ids_per_step(), 0);
   }
@@ -79,7 +79,7 @@ class routing_pass {
 
   /// Clears the pass and observes every layer of step `step` of `trace` (same shape). O(L x k).
   /// @throws wisp::logic_error on a shape mismatch or an out-of-range step.
-  void assign(const trace::routing_trace& trace, std::size_t step) {
+  void assign(const routing_trace& trace, std::size_t step) {
     WISP_EXPECTS(trace.shape() == shape_, "routing_pass::assign: trace shape (", trace.shape(),
                  ") differs from the pass shape (", shape_, ")");
     WISP_EXPECTS(step < trace.steps(), "routing_pass::assign: step ", step, " of ", trace.steps());
@@ -95,7 +95,7 @@ class routing_pass {
   [[nodiscard]] std::int32_t observed() const noexcept { return observed_; }
   /// True once every layer is observed.
   [[nodiscard]] bool complete() const noexcept { return observed_ == shape_.layers; }
-  [[nodiscard]] const trace::trace_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] const moe_shape& shape() const noexcept { return shape_; }
   /// The ids of observed layer `layer` (unchecked: `layer < observed()`). O(1).
   [[nodiscard]] std::span<const std::int32_t> experts(std::int32_t layer) const noexcept {
     return {ids_.data() + offset(layer), static_cast<std::size_t>(shape_.top_k)};
@@ -106,7 +106,7 @@ class routing_pass {
     return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.top_k);
   }
 
-  trace::trace_shape shape_;
+  moe_shape shape_;
   std::vector<std::int32_t> ids_;  // [layers x top_k], first observed_ rows valid
   std::int32_t observed_ = 0;
 };

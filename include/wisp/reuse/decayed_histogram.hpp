@@ -17,8 +17,8 @@
 /// `c < e_m` (exact with unit bins), and `marginal(c) = hits(c + 1) - hits(c)` is the hit mass
 /// gained by the `(c+1)`-th slot.
 /// @code
-/// wisp::reuse::decayed_histogram h{wisp::reuse::decayed_histogram::unit_edges(64), 0.9};
-/// h.record(3); h.record(wisp::reuse::reuse_distance_counter::cold);
+/// wisp::decayed_histogram h{wisp::decayed_histogram::unit_edges(64), 0.9};
+/// h.record(3); h.record(wisp::reuse_distance_counter::cold);
 /// h.end_burst();
 /// double gain = h.marginal(8);   // decayed hits gained going from 8 to 9 slots
 /// @endcode
@@ -36,7 +36,7 @@
 #include <utility>
 #include <vector>
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief Binned reuse-distance histogram with per-burst exponential decay.
 ///
@@ -191,4 +191,4 @@ class decayed_histogram {
   std::uint64_t bursts_ = 0;
 };
 
-}  // namespace wisp::reuse
+}  // namespace wisp

@@ -11,10 +11,10 @@
 /// curve at capacity `c` is the total miss count when every layer has `c` slots, because
 /// `sum_l (cold_l + #{d_l > c}) = cold + #{d > c}` over the summed histogram.
 /// @code
-/// wisp::reuse::reuse_histogram h{{wisp::reuse::reuse_scope::stream, 1, 64}};
-/// wisp::reuse::reuse_distance_counter counter{64};
+/// wisp::reuse_histogram h{{wisp::reuse_scope::stream, 1, 64}};
+/// wisp::reuse_distance_counter counter{64};
 /// for (std::uint32_t key : stream) h.record(counter.access(key));
-/// wisp::reuse::miss_curve curve{h};
+/// wisp::miss_curve curve{h};
 /// double r = curve.miss_ratio(8);   // miss ratio of an 8-slot LRU cache
 /// @endcode
 #pragma once
@@ -32,7 +32,7 @@
 #include <string_view>
 #include <vector>
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief Which caches a histogram describes.
 enum class reuse_scope : std::uint8_t {
@@ -255,4 +255,4 @@ class miss_curve {
   std::uint64_t cold_ = 0;
 };
 
-}  // namespace wisp::reuse
+}  // namespace wisp

@@ -19,8 +19,8 @@
 ///
 /// The reader rejects anything else with `wisp::format_error` naming the byte offset.
 /// @code
-/// std::string text = wisp::reuse::to_text(histogram);
-/// wisp::reuse::reuse_histogram back = wisp::reuse::parse_histogram(text);   // == histogram
+/// std::string text = wisp::to_text(histogram);
+/// wisp::reuse_histogram back = wisp::parse_histogram(text);   // == histogram
 /// @endcode
 #pragma once
 
@@ -39,7 +39,7 @@
 #include <string_view>
 #include <system_error>
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// Format identifier written on the first line.
 inline constexpr std::string_view histogram_magic = "wisp-reuse-histogram";
@@ -225,4 +225,4 @@ class histogram_text_reader {
   return parse_histogram(text);
 }
 
-}  // namespace wisp::reuse
+}  // namespace wisp

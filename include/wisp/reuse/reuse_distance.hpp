@@ -8,7 +8,7 @@
 /// Gecsei, Slutz and Traiger, 1970), so one pass over a stream gives the miss count of every
 /// capacity at once (see `wisp/reuse/histogram.hpp`).
 /// @code
-/// wisp::reuse::reuse_distance_counter counter{64};   // keys 0..63
+/// wisp::reuse_distance_counter counter{64};   // keys 0..63
 /// counter.access(3);   // reuse_distance_counter::cold (first sight)
 /// counter.access(5);   // cold
 /// counter.access(3);   // 2: {5, 3} were touched since the last 3
@@ -38,7 +38,7 @@
 #include <span>
 #include <vector>
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief Exact LRU stack distances in O(log D) per access and O(K + D) memory, where K is the
 /// key space and D the number of distinct keys seen, independent of the stream length.
@@ -117,6 +117,6 @@ class reuse_distance_counter {
   std::uint64_t accesses_ = 0;
 };
 
-}  // namespace wisp::reuse
+}  // namespace wisp
 
 #include <wisp/reuse/detail/reuse_distance.inl>

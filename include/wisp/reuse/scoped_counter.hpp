@@ -10,10 +10,10 @@
 /// keys cannot evict each other, as wisp's pager and `wisp sim` run it; `access` measures every
 /// expert access on its own (the textbook LRU of Mattson et al.). See `reuse_granularity`.
 /// @code
-/// wisp::reuse::scoped_reuse_counter counter{wisp::reuse::reuse_scope::per_layer, 26, 64};
+/// wisp::scoped_reuse_counter counter{wisp::reuse_scope::per_layer, 26, 64};
 /// const std::uint32_t experts[] = {17, 3};
 /// counter.access_call(0, experts);   // layer 0 asks for experts 17 and 3
-/// wisp::reuse::miss_curve curve{counter.histogram()};
+/// wisp::miss_curve curve{counter.histogram()};
 /// @endcode
 #pragma once
 
@@ -30,7 +30,7 @@
 #include <string_view>
 #include <vector>
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief How the accesses of one layer's request are measured.
 ///
@@ -162,4 +162,4 @@ class scoped_reuse_counter {
   std::vector<distance_type> distances_;  // distances of `access_call` without an output
 };
 
-}  // namespace wisp::reuse
+}  // namespace wisp

@@ -15,9 +15,9 @@
 /// sampled *keys*: with `K` distinct keys, about `K R` are sampled, and the curve moves in steps
 /// of `1 / R` capacity units. A small key space (e.g. 1,664 ESFT keys) needs a high rate.
 /// @code
-/// wisp::reuse::sampled_reuse_counter sampled{1u << 20, 0.01};
+/// wisp::sampled_reuse_counter sampled{1u << 20, 0.01};
 /// for (std::uint32_t key : stream) sampled.access(key);
-/// wisp::reuse::miss_ratio_curve mrc = sampled.estimate(1u << 20);
+/// wisp::miss_ratio_curve mrc = sampled.estimate(1u << 20);
 /// @endcode
 #pragma once
 
@@ -33,7 +33,7 @@
 #include <span>
 #include <vector>
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief Miss ratios of an LRU cache at capacities 0..max_capacity (estimated or exact).
 class miss_ratio_curve {
@@ -252,4 +252,4 @@ class sampled_reuse_counter {
   std::uint64_t accesses_ = 0;
 };
 
-}  // namespace wisp::reuse
+}  // namespace wisp

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief Reuse profile of a whole routing trace in one scope (the glue between `wisp::trace`
+/// @brief Reuse profile of a whole routing trace in one scope (the glue between the trace area
 /// and the trace-independent reuse headers).
 /// @code
-/// auto trace = wisp::trace::import_esft("shared/traces/raw/esft_deepseek_v2_lite_intent");
-/// auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::global);
-/// wisp::reuse::miss_curve curve{profile.histogram};   // == wisp sim --policy lru, per capacity
+/// auto trace = wisp::import_esft("shared/traces/raw/esft_deepseek_v2_lite_intent");
+/// auto profile = wisp::profile_trace(trace, wisp::reuse_scope::global);
+/// wisp::miss_curve curve{profile.histogram};   // == wisp sim --policy lru, per capacity
 /// @endcode
 #pragma once
 
@@ -20,7 +20,7 @@
 #include <span>
 #include <vector>
 
-namespace wisp::reuse {
+namespace wisp {
 
 /// @brief What `profile_trace` measures.
 struct reuse_profile {
@@ -32,20 +32,20 @@ struct reuse_profile {
 /// @brief Exact reuse profile of `trace` replayed in canonical order, in `scope`.
 ///
 /// With `reuse_granularity::call` (the default) every (step, layer) request is one call, so the
-/// curve equals the misses of `wisp::sim::simulate<wisp::lru>` (calls protected) at every
+/// curve equals the misses of `wisp::simulate<wisp::lru>` (calls protected) at every
 /// capacity from `top_k` up; with `reuse_granularity::access` it is plain per-access LRU (equal to
 /// `simulate<lru>` with `protect_calls = false`, at every capacity from 1).
 ///
 /// Complexity: O(accesses * log(keys)), memory O(layers * experts), one pass.
 /// @throws wisp::logic_error if `scope` is `reuse_scope::stream`.
 [[nodiscard]] inline reuse_profile profile_trace(
-    const trace::routing_trace& trace, reuse_scope scope,
+    const routing_trace& trace, reuse_scope scope,
     reuse_granularity granularity = reuse_granularity::call) {
   const auto& shape = trace.shape();
   scoped_reuse_counter counter{scope, static_cast<std::uint32_t>(shape.layers),
                                static_cast<std::uint32_t>(shape.experts)};
   if (granularity == reuse_granularity::access) {
-    trace.for_each_access([&](const trace::access& a) {
+    trace.for_each_access([&](const access& a) {
       counter.access(static_cast<std::uint32_t>(a.layer), static_cast<std::uint32_t>(a.expert));
     });
   } else {
@@ -58,4 +58,4 @@ struct reuse_profile {
   return {counter.histogram(), counter.distinct_per_cache(), counter.distinct_total()};
 }
 
-}  // namespace wisp::reuse
+}  // namespace wisp

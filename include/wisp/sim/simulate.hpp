@@ -6,7 +6,7 @@
 ///
 /// The input is either a range of accesses or a callable `source(f)` that calls `f(a)` for every
 /// access in order; an access is anything with `step`, `layer` and `expert` members
-/// (`wisp::sim::access`, `wisp::trace::access`, ...), so this header does not depend on the trace
+/// (`wisp::access`, `wisp::access`, ...), so this header does not depend on the trace
 /// area (see `<wisp/sim/trace_sim.hpp>` for the `routing_trace` overload).
 ///
 /// **Calls.** Consecutive accesses with the same (step, layer) form one call, as one MoE layer's
@@ -15,11 +15,11 @@
 /// replay). The i-th access of the stream has time i.
 ///
 /// @code
-/// std::vector<wisp::sim::access> stream = {{0, 0, 3}, {0, 0, 5}, {0, 1, 2}, {1, 0, 3}};
-/// wisp::sim::sim_config cfg{.scope = wisp::cache_scope::global, .capacity = 2,
+/// std::vector<wisp::access> stream = {{0, 0, 3}, {0, 0, 5}, {0, 1, 2}, {1, 0, 3}};
+/// wisp::sim_config cfg{.scope = wisp::cache_scope::global, .capacity = 2,
 ///                           .bandwidth = {.bytes_per_expert = 9u << 20, .gb_per_s = 25.0,
 ///                                         .miss_latency_us = 10.0}};
-/// auto r = wisp::sim::simulate<wisp::lru>({.layers = 2, .experts = 8}, stream, cfg);
+/// auto r = wisp::simulate<wisp::lru>({.layers = 2, .experts = 8}, stream, cfg);
 /// // r.stats.misses, r.bytes_moved, r.stall_seconds
 /// @endcode
 #pragma once
@@ -29,6 +29,7 @@
 #include <wisp/cache/slot_cache.hpp>
 #include <wisp/cache/visit_policy.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/trace/routing_trace.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -41,21 +42,10 @@
 #include <utility>
 #include <vector>
 
-namespace wisp::sim {
+namespace wisp {
 
-/// One expert activation: forward step, MoE layer, expert id.
-struct access {
-  std::uint32_t step = 0;
-  std::int32_t layer = 0;
-  std::int32_t expert = 0;
-  friend constexpr bool operator==(const access&, const access&) = default;
-};
-
-/// The model dimensions the stream refers to.
-struct model_shape {
-  std::int32_t layers = 1;
-  std::int32_t experts = 1;
-};
+/// Deprecated: the simulator takes a `moe_shape` (its `top_k` is not used; this alias goes in 0.3).
+using model_shape [[deprecated("use wisp::moe_shape")]] = moe_shape;
 
 /// Serial transfer model: every miss costs `miss_latency_us + bytes_per_expert / (gb_per_s*1e9)`.
 struct bandwidth_model {
@@ -140,12 +130,12 @@ concept access_source =
 ///   [1, L*E] global), an access is out of the shape, steps decrease, or a call requests more
 ///   distinct experts than the capacity (per layer, or in total).
 template <eviction_policy Policy, access_source Source>
-sim_result simulate(model_shape shape, const Source& source, const sim_config& config);
+sim_result simulate(moe_shape shape, const Source& source, const sim_config& config);
 
 /// @brief The same, with policies made by `make_policy(layer)` (per-layer scope: once per layer;
 /// global scope: once, with layer -1). Lets a caller configure a policy.
 template <eviction_policy Policy, access_source Source, class MakePolicy>
-requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_shape shape,
+requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(moe_shape shape,
                                                                        const Source& source,
                                                                        const sim_config& config,
                                                                        MakePolicy make_policy);
@@ -158,9 +148,9 @@ inline constexpr const auto& builtin_policies = builtin_policy_names;
 /// @throws wisp::logic_error on an unknown name (the message lists the known ones), and as
 ///   `simulate`.
 template <access_source Source>
-sim_result simulate_named(std::string_view policy, model_shape shape, const Source& source,
+sim_result simulate_named(std::string_view policy, moe_shape shape, const Source& source,
                           const sim_config& config);
 
-}  // namespace wisp::sim
+}  // namespace wisp
 
 #include <wisp/sim/detail/simulate.inl>

@@ -23,12 +23,12 @@
 /// a shrink evicts LRU entries, a grow adds empty room). The expert stream is served a (step,
 /// layer) request at a time, the request's experts protected from each other as in wisp's pager,
 /// and its curve is the call-granular one
-/// (`reuse::reuse_granularity::call`); the KV stream is served one block access at a time. The
+/// (`reuse_granularity::call`); the KV stream is served one block access at a time. The
 /// reported cost is the *warm* latency: misses other than first sight, which every arm pays alike
 /// (the new prompt's prefill, an expert's first load).
 /// @code
-/// auto w = wisp::alloc::make_eval_workload("tool-burst", spec, phases, 1);
-/// auto r = wisp::alloc::evaluate(spec, w, {.budget = 8_GiB});
+/// auto w = wisp::make_eval_workload("tool-burst", spec, phases, 1);
+/// auto r = wisp::evaluate(spec, w, {.budget = 8_GiB});
 /// for (const auto& arm : r.arms) std::cout << arm.name << ' ' << arm.seconds << '\n';
 /// @endcode
 #pragma once
@@ -60,13 +60,13 @@
 #include <utility>
 #include <vector>
 
-namespace wisp::alloc {
+namespace wisp {
 
 /// @brief One phase of an evaluation workload: the sessions' turn mix and the expert routing
 /// behaviour during `rounds` rounds.
 struct eval_phase {
   agentic_config kv;
-  trace::synthetic_config experts;
+  synthetic_config experts;
   std::uint32_t rounds = 0;
 };
 
@@ -76,7 +76,7 @@ struct eval_workload {
   std::string name;
   admission_floor floor;  ///< The sessions' concurrency x context (WiSP Eq. 6).
   kv_stream kv;
-  trace::routing_trace experts{trace::trace_shape{1, 1, 1}};
+  routing_trace experts{moe_shape{1, 1, 1}};
 };
 
 /// @brief Builds a workload from phases run back to back (the sessions carry over; each phase's
@@ -90,9 +90,7 @@ struct eval_workload {
   WISP_EXPECTS(!phases.empty(), "an evaluation workload needs at least one phase");
   std::vector<agentic_phase> kv_phases;
   for (const auto& p : phases) {
-    WISP_EXPECTS(p.experts.layers == static_cast<std::int32_t>(m.layers) &&
-                     p.experts.experts == static_cast<std::int32_t>(m.experts) &&
-                     p.experts.top_k == static_cast<std::int32_t>(m.top_k),
+    WISP_EXPECTS((moe_shape{p.experts.layers, p.experts.experts, p.experts.top_k} == m.shape()),
                  "a phase's router shape (", p.experts.layers, " x ", p.experts.experts, ", top-",
                  p.experts.top_k, ") differs from the model ", m);
     WISP_EXPECTS(p.kv.block_tokens == m.block_tokens, "the sessions' block size ",
@@ -103,9 +101,7 @@ struct eval_workload {
   w.name = std::move(name);
   w.floor = {phases.front().kv.concurrency, phases.front().kv.context};
   w.kv = make_agentic_kv_stream(kv_phases, seed);
-  w.experts = trace::routing_trace{trace::trace_shape{static_cast<std::int32_t>(m.layers),
-                                                      static_cast<std::int32_t>(m.experts),
-                                                      static_cast<std::int32_t>(m.top_k)}};
+  w.experts = routing_trace{m.shape()};
   w.experts.reserve(w.kv.decode_tokens);
   std::vector<std::int32_t> ids(w.experts.shape().ids_per_step());
   for (std::uint32_t p = 0; p < phases.size(); ++p) {
@@ -116,7 +112,7 @@ struct eval_workload {
     if (steps == 0) {
       continue;
     }
-    const auto t = trace::make_synthetic_trace(phases[p].experts, steps, seed * 1000003u + p);
+    const auto t = make_synthetic_trace(phases[p].experts, steps, seed * 1000003u + p);
     for (std::size_t s = 0; s < t.steps(); ++s) {
       for (std::int32_t l = 0; l < t.shape().layers; ++l) {
         for (std::int32_t j = 0; j < t.shape().top_k; ++j) {
@@ -144,10 +140,10 @@ struct arm_result {
   std::string name;
   bool adaptive = false;
   bool admissible = true;  ///< Met the admission floor throughout.
-  std::uint32_t cap_start = 0;
-  std::uint32_t cap_end = 0;
-  std::uint32_t cap_min = 0;
-  std::uint32_t cap_max = 0;
+  std::int32_t cap_start = 0;
+  std::int32_t cap_end = 0;
+  std::int32_t cap_min = 0;
+  std::int32_t cap_max = 0;
   std::uint32_t moves = 0;
   std::uint64_t expert_warm_misses = 0;
   std::uint64_t kv_warm_misses = 0;
@@ -158,7 +154,7 @@ struct arm_result {
 struct eval_result {
   std::string workload;
   admission_floor floor;
-  std::uint32_t max_feasible_cap = 0;
+  std::int32_t max_feasible_cap = 0;
   std::vector<arm_result> arms;
   /// Warm seconds of every fixed cap k..E (NaN where the cap does not fit the budget).
   std::vector<double> fixed_seconds;
@@ -188,9 +184,8 @@ inline stream_distances measure(const eval_workload& w) {
   stream_distances out;
   out.expert_ids.reserve(w.experts.access_count());
   out.expert_d.reserve(w.experts.access_count());
-  reuse::scoped_reuse_counter per_layer{reuse::reuse_scope::per_layer,
-                                        static_cast<std::uint32_t>(shape.layers),
-                                        static_cast<std::uint32_t>(shape.experts)};
+  scoped_reuse_counter per_layer{reuse_scope::per_layer, static_cast<std::uint32_t>(shape.layers),
+                                 static_cast<std::uint32_t>(shape.experts)};
   std::vector<std::uint32_t> call(static_cast<std::size_t>(shape.top_k));
   std::vector<std::uint32_t> d(call.size());
   w.experts.for_each_call(
@@ -200,7 +195,7 @@ inline stream_distances measure(const eval_workload& w) {
         out.expert_ids.insert(out.expert_ids.end(), ids.begin(), ids.end());
         out.expert_d.insert(out.expert_d.end(), d.begin(), d.end());
       });
-  reuse::reuse_distance_counter kv{std::max<std::size_t>(w.kv.blocks, 1)};
+  reuse_distance_counter kv{std::max<std::size_t>(w.kv.blocks, 1)};
   out.kv_d.reserve(w.kv.accesses.size());
   for (const std::uint32_t b : w.kv.accesses) {
     out.kv_d.push_back(kv.access(b));
@@ -209,9 +204,8 @@ inline stream_distances measure(const eval_workload& w) {
 }
 
 // Exact curves of a prefix of the workload: rounds [0, rounds).
-inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workload& w,
-                                                              const stream_distances& d,
-                                                              std::size_t rounds) {
+inline std::pair<miss_curve, miss_curve> curves(const eval_workload& w, const stream_distances& d,
+                                                std::size_t rounds) {
   const auto& shape = w.experts.shape();
   std::uint64_t steps = 0;
   for (std::size_t r = 0; r < rounds; ++r) {
@@ -219,17 +213,16 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   }
   const std::uint64_t expert_accesses = steps * shape.ids_per_step();
   const std::uint64_t kv_accesses = rounds == 0 ? 0 : w.kv.rounds[rounds - 1].end;
-  reuse::reuse_histogram he{{reuse::reuse_scope::per_layer,
-                             static_cast<std::uint32_t>(shape.layers),
-                             static_cast<std::uint32_t>(shape.experts)}};
+  reuse_histogram he{{reuse_scope::per_layer, static_cast<std::uint32_t>(shape.layers),
+                      static_cast<std::uint32_t>(shape.experts)}};
   for (std::uint64_t i = 0; i < expert_accesses; ++i) {
     he.record(d.expert_d[i]);
   }
-  reuse::reuse_histogram hk{{reuse::reuse_scope::stream, 1, 0}};
+  reuse_histogram hk{{reuse_scope::stream, 1, 0}};
   for (std::uint64_t i = 0; i < kv_accesses; ++i) {
     hk.record(d.kv_d[i]);
   }
-  return {reuse::miss_curve{he}, reuse::miss_curve{hk}};
+  return {miss_curve{he}, miss_curve{hk}};
 }
 
 }  // namespace detail
@@ -246,10 +239,8 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   WISP_EXPECTS(!w.kv.rounds.empty(), "the workload has no rounds");
   WISP_EXPECTS(m.experts < 65536, "the evaluation stores expert ids in 16 bits");
   const auto& shape = w.experts.shape();
-  WISP_EXPECTS(shape.layers == static_cast<std::int32_t>(m.layers) &&
-                   shape.experts == static_cast<std::int32_t>(m.experts) &&
-                   shape.top_k == static_cast<std::int32_t>(m.top_k),
-               "the workload's routing shape ", shape, " differs from the model ", m);
+  WISP_EXPECTS(shape == m.shape(), "the workload's routing shape ", shape,
+               " differs from the model ", m);
   WISP_EXPECTS(w.kv.block_tokens == m.block_tokens, "the workload's block size differs");
   WISP_EXPECTS(w.experts.steps() == w.kv.decode_tokens,
                "the expert stream must hold one step per decoded token");
@@ -263,22 +254,22 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   // Named curves, not structured bindings: the lambdas below use them, and clang before 16
   // cannot capture a structured binding.
   const auto whole = detail::curves(w, dist, w.kv.rounds.size());
-  const reuse::miss_curve& expert_curve = whole.first;
-  const reuse::miss_curve& kv_curve = whole.second;
+  const miss_curve& expert_curve = whole.first;
+  const miss_curve& kv_curve = whole.second;
   const cost_model<> cost{m, expert_curve, kv_curve, p.costs};
-  auto warm_seconds = [&](const cost_model<>& c, std::uint32_t cap) {
+  auto warm_seconds = [&](const cost_model<>& c, std::int32_t cap) {
     const split s = make_split(m, p.budget, cap);
     return (c.expert_misses(cap) - static_cast<double>(c.expert_curve().cold())) *
                c.expert_miss_seconds() +
            (c.kv_misses(s.kv_blocks) - static_cast<double>(c.kv_curve().cold())) *
                c.kv_miss_seconds();
   };
-  for (std::uint32_t c = m.top_k; c <= m.experts; ++c) {
+  for (std::int32_t c = m.top_k; c <= m.experts; ++c) {
     out.fixed_seconds.push_back(m.expert_pool_bytes(c) <= p.budget
                                     ? warm_seconds(cost, c)
                                     : std::numeric_limits<double>::quiet_NaN());
   }
-  auto fixed_arm = [&](std::string name, std::uint32_t cap) {
+  auto fixed_arm = [&](std::string name, std::int32_t cap) {
     arm_result a;
     a.name = std::move(name);
     a.cap_start = a.cap_end = a.cap_min = a.cap_max = cap;
@@ -304,17 +295,17 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   out.arms.push_back(fixed_arm("mv-wsa-configurator", offline.choice.expert_cap));
 
   // 50-50 and Flux-prop.
-  const std::uint32_t by_budget =
-      static_cast<std::uint32_t>(std::min<std::uint64_t>(m.experts, p.budget / m.cap_unit_bytes()));
+  const std::int32_t by_budget =
+      static_cast<std::int32_t>(std::min<std::uint64_t>(m.experts, p.budget / m.cap_unit_bytes()));
   WISP_EXPECTS(by_budget >= m.top_k, "the budget cannot hold top_k experts per layer");
-  const std::uint32_t half = std::clamp<std::uint32_t>(
-      static_cast<std::uint32_t>((byte_size{p.budget.count() / 2}) / m.cap_unit_bytes()), m.top_k,
+  const std::int32_t half = std::clamp<std::int32_t>(
+      static_cast<std::int32_t>((byte_size{p.budget.count() / 2}) / m.cap_unit_bytes()), m.top_k,
       by_budget);
   out.arms.push_back(fixed_arm("50-50", half));
-  std::uint32_t flux = m.experts;
+  std::int32_t flux = m.experts;
   {
     const double warm_total = static_cast<double>(expert_curve.accesses() - expert_curve.cold());
-    for (std::uint32_t c = m.top_k; c <= m.experts; ++c) {
+    for (std::int32_t c = m.top_k; c <= m.experts; ++c) {
       const double warm_hits =
           static_cast<double>(expert_curve.accesses() - expert_curve.misses(c));
       if (warm_hits >= p.flux_hit_fraction * warm_total) {
@@ -327,18 +318,18 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   out.arms.push_back(fixed_arm("flux-prop", flux));
 
   // Adaptive arms: replay with resizable LRU pools. `decide(round, current)` returns the next cap.
-  const std::uint32_t start = std::min(half, out.max_feasible_cap);
+  const std::int32_t start = std::min(half, out.max_feasible_cap);
   auto replay = [&](std::string name, auto&& on_round) {
     arm_result a;
     a.name = std::move(name);
     a.adaptive = true;
     split current = make_split(m, p.budget, start);
     a.cap_start = a.cap_min = a.cap_max = start;
-    std::vector<sim::detail::lru_pool> layers;
-    for (std::uint32_t l = 0; l < m.layers; ++l) {
+    std::vector<detail::lru_pool> layers;
+    for (std::int32_t l = 0; l < m.layers; ++l) {
       layers.emplace_back(m.experts, current.expert_cap);
     }
-    sim::detail::lru_pool kv{std::max<std::uint32_t>(w.kv.blocks, 1), current.kv_blocks};
+    detail::lru_pool kv{std::max<std::uint32_t>(w.kv.blocks, 1), current.kv_blocks};
     std::uint64_t cursor = 0;
     const std::uint64_t per_step = shape.ids_per_step();
     const auto k = static_cast<std::uint64_t>(shape.top_k);
@@ -353,14 +344,14 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
         std::copy_n(dist.expert_ids.begin() + static_cast<std::ptrdiff_t>(i), k, call.begin());
         layers[layer].access_call(call, hit);
         for (std::uint64_t j = 0; j < k; ++j) {
-          if (hit[j] == 0 && dist.expert_d[i + j] != reuse::reuse_distance_counter::cold) {
+          if (hit[j] == 0 && dist.expert_d[i + j] != reuse_distance_counter::cold) {
             ++a.expert_warm_misses;
           }
         }
       }
       cursor = end;
       for (std::uint64_t i = round.begin; i < round.end; ++i) {
-        if (!kv.access(w.kv.accesses[i]) && dist.kv_d[i] != reuse::reuse_distance_counter::cold) {
+        if (!kv.access(w.kv.accesses[i]) && dist.kv_d[i] != reuse_distance_counter::cold) {
           ++a.kv_warm_misses;
         }
       }
@@ -412,4 +403,4 @@ inline std::pair<reuse::miss_curve, reuse::miss_curve> curves(const eval_workloa
   return out;
 }
 
-}  // namespace wisp::alloc
+}  // namespace wisp

@@ -113,7 +113,7 @@ struct tiered_sim_config {
 /// the rank-r count divided by that layer's calls. Sums to `top_k` (a call's ids are distinct).
 /// O(accesses + layers x E log E).
 /// @throws wisp::logic_error if the trace has no call.
-[[nodiscard]] inline std::vector<double> rank_marginals(const trace::routing_trace& t) {
+[[nodiscard]] inline std::vector<double> rank_marginals(const routing_trace& t) {
   const auto layers = static_cast<std::size_t>(t.shape().layers);
   const auto experts = static_cast<std::size_t>(t.shape().experts);
   std::vector<std::uint64_t> counts(layers * experts, 0);
@@ -148,7 +148,7 @@ struct tiered_sim_config {
 /// @brief Plans the pools of `cfg` for `t` (Algorithm 4 on the trace's rank marginals, fitted
 /// with `fit_selection_probabilities`). O(grid points x (E k + C(k + 4, 4))).
 /// @throws wisp::logic_error as `rank_marginals`, `fit_selection_probabilities`, `plan_tiers`.
-[[nodiscard]] inline tier_plan plan_for_trace(const trace::routing_trace& t,
+[[nodiscard]] inline tier_plan plan_for_trace(const routing_trace& t,
                                               const tiered_sim_config& cfg) {
   const std::vector<double> f = rank_marginals(t);
   const selection_fit fit = fit_selection_probabilities(f, t.shape().top_k);
@@ -212,7 +212,7 @@ inline double plain_makespan(std::int32_t hits, std::int32_t misses, double full
 /// log E) plus one schedule per distinct hit pattern (memoised: every expert has the same shape
 /// and execution time). Calls must have `top_k` distinct experts.
 /// @throws wisp::logic_error on an invalid config or a call with repeated experts.
-[[nodiscard]] inline tiered_sim_result simulate_tiered(const trace::routing_trace& t,
+[[nodiscard]] inline tiered_sim_result simulate_tiered(const routing_trace& t,
                                                        const tiered_sim_config& cfg) {
   cfg.validate();
   const std::int32_t experts = t.shape().experts;

@@ -24,7 +24,7 @@
 ///    After the pass the predictor learns it (online: predict, then learn).
 ///
 /// TPOT is the modelled time per pass (one token per trace step). With no prefetch and zero
-/// compute the stall is the serial model's (`sim::simulate`: every miss costs one copy).
+/// compute the stall is the serial model's (`simulate`: every miss costs one copy).
 ///
 /// **Prefetch accounting.** A prefetch is *useful* when its layer's call in that pass routes the
 /// expert. precision = useful / started; recall = useful / (useful + demand misses); wasted bytes
@@ -139,19 +139,18 @@ struct timeline_result {
 ///   miss policy (its future would not be the sequence replayed), or a policy breaking its
 ///   contract.
 template <eviction_policy Policy, class MakePolicy>
-timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config,
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
                                   MakePolicy make_policy);
 
 /// @brief `simulate_timeline` with a default-constructed policy; `belady` is built from the
 /// trace's future, `predicted_next_use` gets the simulator's predictor attached.
 template <eviction_policy Policy>
-timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config);
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config);
 
 /// The built-in policy named `policy` (`visit_policy`: the names of `builtin_policy_names`, `-`
 /// read as `_`).
 /// @throws wisp::logic_error on an unknown name, and as `simulate_timeline`.
-inline timeline_result simulate_timeline_named(std::string_view policy,
-                                               const trace::routing_trace& trace,
+inline timeline_result simulate_timeline_named(std::string_view policy, const routing_trace& trace,
                                                const timeline_config& config);
 
 }  // namespace wisp

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief `simulate` over a `wisp::trace::routing_trace`: the shape comes from the trace and the
+/// @brief `simulate` over a `wisp::routing_trace`: the shape comes from the trace and the
 /// accesses from `for_each_access` (canonical order: step, layer, top-k ids as recorded).
 /// @code
-/// auto r = wisp::sim::simulate<wisp::least_stale>(trace, {.scope = wisp::cache_scope::global,
+/// auto r = wisp::simulate<wisp::least_stale>(trace, {.scope = wisp::cache_scope::global,
 ///                                                         .capacity = 64});
 /// @endcode
 #pragma once
@@ -13,12 +13,12 @@
 
 #include <string_view>
 
-namespace wisp::sim {
+namespace wisp {
 
 namespace detail {
 /// Adapts a routing_trace to an access source (a callable taking a visitor).
 struct trace_source {
-  const trace::routing_trace* trace;
+  const routing_trace* trace;
   template <class F>
   void operator()(F&& f) const {
     trace->for_each_access(f);
@@ -27,21 +27,21 @@ struct trace_source {
 }  // namespace detail
 
 /// The model shape of a trace.
-[[nodiscard]] inline model_shape shape_of(const trace::routing_trace& trace) noexcept {
-  return model_shape{trace.shape().layers, trace.shape().experts};
+[[nodiscard]] inline moe_shape shape_of(const routing_trace& trace) noexcept {
+  return moe_shape{trace.shape().layers, trace.shape().experts};
 }
 
-/// Replays `trace` through `Policy`. See `simulate(model_shape, source, config)`.
+/// Replays `trace` through `Policy`. See `simulate(moe_shape, source, config)`.
 /// @throws wisp::logic_error as `simulate`.
 template <eviction_policy Policy>
-sim_result simulate(const trace::routing_trace& trace, const sim_config& config) {
+sim_result simulate(const routing_trace& trace, const sim_config& config) {
   return simulate<Policy>(shape_of(trace), detail::trace_source{&trace}, config);
 }
 
 /// Replays `trace` through the built-in policy named `policy`. See `simulate_named`.
-inline sim_result simulate_named(std::string_view policy, const trace::routing_trace& trace,
+inline sim_result simulate_named(std::string_view policy, const routing_trace& trace,
                                  const sim_config& config) {
   return simulate_named(policy, shape_of(trace), detail::trace_source{&trace}, config);
 }
 
-}  // namespace wisp::sim
+}  // namespace wisp

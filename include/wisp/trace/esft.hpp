@@ -23,7 +23,7 @@
 /// a group. Both are reported (`wisp::format_error`) instead of producing a plausible wrong trace.
 ///
 /// @code
-/// auto [trace, report] = wisp::trace::import_esft("traces/raw/esft_deepseek_v2_lite_intent");
+/// auto [trace, report] = wisp::import_esft("traces/raw/esft_deepseek_v2_lite_intent");
 /// // trace.shape() == {26, 64, 6}; trace.steps() == 8222; trace.sequence_starts().size() == 127
 /// @endcode
 #pragma once
@@ -52,7 +52,7 @@
 #include <utility>
 #include <vector>
 
-namespace wisp::trace {
+namespace wisp {
 
 /// @brief Parameters of the ESFT model that the text files do not record.
 struct esft_options {
@@ -246,7 +246,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
 [[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
                                                 const esft_options& opt = {}) {
   namespace fs = std::filesystem;
-  trace_shape{1, opt.experts, opt.top_k}.validate();
+  moe_shape{1, opt.experts, opt.top_k}.validate();
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
   if (status.type() == fs::file_type::not_found) {
@@ -392,4 +392,4 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   return {std::move(trace), report};
 }
 
-}  // namespace wisp::trace
+}  // namespace wisp

@@ -9,9 +9,9 @@
 /// (`routing_trace::append_partial_step`). Either way the `import_report` says how many tokens
 /// and records were dropped or kept partial, so nothing is lost silently.
 /// @code
-/// wisp::trace::jsonl_options opt;
-/// opt.on_incomplete = wisp::trace::incomplete_tokens::skip;
-/// auto [trace, report] = wisp::trace::import_jsonl("routing.jsonl", opt);
+/// wisp::jsonl_options opt;
+/// opt.on_incomplete = wisp::incomplete_tokens::skip;
+/// auto [trace, report] = wisp::import_jsonl("routing.jsonl", opt);
 /// if (report.dropped_tokens > 0) { /* tell the user */ }
 /// @endcode
 #pragma once
@@ -24,7 +24,7 @@
 #include <optional>
 #include <string_view>
 
-namespace wisp::trace {
+namespace wisp {
 
 /// @brief What an importer does with a token that lacks some of its layers.
 enum class incomplete_tokens : std::uint8_t {
@@ -81,4 +81,4 @@ struct imported_trace {
   import_report report;
 };
 
-}  // namespace wisp::trace
+}  // namespace wisp

@@ -14,9 +14,9 @@
 /// library.
 ///
 /// @code
-/// wisp::trace::jsonl_options opt;
+/// wisp::jsonl_options opt;
 /// opt.group_key = "problem_id";
-/// const wisp::trace::routing_trace trace = wisp::trace::import_jsonl("routing.jsonl", opt).trace;
+/// const wisp::routing_trace trace = wisp::import_jsonl("routing.jsonl", opt).trace;
 /// @endcode
 #pragma once
 
@@ -41,7 +41,7 @@
 #include <utility>
 #include <vector>
 
-namespace wisp::trace {
+namespace wisp {
 
 /// @brief How to read a JSONL routing log.
 struct jsonl_options {
@@ -63,8 +63,6 @@ struct jsonl_options {
 };
 
 namespace detail {
-
-using wisp::detail::json_value;
 
 struct jsonl_record {
   std::size_t group;
@@ -184,7 +182,7 @@ struct jsonl_record {
     rec.first = ids.size();
     for (const auto& item : e->items) {
       const std::int64_t id = detail::jsonl_int(&item, opt.experts_key, off, line_no);
-      if (id < 0 || id >= trace_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
+      if (id < 0 || id >= moe_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
         jsonl_fail(off, line_no, "expert id " + std::to_string(id) + " out of range");
       }
       for (std::size_t j = rec.first; j < ids.size(); ++j) {
@@ -325,4 +323,4 @@ struct jsonl_record {
   }
 }
 
-}  // namespace wisp::trace
+}  // namespace wisp

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief `wisp::trace::routing_trace`: an in-memory record of MoE routing decisions (which
+/// @brief `wisp::routing_trace`: an in-memory record of MoE routing decisions (which
 /// `top_k` of `experts` experts every MoE layer chose for every forward step), stored compactly and
 /// replayed in one canonical order.
 ///
@@ -27,11 +27,11 @@
 /// and 5.1 MB of weights.
 ///
 /// @code
-/// wisp::trace::routing_trace t({.layers = 2, .experts = 8, .top_k = 2});
+/// wisp::routing_trace t({.layers = 2, .experts = 8, .top_k = 2});
 /// t.begin_sequence();
 /// const std::int32_t ids[] = {0, 5, 3, 1};      // layer 0: {0,5}, layer 1: {3,1}
 /// t.append_step(ids);
-/// t.for_each_access([](wisp::trace::access a) { /* (0,0,0) (0,0,5) (0,1,3) (0,1,1) */ });
+/// t.for_each_access([](wisp::access a) { /* (0,0,0) (0,0,5) (0,1,3) (0,1,1) */ });
 /// @endcode
 ///
 /// Thread-safety: const member functions may be called concurrently; mutation needs exclusive
@@ -41,6 +41,7 @@
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/ids.hpp>
+#include <wisp/core/shape.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -52,45 +53,16 @@
 #include <span>
 #include <vector>
 
-namespace wisp::trace {
+namespace wisp {
 
-/// @brief The dimensions of a routing trace. A valid shape has `layers > 0`, `experts > 0`,
-/// `0 < top_k <= experts` and `experts <= 65536` (see `validate`).
-struct trace_shape {
-  std::int32_t layers;   ///< Number of MoE layers (dense layers are not counted).
-  std::int32_t experts;  ///< Routed experts per layer; ids are in `[0, experts)`.
-  std::int32_t top_k;    ///< Experts chosen per token and layer.
-
-  /// Largest supported number of experts (ids must fit in 16 bits).
-  static constexpr std::int32_t max_experts = 65536;
-
-  /// @brief Throws `wisp::logic_error` naming the bad field unless the shape is valid.
-  void validate() const {
-    WISP_EXPECTS(layers > 0, "trace shape needs layers > 0, got ", layers);
-    WISP_EXPECTS(experts > 0 && experts <= max_experts,
-                 "trace shape needs 0 < experts <= ", max_experts, ", got ", experts);
-    WISP_EXPECTS(top_k > 0 && top_k <= experts, "trace shape needs 0 < top_k <= experts (", experts,
-                 "), got ", top_k);
-  }
-
-  /// Expert ids per step: `layers * top_k`.
-  [[nodiscard]] constexpr std::size_t ids_per_step() const noexcept {
-    return static_cast<std::size_t>(layers) * static_cast<std::size_t>(top_k);
-  }
-
-  friend constexpr bool operator==(const trace_shape&, const trace_shape&) = default;
-
-  /// Prints `{layers, experts, top_k}` as "26 layers x 64 experts, top-6".
-  friend std::ostream& operator<<(std::ostream& out, const trace_shape& s) {
-    return out << s.layers << " layers x " << s.experts << " experts, top-" << s.top_k;
-  }
-};
+/// Deprecated spelling of `moe_shape` (the one shape type; this alias goes in 0.3).
+using trace_shape [[deprecated("use wisp::moe_shape")]] = moe_shape;
 
 /// @brief One (step, layer, expert) activation, as visited in canonical order.
 struct access {
-  std::uint32_t step;   ///< Forward step (token) index.
-  std::int32_t layer;   ///< MoE layer, 0-based.
-  std::int32_t expert;  ///< Expert id in `[0, experts)`.
+  std::uint32_t step = 0;   ///< Forward step (token) index.
+  std::int32_t layer = 0;   ///< MoE layer, 0-based.
+  std::int32_t expert = 0;  ///< Expert id in `[0, experts)`.
 
   friend constexpr bool operator==(const access&, const access&) = default;
 };
@@ -104,14 +76,14 @@ class routing_trace {
   static constexpr std::size_t max_steps = std::numeric_limits<std::uint32_t>::max();
 
   /// @brief An empty trace of the given shape.
-  /// @throws wisp::logic_error if the shape is invalid (see `trace_shape::validate`).
-  explicit routing_trace(trace_shape shape) : shape_(shape) {
+  /// @throws wisp::logic_error if the shape is invalid (see `moe_shape::validate`).
+  explicit routing_trace(moe_shape shape) : shape_(shape) {
     shape_.validate();
     wide_ = shape_.experts > 256;
   }
 
   /// The trace's dimensions.
-  [[nodiscard]] const trace_shape& shape() const noexcept { return shape_; }
+  [[nodiscard]] const moe_shape& shape() const noexcept { return shape_; }
   /// Number of steps (forward passes, i.e. tokens) recorded. O(1).
   [[nodiscard]] std::size_t steps() const noexcept { return steps_; }
   /// Number of (step, layer, expert) activations: `top_k` per row held, so
@@ -415,7 +387,7 @@ class routing_trace {
     }
   }
 
-  trace_shape shape_;
+  moe_shape shape_;
   bool wide_ = false;
   bool has_weights_ = false;
   bool pending_sequence_ = false;
@@ -529,4 +501,4 @@ inline routing_trace::access_range routing_trace::accesses() const noexcept {
   return r;
 }
 
-}  // namespace wisp::trace
+}  // namespace wisp

@@ -24,14 +24,15 @@
 /// step count and seed give the same trace on every platform and standard library.
 ///
 /// @code
-/// auto cfg = wisp::trace::synthetic_preset("default");
-/// wisp::trace::routing_trace t = wisp::trace::make_synthetic_trace(cfg, 8222, 42);
+/// auto cfg = wisp::synthetic_preset("default");
+/// wisp::routing_trace t = wisp::make_synthetic_trace(cfg, 8222, 42);
 /// @endcode
 #pragma once
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/detail/random.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/model.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
 #include <algorithm>
@@ -43,7 +44,7 @@
 #include <string_view>
 #include <vector>
 
-namespace wisp::trace {
+namespace wisp {
 
 /// @brief Parameters of the synthetic router. Every field is checked by `validate()`.
 struct synthetic_config {
@@ -73,7 +74,7 @@ struct synthetic_config {
 
   /// @brief Throws `wisp::logic_error` naming the first invalid field.
   void validate() const {
-    trace_shape{layers, experts, top_k}.validate();
+    moe_shape{layers, experts, top_k}.validate();
     WISP_EXPECTS(zipf_exponent >= 0 && zipf_exponent <= 8, "zipf_exponent must be in [0, 8], got ",
                  zipf_exponent);
     WISP_EXPECTS(zipf_spread >= 0 && zipf_spread <= 1, "zipf_spread must be in [0, 1], got ",
@@ -266,10 +267,10 @@ inline constexpr std::uint64_t default_synthetic_seed = 1;
 /// @brief The default router's dynamics for a model of another shape: its working set scaled to
 /// `top_k` as the model presets scale it (`round(0.85 k)`, at least 1, at most `experts`).
 /// @code
-/// auto cfg = wisp::trace::synthetic_for_shape({.layers = 24, .experts = 60, .top_k = 4});
+/// auto cfg = wisp::synthetic_for_shape({.layers = 24, .experts = 60, .top_k = 4});
 /// @endcode
 /// @throws wisp::logic_error if the shape is invalid.
-[[nodiscard]] inline synthetic_config synthetic_for_shape(const trace_shape& shape) {
+[[nodiscard]] inline synthetic_config synthetic_for_shape(const moe_shape& shape) {
   shape.validate();
   synthetic_config c;
   c.layers = shape.layers;
@@ -280,37 +281,35 @@ inline constexpr std::uint64_t default_synthetic_seed = 1;
 }
 
 /// @brief Names accepted by `synthetic_preset`: "default", one per model preset of
-/// `wisp::alloc::model_presets()` (same names, same order, same shapes), then "uniform".
+/// `wisp::model_presets()` (same names, same order; the shape comes from the preset), then
+/// "uniform".
 [[nodiscard]] inline std::vector<std::string_view> synthetic_preset_names() {
-  return {"default",          "qwen3-30b-a3b",     "olmoe-1b-7b", "mixtral-8x7b",
-          "deepseek-v2-lite", "qwen1.5-moe-a2.7b", "uniform"};
+  std::vector<std::string_view> names{"default"};
+  for (const model_preset_entry& p : model_presets()) {
+    names.push_back(p.config.name);
+  }
+  names.push_back("uniform");
+  return names;
 }
 
 /// @brief A named configuration.
 /// - "default" / "deepseek-v2-lite": the ESFT trace's shape (26 layers, 64 experts, top-6),
 ///   calibrated to its per-layer LRU hit rates;
-/// - "qwen3-30b-a3b": 48 layers, 128 experts, top-8; "olmoe-1b-7b": 16, 64, top-8;
-///   "mixtral-8x7b": 32, 8, top-2 (flatter popularity); "qwen1.5-moe-a2.7b": 24, 60, top-4: the
-///   same locality model with working sets scaled to the shape (`synthetic_for_shape`);
+/// - every other model preset ("qwen3-30b-a3b", "olmoe-1b-7b", "mixtral-8x7b",
+///   "qwen1.5-moe-a2.7b"): the same locality model at the preset's shape (`synthetic_for_shape`),
+///   with a flatter popularity for mixtral-8x7b (8 experts, top-2);
 /// - "uniform": the default shape with no skew or locality (every draw uniform), a baseline.
 /// @throws wisp::logic_error listing the valid names if `name` is unknown.
 [[nodiscard]] inline synthetic_config synthetic_preset(std::string_view name) {
   if (name == "default" || name == "deepseek-v2-lite") {
     return synthetic_config{};
   }
-  if (name == "qwen3-30b-a3b") {
-    return synthetic_for_shape({48, 128, 8});
-  }
-  if (name == "olmoe-1b-7b") {
-    return synthetic_for_shape({16, 64, 8});
-  }
-  if (name == "mixtral-8x7b") {
-    synthetic_config c = synthetic_for_shape({32, 8, 2});
-    c.zipf_exponent = 0.3;
+  if (const model_preset_entry* p = find_model_preset(name)) {
+    synthetic_config c = synthetic_for_shape(p->config.spec().shape());
+    if (name == "mixtral-8x7b") {
+      c.zipf_exponent = 0.3;
+    }
     return c;
-  }
-  if (name == "qwen1.5-moe-a2.7b") {
-    return synthetic_for_shape({24, 60, 4});
   }
   if (name == "uniform") {
     synthetic_config c;
@@ -329,4 +328,4 @@ inline constexpr std::uint64_t default_synthetic_seed = 1;
   WISP_FAIL(wisp::logic_error, "unknown synthetic preset '", name, "' (valid: ", valid, ")");
 }
 
-}  // namespace wisp::trace
+}  // namespace wisp

@@ -15,16 +15,16 @@
 /// `wisp::format_error` with the byte offset (relative to where reading began).
 ///
 /// @code
-/// wisp::trace::write_wtrace(trace, "intent.wtrace");
-/// wisp::trace::routing_trace back = wisp::trace::read_wtrace("intent.wtrace");
+/// wisp::write_wtrace(trace, "intent.wtrace");
+/// wisp::routing_trace back = wisp::read_wtrace("intent.wtrace");
 /// assert(back == trace);
 /// @endcode
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/detail/crc32.hpp>
 #include <wisp/core/detail/files.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/trace/detail/crc32.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
 #include <algorithm>
@@ -43,7 +43,7 @@
 #include <string>
 #include <vector>
 
-namespace wisp::trace {
+namespace wisp {
 
 /// Constants of the `.wtrace` format.
 namespace wtrace {
@@ -103,7 +103,7 @@ inline void write_bytes(std::ostream& out, const std::vector<std::uint8_t>& byte
 /// O(access_count()) time, O(1) extra memory (the payload is streamed in 64 KiB chunks).
 /// @throws wisp::error if the stream reports a failure.
 inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
-  const trace_shape& shape = trace.shape();
+  const moe_shape& shape = trace.shape();
   const std::uint64_t n = trace.access_count();
   const std::uint64_t seqs = trace.sequence_starts().size();
   const std::uint64_t id_bytes = trace.id_bytes();
@@ -249,7 +249,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   if (layers <= 0) {
     throw format_error(16, "layers must be positive, got " + std::to_string(layers));
   }
-  if (experts <= 0 || experts > trace_shape::max_experts) {
+  if (experts <= 0 || experts > moe_shape::max_experts) {
     throw format_error(20, "experts must be in [1, 65536], got " + std::to_string(experts));
   }
   if (top_k <= 0 || top_k > experts) {
@@ -464,4 +464,4 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   }
 }
 
-}  // namespace wisp::trace
+}  // namespace wisp

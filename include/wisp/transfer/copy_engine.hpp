@@ -24,7 +24,7 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/pager/types.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/vmm/expert_tensor_view.hpp>
 

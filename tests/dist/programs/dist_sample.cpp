@@ -26,12 +26,11 @@ void expect(bool ok, const char* what) {
 }
 
 // Misses of one LRU cache of `capacity` slots per layer, by direct simulation.
-std::uint64_t brute_force_lru_misses(const wisp::trace::routing_trace& trace,
-                                     std::size_t capacity) {
+std::uint64_t brute_force_lru_misses(const wisp::routing_trace& trace, std::size_t capacity) {
   const auto& shape = trace.shape();
   std::vector<std::list<std::int32_t>> caches(static_cast<std::size_t>(shape.layers));
   std::uint64_t misses = 0;
-  trace.for_each_access([&](const wisp::trace::access& a) {
+  trace.for_each_access([&](const wisp::access& a) {
     auto& cache = caches[static_cast<std::size_t>(a.layer)];
     const auto it = std::find(cache.begin(), cache.end(), a.expert);
     if (it != cache.end()) {
@@ -49,8 +48,7 @@ std::uint64_t brute_force_lru_misses(const wisp::trace::routing_trace& trace,
 
 // The pager's semantics by direct simulation: per-layer LRU where the experts of the current call
 // are protected (a miss never evicts an expert of the same call), accessed in first-seen order.
-std::uint64_t brute_force_pager_misses(const wisp::trace::routing_trace& trace,
-                                       std::size_t capacity) {
+std::uint64_t brute_force_pager_misses(const wisp::routing_trace& trace, std::size_t capacity) {
   const auto& shape = trace.shape();
   std::vector<std::list<std::int32_t>> caches(static_cast<std::size_t>(shape.layers));
   std::uint64_t misses = 0;
@@ -87,19 +85,19 @@ std::uint64_t brute_force_pager_misses(const wisp::trace::routing_trace& trace,
 int main() {
   std::printf("wisp %s (WISP_VERSION %d)\n", WISP_VERSION_STRING, WISP_VERSION);
 
-  wisp::trace::synthetic_config cfg;
+  wisp::synthetic_config cfg;
   cfg.layers = 4;
   cfg.experts = 16;
   cfg.top_k = 2;
   cfg.working_set = 3;
   cfg.topics = 3;
-  const auto trace = wisp::trace::make_synthetic_trace(cfg, 300, 42);
+  const auto trace = wisp::make_synthetic_trace(cfg, 300, 42);
   std::printf("trace: %zu steps, %zu accesses\n", trace.steps(), trace.access_count());
 
   // Exact per-layer LRU miss curve from one pass of stack distances, one access at a time.
-  const auto profile = wisp::reuse::profile_trace(trace, wisp::reuse::reuse_scope::per_layer,
-                                                  wisp::reuse::reuse_granularity::access);
-  const wisp::reuse::miss_curve curve{profile.histogram};
+  const auto profile =
+      wisp::profile_trace(trace, wisp::reuse_scope::per_layer, wisp::reuse_granularity::access);
+  const wisp::miss_curve curve{profile.histogram};
   std::printf("cold %llu, distinct per layer %zu\nmisses:",
               static_cast<unsigned long long>(curve.cold()), profile.distinct_per_cache);
   for (std::uint64_t c = 0; c <= 16; ++c) {

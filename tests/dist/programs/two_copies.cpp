@@ -27,17 +27,15 @@ int main() {
   };
 
   // The same computation in both namespaces.
-  wisp::trace::synthetic_config wcfg;
-  acme::trace::synthetic_config acfg;
+  wisp::synthetic_config wcfg;
+  acme::synthetic_config acfg;
   wcfg.layers = acfg.layers = 3;
   wcfg.experts = acfg.experts = 12;
   wcfg.top_k = acfg.top_k = 2;
-  const auto wtrace = wisp::trace::make_synthetic_trace(wcfg, 200, 7);
-  const auto atrace = acme::trace::make_synthetic_trace(acfg, 200, 7);
-  const wisp::reuse::miss_curve wcurve{
-      wisp::reuse::profile_trace(wtrace, wisp::reuse::reuse_scope::global).histogram};
-  const acme::reuse::miss_curve acurve{
-      acme::reuse::profile_trace(atrace, acme::reuse::reuse_scope::global).histogram};
+  const auto wtrace = wisp::make_synthetic_trace(wcfg, 200, 7);
+  const auto atrace = acme::make_synthetic_trace(acfg, 200, 7);
+  const wisp::miss_curve wcurve{wisp::profile_trace(wtrace, wisp::reuse_scope::global).histogram};
+  const acme::miss_curve acurve{acme::profile_trace(atrace, acme::reuse_scope::global).histogram};
   for (std::uint64_t c = 0; c <= 36; ++c) {
     expect(wcurve.misses(c) == acurve.misses(c), "both copies compute the same miss curve");
   }

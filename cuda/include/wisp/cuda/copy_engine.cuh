@@ -30,8 +30,8 @@
 #pragma once
 
 #include <wisp/core/error.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/cuda/runtime.cuh>
-#include <wisp/pager/types.hpp>
 #include <wisp/transfer/copy_engine.hpp>
 
 #include <cuda_runtime_api.h>

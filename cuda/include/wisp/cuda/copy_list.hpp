@@ -15,7 +15,7 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
-#include <wisp/pager/types.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/vmm/expert_tensor_view.hpp>
 
 #include <cstddef>

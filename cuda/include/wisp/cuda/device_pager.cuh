@@ -25,11 +25,11 @@
 #pragma once
 
 #include <wisp/core/error.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/cuda/block_group.cuh>
 #include <wisp/cuda/copy_list.hpp>
 #include <wisp/cuda/pager_step.hpp>
 #include <wisp/cuda/runtime.cuh>
-#include <wisp/pager/types.hpp>
 #include <wisp/vmm/virtual_expert_tensor.hpp>
 
 #include <cuda_runtime_api.h>

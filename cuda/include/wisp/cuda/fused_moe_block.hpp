@@ -21,12 +21,12 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/cuda/thread_group.hpp>
 #include <wisp/kernel/bf16.hpp>
 #include <wisp/kernel/fused_moe.hpp>
 #include <wisp/kernel/reference_moe.hpp>
 #include <wisp/kernel/swiglu.hpp>
-#include <wisp/pager/types.hpp>
 #include <wisp/vmm/expert_tensor_view.hpp>
 
 #include <cstddef>

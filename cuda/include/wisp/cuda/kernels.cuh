@@ -17,6 +17,7 @@
 #pragma once
 
 #include <wisp/core/error.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/cuda/block_group.cuh>
 #include <wisp/cuda/fused_moe_block.hpp>
 #include <wisp/cuda/remap.hpp>
@@ -24,7 +25,6 @@
 #include <wisp/cuda/runtime.cuh>
 #include <wisp/kernel/fused_moe.hpp>
 #include <wisp/kernel/swiglu.hpp>
-#include <wisp/pager/types.hpp>
 
 #include <cuda_runtime_api.h>
 

@@ -37,8 +37,8 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/cuda/thread_group.hpp>
-#include <wisp/pager/types.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -16,7 +16,7 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/pager/types.hpp>
+#include <wisp/core/topk.hpp>
 
 #include <thrust/transform.h>
 

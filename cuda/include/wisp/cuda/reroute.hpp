@@ -16,8 +16,8 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/topk.hpp>
 #include <wisp/cuda/remap.hpp>
-#include <wisp/pager/types.hpp>
 
 #include <cstddef>
 #include <cstdint>

@@ -18,6 +18,10 @@ struct heap_priority {
   std::uint64_t major = 0;
   std::uint64_t minor = 0;
   friend constexpr auto operator<=>(const heap_priority&, const heap_priority&) = default;
+  // Spelled out: nvcc 13 leaves the == implied by a defaulted <=> undefined.
+  friend constexpr bool operator==(const heap_priority& x, const heap_priority& y) noexcept {
+    return x.major == y.major && x.minor == y.minor;
+  }
 };
 
 class key_heap {

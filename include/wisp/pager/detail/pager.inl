@@ -17,8 +17,8 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   WISP_EXPECTS(config.top_k >= 1, "pager: top_k must be >= 1, got ", config.top_k);
   WISP_EXPECTS(config.max_tokens >= 0, "pager: max_tokens must be >= 0, got ", config.max_tokens);
   const key_layout layout = scope_ == cache_scope::global
-                                ? key_layout::global(config.layers, config.experts)
-                                : key_layout::per_layer(config.experts, config.layers);
+                                ? key_layout{cache_scope::global, config.layers, config.experts}
+                                : key_layout{cache_scope::per_layer, config.layers, config.experts};
   layout.validate();
   const auto layers = static_cast<std::size_t>(layers_);
   const auto experts = static_cast<std::size_t>(experts_);

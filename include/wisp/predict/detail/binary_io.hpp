@@ -4,8 +4,8 @@
 /// offset of every field, for the predictor table format.
 #pragma once
 
+#include <wisp/core/detail/crc32.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/trace/detail/crc32.hpp>
 
 #include <array>
 #include <bit>
@@ -29,7 +29,7 @@ class binary_writer {
   void f32(float v) { put(std::bit_cast<std::uint32_t>(v), 4); }
   void f64(double v) { put(std::bit_cast<std::uint64_t>(v), 8); }
   void bytes(std::span<const std::uint8_t> b) {
-    crc_ = trace::detail::crc32_update(crc_, b);
+    crc_ = detail::crc32_update(crc_, b);
     out_.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
   }
   /// Writes the CRC-32 of everything written so far (not itself included).
@@ -67,7 +67,7 @@ class binary_reader {
     if (static_cast<std::size_t>(in_.gcount()) != b.size()) {
       fail(offset_ + static_cast<std::uint64_t>(in_.gcount()), "truncated input in ", field);
     }
-    crc_ = trace::detail::crc32_update(crc_, b);
+    crc_ = detail::crc32_update(crc_, b);
     offset_ += b.size();
   }
   /// Reads the stored CRC-32 and compares it with the CRC of everything read before it.

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// Implementation of wisp::reuse::reuse_distance_counter (included by reuse_distance.hpp).
+// Implementation of wisp::reuse_distance_counter (included by reuse_distance.hpp).
 #pragma once
 
-namespace wisp::reuse {
+namespace wisp {
 
 namespace detail {
 inline constexpr std::size_t max_key_space = std::size_t{1} << 30;
@@ -179,4 +179,4 @@ inline void reuse_distance_counter::rebuild_tree() noexcept {
   }
 }
 
-}  // namespace wisp::reuse
+}  // namespace wisp

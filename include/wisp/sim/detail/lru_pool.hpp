@@ -19,7 +19,7 @@
 #include <span>
 #include <vector>
 
-namespace wisp::sim::detail {
+namespace wisp::detail {
 
 class lru_pool {
  public:
@@ -110,4 +110,4 @@ class lru_pool {
   std::vector<access_result> results_;
 };
 
-}  // namespace wisp::sim::detail
+}  // namespace wisp::detail

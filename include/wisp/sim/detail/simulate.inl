@@ -1,17 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-// Implementation of wisp::sim::simulate; included at the end of <wisp/sim/simulate.hpp>.
+// Implementation of wisp::simulate; included at the end of <wisp/sim/simulate.hpp>.
 #pragma once
 
 #include <span>
 
-namespace wisp::sim {
+namespace wisp {
 namespace detail {
 
 /// Groups accesses into calls and feeds them to `cache` (a slot_cache or per_layer_cache).
 template <class Cache>
 class replayer {
  public:
-  replayer(Cache& cache, model_shape shape, const sim_config& config, sim_result& result)
+  replayer(Cache& cache, moe_shape shape, const sim_config& config, sim_result& result)
       : cache_(cache), shape_(shape), config_(config), result_(result) {}
 
   void push(const access& a) {
@@ -55,7 +55,7 @@ class replayer {
 
  private:
   Cache& cache_;
-  model_shape shape_;
+  moe_shape shape_;
   const sim_config& config_;
   sim_result& result_;
   std::vector<cache_key> keys_;
@@ -66,16 +66,16 @@ class replayer {
   bool started_ = false;
 };
 
-inline void check_shape(model_shape shape) {
+inline void check_shape(moe_shape shape) {
   WISP_EXPECTS(shape.layers >= 1, "simulate: layers must be >= 1, got ", shape.layers);
   WISP_EXPECTS(shape.experts >= 1, "simulate: experts must be >= 1, got ", shape.experts);
-  key_layout::global(shape.layers, shape.experts).validate();
+  key_layout{cache_scope::global, shape.layers, shape.experts}.validate();
 }
 
 }  // namespace detail
 
 template <eviction_policy Policy, access_source Source, class MakePolicy>
-requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_shape shape,
+requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(moe_shape shape,
                                                                        const Source& source,
                                                                        const sim_config& config,
                                                                        MakePolicy make_policy) {
@@ -84,8 +84,8 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
   result.policy = std::string(policy_name<Policy>());
   result.per_layer.assign(static_cast<std::size_t>(shape.layers), cache_stats{});
   if (config.scope == cache_scope::global) {
-    slot_cache<Policy> cache(key_layout::global(shape.layers, shape.experts), config.capacity,
-                             make_policy(-1));
+    slot_cache<Policy> cache(key_layout{cache_scope::global, shape.layers, shape.experts},
+                             config.capacity, make_policy(-1));
     detail::replayer<slot_cache<Policy>> replay(cache, shape, config, result);
     detail::visit(source, [&](const access& a) { replay.push(a); });
     replay.flush();
@@ -107,7 +107,7 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(model_sha
 }
 
 template <eviction_policy Policy, access_source Source>
-sim_result simulate(model_shape shape, const Source& source, const sim_config& config) {
+sim_result simulate(moe_shape shape, const Source& source, const sim_config& config) {
   if constexpr (std::is_same_v<Policy, belady>) {
     detail::check_shape(shape);
     // Belady needs the future: one pass to collect each cache's key sequence and times.
@@ -132,11 +132,11 @@ sim_result simulate(model_shape shape, const Source& source, const sim_config& c
 }
 
 template <access_source Source>
-sim_result simulate_named(std::string_view policy, model_shape shape, const Source& source,
+sim_result simulate_named(std::string_view policy, moe_shape shape, const Source& source,
                           const sim_config& config) {
   return visit_policy(policy, [&]<class Policy>(std::type_identity<Policy>) {
     return simulate<Policy>(shape, source, config);
   });
 }
 
-}  // namespace wisp::sim
+}  // namespace wisp

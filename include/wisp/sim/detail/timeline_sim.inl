@@ -10,7 +10,7 @@ template <eviction_policy Policy>
 class timeline_replay {
  public:
   template <class MakePolicy>
-  timeline_replay(const trace::routing_trace& trace, const timeline_config& config,
+  timeline_replay(const routing_trace& trace, const timeline_config& config,
                   MakePolicy& make_policy)
       : trace_(trace),
         config_(config),
@@ -19,8 +19,9 @@ class timeline_replay {
         predictor_(shape_, config.predictor),
         pass_(shape_),
         queue_(shape_.layers, shape_.experts) {
-    const key_layout layout = global_ ? key_layout::global(shape_.layers, shape_.experts)
-                                      : key_layout::per_layer(shape_.experts, shape_.layers);
+    const key_layout layout =
+        global_ ? key_layout{cache_scope::global, shape_.layers, shape_.experts}
+                : key_layout{cache_scope::per_layer, shape_.layers, shape_.experts};
     const std::int32_t high = layout.size();
     WISP_EXPECTS(config.capacity >= shape_.top_k && config.capacity <= high,
                  "simulate_timeline: capacity ", config.capacity,
@@ -235,9 +236,9 @@ class timeline_replay {
     }
   }
 
-  const trace::routing_trace& trace_;
+  const routing_trace& trace_;
   const timeline_config& config_;
-  trace::trace_shape shape_;
+  moe_shape shape_;
   bool global_;
   coactivation_predictor predictor_;
   routing_pass pass_;
@@ -258,9 +259,9 @@ class timeline_replay {
 };
 
 // The per-cache sequences of distinct keys a fetch-only replay accesses (belady's future).
-inline std::vector<std::vector<cache_key>> timeline_futures(const trace::routing_trace& trace,
+inline std::vector<std::vector<cache_key>> timeline_futures(const routing_trace& trace,
                                                             bool global) {
-  const trace::trace_shape& shape = trace.shape();
+  const moe_shape& shape = trace.shape();
   std::vector<std::vector<cache_key>> keys(global ? 1 : static_cast<std::size_t>(shape.layers));
   for (std::size_t s = 0; s < trace.steps(); ++s) {
     for (std::int32_t l = 0; l < shape.layers; ++l) {
@@ -281,7 +282,7 @@ inline std::vector<std::vector<cache_key>> timeline_futures(const trace::routing
 }  // namespace detail
 
 template <eviction_policy Policy, class MakePolicy>
-timeline_result simulate_timeline(const trace::routing_trace& trace, const timeline_config& config,
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
                                   MakePolicy make_policy) {
   config.validate();
   if constexpr (std::is_same_v<Policy, belady>) {
@@ -297,8 +298,7 @@ timeline_result simulate_timeline(const trace::routing_trace& trace, const timel
 }
 
 template <eviction_policy Policy>
-timeline_result simulate_timeline(const trace::routing_trace& trace,
-                                  const timeline_config& config) {
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config) {
   if constexpr (std::is_same_v<Policy, belady>) {
     const bool global = config.scope == cache_scope::global;
     const auto futures = detail::timeline_futures(trace, global);
@@ -310,8 +310,7 @@ timeline_result simulate_timeline(const trace::routing_trace& trace,
   }
 }
 
-inline timeline_result simulate_timeline_named(std::string_view policy,
-                                               const trace::routing_trace& trace,
+inline timeline_result simulate_timeline_named(std::string_view policy, const routing_trace& trace,
                                                const timeline_config& config) {
   return visit_policy(policy, [&]<class Policy>(std::type_identity<Policy>) {
     return simulate_timeline<Policy>(trace, config);

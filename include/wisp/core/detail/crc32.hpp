@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <span>
 
-namespace wisp::trace::detail {
+namespace wisp::detail {
 
 inline constexpr std::array<std::uint32_t, 256> crc32_table = [] {
   std::array<std::uint32_t, 256> table{};
@@ -40,4 +40,4 @@ inline constexpr std::array<std::uint32_t, 256> crc32_table = [] {
   return crc32_update(0, bytes);
 }
 
-}  // namespace wisp::trace::detail
+}  // namespace wisp::detail
