@@ -64,7 +64,7 @@ class pager_residency final : public residency {
     wisp::split split;
     if (kind_ == arm_kind::pager || kind_ == arm_kind::pager_prefetch ||
         kind_ == arm_kind::pager_zip) {
-      split = wisp::make_split(ctx.spec, ctx.budget, static_cast<std::uint64_t>(budget_cap(ctx)));
+      split = wisp::make_split(ctx.spec, ctx.budget, budget_cap(ctx));
     } else {
       floor = workload_floor(ctx.requests, 1);
       split = offline_plan(ctx, floor);

@@ -129,8 +129,7 @@ class pager_resizer {
   /// A forced cap change: the KV pool keeps its blocks. @throws wisp::logic_error on a cap
   /// outside `[k, E]` or one that does not fit beside the KV blocks.
   void force(std::int32_t cap, barrier_context& ctx) {
-    const wisp::split to = wisp::make_split(
-        spec_, budget_, static_cast<std::uint64_t>(std::max(cap, 0)), current_.kv_blocks);
+    const wisp::split to = wisp::make_split(spec_, budget_, cap, current_.kv_blocks);
     if (resize_experts(cap)) {
       current_ = to;
       ++ctx.result.resizes;

@@ -170,7 +170,7 @@ class residency {
   if (ctx.options.cap > 0) {
     return ctx.options.cap;
   }
-  return static_cast<std::int32_t>(wisp::max_feasible_cap(ctx.spec, ctx.budget, ctx.floor));
+  return wisp::max_feasible_cap(ctx.spec, ctx.budget, ctx.floor);
 }
 
 /// Builds the launch that shows exactly `experts` (distinct) at `rows` in `map` (size E, reset).

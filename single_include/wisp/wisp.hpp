@@ -12645,11 +12645,11 @@ inline void require_feasible(const model_spec& m, byte_size budget, const admiss
 /// @brief The largest feasible cap: `min(E, floor((B - floor bytes) / (L * expert_bytes)))`.
 /// Every cap in `[k, max_feasible_cap]` is feasible and no other is. O(1).
 /// @throws wisp::infeasible_error (see `require_feasible`) if no cap is feasible.
-[[nodiscard]] inline std::uint32_t max_feasible_cap(const model_spec& m, byte_size budget,
-                                                    const admission_floor& floor) {
+[[nodiscard]] inline std::int32_t max_feasible_cap(const model_spec& m, byte_size budget,
+                                                   const admission_floor& floor) {
   require_feasible(m, budget, floor);
   const std::uint64_t by_budget = (budget - floor.bytes(m)) / m.cap_unit_bytes();
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(m.experts, by_budget));
+  return static_cast<std::int32_t>(std::min(static_cast<std::uint64_t>(m.experts), by_budget));
 }
 
 }  // namespace wisp
@@ -13329,7 +13329,7 @@ struct resize_plan {
 /// @brief Parameters of the dual-resize law.
 struct dual_resize_config {
   std::uint64_t headroom_blocks = 0;  ///< h: KV blocks kept above the observed peak.
-  std::uint32_t dead_zone = 0;        ///< Skip cap moves smaller than this many experts.
+  std::int32_t dead_zone = 0;         ///< Skip cap moves smaller than this many experts.
 };
 
 /// @brief The target split of the control law (D.8-D.10) for an observed peak. O(1), exact.
@@ -13373,9 +13373,9 @@ struct dual_resize_config {
   std::uint64_t kv_target = 0;
   const split target =
       dual_resize_target(m, budget, floor, peak_kv_blocks, config.headroom_blocks, &kv_target);
-  const auto distance = static_cast<std::uint64_t>(target.expert_cap > current.expert_cap
-                                                       ? target.expert_cap - current.expert_cap
-                                                       : current.expert_cap - target.expert_cap);
+  const std::int32_t distance = target.expert_cap > current.expert_cap
+                                    ? target.expert_cap - current.expert_cap
+                                    : current.expert_cap - target.expert_cap;
   // Within the dead zone (and above the floor) the plan stays where it is: no step.
   const bool stay = distance < config.dead_zone && floor.admits(m, current);
   resize_plan plan = plan_transition(m, budget, current, stay ? current : target);
@@ -13411,7 +13411,7 @@ template <resize_levers L>
   auto pull = [&](const resize_step& s, std::uint64_t value) noexcept -> bool {
     try {
       return s.which == pool::experts
-                 ? static_cast<bool>(levers.resize_experts(static_cast<std::uint32_t>(value)))
+                 ? static_cast<bool>(levers.resize_experts(static_cast<std::int32_t>(value)))
                  : static_cast<bool>(levers.resize_kv(value));
     } catch (...) {
       return false;

@@ -173,11 +173,11 @@ inline void require_feasible(const model_spec& m, byte_size budget, const admiss
 /// @brief The largest feasible cap: `min(E, floor((B - floor bytes) / (L * expert_bytes)))`.
 /// Every cap in `[k, max_feasible_cap]` is feasible and no other is. O(1).
 /// @throws wisp::infeasible_error (see `require_feasible`) if no cap is feasible.
-[[nodiscard]] inline std::uint32_t max_feasible_cap(const model_spec& m, byte_size budget,
-                                                    const admission_floor& floor) {
+[[nodiscard]] inline std::int32_t max_feasible_cap(const model_spec& m, byte_size budget,
+                                                   const admission_floor& floor) {
   require_feasible(m, budget, floor);
   const std::uint64_t by_budget = (budget - floor.bytes(m)) / m.cap_unit_bytes();
-  return static_cast<std::uint32_t>(std::min<std::uint64_t>(m.experts, by_budget));
+  return static_cast<std::int32_t>(std::min(static_cast<std::uint64_t>(m.experts), by_budget));
 }
 
 }  // namespace wisp
