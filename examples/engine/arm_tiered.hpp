@@ -33,6 +33,7 @@
 #include <wisp/core/error.hpp>
 #include <wisp/sim/tiered_sim.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <span>
@@ -80,7 +81,17 @@ class tiered_residency final : public residency {
         (rows - staging) * ctx.model.expert_bytes() / static_cast<std::uint64_t>(layers);
     const wisp::tiered_sim_config model =
         tiered_model(ctx.model, ctx.options, *ctx.zip, pool_bytes);
-    sizes_ = wisp::plan_for_trace(ctx.warmup.tokens, model).best.sizes;
+    sizes_ = ctx.options.tiers ? *ctx.options.tiers
+                               : wisp::plan_for_trace(ctx.warmup.tokens, model).best.sizes;
+    std::uint64_t used = 0;
+    for (std::size_t p = 0; p < sizes_.size(); ++p) {
+      used += static_cast<std::uint64_t>(std::max(sizes_[p], 0)) * model.bytes()[p];
+    }
+    if (used > pool_bytes) {
+      WISP_FAIL(wisp::infeasible_error, "tiered: pools F/C/S/E ", sizes_[0], "/", sizes_[1], "/",
+                sizes_[2], "/", sizes_[3], " take ", wisp::alloc::format_bytes(used),
+                " per layer, more than the ", wisp::alloc::format_bytes(pool_bytes), " left");
+    }
     const auto f_rows = static_cast<std::size_t>(sizes_[0]);
     for (std::int32_t l = 0; l < layers; ++l) {
       tiers_.emplace_back(E_, wisp::tier_config{sizes_, 0});

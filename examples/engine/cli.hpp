@@ -37,6 +37,7 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
   --decode-gbps R       pager+zip and tiered: the device's decode rate, GB/s of BF16 written, per
                         decode thread (default 100)
   --decode-threads L    tiered: decode threads (default 1, the pager+zip decode queue)
+  --tiers F,C,S,E       tiered: experts per pool per layer (default: planned on the warm-up)
   --budget BYTES        device budget for resident experts + KV (default 48MiB)
   --bandwidth GBPS      modelled host->device link, GB/s (default 25)
   --latency-us US       modelled latency of one copy, microseconds (default 10)
@@ -184,6 +185,13 @@ inline std::vector<std::string> split_list(std::string_view list) {
           s == "top-k" ? wisp::prefetch_rule::top_k : wisp::prefetch_rule::percentile;
     } else if (a == "--decode-gbps") {
       o.base.decode_bytes_per_second = to_double(a, value(), 1e-9) * 1e9;
+    } else if (a == "--tiers") {
+      const std::vector<std::string> parts = detail::split_list(value());
+      WISP_EXPECTS(parts.size() == 4, "--tiers: need four sizes F,C,S,E, got ", parts.size());
+      o.base.tiers.emplace();
+      for (std::size_t p = 0; p < 4; ++p) {
+        (*o.base.tiers)[p] = to_int(a, parts[p], 0);
+      }
     } else if (a == "--decode-threads") {
       o.base.decode_threads = static_cast<std::uint32_t>(to_int(a, value(), 1));
     } else if (a == "--overfetch") {

@@ -80,6 +80,8 @@ struct engine_options {
   double decode_bytes_per_second = 100e9;
   /// tiered: decode threads L (the pager+zip decode queue is one).
   std::uint32_t decode_threads = 1;
+  /// tiered: the pools per layer (F, C, S, E experts) instead of the planner's.
+  std::optional<std::array<std::int32_t, 4>> tiers;
   /// pager+zip and tiered: the compressed masters (built once per process and shared by its runs;
   /// `run_arm` builds them when absent).
   std::shared_ptr<const zip_masters> zip;
