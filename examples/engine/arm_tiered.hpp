@@ -201,7 +201,7 @@ class tiered_residency final : public residency {
       if (f_row(layer, e) < 0 && cache.where(e) == wisp::residency::full) {
         f_row(layer, e) = free.back();
         free.pop_back();
-        dev_->fill(layer, {.tensor = layer, .row = f_row(layer, e), .expert = e});
+        dev_->place(layer, {.tensor = layer, .row = f_row(layer, e), .expert = e});
       }
     }
   }

@@ -139,12 +139,20 @@ class device {
 
   /// Untimed copy (initial residency, warm-up): the bytes land now and cost no link time.
   void fill(std::int32_t layer, const row_copy& c) {
+    place(layer, c);
+    for (std::int32_t i = 0; i < c.count; ++i) {
+      materialize(c.tensor, c.row + i);
+    }
+  }
+  /// A device-side copy that costs nothing (a recovered expert kept in another row): the rows
+  /// hold the experts from now; their bytes are written at `materialize`, outside every measured
+  /// region.
+  void place(std::int32_t layer, const row_copy& c) {
     for (std::int32_t i = 0; i < c.count; ++i) {
       row_state& r = rows_[idx(c.tensor)][idx(c.row + i)];
       r.layer = layer;
       r.expert = c.expert + i;
       r.timed = false;
-      materialize(c.tensor, c.row + i);
     }
   }
 
