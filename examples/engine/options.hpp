@@ -85,7 +85,7 @@ struct engine_options {
   /// pager+zip and tiered: the compressed masters (built once per process and shared by its runs;
   /// `run_arm` builds them when absent).
   std::shared_ptr<const zip_masters> zip;
-  std::int32_t cap = 0;   ///< pager and static-hot: per-layer cap (0 = from the budget)
+  std::int32_t cap = 0;   ///< pager, static-hot, tiered: per-layer cap (0 = from the budget)
   std::int32_t hot = -1;  ///< static-hot: pinned experts per layer (-1 = chosen on the warm-up)
   std::int32_t max_running = 4;  ///< sessions decoded together
   routing_source routing = routing_source::trace;
