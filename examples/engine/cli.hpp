@@ -23,8 +23,9 @@ namespace wisp_engine {
 
 inline constexpr const char* usage = R"(usage: wisp-engine [options]
   --arms A,B,...        arms (default: full,layer-offload,on-demand,static-hot,pager,pager+plan,
-                        pager+dynamic,pager+prefetch,pager+zip,tiered); full also runs at the smallest
-                        budget where it fits when it does not fit the budget (the upper bound)
+                        pager+dynamic,pager+prefetch,pager+zip,tiered); full also runs at the
+                        smallest budget where it fits when it does not fit the budget (the upper
+                        bound)
   --policies P,Q,...    eviction policies of the pager arm, one arm each (default: lru,fifo,lfu,
                         lfu_history,lfru,fld,least_stale,decayed_frequency,predicted_next_use;
                         least-stale is accepted too)

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
 /// @brief The experts' host masters held losslessly compressed, for the `pager+zip` and `tiered`
-/// arms: one
-/// `wisp::compressed_expert_store` per layer (each expert's three matrices as `compressed_bf16`
-/// records, Huffman-coded exponents: the coder whose decoder also runs in a CUDA kernel).
+/// arms: one `wisp::compressed_expert_store` per layer (each expert's three matrices as
+/// `compressed_bf16` records, Huffman-coded exponents: the coder whose decoder also runs in a CUDA
+/// kernel).
 ///
 /// A miss of `pager+zip` moves `link_bytes(l, e)` (the SM and E-chunk bytes) across the modelled
 /// link instead of the raw expert, and `decode` writes the exact BF16 bytes into the row, so the
