@@ -23,8 +23,9 @@ namespace wisp_engine {
 
 inline constexpr const char* usage = R"(usage: wisp-engine [options]
   --arms A,B,...        arms (default: full,layer-offload,on-demand,static-hot,pager,pager+plan,
-                        pager+dynamic,pager+prefetch,pager+zip); full also runs at the smallest
-                        budget where it fits when it does not fit the budget (the upper bound)
+                        pager+dynamic,pager+prefetch,pager+zip,tiered); full also runs at the
+                        smallest budget where it fits when it does not fit the budget (the upper
+                        bound)
   --policies P,Q,...    eviction policies of the pager arm, one arm each (default: lru,fifo,lfu,
                         lfu_history,lfru,fld,least_stale,decayed_frequency,predicted_next_use;
                         least-stale is accepted too)
@@ -34,12 +35,15 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
                         best) or percentile (those above --percentile, at most k x tokens)
   --overfetch M         pager+prefetch, top-k: the multiplier (default 1)
   --percentile P        pager+prefetch, percentile: the score percentile to exceed (default 80)
-  --decode-gbps R       pager+zip: the device's decode rate, GB/s of BF16 written (default 100)
+  --decode-gbps R       pager+zip and tiered: the device's decode rate, GB/s of BF16 written, per
+                        decode thread (default 100)
+  --decode-threads L    tiered: decode threads (default 1, the pager+zip decode queue)
+  --tiers F,C,S,E       tiered: experts per pool per layer (default: planned on the warm-up)
   --budget BYTES        device budget for resident experts + KV (default 48MiB)
   --bandwidth GBPS      modelled host->device link, GB/s (default 25)
   --latency-us US       modelled latency of one copy, microseconds (default 10)
-  --cap N               pager and static-hot: per-layer expert rows (default: the largest that
-                        leaves the KV floor)
+  --cap N               pager, static-hot and tiered: per-layer expert rows (default: the
+                        largest that leaves the KV floor; tiered takes the same bytes)
   --hot N               static-hot: pinned experts per layer (default: chosen on the warm-up)
   --workload NAME       chat (default; stationary routing) or shift (routing domains change)
   --sessions N          evaluated sessions (default 16; with a trace: every sequence after the
@@ -68,10 +72,11 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
 struct cli_options {
   engine_options base;
   model_config model;
-  std::vector<arm_kind> arms = {
-      arm_kind::full,          arm_kind::layer_offload,  arm_kind::on_demand,
-      arm_kind::static_hot,    arm_kind::pager,          arm_kind::pager_plan,
-      arm_kind::pager_dynamic, arm_kind::pager_prefetch, arm_kind::pager_zip};
+  std::vector<arm_kind> arms = {arm_kind::full,          arm_kind::layer_offload,
+                                arm_kind::on_demand,     arm_kind::static_hot,
+                                arm_kind::pager,         arm_kind::pager_plan,
+                                arm_kind::pager_dynamic, arm_kind::pager_prefetch,
+                                arm_kind::pager_zip,     arm_kind::tiered};
   std::vector<std::string> policies = all_policies();
   std::string workload = "chat";
   std::string routing = "synthetic";
@@ -156,7 +161,7 @@ inline std::vector<std::string> split_list(std::string_view list) {
         const auto arm = parse_arm(s);
         WISP_EXPECTS(arm.has_value(), "--arms: unknown arm '", s,
                      "' (valid: full, layer-offload, on-demand, static-hot, pager, pager+plan, "
-                     "pager+dynamic, pager+prefetch, pager+zip)");
+                     "pager+dynamic, pager+prefetch, pager+zip, tiered)");
         o.arms.push_back(*arm);
       }
     } else if (a == "--policies") {
@@ -181,6 +186,15 @@ inline std::vector<std::string> split_list(std::string_view list) {
           s == "top-k" ? wisp::prefetch_rule::top_k : wisp::prefetch_rule::percentile;
     } else if (a == "--decode-gbps") {
       o.base.decode_bytes_per_second = to_double(a, value(), 1e-9) * 1e9;
+    } else if (a == "--tiers") {
+      const std::vector<std::string> parts = detail::split_list(value());
+      WISP_EXPECTS(parts.size() == 4, "--tiers: need four sizes F,C,S,E, got ", parts.size());
+      o.base.tiers.emplace();
+      for (std::size_t p = 0; p < 4; ++p) {
+        (*o.base.tiers)[p] = to_int(a, parts[p], 0);
+      }
+    } else if (a == "--decode-threads") {
+      o.base.decode_threads = static_cast<std::uint32_t>(to_int(a, value(), 1));
     } else if (a == "--overfetch") {
       o.base.prefetch.overfetch = to_double(a, value(), 0);
     } else if (a == "--percentile") {

@@ -22,11 +22,23 @@
 ///   decode ends. The real decode (`zip_masters::decode`, on the host: it stands in for the
 ///   kernel) writes the row at `materialize`; its thread CPU time is measured and reported, never
 ///   charged.
+/// - **Tiered paging** (`page_tiered`, the `tiered` arm): the copies of one launch are one layer
+///   call of the compression-aware pools. Each says where the expert's chunks already are
+///   (`row_copy::from`: C, S, E, or a miss); `wisp::schedule_layer` (the cache-affinity scheduler)
+///   orders the call's SM and E-chunk reads on the link and its decodes on `L` decode threads.
+///   The call starts once its planning is done and the previous call's decodes have ended; the
+///   link then carries one copy per expert that reads anything (each paying the link's latency,
+///   as every copy does; the latencies are paid before the first byte moves), its bytes the
+///   schedule's reads. A row is ready when its expert's decodes end (recovery, SM + exponents ->
+///   BF16, is free: on the device at memory speed) and no launch still reads the row. The real
+///   decode writes the row at `materialize`, as for compressed paging.
 #pragma once
 
 #include "model.hpp"
 #include "zip_masters.hpp"
 
+#include <wisp/compress/affinity_scheduler.hpp>
+#include <wisp/core/error.hpp>
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/vmm/page_pool.hpp>
 #include <wisp/vmm/posix_vmm.hpp>
@@ -40,6 +52,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -67,6 +80,19 @@ struct row_copy {
   std::int32_t expert = 0;
   std::int32_t count = 1;
   bool prefetch = false;
+  /// Tiered paging: where the expert's chunks already are (C, S, E or a miss; see the file
+  /// comment).
+  wisp::residency from = wisp::residency::miss;
+};
+
+/// @brief Tiered paging's model of a call (`device::page_tiered`): the schedule's durations
+/// (u = one SM chunk on the link, v = one E-chunk on the link, c = one E-chunk's decode on one
+/// thread, recovery 0, L threads, K E-chunks) and the bytes each read moves.
+struct tiered_paging {
+  wisp::schedule_params schedule;
+  std::uint32_t tensors = 3;  ///< n: tensors per expert
+  double sm_chunk_bytes = 0;  ///< one tensor's SM chunk
+  double e_chunk_bytes = 0;   ///< one E-chunk
 };
 
 /// @brief The modelled device of one arm's run. Not thread-safe.
@@ -102,14 +128,31 @@ class device {
         wisp::link_model{.bytes_per_second = decode_bytes_per_second, .latency_seconds = 0});
   }
 
+  /// From now on, a launch's copies are one scheduled call of the tiered pools (see the file
+  /// comment). `masters` must outlive the device.
+  /// @throws wisp::logic_error on invalid schedule parameters.
+  void page_tiered(const zip_masters& masters, const tiered_paging& paging) {
+    paging.schedule.validate();
+    zip_ = &masters;
+    tiered_ = paging;
+  }
+
   /// Untimed copy (initial residency, warm-up): the bytes land now and cost no link time.
   void fill(std::int32_t layer, const row_copy& c) {
+    place(layer, c);
+    for (std::int32_t i = 0; i < c.count; ++i) {
+      materialize(c.tensor, c.row + i);
+    }
+  }
+  /// A device-side copy that costs nothing (a recovered expert kept in another row): the rows
+  /// hold the experts from now; their bytes are written at `materialize`, outside every measured
+  /// region.
+  void place(std::int32_t layer, const row_copy& c) {
     for (std::int32_t i = 0; i < c.count; ++i) {
       row_state& r = rows_[idx(c.tensor)][idx(c.row + i)];
       r.layer = layer;
       r.expert = c.expert + i;
       r.timed = false;
-      materialize(c.tensor, c.row + i);
     }
   }
 
@@ -135,6 +178,67 @@ class device {
     }
     (c.prefetch ? prefetch_copies_ : expert_copies_) += static_cast<std::uint64_t>(c.count);
     return done;
+  }
+
+  /// Issues a launch's copies after `after`: each by `copy`, or under tiered paging as one
+  /// scheduled call (see the file comment).
+  /// @throws wisp::logic_error under tiered paging on a copy of several rows or of an F expert.
+  void copy_all(std::int32_t layer, std::span<const row_copy> copies, wisp::timeline_event after) {
+    if (!tiered_ || copies.empty()) {
+      for (const row_copy& c : copies) {
+        (void)copy(layer, c, after);
+      }
+      return;
+    }
+    call_.clear();
+    for (const row_copy& c : copies) {
+      WISP_EXPECTS(c.count == 1 && c.from != wisp::residency::full, "tiered paging copies one ",
+                   "non-F expert per row_copy, got ", c.count, " rows of expert ", c.expert);
+      call_.push_back({.expert = c.expert, .where = c.from, .tensors = tiered_->tensors});
+    }
+    const wisp::affinity_schedule s = wisp::schedule_layer(call_, tiered_->schedule);
+    done_.assign(copies.size(), 0.0);
+    sm_reads_.assign(copies.size(), 0);
+    e_reads_.assign(copies.size(), 0);
+    double decode_end = 0;
+    for (const wisp::scheduled_op& op : s.ops) {
+      const auto x = static_cast<std::size_t>(op.expert);
+      done_[x] = std::max(done_[x], op.finish);
+      sm_reads_[x] += op.kind == wisp::op_kind::sm_read ? 1 : 0;
+      e_reads_[x] += op.kind == wisp::op_kind::e_read ? 1 : 0;
+      if (op.kind == wisp::op_kind::decode) {
+        decode_end = std::max(decode_end, op.finish);
+        scheduled_decode_seconds_ += op.finish - op.start;
+      }
+    }
+    const double start = std::max(after.time, decode_free_);  // the call's time 0
+    double base = start;
+    if (std::any_of(copies.begin(), copies.end(),
+                    [](const row_copy& c) { return c.from != wisp::residency::compressed; })) {
+      // One copy per reading expert, every latency paid before the first byte moves: the reads
+      // then run back to back as the schedule has them.
+      const double link_start = std::max(start, timeline_.copies_done().time);
+      base = link_start;
+      for (std::size_t x = 0; x < copies.size(); ++x) {
+        if (copies[x].from != wisp::residency::compressed) {
+          (void)timeline_.copy(
+              static_cast<std::uint64_t>(std::llround(sm_reads_[x] * tiered_->sm_chunk_bytes +
+                                                      e_reads_[x] * tiered_->e_chunk_bytes)),
+              {link_start});
+          base += timeline_.link().latency_seconds;
+          ++expert_copies_;
+        }
+      }
+    }
+    decode_free_ = base + decode_end;
+    auto& rows = rows_[idx(copies.front().tensor)];
+    for (std::size_t x = 0; x < copies.size(); ++x) {
+      row_state& r = rows[idx(copies[x].row)];
+      r.ready.time = std::max(base + done_[x], r.free.time);
+      r.layer = layer;
+      r.expert = copies[x].expert;
+      r.timed = true;
+    }
   }
 
   /// When the last copy into row `row` of tensor `t` lands.
@@ -213,8 +317,10 @@ class device {
   /// When the compute queue is free (the time the next compute op would start at the earliest).
   [[nodiscard]] double compute_free() const noexcept { return timeline_.compute_done().time; }
   [[nodiscard]] const wisp::device_timeline& timeline() const noexcept { return timeline_; }
-  /// Compressed paging: the modelled decode queue (its `copy_seconds` are decode time).
-  [[nodiscard]] const wisp::device_timeline& decoder() const noexcept { return decoder_; }
+  /// Compressed and tiered paging: modelled decode time, summed over the decode threads.
+  [[nodiscard]] double decode_seconds() const noexcept {
+    return decoder_.stats().copy_seconds + scheduled_decode_seconds_;
+  }
   /// Compressed paging: thread CPU time of the real decodes on the host of the timed copies so
   /// far (the warm-up's are not counted).
   [[nodiscard]] double host_decode_seconds() const noexcept { return host_decode_seconds_; }
@@ -254,6 +360,12 @@ class device {
   wisp::device_timeline decoder_;     // its decode queue: "bytes" are BF16 bytes decoded
   double host_decode_seconds_ = 0;
   std::uint64_t host_decoded_bytes_ = 0;
+  std::optional<tiered_paging> tiered_;   // tiered paging
+  double decode_free_ = 0;                // when its last call's decodes end
+  double scheduled_decode_seconds_ = 0;   // its decode threads' busy time
+  std::vector<wisp::layer_expert> call_;  // scratch of copy_all
+  std::vector<double> done_;
+  std::vector<std::uint32_t> sm_reads_, e_reads_;
 };
 
 }  // namespace wisp_engine

@@ -5,7 +5,7 @@
 /// The data flow, one file each: the model (model.hpp) and what it serves (workload.hpp); the
 /// modelled device (device.hpp); the per-layer residency interface (residency.hpp) and its arms
 /// (arm_full.hpp, arm_layer_offload.hpp, arm_on_demand.hpp, arm_static_hot.hpp, arm_pager.hpp
-/// with pager_resize.hpp); the dense math of a forward (forward.hpp); the scheduler
+/// with pager_resize.hpp, arm_tiered.hpp); the dense math of a forward (forward.hpp); the scheduler
 /// (scheduler.hpp); the serving loop (loop.hpp); repeated, interleaved runs and their report
 /// (report.hpp). See docs/engine.md.
 #pragma once
@@ -15,6 +15,7 @@
 #include "arm_on_demand.hpp"
 #include "arm_pager.hpp"
 #include "arm_static_hot.hpp"
+#include "arm_tiered.hpp"
 #include "loop.hpp"
 #include "workload.hpp"
 
@@ -94,6 +95,8 @@ inline constexpr bool pager_arm_policy = !std::is_same_v<Policy, wisp::belady>;
       return std::make_unique<on_demand_residency>();
     case arm_kind::static_hot:
       return std::make_unique<static_hot_residency>();
+    case arm_kind::tiered:
+      return std::make_unique<tiered_residency>();
     default:
       break;
   }
@@ -157,11 +160,12 @@ inline constexpr bool pager_arm_policy = !std::is_same_v<Policy, wisp::belady>;
   if (is_pager(opt.arm)) {
     res.policy = *canonical_policy(opt.policy);
   }
-  if (opt.arm == arm_kind::pager_zip) {
+  const bool compressed = opt.arm == arm_kind::pager_zip || opt.arm == arm_kind::tiered;
+  if (compressed) {
     res.decode_rate = opt.decode_bytes_per_second;
   }
   std::shared_ptr<const zip_masters> zip = opt.zip;
-  if (opt.arm == arm_kind::pager_zip && !zip) {
+  if (compressed && !zip) {
     zip = std::make_shared<const zip_masters>(w);
   }
   device dev(w, opt.link, opt.clock);

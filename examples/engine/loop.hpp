@@ -106,7 +106,7 @@ class serving_loop {
     res.expert_copies = dev_.expert_copies();
     res.prefetch_copies = dev_.prefetch_copies();
     res.raw_bytes = (res.expert_copies + res.prefetch_copies) * w_.cfg.expert_bytes();
-    res.decode_seconds = dev_.decoder().stats().copy_seconds;
+    res.decode_seconds = dev_.decode_seconds();
     res.host_decode_seconds = dev_.host_decode_seconds();
     res.host_decoded_bytes = dev_.host_decoded_bytes();
     res.expert_accesses = accesses_;
@@ -189,9 +189,7 @@ class serving_loop {
   }
 
   void issue(std::int32_t layer, std::span<const row_copy> copies, wisp::timeline_event after) {
-    for (const row_copy& c : copies) {
-      (void)dev_.copy(layer, c, after);
-    }
+    dev_.copy_all(layer, copies, after);
   }
   void fill(std::int32_t layer, std::span<const row_copy> copies) {
     for (const row_copy& c : copies) {

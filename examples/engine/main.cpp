@@ -50,10 +50,12 @@ int main(int argc, char** argv) {
       wl = synthetic_workload(o.workload, o.model, o.sessions > 0 ? o.sessions : 16);
     }
     const model_weights weights(o.model);
-    if (std::find(o.arms.begin(), o.arms.end(), arm_kind::pager_zip) != o.arms.end()) {
+    if (std::find_if(o.arms.begin(), o.arms.end(), [](arm_kind a) {
+          return a == arm_kind::pager_zip || a == arm_kind::tiered;
+        }) != o.arms.end()) {
       o.base.zip = std::make_shared<const zip_masters>(weights);
       std::cerr << "wisp-engine: experts compressed to " << o.base.zip->ratio() * 100
-                << "% of their bytes (Huffman exponents) for pager+zip\n";
+                << "% of their bytes (Huffman exponents) for pager+zip and tiered\n";
     }
     o.base.progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
     std::cerr << "wisp-engine: " << o.model.layers << " MoE layers x " << o.model.experts

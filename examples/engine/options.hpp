@@ -12,6 +12,7 @@
 #include <wisp/predict/prefetch.hpp>
 #include <wisp/transfer/timeline.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -34,11 +35,12 @@ enum class arm_kind : std::uint8_t {
   pager_plan,      ///< the pager at the cap and KV blocks of `wisp::configure`
   pager_dynamic,   ///< `pager_plan`, then the online controller resizes at drained barriers
   pager_prefetch,  ///< `pager`, plus predictor-driven next-layer prefetch in the link's idle time
-  pager_zip        ///< `pager` paging compressed experts, decoded on the device
+  pager_zip,       ///< `pager` paging compressed experts, decoded on the device
+  tiered           ///< compression-aware F/C/S/E pools per layer, reads and decodes scheduled
 };
-inline constexpr std::string_view arm_names[] = {"full",          "layer-offload",  "on-demand",
-                                                 "static-hot",    "pager",          "pager+plan",
-                                                 "pager+dynamic", "pager+prefetch", "pager+zip"};
+inline constexpr std::string_view arm_names[] = {
+    "full",       "layer-offload", "on-demand",      "static-hot", "pager",
+    "pager+plan", "pager+dynamic", "pager+prefetch", "pager+zip",  "tiered"};
 
 [[nodiscard]] inline std::string_view arm_name(arm_kind a) noexcept {
   return arm_names[static_cast<int>(a)];
@@ -51,9 +53,14 @@ inline constexpr std::string_view arm_names[] = {"full",          "layer-offload
   }
   return std::nullopt;
 }
-/// Whether the arm pages through `wisp::pager` (the others are the baselines).
-[[nodiscard]] constexpr bool is_pager(arm_kind a) noexcept {
+/// Whether wisp places the arm's experts (`wisp::pager` or the tiered pools); the others are the
+/// baselines.
+[[nodiscard]] constexpr bool is_wisp_arm(arm_kind a) noexcept {
   return a >= arm_kind::pager;
+}
+/// Whether the arm pages through `wisp::pager` (and so runs an eviction policy of `--policy`).
+[[nodiscard]] constexpr bool is_pager(arm_kind a) noexcept {
+  return is_wisp_arm(a) && a != arm_kind::tiered;
 }
 
 /// Where routing comes from: the model's router, or the workload's routing trace.
@@ -68,12 +75,17 @@ struct engine_options {
   /// pager+prefetch: how many of the predictor's best experts a batch prefetches (`top_k`:
   /// `k x tokens x overfetch`), at most what fits the link's idle time.
   wisp::prefetch_config prefetch{.rule = wisp::prefetch_rule::top_k};
-  /// pager+zip: the device's decode rate, BF16 bytes written per second.
+  /// pager+zip and tiered: the device's decode rate, BF16 bytes written per second (per decode
+  /// thread for tiered).
   double decode_bytes_per_second = 100e9;
-  /// pager+zip: the compressed masters (built once per process and shared by its runs; `run_arm`
-  /// builds them when absent).
+  /// tiered: decode threads L (the pager+zip decode queue is one).
+  std::uint32_t decode_threads = 1;
+  /// tiered: the pools per layer (F, C, S, E experts) instead of the planner's.
+  std::optional<std::array<std::int32_t, 4>> tiers;
+  /// pager+zip and tiered: the compressed masters (built once per process and shared by its runs;
+  /// `run_arm` builds them when absent).
   std::shared_ptr<const zip_masters> zip;
-  std::int32_t cap = 0;   ///< pager and static-hot: per-layer cap (0 = from the budget)
+  std::int32_t cap = 0;   ///< pager, static-hot, tiered: per-layer cap (0 = from the budget)
   std::int32_t hot = -1;  ///< static-hot: pinned experts per layer (-1 = chosen on the warm-up)
   std::int32_t max_running = 4;  ///< sessions decoded together
   routing_source routing = routing_source::trace;
@@ -131,10 +143,14 @@ struct arm_result {
   std::uint64_t expert_copies = 0, expert_accesses = 0;  ///< copies a call or schedule needed
   std::uint64_t prefetch_copies = 0;  ///< pager+prefetch: predicted experts copied
   std::uint64_t prefetch_useful = 0;  ///< of those, the ones the next call used
-  double decode_rate = 0;             ///< pager+zip: the device's decode rate, bytes/s
-  double decode_seconds = 0;          ///< pager+zip: the modelled device decode queue's busy time
-  double host_decode_seconds = 0;     ///< pager+zip: thread CPU time of the real host decodes
-  std::uint64_t host_decoded_bytes = 0;  ///< pager+zip: BF16 bytes those decodes wrote
+  double decode_rate = 0;             ///< pager+zip, tiered: the device's decode rate, bytes/s
+  double decode_seconds = 0;          ///< pager+zip, tiered: modelled decode time (all threads)
+  double host_decode_seconds = 0;  ///< pager+zip, tiered: thread CPU time of the real host decodes
+  std::uint64_t host_decoded_bytes = 0;  ///< pager+zip, tiered: BF16 bytes those decodes wrote
+  /// tiered: the pools per layer (F, C, S, E experts) and the evaluated calls' experts found in
+  /// F, C, S, E or nowhere (misses).
+  std::array<std::int32_t, 4> tier_sizes{};
+  std::array<std::uint64_t, 5> tier_hits{};
   /// `pager` at a fixed cap: the copies of Belady's offline optimum on the same calls at the same
   /// cap (a bound on what any eviction policy could save); -1 elsewhere.
   std::int64_t belady_copies = -1;

@@ -3,7 +3,7 @@
 /// @brief Honest reporting: every arm run `repeat` times, interleaved (repetition `r` runs every
 /// arm once, so background load hits all arms alike); every timed figure reported as median,
 /// min and max over the runs; ratios of each pager arm against the strongest baseline (the
-/// fastest arm that does not use the pager, at the same budget), computed per repetition.
+/// fastest arm that wisp does not place, at the same budget), computed per repetition.
 ///
 /// `identical` is true when every feasible run of every arm produced the same tokens and logits,
 /// false when one differs, and unknown (null) unless at least two arms are feasible and one of
@@ -122,7 +122,7 @@ struct comparison {
       continue;
     }
     ++feasible;
-    unpaged = unpaged || !is_pager(a.spec.kind);
+    unpaged = unpaged || !is_wisp_arm(a.spec.kind);
     for (const arm_result& r : a.runs) {
       if (ref == nullptr) {
         ref = &r;
@@ -147,7 +147,7 @@ struct comparison {
     auto better = [&](const arm_runs* best, auto fig) {
       return best == nullptr || fig(a).median > fig(*best).median;
     };
-    if (is_pager(a.spec.kind)) {
+    if (is_wisp_arm(a.spec.kind)) {
       if (a.spec.kind == arm_kind::pager && better(c.best_pager, decode)) {
         c.best_pager = &a;
       }
@@ -248,22 +248,28 @@ inline void write_json(std::ostream& os, const comparison& c) {
         os << ",\"prefetch_copies\":" << r.prefetch_copies
            << ",\"prefetch_useful\":" << r.prefetch_useful;
       }
-      if (a.spec.kind == arm_kind::pager_zip) {
+      if (a.spec.kind == arm_kind::pager_zip || a.spec.kind == arm_kind::tiered) {
         os << ",\"decode_gbps\":" << num(r.decode_rate / 1e9)
            << ",\"decode_s\":" << num(r.decode_seconds) << ",\"host_decode_s\":"
            << json(figure_of(a, [](auto& x) { return x.host_decode_seconds; }))
            << ",\"host_decoded_bytes\":" << r.host_decoded_bytes;
+      }
+      if (a.spec.kind == arm_kind::tiered) {
+        os << ",\"tier_sizes\":[" << r.tier_sizes[0] << "," << r.tier_sizes[1] << ","
+           << r.tier_sizes[2] << "," << r.tier_sizes[3] << "],\"tier_hits\":[" << r.tier_hits[0]
+           << "," << r.tier_hits[1] << "," << r.tier_hits[2] << "," << r.tier_hits[3] << ","
+           << r.tier_hits[4] << "]";
       }
       os << ",\"decode_tokens\":" << r.decode_tokens << ",\"prefill_tokens\":" << r.prefill_tokens
          << ",\"preemptions\":" << r.preemptions << ",\"resizes\":" << r.resizes
          << ",\"controller_moves\":" << r.controller_moves
          << ",\"resize_failures\":" << r.resize_failures << ",\"rows\":" << r.cap
          << ",\"kv_blocks\":" << r.kv_blocks << ",\"output_digest\":\"" << digest << "\"";
-      if (is_pager(a.spec.kind) && c.baseline != nullptr) {
+      if (is_wisp_arm(a.spec.kind) && c.baseline != nullptr) {
         os << ",\"decode_vs_baseline\":"
            << json(ratio(a, *c.baseline, [](auto& x) { return x.decode_tok_s; }));
       }
-      if (is_pager(a.spec.kind) && c.prefill_baseline != nullptr) {
+      if (is_wisp_arm(a.spec.kind) && c.prefill_baseline != nullptr) {
         os << ",\"prefill_vs_baseline\":"
            << json(ratio(a, *c.prefill_baseline, [](auto& x) { return x.prefill_tok_s; }));
       }
@@ -317,7 +323,7 @@ inline void write_table(std::FILE* out, const comparison& c) {
     std::fprintf(out, "%s tok/s vs the strongest baseline, %s (median [min-max] per repetition):\n",
                  what, base->label().c_str());
     for (const arm_runs& a : c.arms) {
-      if (a.feasible() && is_pager(a.spec.kind)) {
+      if (a.feasible() && is_wisp_arm(a.spec.kind)) {
         std::fprintf(out, "  %-26s %s\n", a.label().c_str(),
                      fig(ratio(a, *base, value), "%.2fx", 1).c_str());
       }
@@ -344,6 +350,16 @@ inline void write_table(std::FILE* out, const comparison& c) {
           100.0 * static_cast<double>(r.bytes_moved) / static_cast<double>(r.raw_bytes),
           r.decode_seconds * 1e3, r.decode_rate / 1e9, host.median * 1e3,
           host.median > 0 ? static_cast<double>(r.host_decoded_bytes) / host.median / 1e9 : 0.0);
+    }
+    if (r.feasible && a.spec.kind == arm_kind::tiered) {
+      const auto& h = r.tier_hits;
+      std::fprintf(out,
+                   "%s: %s; experts found in F/C/S/E/nowhere %llu/%llu/%llu/%llu/%llu, %s over "
+                   "the link, decode modelled %.1f ms\n",
+                   a.label().c_str(), r.note.c_str(), static_cast<unsigned long long>(h[0]),
+                   static_cast<unsigned long long>(h[1]), static_cast<unsigned long long>(h[2]),
+                   static_cast<unsigned long long>(h[3]), static_cast<unsigned long long>(h[4]),
+                   wisp::alloc::format_bytes(r.bytes_moved).c_str(), r.decode_seconds * 1e3);
     }
     if (r.feasible && a.spec.kind == arm_kind::pager_prefetch) {
       std::fprintf(out, "%s: %llu expert copies on demand, %llu prefetched (%llu used)\n",

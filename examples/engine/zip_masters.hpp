@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief The experts' host masters held losslessly compressed, for the `pager+zip` arm: one
-/// `wisp::compressed_expert_store` per layer (each expert's three matrices as `compressed_bf16`
-/// records, Huffman-coded exponents: the coder whose decoder also runs in a CUDA kernel).
+/// @brief The experts' host masters held losslessly compressed, for the `pager+zip` and `tiered`
+/// arms: one `wisp::compressed_expert_store` per layer (each expert's three matrices as
+/// `compressed_bf16` records, Huffman-coded exponents: the coder whose decoder also runs in a CUDA
+/// kernel).
 ///
 /// A miss of `pager+zip` moves `link_bytes(l, e)` (the SM and E-chunk bytes) across the modelled
 /// link instead of the raw expert, and `decode` writes the exact BF16 bytes into the row, so the
@@ -15,6 +16,7 @@
 #include <wisp/compress/expert_store.hpp>
 #include <wisp/compress/huffman.hpp>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -44,9 +46,12 @@ class zip_masters {
         const auto* master = reinterpret_cast<const std::uint16_t*>(w.master(l, e));
         layers_.back()->set_expert(e, std::span<const std::uint16_t>(master, elements));
         link_bytes_total_ += layers_.back()->link_bytes(e);
+        max_e_bytes_ = std::max(max_e_bytes_, layers_.back()->link_bytes(e) - elements);
       }
     }
     raw_bytes_total_ = w.cfg.all_expert_bytes();
+    raw_bytes_per_expert_ = w.cfg.expert_bytes();
+    e_chunks_ = e_chunks;
   }
 
   /// Bytes a miss of expert `e` of layer `l` moves: its SM and E-chunk bytes.
@@ -60,6 +65,12 @@ class zip_masters {
     store.decode(e, std::span<std::uint16_t>(reinterpret_cast<std::uint16_t*>(row),
                                              store.elements_per_expert()));
   }
+  /// E-chunks per tensor (K).
+  [[nodiscard]] std::uint32_t e_chunks() const noexcept { return e_chunks_; }
+  /// Bytes of one expert's SM chunks (one byte per value: the same for every expert).
+  [[nodiscard]] std::uint64_t sm_bytes() const noexcept { return raw_bytes_per_expert_ / 2; }
+  /// The most bytes any expert's compressed E-chunks take (its link bytes less its SM bytes).
+  [[nodiscard]] std::uint64_t max_e_bytes() const noexcept { return max_e_bytes_; }
   /// Compressed payload over raw bytes, every expert of every layer.
   [[nodiscard]] double ratio() const noexcept {
     return static_cast<double>(link_bytes_total_) / static_cast<double>(raw_bytes_total_);
@@ -69,6 +80,9 @@ class zip_masters {
   std::vector<std::unique_ptr<wisp::compressed_expert_store>> layers_;
   std::uint64_t link_bytes_total_ = 0;
   std::uint64_t raw_bytes_total_ = 0;
+  std::uint64_t raw_bytes_per_expert_ = 0;
+  std::uint64_t max_e_bytes_ = 0;
+  std::uint32_t e_chunks_ = 0;
 };
 
 }  // namespace wisp_engine

@@ -39,7 +39,7 @@ class EngineJson(unittest.TestCase):
             ("on-demand", None, False), ("static-hot", None, False), ("pager", "lru", False),
             ("pager", "least_stale", False), ("pager+plan", "lru", False),
             ("pager+dynamic", "lru", False), ("pager+prefetch", "lru", False),
-            ("pager+zip", "lru", False)])
+            ("pager+zip", "lru", False), ("tiered", None, False)])
 
     def test_full_is_infeasible_and_its_upper_bound_is_not(self):
         full, bound = self.doc["arms"][0], self.doc["arms"][1]
@@ -69,11 +69,11 @@ class EngineJson(unittest.TestCase):
 
     def test_strongest_baseline_is_the_fastest_unpaged_arm_at_the_budget(self):
         base = [a for a in self.doc["arms"] if a["feasible"] and not a["upper_bound"]
-                and not a["name"].startswith("pager")]
+                and not a["name"].startswith("pager") and a["name"] != "tiered"]
         best = max(base, key=lambda a: a["decode_tok_s"]["median"])
         self.assertEqual(self.doc["strongest_baseline"], best["name"])
         for arm in self.doc["arms"]:
-            if arm["name"].startswith("pager"):
+            if arm["name"].startswith("pager") or arm["name"] == "tiered":
                 self.assertEqual(len(arm["decode_vs_baseline"]["runs"]), 3)
         self.assertIn(self.doc["best_pager_policy"], ("lru", "least_stale"))
 
@@ -100,9 +100,21 @@ class EngineJson(unittest.TestCase):
         self.assertEqual(zip_arm["decode_gbps"], 100)
         self.assertEqual(len(zip_arm["host_decode_s"]["runs"]), 3)
         for arm in self.doc["arms"]:
-            if arm["feasible"] and arm["name"] != "pager+zip":
+            if arm["feasible"] and arm["name"] not in ("pager+zip", "tiered"):
                 self.assertNotIn("decode_s", arm)
                 self.assertEqual(arm["raw_bytes"], arm["bytes_moved"])
+
+    def test_tiered_takes_the_pagers_memory_and_finds_every_expert_once(self):
+        arms = {(a["name"], a.get("policy")): a for a in self.doc["arms"]}
+        pager, tiered = arms[("pager", "lru")], arms[("tiered", None)]
+        self.assertEqual((tiered["rows"], tiered["kv_blocks"]), (pager["rows"], pager["kv_blocks"]))
+        self.assertEqual(sum(tiered["tier_hits"]), tiered["expert_accesses"])
+        self.assertEqual(tiered["expert_copies"], sum(tiered["tier_hits"][2:]))
+        self.assertEqual(len(tiered["tier_sizes"]), 4)
+        self.assertEqual(len(tiered["decode_vs_baseline"]["runs"]), 3)
+        for arm in self.doc["arms"]:
+            if arm["feasible"] and arm["name"] != "tiered":
+                self.assertNotIn("tier_hits", arm)
 
     def test_caching_arms_move_fewer_bytes_than_on_demand(self):
         arms = {(a["name"], a.get("policy")): a for a in self.doc["arms"]}
@@ -136,6 +148,7 @@ class EngineCommandLine(unittest.TestCase):
                               (["--routing", "trace", "/nonexistent.wtrace"], "nonexistent"),
                               (["--routing", "trace", "/nonexistent.wtrace", "--layers", "2"],
                                "nonexistent"),
+                              (["--tiers", "1,2,3"], "--tiers: need four sizes"),
                               (["--bogus"], "unknown option '--bogus'")):
             p = run(*args)
             self.assertEqual(p.returncode, 2, args)
@@ -147,7 +160,7 @@ class EngineCommandLine(unittest.TestCase):
         self.assertIn("--repeat N", p.stdout)
         help_text = p.stdout.replace("\n", " ").replace(" ", "")
         for name in ("full", "layer-offload", "on-demand", "static-hot", "pager+plan",
-                     "pager+dynamic", "pager+prefetch", "pager+zip", "lru", "fifo",
+                     "pager+dynamic", "pager+prefetch", "pager+zip", "tiered", "lru", "fifo",
                      "lfu_history", "lfru", "fld", "least_stale", "least-stale",
                      "decayed_frequency", "predicted_next_use"):
             self.assertIn(name, help_text)

@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -146,6 +148,10 @@ TEST(EngineCli, ParsesEveryFlag) {
                                "90",
                                "--decode-gbps",
                                "40",
+                               "--decode-threads",
+                               "8",
+                               "--tiers",
+                               "1,2,0,3",
                                "--json"});
   EXPECT_EQ(o.arms, (std::vector<arm_kind>{arm_kind::full, arm_kind::pager}));
   EXPECT_EQ(o.policies, (std::vector<std::string>{"least_stale", "lfu"}));
@@ -174,6 +180,8 @@ TEST(EngineCli, ParsesEveryFlag) {
   EXPECT_EQ(o.base.prefetch.overfetch, 1.5);
   EXPECT_EQ(o.base.prefetch.percentile, 90);
   EXPECT_EQ(o.base.decode_bytes_per_second, 40e9);
+  EXPECT_EQ(o.base.decode_threads, 8u);
+  EXPECT_EQ(o.base.tiers, (std::array<std::int32_t, 4>{1, 2, 0, 3}));
   EXPECT_TRUE(o.json);
   EXPECT_EQ(parse({"--routing", "model"}).base.routing, routing_source::model);
   // Pager once per policy; full's upper bound after full when full does not fit.
@@ -204,6 +212,9 @@ TEST(EngineCli, BadInputNamesTheFlagAndTheValue) {
       {{"--overfetch", "-1"}, "--overfetch: '-1'"},
       {{"--percentile", "101"}, "--percentile: 101 is over 100"},
       {{"--decode-gbps", "0"}, "--decode-gbps: '0'"},
+      {{"--decode-threads", "0"}, "--decode-threads: '0'"},
+      {{"--tiers", "1,2,3"}, "--tiers: need four sizes F,C,S,E, got 3"},
+      {{"--tiers", "1,-2,3,4"}, "--tiers: '-2'"},
       {{"--frobnicate"}, "unknown option '--frobnicate'"},
   };
   for (const auto& [args, message] : bad) {

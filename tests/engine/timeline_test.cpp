@@ -350,12 +350,12 @@ TEST(EngineWorkload, RealEsftRoutingKeepsEveryArmIdentical) {
   const arm_result ref = run_arm(weights, o, w, log);
   o.budget_bytes = static_cast<std::uint64_t>(21) * c.layers * c.expert_bytes() +
                    workload_floor(w.evaluated, o.max_running).bytes(alloc_spec(c)).count();
-  for (const arm_kind arm :
-       {arm_kind::layer_offload, arm_kind::on_demand, arm_kind::static_hot, arm_kind::pager}) {
+  for (const arm_kind arm : {arm_kind::layer_offload, arm_kind::on_demand, arm_kind::static_hot,
+                             arm_kind::pager, arm_kind::tiered}) {
     o.arm = arm;
     const arm_result r = run_arm(weights, o, w, log);
     expect_same(ref, r);
-    if (arm == arm_kind::static_hot || arm == arm_kind::pager) {
+    if (arm != arm_kind::layer_offload && arm != arm_kind::on_demand) {
       EXPECT_EQ(r.cap, 21);  // about a third of each layer's experts
       EXPECT_GT(r.hit_rate, 0.0);
     }
