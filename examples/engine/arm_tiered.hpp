@@ -69,9 +69,9 @@ class tiered_residency final : public residency {
     E_ = ctx.model.experts;
     dev_ = &ctx.dev;
     const std::int32_t layers = ctx.model.layers;
-    const auto cap = static_cast<std::uint64_t>(budget_cap(ctx));
-    const wisp::alloc::split split = wisp::alloc::make_split(ctx.spec, ctx.budget, cap);
-    const auto rows = cap * static_cast<std::uint64_t>(layers);
+    const std::int32_t cap = budget_cap(ctx);
+    const wisp::split split = wisp::make_split(ctx.spec, ctx.budget, cap);
+    const auto rows = static_cast<std::uint64_t>(cap) * static_cast<std::uint64_t>(layers);
     const auto staging = static_cast<std::uint64_t>(2 * K_);
     if (rows < staging) {
       WISP_FAIL(wisp::infeasible_error, "tiered: ", rows, " expert rows (", cap,
@@ -89,8 +89,8 @@ class tiered_residency final : public residency {
     }
     if (used > pool_bytes) {
       WISP_FAIL(wisp::infeasible_error, "tiered: pools F/C/S/E ", sizes_[0], "/", sizes_[1], "/",
-                sizes_[2], "/", sizes_[3], " take ", wisp::alloc::format_bytes(used),
-                " per layer, more than the ", wisp::alloc::format_bytes(pool_bytes), " left");
+                sizes_[2], "/", sizes_[3], " take ", wisp::format_bytes(used),
+                " per layer, more than the ", wisp::format_bytes(pool_bytes), " left");
     }
     const auto f_rows = static_cast<std::size_t>(sizes_[0]);
     for (std::int32_t l = 0; l < layers; ++l) {
@@ -114,7 +114,7 @@ class tiered_residency final : public residency {
     m.rows = static_cast<std::int32_t>(cap);
     m.note = "pools F/C/S/E " + std::to_string(sizes_[0]) + "/" + std::to_string(sizes_[1]) + "/" +
              std::to_string(sizes_[2]) + "/" + std::to_string(sizes_[3]) + " of " +
-             wisp::alloc::format_bytes(pool_bytes) + " per layer, " + std::to_string(staging) +
+             wisp::format_bytes(pool_bytes) + " per layer, " + std::to_string(staging) +
              " staging rows, " + std::to_string(split.kv_blocks) + " KV blocks";
     return m;
   }

@@ -359,7 +359,7 @@ inline void write_table(std::FILE* out, const comparison& c) {
                    a.label().c_str(), r.note.c_str(), static_cast<unsigned long long>(h[0]),
                    static_cast<unsigned long long>(h[1]), static_cast<unsigned long long>(h[2]),
                    static_cast<unsigned long long>(h[3]), static_cast<unsigned long long>(h[4]),
-                   wisp::alloc::format_bytes(r.bytes_moved).c_str(), r.decode_seconds * 1e3);
+                   wisp::format_bytes(r.bytes_moved).c_str(), r.decode_seconds * 1e3);
     }
     if (r.feasible && a.spec.kind == arm_kind::pager_prefetch) {
       std::fprintf(out, "%s: %llu expert copies on demand, %llu prefetched (%llu used)\n",
