@@ -5,7 +5,7 @@
 #pragma once
 
 #define WISP_VERSION_MAJOR 0
-#define WISP_VERSION_MINOR 1
+#define WISP_VERSION_MINOR 2
 #define WISP_VERSION_PATCH 0
 
 /// One integer for preprocessor comparisons: MAJOR * 10000 + MINOR * 100 + PATCH.
@@ -14,7 +14,7 @@
 #define WISP_DETAIL_STRINGIFY_IMPL(x) #x
 #define WISP_DETAIL_STRINGIFY(x) WISP_DETAIL_STRINGIFY_IMPL(x)
 
-/// The version as a string literal, e.g. "0.1.0".
+/// The version as a string literal, e.g. "0.2.0".
 #define WISP_VERSION_STRING                 \
   WISP_DETAIL_STRINGIFY(WISP_VERSION_MAJOR) \
   "." WISP_DETAIL_STRINGIFY(WISP_VERSION_MINOR) "." WISP_DETAIL_STRINGIFY(WISP_VERSION_PATCH)

@@ -6,7 +6,7 @@
 /// Every public name of wisp lives directly in `wisp::` (internals in `wisp::detail`, device code
 /// in `wisp::cuda`). Code written against the old sub-namespaces (`wisp::reuse::reuse_histogram`,
 /// `wisp::trace::read_trace`, ...) still compiles, with a deprecation warning naming the
-/// namespace; the aliases are removed in 0.3.
+/// namespace; they were the spellings of 0.1 and are removed in 0.3.
 #pragma once
 
 namespace wisp {
