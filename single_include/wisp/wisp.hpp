@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// wisp 0.1.0: header-only C++20 Mixture-of-Experts memory-management primitives.
+// wisp 0.2.0: header-only C++20 Mixture-of-Experts memory-management primitives.
 // Single-header amalgamation of the core (include/wisp/, no CUDA component). Copyright the
 // wisp authors, licensed under the Apache License, Version 2.0 (the "License"); you may
 // not use this file except in compliance with the License. You may obtain a copy at
@@ -30,7 +30,7 @@
 /// the vcpkg port read the three numbers below.
 
 #define WISP_VERSION_MAJOR 0
-#define WISP_VERSION_MINOR 1
+#define WISP_VERSION_MINOR 2
 #define WISP_VERSION_PATCH 0
 
 /// One integer for preprocessor comparisons: MAJOR * 10000 + MINOR * 100 + PATCH.
@@ -39,7 +39,7 @@
 #define WISP_DETAIL_STRINGIFY_IMPL(x) #x
 #define WISP_DETAIL_STRINGIFY(x) WISP_DETAIL_STRINGIFY_IMPL(x)
 
-/// The version as a string literal, e.g. "0.1.0".
+/// The version as a string literal, e.g. "0.2.0".
 #define WISP_VERSION_STRING                 \
   WISP_DETAIL_STRINGIFY(WISP_VERSION_MAJOR) \
   "." WISP_DETAIL_STRINGIFY(WISP_VERSION_MINOR) "." WISP_DETAIL_STRINGIFY(WISP_VERSION_PATCH)
@@ -60,7 +60,7 @@
 /// Every public name of wisp lives directly in `wisp::` (internals in `wisp::detail`, device code
 /// in `wisp::cuda`). Code written against the old sub-namespaces (`wisp::reuse::reuse_histogram`,
 /// `wisp::trace::read_trace`, ...) still compiles, with a deprecation warning naming the
-/// namespace; the aliases are removed in 0.3.
+/// namespace; they were the spellings of 0.1 and are removed in 0.3.
 
 namespace wisp {
 // Qualified lookup in these namespaces finds every name of `wisp::` through the directive.
