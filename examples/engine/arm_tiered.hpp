@@ -111,7 +111,7 @@ class tiered_residency final : public residency {
     pending_.assign(static_cast<std::size_t>(layers), false);
     memory_plan m;
     m.kv_blocks = split.kv_blocks;
-    m.rows = static_cast<std::int32_t>(cap);
+    m.rows = cap;
     m.note = "pools F/C/S/E " + std::to_string(sizes_[0]) + "/" + std::to_string(sizes_[1]) + "/" +
              std::to_string(sizes_[2]) + "/" + std::to_string(sizes_[3]) + " of " +
              wisp::format_bytes(pool_bytes) + " per layer, " + std::to_string(staging) +
