@@ -40,6 +40,7 @@
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/predict/detail/binary_io.hpp>
+#include <wisp/predict/detail/weighted_rows.hpp>
 #include <wisp/predict/routing_predictor.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
@@ -154,27 +155,38 @@ class coactivation_predictor {
       return;
     }
     // out = sum over rows of (weight / marginal / total) x pair row, a batch of rows at a time.
+    // Each row is prefetched as soon as it is known, and the divisions of a batch are done
+    // together, where they vectorise.
     const float norm = 1.0f / total;
-    std::array<scaled_row, rows_per_batch> batch;
-    std::size_t count = 0;
+    detail::weighted_rows batch;
+    std::array<float, detail::weighted_rows::capacity> marginal{};
     bool overwrite = true;
+    const auto flush = [&] {
+      for (std::size_t r = 0; r < batch.count; ++r) {
+        batch.scales[r] /= marginal[r];
+      }
+      detail::add_weighted_rows(out, batch, experts, overwrite);
+      overwrite = false;
+      batch.count = 0;
+    };
     weight = first_weight;
     for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
       const std::int32_t source = target - delta;
       for (const std::int32_t i : pass.experts(source)) {
         const float n = marginals_[marginal_index(source, i)];
         if (n > 0.0f) {
-          batch[count++] = {pairs_.data() + pair_row(source, delta, i), weight * norm / n};
-          if (count == batch.size()) {
-            add_rows(out, std::span<const scaled_row>(batch.data(), count), experts, overwrite);
-            overwrite = false;
-            count = 0;
+          batch.rows[batch.count] = pairs_.data() + pair_row(source, delta, i);
+          detail::prefetch_row(batch.rows[batch.count], experts);
+          batch.scales[batch.count] = weight * norm;
+          marginal[batch.count++] = n;
+          if (batch.count == batch.capacity) {
+            flush();
           }
         }
       }
     }
-    if (count > 0) {
-      add_rows(out, std::span<const scaled_row>(batch.data(), count), experts, overwrite);
+    if (batch.count > 0) {
+      flush();
     }
   }
 
@@ -367,56 +379,6 @@ class coactivation_predictor {
       m *= factor;
     }
     passes_ *= static_cast<double>(factor);
-  }
-
-  struct scaled_row {
-    const float* row;
-    float scale;
-  };
-  static constexpr std::size_t rows_per_batch = 32;
-
-  // out[j] (+)= sum_r rows[r].scale x rows[r].row[j], for j < n (`overwrite`: out starts at 0).
-  // Sixteen outputs at a time stay in registers across all the rows: each row is loaded once and
-  // `out` once per batch.
-  static void add_rows(float* out, std::span<const scaled_row> rows, std::size_t n,
-                       bool overwrite) noexcept {
-    constexpr std::size_t block = 16;
-    std::size_t j = 0;
-    for (; j + block <= n; j += block) {
-      // Two accumulators, rows taken in pairs: twice the independent additions in flight.
-      std::array<float, block> acc{};
-      std::array<float, block> odd{};
-      if (!overwrite) {
-        std::copy(out + j, out + j + block, acc.begin());
-      }
-      std::size_t r = 0;
-      for (; r + 2 <= rows.size(); r += 2) {
-        const float* a = rows[r].row + j;
-        const float* b = rows[r + 1].row + j;
-        const float sa = rows[r].scale;
-        const float sb = rows[r + 1].scale;
-        for (std::size_t x = 0; x < block; ++x) {
-          acc[x] += sa * a[x];
-          odd[x] += sb * b[x];
-        }
-      }
-      if (r < rows.size()) {
-        const float* a = rows[r].row + j;
-        for (std::size_t x = 0; x < block; ++x) {
-          acc[x] += rows[r].scale * a[x];
-        }
-      }
-      for (std::size_t x = 0; x < block; ++x) {
-        out[j + x] = acc[x] + odd[x];
-      }
-    }
-    for (; j < n; ++j) {
-      float acc = overwrite ? 0.0f : out[j];
-      for (const scaled_row& r : rows) {
-        acc += r.scale * r.row[j];
-      }
-      out[j] = acc;
-    }
   }
 
   static float power(float base, std::int32_t exponent) noexcept {
