@@ -5930,21 +5930,6 @@ struct weighted_rows {
   std::size_t count = 0;
 };
 
-/// Asks the CPU to start loading the `n` floats at `row` (a hint; no effect where the compiler has
-/// no prefetch builtin). The rows of a score are scattered over the table: loading them all at
-/// once hides most of the cache misses.
-inline void prefetch_row(const float* row, std::size_t n) noexcept {
-#if defined(__GNUC__) || defined(__clang__)
-  constexpr std::size_t line = 64 / sizeof(float);
-  for (std::size_t x = 0; x < n; x += line) {
-    __builtin_prefetch(row + x);
-  }
-#else
-  static_cast<void>(row);
-  static_cast<void>(n);
-#endif
-}
-
 /// out[j] (+)= sum_r t.scales[r] x t.rows[r][j], for j < n (`overwrite`: out starts at 0).
 /// Sixteen outputs at a time stay in registers across all the rows: each row is loaded once and
 /// `out` once per call. Two accumulators take the rows in pairs, for twice the independent
@@ -6325,8 +6310,7 @@ class coactivation_predictor {
       return;
     }
     // out = sum over rows of (weight / marginal / total) x pair row, a batch of rows at a time.
-    // Each row is prefetched as soon as it is known, and the divisions of a batch are done
-    // together, where they vectorise.
+    // The divisions of a batch are done together, where they vectorise.
     const float norm = 1.0f / total;
     detail::weighted_rows batch;
     std::array<float, detail::weighted_rows::capacity> marginal{};
@@ -6346,7 +6330,6 @@ class coactivation_predictor {
         const float n = marginals_[marginal_index(source, i)];
         if (n > 0.0f) {
           batch.rows[batch.count] = pairs_.data() + pair_row(source, delta, i);
-          detail::prefetch_row(batch.rows[batch.count], experts);
           batch.scales[batch.count] = weight * norm;
           marginal[batch.count++] = n;
           if (batch.count == batch.capacity) {

@@ -155,8 +155,7 @@ class coactivation_predictor {
       return;
     }
     // out = sum over rows of (weight / marginal / total) x pair row, a batch of rows at a time.
-    // Each row is prefetched as soon as it is known, and the divisions of a batch are done
-    // together, where they vectorise.
+    // The divisions of a batch are done together, where they vectorise.
     const float norm = 1.0f / total;
     detail::weighted_rows batch;
     std::array<float, detail::weighted_rows::capacity> marginal{};
@@ -176,7 +175,6 @@ class coactivation_predictor {
         const float n = marginals_[marginal_index(source, i)];
         if (n > 0.0f) {
           batch.rows[batch.count] = pairs_.data() + pair_row(source, delta, i);
-          detail::prefetch_row(batch.rows[batch.count], experts);
           batch.scales[batch.count] = weight * norm;
           marginal[batch.count++] = n;
           if (batch.count == batch.capacity) {

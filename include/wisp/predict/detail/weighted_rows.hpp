@@ -35,21 +35,6 @@ struct weighted_rows {
   std::size_t count = 0;
 };
 
-/// Asks the CPU to start loading the `n` floats at `row` (a hint; no effect where the compiler has
-/// no prefetch builtin). The rows of a score are scattered over the table: loading them all at
-/// once hides most of the cache misses.
-inline void prefetch_row(const float* row, std::size_t n) noexcept {
-#if defined(__GNUC__) || defined(__clang__)
-  constexpr std::size_t line = 64 / sizeof(float);
-  for (std::size_t x = 0; x < n; x += line) {
-    __builtin_prefetch(row + x);
-  }
-#else
-  static_cast<void>(row);
-  static_cast<void>(n);
-#endif
-}
-
 /// out[j] (+)= sum_r t.scales[r] x t.rows[r][j], for j < n (`overwrite`: out starts at 0).
 /// Sixteen outputs at a time stay in registers across all the rows: each row is loaded once and
 /// `out` once per call. Two accumulators take the rows in pairs, for twice the independent
