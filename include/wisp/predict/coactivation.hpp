@@ -138,45 +138,68 @@ class coactivation_predictor {
     const std::int32_t farthest =
         std::min(target - std::max(0, observed - config_.window), config_.span());
     const float first_weight = power(config_.decay, nearest - 1);
-    // The weights of the rows that take part (experts seen at their layer), for the mean.
+    const float* marginals = marginals_.data();
+    const float* pairs = pairs_.data();
+    // out = sum over rows of (weight / marginal / total) x pair row. The rows that take part
+    // (experts seen at their layer) are gathered with their weights and marginals while `total`
+    // is summed, then scaled together (the divisions vectorise). Up to `capacity` rows (the usual
+    // case: 4 layers x top-6 = 24) this is the only pass; more rows are summed a batch at a time
+    // in a second pass.
+    detail::weighted_rows batch;
+    std::array<float, detail::weighted_rows::capacity> marginal;
     float total = 0.0f;
+    bool one_batch = true;
+    const auto gather = [&](std::int32_t source, std::int32_t delta, std::int32_t i, float weight,
+                            float n) {
+      batch.rows[batch.count] = pairs + pair_row(source, delta, i);
+      batch.scales[batch.count] = weight;
+      marginal[batch.count++] = n;
+    };
     float weight = first_weight;
     for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
-      for (const std::int32_t i : pass.experts(target - delta)) {
-        total += marginals_[marginal_index(target - delta, i)] > 0.0f ? weight : 0.0f;
+      const std::int32_t source = target - delta;
+      for (const std::int32_t i : pass.experts(source)) {
+        const float n = marginals[marginal_index(source, i)];
+        if (n > 0.0f) {
+          total += weight;
+          if (batch.count < batch.capacity) {
+            gather(source, delta, i, weight, n);
+          } else {
+            one_batch = false;
+          }
+        }
       }
     }
     if (!(total > 0.0f)) {  // no source applies: the target layer's marginal frequency
       const float inverse = passes_ > 0.0 ? static_cast<float>(1.0 / passes_) : 0.0f;
-      const float* row = marginals_.data() + marginal_index(target, 0);
+      const float* row = marginals + marginal_index(target, 0);
       for (std::size_t j = 0; j < experts; ++j) {
         out[j] = row[j] * inverse;
       }
       return;
     }
-    // out = sum over rows of (weight / marginal / total) x pair row, a batch of rows at a time.
-    // The divisions of a batch are done together, where they vectorise.
     const float norm = 1.0f / total;
-    detail::weighted_rows batch;
-    std::array<float, detail::weighted_rows::capacity> marginal{};
     bool overwrite = true;
     const auto flush = [&] {
       for (std::size_t r = 0; r < batch.count; ++r) {
-        batch.scales[r] /= marginal[r];
+        batch.scales[r] = batch.scales[r] * norm / marginal[r];
       }
       detail::add_weighted_rows(out, batch, experts, overwrite);
       overwrite = false;
       batch.count = 0;
     };
+    if (one_batch) {
+      flush();
+      return;
+    }
+    batch.count = 0;
     weight = first_weight;
     for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
       const std::int32_t source = target - delta;
       for (const std::int32_t i : pass.experts(source)) {
-        const float n = marginals_[marginal_index(source, i)];
+        const float n = marginals[marginal_index(source, i)];
         if (n > 0.0f) {
-          batch.rows[batch.count] = pairs_.data() + pair_row(source, delta, i);
-          batch.scales[batch.count] = weight * norm;
-          marginal[batch.count++] = n;
+          gather(source, delta, i, weight, n);
           if (batch.count == batch.capacity) {
             flush();
           }
