@@ -28,24 +28,15 @@ class reuse_reference {
 
   void access_call(const std::vector<cache_key>& keys, const access_context& ctx,
                    std::vector<access_result>& out) {
-    out.clear();
     position_of_[ctx.step] = ctx.position;
-    const std::set<cache_key> protect(keys.begin(), keys.end());
-    for (const cache_key key : keys) {
-      access_result r;
-      if (resident_.count(key) == 0) {
-        if (static_cast<std::int32_t>(resident_.size()) == capacity_) {
-          r.evicted = victim(ctx, protect);
-          resident_.erase(r.evicted);
-        }
-        resident_.insert(key);
-      } else {
-        r.hit = true;
-      }
-      steps_[key].insert(ctx.step);
-      last_[key] = ++tick_;
-      out.push_back(r);
-    }
+    test::replay_reference_call(
+        resident_, capacity_, keys,
+        [&](const std::set<cache_key>& protect) { return victim(ctx, protect); },
+        [&](cache_key key) {
+          steps_[key].insert(ctx.step);
+          last_[key] = ++tick_;
+        },
+        out);
   }
 
  private:
