@@ -27,8 +27,8 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
                         smallest budget where it fits when it does not fit the budget (the upper
                         bound)
   --policies P,Q,...    eviction policies of the pager arm, one arm each (default: lru,fifo,lfu,
-                        lfu_history,lfru,fld,least_stale,decayed_frequency,predicted_next_use;
-                        least-stale is accepted too)
+                        lfu_history,lfru,fld,least_stale,decayed_frequency,predicted_next_use,
+                        reuse_probability; least-stale is accepted too)
   --policy NAME         policy of pager+plan, pager+dynamic, pager+prefetch and pager+zip
                         (default lru)
   --prefetch RULE       pager+prefetch: top-k (default: k x tokens x overfetch of the predictor's

@@ -37,7 +37,8 @@ using any_pager =
     std::variant<core::pager<core::lru>, core::pager<core::fifo>, core::pager<core::lfu>,
                  core::pager<core::lfu_history>, core::pager<core::lfru>, core::pager<core::fld>,
                  core::pager<core::least_stale>, core::pager<core::decayed_frequency>,
-                 core::pager<core::predicted_next_use>, core::pager<core::belady>>;
+                 core::pager<core::predicted_next_use>, core::pager<core::reuse_probability>,
+                 core::pager<core::belady>>;
 static_assert(std::variant_size_v<any_pager> == std::size(core::builtin_policy_names),
               "a Pager for every built-in policy, and no other");
 
@@ -389,8 +390,10 @@ void bind_pager(nb::module_& m) {
       "policy is one of wisp.POLICIES ('least-stale' is accepted too) with the library's default "
       "parameters (decayed_frequency and predicted_next_use: a half-life of 256 forward passes; "
       "predicted_next_use estimates next uses from decayed routing rates, no routing predictor "
-      "attached); scope is 'layer' (one cache per layer, capacity = slots per layer) or 'global' "
-      "(one pool over (layer, expert) keys). belady needs `future`: each cache's key sequence. "
+      "attached; reuse_probability gets no token positions from the pager and ranks by each "
+      "expert's own reuse distances); scope is 'layer' (one cache per layer, capacity = slots per "
+      "layer) or 'global' (one pool over (layer, expert) keys). belady needs `future`: each "
+      "cache's key sequence. "
       "Not thread-safe: one thread at a time (calls hold the GIL).")
       .def(nb::init<std::int32_t, std::int32_t, std::int32_t, std::int32_t, std::string_view,
                     std::string_view, std::optional<std::vector<std::int32_t>>, std::int32_t,

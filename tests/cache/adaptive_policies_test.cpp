@@ -42,25 +42,15 @@ class history_reference {
 
   cache_key access_call(const std::vector<cache_key>& keys, const access_context& ctx,
                         std::vector<access_result>& out) {
-    out.clear();
-    std::set<cache_key> protect(keys.begin(), keys.end());
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      const cache_key key = keys[i];
-      access_result r;
-      if (resident_.count(key) == 0) {
-        if (static_cast<std::int32_t>(resident_.size()) == capacity_) {
-          r.evicted = victim(ctx, protect);
-          resident_.erase(r.evicted);
-        }
-        resident_.insert(key);
-      } else {
-        r.hit = true;
-      }
-      history_[key].push_back(ctx.step);
-      last_[key] = ++tick_;
-      steps_.insert(ctx.step);
-      out.push_back(r);
-    }
+    test::replay_reference_call(
+        resident_, capacity_, keys,
+        [&](const std::set<cache_key>& protect) { return victim(ctx, protect); },
+        [&](cache_key key) {
+          history_[key].push_back(ctx.step);
+          last_[key] = ++tick_;
+          steps_.insert(ctx.step);
+        },
+        out);
     return no_key;
   }
 

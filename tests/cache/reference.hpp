@@ -17,6 +17,32 @@
 
 namespace wisp::test {
 
+/// One protected call through a brute-force cache holding `resident` (at most `capacity` keys):
+/// a requested key that is resident hits; otherwise, when the cache is full, it evicts
+/// `victim(protect)` (`protect`: the call's keys) first. `note(key)` runs after each access, so
+/// that a reference records its history; `out` gets one result per key.
+template <class Victim, class Note>
+void replay_reference_call(std::set<cache_key>& resident, std::int32_t capacity,
+                           const std::vector<cache_key>& keys, Victim&& victim, Note&& note,
+                           std::vector<access_result>& out) {
+  out.clear();
+  const std::set<cache_key> protect(keys.begin(), keys.end());
+  for (const cache_key key : keys) {
+    access_result r;
+    if (resident.count(key) == 0) {
+      if (static_cast<std::int32_t>(resident.size()) == capacity) {
+        r.evicted = victim(protect);
+        resident.erase(r.evicted);
+      }
+      resident.insert(key);
+    } else {
+      r.hit = true;
+    }
+    note(key);
+    out.push_back(r);
+  }
+}
+
 /// One access of a stream, with the call it belongs to.
 struct stream_access {
   std::uint32_t step = 0;

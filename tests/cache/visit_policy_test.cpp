@@ -42,6 +42,7 @@ TEST(VisitPolicy, EveryListedNameVisitsTheTypeOfThatName) {
                                                least_stale::name,
                                                decayed_frequency::name,
                                                predicted_next_use::name,
+                                               reuse_probability::name,
                                                belady::name};
   EXPECT_EQ(seen, expected);
 }
@@ -61,7 +62,7 @@ TEST(VisitPolicy, UnknownNamesAreRefusedBeforeVisiting) {
         [&] { visit_policy(bad, [&]<class P>(std::type_identity<P>) { called = true; }); },
         "unknown policy '" + std::string(bad) +
             "' (known: lru, fifo, lfu, lfu_history, lfru, fld, "
-            "least_stale, decayed_frequency, predicted_next_use, "
+            "least_stale, decayed_frequency, predicted_next_use, reuse_probability, "
             "belady)");
     EXPECT_FALSE(called) << bad;
   }

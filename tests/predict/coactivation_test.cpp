@@ -5,11 +5,14 @@
 #include "support/expect_error.hpp"
 
 #include <wisp/predict/coactivation.hpp>
+#include <wisp/predict/detail/weighted_rows.hpp>
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -72,11 +75,23 @@ TEST(Coactivation, MatchesTheBruteForceOracle) {
       {{.forgetting = 0.5}, 45},  // 2^45 passes of weight: the 2^32 rescale runs, exactly
       {{.forgetting = 0.9}, 30},
   };
-  for (const oracle_case& c : cases) {
-    const routing_trace t = structured_trace(small, c.steps, 7);
-    coactivation_predictor table(small, c.config);
-    coactivation_oracle oracle(small, c.config);
-    routing_pass pass(small);
+  // 10 experts take the scalar tail of the row sum only; 37 take two 16-wide blocks and a tail,
+  // and a window of 9 x 4 experts (36 rows) takes two batches of rows.
+  constexpr moe_shape wide{.layers = 12, .experts = 37, .top_k = 4};
+  const std::pair<moe_shape, oracle_case> shaped[] = {
+      {small, cases[0]},
+      {small, cases[1]},
+      {small, cases[2]},
+      {small, cases[3]},
+      {small, cases[4]},
+      {small, cases[5]},
+      {wide, {{.window = 9, .decay = 0.75f, .max_distance = 2}, 8}},
+  };
+  for (const auto& [shape, c] : shaped) {
+    const routing_trace t = structured_trace(shape, c.steps, 7);
+    coactivation_predictor table(shape, c.config);
+    coactivation_oracle oracle(shape, c.config);
+    routing_pass pass(shape);
     for (std::size_t s = 0; s < c.steps; ++s) {
       if (s % 7 == 0 || s + 1 == c.steps) {
         expect_matches_oracle(table, oracle, t, s, c.config.forgetting < 1 ? 1e-5 : 0.0);
@@ -198,6 +213,55 @@ TEST(Coactivation, BadArgumentsThrowAndChangeNothing) {
   expect_error([&] { table.merge(different); }, "different configs", "window 2 vs 4");
   expect_error([&] { (void)table.marginal(6, 0); }, "layer 6");
   EXPECT_EQ(table.passes(), 0.0);
+}
+
+// The weighted row sum behind score, for the row counts and widths that take each of its paths:
+// within float rounding of a double-precision sum, and the AVX version, where this build has
+// one, bit-identical to the portable one.
+TEST(Coactivation, WeightedRowSumMatchesADoubleSumAndItsAvxVersionBitForBit) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> value(0.0f, 100.0f);
+  for (const std::size_t n : {1u, 15u, 16u, 17u, 64u, 100u}) {
+    std::vector<std::vector<float>> table(detail::weighted_rows::capacity, std::vector<float>(n));
+    for (auto& row : table) {
+      for (float& x : row) {
+        x = value(rng);
+      }
+    }
+    for (const std::size_t count : {1u, 2u, 7u, 32u}) {
+      detail::weighted_rows terms;
+      for (std::size_t r = 0; r < count; ++r) {
+        terms.rows[r] = table[r].data();
+        terms.scales[r] = value(rng) / 1000.0f;
+      }
+      terms.count = count;
+      for (const bool overwrite : {true, false}) {
+        std::vector<float> start(n);
+        for (float& x : start) {
+          x = value(rng);
+        }
+        std::vector<float> portable = start;
+        detail::add_weighted_rows_portable(portable.data(), terms, n, overwrite);
+        for (std::size_t j = 0; j < n; ++j) {
+          double expected = overwrite ? 0.0 : start[j];
+          for (std::size_t r = 0; r < count; ++r) {
+            expected += static_cast<double>(terms.scales[r]) * table[r][j];
+          }
+          ASSERT_NEAR(portable[j], expected, 1e-5 * expected) << n << " " << count << " " << j;
+        }
+        std::vector<float> dispatched = start;
+        detail::add_weighted_rows(dispatched.data(), terms, n, overwrite);
+        ASSERT_EQ(dispatched, portable) << n << " " << count;
+#if WISP_DETAIL_AVX_DISPATCH
+        if (detail::cpu_has_avx()) {
+          std::vector<float> avx = start;
+          detail::add_weighted_rows_avx(avx.data(), terms, n, overwrite);
+          ASSERT_EQ(avx, portable) << n << " " << count;  // exact float equality, lane by lane
+        }
+#endif
+      }
+    }
+  }
 }
 
 TEST(RoutingPass, ObservesLayersInOrderOnly) {

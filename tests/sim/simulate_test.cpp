@@ -87,7 +87,8 @@ TEST(Simulate, BeladyNeverLosesToAnyPolicy) {
       const std::int32_t max_capacity = scope == cache_scope::global ? layers * experts : experts;
       for (std::int32_t capacity = k; capacity <= max_capacity; capacity += 3) {
         for (const bool protect : {true, false}) {
-          const sim_config cfg{scope, capacity, {}, protect};
+          // Sequences of 5 to 9 passes: position-aware policies see positions.
+          const sim_config cfg{scope, capacity, {}, protect, {0, 5, 14, 20, 27, 33}};
           const auto best = simulate<belady>({layers, experts}, stream, cfg);
           for (const std::string_view name : builtin_policies) {
             const auto r = simulate_named(name, {layers, experts}, stream, cfg);

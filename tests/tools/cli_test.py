@@ -174,7 +174,8 @@ class CliTest(unittest.TestCase):
             by = {(r["policy"], r["capacity"]): r for r in out["results"]}
             self.assertEqual({p for p, _ in by},
                              {"lru", "fifo", "lfu", "lfu_history", "lfru", "fld", "least_stale",
-                              "decayed_frequency", "predicted_next_use", "belady"})
+                              "decayed_frequency", "predicted_next_use", "reuse_probability",
+                              "belady"})
             for c in caps:
                 if scope == "global":
                     expected = protected_lru_misses(calls, c)

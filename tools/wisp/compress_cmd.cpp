@@ -92,7 +92,7 @@ coder_set decoders() {
 }
 
 // The encoder called `name` (with `level` where it has one).
-any_coder encoder(const std::string& name, std::optional<int> level) {
+any_coder encoder(const std::string& name, [[maybe_unused]] std::optional<int> level) {
   std::vector<std::pair<std::string, any_coder>> choices{{"raw", raw_coder{}},
                                                          {"huffman", huffman_coder{}}};
 #if defined(WISP_TOOL_HAVE_ZSTD)

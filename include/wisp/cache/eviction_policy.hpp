@@ -117,6 +117,9 @@ struct access_context {
   std::uint32_t step = 0;  ///< forward-pass index; non-decreasing; a change ends the pass
   std::int32_t layer = 0;  ///< the MoE layer now executing, in [0, layers)
   std::uint64_t time = 0;  ///< index of this access in the whole stream (increasing; Belady)
+  /// Token index of the pass within its sequence (request), where the caller knows it; 0
+  /// otherwise. Only position-aware policies (`reuse_probability`) read it.
+  std::uint32_t position = 0;
 };
 
 /// @brief Non-owning, trivially copyable view of a `protect_set`: "is this key requested by the

@@ -21,6 +21,7 @@
 #include <wisp/cache/lfu.hpp>
 #include <wisp/cache/lru.hpp>
 #include <wisp/cache/predicted_next_use.hpp>
+#include <wisp/cache/reuse_probability.hpp>
 #include <wisp/core/error.hpp>
 
 #include <functional>
@@ -40,6 +41,7 @@ inline constexpr std::string_view builtin_policy_names[] = {lru::name,
                                                             least_stale::name,
                                                             decayed_frequency::name,
                                                             predicted_next_use::name,
+                                                            reuse_probability::name,
                                                             belady::name};
 
 /// @brief The canonical name of the built-in policy spelt `name`, reading `-` as `_`
@@ -93,6 +95,9 @@ decltype(auto) visit_policy(std::string_view name, F&& f) {
   }
   if (canonical == predicted_next_use::name) {
     return std::invoke(f, std::type_identity<predicted_next_use>{});
+  }
+  if (canonical == reuse_probability::name) {
+    return std::invoke(f, std::type_identity<reuse_probability>{});
   }
   if (canonical == belady::name) {
     return std::invoke(f, std::type_identity<belady>{});

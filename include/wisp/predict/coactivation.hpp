@@ -40,6 +40,7 @@
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/predict/detail/binary_io.hpp>
+#include <wisp/predict/detail/weighted_rows.hpp>
 #include <wisp/predict/routing_predictor.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
@@ -136,44 +137,76 @@ class coactivation_predictor {
     const std::int32_t farthest =
         std::min(target - std::max(0, observed - config_.window), config_.span());
     const float first_weight = power(config_.decay, nearest - 1);
-    // The weights of the rows that take part (experts seen at their layer), for the mean.
+    const float* marginals = marginals_.data();
+    const float* pairs = pairs_.data();
+    // out = sum over rows of (weight / marginal / total) x pair row. The rows that take part
+    // (experts seen at their layer) are gathered with their weights and marginals while `total`
+    // is summed, then scaled together (the divisions vectorise). Up to `capacity` rows (the usual
+    // case: 4 layers x top-6 = 24) this is the only pass; more rows are summed a batch at a time
+    // in a second pass.
+    detail::weighted_rows batch;
+    std::array<float, detail::weighted_rows::capacity> marginal;
     float total = 0.0f;
+    bool one_batch = true;
+    const auto gather = [&](std::int32_t source, std::int32_t delta, std::int32_t i, float weight,
+                            float n) {
+      batch.rows[batch.count] = pairs + pair_row(source, delta, i);
+      batch.scales[batch.count] = weight;
+      marginal[batch.count++] = n;
+    };
     float weight = first_weight;
     for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
-      for (const std::int32_t i : pass.experts(target - delta)) {
-        total += marginals_[marginal_index(target - delta, i)] > 0.0f ? weight : 0.0f;
+      const std::int32_t source = target - delta;
+      for (const std::int32_t i : pass.experts(source)) {
+        const float n = marginals[marginal_index(source, i)];
+        if (n > 0.0f) {
+          total += weight;
+          if (batch.count < batch.capacity) {
+            gather(source, delta, i, weight, n);
+          } else {
+            one_batch = false;
+          }
+        }
       }
     }
     if (!(total > 0.0f)) {  // no source applies: the target layer's marginal frequency
       const float inverse = passes_ > 0.0 ? static_cast<float>(1.0 / passes_) : 0.0f;
-      const float* row = marginals_.data() + marginal_index(target, 0);
+      const float* row = marginals + marginal_index(target, 0);
       for (std::size_t j = 0; j < experts; ++j) {
         out[j] = row[j] * inverse;
       }
       return;
     }
-    // out = sum over rows of (weight / marginal / total) x pair row, a batch of rows at a time.
     const float norm = 1.0f / total;
-    std::array<scaled_row, rows_per_batch> batch;
-    std::size_t count = 0;
     bool overwrite = true;
+    const auto flush = [&] {
+      for (std::size_t r = 0; r < batch.count; ++r) {
+        batch.scales[r] = batch.scales[r] * norm / marginal[r];
+      }
+      detail::add_weighted_rows(out, batch, experts, overwrite);
+      overwrite = false;
+      batch.count = 0;
+    };
+    if (one_batch) {
+      flush();
+      return;
+    }
+    batch.count = 0;
     weight = first_weight;
     for (std::int32_t delta = nearest; delta <= farthest; ++delta, weight *= config_.decay) {
       const std::int32_t source = target - delta;
       for (const std::int32_t i : pass.experts(source)) {
-        const float n = marginals_[marginal_index(source, i)];
+        const float n = marginals[marginal_index(source, i)];
         if (n > 0.0f) {
-          batch[count++] = {pairs_.data() + pair_row(source, delta, i), weight * norm / n};
-          if (count == batch.size()) {
-            add_rows(out, std::span<const scaled_row>(batch.data(), count), experts, overwrite);
-            overwrite = false;
-            count = 0;
+          gather(source, delta, i, weight, n);
+          if (batch.count == batch.capacity) {
+            flush();
           }
         }
       }
     }
-    if (count > 0) {
-      add_rows(out, std::span<const scaled_row>(batch.data(), count), experts, overwrite);
+    if (batch.count > 0) {
+      flush();
     }
   }
 
@@ -366,56 +399,6 @@ class coactivation_predictor {
       m *= factor;
     }
     passes_ *= static_cast<double>(factor);
-  }
-
-  struct scaled_row {
-    const float* row;
-    float scale;
-  };
-  static constexpr std::size_t rows_per_batch = 32;
-
-  // out[j] (+)= sum_r rows[r].scale x rows[r].row[j], for j < n (`overwrite`: out starts at 0).
-  // Sixteen outputs at a time stay in registers across all the rows: each row is loaded once and
-  // `out` once per batch.
-  static void add_rows(float* out, std::span<const scaled_row> rows, std::size_t n,
-                       bool overwrite) noexcept {
-    constexpr std::size_t block = 16;
-    std::size_t j = 0;
-    for (; j + block <= n; j += block) {
-      // Two accumulators, rows taken in pairs: twice the independent additions in flight.
-      std::array<float, block> acc{};
-      std::array<float, block> odd{};
-      if (!overwrite) {
-        std::copy(out + j, out + j + block, acc.begin());
-      }
-      std::size_t r = 0;
-      for (; r + 2 <= rows.size(); r += 2) {
-        const float* a = rows[r].row + j;
-        const float* b = rows[r + 1].row + j;
-        const float sa = rows[r].scale;
-        const float sb = rows[r + 1].scale;
-        for (std::size_t x = 0; x < block; ++x) {
-          acc[x] += sa * a[x];
-          odd[x] += sb * b[x];
-        }
-      }
-      if (r < rows.size()) {
-        const float* a = rows[r].row + j;
-        for (std::size_t x = 0; x < block; ++x) {
-          acc[x] += rows[r].scale * a[x];
-        }
-      }
-      for (std::size_t x = 0; x < block; ++x) {
-        out[j + x] = acc[x] + odd[x];
-      }
-    }
-    for (; j < n; ++j) {
-      float acc = overwrite ? 0.0f : out[j];
-      for (const scaled_row& r : rows) {
-        acc += r.scale * r.row[j];
-      }
-      out[j] = acc;
-    }
   }
 
   static float power(float base, std::int32_t exponent) noexcept {

@@ -70,6 +70,10 @@ struct sim_config {
   /// Group consecutive accesses of one (step, layer) into a protected call (default), or replay
   /// every access on its own.
   bool protect_calls = true;
+  /// Steps at which sequences begin, increasing: each access's `access_context::position` is its
+  /// step minus the last start at or before it (the step itself before the first start). Empty:
+  /// every position is 0. `simulate(trace, ...)` takes the trace's own when this is empty.
+  std::vector<std::size_t> sequence_starts{};
 };
 
 /// What happened.

@@ -31,17 +31,31 @@ struct trace_source {
   return moe_shape{trace.shape().layers, trace.shape().experts};
 }
 
-/// Replays `trace` through `Policy`. See `simulate(moe_shape, source, config)`.
+namespace detail {
+/// `config`, with the trace's sequence starts where it names none.
+inline sim_config with_sequences(const routing_trace& trace, const sim_config& config) {
+  sim_config out = config;
+  if (out.sequence_starts.empty()) {
+    out.sequence_starts.assign(trace.sequence_starts().begin(), trace.sequence_starts().end());
+  }
+  return out;
+}
+}  // namespace detail
+
+/// Replays `trace` through `Policy` (token positions from the trace's sequence starts). See
+/// `simulate(moe_shape, source, config)`.
 /// @throws wisp::logic_error as `simulate`.
 template <eviction_policy Policy>
 sim_result simulate(const routing_trace& trace, const sim_config& config) {
-  return simulate<Policy>(shape_of(trace), detail::trace_source{&trace}, config);
+  return simulate<Policy>(shape_of(trace), detail::trace_source{&trace},
+                          detail::with_sequences(trace, config));
 }
 
 /// Replays `trace` through the built-in policy named `policy`. See `simulate_named`.
 inline sim_result simulate_named(std::string_view policy, const routing_trace& trace,
                                  const sim_config& config) {
-  return simulate_named(policy, shape_of(trace), detail::trace_source{&trace}, config);
+  return simulate_named(policy, shape_of(trace), detail::trace_source{&trace},
+                        detail::with_sequences(trace, config));
 }
 
 }  // namespace wisp

@@ -241,7 +241,7 @@ WISP_DETAIL_ALWAYS_INLINE void slot_cache<Policy>::access_each(std::span<const c
   try {
     for (; i < keys.size(); ++i) {
       const cache_key key = keys[i];
-      const access_context each{ctx.step, ctx.layer, ctx.time + i};
+      const access_context each{ctx.step, ctx.layer, ctx.time + i, ctx.position};
       if (const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)]; slot >= 0) {
         policy_.on_hit(key, each);
         visit(key, access_result{slot, true, no_key, false});

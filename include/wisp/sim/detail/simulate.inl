@@ -27,6 +27,10 @@ class replayer {
     }
     started_ = true;
     step_ = a.step;
+    while (next_start_ < config_.sequence_starts.size() &&
+           config_.sequence_starts[next_start_] <= a.step) {
+      start_ = config_.sequence_starts[next_start_++];
+    }
     layer_ = a.layer;
     keys_.push_back(config_.scope == cache_scope::global ? a.layer * shape_.experts + a.expert
                                                          : a.expert);
@@ -39,7 +43,9 @@ class replayer {
     if (out_.size() < keys_.size()) {
       out_.resize(keys_.size());
     }
-    cache_.access_call(keys_, access_context{step_, layer_, time_}, out_);
+    const auto position =
+        config_.sequence_starts.empty() ? 0u : static_cast<std::uint32_t>(step_ - start_);
+    cache_.access_call(keys_, access_context{step_, layer_, time_, position}, out_);
     cache_stats& layer = result_.per_layer[static_cast<std::size_t>(layer_)];
     for (std::size_t i = 0; i < keys_.size(); ++i) {
       const access_result& r = out_[i];
@@ -64,6 +70,8 @@ class replayer {
   std::uint32_t step_ = 0;
   std::int32_t layer_ = 0;
   bool started_ = false;
+  std::size_t next_start_ = 0;  // the first sequence start after step_
+  std::size_t start_ = 0;       // the start of step_'s sequence
 };
 
 inline void check_shape(moe_shape shape) {

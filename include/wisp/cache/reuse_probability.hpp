@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief `reuse_probability`: evicts the resident key least likely to be used again within the
+/// next few forward passes, estimated online from two histories: the key's own reuse distances,
+/// and the keys past sequences used at the token positions coming next.
+///
+/// Belady evicts the key used farthest in the future. This policy asks a question a cache can
+/// answer from its past: *how likely is the key to be used within the next `horizon` passes?*
+/// With `s` the current pass, `t = ctx.position` its token index within its sequence and `k` a
+/// resident key:
+///
+/// - **Own reuse.** Every access of `k` at pass `s'` after one at `s0 < s'` records the reuse
+///   distance `s' - s0` (distances above `max_distance` are recorded as `max_distance + 1`). `k`
+///   was last used `a - 1` passes ago, so its next use is at least `a` passes away; among the
+///   recorded distances `d >= a`, the share with `d < a + horizon` estimates the probability that
+///   it is used within `horizon` passes (`P(D < a + h | D >= a)`, a hazard estimate in the manner
+///   of reuse-distance predictors such as EVA, Beckmann and Sanchez, HPCA 2016). 0 when `a >
+///   max_distance` or nothing is recorded.
+/// - **Position profile.** Per token position `u < positions`, the policy counts the passes at
+///   that position and, per key, the passes that used it. The probability that `k` is used at
+///   one of the next positions `t + 1 .. t + horizon` is `1 - prod_u (1 - used(u, k) / passes(u))`
+///   over the positions seen before. In prefill of templated prompts (the ESFT trace) routing
+///   depends strongly on the token position: the experts used at a position in past sequences
+///   predict it at precision@6 0.50, against 0.27 for the overall frequency.
+///
+///     score(k) = (1 - position_weight) x own + position_weight x profile
+///
+/// The victim is the unprotected resident key with the smallest score, then the least recently
+/// used. Without positions (`ctx.position` always 0, as from the pager), the profile is never
+/// consulted beyond position 0 and the policy ranks by its own-reuse estimate alone.
+///
+/// Cost: `on_insert`, `on_hit` O(1); `on_erase` O(1); `victim` O(r x (max_distance + horizon))
+/// for r resident keys (a scan, fine for a per-layer cache of tens of slots; slow for a global
+/// cache of hundreds). Memory: `keys x (max_distance + 2 + positions)` 32-bit counters. Not
+/// thread-safe; allocation-free after `reset`.
+/// @code
+/// wisp::per_layer_cache<wisp::reuse_probability> caches(26, 64, 21);
+/// // ctx.position = the token's index in its sequence (wisp::sim fills it from the trace)
+/// @endcode
+#pragma once
+
+#include <wisp/cache/eviction_policy.hpp>
+#include <wisp/core/error.hpp>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace wisp {
+
+/// @brief Parameters of `reuse_probability`.
+struct reuse_probability_config {
+  /// Passes ahead in which a use counts (>= 1).
+  std::int32_t horizon = 8;
+  /// Longest reuse distance, in passes, recorded exactly (>= 1).
+  std::int32_t max_distance = 64;
+  /// Token positions profiled (>= 0; 0 disables the position profile).
+  std::int32_t positions = 256;
+  /// Weight of the position profile against the own-reuse estimate, in [0, 1].
+  double position_weight = 0.5;
+
+  /// @throws wisp::logic_error naming the field if a parameter is out of range.
+  void validate() const {
+    WISP_EXPECTS(horizon >= 1 && horizon <= 4096,
+                 "reuse_probability: horizon must be in [1, 4096], got ", horizon);
+    WISP_EXPECTS(max_distance >= 1 && max_distance <= 65536,
+                 "reuse_probability: max_distance must be in [1, 65536], got ", max_distance);
+    WISP_EXPECTS(positions >= 0 && positions <= 65536,
+                 "reuse_probability: positions must be in [0, 65536], got ", positions);
+    WISP_EXPECTS(position_weight >= 0.0 && position_weight <= 1.0,
+                 "reuse_probability: position_weight must be in [0, 1], got ", position_weight);
+  }
+};
+
+/// @brief See the file description. Models `eviction_policy`.
+class reuse_probability {
+ public:
+  static constexpr std::string_view name = "reuse_probability";
+
+  /// @throws wisp::logic_error on an invalid config (see `reuse_probability_config::validate`).
+  explicit reuse_probability(const reuse_probability_config& config = {}) : config_(config) {
+    config_.validate();
+  }
+
+  /// Forgets every key and every count; sizes for `layout.size()` keys. @throws std::bad_alloc
+  void reset(const key_layout& layout) {
+    keys_ = static_cast<std::size_t>(layout.size());
+    bins_ = static_cast<std::size_t>(config_.max_distance) + 2;
+    reuse_.assign(keys_ * bins_, 0);
+    used_.assign(keys_ * static_cast<std::size_t>(config_.positions), 0);
+    passes_.assign(static_cast<std::size_t>(config_.positions), 0);
+    last_step_.assign(keys_, never);
+    last_.assign(keys_, 0);
+    slot_.assign(keys_, absent);
+    resident_.clear();
+    resident_.reserve(keys_);
+    tick_ = 0;
+    step_ = never;
+  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept {
+    slot_[static_cast<std::size_t>(key)] = static_cast<std::uint32_t>(resident_.size());
+    resident_.push_back(key);
+    record(key, ctx);
+  }
+  void on_hit(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
+  void on_erase(cache_key key) noexcept {  // the histories stay
+    const auto k = static_cast<std::size_t>(key);
+    const cache_key moved = resident_.back();
+    resident_[slot_[k]] = moved;
+    slot_[static_cast<std::size_t>(moved)] = slot_[k];
+    resident_.pop_back();
+    slot_[k] = absent;
+  }
+  /// The unprotected resident key with the smallest `score`, then the least recently used; or
+  /// `no_key`.
+  [[nodiscard]] cache_key victim(const access_context& ctx,
+                                 protected_keys is_protected) const noexcept {
+    cache_key best = no_key;
+    double best_score = 0.0;
+    for (const cache_key k : resident_) {
+      if (is_protected(k)) {
+        continue;
+      }
+      const double s = score(k, ctx);
+      if (best == no_key || s < best_score ||
+          (s == best_score &&
+           last_[static_cast<std::size_t>(k)] < last_[static_cast<std::size_t>(best)])) {
+        best = k;
+        best_score = s;
+      }
+    }
+    return best;
+  }
+
+  /// The estimated probability that `key` is used within `horizon` passes after `ctx.step`
+  /// (see the file description), in [0, 1]. O(max_distance + horizon).
+  [[nodiscard]] double score(cache_key key, const access_context& ctx) const noexcept {
+    const double w = config_.position_weight;
+    return (1.0 - w) * own_reuse(static_cast<std::size_t>(key), ctx.step) +
+           w * profile(static_cast<std::size_t>(key), ctx.position);
+  }
+  [[nodiscard]] const reuse_probability_config& config() const noexcept { return config_; }
+
+ private:
+  static constexpr std::int64_t never = -1;
+  static constexpr std::uint32_t absent = ~std::uint32_t{0};
+
+  void record(cache_key key, const access_context& ctx) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    const auto step = static_cast<std::int64_t>(ctx.step);
+    const auto position = static_cast<std::size_t>(ctx.position);
+    const bool profiled = position < passes_.size();
+    if (step != step_) {  // the first access of a pass
+      step_ = step;
+      if (profiled) {
+        ++passes_[position];
+      }
+    }
+    if (last_step_[k] != never && step > last_step_[k]) {
+      const auto d = std::min(static_cast<std::size_t>(step - last_step_[k]), bins_ - 1);
+      ++reuse_[k * bins_ + d];
+    }
+    if (profiled && step != last_step_[k]) {
+      ++used_[position * keys_ + k];
+    }
+    last_step_[k] = step;
+    last_[k] = ++tick_;
+  }
+  // P(next use < a + horizon | next use >= a), a = passes since the last use + 1.
+  [[nodiscard]] double own_reuse(std::size_t k, std::uint32_t step) const noexcept {
+    if (last_step_[k] == never) {
+      return 0.0;
+    }
+    const auto a = static_cast<std::size_t>(static_cast<std::int64_t>(step) - last_step_[k] + 1);
+    if (a > static_cast<std::size_t>(config_.max_distance)) {
+      return 0.0;
+    }
+    const std::uint32_t* row = reuse_.data() + k * bins_;
+    const std::size_t soon = std::min(a + static_cast<std::size_t>(config_.horizon), bins_ - 1);
+    std::uint64_t within = 0;
+    std::uint64_t all = 0;
+    for (std::size_t d = a; d < bins_; ++d) {
+      all += row[d];
+      within += d < soon ? row[d] : 0u;
+    }
+    return all == 0 ? 0.0 : static_cast<double>(within) / static_cast<double>(all);
+  }
+  // 1 - prod over the next `horizon` profiled positions of (1 - used / passes).
+  [[nodiscard]] double profile(std::size_t k, std::uint32_t position) const noexcept {
+    double none = 1.0;
+    const auto first = static_cast<std::size_t>(position) + 1;
+    const std::size_t end =
+        std::min(first + static_cast<std::size_t>(config_.horizon), passes_.size());
+    for (std::size_t u = first; u < end; ++u) {
+      if (passes_[u] > 0) {
+        none *= 1.0 - static_cast<double>(used_[u * keys_ + k]) / static_cast<double>(passes_[u]);
+      }
+    }
+    return 1.0 - none;
+  }
+
+  reuse_probability_config config_;
+  std::size_t keys_ = 0;
+  std::size_t bins_ = 0;
+  std::vector<std::uint32_t> reuse_;     // [key x (max_distance + 2)] reuse-distance counts
+  std::vector<std::uint32_t> used_;      // [position x key] passes at the position that used it
+  std::vector<std::uint32_t> passes_;    // [position] passes seen at the position
+  std::vector<std::int64_t> last_step_;  // [key] pass of the last use, or `never`
+  std::vector<std::uint64_t> last_;      // [key] tick of the last use (ties)
+  std::vector<std::uint32_t> slot_;      // [key] index in resident_, or `absent`
+  std::vector<cache_key> resident_;      // resident keys, unordered
+  std::uint64_t tick_ = 0;
+  std::int64_t step_ = never;  // the pass of the last access
+};
+static_assert(eviction_policy<reuse_probability>);
+
+}  // namespace wisp
