@@ -94,7 +94,7 @@ class Pager:
     """
     Per-layer expert paging (wisp::pager<Policy>): prepare(layer, topk_ids) makes exactly the experts of a call resident and visible, and returns the expert map and the copy plan for an unmodified fused-MoE kernel.
 
-    policy is one of wisp.POLICIES ('least-stale' is accepted too) with the library's default parameters (decayed_frequency and predicted_next_use: a half-life of 256 forward passes; predicted_next_use estimates next uses from decayed routing rates, no routing predictor attached); scope is 'layer' (one cache per layer, capacity = slots per layer) or 'global' (one pool over (layer, expert) keys). belady needs `future`: each cache's key sequence. Not thread-safe: one thread at a time (calls hold the GIL).
+    policy is one of wisp.POLICIES ('least-stale' is accepted too) with the library's default parameters (decayed_frequency and predicted_next_use: a half-life of 256 forward passes; predicted_next_use estimates next uses from decayed routing rates, no routing predictor attached; reuse_probability gets no token positions from the pager and ranks by each expert's own reuse distances); scope is 'layer' (one cache per layer, capacity = slots per layer) or 'global' (one pool over (layer, expert) keys). belady needs `future`: each cache's key sequence. Not thread-safe: one thread at a time (calls hold the GIL).
     """
 
     def __init__(self, layers: int, experts: int, top_k: int, capacity: int, policy: str = 'lru', scope: str = 'layer', layer_capacities: Sequence[int] | None = None, max_tokens: int = 0, future: Sequence[numpy.typing.ArrayLike] | None = None) -> None: ...
