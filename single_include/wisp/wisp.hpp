@@ -15535,9 +15535,10 @@ concept fittable_coder = exponent_coder<C> &&
 class any_coder {
  public:
   /// Wraps a copy of `coder`. @throws std::bad_alloc.
-  template <class C>  // the any_coder test first: it stops the concept check recursing into us
-    requires(!std::same_as<std::remove_cvref_t<C>, any_coder> && exponent_coder<C>)
-  any_coder(C coder)  // NOLINT(google-explicit-constructor): a coder is-an any_coder
+  // The any_coder test comes first: it stops the concept check recursing into us.
+  template <class C>
+  requires(!std::same_as<std::remove_cvref_t<C>, any_coder> && exponent_coder<C>)
+      any_coder(C coder)  // NOLINT(google-explicit-constructor): a coder is-an any_coder
       : self_(std::make_shared<model<C>>(std::move(coder))) {}
 
   [[nodiscard]] coder_id id() const noexcept { return self_->id(); }
