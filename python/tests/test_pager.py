@@ -51,11 +51,10 @@ def test_every_policy_agrees_with_the_simulator(small_trace, policy, scope):
         for layer in range(t.layers):
             r = pager.prepare(layer, ids[step, layer][None, :])
             assert r.hits + r.misses == t.top_k
-    if policy == "reuse_probability":
-        # The pager gives no token positions (every access is at position 0); the simulator
-        # takes them from the trace's sequences, so it replays one sequence per step here.
-        t = wisp.Trace.from_arrays(ids, t.experts, sequence_starts=list(range(t.steps)))
-    [row] = wisp.simulate(t, policy, capacity, scope)
+    # The pager gives no token positions (every access is at position 0) and the simulator takes
+    # them from the trace's sequences, so it replays the same routing as one sequence per step.
+    unpositioned = wisp.Trace.from_arrays(ids, t.experts, sequence_starts=list(range(t.steps)))
+    [row] = wisp.simulate(unpositioned, policy, capacity, scope)
     s = pager.stats()
     assert (s.hits, s.misses, s.collision_misses) == (row["hits"], row["misses"],
                                                       row["collision_misses"])
