@@ -3,7 +3,10 @@
 // synthetic qwen3-30b-a3b preset), timed with CUDA events:
 // - BM_step_graph: 8 forward passes x 48 layers of step kernels captured in one CUDA graph and
 //   replayed (new routing copied in before each replay); the time per step is what a layer pays
-//   inside a captured forward (target: < 2 us);
+//   inside a captured forward (target: < 2 us). The steps run as device_pager picks: one warp
+//   (warp_pager_step), since 8 ids and 32 slots are within its limit;
+// - BM_step_graph_block: the same graph with the block step (pager_step on 128 threads), the
+//   form every call larger than a warp's runs;
 // - BM_empty_graph: the same graph of empty kernels, the floor a graph node costs on the device;
 // - BM_step_launch: the same steps launched one by one (launch overhead included);
 // - BM_host_round_trip, the baseline a host pager needs per layer: topk_ids back to the host
@@ -184,6 +187,17 @@ void BM_step_graph(benchmark::State& state) {
                                static_cast<double>(info.total_hits + info.total_misses);
 }
 BENCHMARK(BM_step_graph)->UseManualTime()->Unit(benchmark::kMicrosecond);
+
+void BM_step_graph_block(benchmark::State& state) {
+  if (skip_without_gpu(state)) {
+    return;
+  }
+  device_setup d;
+  time_graph(state, d, [&](std::int32_t layer, const std::int32_t* ids, std::int32_t n) {
+    d.pager.step(layer, ids, n, d.stream, wisp::cuda::step_kernel::block);
+  });
+}
+BENCHMARK(BM_step_graph_block)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 void BM_empty_graph(benchmark::State& state) {
   if (skip_without_gpu(state)) {

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The device pager step run on the host (serial_group: one thread does a block's work), against
+// The device pager step run on the host (serial_group: one thread does a block's work; and the
+// warp step, its 32 lanes in lockstep), against
 // the host pager<lru> on the same calls, in the same binary. Two streams: top-8 of 128 experts at
 // capacity 32 (the synthetic qwen3-30b-a3b preset, the target's shape) and the ESFT trace at
 // capacity 16 (its synthetic stand-in when the trace is absent). One call = one (token, layer)
@@ -90,6 +91,18 @@ void BM_device_step_on_host(benchmark::State& state) {
   });
 }
 BENCHMARK(BM_device_step_on_host)->Arg(0)->Arg(1);
+
+// The warp step run in lockstep on the host (32 lanes one after another): the host form of what
+// device_pager runs for these calls on a GPU.
+void BM_warp_step_on_host(benchmark::State& state) {
+  const call_stream& s = stream(state.range(0));
+  wisp::cuda::host_pager_state pager(
+      {.layers = s.layers, .experts = s.experts, .capacity = s.capacity});
+  run(state, [&](std::int32_t layer, std::span<const std::int32_t> ids) {
+    benchmark::DoNotOptimize(pager.step(layer, ids, wisp::cuda::step_kernel::warp));
+  });
+}
+BENCHMARK(BM_warp_step_on_host)->Arg(0)->Arg(1);
 
 void BM_pager_lru(benchmark::State& state) {
   const call_stream& s = stream(state.range(0));

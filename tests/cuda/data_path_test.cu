@@ -308,9 +308,11 @@ std::vector<std::int32_t> all_ids(const wisp::routing_trace& t) {
   return ids;
 }
 
-// Steps every call of `t` (in batches of `tokens` tokens, a bad id now and then) on the device
-// and on the host; the maps, copy lists and counters must agree after each.
-void check_device_steps(const wisp::routing_trace& t, std::int32_t capacity, std::int32_t tokens) {
+// Steps every call of `t` (in batches of `tokens` tokens, a bad id now and then) on the device,
+// in the form `kernel` picks, and with the block step on the host; the maps, copy lists and
+// counters must agree after each.
+void check_device_steps(const wisp::routing_trace& t, std::int32_t capacity, std::int32_t tokens,
+                        wisp::cuda::step_kernel kernel = wisp::cuda::step_kernel::automatic) {
   const wisp::moe_shape shape = t.shape();
   const wisp::cuda::pager_state_config config{
       .layers = shape.layers, .experts = shape.experts, .capacity = capacity};
@@ -333,7 +335,7 @@ void check_device_steps(const wisp::routing_trace& t, std::int32_t capacity, std
         call[rng() % call.size()] = shape.experts + 1;
       }
       const device_array<std::int32_t> d_call(call);
-      device.step(l, d_call.data(), static_cast<std::int32_t>(call.size()), s.s);
+      device.step(l, d_call.data(), static_cast<std::int32_t>(call.size()), s.s, kernel);
       const wisp::cuda::pager_layer_info got = device.read_info(l, s.s);
       (void)host.step(l, std::span<const std::int32_t>(call));
       const wisp::cuda::pager_layer_info& want = host.info(l);
@@ -358,13 +360,24 @@ TEST(DevicePager, StepsEqualTheSameStepRunOnTheHost) {
   WISP_SKIP_WITHOUT_GPU();
   const auto esft_like = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 120,
                                                     wisp::default_synthetic_seed);
-  check_device_steps(esft_like, 8, 1);
-  check_device_steps(esft_like, 16, 4);  // some calls over the capacity
+  using wisp::cuda::step_kernel;
+  check_device_steps(esft_like, 8, 1);                      // the warp step
+  check_device_steps(esft_like, 8, 1, step_kernel::block);  // the block step on the same calls
+  check_device_steps(esft_like, 16, 4);  // some calls over the capacity; warp and block alternate
+  check_device_steps(esft_like, 16, 4, step_kernel::block);
   auto qwen = wisp::synthetic_preset("qwen3-30b-a3b");
   qwen.layers = 3;
   const auto wide = wisp::make_synthetic_trace(qwen, 200, 3);
   check_device_steps(wide, 32, 1);
+  check_device_steps(wide, 32, 4, step_kernel::warp);  // 32 ids: a full warp
   check_device_steps(wide, 128, 24);  // 192 ids per call: several rounds of the block's scans
+  // The warp step serves at most 32 ids on at most 32 slots: a forced one beyond is refused.
+  wisp::cuda::device_pager wide_layers({.layers = 1, .experts = 64, .capacity = 40});
+  const device_array<std::int32_t> one(std::vector<std::int32_t>{3});
+  stream s;
+  EXPECT_THROW(wide_layers.step(0, one.data(), 1, s.s, step_kernel::warp), wisp::logic_error);
+  wide_layers.step(0, one.data(), 1, s.s);  // automatic: the block step
+  EXPECT_EQ(wide_layers.read_info(0, s.s).calls, 1u);
 }
 
 TEST(DevicePager, CopyKernelFillsTheSlotsFromPinnedMasters) {

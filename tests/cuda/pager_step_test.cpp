@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The device pager step, run on the host exactly as a CUDA block runs it, against pager<lru> and
-// pager<least_stale>: hits, misses, expert maps, copy lists and shown experts, call by call, on
-// the real ESFT trace (capacities 8, 16, 32; skipped without the trace) and on synthetic traces
-// (always), with batched calls, failed calls, int64 ids, and with 3 and 32 threads per group.
+// The device pager step, run on the host exactly as a CUDA block runs it (and its warp form as a
+// warp runs it, lanes in lockstep), against pager<lru> and pager<least_stale>: hits, misses,
+// expert maps, copy lists and shown experts, call by call, on the real ESFT trace (capacities 8,
+// 16, 32; skipped without the trace) and on synthetic traces (always), with batched calls, failed
+// calls, int64 ids, and with 3 and 32 threads per group.
 #include "host_thread_group.hpp"
 #include "support/expect_error.hpp"
 #include "support/traces.hpp"
@@ -87,8 +88,10 @@ bool all_hidden(std::span<const std::int32_t> map) {
 }
 
 // Replays `steps` steps of `t` in batches of `tokens` tokens through pager<lru>,
-// pager<least_stale> and the device step; every call must agree. A batch over the capacity must
-// fail in all three and change nothing. Returns the number of failed calls.
+// pager<least_stale> and both forms of the device step (the block step, and the warp step
+// wherever the call and the layer allow it, as device_pager picks); every call must agree. A
+// batch over the capacity must fail in all of them and change nothing. Returns the number of
+// failed calls.
 std::size_t replay(const wisp::routing_trace& t, std::int32_t capacity, std::size_t steps,
                    std::int32_t tokens) {
   const wisp::moe_shape shape = t.shape();
@@ -96,8 +99,10 @@ std::size_t replay(const wisp::routing_trace& t, std::int32_t capacity, std::siz
       .layers = shape.layers, .experts = shape.experts, .top_k = shape.top_k, .capacity = capacity};
   wisp::pager<wisp::lru> lru(config);
   wisp::pager<wisp::least_stale> least_stale(config);
-  host_pager_state device(
-      pager_state_config{.layers = shape.layers, .experts = shape.experts, .capacity = capacity});
+  const pager_state_config device_config{
+      .layers = shape.layers, .experts = shape.experts, .capacity = capacity};
+  host_pager_state device(device_config);
+  host_pager_state picked(device_config);
   std::size_t failed = 0;
   for (std::size_t s = 0; s + static_cast<std::size_t>(tokens) <= steps; s += tokens) {
     lru.begin_step();
@@ -105,6 +110,8 @@ std::size_t replay(const wisp::routing_trace& t, std::int32_t capacity, std::siz
     for (std::int32_t l = 0; l < shape.layers; ++l) {
       const std::vector<std::int32_t> ids = layer_ids(t, s, tokens, l);
       const pager_step_status status = device.step(l, std::span<const std::int32_t>(ids));
+      const pager_step_status picked_status =
+          picked.step(l, std::span<const std::int32_t>(ids), wisp::cuda::step_kernel::automatic);
       const std::string where = "step " + std::to_string(s) + " layer " + std::to_string(l) +
                                 " capacity " + std::to_string(capacity);
       try {
@@ -113,10 +120,14 @@ std::size_t replay(const wisp::routing_trace& t, std::int32_t capacity, std::siz
         EXPECT_TRUE(same_call(a, view_of(device, l))) << where << " (lru)";
         const wisp::prepare_result b = least_stale.prepare(l, ids, tokens, shape.top_k);
         EXPECT_TRUE(same_call(b, view_of(device, l))) << where << " (least_stale)";
+        EXPECT_EQ(picked_status, pager_step_status::ok) << where;
+        EXPECT_TRUE(same_call(a, view_of(picked, l))) << where << " (automatic step)";
       } catch (const wisp::logic_error&) {
         EXPECT_THROW(least_stale.prepare(l, ids, tokens, shape.top_k), wisp::logic_error);
         EXPECT_EQ(status, pager_step_status::over_capacity) << where;
         EXPECT_TRUE(all_hidden(device.map(l)) && device.copies(l).empty()) << where;
+        EXPECT_EQ(picked_status, pager_step_status::over_capacity) << where;
+        EXPECT_TRUE(all_hidden(picked.map(l)) && picked.copies(l).empty()) << where;
         ++failed;
       }
       if (::testing::Test::HasFailure()) {
@@ -132,6 +143,11 @@ std::size_t replay(const wisp::routing_trace& t, std::int32_t capacity, std::siz
   }
   EXPECT_EQ(hits, lru.stats().hits);
   EXPECT_EQ(misses, lru.stats().misses);
+  for (std::int32_t l = 0; l < shape.layers; ++l) {
+    EXPECT_EQ(picked.info(l).total_hits, device.info(l).total_hits);
+    EXPECT_EQ(picked.info(l).resident, device.info(l).resident);
+    EXPECT_EQ(picked.info(l).calls, device.info(l).calls);
+  }
   return failed;
 }
 
@@ -176,14 +192,24 @@ TEST(PagerStep, BatchedCallsAgreeAndCallsOverTheCapacityFailAlike) {
   EXPECT_LT(failed, t.steps() * 26 / 4);
 }
 
-TEST(PagerStep, BadIdsFailWithTheIdAndChangeNothing) {
+class BothSteps : public ::testing::TestWithParam<wisp::cuda::step_kernel> {};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, BothSteps,
+                         ::testing::Values(wisp::cuda::step_kernel::block,
+                                           wisp::cuda::step_kernel::warp),
+                         [](const auto& info) {
+                           return info.param == wisp::cuda::step_kernel::warp ? "warp" : "block";
+                         });
+
+TEST_P(BothSteps, BadIdsFailWithTheIdAndChangeNothing) {
+  const wisp::cuda::step_kernel kernel = GetParam();
   host_pager_state device(pager_state_config{.layers = 2, .experts = 8, .capacity = 3});
   wisp::pager<wisp::lru> pager({.layers = 2, .experts = 8, .top_k = 1, .capacity = 3});
   const std::vector<std::vector<std::int32_t>> calls = {
       {1, 2}, {2, 5, 2}, {7, 8, 1}, {6}, {0, -3}, {3, 4}, {}, {0, 1, 2, 0}, {1, 2, 3, 4}, {4}};
   std::size_t call = 0;
   for (const std::vector<std::int32_t>& ids : calls) {
-    const pager_step_status status = device.step(1, std::span<const std::int32_t>(ids));
+    const pager_step_status status = device.step(1, std::span<const std::int32_t>(ids), kernel);
     try {
       const wisp::prepare_result want =
           pager.prepare(1, ids, static_cast<std::int32_t>(ids.size()), 1);
@@ -206,12 +232,13 @@ TEST(PagerStep, BadIdsFailWithTheIdAndChangeNothing) {
   // An over-capacity first failure records the number of distinct ids.
   host_pager_state other(pager_state_config{.layers = 1, .experts = 8, .capacity = 3});
   const std::vector<std::int64_t> wide = {0, 1, 1, 2, 3, 0};
-  EXPECT_EQ(other.step(0, std::span<const std::int64_t>(wide)), pager_step_status::over_capacity);
+  EXPECT_EQ(other.step(0, std::span<const std::int64_t>(wide), kernel),
+            pager_step_status::over_capacity);
   EXPECT_EQ(other.info(0).first_error_value, 4);
   EXPECT_EQ(other.info(0).resident, 0);
 }
 
-TEST(PagerStep, Int64IdsPageLikeInt32Ids) {
+TEST_P(BothSteps, Int64IdsPageLikeInt32Ids) {
   const auto t = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 200,
                                             wisp::default_synthetic_seed);
   const pager_state_config config{.layers = 26, .experts = 64, .capacity = 8};
@@ -222,7 +249,7 @@ TEST(PagerStep, Int64IdsPageLikeInt32Ids) {
       const std::vector<std::int32_t> ids = layer_ids(t, s, 1, l);
       const std::vector<std::int64_t> ids64(ids.begin(), ids.end());
       (void)narrow.step(l, std::span<const std::int32_t>(ids));
-      (void)wide.step(l, std::span<const std::int64_t>(ids64));
+      (void)wide.step(l, std::span<const std::int64_t>(ids64), GetParam());
       ASSERT_TRUE(equal_spans(narrow.map(l), wide.map(l)) &&
                   equal_spans(narrow.copies(l), wide.copies(l)));
     }
@@ -281,6 +308,23 @@ TEST(PagerStep, ThreadGroupsOfAnySizeComputeTheSerialResult) {
   };
   const std::vector<logged_call> serial = run(1);
   ASSERT_EQ(serial.size(), calls.size());
+  {  // the warp step where a call allows it (calls of up to 32 ids), as device_pager picks
+    host_pager_state device(config);
+    std::size_t warp_calls = 0;
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const call& c = calls[i];
+      const pager_step_status status = device.step(c.layer, std::span<const std::int32_t>(c.ids),
+                                                   wisp::cuda::step_kernel::automatic);
+      warp_calls += c.ids.size() <= 32 ? 1 : 0;
+      const logged_call got{{device.map(c.layer).begin(), device.map(c.layer).end()},
+                            {device.copies(c.layer).begin(), device.copies(c.layer).end()},
+                            {device.shown(c.layer).begin(), device.shown(c.layer).end()},
+                            status};
+      ASSERT_EQ(got, serial[i]) << "automatic step, call " << i;
+    }
+    EXPECT_GT(warp_calls, calls.size() / 2);
+    EXPECT_LT(warp_calls, calls.size());
+  }
   EXPECT_TRUE(std::any_of(serial.begin(), serial.end(), [](const logged_call& c) {
     return c.status == pager_step_status::bad_id;
   }));
@@ -315,6 +359,32 @@ TEST(PagerStep, ConfigurationAndLayerErrorsAreNamed) {
   expect_error([&] { (void)device.step(2, std::span<const std::int32_t>(ids)); },
                "layer 2 is outside [0, 2)");
   expect_error([&] { (void)device.map(-1); }, "layer -1");
+  // The warp step serves at most 32 ids on at most 32 slots; an explicit request beyond fails.
+  host_pager_state wide(
+      pager_state_config{.layers = 2, .experts = 64, .layer_capacities = {33, 8}});
+  const std::vector<std::int32_t> many(33, 1);
+  expect_error(
+      [&] {
+        (void)wide.step(1, std::span<const std::int32_t>(many), wisp::cuda::step_kernel::warp);
+      },
+      "the call has 33 ids, layer 1 8 slots");
+  expect_error(
+      [&] {
+        (void)wide.step(0, std::span<const std::int32_t>(ids), wisp::cuda::step_kernel::warp);
+      },
+      "the call has 1 ids, layer 0 33 slots");
+  EXPECT_EQ(wide.info(0).calls + wide.info(1).calls, 0u);
+  // automatic falls back to the block step there.
+  EXPECT_EQ(wide.step(1, std::span<const std::int32_t>(many), wisp::cuda::step_kernel::automatic),
+            pager_step_status::ok);
+  EXPECT_EQ(wide.step(0, std::span<const std::int32_t>(ids), wisp::cuda::step_kernel::automatic),
+            pager_step_status::ok);
+  EXPECT_EQ(wisp::cuda::pick_step_kernel(wisp::cuda::step_kernel::automatic, 32, 32),
+            wisp::cuda::step_kernel::warp);
+  EXPECT_EQ(wisp::cuda::pick_step_kernel(wisp::cuda::step_kernel::automatic, 33, 32),
+            wisp::cuda::step_kernel::block);
+  EXPECT_EQ(wisp::cuda::pick_step_kernel(wisp::cuda::step_kernel::block, 4, 4),
+            wisp::cuda::step_kernel::block);
 }
 
 }  // namespace

@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief `device_pager`: the pager step on the device. One thread block runs `pager_step` for a
-/// layer on `topk_ids` already in device memory, writing the layer's expert map and copy list in
-/// device memory; a copy kernel then reads the listed pinned masters through their mapped device
+/// @brief `device_pager`: the pager step on the device. One warp or one thread block runs the step
+/// for a layer on `topk_ids` already in device memory, writing the layer's expert map and copy list
+/// in device memory; a copy kernel then reads the listed pinned masters through their mapped device
 /// pointers into the slots. No host synchronisation anywhere, so a whole MoE layer (router, step,
 /// copies, fused MoE) can be captured in one CUDA graph and replayed with new routing each time.
 /// nvcc only.
 ///
-/// The step kernel stages the layer's slot table and LRU list in shared memory, runs the same
-/// `pager_step` the host tests run (`<wisp/cuda/pager_step.hpp>`), and writes them back. A bad
-/// call cannot throw: it hides every expert, copies nothing and is recorded in the layer's
-/// `pager_layer_info` (`read_info` after a synchronisation).
+/// A decode-sized call (at most 32 ids on a layer of at most 32 slots) runs `warp_pager_step` on
+/// one warp, straight on the state in global memory. A larger one runs `pager_step` on a block
+/// that stages the layer's slot table and LRU list in shared memory and writes them back. Both
+/// are the functions the host tests run (`<wisp/cuda/pager_step.hpp>`). A bad call cannot throw: it
+/// hides every expert, copies nothing and is recorded in the layer's `pager_layer_info`
+/// (`read_info` after a synchronisation).
 /// @code
 /// wisp::cuda::device_pager pager({.layers = L, .experts = E, .capacity = 16});
 /// cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
@@ -28,6 +30,7 @@
 #include <wisp/core/topk.hpp>
 #include <wisp/cuda/block_group.cuh>
 #include <wisp/cuda/copy_list.hpp>
+#include <wisp/cuda/device_warp.cuh>
 #include <wisp/cuda/pager_step.hpp>
 #include <wisp/cuda/runtime.cuh>
 #include <wisp/vmm/virtual_expert_tensor.hpp>
@@ -81,6 +84,18 @@ __global__ void pager_step_kernel(pager_state state, std::int32_t layer, const I
     global.lru[q] = lru[q];
     global.shown[q] = shown[q];
   }
+}
+
+// One warp: the layer's state stays in global memory (the warp step touches each entry it
+// needs once); the victims' slots pass through shared memory. `capacity` is the layer's (the
+// host knows it; reading it from the layer's info would put a load before the others).
+template <topk_id Id>
+__global__ void warp_pager_step_kernel(pager_state state, std::int32_t layer, std::int32_t capacity,
+                                       const Id* ids, std::int32_t n) {
+  __shared__ std::int32_t victim_slots[warp_step_limit];
+  pager_layer_ref s = state.layer(layer);
+  s.capacity = capacity;
+  (void)warp_pager_step(device_warp{}, s, pager_workspace{nullptr, victim_slots}, ids, n);
 }
 
 // A template (over `copy_op`) so that the header defines it in every translation unit.
@@ -167,16 +182,32 @@ class device_pager {
   ~device_pager() { (void)cudaFree(memory_); }
 
   /// @brief Enqueues one step of `layer` over the `n` routed ids at `ids` (device memory) on
-  /// `stream`. O(n + capacity) device work, one block. Capturable.
-  /// @throws wisp::logic_error if `layer` is out of range, `n < 0`, or `ids` is null with
-  ///   `n > 0`; wisp::cuda_error if the launch fails.
+  /// `stream`, as the kernel `kernel` names: by default (`automatic`) one warp
+  /// (`warp_pager_step`) for a call of at most 32 ids on a layer of at most 32 slots, a block of
+  /// `step_threads` (`pager_step`) otherwise. Both leave the same state, so the form may change
+  /// from call to call. O(n + capacity) device work, one block. Capturable (the form is chosen
+  /// when the step is enqueued).
+  /// @throws wisp::logic_error if `layer` is out of range, `n < 0`, `ids` is null with `n > 0`,
+  ///   or `kernel` is `warp` and `n` or the layer's capacity exceeds `warp_step_limit`;
+  ///   wisp::cuda_error if the launch fails.
   template <topk_id Id>
-  void step(std::int32_t layer, const Id* ids, std::int32_t n, cudaStream_t stream) {
+  void step(std::int32_t layer, const Id* ids, std::int32_t n, cudaStream_t stream,
+            step_kernel kernel = step_kernel::automatic) {
     check_layer("step", layer);
     WISP_EXPECTS(n >= 0 && (n == 0 || ids != nullptr), "device_pager::step: ", n,
                  " ids at a null pointer");
-    detail::pager_step_kernel<Id>
-        <<<1, step_threads, step_shared_bytes(), stream>>>(state_, layer, ids, n);
+    const std::int32_t capacity = capacity_of(layer);
+    if (pick_step_kernel(kernel, n, capacity) == step_kernel::warp) {
+      WISP_EXPECTS(n <= warp_step_limit && capacity <= warp_step_limit,
+                   "device_pager::step: the warp step serves at most ", warp_step_limit,
+                   " ids and slots; the call has ", n, " ids, layer ", layer, " ", capacity,
+                   " slots");
+      detail::warp_pager_step_kernel<Id>
+          <<<1, warp_step_limit, 0, stream>>>(state_, layer, capacity, ids, n);
+    } else {
+      detail::pager_step_kernel<Id>
+          <<<1, step_threads, step_shared_bytes(), stream>>>(state_, layer, ids, n);
+    }
     WISP_CUDA_TRY(cudaGetLastError());
   }
 

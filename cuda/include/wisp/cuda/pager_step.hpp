@@ -1,9 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief The device pager step: `pager<lru>::prepare` for one layer as one `WISP_HOST_DEVICE`
-/// function of (state, ids) -> (expert map, copy list), run by one CUDA thread block per layer
-/// (`wisp::cuda::device_pager`, `<wisp/cuda/device_pager.cuh>`) or by one host thread
-/// (`host_pager_state`, here). Host-safe.
+/// @brief The device pager step: `pager<lru>::prepare` for one layer as a `WISP_HOST_DEVICE`
+/// function of (state, ids) -> (expert map, copy list), in two forms with the same results:
+/// `pager_step`, run by one CUDA thread block per layer or one host thread, for any call, and
+/// `warp_pager_step`, run by one warp (or 32 lanes in lockstep on the host), for calls of at
+/// most 32 ids on layers of at most 32 slots. `wisp::cuda::device_pager`
+/// (`<wisp/cuda/device_pager.cuh>`) runs them on a GPU, `host_pager_state` (here) on the host.
+/// Host-safe.
 ///
 /// The state is a plain struct of arrays (`pager_state`): device memory on a GPU, so a whole MoE
 /// layer (router, step, copies, fused MoE) runs without a host synchronisation and can be captured
@@ -39,6 +42,7 @@
 #include <wisp/core/error.hpp>
 #include <wisp/core/topk.hpp>
 #include <wisp/cuda/thread_group.hpp>
+#include <wisp/cuda/warp_lanes.hpp>
 
 #include <cstddef>
 #include <cstdint>
@@ -158,6 +162,35 @@ struct pager_state {
 
 namespace detail {
 
+// The counters after a failed call: nothing shown or copied, the first failure kept.
+WISP_HOST_DEVICE inline void record_failure(pager_layer_info& info, pager_step_status status,
+                                            std::int64_t value) noexcept {
+  if (info.first_error == pager_step_status::ok) {
+    info.first_error = status;
+    info.first_error_value = value;
+    info.first_error_call = info.calls;
+  }
+  info.status = status;
+  info.shown = 0;
+  info.copies = 0;
+  info.hits = 0;
+  ++info.calls;
+}
+
+// The counters after a call that showed `distinct` experts, `misses` of them copied, and took
+// `from_free` free slots.
+WISP_HOST_DEVICE inline void record_success(pager_layer_info& info, std::int32_t distinct,
+                                            std::int32_t misses, std::int32_t from_free) noexcept {
+  info.resident += from_free;
+  info.shown = distinct;
+  info.copies = misses;
+  info.hits = distinct - misses;
+  info.status = pager_step_status::ok;
+  ++info.calls;
+  info.total_hits += static_cast<std::uint64_t>(distinct - misses);
+  info.total_misses += static_cast<std::uint64_t>(misses);
+}
+
 // A failed step: restores the workspace, leaves the cache as it was, records the failure.
 WISP_DETAIL_EXEC_CHECK_DISABLE
 template <thread_group Group, topk_id Id>
@@ -173,7 +206,6 @@ WISP_HOST_DEVICE pager_step_status fail_step(const Group& g, const pager_layer_r
   }
   g.sync();
   if (g.rank() == 0) {
-    pager_layer_info& info = *s.info;
     if (status == pager_step_status::bad_id) {  // name the first bad id
       for (std::int32_t i = 0; i < n; ++i) {
         if (ids[i] < 0 || ids[i] >= s.experts) {
@@ -182,16 +214,7 @@ WISP_HOST_DEVICE pager_step_status fail_step(const Group& g, const pager_layer_r
         }
       }
     }
-    if (info.first_error == pager_step_status::ok) {
-      info.first_error = status;
-      info.first_error_value = value;
-      info.first_error_call = info.calls;
-    }
-    info.status = status;
-    info.shown = 0;
-    info.copies = 0;
-    info.hits = 0;
-    ++info.calls;
+    record_failure(*s.info, status, value);
   }
   return status;
 }
@@ -315,16 +338,177 @@ WISP_HOST_DEVICE pager_step_status pager_step(const Group& g, const pager_layer_
   }
   g.sync();
   if (r == 0) {
-    pager_layer_info& info = *s.info;
-    info.resident = resident + from_free;
-    info.shown = distinct;
-    info.copies = misses;
-    info.hits = distinct - misses;
-    info.status = pager_step_status::ok;
-    ++info.calls;
-    info.total_hits += static_cast<std::uint64_t>(distinct - misses);
-    info.total_misses += static_cast<std::uint64_t>(misses);
+    detail::record_success(*s.info, distinct, misses, from_free);
   }
+  return pager_step_status::ok;
+}
+
+/// The most ids of one call, and the most slots of a layer, that `warp_pager_step` serves.
+inline constexpr std::int32_t warp_step_limit = 32;
+
+/// @brief Which form of the step runs a call. Both give the same results.
+enum class step_kernel : std::int32_t {
+  /// `warp` where the call and the layer are within `warp_step_limit`, else `block`.
+  automatic = 0,
+  /// `pager_step`: a thread block (or one host thread), any call.
+  block = 1,
+  /// `warp_pager_step`: one warp, calls and layers within `warp_step_limit`.
+  warp = 2,
+};
+
+/// The form `automatic` picks for a call of `n` ids on a layer of `capacity` slots. O(1).
+[[nodiscard]] constexpr step_kernel pick_step_kernel(step_kernel requested, std::int64_t n,
+                                                     std::int32_t capacity) noexcept {
+  if (requested != step_kernel::automatic) {
+    return requested;
+  }
+  return n <= warp_step_limit && capacity <= warp_step_limit ? step_kernel::warp
+                                                             : step_kernel::block;
+}
+
+/// @brief `pager_step` for a call of at most 32 ids on a layer of at most 32 slots (decode), run
+/// by one warp with votes instead of a thread block with scans: same state, same results, call
+/// by call, so the two may alternate on one layer (`step_kernel`).
+///
+/// Lane `i` holds id `i` and LRU position `i`. A match vote finds each id's first lane (the
+/// distinct ids, in first-seen order, by counting the first lanes below it); a vote over the
+/// call's slot table entries splits hits from misses; an or over the hits' slots tells each LRU
+/// position whether the call requests its expert; the unrequested ones, counted in LRU order,
+/// are the victims and the survivors. The longest dependency chain is two rounds of loads (the
+/// ids and the layer's state, then the slot table entries they name) and a handful of votes, with
+/// a warp sync between the state's reads and its writes and one to hand the victims' slots to the
+/// misses.
+///
+/// @param w    the warp (`lockstep_warp` on the host, `device_warp` in a kernel); every lane
+///             calls the step
+/// @param s    the layer's arrays (`pager_state::layer`); `s.capacity <= warp_step_limit`
+/// @param ws   scratch: `ws.victims` (`s.capacity` ints, shared memory on a GPU); `ws.first` is
+///             not used
+/// @param ids  the call's routed ids, `n` of them, `0 <= n <= warp_step_limit`
+/// @return the status, also in `s.info->status` (every lane returns the same one)
+/// Preconditions (unchecked, as in a kernel; `device_pager::step` and `host_pager_state::step`
+/// check them): the limits above. Bad ids and over-capacity calls fail as in `pager_step`. Work:
+/// a fixed number of warp operations (loads, one match, four ballots, one or, two syncs), no
+/// loop. Thread safety: one warp per layer at a time.
+WISP_DETAIL_EXEC_CHECK_DISABLE
+template <class Warp, topk_id Id>
+WISP_HOST_DEVICE pager_step_status warp_pager_step(const Warp& w, const pager_layer_ref& s,
+                                                   const pager_workspace& ws, const Id* ids,
+                                                   std::int32_t n) {
+  std::int32_t* const victim_slots = ws.victims;
+  const std::int32_t capacity = s.capacity;
+  // Every load that depends on nothing the step computes, at once (the counters too: read at the
+  // end, after the step's stores, they would cost one more round trip).
+  pager_layer_info info = *s.info;
+  const std::int32_t resident = info.resident;
+  const auto id = w.lanes([&](std::int32_t i) -> std::int64_t {
+    return i < n ? static_cast<std::int64_t>(ids[i]) : -1;
+  });
+  const auto old_lru = w.lanes([&](std::int32_t i) -> std::int32_t {
+    return i < capacity ? s.lru[i] : -1;  // used below `resident` only
+  });
+  const auto old_shown = w.lanes([&](std::int32_t i) -> std::int32_t {
+    return i < capacity ? s.shown[i] : -1;  // used below `info.shown` only
+  });
+  // Hides the previous call's experts (before any lane shows the new ones: a sync apart).
+  auto hide_previous = [&] {
+    w.each([&](std::int32_t i) {
+      if (i < info.shown) {
+        s.map[old_shown[i]] = -1;
+      }
+    });
+  };
+  // A failed call: hidden map, the counters updated by lane 0, nothing else changed.
+  auto fail = [&](pager_step_status status, std::int64_t value) {
+    hide_previous();
+    w.each([&](std::int32_t i) {
+      if (i == 0) {
+        detail::record_failure(info, status, value);
+        *s.info = info;
+      }
+    });
+    return status;
+  };
+
+  const std::uint32_t bad =
+      w.ballot([&](std::int32_t i) { return i < n && (id[i] < 0 || id[i] >= s.experts); });
+  if (bad != 0) {
+    // Another lane's id: read again (on a GPU a lane holds only its own).
+    return fail(pager_step_status::bad_id, static_cast<std::int64_t>(ids[lowest_lane(bad)]));
+  }
+
+  // The distinct ids: the lanes that hold an id first, in lane (= first-seen) order.
+  const auto expert = w.lanes([&](std::int32_t i) { return static_cast<std::int32_t>(id[i]); });
+  const auto same = w.match(expert);
+  const std::uint32_t first =
+      w.ballot([&](std::int32_t i) { return i < n && lowest_lane(same[i]) == i; });
+  const std::int32_t distinct = popcount32(first);
+  if (distinct > capacity) {
+    return fail(pager_step_status::over_capacity, distinct);
+  }
+
+  // Hits and misses; which LRU positions the call requests (a resident expert is requested iff
+  // its slot is a hit's slot).
+  const auto slot = w.lanes([&](std::int32_t i) -> std::int32_t {
+    return has_lane(first, i) ? s.slot_of[expert[i]] : -1;
+  });
+  const auto lru_slot = w.lanes(
+      [&](std::int32_t i) -> std::int32_t { return i < resident ? s.slot_of[old_lru[i]] : -1; });
+  const std::uint32_t miss =
+      w.ballot([&](std::int32_t i) { return slot[i] < 0 && has_lane(first, i); });
+  const std::uint32_t hit_slots = w.reduce_or(w.lanes([&](std::int32_t i) -> std::uint32_t {
+    return slot[i] >= 0 ? std::uint32_t{1} << static_cast<std::uint32_t>(slot[i]) : 0u;
+  }));
+  const std::uint32_t unrequested =
+      w.ballot([&](std::int32_t i) { return i < resident && !has_lane(hit_slots, lru_slot[i]); });
+  const std::int32_t misses = popcount32(miss);
+  const std::int32_t free_slots = capacity - resident;
+  const std::int32_t from_free = misses < free_slots ? misses : free_slots;
+  const std::int32_t evicting = misses - from_free;
+  const std::int32_t kept = popcount32(unrequested) - evicting;
+  hide_previous();
+  w.sync();  // every lane has read the state, and hidden the previous experts, before any writes
+
+  // The first `evicting` unrequested experts in LRU order give up their slots; the others move
+  // to the front of the list, in order.
+  w.each([&](std::int32_t i) {
+    if (has_lane(unrequested, i)) {
+      const std::int32_t rank = popcount32(unrequested & lanes_below(i));
+      if (rank < evicting) {
+        victim_slots[rank] = lru_slot[i];
+        s.slot_of[old_lru[i]] = -1;
+      } else {
+        s.lru[rank - evicting] = old_lru[i];
+      }
+    }
+  });
+  w.sync();
+
+  // Each miss takes a free slot (the highest first) or its victim's; the call's experts become
+  // the most recent, in first-seen order, and visible in the map.
+  w.each([&](std::int32_t i) {
+    if (!has_lane(first, i)) {
+      return;
+    }
+    const std::int32_t e = expert[i];
+    std::int32_t to = slot[i];
+    if (has_lane(miss, i)) {
+      const std::int32_t m = popcount32(miss & lanes_below(i));
+      to = m < from_free ? free_slots - 1 - m : victim_slots[m - from_free];
+      s.copies[m] = copy_op{e, to};
+      s.slot_of[e] = to;
+    }
+    const std::int32_t j = popcount32(first & lanes_below(i));
+    s.shown[j] = e;
+    s.lru[kept + j] = e;
+    s.map[e] = to;
+  });
+  w.each([&](std::int32_t i) {
+    if (i == 0) {
+      detail::record_success(info, distinct, misses, from_free);
+      *s.info = info;
+    }
+  });
   return pager_step_status::ok;
 }
 
@@ -361,17 +545,30 @@ class host_pager_state {
   host_pager_state(const host_pager_state&) = delete;
   host_pager_state& operator=(const host_pager_state&) = delete;
 
-  /// @brief Runs `pager_step` for `layer` on the calling thread. O(ids.size() + capacity).
-  /// @throws wisp::logic_error (nothing changed) if `layer` is outside `[0, layers)` or `ids`
-  ///   holds more than INT32_MAX ids. Bad ids and over-capacity calls are not thrown: they are
-  ///   the step's status, as on a GPU.
+  /// @brief Runs one step of `layer` on the calling thread, in the form `kernel` names: the
+  /// block step (`serial_group`, the default) or the warp step (`lockstep_warp`); `automatic`
+  /// picks as `device_pager::step` does (`pick_step_kernel`). Every form gives the same result.
+  /// O(ids.size() + capacity).
+  /// @throws wisp::logic_error (nothing changed) if `layer` is outside `[0, layers)`, `ids`
+  ///   holds more than INT32_MAX ids, or `kernel` is `warp` and the call or the layer exceeds
+  ///   `warp_step_limit`. Bad ids and over-capacity calls are not thrown: they are the step's
+  ///   status, as on a GPU.
   template <topk_id Id>
-  pager_step_status step(std::int32_t layer, std::span<const Id> ids) {
+  pager_step_status step(std::int32_t layer, std::span<const Id> ids,
+                         step_kernel kernel = step_kernel::block) {
     check_layer(layer);
     WISP_EXPECTS(ids.size() <= static_cast<std::size_t>(INT32_MAX),
                  "host_pager_state::step: ", ids.size(), " ids in one call");
-    return pager_step(serial_group{}, state_.layer(layer), workspace(), ids.data(),
-                      static_cast<std::int32_t>(ids.size()));
+    const pager_layer_ref s = state_.layer(layer);
+    const auto n = static_cast<std::int32_t>(ids.size());
+    if (pick_step_kernel(kernel, n, s.capacity) == step_kernel::warp) {
+      WISP_EXPECTS(n <= warp_step_limit && s.capacity <= warp_step_limit,
+                   "host_pager_state::step: the warp step serves at most ", warp_step_limit,
+                   " ids and slots; the call has ", n, " ids, layer ", layer, " ", s.capacity,
+                   " slots");
+      return warp_pager_step(lockstep_warp{}, s, workspace(), ids.data(), n);
+    }
+    return pager_step(serial_group{}, s, workspace(), ids.data(), n);
   }
 
   /// The plain state (pointers into this object), e.g. to run the step with another group.
