@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The device pager step run on the host (serial_group: one thread does a block's work; and the
-// warp step, its 32 lanes in lockstep), against
-// the host pager<lru> on the same calls, in the same binary. Two streams: top-8 of 128 experts at
+// The device pager step run on the host (the block step with serial_group, one thread doing a
+// block's work; the warp step with lockstep_warp, its 32 lanes in turn), against the host
+// pager<lru> on the same calls, in the same binary. Two streams: top-8 of 128 experts at
 // capacity 32 (the synthetic qwen3-30b-a3b preset, the target's shape) and the ESFT trace at
 // capacity 16 (its synthetic stand-in when the trace is absent). One call = one (token, layer)
 // step; items/s is steps/s. Quote medians of interleaved repetitions:
