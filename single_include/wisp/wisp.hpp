@@ -6113,6 +6113,72 @@ static_assert(eviction_policy<decayed_frequency>);
 ///     wisp::predicted_next_use(256.0).attach(table, pass));
 /// @endcode
 
+// ---- begin wisp/cache/detail/resident_keys.hpp -------------------------------------------------
+/// @file
+/// @brief Internal: the resident keys of a policy that picks its victim by scanning them (the
+/// scoring policies): a dense array plus each key's index in it, so that inserting and erasing a
+/// key cost O(1) and a scan touches resident keys only.
+
+namespace wisp::detail {
+
+class resident_keys {
+ public:
+  /// Empties the set and sizes it for keys `[0, keys)`. @throws std::bad_alloc
+  void reset(std::size_t keys) {
+    index_.assign(keys, absent);
+    keys_.clear();
+    keys_.reserve(keys);  // insert never allocates
+  }
+  void insert(cache_key key) noexcept {
+    index_[static_cast<std::size_t>(key)] = static_cast<std::uint32_t>(keys_.size());
+    keys_.push_back(key);
+  }
+  /// Removes `key` if present (its place goes to the last key).
+  void erase(cache_key key) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    const std::uint32_t i = index_[k];
+    if (i == absent) {
+      return;
+    }
+    const cache_key moved = keys_.back();
+    keys_[i] = moved;
+    index_[static_cast<std::size_t>(moved)] = i;
+    keys_.pop_back();
+    index_[k] = absent;
+  }
+
+  /// The unprotected key with the smallest `rank(key)`, ties to the smaller `last[key]` (the
+  /// least recently used); `no_key` if every key is protected. O(size) calls of `rank`.
+  template <class Rank>
+  [[nodiscard]] cache_key least(protected_keys is_protected, Rank rank,
+                                std::span<const std::uint64_t> last) const {
+    cache_key best = no_key;
+    double best_rank = 0.0;
+    for (const cache_key key : keys_) {
+      if (is_protected(key)) {
+        continue;
+      }
+      const double r = rank(key);
+      if (best == no_key || r < best_rank ||
+          (r == best_rank &&
+           last[static_cast<std::size_t>(key)] < last[static_cast<std::size_t>(best)])) {
+        best = key;
+        best_rank = r;
+      }
+    }
+    return best;
+  }
+
+ private:
+  static constexpr std::uint32_t absent = ~std::uint32_t{0};
+
+  std::vector<std::uint32_t> index_;  // [key] position in keys_, or `absent`
+  std::vector<cache_key> keys_;       // resident keys, unordered
+};
+
+}  // namespace wisp::detail
+// ---- end wisp/cache/detail/resident_keys.hpp ---------------------------------------------------
+
 // ---- begin wisp/predict/coactivation.hpp -------------------------------------------------------
 /// @file
 /// @brief `coactivation_predictor`: WiSP's parameter-free co-activation table (Appendix C) and its
@@ -6984,9 +7050,7 @@ class predicted_next_use {
     const auto n = static_cast<std::size_t>(layout.size());
     count_.assign(n, 0.0);
     last_.assign(n, 0);
-    index_.assign(n, -1);
-    resident_.clear();
-    resident_.reserve(n);
+    resident_.reset(n);
     passes_ = 0.0;
     tick_ = 0;
     clock_.reset();
@@ -7003,42 +7067,16 @@ class predicted_next_use {
     scores_.assign(predicts ? static_cast<std::size_t>(lookahead_) * n / layout.layers : 0, 0.0f);
   }
   void on_insert(cache_key key, const access_context& ctx) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    index_[k] = static_cast<std::int32_t>(resident_.size());
-    resident_.push_back(key);  // reserved in reset: no allocation
+    resident_.insert(key);
     bump(key, ctx);
   }
   void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
-  void on_erase(cache_key key) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    const std::int32_t i = index_[k];
-    if (i < 0) {
-      return;
-    }
-    const cache_key moved = resident_.back();
-    resident_[static_cast<std::size_t>(i)] = moved;
-    index_[static_cast<std::size_t>(moved)] = i;
-    resident_.pop_back();
-    index_[k] = -1;
-  }
+  void on_erase(cache_key key) noexcept { resident_.erase(key); }
   /// The unprotected resident key with the largest predicted next-use distance, or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) {
     refresh_scores(ctx);
-    cache_key best = no_key;
-    double best_distance = 0.0;
-    for (const cache_key key : resident_) {
-      if (is_protected(key)) {
-        continue;
-      }
-      const double d = distance(key, ctx.layer);
-      if (best == no_key || d > best_distance ||
-          (d == best_distance &&
-           last_[static_cast<std::size_t>(key)] < last_[static_cast<std::size_t>(best)])) {
-        best = key;
-        best_distance = d;
-      }
-    }
-    return best;
+    return resident_.least(  // the farthest first
+        is_protected, [&](cache_key key) { return -distance(key, ctx.layer); }, last_);
   }
 
   /// The predicted next-use distance `D(key)` (layer executions) with layer `layer` executing.
@@ -7104,8 +7142,7 @@ class predicted_next_use {
   key_layout layout_;
   std::vector<double> count_;        // every key's decayed count, scaled
   std::vector<std::uint64_t> last_;  // every key's last access tick
-  std::vector<std::int32_t> index_;  // position in resident_, -1 if absent
-  std::vector<cache_key> resident_;
+  detail::resident_keys resident_;
   std::vector<float> scores_;  // [lookahead x experts]: predicted probabilities
   double passes_ = 0.0;        // decayed passes seen, scaled
   std::uint64_t tick_ = 0;
@@ -7202,45 +7239,22 @@ class reuse_probability {
     passes_.assign(static_cast<std::size_t>(config_.positions), 0);
     last_step_.assign(keys_, never);
     last_.assign(keys_, 0);
-    slot_.assign(keys_, absent);
-    resident_.clear();
-    resident_.reserve(keys_);
+    resident_.reset(keys_);
     tick_ = 0;
     step_ = never;
   }
   void on_insert(cache_key key, const access_context& ctx) noexcept {
-    slot_[static_cast<std::size_t>(key)] = static_cast<std::uint32_t>(resident_.size());
-    resident_.push_back(key);
+    resident_.insert(key);
     record(key, ctx);
   }
   void on_hit(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
-  void on_erase(cache_key key) noexcept {  // the histories stay
-    const auto k = static_cast<std::size_t>(key);
-    const cache_key moved = resident_.back();
-    resident_[slot_[k]] = moved;
-    slot_[static_cast<std::size_t>(moved)] = slot_[k];
-    resident_.pop_back();
-    slot_[k] = absent;
-  }
+  void on_erase(cache_key key) noexcept { resident_.erase(key); }  // the histories stay
   /// The unprotected resident key with the smallest `score`, then the least recently used; or
   /// `no_key`.
   [[nodiscard]] cache_key victim(const access_context& ctx,
                                  protected_keys is_protected) const noexcept {
-    cache_key best = no_key;
-    double best_score = 0.0;
-    for (const cache_key k : resident_) {
-      if (is_protected(k)) {
-        continue;
-      }
-      const double s = score(k, ctx);
-      if (best == no_key || s < best_score ||
-          (s == best_score &&
-           last_[static_cast<std::size_t>(k)] < last_[static_cast<std::size_t>(best)])) {
-        best = k;
-        best_score = s;
-      }
-    }
-    return best;
+    return resident_.least(
+        is_protected, [&](cache_key k) { return score(k, ctx); }, last_);
   }
 
   /// The estimated probability that `key` is used within `horizon` passes after `ctx.step`
@@ -7254,7 +7268,6 @@ class reuse_probability {
 
  private:
   static constexpr std::int64_t never = -1;
-  static constexpr std::uint32_t absent = ~std::uint32_t{0};
 
   void record(cache_key key, const access_context& ctx) noexcept {
     const auto k = static_cast<std::size_t>(key);
@@ -7318,8 +7331,7 @@ class reuse_probability {
   std::vector<std::uint32_t> passes_;    // [position] passes seen at the position
   std::vector<std::int64_t> last_step_;  // [key] pass of the last use, or `never`
   std::vector<std::uint64_t> last_;      // [key] tick of the last use (ties)
-  std::vector<std::uint32_t> slot_;      // [key] index in resident_, or `absent`
-  std::vector<cache_key> resident_;      // resident keys, unordered
+  detail::resident_keys resident_;
   std::uint64_t tick_ = 0;
   std::int64_t step_ = never;  // the pass of the last access
 };

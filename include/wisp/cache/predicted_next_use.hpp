@@ -39,6 +39,7 @@
 #pragma once
 
 #include <wisp/cache/detail/decay_clock.hpp>
+#include <wisp/cache/detail/resident_keys.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/predict/coactivation.hpp>
@@ -82,9 +83,7 @@ class predicted_next_use {
     const auto n = static_cast<std::size_t>(layout.size());
     count_.assign(n, 0.0);
     last_.assign(n, 0);
-    index_.assign(n, -1);
-    resident_.clear();
-    resident_.reserve(n);
+    resident_.reset(n);
     passes_ = 0.0;
     tick_ = 0;
     clock_.reset();
@@ -101,42 +100,16 @@ class predicted_next_use {
     scores_.assign(predicts ? static_cast<std::size_t>(lookahead_) * n / layout.layers : 0, 0.0f);
   }
   void on_insert(cache_key key, const access_context& ctx) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    index_[k] = static_cast<std::int32_t>(resident_.size());
-    resident_.push_back(key);  // reserved in reset: no allocation
+    resident_.insert(key);
     bump(key, ctx);
   }
   void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
-  void on_erase(cache_key key) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    const std::int32_t i = index_[k];
-    if (i < 0) {
-      return;
-    }
-    const cache_key moved = resident_.back();
-    resident_[static_cast<std::size_t>(i)] = moved;
-    index_[static_cast<std::size_t>(moved)] = i;
-    resident_.pop_back();
-    index_[k] = -1;
-  }
+  void on_erase(cache_key key) noexcept { resident_.erase(key); }
   /// The unprotected resident key with the largest predicted next-use distance, or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) {
     refresh_scores(ctx);
-    cache_key best = no_key;
-    double best_distance = 0.0;
-    for (const cache_key key : resident_) {
-      if (is_protected(key)) {
-        continue;
-      }
-      const double d = distance(key, ctx.layer);
-      if (best == no_key || d > best_distance ||
-          (d == best_distance &&
-           last_[static_cast<std::size_t>(key)] < last_[static_cast<std::size_t>(best)])) {
-        best = key;
-        best_distance = d;
-      }
-    }
-    return best;
+    return resident_.least(  // the farthest first
+        is_protected, [&](cache_key key) { return -distance(key, ctx.layer); }, last_);
   }
 
   /// The predicted next-use distance `D(key)` (layer executions) with layer `layer` executing.
@@ -202,8 +175,7 @@ class predicted_next_use {
   key_layout layout_;
   std::vector<double> count_;        // every key's decayed count, scaled
   std::vector<std::uint64_t> last_;  // every key's last access tick
-  std::vector<std::int32_t> index_;  // position in resident_, -1 if absent
-  std::vector<cache_key> resident_;
+  detail::resident_keys resident_;
   std::vector<float> scores_;  // [lookahead x experts]: predicted probabilities
   double passes_ = 0.0;        // decayed passes seen, scaled
   std::uint64_t tick_ = 0;

@@ -39,6 +39,7 @@
 /// @endcode
 #pragma once
 
+#include <wisp/cache/detail/resident_keys.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/error.hpp>
 
@@ -93,45 +94,22 @@ class reuse_probability {
     passes_.assign(static_cast<std::size_t>(config_.positions), 0);
     last_step_.assign(keys_, never);
     last_.assign(keys_, 0);
-    slot_.assign(keys_, absent);
-    resident_.clear();
-    resident_.reserve(keys_);
+    resident_.reset(keys_);
     tick_ = 0;
     step_ = never;
   }
   void on_insert(cache_key key, const access_context& ctx) noexcept {
-    slot_[static_cast<std::size_t>(key)] = static_cast<std::uint32_t>(resident_.size());
-    resident_.push_back(key);
+    resident_.insert(key);
     record(key, ctx);
   }
   void on_hit(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
-  void on_erase(cache_key key) noexcept {  // the histories stay
-    const auto k = static_cast<std::size_t>(key);
-    const cache_key moved = resident_.back();
-    resident_[slot_[k]] = moved;
-    slot_[static_cast<std::size_t>(moved)] = slot_[k];
-    resident_.pop_back();
-    slot_[k] = absent;
-  }
+  void on_erase(cache_key key) noexcept { resident_.erase(key); }  // the histories stay
   /// The unprotected resident key with the smallest `score`, then the least recently used; or
   /// `no_key`.
   [[nodiscard]] cache_key victim(const access_context& ctx,
                                  protected_keys is_protected) const noexcept {
-    cache_key best = no_key;
-    double best_score = 0.0;
-    for (const cache_key k : resident_) {
-      if (is_protected(k)) {
-        continue;
-      }
-      const double s = score(k, ctx);
-      if (best == no_key || s < best_score ||
-          (s == best_score &&
-           last_[static_cast<std::size_t>(k)] < last_[static_cast<std::size_t>(best)])) {
-        best = k;
-        best_score = s;
-      }
-    }
-    return best;
+    return resident_.least(
+        is_protected, [&](cache_key k) { return score(k, ctx); }, last_);
   }
 
   /// The estimated probability that `key` is used within `horizon` passes after `ctx.step`
@@ -145,7 +123,6 @@ class reuse_probability {
 
  private:
   static constexpr std::int64_t never = -1;
-  static constexpr std::uint32_t absent = ~std::uint32_t{0};
 
   void record(cache_key key, const access_context& ctx) noexcept {
     const auto k = static_cast<std::size_t>(key);
@@ -209,8 +186,7 @@ class reuse_probability {
   std::vector<std::uint32_t> passes_;    // [position] passes seen at the position
   std::vector<std::int64_t> last_step_;  // [key] pass of the last use, or `never`
   std::vector<std::uint64_t> last_;      // [key] tick of the last use (ties)
-  std::vector<std::uint32_t> slot_;      // [key] index in resident_, or `absent`
-  std::vector<cache_key> resident_;      // resident keys, unordered
+  detail::resident_keys resident_;
   std::uint64_t tick_ = 0;
   std::int64_t step_ = never;  // the pass of the last access
 };
