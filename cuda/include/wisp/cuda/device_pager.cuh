@@ -197,11 +197,8 @@ class device_pager {
     WISP_EXPECTS(n >= 0 && (n == 0 || ids != nullptr), "device_pager::step: ", n,
                  " ids at a null pointer");
     const std::int32_t capacity = capacity_of(layer);
-    if (pick_step_kernel(kernel, n, capacity) == step_kernel::warp) {
-      WISP_EXPECTS(n <= warp_step_limit && capacity <= warp_step_limit,
-                   "device_pager::step: the warp step serves at most ", warp_step_limit,
-                   " ids and slots; the call has ", n, " ids, layer ", layer, " ", capacity,
-                   " slots");
+    if (detail::checked_step_kernel("device_pager::step", kernel, n, layer, capacity) ==
+        step_kernel::warp) {
       detail::warp_pager_step_kernel<Id>
           <<<1, warp_step_limit, 0, stream>>>(state_, layer, capacity, ids, n);
     } else {

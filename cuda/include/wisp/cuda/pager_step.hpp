@@ -366,6 +366,19 @@ enum class step_kernel : std::int32_t {
                                                              : step_kernel::block;
 }
 
+namespace detail {
+// The form a call of `n` ids on `layer` runs (`pick_step_kernel`); a forced `warp` beyond its
+// limits is refused. `who` names the caller in the message.
+inline step_kernel checked_step_kernel(const char* who, step_kernel requested, std::int64_t n,
+                                       std::int32_t layer, std::int32_t capacity) {
+  const step_kernel kernel = pick_step_kernel(requested, n, capacity);
+  WISP_EXPECTS(kernel != step_kernel::warp || (n <= warp_step_limit && capacity <= warp_step_limit),
+               who, ": the warp step serves at most ", warp_step_limit,
+               " ids and slots; the call has ", n, " ids, layer ", layer, " ", capacity, " slots");
+  return kernel;
+}
+}  // namespace detail
+
 /// @brief `pager_step` for a call of at most 32 ids on a layer of at most 32 slots (decode), run
 /// by one warp with votes instead of a thread block with scans: same state, same results, call
 /// by call, so the two may alternate on one layer (`step_kernel`).
@@ -561,11 +574,8 @@ class host_pager_state {
                  "host_pager_state::step: ", ids.size(), " ids in one call");
     const pager_layer_ref s = state_.layer(layer);
     const auto n = static_cast<std::int32_t>(ids.size());
-    if (pick_step_kernel(kernel, n, s.capacity) == step_kernel::warp) {
-      WISP_EXPECTS(n <= warp_step_limit && s.capacity <= warp_step_limit,
-                   "host_pager_state::step: the warp step serves at most ", warp_step_limit,
-                   " ids and slots; the call has ", n, " ids, layer ", layer, " ", s.capacity,
-                   " slots");
+    if (detail::checked_step_kernel("host_pager_state::step", kernel, n, layer, s.capacity) ==
+        step_kernel::warp) {
       return warp_pager_step(lockstep_warp{}, s, workspace(), ids.data(), n);
     }
     return pager_step(serial_group{}, s, workspace(), ids.data(), n);
