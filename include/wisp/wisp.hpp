@@ -96,6 +96,7 @@
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/transfer/row_layout.hpp>
 #include <wisp/transfer/copy_engine.hpp>
+#include <wisp/transfer/device_profile.hpp>
 
 #include <wisp/compress/bf16.hpp>
 #include <wisp/compress/exponent_coder.hpp>
