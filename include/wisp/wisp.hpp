@@ -14,6 +14,7 @@
 #include <wisp/core/config.hpp>
 #include <wisp/core/deprecated_namespaces.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/expert_tensor_view.hpp>
 #include <wisp/core/ids.hpp>
 #include <wisp/core/model.hpp>
 #include <wisp/core/shape.hpp>

@@ -37,7 +37,7 @@
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/topk.hpp>
-#include <wisp/vmm/expert_tensor_view.hpp>
+#include <wisp/core/expert_tensor_view.hpp>
 
 #include <concepts>
 #include <cstddef>

@@ -26,7 +26,7 @@
 #include <wisp/core/error.hpp>
 #include <wisp/core/topk.hpp>
 #include <wisp/transfer/timeline.hpp>
-#include <wisp/vmm/expert_tensor_view.hpp>
+#include <wisp/core/expert_tensor_view.hpp>
 
 #include <algorithm>
 #include <cmath>

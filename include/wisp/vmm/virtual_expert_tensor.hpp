@@ -22,7 +22,7 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/vmm/expert_tensor_view.hpp>
+#include <wisp/core/expert_tensor_view.hpp>
 #include <wisp/vmm/page_pool.hpp>
 #include <wisp/vmm/vmm_backend.hpp>
 
