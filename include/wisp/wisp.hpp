@@ -59,6 +59,7 @@
 #include <wisp/pager/host_expert_store.hpp>
 #include <wisp/pager/miss_policy.hpp>
 #include <wisp/pager/llama_cpp_cache.hpp>
+#include <wisp/pager/hybrid.hpp>
 
 #include <wisp/predict/routing_predictor.hpp>
 #include <wisp/predict/coactivation.hpp>

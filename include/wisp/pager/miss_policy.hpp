@@ -1,10 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
 /// @brief Miss policies (SpecMD §3.1.2): what a layer does with a routed expert that is not
-/// resident. `miss_policy::fetch` (block until copied) is the default and the only exact one;
-/// **`drop` and `substitute` change the model's outputs** and are opt-in.
+/// resident. `miss_policy::fetch` (block until copied) is the default; `hybrid` (copy it or
+/// compute it on the host, <wisp/pager/hybrid.hpp>) is exact too; **`drop` and `substitute`
+/// change the model's outputs** and are opt-in.
 ///
 /// - `fetch`: every routed expert is made resident (`pager::prepare`). Outputs are exact.
+/// - `hybrid`: each missing expert is copied or computed by the host from its master weights,
+///   whichever the cost model of <wisp/pager/hybrid.hpp> prefers; a host-computed expert leaves the
+///   cache unchanged. Outputs are exact; `rewrite_misses` leaves the batch as it is.
 /// - `drop` (APPROXIMATE): a missing expert is skipped; the token's remaining gate weights are
 ///   rescaled so that they sum to what the token's weights summed to before.
 /// - `substitute` (APPROXIMATE): a missing expert is replaced by the resident expert of the layer
@@ -47,9 +51,10 @@ enum class miss_policy : std::uint8_t {
   fetch,       ///< copy it in and wait (exact; the default)
   drop,        ///< APPROXIMATE: skip it and rescale the token's remaining weights
   substitute,  ///< APPROXIMATE: use the resident expert with the highest router score instead
+  hybrid,      ///< copy it in, or compute it on the host (exact; see <wisp/pager/hybrid.hpp>)
 };
 
-/// The policy's name: "fetch", "drop" or "substitute".
+/// The policy's name: "fetch", "drop", "substitute" or "hybrid".
 [[nodiscard]] constexpr std::string_view to_string(miss_policy p) noexcept {
   switch (p) {
     case miss_policy::fetch:
@@ -58,6 +63,8 @@ enum class miss_policy : std::uint8_t {
       return "drop";
     case miss_policy::substitute:
       return "substitute";
+    case miss_policy::hybrid:
+      return "hybrid";
   }
   return "fetch";
 }
@@ -79,9 +86,10 @@ struct miss_rewrite {
 };
 
 /// @brief Rewrites a `[tokens x k]` batch for `options.policy` given a residency test
-/// `is_resident(expert)` (see the file description). `fetch` changes nothing. Rank within a token
-/// is by gate weight (ties: the earlier position). `scores` holds `[tokens x experts]` router
-/// scores and is needed by `substitute` only. O(tokens x (k^2 + experts)); no allocation.
+/// `is_resident(expert)` (see the file description). `fetch` and `hybrid` change nothing. Rank
+/// within a token is by gate weight (ties: the earlier position). `scores` holds `[tokens x
+/// experts]` router scores and is needed by `substitute` only. O(tokens x (k^2 + experts)); no
+/// allocation.
 /// @throws wisp::logic_error, before changing anything, on a shape mismatch, a negative
 ///   `always_fetch_top`, an id outside `[0, experts)`, `substitute` without `scores`, or `k > 64`
 ///   with an approximate policy.
@@ -102,8 +110,8 @@ miss_rewrite rewrite_misses(std::span<Id> topk_ids, std::span<float> topk_weight
       "rewrite_misses: substitute needs [tokens x experts] = ", tokens, " x ", experts,
       " router scores, got ", scores.size());
   miss_rewrite out;
-  if (options.policy == miss_policy::fetch) {
-    return out;
+  if (options.policy == miss_policy::fetch || options.policy == miss_policy::hybrid) {
+    return out;  // exact policies: every routed expert stays routed
   }
   WISP_EXPECTS(k <= 64, "rewrite_misses: drop and substitute take k <= 64, got ", k);
   const auto uk = static_cast<std::size_t>(k);
