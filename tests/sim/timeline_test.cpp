@@ -197,6 +197,70 @@ TEST(Timeline, ApproximateMissPoliciesReportWhatTheyChange) {
   EXPECT_GT(substituted.rewrite.substituted, 0);
 }
 
+// Hybrid misses, one slot per layer, copy 2 s, compute 3 s per layer; the host takes 1 s per
+// expert plus 0.5 s per call, and the value estimator remembers one call (rate 1: an expert is
+// worth one future hit, the 1 s of host time it saves, if the layer's previous call routed it).
+timeline_config hybrid_config() {
+  timeline_config c = hand_config(3);
+  c.prefetch = {};
+  c.miss = {.policy = miss_policy::hybrid};
+  c.hybrid = {.copy_seconds = 99, .expert_seconds = 1, .position_seconds = 0, .call_seconds = 0.5};
+  c.hybrid_value_rate = 1;
+  return c;
+}
+
+// Every pass routes (0, 1):
+//   pass 0  L0: never seen, host 1.5 s < copy 2 s: host [0,1.5], compute [1.5,4.5]
+//           L1: host [4.5,6], compute [6,9]
+//   pass 1  L0: routed by the last call, worth 1 s, into a free slot: copy (2 - 1 < 1.5) [9,11],
+//           compute [11,14]   L1: copy [14,16], compute [16,19]
+//   pass 2  hits: [19,22], [22,25]     pass 3  hits: [25,28], [28,31]
+// With the experts alternating, (0, 1) then (2, 3), no expert is ever worth a copy: 8 x (1.5 + 3).
+TEST(Timeline, HybridMissesMatchAHandComputedSchedule) {
+  routing_trace same({.layers = 2, .experts = 4, .top_k = 1});
+  for (int s = 0; s < 4; ++s) {
+    same.append_step(std::vector<std::int32_t>{0, 1});
+  }
+  const timeline_result r = simulate_timeline<lru>(same, hybrid_config());
+  EXPECT_EQ(r.total_seconds, 31);
+  EXPECT_EQ(r.stall_seconds, 7);
+  EXPECT_EQ(r.host_experts, 2u);
+  EXPECT_EQ(r.host_busy_seconds, 3);
+  EXPECT_EQ(r.demand_copies, 2u);
+  EXPECT_EQ(r.stats.accesses, 6u);  // the host's misses never reach the cache
+  EXPECT_EQ(r.stats.hits, 4u);
+
+  const timeline_result alt = simulate_timeline<lru>(alternating(), hybrid_config());
+  EXPECT_EQ(alt.total_seconds, 8 * 4.5);
+  EXPECT_EQ(alt.host_experts, 8u);
+  EXPECT_EQ(alt.demand_copies, 0u);
+  EXPECT_EQ(alt.stats.accesses, 0u);
+}
+
+// A host slower than the link gets nothing: the run is fetch's, copy for copy.
+TEST(Timeline, HybridWithASlowHostIsFetch) {
+  const routing_trace t = random_trace(6, 50);
+  timeline_config c;
+  c.capacity = 4;
+  c.link = {.bytes_per_second = 1000, .latency_seconds = 1};
+  c.expert_bytes = 1000;
+  c.compute_seconds = 0.5;
+  const timeline_result fetch = simulate_timeline<lru>(t, c);
+  c.miss = {.policy = miss_policy::hybrid};
+  c.hybrid = {.expert_seconds = 100, .call_seconds = 1};
+  const timeline_result hybrid = simulate_timeline<lru>(t, c);
+  EXPECT_EQ(hybrid.host_experts, 0u);
+  EXPECT_EQ(hybrid.stats.misses, fetch.stats.misses);
+  EXPECT_EQ(hybrid.stats.hits, fetch.stats.hits);
+  EXPECT_EQ(hybrid.total_seconds, fetch.total_seconds);
+  // A free host takes every miss and the cache never fills.
+  c.hybrid = {};
+  const timeline_result host = simulate_timeline<lru>(t, c);
+  EXPECT_EQ(host.demand_copies, 0u);
+  EXPECT_EQ(host.host_experts, fetch.stats.accesses);
+  EXPECT_EQ(host.total_seconds, 0.5 * static_cast<double>(t.steps() * 5));
+}
+
 TEST(Timeline, RejectsBadConfigurations) {
   const routing_trace t = alternating();
   timeline_config c = hand_config(1);
@@ -212,6 +276,13 @@ TEST(Timeline, RejectsBadConfigurations) {
   expect_error([&] { simulate_timeline<lru>(t, c); }, "bytes_per_second");
   c.link.bytes_per_second = 1;
   expect_error([&] { simulate_timeline_named("mru", t, c); }, "unknown policy 'mru'");
+  c.miss = {.policy = miss_policy::hybrid};
+  expect_error([&] { simulate_timeline<belady>(t, c); }, "belady", "(hybrid)");
+  c.hybrid.expert_seconds = -3;
+  expect_error([&] { simulate_timeline<lru>(t, c); }, "expert_seconds", "-3");
+  c.hybrid.expert_seconds = 0;
+  c.hybrid_value_rate = 2;
+  expect_error([&] { simulate_timeline<lru>(t, c); }, "hybrid_value_rate", "2");
 }
 
 }  // namespace

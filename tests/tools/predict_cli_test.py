@@ -139,6 +139,28 @@ class PredictCliTest(unittest.TestCase):
         slow = [r for r in out if r["compute_us"] > 0 and r["prefetch"] == "top-k x1"]
         self.assertGreater(slow[0]["prefetch_precision"], 0.5)
 
+    def test_timeline_hybrid_splits_misses_between_the_link_and_the_host(self):
+        common = ["--timeline", "--scope", "layer", "--capacity", "3", "--policy", "lru",
+                  "--expert-bytes", "1000", "--bandwidth-gbps", "1e-6", "--compute-us", "1e5",
+                  "--json"]
+        fetch = json.loads(wisp("sim", self.wtrace, *common).stdout)["results"][0]
+        # A host far slower than the link computes nothing: the run is fetch's.
+        slow = json.loads(wisp("sim", self.wtrace, *common, "--miss-policy", "hybrid",
+                               "--host-gbps", "1e-9").stdout)["results"][0]
+        self.assertEqual(slow["miss_policy"], "hybrid")
+        self.assertEqual(slow["host_experts"], 0)
+        for key in ("hits", "misses", "stall_s", "total_s"):
+            self.assertAlmostEqual(slow[key], fetch[key], places=9, msg=key)
+        # A host far faster than the link (1 s per copy) takes misses; every routed expert of a
+        # call is then a hit, a copy or a host expert, and the host's time is charged.
+        fast = json.loads(wisp("sim", self.wtrace, *common, "--miss-policy", "hybrid",
+                               "--host-gbps", "1").stdout)["results"][0]
+        self.assertGreater(fast["host_experts"], 0)
+        self.assertGreater(fast["host_busy_s"], 0)
+        self.assertEqual(fast["hits"] + fast["misses"] + fast["host_experts"], fetch["accesses"])
+        self.assertEqual(fast["demand_copies"], fast["misses"])
+        self.assertLess(fast["total_s"], fetch["total_s"])
+
     def test_bad_input_exits_nonzero_with_a_message(self):
         for args, message in (
                 (("predict", self.wtrace, "--predictor", "oracle"), "unknown predictor 'oracle'"),
@@ -148,7 +170,11 @@ class PredictCliTest(unittest.TestCase):
                  "--users 2 exceeds the trace's 1 sequences"),
                 (("sim", self.wtrace, "--timeline", "--capacity", "2"), "--bandwidth-gbps"),
                 (("sim", self.wtrace, "--timeline", "--capacity", "2", "--bandwidth-gbps", "1",
-                  "--prefetch", "oracle"), "unknown rule 'oracle'")):
+                  "--prefetch", "oracle"), "unknown rule 'oracle'"),
+                (("sim", self.wtrace, "--timeline", "--capacity", "2", "--bandwidth-gbps", "1",
+                  "--miss-policy", "hybrid", "--host-gbps", "0"), "--host-gbps"),
+                (("sim", self.wtrace, "--timeline", "--capacity", "2", "--bandwidth-gbps", "1",
+                  "--miss-policy", "cpu"), "--miss-policy")):
             proc = wisp(*args, ok=False)
             self.assertNotEqual(proc.returncode, 0, args)
             self.assertIn(message, proc.stderr, args)

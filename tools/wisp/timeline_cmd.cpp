@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // `wisp sim FILE --timeline [--compute-us 50,200,...] [--compute-per-token-us C --tokens B]
 //                [--prefetch none,top-k,percentile] [--overfetch 1,1.5] [--percentile 80]
-//                [--prefetch-distance 1] [--miss-policy fetch|drop|substitute --always-fetch-top
-//                R]`
+//                [--prefetch-distance 1] [--miss-policy fetch|drop|substitute|hybrid
+//                --always-fetch-top R] [--host-gbps G --host-threads N --host-thread-gflops F
+//                --token-bytes B --value-rate R]`
 // plus the serial sim's --policy, --capacity, --scope, --expert-bytes, --bandwidth-gbps,
 // --miss-latency-us (per copy) and --json/--csv: the timeline simulator (wisp/sim/timeline_sim.hpp)
 // on a link with demand copies first and prefetches in the gaps. One row per policy x capacity x
@@ -12,6 +13,7 @@
 #include "trace_source.hpp"
 
 #include <wisp/core/error.hpp>
+#include <wisp/pager/hybrid.hpp>
 #include <wisp/pager/miss_policy.hpp>
 #include <wisp/predict/prefetch.hpp>
 #include <wisp/sim/timeline_sim.hpp>
@@ -41,6 +43,12 @@ struct timeline_options {
   std::int32_t distance = 1;
   std::string miss_policy = "fetch";
   std::int32_t always_fetch_top = 0;
+  // hybrid: the host (defaults: the rtx-4090 profile's host, 64 GFLOP/s per thread)
+  double host_gbps = 60.0;
+  std::int32_t host_threads = 16;
+  double host_thread_gflops = 64.0;
+  std::uint64_t token_bytes = 0;
+  double value_rate = 0.25;
 };
 
 namespace {
@@ -92,8 +100,11 @@ miss_policy parse_miss_policy(const std::string& name) {
   if (name == "substitute") {
     return miss_policy::substitute;
   }
+  if (name == "hybrid") {
+    return miss_policy::hybrid;
+  }
   throw logic_error("--miss-policy: unknown policy '" + name +
-                    "' (valid: fetch, drop, substitute)");
+                    "' (valid: fetch, drop, substitute, hybrid)");
 }
 
 struct timeline_row {
@@ -134,6 +145,8 @@ nlohmann::ordered_json row_json(const timeline_row& r, const timeline_common& co
           {"total_s", x.total_seconds},
           {"tpot_ms", 1e3 * x.tpot_seconds},
           {"link_busy_s", x.link_busy_seconds},
+          {"host_experts", x.host_experts},
+          {"host_busy_s", x.host_busy_seconds},
           {"dropped", x.rewrite.dropped},
           {"substituted", x.rewrite.substituted},
           {"dropped_weight_share", share(x.rewrite.dropped_weight, x.routed_weight)},
@@ -190,8 +203,35 @@ std::shared_ptr<timeline_options> add_timeline_options(CLI::App& sim) {
       ->capture_default_str();
   group
       ->add_option("--miss-policy", opt->miss_policy,
-                   "fetch (exact), or the APPROXIMATE drop / substitute that change outputs")
-      ->check(CLI::IsMember({"fetch", "drop", "substitute"}))
+                   "fetch (exact), hybrid (exact: copy each miss or compute it on the host, "
+                   "whichever the cost model prefers), or the APPROXIMATE drop / substitute that "
+                   "change outputs")
+      ->check(CLI::IsMember({"fetch", "drop", "substitute", "hybrid"}))
+      ->capture_default_str();
+  group
+      ->add_option("--host-gbps", opt->host_gbps,
+                   "hybrid: host memory bandwidth, GB/s (a host expert reads its weights once)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  group->add_option("--host-threads", opt->host_threads, "hybrid: host threads computing experts")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  group
+      ->add_option("--host-thread-gflops", opt->host_thread_gflops,
+                   "hybrid: FLOP rate of one host thread, GFLOP/s (BF16 weights: two FLOPs per "
+                   "weight per token)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  group
+      ->add_option("--token-bytes", opt->token_bytes,
+                   "hybrid: bytes of one token's hidden state; a call with host work moves them "
+                   "to the host and the outputs back, each a copy on the link")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  group
+      ->add_option("--value-rate", opt->value_rate,
+                   "hybrid: rate of the reuse value estimator's moving averages, in (0, 1]")
+      ->check(CLI::Range(1e-9, 1.0))
       ->capture_default_str();
   group
       ->add_option("--always-fetch-top", opt->always_fetch_top,
@@ -218,7 +258,19 @@ void run_timeline(const timeline_options& opt, const timeline_common& common) {
   config.compute_per_token_seconds = opt.compute_per_token_us * 1e-6;
   config.tokens = opt.tokens;
   config.miss = miss_options{parse_miss_policy(opt.miss_policy), opt.always_fetch_top};
-  if (config.miss.policy != miss_policy::fetch && !common.json && !common.csv) {
+  if (config.miss.policy == miss_policy::hybrid) {
+    const double transfer =
+        config.link.copy_seconds(static_cast<std::uint64_t>(opt.tokens) * opt.token_bytes);
+    config.hybrid = bf16_hybrid_costs(
+        config.link.copy_seconds(common.expert_bytes), static_cast<double>(common.expert_bytes),
+        {.memory_bytes_per_second = opt.host_gbps * 1e9,
+         .flops_per_second = opt.host_threads * opt.host_thread_gflops * 1e9},
+        2 * transfer);
+    config.hybrid_value_rate = opt.value_rate;
+  }
+  const bool approximate =
+      config.miss.policy == miss_policy::drop || config.miss.policy == miss_policy::substitute;
+  if (approximate && !common.json && !common.csv) {
     std::printf(
         "NOTE: --miss-policy %s is APPROXIMATE: it changes the model's outputs (see the "
         "dropped / substituted gate-weight shares)\n",
@@ -282,16 +334,25 @@ void run_timeline(const timeline_options& opt, const timeline_common& common) {
       common.bandwidth_gbps, common.latency_us,
       static_cast<unsigned long long>(common.expert_bytes),
       1e3 * config.link.copy_seconds(common.expert_bytes), opt.compute_per_token_us, opt.tokens);
-  std::printf("%-18s %5s %9s %-16s %10s %9s %10s %8s %8s %9s %9s\n", "policy", "cap", "compute",
-              "prefetch", "misses", "prefetch", "useful", "prec", "recall", "stall_s", "tpot_ms");
+  if (config.miss.policy == miss_policy::hybrid) {
+    std::printf(
+        "hybrid: host %.3g GB/s, %d threads x %.3g GFLOP/s; a host expert costs %.3f ms + %.4f ms "
+        "per position (roofline), %.3f ms of transfers per call with host work\n\n",
+        opt.host_gbps, opt.host_threads, opt.host_thread_gflops, 1e3 * config.hybrid.expert_seconds,
+        1e3 * config.hybrid.position_seconds, 1e3 * config.hybrid.call_seconds);
+  }
+  std::printf("%-18s %5s %9s %-16s %10s %9s %10s %8s %8s %10s %9s %9s\n", "policy", "cap",
+              "compute", "prefetch", "misses", "prefetch", "useful", "prec", "recall", "host",
+              "stall_s", "tpot_ms");
   for (const timeline_row& r : rows) {
     const timeline_result& x = r.result;
-    std::printf("%-18s %5d %9.1f %-16s %10llu %9llu %10llu %8.4f %8.4f %9.3f %9.3f\n",
+    std::printf("%-18s %5d %9.1f %-16s %10llu %9llu %10llu %8.4f %8.4f %10llu %9.3f %9.3f\n",
                 r.policy.c_str(), r.capacity, r.compute_us, r.prefetch.c_str(),
                 static_cast<unsigned long long>(x.stats.misses),
                 static_cast<unsigned long long>(x.prefetches_started),
                 static_cast<unsigned long long>(x.prefetches_useful), x.prefetch_precision,
-                x.prefetch_recall, x.stall_seconds, 1e3 * x.tpot_seconds);
+                x.prefetch_recall, static_cast<unsigned long long>(x.host_experts), x.stall_seconds,
+                1e3 * x.tpot_seconds);
   }
 }
 

@@ -36,6 +36,15 @@
 /// the routed gate weight they dropped or moved. The trace records only the top-k, so
 /// `substitute` ranks resident experts by the co-activation predictor's score instead of the
 /// router's.
+///
+/// **Hybrid misses.** With `miss_policy::hybrid` (exact, `<wisp/pager/hybrid.hpp>`), each call's
+/// misses are split by `hybrid_splitter` under `timeline_config::hybrid`: a copied miss is a
+/// demand copy as above; the others are computed by the host, leaving the cache unchanged, on one
+/// host queue (each call's host work starts at `max(host free, T_l)` and lasts the cost model's
+/// `call_seconds + host_seconds(experts, positions)`, `tokens` positions per expert). The layer
+/// computes once its copies have landed and its host work is done. Each miss is valued by a
+/// `reuse_value_estimator` (rate `hybrid_value_rate`, per-layer capacity: `capacity`, or
+/// `capacity / layers` in global scope) times `hybrid.miss_seconds()`.
 /// @code
 /// wisp::timeline_config cfg;
 /// cfg.capacity = 8;
@@ -54,6 +63,7 @@
 #include <wisp/cache/slot_cache.hpp>
 #include <wisp/cache/visit_policy.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/pager/hybrid.hpp>
 #include <wisp/pager/miss_policy.hpp>
 #include <wisp/predict/coactivation.hpp>
 #include <wisp/predict/prefetch.hpp>
@@ -86,6 +96,11 @@ struct timeline_config {
   prefetch_config prefetch{};       ///< `rule = none`: demand paging only
   coactivation_config predictor{};  ///< the prefetch predictor (learned online)
   miss_options miss{};              ///< fetch (exact) by default
+  /// `miss.policy == hybrid`: the cost model each call's misses are split by (its `copy_seconds`
+  /// is replaced by the link's copy of `expert_bytes`), and the rate of the reuse value estimator
+  /// that values them (see the file description).
+  hybrid_cost_model hybrid{};
+  double hybrid_value_rate = 0.25;
 
   /// Seconds one layer computes.
   [[nodiscard]] double layer_compute_seconds() const noexcept {
@@ -103,6 +118,12 @@ struct timeline_config {
     WISP_EXPECTS(miss.always_fetch_top >= 0,
                  "timeline_config: miss.always_fetch_top must be >= 0, got ",
                  miss.always_fetch_top);
+    if (miss.policy == miss_policy::hybrid) {
+      hybrid.validate();
+      WISP_EXPECTS(
+          std::isfinite(hybrid_value_rate) && hybrid_value_rate > 0 && hybrid_value_rate <= 1,
+          "timeline_config: hybrid_value_rate must be in (0, 1], got ", hybrid_value_rate);
+    }
     prefetch.validate();
     predictor.validate();
   }
@@ -126,6 +147,8 @@ struct timeline_result {
   double prefetch_precision = 0.0;  ///< useful / started (0 without prefetch)
   double prefetch_recall = 0.0;     ///< useful / (useful + demand misses)
   miss_rewrite rewrite;             ///< what an approximate miss policy changed
+  std::uint64_t host_experts = 0;   ///< hybrid: misses the host computed (not in `stats`)
+  double host_busy_seconds = 0.0;   ///< hybrid: time the host queue was busy
   double routed_weight = 0.0;       ///< gate weight routed in total (quality denominators)
 };
 
@@ -135,8 +158,8 @@ struct timeline_result {
 /// the simulator's own predictor and pass attached (global scope uses them). Not thread-safe in
 /// itself; separate runs may go in parallel.
 /// @throws wisp::logic_error on an invalid config, a capacity outside `[top_k, experts]` (per
-///   layer) or `[top_k, layers x experts]` (global), `belady` with prefetch or an approximate
-///   miss policy (its future would not be the sequence replayed), or a policy breaking its
+///   layer) or `[top_k, layers x experts]` (global), `belady` with prefetch or another miss policy
+///   than `fetch` (its future would not be the sequence replayed), or a policy breaking its
 ///   contract.
 template <eviction_policy Policy, class MakePolicy>
 timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,

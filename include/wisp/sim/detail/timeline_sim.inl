@@ -18,7 +18,8 @@ class timeline_replay {
         global_(config.scope == cache_scope::global),
         predictor_(shape_, config.predictor),
         pass_(shape_),
-        queue_(shape_.layers, shape_.experts) {
+        queue_(shape_.layers, shape_.experts),
+        values_(shape_.layers, shape_.experts, config.hybrid_value_rate) {
     const key_layout layout =
         global_ ? key_layout{cache_scope::global, shape_.layers, shape_.experts}
                 : key_layout{cache_scope::per_layer, shape_.layers, shape_.experts};
@@ -47,8 +48,13 @@ class timeline_replay {
     original_.resize(k);
     weights_.resize(k);
     keys_.resize(k);
+    experts_.resize(k);
     out_.resize(k);
     scores_.resize(static_cast<std::size_t>(shape_.experts));
+    hybrid_ = config.miss.policy == miss_policy::hybrid;
+    cost_ = config.hybrid;
+    cost_.copy_seconds = config.link.copy_seconds(config.expert_bytes);
+    layer_capacity_ = global_ ? std::max(1, config.capacity / shape_.layers) : config.capacity;
     learns_ = config.prefetch.rule != prefetch_rule::none ||
               config.miss.policy == miss_policy::substitute ||
               (std::is_same_v<Policy, predicted_next_use> && global_);
@@ -86,11 +92,18 @@ class timeline_replay {
           }
         }
         slot_cache<Policy>& cache = cache_of(l);
+        double ready = now;
+        if (hybrid_) {  // the host's misses leave the call (and the cache)
+          const std::size_t all = n;
+          n = split_call(l, n, now, r);
+          ready = std::max(ready, host_end_);
+          values_.record_call(l, std::span<const std::int32_t>(experts_.data(), all),
+                              static_cast<std::int32_t>(n - hits_));
+        }
         std::uint64_t& time = times_[global_ ? 0 : static_cast<std::size_t>(l)];
         cache.access_call(std::span<const cache_key>(keys_.data(), n), {step, l, time},
                           std::span<access_result>(out_.data(), n));
         time += n;
-        double ready = now;
         for (std::size_t i = 0; i < n; ++i) {
           const std::size_t g = index(l, keys_[i] - key_of(l, 0));
           if (out_[i].hit) {
@@ -161,6 +174,67 @@ class timeline_replay {
     }
   }
 
+  // Hybrid: splits the misses among keys_[0, n) of layer `l`'s call decided at `now` between
+  // copies and the host; keys_ keeps the hits and the copies (in order), the host's work goes on
+  // the host queue (host_end_: when this call's host work is done, `now` if none).
+  // @returns how many keys stay.
+  std::size_t split_call(std::int32_t l, std::size_t n, double now, timeline_result& r) {
+    const slot_cache<Policy>& cache = cache_of(l);
+    const hybrid_cost_model& cost = cost_;
+    misses_.clear();
+    hits_ = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::int32_t e = keys_[i] - key_of(l, 0);
+      experts_[i] = e;
+      if (cache.slot_of(keys_[i]) < 0) {
+        misses_.push_back(
+            {.expert = e,
+             .positions = config_.tokens,
+             .value_seconds = values_.expected_hits(l, e, layer_capacity_) * cost.miss_seconds()});
+      } else {
+        ++hits_;
+      }
+    }
+    host_end_ = now;
+    if (misses_.empty()) {
+      return n;
+    }
+    // What the copies may evict: the resident keys this call does not use (its own are stamped).
+    resident_values_.clear();
+    cache.for_each_resident([&](cache_key key, std::int32_t) {
+      const std::int32_t layer = global_ ? key / shape_.experts : l;
+      const std::int32_t e = key - key_of(layer, 0);
+      if (stamps_[index(layer, e)] != generation_) {
+        resident_values_.push_back(values_.expected_hits(layer, e, layer_capacity_) *
+                                   cost.miss_seconds());
+      }
+    });
+    eviction_losses(cache.capacity() - cache.size(), resident_values_, losses_);
+    split_.resize(misses_.size());
+    const hybrid_decision d = splitter_.split(cost,
+                                              {.link_seconds = std::max(0.0, link_free_ - now),
+                                               .host_seconds = std::max(0.0, host_free_ - now)},
+                                              misses_, split_, -1, losses_);
+    if (d.host_experts > 0) {
+      const double busy = cost.call_seconds + cost.host_seconds(d.host_experts, d.host_positions);
+      host_free_ = std::max(host_free_, now) + busy;
+      host_end_ = host_free_;
+      r.host_busy_seconds += busy;
+      r.host_experts += static_cast<std::uint64_t>(d.host_experts);
+    }
+    std::size_t kept = 0, miss = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      bool keep = true;
+      if (cache.slot_of(keys_[i]) < 0) {
+        keep = split_[miss++] != 0;
+      }
+      if (keep) {
+        keys_[kept++] = keys_[i];
+      }
+    }
+    return kept;
+  }
+
   // The row of (step, layer) into ids_ (rewritten for an approximate miss policy) and original_.
   void load_row(std::size_t step, std::int32_t layer, timeline_result& r) {
     const auto k = static_cast<std::size_t>(shape_.top_k);
@@ -171,8 +245,8 @@ class timeline_replay {
                                          : 1.0f / static_cast<float>(k);
       r.routed_weight += weights_[j];
     }
-    if (config_.miss.policy == miss_policy::fetch) {
-      return;
+    if (config_.miss.policy == miss_policy::fetch || config_.miss.policy == miss_policy::hybrid) {
+      return;  // exact: the row stays as routed
     }
     std::span<const float> scores;
     if (config_.miss.policy == miss_policy::substitute) {
@@ -253,8 +327,20 @@ class timeline_replay {
   std::vector<float> weights_, scores_;
   std::vector<cache_key> keys_;
   std::vector<access_result> out_;
-  double link_free_ = 0.0;     // when the link finishes its last copy
-  double submitted_at_ = 0.0;  // when the queued prefetches were last submitted
+  bool hybrid_ = false;
+  hybrid_cost_model cost_;           // config.hybrid with the link's copy time
+  std::int32_t layer_capacity_ = 0;  // the value estimator's capacity per layer
+  reuse_value_estimator values_;
+  hybrid_splitter splitter_;
+  std::vector<hybrid_miss> misses_;
+  std::vector<std::uint8_t> split_;
+  std::vector<double> resident_values_, losses_;
+  std::vector<std::int32_t> experts_;  // the call's distinct experts (hybrid)
+  std::size_t hits_ = 0;               // of the current call (hybrid)
+  double host_free_ = 0.0;             // when the host finishes its last work
+  double host_end_ = 0.0;              // when the current call's host work is done
+  double link_free_ = 0.0;             // when the link finishes its last copy
+  double submitted_at_ = 0.0;          // when the queued prefetches were last submitted
   bool learns_ = false;
 };
 
@@ -290,7 +376,7 @@ timeline_result simulate_timeline(const routing_trace& trace, const timeline_con
         config.prefetch.rule == prefetch_rule::none && config.miss.policy == miss_policy::fetch,
         "simulate_timeline: belady needs the future it replays, so it takes neither "
         "prefetch (rule ",
-        to_string(config.prefetch.rule), ") nor an approximate miss policy (",
+        to_string(config.prefetch.rule), ") nor another miss policy than fetch (",
         to_string(config.miss.policy), ")");
   }
   detail::timeline_replay<Policy> replay(trace, config, make_policy);
