@@ -16220,6 +16220,25 @@ inline constexpr std::array<device_preset, 4> device_presets{{
   throw format_error(std::string(where) + ": \"" + std::string(member) + "\" " + why);
 }
 
+/// A JSON value as a message shows it: strings quoted, numbers as written, containers by kind.
+[[nodiscard]] inline std::string describe_json(const json_value& v) {
+  switch (v.type) {
+    case json_value::kind::string:
+      return "\"" + v.text + "\"";
+    case json_value::kind::number:
+      return v.text;
+    case json_value::kind::boolean:
+      return v.boolean ? "true" : "false";
+    case json_value::kind::array:
+      return "an array";
+    case json_value::kind::object:
+      return "an object";
+    case json_value::kind::null:
+      break;
+  }
+  return "null";
+}
+
 }  // namespace detail
 
 /// Names of the built-in presets, in order: "rtx-4090", "l4", "a100-pcie", "h100-pcie".
@@ -16284,13 +16303,15 @@ device_profile_preset_names() noexcept {
     seen[index] = true;
     if (index < 2) {
       if (m.value.type != detail::json_value::kind::string) {
-        detail::fail_profile_member(where, m.key, "must be a string");
+        detail::fail_profile_member(where, m.key,
+                                    "must be a string, got " + detail::describe_json(m.value));
       }
       (index == 0 ? d.name : d.source) = m.value.text;
       continue;
     }
     if (m.value.type != detail::json_value::kind::number) {
-      detail::fail_profile_member(where, m.key, "must be a number");
+      detail::fail_profile_member(where, m.key,
+                                  "must be a number, got " + detail::describe_json(m.value));
     }
     const double v = m.value.number;
     const bool optional = m.key == "moe_gbps";

@@ -74,11 +74,13 @@ TEST(device_profile, bad_profiles_are_refused_naming_the_member_and_value) {
   expect_error<E>([] { (void)parse_device_profile(with("launch_us", "0")); }, "\"launch_us\"",
                   "got 0");
   expect_error<E>([] { (void)parse_device_profile(with("peak_bf16_tflops", "\"fast\"")); },
-                  "\"peak_bf16_tflops\"", "must be a number");
+                  "\"peak_bf16_tflops\"", "must be a number, got \"fast\"");
   expect_error<E>([] { (void)parse_device_profile(with("host_threads", "2.5")); },
                   "\"host_threads\"", "whole number", "2.5");
   expect_error<E>([] { (void)parse_device_profile(with("name", "7")); }, "\"name\"",
-                  "must be a string");
+                  "must be a string, got 7");
+  expect_error<E>([] { (void)parse_device_profile(with("launch_us", "null")); }, "\"launch_us\"",
+                  "must be a number, got null");
   expect_error<E>([] { (void)parse_device_profile(with("name", "\"\"")); }, "\"name\"",
                   "must not be empty");
   std::string moe = good;
