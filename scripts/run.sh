@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# wisp's main job: the example serving engine. A small MoE transformer (8 layers x 64 experts,
-# top-6, bf16 weights) serves 16 chat sessions (after 4 warm-up sessions) on the CPU under a 48 MiB
-# device budget that holds half its experts, on a modelled device (compute timed on the CPU, every
-# expert copy costed on a 25 GB/s link that overlaps compute). Arms: full residency (infeasible at
-# this budget, so also run at the smallest budget where it fits, as an upper bound), layer
-# offload, on-demand copies, static pinned hot experts, the wisp pager per eviction policy, the
-# pager sized by the offline configurator, with dynamic resizing, with predictor-driven prefetch,
-# and paging compressed experts; each 5 times, interleaved. It prints median [min-max] figures,
-# each pager arm against the strongest baseline, and checks every arm produced the same bytes.
+# wisp's main job: the example serving engine in the regime wisp is for, a GPU too small for the
+# model. A small MoE transformer (8 layers x 64 experts, top-6, 864 KiB bf16 experts) serves 16
+# chat sessions (after 4 warm-up sessions) under a 148 MiB device budget that holds a third of
+# each layer's experts, on a modelled RTX 4090 (the rtx-4090 device profile: compute charged by
+# its roofline, every expert copy over PCIe 4.0 at 25 GB/s + 10 us; one miss's copy is ~5x one
+# token's MoE, as for Qwen3-30B-A3B on that card); the outputs are still computed by the CPU and
+# checked byte for byte. Arms: full residency (infeasible at this budget, so also run at the
+# smallest budget where it fits, as an upper bound), layer offload, on-demand copies, static
+# pinned hot experts, llama.cpp's expert cache, hot experts on the GPU with the rest computed by
+# the host (cpu-experts), the wisp pager per eviction policy, sized by the offline configurator,
+# with dynamic resizing, with predictor-driven prefetch, paging compressed experts, the
+# compression-aware pools, and the pager with hybrid misses (copied or computed by the host); each
+# 5 times, interleaved. It prints median [min-max] figures, each wisp arm against the strongest
+# baseline, and checks every arm produced the same bytes.
 # Usage: scripts/run.sh [wisp-engine options, e.g. --workload shift --repeat 3 --json]
 #        (installs missing Debian packages when run as root)
 set -euo pipefail

@@ -5,6 +5,7 @@
 /// engine then also runs it at the smallest budget where it fits, as an upper bound.
 #pragma once
 
+#include "index.hpp"
 #include "residency.hpp"
 
 #include <cstdint>
@@ -18,13 +19,13 @@ class full_residency final : public residency {
   memory_plan setup(const arm_context& ctx) override {
     const std::int32_t L = ctx.model.layers, E = ctx.model.experts;
     memory_plan m;
-    m.kv_blocks = kv_blocks_beside(ctx, "full", static_cast<std::uint64_t>(L) * E);
+    m.kv_blocks = kv_blocks_beside(ctx, "full", idx(L) * idx(E));
     for (std::int32_t l = 0; l < L; ++l) {
-      const std::int32_t t = ctx.dev.add_tensor(static_cast<std::size_t>(E));
+      const std::int32_t t = ctx.dev.add_tensor(idx(E));
       ctx.dev.fill(l, {.tensor = t, .row = 0, .expert = 0, .count = E});
     }
-    map_.resize(static_cast<std::size_t>(E));
-    seen_.assign(static_cast<std::size_t>(E), 0);
+    map_.resize(idx(E));
+    seen_.assign(idx(E), 0);
     m.rows = E;
     m.note = "all " + std::to_string(L * E) + " experts resident, " + std::to_string(m.kv_blocks) +
              " KV blocks";
@@ -38,6 +39,8 @@ class full_residency final : public residency {
     launch_ = {layer, map_, {}};
     return {&launch_, 1};
   }
+  /// Every expert is resident: the layer runs on the device without the routing on the host.
+  [[nodiscard]] bool host_sync(std::int32_t /*layer*/) const override { return false; }
 
  private:
   std::vector<std::int32_t> map_, experts_;

@@ -11,6 +11,7 @@
 /// staging rows, overlapping compute (double buffering when a resident layer is in between).
 #pragma once
 
+#include "index.hpp"
 #include "residency.hpp"
 
 #include <algorithm>
@@ -27,20 +28,18 @@ class layer_offload_residency final : public residency {
     E_ = ctx.model.experts;
     K_ = ctx.model.top_k;
     // As many whole layers as fit beside the KV floor, one of them kept for staging.
-    const auto fit = static_cast<std::int32_t>(std::min<std::uint64_t>(
-        rows_beside_floor(ctx) / static_cast<std::uint64_t>(E_), static_cast<std::uint64_t>(L_)));
+    const auto fit = static_cast<std::int32_t>(std::min(rows_beside_floor(ctx) / idx(E_), idx(L_)));
     resident_ = fit >= L_ ? L_ : std::max(fit - 1, 0);
     memory_plan m;
     m.kv_blocks = kv_blocks_beside(  // throws when not even the staging layer fits
-        ctx, "layer-offload",
-        static_cast<std::uint64_t>(resident_ + (resident_ < L_ ? 1 : 0)) * E_);
+        ctx, "layer-offload", idx(resident_ + (resident_ < L_ ? 1 : 0)) * idx(E_));
     for (std::int32_t l = 0; l < resident_; ++l) {
-      const std::int32_t t = ctx.dev.add_tensor(static_cast<std::size_t>(E_));
+      const std::int32_t t = ctx.dev.add_tensor(idx(E_));
       ctx.dev.fill(l, {.tensor = t, .row = 0, .expert = 0, .count = E_});
     }
-    staging_ = resident_ < L_ ? ctx.dev.add_tensor(static_cast<std::size_t>(E_)) : -1;
-    map_.resize(static_cast<std::size_t>(E_));
-    seen_.assign(static_cast<std::size_t>(E_), 0);
+    staging_ = resident_ < L_ ? ctx.dev.add_tensor(idx(E_)) : -1;
+    map_.resize(idx(E_));
+    seen_.assign(idx(E_), 0);
     m.rows = resident_;
     m.note = std::to_string(resident_) + " of " + std::to_string(L_) +
              " layers resident, one staging layer, " + std::to_string(m.kv_blocks) + " KV blocks";
@@ -69,6 +68,11 @@ class layer_offload_residency final : public residency {
     }
     launch_ = {layer < resident_ ? layer : staging_, map_, copies_};
     return {&launch_, 1};
+  }
+  /// Only a streamed layer's narrow call copies what its routing names; a resident layer and a
+  /// whole-layer copy issued ahead need no routing on the host.
+  [[nodiscard]] bool host_sync(std::int32_t layer) const override {
+    return layer >= resident_ && !wide_;
   }
 
  private:

@@ -5,6 +5,7 @@
 /// bytes a UVA read of the routed experts costs. Every other byte of the budget is KV.
 #pragma once
 
+#include "index.hpp"
 #include "residency.hpp"
 
 #include <cstdint>
@@ -18,10 +19,10 @@ class on_demand_residency final : public residency {
   memory_plan setup(const arm_context& ctx) override {
     const std::int32_t E = ctx.model.experts;
     memory_plan m;
-    m.kv_blocks = kv_blocks_beside(ctx, "on-demand", static_cast<std::uint64_t>(E));
-    tensor_ = ctx.dev.add_tensor(static_cast<std::size_t>(E));
-    map_.resize(static_cast<std::size_t>(E));
-    seen_.assign(static_cast<std::size_t>(E), 0);
+    m.kv_blocks = kv_blocks_beside(ctx, "on-demand", idx(E));
+    tensor_ = ctx.dev.add_tensor(idx(E));
+    map_.resize(idx(E));
+    seen_.assign(idx(E), 0);
     m.note = std::to_string(E) + " staging rows, " + std::to_string(m.kv_blocks) + " KV blocks";
     return m;
   }

@@ -1,23 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief The pager arms, `wisp::pager<Policy>` over one `virtual_expert_tensor` per layer:
-/// - `pager`: the cap is `--cap`, or the largest that leaves the KV floor of `max_running`
-///   sessions (the same rows and KV as `static-hot`);
-/// - `pager+plan`: the cap and KV blocks of `wisp::configure` (WiSP Eq. 7) on the warm-up's
-///   per-layer reuse profile and a working-set KV curve of the warm-up sessions, with a floor of
-///   one session;
-/// - `pager+dynamic`: `pager+plan`, then the online controller resizes both pools at drained
-///   barriers (pager_resize.hpp);
-/// - `pager+prefetch`: `pager`, plus predictor-driven next-layer prefetch (prefetcher.hpp);
-/// - `pager+zip`: `pager`, its misses moving compressed experts that the device decodes
-///   (zip_masters.hpp, device.hpp).
+/// @brief The pager arms, `wisp::pager<Policy>` over one `virtual_expert_tensor` per layer. What
+/// they share is `pager_arm`: the pager and its tensors, a layer's launches, forced resizes. Each
+/// arm is a class of its own:
+/// - `pager_residency` (`pager`): the cap is `--cap`, or the largest that leaves the KV floor of
+///   `max_running` sessions (the same rows and KV as `static-hot`); at a fixed cap it also
+///   reports Belady's optimum on its own calls;
+/// - `planned_pager_residency` (`pager+plan`): the cap and KV blocks of `wisp::configure` (WiSP
+///   Eq. 7) on the warm-up's per-layer reuse profile and a working-set KV curve of the warm-up
+///   sessions, with a floor of one session;
+/// - `dynamic_pager_residency` (`pager+dynamic`): `pager+plan`, then the online controller resizes
+///   both pools at drained barriers (pager_resize.hpp);
+/// - `prefetch_pager_residency` (`pager+prefetch`): `pager`, plus predictor-driven next-layer
+///   prefetch (prefetcher.hpp);
+/// - `zip_pager_residency` (`pager+zip`): `pager`, its misses moving compressed experts that the
+///   device decodes (zip_masters.hpp, device.hpp);
+/// - `hybrid_pager_residency` (`pager+hybrid`, arm_hybrid.hpp): `pager`, each miss copied or
+///   computed by the host.
 ///
 /// Per layer: a call whose distinct experts fit the cap is one `prepare` (one launch); a wider
 /// call (prefill) is split by expert, each expert fetched at most once per forward: the resident
 /// experts (first in `plan_expert_groups`' order) in one launch, then the misses in launches of
-/// `min(k, cap / 2)`, double-buffered (see `layer`).
+/// `min(k, cap / 2)`, double-buffered (see `pager_arm::layer`).
 #pragma once
 
+#include "index.hpp"
 #include "pager_resize.hpp"
 #include "prefetcher.hpp"
 #include "residency.hpp"
@@ -47,28 +54,22 @@ namespace wisp_engine {
                                                           std::int32_t concurrency) {
   std::uint64_t longest = 0;
   for (const request& r : reqs) {
-    longest = std::max<std::uint64_t>(longest, r.prompt.size() + r.max_new_tokens);
+    longest = std::max<std::uint64_t>(longest, r.prompt.size() + idx(r.max_new_tokens));
   }
-  return {static_cast<std::uint64_t>(std::max(concurrency, 1)), longest};
+  return {idx(std::max(concurrency, 1)), longest};
 }
 
+/// @brief What every pager arm shares: the pager, one tensor per layer (tensor `l` is layer
+/// `l`'s), the launches of a layer call, forced resizes. Derived arms add to it through
+/// `choose_split`, `configure` and `prepared`.
 template <class Policy>
-class pager_residency final : public residency {
+class pager_arm : public residency {
  public:
-  explicit pager_residency(arm_kind kind) : kind_(kind) {}
-
   memory_plan setup(const arm_context& ctx) override {
     K_ = ctx.model.top_k;
     E_ = ctx.model.experts;
     wisp::admission_floor floor = ctx.floor;
-    wisp::split split;
-    if (kind_ == arm_kind::pager || kind_ == arm_kind::pager_prefetch ||
-        kind_ == arm_kind::pager_zip) {
-      split = wisp::make_split(ctx.spec, ctx.budget, budget_cap(ctx));
-    } else {
-      floor = workload_floor(ctx.requests, 1);
-      split = offline_plan(ctx, floor);
-    }
+    const wisp::split split = choose_split(ctx, floor);
     const std::int32_t cap = split.expert_cap;
     pager_ = std::make_unique<wisp::pager<Policy>>(wisp::pager_config{.layers = ctx.model.layers,
                                                                       .experts = E_,
@@ -76,22 +77,11 @@ class pager_residency final : public residency {
                                                                       .capacity = cap,
                                                                       .max_tokens = 1024});
     for (std::int32_t l = 0; l < ctx.model.layers; ++l) {
-      (void)ctx.dev.add_tensor(static_cast<std::size_t>(cap));  // tensor l is layer l's
+      (void)ctx.dev.add_tensor(idx(cap));
     }
     resizer_.emplace(*pager_, ctx, floor, split);
-    if (kind_ == arm_kind::pager_dynamic) {
-      resizer_->start_controller(ctx.requests);
-    }
-    if (kind_ == arm_kind::pager_zip) {
-      ctx.dev.page_compressed(*ctx.zip, ctx.options.decode_bytes_per_second);
-    }
-    if (kind_ == arm_kind::pager_prefetch) {
-      prefetcher_.emplace(ctx.model, ctx.options.prefetch);
-      prefetcher_->learn(ctx.warmup.tokens);
-      copy_seconds_ = ctx.dev.timeline().link().copy_seconds(ctx.model.expert_bytes());
-    }
-    seen_.assign(static_cast<std::size_t>(E_), 0);
-    record_calls_ = kind_ == arm_kind::pager && ctx.options.forced_resizes.empty();  // fixed cap
+    seen_.assign(idx(E_), 0);
+    configure(ctx);
     memory_plan m;
     m.kv_blocks = split.kv_blocks;
     m.rows = cap;
@@ -99,85 +89,148 @@ class pager_residency final : public residency {
     return m;
   }
 
-  void begin_forward(std::int32_t tokens, bool warm) override {
+  void begin_forward(std::int32_t /*tokens*/, bool warm) override {
     pager_->begin_step();
     warm_ = warm;
-    if (prefetcher_ && !warm) {
-      prefetcher_->begin_forward(tokens);
-    }
-    if (record_calls_) {
-      calls_.push_back(-1);  // a forward starts
-    }
   }
 
   std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
                                     std::int32_t tokens) override {
-    if (prefetcher_ && !warm_) {
-      prefetcher_->observe(layer, ids);
-    }
     distinct_experts(ids, seen_, experts_);
     std::size_t n = 0;
-    if (static_cast<std::int32_t>(experts_.size()) <= pager_->capacity(layer)) {
+    if (count(experts_) <= pager_->capacity(layer)) {
       keep(n++, layer, pager_->prepare(layer, ids, tokens, K_));
     } else {
       // Each expert once: the resident ones in one launch, then the misses in chunks of k (or
       // half the cap, if smaller), so (with LRU) a chunk's copies evict rows the previous chunk
       // does not read and overlap its compute.
-      resident_.clear();
-      missing_.clear();
-      for (const wisp::expert_group& g : pager_->plan_expert_groups(layer, ids, tokens, K_)) {
-        for (const std::int32_t e : g.experts) {
-          (pager_->slot_of(layer, e) >= 0 ? resident_ : missing_).push_back(e);
-        }
-      }
+      split_resident(layer, ids, tokens);
       if (!resident_.empty()) {
         keep(n++, layer, pager_->prepare_experts(layer, resident_));
       }
-      const auto chunk =
-          static_cast<std::size_t>(std::max(1, std::min(K_, pager_->capacity(layer) / 2)));
+      const std::size_t chunk = miss_chunk(layer);
       for (std::size_t i = 0; i < missing_.size(); i += chunk) {
         const std::size_t len = std::min(chunk, missing_.size() - i);
         keep(n++, layer, pager_->prepare_experts(layer, std::span(missing_).subspan(i, len)));
       }
     }
+    return launches(layer, n);
+  }
+
+  void between_forwards(barrier_context& ctx) override {
+    for (const auto& [at, cap] : resizer_->options().forced_resizes) {
+      if (at == ctx.forwards) {
+        resizer_->force(cap, ctx);
+      }
+    }
+  }
+
+ protected:
+  /// The split of the budget the arm runs at (default: the budget's cap, or `--cap`); may change
+  /// the KV floor the resizes keep.
+  virtual wisp::split choose_split(const arm_context& ctx, wisp::admission_floor& /*floor*/) {
+    return wisp::make_split(ctx.spec, ctx.budget, budget_cap(ctx));
+  }
+  /// After the pager and its tensors exist: what a derived arm adds.
+  virtual void configure(const arm_context& /*ctx*/) {}
+  /// Every `prepare*` result of a layer call, in order (before its launch is built).
+  virtual void prepared(std::int32_t /*layer*/, const wisp::prepare_result& /*r*/) {}
+
+  /// The experts of a wide call, resident ones (in `plan_expert_groups`' order) into `resident_`,
+  /// the others into `missing_`.
+  void split_resident(std::int32_t layer, std::span<const std::int32_t> ids, std::int32_t tokens) {
+    resident_.clear();
+    missing_.clear();
+    for (const wisp::expert_group& g : pager_->plan_expert_groups(layer, ids, tokens, K_)) {
+      for (const std::int32_t e : g.experts) {
+        (pager_->slot_of(layer, e) >= 0 ? resident_ : missing_).push_back(e);
+      }
+    }
+  }
+  /// Misses per launch of a wide call: `min(k, cap / 2)`, at least 1.
+  [[nodiscard]] std::size_t miss_chunk(std::int32_t layer) const {
+    return idx(std::max(1, std::min(K_, pager_->capacity(layer) / 2)));
+  }
+
+  /// Copies a prepare result (its spans die with the next prepare of the layer) into device
+  /// launch `i`.
+  void keep(std::size_t i, std::int32_t layer, const wisp::prepare_result& r) {
+    prepared(layer, r);
+    grow(i);
+    maps_[i].assign(r.expert_map.begin(), r.expert_map.end());
+    copies_[i].clear();
+    for (const wisp::copy_op& op : r.copy_plan) {
+      copies_[i].push_back({.tensor = layer, .row = op.slot, .expert = op.expert, .count = 1});
+    }
+    host_[i] = false;
+  }
+  /// Launch `i` is a host launch of `experts` (each shown at its own id).
+  void keep_host(std::size_t i, std::span<const std::int32_t> experts) {
+    grow(i);
+    maps_[i].resize(idx(E_));
+    show_only(maps_[i], experts, experts);
+    copies_[i].clear();
+    host_[i] = true;
+  }
+  /// The first `n` launches kept for `layer`.
+  std::span<const moe_launch> launches(std::int32_t layer, std::size_t n) {
     launches_.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
-      launches_[i] = {layer, maps_[i], copies_[i]};
+      launches_[i] = {layer, maps_[i], copies_[i], host_[i] != 0};
     }
     return launches_;
   }
 
-  /// `pager+prefetch`: the predicted experts of `layer` that fit the link's idle time.
-  std::span<const row_copy> ahead(std::int32_t layer, const link_window& window) override {
-    if (!prefetcher_ || warm_) {
-      return {};
-    }
-    return prefetcher_->prefetch(*pager_, layer, window, copy_seconds_);
+  std::int32_t K_ = 0, E_ = 0;
+  bool warm_ = false;
+  std::unique_ptr<wisp::pager<Policy>> pager_;
+  std::optional<pager_resizer<Policy>> resizer_;
+  std::vector<std::uint8_t> seen_;
+  std::vector<std::int32_t> experts_, resident_, missing_;
+
+ private:
+  void grow(std::size_t i) {
+    maps_.resize(std::max(maps_.size(), i + 1));
+    copies_.resize(std::max(copies_.size(), i + 1));
+    host_.resize(std::max(host_.size(), i + 1));
   }
 
-  /// `pager` at a fixed cap: replays every recorded call (warm-up included) through a
-  /// `wisp::pager<belady>` of the same cap, built from each layer's future, and reports the
-  /// optimum's copies in the evaluated calls.
-  void finish(arm_result& res) override {
-    if (prefetcher_) {
-      res.prefetch_useful = prefetcher_->useful();
+  std::vector<std::vector<std::int32_t>> maps_;
+  std::vector<std::vector<row_copy>> copies_;
+  std::vector<std::uint8_t> host_;
+  std::vector<moe_launch> launches_;
+};
+
+/// @brief `pager`: at a fixed cap it records every call (warm-up included) and, at the end,
+/// replays them through a `wisp::pager<belady>` of the same cap, built from each layer's future,
+/// reporting the optimum's copies in the evaluated calls.
+template <class Policy>
+class pager_residency final : public pager_arm<Policy> {
+ public:
+  void begin_forward(std::int32_t tokens, bool warm) override {
+    pager_arm<Policy>::begin_forward(tokens, warm);
+    if (record_) {
+      calls_.push_back(-1);  // a forward starts
     }
-    if (!record_calls_) {
+  }
+
+  void finish(arm_result& res) override {
+    if (!record_) {
       return;
     }
-    std::vector<std::vector<wisp::cache_key>> future(static_cast<std::size_t>(pager_->layers()));
+    const wisp::pager<Policy>& pager = *this->pager_;
+    std::vector<std::vector<wisp::cache_key>> future(idx(pager.layers()));
     for_each_call([&](std::int32_t layer, std::span<const std::int32_t> experts, bool) {
       if (layer >= 0) {  // not a forward's start
-        auto& f = future[static_cast<std::size_t>(layer)];
+        auto& f = at(future, layer);
         f.insert(f.end(), experts.begin(), experts.end());
       }
     });
-    wisp::pager<wisp::belady> optimum(
-        wisp::pager_config{.layers = pager_->layers(),
-                           .experts = E_,
-                           .top_k = K_,
-                           .capacity = pager_->capacity(0)},
-        [&](std::int32_t l) { return wisp::belady(future[static_cast<std::size_t>(l)]); });
+    wisp::pager<wisp::belady> optimum(wisp::pager_config{.layers = pager.layers(),
+                                                         .experts = this->E_,
+                                                         .top_k = this->K_,
+                                                         .capacity = pager.capacity(0)},
+                                      [&](std::int32_t l) { return wisp::belady(at(future, l)); });
     std::int64_t copies = 0;
     for_each_call([&](std::int32_t layer, std::span<const std::int32_t> experts, bool warm) {
       if (layer < 0) {
@@ -190,38 +243,18 @@ class pager_residency final : public residency {
     res.belady_copies = copies;
   }
 
-  void between_forwards(barrier_context& ctx) override {
-    if (kind_ == arm_kind::pager_dynamic) {
-      resizer_->dynamic_barrier(ctx);
-    }
-    for (const auto& [at, cap] : resizer_->options().forced_resizes) {
-      if (at == ctx.forwards) {
-        resizer_->force(cap, ctx);
-      }
+ protected:
+  void configure(const arm_context& ctx) override {
+    record_ = ctx.options.forced_resizes.empty();  // a fixed cap
+  }
+  void prepared(std::int32_t layer, const wisp::prepare_result& r) override {
+    if (record_) {  // (layer, warm, n, experts...)
+      calls_.insert(calls_.end(), {layer, this->warm_ ? 1 : 0, count(r.experts)});
+      calls_.insert(calls_.end(), r.experts.begin(), r.experts.end());
     }
   }
 
  private:
-  /// Copies a prepare result (its spans die with the next prepare of the layer) into launch `i`;
-  /// `pager` also records the call for `finish`, `pager+dynamic` for its controller.
-  void keep(std::size_t i, std::int32_t layer, const wisp::prepare_result& r) {
-    if (kind_ == arm_kind::pager_dynamic && !warm_) {
-      resizer_->record_call(layer, r.experts);
-    }
-    if (record_calls_) {  // (layer, warm, n, experts...)
-      calls_.insert(calls_.end(),
-                    {layer, warm_ ? 1 : 0, static_cast<std::int32_t>(r.experts.size())});
-      calls_.insert(calls_.end(), r.experts.begin(), r.experts.end());
-    }
-    maps_.resize(std::max(maps_.size(), i + 1));
-    copies_.resize(std::max(copies_.size(), i + 1));
-    maps_[i].assign(r.expert_map.begin(), r.expert_map.end());
-    copies_[i].clear();
-    for (const wisp::copy_op& op : r.copy_plan) {
-      copies_[i].push_back({.tensor = layer, .row = op.slot, .expert = op.expert, .count = 1});
-    }
-  }
-
   /// Calls `f(layer, experts, warm)` for every recorded call in order, and `f(-1, {}, false)`
   /// where a forward starts.
   template <class F>
@@ -232,51 +265,111 @@ class pager_residency final : public residency {
         ++i;
         continue;
       }
-      const auto n = static_cast<std::size_t>(calls_[i + 2]);
+      const std::size_t n = idx(calls_[i + 2]);
       f(calls_[i], std::span<const std::int32_t>(calls_).subspan(i + 3, n), calls_[i + 1] != 0);
       i += 3 + n;
     }
   }
 
-  /// WiSP Eq. 7 from the warm-up's per-layer reuse profile and a working-set KV curve of the
-  /// warm-up sessions (the `max_running` longest of them are served at once).
-  static wisp::split offline_plan(const arm_context& ctx, const wisp::admission_floor& floor) {
+  bool record_ = false;
+  std::vector<std::int32_t> calls_;  // every prepare, see prepared() and for_each_call()
+};
+
+/// @brief `pager+plan`: the split of WiSP Eq. 7 from the warm-up's per-layer reuse profile and a
+/// working-set KV curve of the warm-up sessions (the `max_running` longest of them are served at
+/// once), with a KV floor of one session.
+template <class Policy>
+class planned_pager_residency : public pager_arm<Policy> {
+ protected:
+  wisp::split choose_split(const arm_context& ctx, wisp::admission_floor& floor) override {
+    floor = workload_floor(ctx.requests, 1);
     const wisp::miss_curve expert_curve{
         wisp::profile_trace(ctx.warmup.tokens, wisp::reuse_scope::per_layer).histogram};
     std::vector<std::uint64_t> blocks;
     for (const request& r : ctx.warmup.sessions) {
-      blocks.push_back(blocks_for_tokens(
-          r.prompt.size() + static_cast<std::uint64_t>(std::max(r.max_new_tokens, 0)),
-          ctx.spec.block_tokens));
+      blocks.push_back(blocks_for_tokens(r.prompt.size() + idx(std::max(r.max_new_tokens, 0)),
+                                         ctx.spec.block_tokens));
     }
     std::sort(blocks.rbegin(), blocks.rend());
     std::uint64_t working = 0;
-    for (std::size_t i = 0;
-         i < blocks.size() && i < static_cast<std::size_t>(ctx.options.max_running); ++i) {
+    for (std::size_t i = 0; i < blocks.size() && i < idx(ctx.options.max_running); ++i) {
       working += blocks[i];
     }
-    const auto rounds = static_cast<std::uint64_t>(
-        ctx.warmup.sessions.empty() ? 1 : ctx.warmup.sessions[0].max_new_tokens);
+    const std::uint64_t rounds =
+        ctx.warmup.sessions.empty() ? 1 : idx(ctx.warmup.sessions[0].max_new_tokens);
     const wisp::cost_model<> cost{ctx.spec, expert_curve,
                                   wisp::working_set_kv_curve(working, rounds),
                                   cost_params(ctx.options)};
     return wisp::configure(cost, ctx.budget, floor).choice;
   }
+};
 
-  arm_kind kind_;
-  std::int32_t K_ = 0, E_ = 0;
-  bool warm_ = false;
-  bool record_calls_ = false;  // for the Belady bound (finish)
-  std::unique_ptr<wisp::pager<Policy>> pager_;
-  std::optional<pager_resizer<Policy>> resizer_;
-  std::optional<next_layer_prefetcher> prefetcher_;  // pager+prefetch only
-  double copy_seconds_ = 0;                          // one expert on the link
-  std::vector<std::uint8_t> seen_;
-  std::vector<std::int32_t> experts_, resident_, missing_;
-  std::vector<std::vector<std::int32_t>> maps_;
-  std::vector<std::vector<row_copy>> copies_;
-  std::vector<moe_launch> launches_;
-  std::vector<std::int32_t> calls_;  // pager: every prepare, see keep() and for_each_call()
+/// @brief `pager+dynamic`: `pager+plan`, then the online controller (pager_resize.hpp).
+template <class Policy>
+class dynamic_pager_residency final : public planned_pager_residency<Policy> {
+ public:
+  void between_forwards(barrier_context& ctx) override {
+    this->resizer_->dynamic_barrier(ctx);
+    planned_pager_residency<Policy>::between_forwards(ctx);
+  }
+
+ protected:
+  void configure(const arm_context& ctx) override {
+    this->resizer_->start_controller(ctx.requests);
+  }
+  void prepared(std::int32_t layer, const wisp::prepare_result& r) override {
+    if (!this->warm_) {
+      this->resizer_->record_call(layer, r.experts);
+    }
+  }
+};
+
+/// @brief `pager+prefetch`: the predicted experts of the next layer that fit the link's idle time
+/// (prefetcher.hpp).
+template <class Policy>
+class prefetch_pager_residency final : public pager_arm<Policy> {
+ public:
+  void begin_forward(std::int32_t tokens, bool warm) override {
+    pager_arm<Policy>::begin_forward(tokens, warm);
+    if (!warm) {
+      prefetcher_->begin_forward(tokens);
+    }
+  }
+  std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
+                                    std::int32_t tokens) override {
+    if (!this->warm_) {
+      prefetcher_->observe(layer, ids);
+    }
+    return pager_arm<Policy>::layer(layer, ids, tokens);
+  }
+  std::span<const row_copy> ahead(std::int32_t layer, const link_window& window) override {
+    if (this->warm_) {
+      return {};
+    }
+    return prefetcher_->prefetch(*this->pager_, layer, window, copy_seconds_);
+  }
+  void finish(arm_result& res) override { res.prefetch_useful = prefetcher_->useful(); }
+
+ protected:
+  void configure(const arm_context& ctx) override {
+    prefetcher_.emplace(ctx.model, ctx.options.prefetch);
+    prefetcher_->learn(ctx.warmup.tokens);
+    copy_seconds_ = ctx.dev.timeline().link().copy_seconds(ctx.model.expert_bytes());
+  }
+
+ private:
+  std::optional<next_layer_prefetcher> prefetcher_;
+  double copy_seconds_ = 0;  // one expert on the link
+};
+
+/// @brief `pager+zip`: every copy moves the expert's compressed bytes, decoded on the device.
+template <class Policy>
+class zip_pager_residency final : public pager_arm<Policy> {
+ protected:
+  void configure(const arm_context& ctx) override {
+    WISP_EXPECTS(ctx.zip != nullptr, "pager+zip: the arm needs the compressed masters");
+    ctx.dev.page_compressed(*ctx.zip, ctx.options.decode_bytes_per_second);
+  }
 };
 
 }  // namespace wisp_engine

@@ -12,6 +12,7 @@
 /// go to rows the previous launch does not read, so they overlap its compute.
 #pragma once
 
+#include "index.hpp"
 #include "residency.hpp"
 
 #include <algorithm>
@@ -35,15 +36,15 @@ class hot_layer {
 
   hot_layer(std::int32_t experts, std::int32_t top_k, std::span<const std::int32_t> pinned,
             std::int32_t cap)
-      : k_(static_cast<std::size_t>(top_k)),
-        row_of_(static_cast<std::size_t>(experts), -1),
-        pinned_(pinned.size()),
-        staged_(static_cast<std::size_t>(cap) - pinned.size(), -1),
+      : k_(idx(top_k)),
+        row_of_(idx(experts), -1),
+        pinned_(count(pinned)),
+        staged_(idx(cap - pinned_), -1),
         last_use_(staged_.size(), 0),
         busy_(staged_.size(), 0),
-        seen_(static_cast<std::size_t>(experts), 0) {
-    for (std::size_t i = 0; i < pinned.size(); ++i) {
-      row_of(pinned[i]) = static_cast<std::int32_t>(i);
+        seen_(idx(experts), 0) {
+    for (std::int32_t i = 0; i < count(pinned); ++i) {
+      row_of(at(pinned, i)) = i;
     }
   }
 
@@ -67,7 +68,7 @@ class hot_layer {
     // Misses that fit the free staging rows join the first launch; a wider call streams them in
     // launches of k (or half the staging rows, if fewer), so one launch's copies overlap the
     // previous one's compute (the least recently used rows are not the ones just read).
-    const auto free_rows = static_cast<std::size_t>(std::count(busy_.begin(), busy_.end(), 0));
+    const std::size_t free_rows = idx(std::count(busy_.begin(), busy_.end(), 0));
     const std::size_t chunk = misses_.size() <= free_rows
                                   ? misses_.size()
                                   : std::max<std::size_t>(1, std::min(k_, busy_.size() / 2));
@@ -88,7 +89,7 @@ class hot_layer {
     return n;
   }
   [[nodiscard]] const std::vector<launch_plan>& launches() const noexcept { return launches_; }
-  [[nodiscard]] std::int32_t pinned() const noexcept { return static_cast<std::int32_t>(pinned_); }
+  [[nodiscard]] std::int32_t pinned() const noexcept { return pinned_; }
 
  private:
   void reset(std::size_t i) {
@@ -103,22 +104,22 @@ class hot_layer {
     launches_[i].experts.push_back(e);
     launches_[i].rows.push_back(row);
     if (row >= pinned()) {
-      busy_[static_cast<std::size_t>(row - pinned())] = 1;
+      at(busy_, row - pinned()) = 1;
     }
   }
-  void touch(std::int32_t row) { last_use_[static_cast<std::size_t>(row - pinned())] = ++clock_; }
+  void touch(std::int32_t row) { at(last_use_, row - pinned()) = ++clock_; }
   [[nodiscard]] std::int32_t victim() const {
     std::int32_t best = -1;
-    for (std::size_t i = 0; i < staged_.size(); ++i) {
-      if (busy_[i] == 0 && (best < 0 || last_use_[i] < last_use_[static_cast<std::size_t>(best)])) {
-        best = static_cast<std::int32_t>(i);
+    for (std::int32_t i = 0; i < count(staged_); ++i) {
+      if (at(busy_, i) == 0 && (best < 0 || at(last_use_, i) < at(last_use_, best))) {
+        best = i;
       }
     }
     return best < 0 ? -1 : best + pinned();
   }
-  std::int32_t& row_of(std::int32_t e) { return row_of_[static_cast<std::size_t>(e)]; }
+  std::int32_t& row_of(std::int32_t e) { return at(row_of_, e); }
   void place(std::int32_t row, std::int32_t e) {
-    const auto i = static_cast<std::size_t>(row - pinned());
+    const std::size_t i = idx(row - pinned());
     if (staged_[i] >= 0) {
       row_of(staged_[i]) = -1;
     }
@@ -129,7 +130,7 @@ class hot_layer {
 
   std::size_t k_;
   std::vector<std::int32_t> row_of_;  // expert -> row, -1 when neither pinned nor staged
-  std::size_t pinned_;
+  std::int32_t pinned_;
   std::vector<std::int32_t> staged_;  // staging row - H -> expert or -1
   std::vector<std::uint64_t> last_use_;
   std::vector<std::uint8_t> busy_;  // staging rows holding an expert of the current launch
@@ -147,22 +148,22 @@ class static_hot_residency final : public residency {
     const std::int32_t L = ctx.model.layers, E = ctx.model.experts, K = ctx.model.top_k;
     const std::int32_t cap = budget_cap(ctx);
     memory_plan m;
-    m.kv_blocks = kv_blocks_beside(ctx, "static-hot", static_cast<std::uint64_t>(cap) * L);
+    m.kv_blocks = kv_blocks_beside(ctx, "static-hot", idx(cap) * idx(L));
     m.rows = cap;
     std::int64_t pinned_total = 0;
     for (std::int32_t l = 0; l < L; ++l) {
-      const std::vector<std::int32_t> order = by_frequency(ctx.warmup, l, E, K);
+      const std::vector<std::int32_t> order = experts_by_frequency(ctx.warmup, l, E, K);
       std::int32_t hot = ctx.options.hot;
       if (hot < 0) {
         hot = best_hot(ctx.warmup, l, order, E, K, cap);
       }
       WISP_EXPECTS(hot >= 0 && hot <= cap - K, "static-hot: ", hot, " pinned experts leave ",
                    cap - hot, " staging rows of a cap of ", cap, ", fewer than k = ", K);
-      const std::span<const std::int32_t> pinned(order.data(), static_cast<std::size_t>(hot));
+      const std::span<const std::int32_t> pinned(order.data(), idx(hot));
       layers_.emplace_back(E, K, pinned, cap);
-      const std::int32_t t = ctx.dev.add_tensor(static_cast<std::size_t>(cap));
+      const std::int32_t t = ctx.dev.add_tensor(idx(cap));
       for (std::int32_t i = 0; i < hot; ++i) {
-        ctx.dev.fill(l, {.tensor = t, .row = i, .expert = pinned[static_cast<std::size_t>(i)]});
+        ctx.dev.fill(l, {.tensor = t, .row = i, .expert = at(pinned, i)});
       }
       pinned_total += hot;
     }
@@ -174,21 +175,18 @@ class static_hot_residency final : public residency {
 
   std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
                                     std::int32_t /*tokens*/) override {
-    auto& hot = layers_[static_cast<std::size_t>(layer)];
+    auto& hot = at(layers_, layer);
     const std::size_t n = hot.plan(ids);
     maps_.resize(std::max(maps_.size(), n));
     copies_.resize(std::max(copies_.size(), n));
     launches_.resize(n);
     for (std::size_t i = 0; i < n; ++i) {
       const auto& p = hot.launches()[i];
-      maps_[i].resize(static_cast<std::size_t>(E_));
+      maps_[i].resize(idx(E_));
       show_only(maps_[i], p.experts, p.rows);
       copies_[i].clear();
       for (const std::int32_t e : p.copied) {
-        copies_[i].push_back({.tensor = layer,
-                              .row = maps_[i][static_cast<std::size_t>(e)],
-                              .expert = e,
-                              .count = 1});
+        copies_[i].push_back({.tensor = layer, .row = at(maps_[i], e), .expert = e, .count = 1});
       }
       launches_[i] = {layer, maps_[i], copies_[i]};
     }
@@ -196,25 +194,6 @@ class static_hot_residency final : public residency {
   }
 
  private:
-  /// Layer `l`'s experts, most routed (per token) in the warm-up first, ties to the lower id.
-  static std::vector<std::int32_t> by_frequency(const warmup_log& w, std::int32_t l, std::int32_t E,
-                                                std::int32_t K) {
-    std::vector<std::uint64_t> counts(static_cast<std::size_t>(E), 0);
-    auto count = [&counts](std::int32_t e) -> std::uint64_t& {
-      return counts[static_cast<std::size_t>(e)];
-    };
-    for (const auto& f : w.forwards) {
-      for (const std::int32_t e : f.layer(l, K)) {
-        ++count(e);
-      }
-    }
-    std::vector<std::int32_t> order(static_cast<std::size_t>(E));
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::int32_t a, std::int32_t b) { return count(a) > count(b); });
-    return order;
-  }
-
   /// The pinned count in `[0, cap - k]` with the fewest misses over the warm-up (the smallest on
   /// a tie: more staging rows, fewer extra launches).
   static std::int32_t best_hot(const warmup_log& w, std::int32_t l,
@@ -223,8 +202,7 @@ class static_hot_residency final : public residency {
     std::int32_t best = 0;
     std::uint64_t fewest = ~std::uint64_t{0};
     for (std::int32_t hot = 0; hot <= cap - K; ++hot) {
-      detail::hot_layer sim(
-          E, K, std::span<const std::int32_t>(order.data(), static_cast<std::size_t>(hot)), cap);
+      detail::hot_layer sim(E, K, std::span<const std::int32_t>(order.data(), idx(hot)), cap);
       std::uint64_t misses = 0;
       for (const auto& f : w.forwards) {
         const std::size_t n = sim.plan(f.layer(l, K));

@@ -26,6 +26,7 @@
 /// thread, L = `--decode-threads`, recovery 0.
 #pragma once
 
+#include "index.hpp"
 #include "residency.hpp"
 
 #include <wisp/alloc/split.hpp>
@@ -50,9 +51,8 @@ namespace wisp_engine {
                                                           std::uint64_t budget_bytes) {
   wisp::tiered_sim_config c;
   c.tensors = 3;
-  c.tensor_elements =
-      static_cast<std::uint64_t>(m.hidden) * static_cast<std::uint64_t>(m.intermediate);
-  c.exponent_ratio = static_cast<double>(zip.max_e_bytes()) / static_cast<double>(zip.sm_bytes());
+  c.tensor_elements = idx(m.hidden) * idx(m.intermediate);
+  c.exponent_ratio = real(zip.max_e_bytes()) / real(zip.sm_bytes());
   c.e_chunks = zip.e_chunks();
   c.threads = o.decode_threads;
   c.link_bytes_per_second = o.link.bytes_per_second;
@@ -71,28 +71,27 @@ class tiered_residency final : public residency {
     const std::int32_t layers = ctx.model.layers;
     const std::int32_t cap = budget_cap(ctx);
     const wisp::split split = wisp::make_split(ctx.spec, ctx.budget, cap);
-    const auto rows = static_cast<std::uint64_t>(cap) * static_cast<std::uint64_t>(layers);
-    const auto staging = static_cast<std::uint64_t>(2 * K_);
+    const auto rows = idx(cap) * idx(layers);
+    const auto staging = idx(2 * K_);
     if (rows < staging) {
       WISP_FAIL(wisp::infeasible_error, "tiered: ", rows, " expert rows (", cap,
                 " per layer) do not hold the ", staging, " staging rows");
     }
-    const std::uint64_t pool_bytes =
-        (rows - staging) * ctx.model.expert_bytes() / static_cast<std::uint64_t>(layers);
+    const std::uint64_t pool_bytes = (rows - staging) * ctx.model.expert_bytes() / idx(layers);
     const wisp::tiered_sim_config model =
         tiered_model(ctx.model, ctx.options, *ctx.zip, pool_bytes);
     sizes_ = ctx.options.tiers ? *ctx.options.tiers
                                : wisp::plan_for_trace(ctx.warmup.tokens, model).best.sizes;
     std::uint64_t used = 0;
     for (std::size_t p = 0; p < sizes_.size(); ++p) {
-      used += static_cast<std::uint64_t>(std::max(sizes_[p], 0)) * model.bytes()[p];
+      used += idx(std::max(sizes_[p], 0)) * model.bytes()[p];
     }
     if (used > pool_bytes) {
       WISP_FAIL(wisp::infeasible_error, "tiered: pools F/C/S/E ", sizes_[0], "/", sizes_[1], "/",
                 sizes_[2], "/", sizes_[3], " take ", wisp::format_bytes(used),
                 " per layer, more than the ", wisp::format_bytes(pool_bytes), " left");
     }
-    const auto f_rows = static_cast<std::size_t>(sizes_[0]);
+    const auto f_rows = idx(sizes_[0]);
     for (std::int32_t l = 0; l < layers; ++l) {
       tiers_.emplace_back(E_, wisp::tier_config{sizes_, 0});
       (void)ctx.dev.add_tensor(f_rows);  // tensor l: layer l's F rows
@@ -101,14 +100,14 @@ class tiered_residency final : public residency {
         free_rows_.back().push_back(static_cast<std::int32_t>(r));
       }
     }
-    staging_ = ctx.dev.add_tensor(static_cast<std::size_t>(staging));
+    staging_ = ctx.dev.add_tensor(staging);
     const wisp::schedule_params schedule = model.schedule();
     ctx.dev.page_tiered(*ctx.zip, {.schedule = schedule,
                                    .tensors = model.tensors,
-                                   .sm_chunk_bytes = static_cast<double>(model.tensor_elements),
+                                   .sm_chunk_bytes = real(model.tensor_elements),
                                    .e_chunk_bytes = schedule.e_read * model.link_bytes_per_second});
-    f_row_.assign(static_cast<std::size_t>(layers * E_), -1);
-    pending_.assign(static_cast<std::size_t>(layers), false);
+    f_row_.assign(idx(layers * E_), -1);
+    pending_.assign(idx(layers), false);
     memory_plan m;
     m.kv_blocks = split.kv_blocks;
     m.rows = cap;
@@ -126,13 +125,13 @@ class tiered_residency final : public residency {
 
   std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
                                     std::int32_t /*tokens*/) override {
-    wisp::tiered_cache<>& cache = tiers_[static_cast<std::size_t>(layer)];
+    wisp::tiered_cache<>& cache = tiers_[idx(layer)];
     const wisp::access_context ctx{.step = step_, .layer = 0, .time = time_++};
-    if (pending_[static_cast<std::size_t>(layer)]) {  // the previous call has executed
+    if (pending_[idx(layer)]) {  // the previous call has executed
       cache.dispatch(ctx);
       place_full(layer);
     }
-    pending_[static_cast<std::size_t>(layer)] = true;
+    pending_[idx(layer)] = true;
     const std::span<const wisp::residency> where = cache.lookup(ids, ctx);
     const std::span<const std::int32_t> experts = cache.call_experts();
     std::size_t n = 0;
@@ -183,14 +182,14 @@ class tiered_residency final : public residency {
 
  private:
   [[nodiscard]] std::int32_t& f_row(std::int32_t layer, std::int32_t e) {
-    return f_row_[static_cast<std::size_t>(layer * E_ + e)];
+    return f_row_[idx(layer * E_ + e)];
   }
 
   /// After a dispatch: F rows of experts that left F are freed, experts that entered F get a row
   /// holding their BF16 bytes.
   void place_full(std::int32_t layer) {
-    const wisp::tiered_cache<>& cache = tiers_[static_cast<std::size_t>(layer)];
-    std::vector<std::int32_t>& free = free_rows_[static_cast<std::size_t>(layer)];
+    const wisp::tiered_cache<>& cache = tiers_[idx(layer)];
+    std::vector<std::int32_t>& free = free_rows_[idx(layer)];
     for (std::int32_t e = 0; e < E_; ++e) {
       if (f_row(layer, e) >= 0 && cache.where(e) != wisp::residency::full) {
         free.push_back(f_row(layer, e));
@@ -219,7 +218,7 @@ class tiered_residency final : public residency {
 
   /// Launch `n` shows its experts at their rows of `tensor`.
   void close(std::size_t n, std::int32_t tensor) {
-    maps_[n].resize(static_cast<std::size_t>(E_));
+    maps_[n].resize(idx(E_));
     show_only(maps_[n], launch_experts_[n], launch_rows_[n]);
     launches_.resize(std::max(launches_.size(), n + 1));
     launches_[n] = {tensor, maps_[n], copies_[n]};

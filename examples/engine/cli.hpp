@@ -4,11 +4,13 @@
 #pragma once
 
 #include "engine.hpp"
+#include "index.hpp"
 #include "report.hpp"
 
 #include <wisp/alloc/units.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/trace/import.hpp>
+#include <wisp/transfer/device_profile.hpp>
 
 #include <charconv>
 #include <cmath>
@@ -22,15 +24,24 @@
 namespace wisp_engine {
 
 inline constexpr const char* usage = R"(usage: wisp-engine [options]
-  --arms A,B,...        arms (default: full,layer-offload,on-demand,static-hot,pager,pager+plan,
-                        pager+dynamic,pager+prefetch,pager+zip,tiered); full also runs at the
-                        smallest budget where it fits when it does not fit the budget (the upper
-                        bound)
+  --device NAME|FILE|host
+                        the modelled GPU: a preset (rtx-4090, default; l4, a100-pcie, h100-pcie),
+                        a device profile file (JSON, see docs/transfer.md), or host (compute
+                        charged by this machine's CPU time: the engine's original timing)
+  --arms A,B,...        arms (default: full,layer-offload,on-demand,static-hot,llama.cpp-cache,
+                        cpu-experts,pager,pager+plan,pager+dynamic,pager+prefetch,pager+zip,
+                        tiered,pager+hybrid); full also runs at the smallest budget where it fits
+                        when it does not fit the budget (the upper bound)
   --policies P,Q,...    eviction policies of the pager arm, one arm each (default: lru,fifo,lfu,
                         lfu_history,lfru,fld,least_stale,decayed_frequency,predicted_next_use,
                         reuse_probability; least-stale is accepted too)
-  --policy NAME         policy of pager+plan, pager+dynamic, pager+prefetch and pager+zip
-                        (default lru)
+  --policy NAME         policy of pager+plan, pager+dynamic, pager+prefetch, pager+zip and
+                        pager+hybrid (default lru)
+  --host-compute HOW    cpu-experts and pager+hybrid: host experts charged by the profile's host
+                        roofline (roofline, default) or by this machine's CPU time (measured)
+  --host-thread-gflops G
+                        the profile's host: GFLOP/s of one thread (default 64)
+  --value-rate R        pager+hybrid: rate of the reuse value estimator in (0, 1] (default 0.25)
   --prefetch RULE       pager+prefetch: top-k (default: k x tokens x overfetch of the predictor's
                         best) or percentile (those above --percentile, at most k x tokens)
   --overfetch M         pager+prefetch, top-k: the multiplier (default 1)
@@ -39,11 +50,12 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
                         decode thread (default 100)
   --decode-threads L    tiered: decode threads (default 1, the pager+zip decode queue)
   --tiers F,C,S,E       tiered: experts per pool per layer (default: planned on the warm-up)
-  --budget BYTES        device budget for resident experts + KV (default 48MiB)
-  --bandwidth GBPS      modelled host->device link, GB/s (default 25)
-  --latency-us US       modelled latency of one copy, microseconds (default 10)
-  --cap N               pager, static-hot and tiered: per-layer expert rows (default: the
-                        largest that leaves the KV floor; tiered takes the same bytes)
+  --budget BYTES        device budget for resident experts + KV (default 148MiB: a third of each
+                        layer's experts beside the chat workload's KV floor)
+  --bandwidth GBPS      host->device link, GB/s (default: the profile's h2d_gbps; 25 for host)
+  --latency-us US       latency of one copy, microseconds (default: the profile's; 10 for host)
+  --cap N               caching arms: per-layer expert rows (default: the largest that leaves the
+                        KV floor; tiered, llama.cpp-cache and cpu-experts take the same bytes)
   --hot N               static-hot: pinned experts per layer (default: chosen on the warm-up)
   --workload NAME       chat (default; stationary routing) or shift (routing domains change)
   --sessions N          evaluated sessions (default 16; with a trace: every sequence after the
@@ -55,7 +67,9 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
   --on-incomplete P     trace routing: tokens lacking a layer are an error (default) or
                         skipped (left out, and counted)
   --layers N --experts N --top-k N --hidden N --intermediate N
-                        model shape (default 8 x 64, top-6, hidden 256, expert FFN 128)
+                        model shape (default 8 x 64, top-6, hidden 256, expert FFN 576: one
+                        miss's copy is ~5x one token's MoE on the rtx-4090 profile, as for
+                        Qwen3-30B-A3B)
   --burst N             pager+dynamic: forwards per controller burst (default 4)
   --decay G             pager+dynamic: controller's per-burst decay in [0, 1] (default 0)
   --repeat N            runs of every arm, interleaved; figures are median [min-max] (default 5)
@@ -72,11 +86,13 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
 struct cli_options {
   engine_options base;
   model_config model;
-  std::vector<arm_kind> arms = {arm_kind::full,          arm_kind::layer_offload,
-                                arm_kind::on_demand,     arm_kind::static_hot,
-                                arm_kind::pager,         arm_kind::pager_plan,
-                                arm_kind::pager_dynamic, arm_kind::pager_prefetch,
-                                arm_kind::pager_zip,     arm_kind::tiered};
+  std::vector<arm_kind> arms = {
+      arm_kind::full,           arm_kind::layer_offload,   arm_kind::on_demand,
+      arm_kind::static_hot,     arm_kind::llama_cpp_cache, arm_kind::cpu_experts,
+      arm_kind::pager,          arm_kind::pager_plan,      arm_kind::pager_dynamic,
+      arm_kind::pager_prefetch, arm_kind::pager_zip,       arm_kind::tiered,
+      arm_kind::pager_hybrid};
+  std::string device = "rtx-4090";  ///< `--device`: a preset, a file, or "host"
   std::vector<std::string> policies = all_policies();
   std::string workload = "chat";
   std::string routing = "synthetic";
@@ -147,6 +163,8 @@ inline std::vector<std::string> split_list(std::string_view list) {
   using detail::to_double;
   using detail::to_int;
   cli_options o;
+  o.base.budget_bytes = 148ull << 20;
+  std::optional<double> bandwidth, latency;  // link flags override the profile's
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string_view a = args[i];
     auto value = [&]() -> std::string_view {
@@ -159,9 +177,7 @@ inline std::vector<std::string> split_list(std::string_view list) {
       o.arms.clear();
       for (const std::string& s : detail::split_list(value())) {
         const auto arm = parse_arm(s);
-        WISP_EXPECTS(arm.has_value(), "--arms: unknown arm '", s,
-                     "' (valid: full, layer-offload, on-demand, static-hot, pager, pager+plan, "
-                     "pager+dynamic, pager+prefetch, pager+zip, tiered)");
+        WISP_EXPECTS(arm.has_value(), "--arms: unknown arm '", s, "' (valid: ", arm_list(), ")");
         o.arms.push_back(*arm);
       }
     } else if (a == "--policies") {
@@ -204,9 +220,22 @@ inline std::vector<std::string> split_list(std::string_view list) {
     } else if (a == "--budget") {
       o.base.budget_bytes = wisp::parse_byte_size(std::string(value())).count();
     } else if (a == "--bandwidth") {
-      o.base.link.bytes_per_second = to_double(a, value(), 1e-9) * 1e9;
+      bandwidth = to_double(a, value(), 1e-9);
     } else if (a == "--latency-us") {
-      o.base.link.latency_seconds = to_double(a, value(), 0) * 1e-6;
+      latency = to_double(a, value(), 0);
+    } else if (a == "--device") {
+      o.device = std::string(value());
+    } else if (a == "--host-compute") {
+      const std::string_view s = value();
+      WISP_EXPECTS(s == "roofline" || s == "measured", "--host-compute: unknown '", s,
+                   "' (valid: roofline, measured)");
+      o.base.host_measured = s == "measured";
+    } else if (a == "--host-thread-gflops") {
+      o.base.host_thread_flops = to_double(a, value(), 1e-9) * 1e9;
+    } else if (a == "--value-rate") {
+      o.base.value_rate = to_double(a, value(), 1e-9);
+      WISP_EXPECTS(o.base.value_rate <= 1, "--value-rate: ", o.base.value_rate,
+                   " is not in (0, 1]");
     } else if (a == "--cap") {
       o.base.cap = to_int(a, value(), 1);
     } else if (a == "--hot") {
@@ -254,6 +283,19 @@ inline std::vector<std::string> split_list(std::string_view list) {
     } else {
       WISP_FAIL(wisp::logic_error, "unknown option '", a, "' (see --help)");
     }
+  }
+  if (o.device != "host") {
+    // A preset or a file (a bad one is refused naming the member and value): its link unless
+    // --bandwidth / --latency-us say otherwise, and the profile then shows the link charged.
+    wisp::device_profile p = wisp::device_profile_named(o.device);
+    p.h2d_gbps = bandwidth.value_or(p.h2d_gbps);
+    p.copy_latency_us = latency.value_or(p.copy_latency_us);
+    p.validate();
+    o.base.link = p.link();
+    o.base.device = std::move(p);
+  } else {
+    o.base.link.bytes_per_second = bandwidth.value_or(25) * 1e9;
+    o.base.link.latency_seconds = latency.value_or(10) * 1e-6;
   }
   o.base.link.validate();
   o.base.routing = o.routing == "model" ? routing_source::model : routing_source::trace;

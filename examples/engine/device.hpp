@@ -8,10 +8,21 @@
 ///   It starts no earlier than the link is free, the caller's event (e.g. the router that decided
 ///   it) and the end of every launch that read its destination rows (a copy never overwrites a
 ///   row that a kernel still reads).
-/// - A **compute** op is host code whose thread CPU time is measured (or, in tests, given by a
-///   `compute_clock`); it starts when the compute queue is free and its waits have happened. A
-///   launch waits only for the copies into the rows it reads. CPU time, not wall time: on a
-///   shared machine the time other processes run is not charged to the engine.
+/// - A **compute** op runs on the host (the outputs are the CPU's, byte for byte) and is charged
+///   by `compute_charges`: with a device profile (`--device NAME|FILE`), by the profile's roofline,
+///   the larger of its bytes over device memory bandwidth (a fused-MoE launch: over `moe_gbps`
+///   when measured) and its FLOPs over the BF16 peak, plus one launch; the arm's planning costs
+///   one host sync (the routing read back: one copy latency) when it needs the routing on the
+///   host, and nothing else. Without a profile (`--device host`), by the thread CPU time the host
+///   spent on it; in tests by a `compute_clock`. It starts when the compute queue is free and its
+///   waits have happened. A launch waits only for the copies into the rows it reads.
+/// - **Host experts** (`cpu-experts`, `pager+hybrid`): experts the host computes from its masters
+///   run on a host queue beside the device's: the hidden states of their tokens cross to the host
+///   (`tokens x hidden x 2` bytes, one copy on an activation link with the link's figures), the
+///   host computes (charged by the profile's host roofline, the larger of the experts' weight bytes
+///   over host memory bandwidth and their FLOPs over `host_threads x host_thread_flops`; or its
+///   measured CPU time), and the outputs cross back the same way. The activation link is its own
+///   queue: a few KiB per layer are not held behind expert copies (a separate stream).
 /// - The real bytes still move, so outputs stay real: a copy records its source and the `memcpy`
 ///   happens just before the first launch that reads the row (`materialize`), outside every
 ///   measured region, so its host time is never charged on top of the modelled link time.
@@ -34,11 +45,14 @@
 ///   decode writes the row at `materialize`, as for compressed paging.
 #pragma once
 
+#include "index.hpp"
 #include "model.hpp"
 #include "zip_masters.hpp"
 
 #include <wisp/compress/affinity_scheduler.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/pager/hybrid.hpp>
+#include <wisp/transfer/device_profile.hpp>
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/vmm/page_pool.hpp>
 #include <wisp/vmm/posix_vmm.hpp>
@@ -65,11 +79,29 @@ enum class compute_op : std::uint8_t {
   plan,       ///< the residency arm's host-side planning of one layer; units = 1
   kernel,     ///< one fused-MoE launch; units = positions (token, j) computed
   combine,    ///< the ordered sum of a layer's positions and the residual; units = rows
-  head        ///< the LM head on each session's last row; units = rows
+  head,       ///< the LM head on each session's last row; units = rows
+  host        ///< experts the host computes (on the host queue); units = positions
 };
 
 /// Seconds a compute op takes given its kind and units; empty = measure the host CPU time.
 using compute_clock = std::function<double(compute_op, std::int64_t units)>;
+
+/// @brief What one compute op reads and computes: its units for a `compute_clock`, its bytes and
+/// FLOPs for a device profile's roofline, and the host syncs it waits for (the planning op).
+struct op_work {
+  std::int64_t units = 0;
+  double bytes = 0;
+  double flops = 0;
+  std::int32_t syncs = 0;
+};
+
+/// @brief How the device charges compute (see the file comment).
+struct compute_charges {
+  std::optional<wisp::device_profile> profile;  ///< the roofline; nullopt: the host's CPU time
+  compute_clock clock;                          ///< tests: overrides both
+  bool host_measured = false;                   ///< host experts: CPU time even with a profile
+  double host_thread_flops = 64e9;              ///< the profile's host: FLOP/s of one thread
+};
 
 /// Host-to-device copy: master experts `[expert, expert + count)` of the current layer into rows
 /// `[row, row + count)` of tensor `tensor` (one copy, one link latency). `prefetch`: a predicted
@@ -100,22 +132,28 @@ class device {
  public:
   using tensor_type = wisp::virtual_expert_tensor<wisp::posix_vmm>;
 
-  /// @throws wisp::logic_error if `link` is invalid.
-  device(const model_weights& w, const wisp::link_model& link, compute_clock clock = {})
+  /// @throws wisp::logic_error if `link` or the profile is invalid.
+  device(const model_weights& w, const wisp::link_model& link, compute_charges charges = {})
       : w_(&w),
         timeline_(link),
-        clock_(std::move(clock)),
-        pool_(wisp::posix_vmm{wisp::posix_vmm_options{.granule = std::size_t{64} << 10}}) {}
+        host_(link),
+        charges_(std::move(charges)),
+        pool_(wisp::posix_vmm{wisp::posix_vmm_options{.granule = granule_for(w.cfg)}}) {
+    if (charges_.profile) {
+      charges_.profile->validate();
+    }
+  }
 
   // ------------------------------------------------------------------ memory
-  /// A new tensor of up to `E` rows with `resident` rows mapped. @returns its index.
-  std::int32_t add_tensor(std::size_t resident) {
-    const auto E = static_cast<std::size_t>(w_->cfg.experts);
-    tensors_.push_back(
-        std::make_unique<tensor_type>(pool_, wisp::expert_tensor_shape{E, w_->cfg.expert_bytes()}));
+  /// A new tensor of up to `max_rows` rows (default `E`) with `resident` rows mapped.
+  /// @returns its index.
+  std::int32_t add_tensor(std::size_t resident, std::size_t max_rows = 0) {
+    const std::size_t rows = max_rows > 0 ? max_rows : idx(w_->cfg.experts);
+    tensors_.push_back(std::make_unique<tensor_type>(
+        pool_, wisp::expert_tensor_shape{rows, w_->cfg.expert_bytes()}));
     tensors_.back()->resize_resident(resident);
-    rows_.emplace_back(E);
-    return static_cast<std::int32_t>(tensors_.size() - 1);
+    rows_.emplace_back(rows);
+    return count(tensors_) - 1;
   }
   [[nodiscard]] tensor_type& tensor(std::int32_t t) { return *tensors_[idx(t)]; }
   [[nodiscard]] std::size_t tensors() const noexcept { return tensors_.size(); }
@@ -167,7 +205,7 @@ class device {
     }
     wisp::timeline_event done = timeline_.copy(bytes, after);
     if (zip_ != nullptr) {
-      done = decoder_.copy(static_cast<std::uint64_t>(c.count) * w_->cfg.expert_bytes(), done);
+      done = decoder_.copy(idx(c.count) * w_->cfg.expert_bytes(), done);
     }
     for (std::int32_t i = 0; i < c.count; ++i) {
       row_state& r = rows[idx(c.row + i)];
@@ -176,7 +214,7 @@ class device {
       r.expert = c.expert + i;
       r.timed = true;
     }
-    (c.prefetch ? prefetch_copies_ : expert_copies_) += static_cast<std::uint64_t>(c.count);
+    (c.prefetch ? prefetch_copies_ : expert_copies_) += idx(c.count);
     return done;
   }
 
@@ -202,7 +240,7 @@ class device {
     e_reads_.assign(copies.size(), 0);
     double decode_end = 0;
     for (const wisp::scheduled_op& op : s.ops) {
-      const auto x = static_cast<std::size_t>(op.expert);
+      const auto x = idx(op.expert);
       done_[x] = std::max(done_[x], op.finish);
       sm_reads_[x] += op.kind == wisp::op_kind::sm_read ? 1 : 0;
       e_reads_[x] += op.kind == wisp::op_kind::e_read ? 1 : 0;
@@ -287,36 +325,70 @@ class device {
   }
 
   // ------------------------------------------------------------------ compute
-  /// Runs `f` (which returns the op's units) as a compute op that starts after `waits`; its
-  /// duration is the thread CPU time `f` took, or the clock's for `(op, units)`. @returns when it
-  /// ends.
+  /// Runs `f` (which returns the op's `op_work`) as a compute op that starts after `waits`,
+  /// charged as the file comment says. @returns when it ends.
   template <class F>
   wisp::timeline_event compute(compute_op op, F&& f,
                                std::span<const wisp::timeline_event> waits = {}) {
-    double seconds = 0;
-    if (clock_) {
-      const std::int64_t units = f();
-      seconds = clock_(op, units);
-    } else {
-      const double t0 = thread_seconds();
-      (void)f();
-      seconds = thread_seconds() - t0;
-    }
+    const double seconds = charge(op, f, !charges_.profile);
     return timeline_.compute(seconds, waits);
   }
 
-  /// Host CPU time `f` took (0 with a modelled clock): host work that runs beside the device's
-  /// queues, such as a prefetch decision while the layer's kernels run.
+  /// Runs `f` (which returns the `op_work` of the experts it computes) on the host queue: the
+  /// hidden states (`activation_bytes`) cross to the host no earlier than `after`, the host
+  /// computes, the outputs cross back. @returns when they are on the device.
+  template <class F>
+  wisp::timeline_event host_compute(F&& f, std::uint64_t activation_bytes,
+                                    wisp::timeline_event after) {
+    const double seconds = charge(compute_op::host, f, charges_.host_measured || !charges_.profile);
+    const wisp::timeline_event in = host_.copy(activation_bytes, after);
+    const wisp::timeline_event done = host_.compute(seconds, {in});
+    return host_.copy(activation_bytes, done);
+  }
+
+  /// Host CPU time `f` took, or 0 when compute is modelled (a profile or a clock): host work that
+  /// runs beside the device's queues, such as a prefetch decision while the layer's kernels run.
   template <class F>
   double host_seconds(F&& f) {
-    const double t0 = clock_ ? 0 : thread_seconds();
+    const bool measured = !charges_.clock && !charges_.profile;
+    const double t0 = measured ? thread_seconds() : 0;
     f();
-    return clock_ ? 0 : thread_seconds() - t0;
+    return measured ? thread_seconds() - t0 : 0;
+  }
+
+  /// @brief The times the hybrid miss policy compares for a call of `tokens` rows, as this device
+  /// charges them: a copy of one expert on the link; the host's roofline for one expert and one
+  /// position (a clock's host cost per position; measured: the mean CPU time per position so
+  /// far); the hidden states of `tokens` rows crossing both ways.
+  [[nodiscard]] wisp::hybrid_cost_model hybrid_costs(std::int32_t tokens) const {
+    const auto bytes = real(w_->cfg.expert_bytes());
+    const wisp::link_model& link = timeline_.link();
+    const double call = 2 * link.copy_seconds(activation_bytes(tokens));
+    const double copy = link.copy_seconds(w_->cfg.expert_bytes());
+    if (charges_.clock) {
+      return {copy, 0, charges_.clock(compute_op::host, 1), call};
+    }
+    if (charges_.profile && !charges_.host_measured) {
+      const wisp::device_profile& p = *charges_.profile;
+      return wisp::bf16_hybrid_costs(
+          copy, bytes,
+          {.memory_bytes_per_second = p.host_memory_gbps * 1e9,
+           .flops_per_second = p.host_threads * charges_.host_thread_flops},
+          call);
+    }
+    return {copy, 0, measured_positions_ > 0 ? measured_seconds_ / real(measured_positions_) : 0,
+            call};
+  }
+  /// Bytes of `tokens` rows of hidden states in BF16 (what crosses to the host and back).
+  [[nodiscard]] std::uint64_t activation_bytes(std::int32_t tokens) const noexcept {
+    return std::uint64_t{2} * idx(tokens) * idx(w_->cfg.hidden);
   }
 
   /// When the compute queue is free (the time the next compute op would start at the earliest).
   [[nodiscard]] double compute_free() const noexcept { return timeline_.compute_done().time; }
   [[nodiscard]] const wisp::device_timeline& timeline() const noexcept { return timeline_; }
+  /// The host queue (compute) and the activation link (copies) of host experts.
+  [[nodiscard]] const wisp::device_timeline& host_timeline() const noexcept { return host_; }
   /// Compressed and tiered paging: modelled decode time, summed over the decode threads.
   [[nodiscard]] double decode_seconds() const noexcept {
     return decoder_.stats().copy_seconds + scheduled_decode_seconds_;
@@ -339,18 +411,56 @@ class device {
     std::int32_t expert = 0;
     bool timed = false;  // the bytes came with a timed copy (not the warm-up)
   };
-  /// A tensor or row index (non-negative) as a vector index.
-  static std::size_t idx(std::int32_t i) noexcept { return static_cast<std::size_t>(i); }
+  /// Physical granule of the expert rows: one expert rounded up to 64 KiB (a memfd each: a
+  /// smaller granule would open thousands of them for a large model).
+  static std::size_t granule_for(const model_config& c) noexcept {
+    constexpr std::size_t unit = std::size_t{64} << 10;
+    return (c.expert_bytes() + unit - 1) / unit * unit;
+  }
+  /// Seconds of the op `f` runs: the clock's, the host's CPU time (`measure`), or the roofline of
+  /// the profile (the device's, or the host's for `compute_op::host`).
+  template <class F>
+  double charge(compute_op op, F& f, bool measure) {
+    if (charges_.clock) {
+      return charges_.clock(op, f().units);
+    }
+    if (measure) {
+      const double t0 = thread_seconds();
+      const op_work w = f();
+      const double seconds = thread_seconds() - t0;
+      if (op == compute_op::kernel || op == compute_op::host) {
+        measured_seconds_ += seconds;
+        measured_positions_ += w.units;
+      }
+      return seconds;
+    }
+    const op_work w = f();
+    const wisp::device_profile& p = *charges_.profile;
+    switch (op) {
+      case compute_op::plan:
+        return w.syncs * p.copy_latency_us * 1e-6;
+      case compute_op::kernel:
+        return p.moe_seconds(w.bytes, w.flops);
+      case compute_op::host:
+        return std::max(w.bytes / (p.host_memory_gbps * 1e9),
+                        w.flops / (p.host_threads * charges_.host_thread_flops));
+      default:
+        return p.device_seconds(w.bytes, w.flops);
+    }
+  }
   /// CPU time of this thread: time the OS gives other processes (a busy machine) is not counted.
   static double thread_seconds() noexcept {
     timespec ts{};
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+    return real(ts.tv_sec) + real(ts.tv_nsec) * 1e-9;
   }
 
   const model_weights* w_;
   wisp::device_timeline timeline_;
-  compute_clock clock_;
+  wisp::device_timeline host_;  // host experts: the activation link and the host queue
+  compute_charges charges_;
+  double measured_seconds_ = 0;          // measured CPU time of MoE positions so far
+  std::int64_t measured_positions_ = 0;  // ...and how many positions
   wisp::page_pool<wisp::posix_vmm> pool_;
   std::vector<std::unique_ptr<tensor_type>> tensors_;
   std::vector<std::vector<row_state>> rows_;  // per tensor, per row

@@ -4,18 +4,22 @@
 ///
 /// The data flow, one file each: the model (model.hpp) and what it serves (workload.hpp); the
 /// modelled device (device.hpp); the per-layer residency interface (residency.hpp) and its arms
-/// (arm_full.hpp, arm_layer_offload.hpp, arm_on_demand.hpp, arm_static_hot.hpp, arm_pager.hpp
-/// with pager_resize.hpp, arm_tiered.hpp); the dense math of a forward (forward.hpp); the scheduler
+/// (arm_full.hpp, arm_layer_offload.hpp, arm_on_demand.hpp, arm_static_hot.hpp,
+/// arm_llama_cpp.hpp, arm_pager.hpp with pager_resize.hpp, arm_tiered.hpp, arm_hybrid.hpp with
+/// `cpu-experts` and `pager+hybrid`); the dense math of a forward (forward.hpp); the scheduler
 /// (scheduler.hpp); the serving loop (loop.hpp); repeated, interleaved runs and their report
 /// (report.hpp). See docs/engine.md.
 #pragma once
 
 #include "arm_full.hpp"
+#include "arm_hybrid.hpp"
 #include "arm_layer_offload.hpp"
+#include "arm_llama_cpp.hpp"
 #include "arm_on_demand.hpp"
 #include "arm_pager.hpp"
 #include "arm_static_hot.hpp"
 #include "arm_tiered.hpp"
+#include "index.hpp"
 #include "loop.hpp"
 #include "workload.hpp"
 
@@ -97,6 +101,10 @@ inline constexpr bool pager_arm_policy = !std::is_same_v<Policy, wisp::belady>;
       return std::make_unique<static_hot_residency>();
     case arm_kind::tiered:
       return std::make_unique<tiered_residency>();
+    case arm_kind::llama_cpp_cache:
+      return std::make_unique<llama_cpp_residency>();
+    case arm_kind::cpu_experts:
+      return std::make_unique<cpu_experts_residency>();
     default:
       break;
   }
@@ -106,11 +114,29 @@ inline constexpr bool pager_arm_policy = !std::is_same_v<Policy, wisp::belady>;
   return wisp::visit_policy(policy,
                             [arm]<class P>(std::type_identity<P>) -> std::unique_ptr<residency> {
                               if constexpr (pager_arm_policy<P>) {
-                                return std::make_unique<pager_residency<P>>(arm);
+                                switch (arm) {
+                                  case arm_kind::pager_plan:
+                                    return std::make_unique<planned_pager_residency<P>>();
+                                  case arm_kind::pager_dynamic:
+                                    return std::make_unique<dynamic_pager_residency<P>>();
+                                  case arm_kind::pager_prefetch:
+                                    return std::make_unique<prefetch_pager_residency<P>>();
+                                  case arm_kind::pager_zip:
+                                    return std::make_unique<zip_pager_residency<P>>();
+                                  case arm_kind::pager_hybrid:
+                                    return std::make_unique<hybrid_pager_residency<P>>();
+                                  default:
+                                    return std::make_unique<pager_residency<P>>();
+                                }
                               } else {
                                 return nullptr;  // not reached: refused above
                               }
                             });
+}
+
+/// How the device of a run charges compute (device.hpp).
+[[nodiscard]] inline compute_charges charges_of(const engine_options& o) {
+  return {o.device, o.clock, o.host_measured, o.host_thread_flops};
 }
 
 /// The smallest budget where `full` fits: every expert plus the KV floor of `max_running`
@@ -131,7 +157,7 @@ inline constexpr bool pager_arm_policy = !std::is_same_v<Policy, wisp::belady>;
   o.arm = arm_kind::full;
   const wisp::model_spec spec = alloc_spec(w.cfg);
   const wisp::admission_floor floor = workload_floor(wl.warmup, o.max_running);
-  device dev(w, o.link, o.clock);
+  device dev(w, o.link, charges_of(o));
   full_residency arm;
   const warmup_log none;
   const arm_context ctx{
@@ -168,7 +194,7 @@ inline constexpr bool pager_arm_policy = !std::is_same_v<Policy, wisp::belady>;
   if (compressed && !zip) {
     zip = std::make_shared<const zip_masters>(w);
   }
-  device dev(w, opt.link, opt.clock);
+  device dev(w, opt.link, charges_of(opt));
   const wisp::model_spec spec = alloc_spec(w.cfg);
   const arm_context ctx{w.cfg,
                         opt,

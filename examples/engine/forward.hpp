@@ -8,6 +8,8 @@
 /// `cpu_reference_moe::expert_outputs` into `positions`, then calls `combine`.
 #pragma once
 
+#include "device.hpp"
+#include "index.hpp"
 #include "model.hpp"
 #include "scheduler.hpp"
 
@@ -54,6 +56,10 @@ class dense_forward {
         rows_.push_back({s, p});
       }
     }
+    history_ = 0;
+    for (const row& r : rows_) {
+      history_ += idx(r.pos) + 1;
+    }
     const std::size_t T = rows_.size(), H = hidden(), K = topk();
     x_.assign(T * H, 0.0f);
     norm_.resize(T * H);
@@ -64,16 +70,46 @@ class dense_forward {
     gates_.resize(T * K);
     positions_.resize(T * K * H);
   }
-  [[nodiscard]] std::int32_t tokens() const noexcept {
-    return static_cast<std::int32_t>(rows_.size());
+  [[nodiscard]] std::int32_t tokens() const noexcept { return count(rows_); }
+
+  // What each op reads and computes, for a device profile's roofline (device.hpp). Weights are
+  // BF16 (2 bytes), activations and KV fp32 (4 bytes), as the engine holds them.
+  [[nodiscard]] op_work embed_work() const noexcept {
+    return {tokens(), real(rows_.size() * hidden()) * (2 + 4), 0};
+  }
+  /// Layer norm, QKV, RoPE, attention over every row's KV history, the output projection and the
+  /// router: the layer's dense weights, the K and V read, the activations.
+  [[nodiscard]] op_work attention_work() const noexcept {
+    const double H = real(cfg_.hidden), T = real(rows_.size()), E = real(cfg_.experts);
+    const double weights = 4 * H * H + E * H;
+    const double history = real(history_);
+    return {tokens(), 2 * weights + 2 * H * 4 * (history + T) + 4 * H * T * 4,
+            2 * T * weights + 4 * H * history};
+  }
+  /// The ordered sum of `k` positions per row and the residual.
+  [[nodiscard]] op_work combine_work() const noexcept {
+    const double H = real(cfg_.hidden), T = real(rows_.size()), K = real(cfg_.top_k);
+    return {tokens(), 4 * H * T * (K + 2), 2 * H * T * K};
+  }
+  /// The LM head on the rows (at most one per session emits; charged for every row).
+  [[nodiscard]] op_work head_work() const noexcept {
+    const double H = real(cfg_.hidden), T = real(rows_.size()), V = real(cfg_.vocab);
+    return {tokens(), 2 * V * H + 4 * H * T, 2 * T * V * H};
+  }
+  /// A fused-MoE launch (or the host's share) computing `positions` positions of `experts`
+  /// distinct experts: every expert's weights read once, two FLOPs per weight per position.
+  [[nodiscard]] op_work moe_work(std::int64_t experts, std::int64_t positions) const noexcept {
+    const double bytes = real(cfg_.expert_bytes());
+    return {positions, real(experts) * bytes + 2 * real(cfg_.hidden) * real(positions),
+            real(positions) * bytes};
   }
   [[nodiscard]] std::span<const std::int32_t> ids() const noexcept { return ids_; }
 
   void embed() {
     const std::size_t H = hidden();
     for (std::size_t r = 0; r < rows_.size(); ++r) {
-      const std::int32_t tok = rows_[r].s->tokens[static_cast<std::size_t>(rows_[r].pos)];
-      const std::uint16_t* e = w_.embedding.data() + static_cast<std::size_t>(tok) * H;
+      const std::int32_t tok = rows_[r].s->tokens[idx(rows_[r].pos)];
+      const std::uint16_t* e = w_.embedding.data() + idx(tok) * H;
       for (std::size_t i = 0; i < H; ++i) {
         x_[r * H + i] = bf16_to_float(e[i]);
       }
@@ -107,7 +143,7 @@ class dense_forward {
   std::int32_t head() {
     const std::size_t H = hidden();
     std::int32_t emitted = 0;
-    logits_.resize(static_cast<std::size_t>(cfg_.vocab));
+    logits_.resize(idx(cfg_.vocab));
     for (std::size_t r = 0; r < rows_.size(); ++r) {
       session* s = rows_[r].s;
       if (rows_[r].pos != s->len() - 1) {
@@ -131,22 +167,20 @@ class dense_forward {
     session* s;
     std::int32_t pos;
   };
-  [[nodiscard]] std::size_t hidden() const noexcept {
-    return static_cast<std::size_t>(cfg_.hidden);
-  }
-  [[nodiscard]] std::size_t topk() const noexcept { return static_cast<std::size_t>(cfg_.top_k); }
+  [[nodiscard]] std::size_t hidden() const noexcept { return idx(cfg_.hidden); }
+  [[nodiscard]] std::size_t topk() const noexcept { return idx(cfg_.top_k); }
 
   [[nodiscard]] float* kv_at(session* s, std::int32_t l, std::int32_t kv, std::int32_t pos) {
-    const auto B = static_cast<std::size_t>(cfg_.block_tokens);
-    const auto p = static_cast<std::size_t>(pos);
+    const auto B = idx(cfg_.block_tokens);
+    const auto p = idx(pos);
     float* blk = kv_->block(s->blocks[p / B]);
-    return blk + (static_cast<std::size_t>(l * 2 + kv) * B + p % B) * hidden();
+    return blk + (idx(l * 2 + kv) * B + p % B) * hidden();
   }
 
   void rope(float* v, std::int32_t pos) const {
     const std::int32_t d = cfg_.head_dim();
     for (std::int32_t i = 0; i < d / 2; ++i) {  // the same rotation in every head
-      const double theta = pos * rope_freq_[static_cast<std::size_t>(i)];
+      const double theta = pos * rope_freq_[idx(i)];
       const auto c = static_cast<float>(std::cos(theta));
       const auto sn = static_cast<float>(std::sin(theta));
       for (std::int32_t h = 0; h < cfg_.heads; ++h) {
@@ -160,7 +194,7 @@ class dense_forward {
 
   void attention(std::int32_t l) {
     const std::size_t H = hidden();
-    const auto& lw = w_.layers[static_cast<std::size_t>(l)];
+    const auto& lw = w_.layers[idx(l)];
     for (std::size_t r = 0; r < rows_.size(); ++r) {
       float* q = qkv_.data() + r * 3 * H;
       rms_norm(x_.data() + r * H, norm_.data() + r * H, cfg_.hidden);
@@ -175,7 +209,7 @@ class dense_forward {
     for (std::size_t r = 0; r < rows_.size(); ++r) {
       const float* q = qkv_.data() + r * 3 * H;
       const std::int32_t n = rows_[r].pos + 1;
-      scores_.resize(static_cast<std::size_t>(n));
+      scores_.resize(idx(n));
       float* const scores = scores_.data();
       float* out = attn_.data() + r * H;
       std::fill(out, out + H, 0.0f);
@@ -213,8 +247,8 @@ class dense_forward {
 
   void route(std::int32_t l) {
     const std::size_t H = hidden(), K = topk();
-    const auto& lw = w_.layers[static_cast<std::size_t>(l)];
-    rlogits_.resize(static_cast<std::size_t>(cfg_.experts));
+    const auto& lw = w_.layers[idx(l)];
+    rlogits_.resize(idx(cfg_.experts));
     for (std::size_t r = 0; r < rows_.size(); ++r) {
       rms_norm(x_.data() + r * H, norm_.data() + r * H, cfg_.hidden);
       matvec_bf16(lw.router.data(), norm_.data() + r * H, rlogits_.data(), cfg_.experts,
@@ -223,8 +257,7 @@ class dense_forward {
       route_topk(rlogits_, cfg_.top_k, ids, probs_);
       if (trace_ != nullptr) {
         const std::size_t step =
-            (rows_[r].s->req.trace_offset + static_cast<std::uint64_t>(rows_[r].pos)) %
-            trace_->steps();
+            (rows_[r].s->req.trace_offset + idx(rows_[r].pos)) % trace_->steps();
         for (std::int32_t j = 0; j < cfg_.top_k; ++j) {
           ids[j] = trace_->expert(step, l, j);
         }
@@ -243,6 +276,7 @@ class dense_forward {
   std::vector<float> positions_;  // [T x k x H] expert outputs of the MoE positions
   std::vector<std::int32_t> ids_;
   std::vector<double> rope_freq_;
+  std::size_t history_ = 0;  // KV positions the rows' attention reads, per layer
 };
 
 }  // namespace wisp_engine

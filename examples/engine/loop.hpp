@@ -3,17 +3,18 @@
 /// @brief The serving loop: the scheduler's batches, one forward each, with every layer's MoE run
 /// through a residency arm's launches on the modelled device.
 ///
-/// Per layer, on the device's timeline:
-/// 1. attention and the router (measured compute);
-/// 2. the arm's `layer` call (its host-side planning, measured compute: the copies cannot be
-///    issued before it);
-/// 3. per launch, in order: its copies on the link (after every earlier launch that read their
-///    rows), then the launch in two parts: the experts whose rows are already in place first,
-///    then the ones still being copied, so resident experts compute while misses are on the link;
-///    each part waits only for the copies into the rows it reads;
+/// Per layer, on the device's timeline (each compute op charged as device.hpp says):
+/// 1. attention and the router;
+/// 2. the arm's `layer` call (its host-side planning: the copies cannot be issued before it; with
+///    a device profile, one host sync when the arm needs the routing on the host);
+/// 3. per launch, in order: a host launch goes to the host queue (the hidden states out, the
+///    host's experts, the outputs back); a device launch issues its copies on the link (after
+///    every earlier launch that read their rows), then runs in two parts: the experts whose rows
+///    are already in place first, then the ones still being copied, so resident experts compute
+///    while misses are on the link; each part waits only for the copies into the rows it reads;
 /// 4. the arm's `ahead` copies of the next layer, no earlier than this layer's planning plus the
 ///    host time `ahead` took (they overlap the rest of this layer wherever their rows are free);
-/// 5. the ordered combine of the layer's positions (measured compute).
+/// 5. the ordered combine of the layer's positions, once the host's outputs are back.
 ///
 /// TTFT, TPOT and tokens/s come from this timeline. The warm-up replay runs the same calls with
 /// untimed copies and no compute, so an arm starts its evaluation in the state the warm-up left it.
@@ -21,12 +22,15 @@
 
 #include "device.hpp"
 #include "forward.hpp"
+#include "index.hpp"
 #include "options.hpp"
 #include "residency.hpp"
 #include "scheduler.hpp"
 
 #include <wisp/core/error.hpp>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -59,8 +63,7 @@ class serving_loop {
 
   /// Serves every request with `kv_blocks` KV blocks; fills `res` (times from the timeline).
   void serve(const std::vector<request>& requests, std::uint64_t kv_blocks, arm_result& res) {
-    kv_block_pool kv(static_cast<std::size_t>(kv_blocks),
-                     static_cast<std::size_t>(w_.cfg.block_tokens) * w_.cfg.kv_floats_per_token());
+    kv_block_pool kv(kv_blocks, idx(w_.cfg.block_tokens) * w_.cfg.kv_floats_per_token());
     scheduler sched(kv, w_.cfg.block_tokens, opt_.max_running);
     std::vector<session> sessions(requests.size());
     for (std::size_t i = 0; i < requests.size(); ++i) {
@@ -80,7 +83,7 @@ class serving_loop {
       const std::int32_t rows = forward(plan, kv);
       const double end = dev_.compute_free();
       (plan.prefill ? prefill_s : decode_s) += end - start;
-      (plan.prefill ? res.prefill_tokens : res.decode_tokens) += static_cast<std::uint64_t>(rows);
+      (plan.prefill ? res.prefill_tokens : res.decode_tokens) += idx(rows);
       for (session* s : plan.sessions) {
         if (s->t_first < 0) {
           s->t_first = end;
@@ -98,8 +101,8 @@ class serving_loop {
                       std::to_string(sched.waiting()) + " waiting");
       }
     }
-    res.prefill_tok_s = prefill_s > 0 ? static_cast<double>(res.prefill_tokens) / prefill_s : 0;
-    res.decode_tok_s = decode_s > 0 ? static_cast<double>(res.decode_tokens) / decode_s : 0;
+    res.prefill_tok_s = prefill_s > 0 ? real(res.prefill_tokens) / prefill_s : 0;
+    res.decode_tok_s = decode_s > 0 ? real(res.decode_tokens) / decode_s : 0;
     res.seconds = dev_.timeline().now();
     res.stall_seconds = dev_.timeline().stats().stall_seconds;
     res.bytes_moved = dev_.timeline().stats().copy_bytes;
@@ -110,9 +113,13 @@ class serving_loop {
     res.host_decode_seconds = dev_.host_decode_seconds();
     res.host_decoded_bytes = dev_.host_decoded_bytes();
     res.expert_accesses = accesses_;
-    res.hit_rate = accesses_ > 0 ? 1.0 - std::min(1.0, static_cast<double>(res.expert_copies) /
-                                                           static_cast<double>(accesses_))
-                                 : 0.0;
+    res.host_experts = host_experts_;
+    res.host_positions = host_positions_;
+    res.host_seconds = dev_.host_timeline().stats().compute_seconds;
+    res.hit_rate =
+        accesses_ > 0
+            ? 1.0 - std::min(1.0, real(res.expert_copies + host_experts_) / real(accesses_))
+            : 0.0;
     res.preemptions = sched.preemptions();
     res.kv_blocks = kv.capacity();
     summarize(sessions, res);
@@ -130,7 +137,7 @@ class serving_loop {
     issue(0, arm_.ahead(0, {start, start}), {start});  // issued as the forward starts
     dev_.compute(compute_op::embed, [&] {
       dense_.embed();
-      return T;
+      return dense_.embed_work();
     });
     if (record_ != nullptr) {
       record_->forwards.push_back({T, {}});
@@ -138,7 +145,7 @@ class serving_loop {
     for (std::int32_t l = 0; l < w_.cfg.layers; ++l) {
       dev_.compute(compute_op::attention, [&] {
         dense_.attention_and_route(l);
-        return T;
+        return dense_.attention_work();
       });
       const std::span<const std::int32_t> ids = dense_.ids();
       if (record_ != nullptr) {
@@ -148,11 +155,17 @@ class serving_loop {
       std::span<const moe_launch> launches;
       const wisp::timeline_event planned = dev_.compute(compute_op::plan, [&] {
         launches = arm_.layer(l, ids, T);
-        return 1;
+        return op_work{.units = 1, .syncs = arm_.host_sync(l) ? 1 : 0};
       });
       count_accesses(ids);
       std::int64_t positions = 0;
+      wisp::timeline_event host_done{};
       for (const moe_launch& launch : launches) {
+        if (launch.host) {
+          WISP_EXPECTS(launch.copies.empty(), "a host launch of layer ", l, " has copies");
+          host_done.time = std::max(host_done.time, run_host(l, launch, planned, positions).time);
+          continue;
+        }
         // Copies are issued after every earlier launch, so a copy into a row an earlier launch
         // reads waits for it; copies into other rows start as soon as the link is free.
         issue(l, launch.copies, planned);
@@ -170,20 +183,24 @@ class serving_loop {
             dev_.host_seconds([&] { ahead = arm_.ahead(l + 1, window); }) + planned.time;
         issue(l + 1, ahead, {decided});
       }
-      WISP_EXPECTS(positions == static_cast<std::int64_t>(T) * K, "the launches of layer ", l,
-                   " computed ", positions, " of ", T * K,
+      WISP_EXPECTS(positions == std::int64_t{T} * K, "the launches of layer ", l, " computed ",
+                   positions, " of ", T * K,
                    " positions: each routed (token, j) must be visible in exactly one launch");
-      dev_.compute(compute_op::combine, [&] {
-        dense_.combine();
-        return T;
-      });
+      const wisp::timeline_event combine_waits[] = {host_done};
+      dev_.compute(
+          compute_op::combine,
+          [&] {
+            dense_.combine();
+            return dense_.combine_work();
+          },
+          combine_waits);
     }
     if (record_ != nullptr) {
       record_tokens(T, K);
     }
     dev_.compute(compute_op::head, [&] {
       (void)dense_.head();
-      return T;
+      return dense_.head_work();
     });
     return T;
   }
@@ -222,11 +239,12 @@ class serving_loop {
     std::int64_t written = 0;
     const wisp::expert_tensor_view view = dev_.tensor(launch.tensor).view();
     const wisp::timeline_event waits[] = {{wait}};
+    const std::int64_t experts = routed_experts(part_);
     const wisp::timeline_event done = dev_.compute(
         compute_op::kernel,
         [&] {
           written = dense_.expert_outputs(view, part_);
-          return written;
+          return dense_.moe_work(experts, written);
         },
         waits);
     for (const std::int32_t row : part_) {
@@ -237,11 +255,57 @@ class serving_loop {
     return written;
   }
 
+  /// A host launch of layer `l` after `planned`: its experts computed from the masters on the
+  /// host queue, the hidden states of the rows it touches crossing both ways. Adds the positions
+  /// it computed to `positions`. @returns when its outputs are back on the device.
+  wisp::timeline_event run_host(std::int32_t l, const moe_launch& launch,
+                                wisp::timeline_event planned, std::int64_t& positions) {
+    const std::int64_t experts = routed_experts(launch.expert_map);
+    if (experts == 0) {
+      return {};
+    }
+    const std::int32_t K = w_.cfg.top_k;
+    std::int32_t rows = 0;  // rows with a position on the host
+    const std::span<const std::int32_t> ids = dense_.ids();
+    for (std::size_t t = 0; t < ids.size(); t += idx(K)) {
+      rows += std::ranges::any_of(ids.subspan(t, idx(K)),
+                                  [&](std::int32_t e) { return at(launch.expert_map, e) >= 0; })
+                  ? 1
+                  : 0;
+    }
+    const wisp::expert_tensor_view masters{const_cast<std::byte*>(w_.master(l, 0)),
+                                           idx(w_.cfg.experts), w_.cfg.expert_bytes()};
+    std::int64_t written = 0;
+    const wisp::timeline_event done = dev_.host_compute(
+        [&] {
+          written = dense_.expert_outputs(masters, launch.expert_map);
+          return dense_.moe_work(experts, written);
+        },
+        dev_.activation_bytes(rows), planned);
+    host_experts_ += idx(experts);
+    host_positions_ += idx(written);
+    positions += written;
+    return done;
+  }
+
+  /// Distinct experts of the layer's routing that `map` shows (what a launch reads).
+  [[nodiscard]] std::int64_t routed_experts(std::span<const std::int32_t> map) {
+    seen_.assign(idx(w_.cfg.experts), 0);
+    std::int64_t n = 0;
+    for (const std::int32_t e : dense_.ids()) {
+      if (at(map, e) >= 0 && at(seen_, e) == 0) {
+        at(seen_, e) = 1;
+        ++n;
+      }
+    }
+    return n;
+  }
+
   /// Distinct experts of a layer call, for the hit rate.
   void count_accesses(std::span<const std::int32_t> ids) {
-    seen_.assign(static_cast<std::size_t>(w_.cfg.experts), 0);
+    seen_.assign(idx(w_.cfg.experts), 0);
     for (const std::int32_t e : ids) {
-      auto& seen = seen_[static_cast<std::size_t>(e)];
+      auto& seen = at(seen_, e);
       accesses_ += seen == 0 ? 1 : 0;
       seen = 1;
     }
@@ -251,11 +315,10 @@ class serving_loop {
   void record_tokens(std::int32_t T, std::int32_t K) {
     const auto& f = record_->forwards.back();
     const std::int32_t L = w_.cfg.layers;
-    step_.resize(static_cast<std::size_t>(L * K));
+    step_.resize(idx(L * K));
     for (std::int32_t r = 0; r < T; ++r) {
       for (std::int32_t l = 0; l < L; ++l) {
-        const auto src =
-            f.layer(l, K).subspan(static_cast<std::size_t>(r * K), static_cast<std::size_t>(K));
+        const auto src = f.layer(l, K).subspan(idx(r * K), idx(K));
         std::copy(src.begin(), src.end(), step_.begin() + l * K);
       }
       record_->tokens.append_step(step_);
@@ -296,6 +359,7 @@ class serving_loop {
   dense_forward dense_;
   warmup_log* record_;
   std::uint64_t accesses_ = 0;
+  std::uint64_t host_experts_ = 0, host_positions_ = 0;
   std::vector<std::int32_t> part_;  // one launch part's expert map
   std::vector<std::uint8_t> seen_;
   std::vector<std::int32_t> step_;

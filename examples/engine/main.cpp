@@ -58,19 +58,20 @@ int main(int argc, char** argv) {
                 << "% of their bytes (Huffman exponents) for pager+zip and tiered\n";
     }
     o.base.progress = [](const std::string& line) { std::cerr << "  " << line << "\n"; };
+    const device_summary device = summarize_device(o.base, o.model);
     std::cerr << "wisp-engine: " << o.model.layers << " MoE layers x " << o.model.experts
-              << " experts (top-" << o.model.top_k << "), "
+              << " experts (top-" << o.model.top_k << ", "
+              << wisp::format_bytes(o.model.expert_bytes()) << " each), "
               << wisp::format_bytes(o.model.all_expert_bytes()) << " of experts, budget "
-              << wisp::format_bytes(o.base.budget_bytes) << ", link "
-              << o.base.link.bytes_per_second / 1e9 << " GB/s + "
-              << o.base.link.latency_seconds * 1e6 << " us per copy; '" << wl.name
+              << wisp::format_bytes(o.base.budget_bytes) << "; '" << wl.name
               << "': " << wl.warmup.size() << " warm-up + " << wl.evaluated.size()
               << " evaluated sessions, routing " << o.routing << ", " << o.repeat
-              << " interleaved runs per arm\n";
+              << " interleaved runs per arm\n  " << device_line(device) << "\n";
     const warmup_log warmup = record_warmup(weights, wl, o.base);
     const bool full_fits = o.base.budget_bytes >= full_fit_budget(o.model, wl, o.base.max_running);
-    const comparison c =
+    comparison c =
         compare(run_interleaved(weights, o.base, wl, warmup, o.specs(full_fits), o.repeat));
+    c.device = device;
     for (const arm_runs& a : c.arms) {
       for (const std::string& r : a.runs.front().rejected) {
         std::cerr << "  " << a.label() << ": " << r << "\n";

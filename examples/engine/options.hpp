@@ -4,14 +4,17 @@
 #pragma once
 
 #include "device.hpp"
+#include "index.hpp"
 #include "zip_masters.hpp"
 
 #include <wisp/alloc/controller.hpp>
 #include <wisp/alloc/resize.hpp>
 #include <wisp/alloc/split.hpp>
 #include <wisp/predict/prefetch.hpp>
+#include <wisp/transfer/device_profile.hpp>
 #include <wisp/transfer/timeline.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -27,31 +30,46 @@ namespace wisp_engine {
 
 /// The residency arms. Every arm serves the same sessions at the same budget with the same bytes.
 enum class arm_kind : std::uint8_t {
-  full,            ///< every expert resident
-  layer_offload,   ///< whole layers resident, the others streamed (vLLM `--cpu-offload-gb`)
-  on_demand,       ///< no cache: each call copies exactly its routed experts
-  static_hot,      ///< per layer, the warm-up's most frequent experts pinned, misses staged
-  pager,           ///< `wisp::pager<Policy>` at the largest cap that leaves the KV floor
-  pager_plan,      ///< the pager at the cap and KV blocks of `wisp::configure`
-  pager_dynamic,   ///< `pager_plan`, then the online controller resizes at drained barriers
-  pager_prefetch,  ///< `pager`, plus predictor-driven next-layer prefetch in the link's idle time
-  pager_zip,       ///< `pager` paging compressed experts, decoded on the device
-  tiered           ///< compression-aware F/C/S/E pools per layer, reads and decodes scheduled
+  full,             ///< every expert resident
+  layer_offload,    ///< whole layers resident, the others streamed (vLLM `--cpu-offload-gb`)
+  on_demand,        ///< no cache: each call copies exactly its routed experts
+  static_hot,       ///< per layer, the warm-up's most frequent experts pinned, misses staged
+  llama_cpp_cache,  ///< llama.cpp's expert cache: one global LRU pool, sorted merged uploads
+  cpu_experts,      ///< the warm-up's hottest experts resident, the others computed by the host
+  pager,            ///< `wisp::pager<Policy>` at the largest cap that leaves the KV floor
+  pager_plan,       ///< the pager at the cap and KV blocks of `wisp::configure`
+  pager_dynamic,    ///< `pager_plan`, then the online controller resizes at drained barriers
+  pager_prefetch,   ///< `pager`, plus predictor-driven next-layer prefetch in the link's idle time
+  pager_zip,        ///< `pager` paging compressed experts, decoded on the device
+  tiered,           ///< compression-aware F/C/S/E pools per layer, reads and decodes scheduled
+  pager_hybrid      ///< `pager`, each miss copied or computed by the host (`miss_policy::hybrid`)
 };
 inline constexpr std::string_view arm_names[] = {
-    "full",       "layer-offload", "on-demand",      "static-hot", "pager",
-    "pager+plan", "pager+dynamic", "pager+prefetch", "pager+zip",  "tiered"};
+    "full",        "layer-offload", "on-demand",   "static-hot",    "llama.cpp-cache",
+    "cpu-experts", "pager",         "pager+plan",  "pager+dynamic", "pager+prefetch",
+    "pager+zip",   "tiered",        "pager+hybrid"};
 
 [[nodiscard]] inline std::string_view arm_name(arm_kind a) noexcept {
-  return arm_names[static_cast<int>(a)];
+  return arm_names[static_cast<std::size_t>(a)];
 }
 [[nodiscard]] inline std::optional<arm_kind> parse_arm(std::string_view s) noexcept {
-  for (std::size_t i = 0; i < std::size(arm_names); ++i) {
-    if (arm_names[i] == s) {
-      return static_cast<arm_kind>(i);
-    }
+  const auto* it = std::find(std::begin(arm_names), std::end(arm_names), s);
+  if (it == std::end(arm_names)) {
+    return std::nullopt;
   }
-  return std::nullopt;
+  return static_cast<arm_kind>(it - std::begin(arm_names));
+}
+/// Every arm's name, for messages: "full, layer-offload, ..., pager+hybrid".
+[[nodiscard]] inline std::string arm_list() {
+  std::string out;
+  for (const std::string_view a : arm_names) {
+    out += (out.empty() ? "" : ", ") + std::string(a);
+  }
+  return out;
+}
+/// Whether the arm computes experts on the host (and so reports host compute).
+[[nodiscard]] constexpr bool computes_on_host(arm_kind a) noexcept {
+  return a == arm_kind::cpu_experts || a == arm_kind::pager_hybrid;
 }
 /// Whether wisp places the arm's experts (`wisp::pager` or the tiered pools); the others are the
 /// baselines.
@@ -71,7 +89,17 @@ struct engine_options {
   arm_kind arm = arm_kind::pager;
   std::uint64_t budget_bytes = 48ull << 20;  ///< device budget: resident experts + KV
   wisp::link_model link{};                   ///< the host-to-device link (25 GB/s, 10 us)
-  std::string policy = "lru";                ///< pager eviction policy
+  /// The modelled GPU: compute charged by its roofline (device.hpp); nullopt (`--device host`):
+  /// compute charged by the host's thread CPU time.
+  std::optional<wisp::device_profile> device;
+  /// cpu-experts, pager+hybrid: host experts charged by their measured CPU time instead of the
+  /// profile's host roofline (`--host-compute measured`).
+  bool host_measured = false;
+  /// The profile's host: FLOP/s of one thread (`--host-thread-gflops`, see docs/engine.md).
+  double host_thread_flops = 64e9;
+  /// pager+hybrid: the rate of the reuse value estimator (`wisp::reuse_value_estimator`).
+  double value_rate = 0.25;
+  std::string policy = "lru";  ///< pager eviction policy
   /// pager+prefetch: how many of the predictor's best experts a batch prefetches (`top_k`:
   /// `k x tokens x overfetch`), at most what fits the link's idle time.
   wisp::prefetch_config prefetch{.rule = wisp::prefetch_rule::top_k};
@@ -85,7 +113,7 @@ struct engine_options {
   /// pager+zip and tiered: the compressed masters (built once per process and shared by its runs;
   /// `run_arm` builds them when absent).
   std::shared_ptr<const zip_masters> zip;
-  std::int32_t cap = 0;   ///< pager, static-hot, tiered: per-layer cap (0 = from the budget)
+  std::int32_t cap = 0;   ///< per-layer rows of the caching arms (0 = from the budget)
   std::int32_t hot = -1;  ///< static-hot: pinned experts per layer (-1 = chosen on the warm-up)
   std::int32_t max_running = 4;  ///< sessions decoded together
   routing_source routing = routing_source::trace;
@@ -135,13 +163,21 @@ struct arm_result {
   std::uint64_t budget = 0;  ///< the budget it ran at
   std::string note;          ///< why infeasible, or the memory the arm used
   double decode_tok_s = 0, prefill_tok_s = 0, ttft_s = 0, tpot_s = 0;
-  double hit_rate = 0;  ///< 1 - expert_copies / expert_accesses (distinct experts routed per call)
-  double seconds = 0;   ///< modelled time of the whole run
+  /// 1 - (expert_copies + host_experts) / expert_accesses (distinct experts routed per call): the
+  /// share found resident.
+  double hit_rate = 0;
+  double seconds = 0;             ///< modelled time of the whole run
   double stall_seconds = 0;       ///< compute-queue time spent waiting for copies
   std::uint64_t bytes_moved = 0;  ///< bytes over the link
   std::uint64_t raw_bytes = 0;    ///< BF16 bytes of the experts copied (bytes_moved unless zip)
   std::uint64_t expert_copies = 0, expert_accesses = 0;  ///< copies a call or schedule needed
   std::uint64_t prefetch_copies = 0;  ///< pager+prefetch: predicted experts copied
+  /// cpu-experts, pager+hybrid: (call, expert) pairs the host computed, their positions, and the
+  /// host queue's busy time (modelled, or measured with `--host-compute measured`).
+  std::uint64_t host_experts = 0, host_positions = 0;
+  double host_seconds = 0;
+  /// llama.cpp-cache: uploads once consecutive rows merge, and calls that bypassed the cache.
+  std::uint64_t upload_runs = 0, bypassed_calls = 0;
   std::uint64_t prefetch_useful = 0;  ///< of those, the ones the next call used
   double decode_rate = 0;             ///< pager+zip, tiered: the device's decode rate, bytes/s
   double decode_seconds = 0;          ///< pager+zip, tiered: modelled decode time (all threads)

@@ -12,6 +12,7 @@
 /// `apply_resize`. A failed step leaves the previous split, in the engine and in the controller.
 #pragma once
 
+#include "index.hpp"
 #include "residency.hpp"
 
 #include <wisp/alloc/controller.hpp>
@@ -63,11 +64,10 @@ class pager_resizer {
     std::uint64_t keys = 0;
     for (const request& r : requests) {
       kv_key_base_.push_back(keys);
-      keys += blocks_for_tokens(
-          r.prompt.size() + static_cast<std::uint64_t>(std::max(r.max_new_tokens, 0)),
-          spec_.block_tokens);
+      keys += blocks_for_tokens(r.prompt.size() + idx(std::max(r.max_new_tokens, 0)),
+                                spec_.block_tokens);
     }
-    kv_reuse_.emplace(static_cast<std::size_t>(std::max<std::uint64_t>(keys, 1)));
+    kv_reuse_.emplace(std::max<std::uint64_t>(keys, 1));
   }
 
   /// One pager call of layer `l` (its distinct experts), into the expert stream.
@@ -79,9 +79,8 @@ class pager_resizer {
   /// `dynamic_burst` forwards, close the burst and resize (see the file comment).
   void dynamic_barrier(barrier_context& ctx) {
     for (const session* s : ctx.batch.sessions) {
-      const auto i = static_cast<std::size_t>(s - ctx.sessions.data());
-      const std::uint64_t blocks =
-          blocks_for_tokens(static_cast<std::uint64_t>(s->kv_len), spec_.block_tokens);
+      const auto i = idx(s - ctx.sessions.data());
+      const std::uint64_t blocks = blocks_for_tokens(idx(s->kv_len), spec_.block_tokens);
       for (std::uint64_t b = 0; b < blocks; ++b) {
         ctl_->record_kv(kv_reuse_->access(static_cast<std::uint32_t>(kv_key_base_[i] + b)));
       }
@@ -195,8 +194,8 @@ class pager_resizer {
     const std::int32_t cap = current_.expert_cap;
     for (std::int32_t l = 0; l < pager_->layers(); ++l) {
       const std::size_t rows = dev_->tensor(l).resident_rows();
-      WISP_EXPECTS(pager_->capacity(l) == cap && rows == static_cast<std::size_t>(cap), "layer ", l,
-                   " has pager cap ", pager_->capacity(l), " and ", rows,
+      WISP_EXPECTS(pager_->capacity(l) == cap && rows == idx(cap), "layer ", l, " has pager cap ",
+                   pager_->capacity(l), " and ", rows,
                    " resident rows but the split in force has cap ", cap);
     }
     WISP_EXPECTS(ctx.kv.capacity() == current_.kv_blocks, "the KV pool has ", ctx.kv.capacity(),
@@ -217,9 +216,9 @@ class pager_resizer {
       if (r->opt_->lever_fault && r->opt_->lever_fault(wisp::pool::kv, blocks)) {
         return false;
       }
-      return ctx->kv.resize(
-          static_cast<std::size_t>(blocks),
-          [this](std::int32_t from, std::int32_t to) { ctx->sched.relocate(from, to); });
+      return ctx->kv.resize(idx(blocks), [this](std::int32_t from, std::int32_t to) {
+        ctx->sched.relocate(from, to);
+      });
     }
   };
   static_assert(wisp::resize_levers<levers>);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include "device.hpp"
+#include "index.hpp"
 #include "model.hpp"
 #include "residency.hpp"
 
@@ -39,9 +40,9 @@ class next_layer_prefetcher {
       : shape_{c.layers, c.experts, c.top_k},
         table_(shape_),
         config_(config),
-        sum_(static_cast<std::size_t>(c.experts)),
-        scores_(static_cast<std::size_t>(c.experts)),
-        used_(static_cast<std::size_t>(c.layers) * static_cast<std::size_t>(c.experts), 0) {
+        sum_(idx(c.experts)),
+        scores_(idx(c.experts)),
+        used_(idx(c.layers) * idx(c.experts), 0) {
     config_.validate();
   }
 
@@ -61,7 +62,7 @@ class next_layer_prefetcher {
         table_.learn(passes_[r]);
       }
     }
-    rows_ = static_cast<std::size_t>(tokens);
+    rows_ = idx(tokens);
     while (passes_.size() < rows_) {
       passes_.emplace_back(shape_);
     }
@@ -73,7 +74,7 @@ class next_layer_prefetcher {
   /// Layer `layer`'s routing (`[tokens x k]`), in layer order. Counts the prefetched experts the
   /// call uses (`useful`).
   void observe(std::int32_t layer, std::span<const std::int32_t> ids) {
-    const auto k = static_cast<std::size_t>(shape_.top_k);
+    const auto k = idx(shape_.top_k);
     for (std::size_t r = 0; r < rows_; ++r) {
       passes_[r].observe(layer, ids.subspan(r * k, k));
     }
@@ -133,7 +134,7 @@ class next_layer_prefetcher {
 
  private:
   [[nodiscard]] std::size_t offset(std::int32_t layer) const noexcept {
-    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.experts);
+    return idx(layer) * idx(shape_.experts);
   }
 
   wisp::moe_shape shape_;

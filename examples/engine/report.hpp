@@ -11,10 +11,12 @@
 #pragma once
 
 #include "engine.hpp"
+#include "index.hpp"
 
 #include <wisp/alloc/units.hpp>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdint>
 #include <cstdio>
 #include <optional>
@@ -102,8 +104,69 @@ template <class F>
   return out;
 }
 
+/// @brief The modelled device a comparison ran on, and the ratio that puts it in wisp's regime:
+/// one miss's copy against the device time of one token's MoE (its `k` experts read from device
+/// memory), for the engine's model and, on the same profile, for Qwen3-30B-A3B (9 MiB BF16
+/// experts: hidden 2048, expert FFN 768; top-8).
+struct device_summary {
+  std::optional<wisp::device_profile> profile;  ///< nullopt: `--device host`
+  wisp::link_model link;
+  bool host_measured = false;
+  double host_thread_flops = 0;
+  double miss_copy_s = 0, token_moe_s = 0;  ///< the engine's model
+  double ref_copy_s = 0, ref_moe_s = 0;     ///< Qwen3-30B-A3B
+  static constexpr std::uint64_t ref_expert_bytes = 3ull * 2048 * 768 * 2;
+  static constexpr std::int32_t ref_top_k = 8, ref_hidden = 2048;
+
+  [[nodiscard]] std::string name() const { return profile ? profile->name : "host"; }
+};
+
+/// The summary of the device `o` describes for model `c` (the ratios need a profile).
+[[nodiscard]] inline device_summary summarize_device(const engine_options& o,
+                                                     const model_config& c) {
+  device_summary d{o.device, o.link, o.host_measured, o.host_thread_flops};
+  const auto moe = [&](const wisp::device_profile& p, double bytes, std::int32_t k,
+                       std::int32_t hidden) {
+    return p.moe_seconds(k * bytes + 2.0 * hidden * k, k * bytes);  // as forward.hpp's moe_work
+  };
+  d.miss_copy_s = o.link.copy_seconds(c.expert_bytes());
+  d.ref_copy_s = o.link.copy_seconds(device_summary::ref_expert_bytes);
+  if (o.device) {
+    d.token_moe_s = moe(*o.device, real(c.expert_bytes()), c.top_k, c.hidden);
+    d.ref_moe_s = moe(*o.device, real(device_summary::ref_expert_bytes), device_summary::ref_top_k,
+                      device_summary::ref_hidden);
+  }
+  return d;
+}
+
+/// One line (no newline) naming the device and the ratio, for the report's header.
+[[nodiscard]] inline std::string device_line(const device_summary& d) {
+  char b[640];
+  if (!d.profile) {
+    std::snprintf(b, sizeof b,
+                  "device: host (compute charged by this machine's thread CPU time), link %g GB/s "
+                  "+ %g us per copy",
+                  d.link.bytes_per_second / 1e9, d.link.latency_seconds * 1e6);
+    return b;
+  }
+  const wisp::device_profile& p = *d.profile;
+  std::snprintf(b, sizeof b,
+                "device: %s (modelled: %g GB/s, %g BF16 TFLOP/s, launch %g us; link %g GB/s + %g "
+                "us per copy; host %g GB/s, %d threads x %g GFLOP/s%s); one miss's copy %.1f us "
+                "vs one token's MoE %.1f us = %.2fx (Qwen3-30B-A3B on it: %.0f us vs %.0f us = "
+                "%.2fx)",
+                p.name.c_str(), p.moe_gbps > 0 ? p.moe_gbps : p.device_memory_gbps,
+                p.peak_bf16_tflops, p.launch_us, p.h2d_gbps, p.copy_latency_us, p.host_memory_gbps,
+                p.host_threads, d.host_thread_flops / 1e9,
+                d.host_measured ? ", host experts measured" : "", d.miss_copy_s * 1e6,
+                d.token_moe_s * 1e6, d.miss_copy_s / d.token_moe_s, d.ref_copy_s * 1e6,
+                d.ref_moe_s * 1e6, d.ref_copy_s / d.ref_moe_s);
+  return b;
+}
+
 /// The comparison the engine prints.
 struct comparison {
+  std::optional<device_summary> device;  ///< the modelled device (set by the caller)
   std::vector<arm_runs> arms;
   std::optional<bool> identical;               ///< nullopt: could not check
   const arm_runs* baseline = nullptr;          ///< strongest baseline by median decode tok/s
@@ -211,6 +274,33 @@ inline std::string json(const figure& f) {
 inline std::string name_of(const arm_runs* a) {
   return a == nullptr ? "null" : quoted(a->runs.front().name);
 }
+inline std::string json(const device_summary& d) {
+  if (!d.profile) {
+    return "{\"name\":\"host\",\"h2d_gbps\":" + num(d.link.bytes_per_second / 1e9) +
+           ",\"copy_latency_us\":" + num(d.link.latency_seconds * 1e6) + "}";
+  }
+  const wisp::device_profile& p = *d.profile;
+  std::string s =
+      "{\"name\":" + quoted(p.name) + ",\"source\":" + quoted(p.source) +
+      ",\"device_memory_gbps\":" + num(p.device_memory_gbps) +
+      ",\"peak_bf16_tflops\":" + num(p.peak_bf16_tflops) + ",\"h2d_gbps\":" + num(p.h2d_gbps) +
+      ",\"copy_latency_us\":" + num(p.copy_latency_us) + ",\"launch_us\":" + num(p.launch_us) +
+      ",\"host_memory_gbps\":" + num(p.host_memory_gbps) +
+      ",\"host_threads\":" + std::to_string(p.host_threads);
+  if (p.moe_gbps > 0) {
+    s += ",\"moe_gbps\":" + num(p.moe_gbps);
+  }
+  s += ",\"host_thread_gflops\":" + num(d.host_thread_flops / 1e9) +
+       ",\"host_compute\":" + (d.host_measured ? "\"measured\"" : "\"roofline\"") +
+       ",\"miss_copy_s\":" + num(d.miss_copy_s) + ",\"token_moe_s\":" + num(d.token_moe_s) +
+       ",\"miss_to_moe\":" + num(d.miss_copy_s / d.token_moe_s) +
+       ",\"reference\":{\"model\":\"Qwen3-30B-A3B\",\"expert_bytes\":" +
+       std::to_string(device_summary::ref_expert_bytes) +
+       ",\"top_k\":" + std::to_string(device_summary::ref_top_k) +
+       ",\"miss_copy_s\":" + num(d.ref_copy_s) + ",\"token_moe_s\":" + num(d.ref_moe_s) +
+       ",\"miss_to_moe\":" + num(d.ref_copy_s / d.ref_moe_s) + "}}";
+  return s;
+}
 }  // namespace detail
 
 /// @brief Writes the comparison as one JSON object (see docs/engine.md for the fields).
@@ -231,8 +321,7 @@ inline void write_json(std::ostream& os, const comparison& c) {
        << ",\"note\":" << quoted(r.note);
     if (r.feasible) {
       char digest[32];
-      std::snprintf(digest, sizeof digest, "%016llx",
-                    static_cast<unsigned long long>(r.output_digest));
+      std::snprintf(digest, sizeof digest, "%016" PRIx64, r.output_digest);
       os << ",\"decode_tok_s\":" << json(figure_of(a, [](auto& x) { return x.decode_tok_s; }))
          << ",\"prefill_tok_s\":" << json(figure_of(a, [](auto& x) { return x.prefill_tok_s; }))
          << ",\"ttft_s\":" << json(figure_of(a, [](auto& x) { return x.ttft_s; }))
@@ -253,6 +342,13 @@ inline void write_json(std::ostream& os, const comparison& c) {
            << ",\"decode_s\":" << num(r.decode_seconds) << ",\"host_decode_s\":"
            << json(figure_of(a, [](auto& x) { return x.host_decode_seconds; }))
            << ",\"host_decoded_bytes\":" << r.host_decoded_bytes;
+      }
+      if (computes_on_host(a.spec.kind)) {
+        os << ",\"host_experts\":" << r.host_experts << ",\"host_positions\":" << r.host_positions
+           << ",\"host_compute_s\":" << json(figure_of(a, [](auto& x) { return x.host_seconds; }));
+      }
+      if (a.spec.kind == arm_kind::llama_cpp_cache) {
+        os << ",\"upload_runs\":" << r.upload_runs << ",\"bypassed_calls\":" << r.bypassed_calls;
       }
       if (a.spec.kind == arm_kind::tiered) {
         os << ",\"tier_sizes\":[" << r.tier_sizes[0] << "," << r.tier_sizes[1] << ","
@@ -276,7 +372,11 @@ inline void write_json(std::ostream& os, const comparison& c) {
     }
     os << "}";
   }
-  os << "],\"identical\":" << (c.identical ? (*c.identical ? "true" : "false") : "null")
+  os << "]";
+  if (c.device) {
+    os << ",\"device\":" << detail::json(*c.device);
+  }
+  os << ",\"identical\":" << (c.identical ? (*c.identical ? "true" : "false") : "null")
      << ",\"strongest_baseline\":" << detail::name_of(c.baseline)
      << ",\"strongest_prefill_baseline\":" << detail::name_of(c.prefill_baseline)
      << ",\"best_pager_policy\":"
@@ -285,6 +385,9 @@ inline void write_json(std::ostream& os, const comparison& c) {
 
 /// @brief Writes the comparison as a table and the ratio lines.
 inline void write_table(std::FILE* out, const comparison& c) {
+  if (c.device) {
+    std::fprintf(out, "%s\n", device_line(*c.device).c_str());
+  }
   auto fig = [](const figure& f, const char* fmt, double scale) {
     char b[96], lo[32], hi[32];
     std::snprintf(b, sizeof b, fmt, f.median * scale);
@@ -301,16 +404,16 @@ inline void write_table(std::FILE* out, const comparison& c) {
       std::fprintf(out, "%-26s %s\n", a.label().c_str(), r.note.c_str());
       continue;
     }
-    std::fprintf(out, "%-26s %-22s %-22s %-22s %-22s %6.3f %10s %7llu %5d/%-5llu %016llx\n",
+    std::fprintf(out,
+                 "%-26s %-22s %-22s %-22s %-22s %6.3f %10s %7" PRIu64 " %5d/%-5" PRIu64
+                 " %016" PRIx64 "\n",
                  a.label().c_str(),
                  fig(figure_of(a, [](auto& x) { return x.decode_tok_s; }), "%.1f", 1).c_str(),
                  fig(figure_of(a, [](auto& x) { return x.prefill_tok_s; }), "%.1f", 1).c_str(),
                  fig(figure_of(a, [](auto& x) { return x.ttft_s; }), "%.3f", 1).c_str(),
                  fig(figure_of(a, [](auto& x) { return x.tpot_s; }), "%.2f", 1e3).c_str(),
-                 r.hit_rate, wisp::format_bytes(r.bytes_moved).c_str(),
-                 static_cast<unsigned long long>(r.preemptions), r.cap,
-                 static_cast<unsigned long long>(r.kv_blocks),
-                 static_cast<unsigned long long>(r.output_digest));
+                 r.hit_rate, wisp::format_bytes(r.bytes_moved).c_str(), r.preemptions, r.cap,
+                 r.kv_blocks, r.output_digest);
   }
   std::fprintf(out, "\noutputs identical across arms: %s\n",
                !c.identical   ? "could not check (needs two feasible arms, one of them unpaged)"
@@ -335,37 +438,51 @@ inline void write_table(std::FILE* out, const comparison& c) {
     const arm_result& r = a.runs.front();
     if (r.feasible && r.belady_copies >= 0) {
       std::fprintf(out,
-                   "%s: %llu expert copies; Belady's offline optimum on the same calls: %lld\n",
-                   a.label().c_str(), static_cast<unsigned long long>(r.expert_copies),
-                   static_cast<long long>(r.belady_copies));
+                   "%s: %" PRIu64
+                   " expert copies; Belady's offline optimum on the same calls: %" PRId64 "\n",
+                   a.label().c_str(), r.expert_copies, r.belady_copies);
     }
     if (r.feasible && a.spec.kind == arm_kind::pager_zip) {
       const figure host = figure_of(a, [](auto& x) { return x.host_decode_seconds; });
-      std::fprintf(
-          out,
-          "%s: %s over the link for %llu experts (%.1f%% of their raw bytes); decode "
-          "modelled %.1f ms at %g GB/s, measured on the host %.1f ms (%.2f GB/s)\n",
-          a.label().c_str(), wisp::format_bytes(r.bytes_moved).c_str(),
-          static_cast<unsigned long long>(r.expert_copies),
-          100.0 * static_cast<double>(r.bytes_moved) / static_cast<double>(r.raw_bytes),
-          r.decode_seconds * 1e3, r.decode_rate / 1e9, host.median * 1e3,
-          host.median > 0 ? static_cast<double>(r.host_decoded_bytes) / host.median / 1e9 : 0.0);
+      std::fprintf(out,
+                   "%s: %s over the link for %" PRIu64
+                   " experts (%.1f%% of their raw bytes); decode "
+                   "modelled %.1f ms at %g GB/s, measured on the host %.1f ms (%.2f GB/s)\n",
+                   a.label().c_str(), wisp::format_bytes(r.bytes_moved).c_str(), r.expert_copies,
+                   100.0 * real(r.bytes_moved) / real(r.raw_bytes), r.decode_seconds * 1e3,
+                   r.decode_rate / 1e9, host.median * 1e3,
+                   host.median > 0 ? real(r.host_decoded_bytes) / host.median / 1e9 : 0.0);
     }
     if (r.feasible && a.spec.kind == arm_kind::tiered) {
       const auto& h = r.tier_hits;
       std::fprintf(out,
-                   "%s: %s; experts found in F/C/S/E/nowhere %llu/%llu/%llu/%llu/%llu, %s over "
+                   "%s: %s; experts found in F/C/S/E/nowhere %" PRIu64 "/%" PRIu64 "/%" PRIu64
+                   "/%" PRIu64 "/%" PRIu64
+                   ", %s over "
                    "the link, decode modelled %.1f ms\n",
-                   a.label().c_str(), r.note.c_str(), static_cast<unsigned long long>(h[0]),
-                   static_cast<unsigned long long>(h[1]), static_cast<unsigned long long>(h[2]),
-                   static_cast<unsigned long long>(h[3]), static_cast<unsigned long long>(h[4]),
+                   a.label().c_str(), r.note.c_str(), h[0], h[1], h[2], h[3], h[4],
                    wisp::format_bytes(r.bytes_moved).c_str(), r.decode_seconds * 1e3);
     }
+    if (r.feasible && computes_on_host(a.spec.kind)) {
+      const figure host = figure_of(a, [](auto& x) { return x.host_seconds; });
+      std::fprintf(out,
+                   "%s: the host computed %" PRIu64 " experts (%" PRIu64
+                   " positions) in %.1f ms [%.1f-%.1f]; "
+                   "%" PRIu64 " copied\n",
+                   a.label().c_str(), r.host_experts, r.host_positions, host.median * 1e3,
+                   host.min * 1e3, host.max * 1e3, r.expert_copies);
+    }
+    if (r.feasible && a.spec.kind == arm_kind::llama_cpp_cache) {
+      std::fprintf(out,
+                   "%s: %" PRIu64 " experts uploaded in %" PRIu64 " merged copies, %" PRIu64
+                   " calls bypassed\n",
+                   a.label().c_str(), r.expert_copies, r.upload_runs, r.bypassed_calls);
+    }
     if (r.feasible && a.spec.kind == arm_kind::pager_prefetch) {
-      std::fprintf(out, "%s: %llu expert copies on demand, %llu prefetched (%llu used)\n",
-                   a.label().c_str(), static_cast<unsigned long long>(r.expert_copies),
-                   static_cast<unsigned long long>(r.prefetch_copies),
-                   static_cast<unsigned long long>(r.prefetch_useful));
+      std::fprintf(out,
+                   "%s: %" PRIu64 " expert copies on demand, %" PRIu64 " prefetched (%" PRIu64
+                   " used)\n",
+                   a.label().c_str(), r.expert_copies, r.prefetch_copies, r.prefetch_useful);
     }
   }
 }

@@ -30,9 +30,12 @@
 ///
 /// To add an arm: derive from `residency`, reserve memory in `setup` (return the KV blocks left),
 /// return launches from `layer`, add it to `make_residency` (engine.hpp) and to `arm_kind`.
+/// A host launch (`moe_launch::host`) computes its experts on the host queue from the masters,
+/// beside the device's launches; the layer's combine waits for it.
 #pragma once
 
 #include "device.hpp"
+#include "index.hpp"
 #include "model.hpp"
 #include "options.hpp"
 #include "scheduler.hpp"
@@ -44,7 +47,9 @@
 #include <wisp/core/ids.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
+#include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,11 +57,14 @@
 namespace wisp_engine {
 
 /// @brief One launch of a layer's fused-MoE kernel: the experts visible through `expert_map`,
-/// read from rows of tensor `tensor`, after `copies` (issued in order on the link).
+/// read from rows of tensor `tensor`, after `copies` (issued in order on the link). A **host**
+/// launch (`host`) is computed by the host from the masters: `expert_map` shows each of its experts
+/// at its own id, `tensor` is unused and there are no copies.
 struct moe_launch {
   std::int32_t tensor = 0;
   std::span<const std::int32_t> expert_map;  ///< `int32[E]`: row of each visible expert, or -1
   std::span<const row_copy> copies;
+  bool host = false;
 };
 
 /// @brief The routing the warm-up sessions produced, forward by forward.
@@ -65,8 +73,8 @@ struct warmup_log {
     std::int32_t tokens = 0;
     std::vector<std::int32_t> ids;  ///< `[layers x tokens x k]`
     [[nodiscard]] std::span<const std::int32_t> layer(std::int32_t l, std::int32_t k) const {
-      const auto n = static_cast<std::size_t>(tokens) * static_cast<std::size_t>(k);
-      return std::span<const std::int32_t>(ids).subspan(static_cast<std::size_t>(l) * n, n);
+      const std::size_t n = idx(tokens) * idx(k);
+      return std::span<const std::int32_t>(ids).subspan(idx(l) * n, n);
     }
   };
   std::vector<forward> forwards;
@@ -134,6 +142,10 @@ class residency {
   /// The launches of `layer`'s MoE for `ids` (`[tokens x k]`, row-major).
   virtual std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
                                             std::int32_t tokens) = 0;
+  /// Whether the last `layer` call needed the routing on the host (a host sync: the ids read back
+  /// before the copies and launches could be issued). An arm whose layer runs entirely on the
+  /// device (every expert resident, or a whole-layer copy issued ahead) says no.
+  [[nodiscard]] virtual bool host_sync(std::int32_t /*layer*/) const { return true; }
   /// After every evaluated forward, at a drained barrier.
   virtual void between_forwards(barrier_context& /*ctx*/) {}
   /// After the last forward: figures only the arm knows.
@@ -178,8 +190,26 @@ inline void show_only(std::span<std::int32_t> map, std::span<const std::int32_t>
                       std::span<const std::int32_t> rows) {
   std::fill(map.begin(), map.end(), -1);
   for (std::size_t i = 0; i < experts.size(); ++i) {
-    map[static_cast<std::size_t>(experts[i])] = rows[i];
+    at(map, experts[i]) = rows[i];
   }
+}
+
+/// Layer `l`'s experts, most routed (per token) in the warm-up first, ties to the lower id: the
+/// hot set `static-hot` pins and `cpu-experts` keeps resident.
+[[nodiscard]] inline std::vector<std::int32_t> experts_by_frequency(const warmup_log& w,
+                                                                    std::int32_t l, std::int32_t E,
+                                                                    std::int32_t K) {
+  std::vector<std::uint64_t> counts(idx(E), 0);
+  for (const auto& f : w.forwards) {
+    for (const std::int32_t e : f.layer(l, K)) {
+      ++at(counts, e);
+    }
+  }
+  std::vector<std::int32_t> order(idx(E));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::int32_t a, std::int32_t b) { return at(counts, a) > at(counts, b); });
+  return order;
 }
 
 /// The distinct experts of `ids` in first-seen order, into `out` (`seen` is scratch of size E).
@@ -187,13 +217,13 @@ inline void distinct_experts(std::span<const std::int32_t> ids, std::vector<std:
                              std::vector<std::int32_t>& out) {
   out.clear();
   for (const std::int32_t e : ids) {
-    if (seen[static_cast<std::size_t>(e)] == 0) {
-      seen[static_cast<std::size_t>(e)] = 1;
+    if (at(seen, e) == 0) {
+      at(seen, e) = 1;
       out.push_back(e);
     }
   }
   for (const std::int32_t e : out) {
-    seen[static_cast<std::size_t>(e)] = 0;
+    at(seen, e) = 0;
   }
 }
 

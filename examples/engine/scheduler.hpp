@@ -13,6 +13,8 @@
 ///   context is recomputed (prefilled again) when it is readmitted.
 #pragma once
 
+#include "index.hpp"
+
 #include <wisp/core/error.hpp>
 
 #include <algorithm>
@@ -44,21 +46,21 @@ class kv_block_pool {
 
   /// Takes the lowest free block, or nullopt. O(capacity).
   std::optional<std::int32_t> allocate() {
-    for (std::size_t b = 0; b < used_.size(); ++b) {
-      if (used_[b] == 0) {
-        used_[b] = 1;
+    for (std::int32_t b = 0; b < count(used_); ++b) {
+      if (at(used_, b) == 0) {
+        at(used_, b) = 1;
         ++in_use_;
-        return static_cast<std::int32_t>(b);
+        return b;
       }
     }
     return std::nullopt;
   }
   void release(std::int32_t b) noexcept {
-    used_[static_cast<std::size_t>(b)] = 0;
+    used_[idx(b)] = 0;
     --in_use_;
   }
   [[nodiscard]] float* block(std::int32_t b) noexcept {
-    return data_.data() + static_cast<std::size_t>(b) * block_floats_;
+    return data_.data() + idx(b) * block_floats_;
   }
 
   /// @brief Resizes to `blocks`. Shrinking first moves every used block at or beyond `blocks` to
@@ -71,19 +73,18 @@ class kv_block_pool {
       return false;
     }
     if (blocks < capacity()) {
-      std::size_t to = 0;
-      for (std::size_t from = blocks; from < capacity(); ++from) {
-        if (used_[from] == 0) {
+      std::int32_t to = 0;
+      for (auto from = static_cast<std::int32_t>(blocks); from < count(used_); ++from) {
+        if (at(used_, from) == 0) {
           continue;
         }
-        while (used_[to] != 0) {
+        while (at(used_, to) != 0) {
           ++to;
         }
-        std::memcpy(block(static_cast<std::int32_t>(to)), block(static_cast<std::int32_t>(from)),
-                    block_floats_ * sizeof(float));
-        used_[to] = 1;
-        used_[from] = 0;
-        relocate(static_cast<std::int32_t>(from), static_cast<std::int32_t>(to));
+        std::memcpy(block(to), block(from), block_floats_ * sizeof(float));
+        at(used_, to) = 1;
+        at(used_, from) = 0;
+        relocate(from, to);
       }
     }
     data_.resize(blocks * block_floats_);
@@ -120,11 +121,9 @@ struct session {
   std::string reject_reason;
   double t_first = -1;  ///< seconds from start to the first generated token
   double t_done = -1;
-  [[nodiscard]] std::int32_t len() const noexcept {
-    return static_cast<std::int32_t>(tokens.size());
-  }
+  [[nodiscard]] std::int32_t len() const noexcept { return count(tokens); }
   [[nodiscard]] std::int32_t context() const noexcept {
-    return static_cast<std::int32_t>(req.prompt.size()) + req.max_new_tokens;
+    return count(req.prompt) + req.max_new_tokens;
   }
 };
 
@@ -141,8 +140,7 @@ class scheduler {
       : pool_(&pool), block_tokens_(block_tokens), max_running_(max_running) {}
 
   [[nodiscard]] std::size_t blocks_for(std::int64_t tokens) const noexcept {
-    return static_cast<std::size_t>(blocks_for_tokens(static_cast<std::uint64_t>(tokens),
-                                                      static_cast<std::uint64_t>(block_tokens_)));
+    return idx(blocks_for_tokens(idx(tokens), idx(block_tokens_)));
   }
 
   /// Queues `s`, or rejects it (state `rejected`, `reject_reason` set) when its whole context can
@@ -205,7 +203,7 @@ class scheduler {
     for (const session* s : running_) {
       d += blocks_for(s->context());
     }
-    std::size_t slots = static_cast<std::size_t>(max_running_) - running_.size();
+    std::size_t slots = idx(max_running_) - running_.size();
     for (const session* s : waiting_) {
       if (slots-- == 0) {
         break;
@@ -243,7 +241,7 @@ class scheduler {
     return true;
   }
   void admit(batch_plan& plan) {
-    while (!waiting_.empty() && running_.size() < static_cast<std::size_t>(max_running_)) {
+    while (!waiting_.empty() && running_.size() < idx(max_running_)) {
       session* s = waiting_.front();
       if (!fits_ever(*s)) {  // the pool may have shrunk since it was queued
         waiting_.pop_front();

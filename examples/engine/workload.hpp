@@ -19,6 +19,7 @@
 ///   routed by the sequence's own steps; the last `min(24, T/2)` positions are generated.
 #pragma once
 
+#include "index.hpp"
 #include "model.hpp"
 #include "scheduler.hpp"
 
@@ -34,6 +35,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -78,6 +80,10 @@ struct stream {
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
   }
+  /// A draw in `[0, n)`.
+  std::int32_t below(std::int32_t n) noexcept {
+    return static_cast<std::int32_t>((*this)() % idx(n));
+  }
 };
 
 inline request make_request(std::int32_t id, std::int32_t prompt, std::int32_t gen,
@@ -85,7 +91,7 @@ inline request make_request(std::int32_t id, std::int32_t prompt, std::int32_t g
   request r;
   r.id = id;
   for (std::int32_t i = 0; i < prompt; ++i) {
-    r.prompt.push_back(static_cast<std::int32_t>(next() % static_cast<std::uint64_t>(c.vocab)));
+    r.prompt.push_back(next.below(c.vocab));
   }
   r.max_new_tokens = gen;
   r.trace_offset = offset;
@@ -105,7 +111,7 @@ inline void append_trace(wisp::routing_trace& to, const wisp::routing_trace& fro
     }
     for (std::int32_t l = 0; l < from.shape().layers; ++l) {
       for (std::int32_t j = 0; j < from.shape().top_k; ++j) {
-        ids[static_cast<std::size_t>(l * from.shape().top_k + j)] = from.expert(step, l, j);
+        ids[idx(l * from.shape().top_k + j)] = from.expert(step, l, j);
       }
     }
     to.append_step(ids);
@@ -113,8 +119,9 @@ inline void append_trace(wisp::routing_trace& to, const wisp::routing_trace& fro
 }
 
 inline void split_warmup(workload& w, std::vector<request> all, std::size_t warm) {
-  w.warmup.assign(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(warm));
-  w.evaluated.assign(all.begin() + static_cast<std::ptrdiff_t>(warm), all.end());
+  const std::span<const request> both(all);
+  w.warmup.assign(both.begin(), both.begin() + warm);
+  w.evaluated.assign(both.begin() + warm, both.end());
 }
 }  // namespace detail
 
@@ -132,12 +139,12 @@ inline void split_warmup(workload& w, std::vector<request> all, std::size_t warm
   workload w;
   w.name = std::string(name);
   w.trace = wisp::routing_trace(wisp::moe_shape{c.layers, c.experts, c.top_k});
-  std::vector<std::vector<std::size_t>> starts(static_cast<std::size_t>(domains));
+  std::vector<std::vector<std::size_t>> starts(idx(domains));
   for (std::int32_t d = 0; d < domains; ++d) {
-    const auto t = synthetic_domain(c, domain_steps, 7 + static_cast<std::uint64_t>(d));
+    const auto t = synthetic_domain(c, domain_steps, 7 + idx(d));
     for (const std::size_t s : t.sequence_starts()) {
       if (s + headroom <= domain_steps) {
-        starts[static_cast<std::size_t>(d)].push_back(w.trace.steps() + s);
+        starts[idx(d)].push_back(w.trace.steps() + s);
       }
     }
     detail::append_trace(w.trace, t);
@@ -146,20 +153,17 @@ inline void split_warmup(workload& w, std::vector<request> all, std::size_t warm
   const std::int32_t warm = warmup_sessions(sessions);
   std::vector<request> all;
   for (std::int32_t i = 0; i < warm + sessions; ++i) {
-    const auto& pool = starts[static_cast<std::size_t>((i / 4) % domains)];
+    const auto& pool = starts[idx((i / 4) % domains)];
     const std::uint64_t offset = pool[next() % pool.size()];
     if (name == "chat") {
-      all.push_back(detail::make_request(i, 16 + static_cast<std::int32_t>(next() % 32), 24, offset,
-                                         c, next));
+      all.push_back(detail::make_request(i, 16 + next.below(32), 24, offset, c, next));
     } else if ((i / 4) % 2 == 0) {  // long-context turn
-      all.push_back(detail::make_request(i, 96 + static_cast<std::int32_t>(next() % 32), 16, offset,
-                                         c, next));
+      all.push_back(detail::make_request(i, 96 + next.below(32), 16, offset, c, next));
     } else {  // tool-call burst
-      all.push_back(
-          detail::make_request(i, 8 + static_cast<std::int32_t>(next() % 8), 8, offset, c, next));
+      all.push_back(detail::make_request(i, 8 + next.below(8), 8, offset, c, next));
     }
   }
-  detail::split_warmup(w, std::move(all), static_cast<std::size_t>(warm));
+  detail::split_warmup(w, std::move(all), idx(warm));
   return w;
 }
 
@@ -218,14 +222,13 @@ inline void split_warmup(workload& w, std::vector<request> all, std::size_t warm
       continue;
     }
     const std::int32_t gen = std::min(24, len / 2);
-    all.push_back(detail::make_request(static_cast<std::int32_t>(all.size()), len - gen, gen,
-                                       starts[i], c, next));
+    all.push_back(detail::make_request(count(all), len - gen, gen, starts[i], c, next));
   }
   WISP_EXPECTS(all.size() >= 2, "the trace has ", all.size(),
                " sequences of 2 or more steps; the engine needs a warm-up and an evaluated one");
   const std::size_t warm = std::max<std::size_t>(1, all.size() / 5);
   if (sessions > 0) {
-    all.resize(std::min(all.size(), warm + static_cast<std::size_t>(sessions)));
+    all.resize(std::min(all.size(), warm + idx(sessions)));
   }
   workload w;
   w.name = "trace";

@@ -10,6 +10,7 @@
 /// arm's outputs are byte-identical to every other arm's.
 #pragma once
 
+#include "index.hpp"
 #include "model.hpp"
 
 #include <wisp/compress/compressed_bf16.hpp>
@@ -31,8 +32,8 @@ class zip_masters {
  public:
   /// Compresses every expert. O(experts x expert elements). @throws std::bad_alloc.
   explicit zip_masters(const model_weights& w, std::uint32_t e_chunks = 8) {
-    const auto H = static_cast<std::uint64_t>(w.cfg.hidden);
-    const auto I = static_cast<std::uint64_t>(w.cfg.intermediate);
+    const auto H = idx(w.cfg.hidden);
+    const auto I = idx(w.cfg.intermediate);
     const std::size_t elements = w.cfg.expert_bytes() / 2;
     for (std::int32_t l = 0; l < w.cfg.layers; ++l) {
       // One tensor per matrix (gate, up, down), decoded on the engine's thread.
@@ -56,12 +57,12 @@ class zip_masters {
 
   /// Bytes a miss of expert `e` of layer `l` moves: its SM and E-chunk bytes.
   [[nodiscard]] std::uint64_t link_bytes(std::int32_t l, std::int32_t e) const {
-    return layers_[static_cast<std::size_t>(l)]->link_bytes(e);
+    return layers_[idx(l)]->link_bytes(e);
   }
   /// Writes expert `e` of layer `l`'s exact BF16 bytes into `row` (one expert's bytes).
   /// @throws wisp::format_error if a record does not decode.
   void decode(std::int32_t l, std::int32_t e, std::byte* row) const {
-    const auto& store = *layers_[static_cast<std::size_t>(l)];
+    const auto& store = *layers_[idx(l)];
     store.decode(e, std::span<std::uint16_t>(reinterpret_cast<std::uint16_t*>(row),
                                              store.elements_per_expert()));
   }
@@ -73,7 +74,7 @@ class zip_masters {
   [[nodiscard]] std::uint64_t max_e_bytes() const noexcept { return max_e_bytes_; }
   /// Compressed payload over raw bytes, every expert of every layer.
   [[nodiscard]] double ratio() const noexcept {
-    return static_cast<double>(link_bytes_total_) / static_cast<double>(raw_bytes_total_);
+    return real(link_bytes_total_) / real(raw_bytes_total_);
   }
 
  private:

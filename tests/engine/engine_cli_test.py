@@ -3,8 +3,10 @@
 """End-to-end tests of `wisp-engine` (examples/engine/main.cpp): the --json comparison on a small
 shape, the identical rule, and errors on bad input. Usage: engine_cli_test.py PATH/TO/wisp-engine"""
 import json
+import os
 import subprocess
 import sys
+import tempfile
 import unittest
 
 ENGINE = None
@@ -36,10 +38,45 @@ class EngineJson(unittest.TestCase):
         names = [(a["name"], a.get("policy"), a["upper_bound"]) for a in self.doc["arms"]]
         self.assertEqual(names, [
             ("full", None, False), ("full", None, True), ("layer-offload", None, False),
-            ("on-demand", None, False), ("static-hot", None, False), ("pager", "lru", False),
-            ("pager", "least_stale", False), ("pager+plan", "lru", False),
-            ("pager+dynamic", "lru", False), ("pager+prefetch", "lru", False),
-            ("pager+zip", "lru", False), ("tiered", None, False)])
+            ("on-demand", None, False), ("static-hot", None, False),
+            ("llama.cpp-cache", None, False), ("cpu-experts", None, False),
+            ("pager", "lru", False), ("pager", "least_stale", False),
+            ("pager+plan", "lru", False), ("pager+dynamic", "lru", False),
+            ("pager+prefetch", "lru", False), ("pager+zip", "lru", False),
+            ("tiered", None, False), ("pager+hybrid", "lru", False)])
+
+    def test_the_device_is_the_consumer_preset_with_its_ratio(self):
+        d = self.doc["device"]
+        self.assertEqual(d["name"], "rtx-4090")
+        for key in ("source", "device_memory_gbps", "peak_bf16_tflops", "h2d_gbps",
+                    "copy_latency_us", "launch_us", "host_memory_gbps", "host_threads",
+                    "host_thread_gflops", "miss_copy_s", "token_moe_s", "miss_to_moe"):
+            self.assertIn(key, d)
+        self.assertEqual(d["host_compute"], "roofline")
+        self.assertAlmostEqual(d["miss_to_moe"], d["miss_copy_s"] / d["token_moe_s"], places=4)
+        self.assertEqual(d["reference"]["model"], "Qwen3-30B-A3B")
+        self.assertAlmostEqual(d["reference"]["miss_to_moe"], 4.91, places=2)
+
+    def test_modelled_times_do_not_spread(self):
+        # Every timed figure comes from the profile's model, not from this machine's clock.
+        for arm in self.doc["arms"]:
+            if arm["feasible"]:
+                for key in FIGURES:
+                    self.assertEqual(arm[key]["min"], arm[key]["max"], (arm["name"], key))
+
+    def test_host_and_llama_arms_report_their_own_figures(self):
+        arms = {(a["name"], a.get("policy")): a for a in self.doc["arms"]}
+        for key in (("cpu-experts", None), ("pager+hybrid", "lru")):
+            arm = arms[key]
+            self.assertGreaterEqual(arm["host_positions"], arm["host_experts"])
+            self.assertEqual(len(arm["host_compute_s"]["runs"]), 3)
+            self.assertEqual(arm["host_compute_s"]["median"] > 0, arm["host_experts"] > 0)
+        llama = arms[("llama.cpp-cache", None)]
+        self.assertLessEqual(llama["upload_runs"], llama["expert_copies"])
+        self.assertGreaterEqual(llama["bypassed_calls"], 0)
+        for arm in self.doc["arms"]:
+            if arm["feasible"] and arm["name"] not in ("cpu-experts", "pager+hybrid"):
+                self.assertNotIn("host_experts", arm)
 
     def test_full_is_infeasible_and_its_upper_bound_is_not(self):
         full, bound = self.doc["arms"][0], self.doc["arms"][1]
@@ -149,18 +186,41 @@ class EngineCommandLine(unittest.TestCase):
                               (["--routing", "trace", "/nonexistent.wtrace", "--layers", "2"],
                                "nonexistent"),
                               (["--tiers", "1,2,3"], "--tiers: need four sizes"),
+                              (["--device", "gtx-280"], "unknown device profile 'gtx-280'"),
                               (["--bogus"], "unknown option '--bogus'")):
             p = run(*args)
             self.assertEqual(p.returncode, 2, args)
             self.assertIn(message, p.stderr, args)
+
+    def test_a_bad_profile_file_is_refused_before_anything_runs(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "gpu.json")
+            with open(path, "w") as f:
+                json.dump({"name": "lab", "device_memory_gbps": 900, "peak_bf16_tflops": 100,
+                           "h2d_gbps": 20, "copy_latency_us": -8, "launch_us": 3,
+                           "host_memory_gbps": 50, "host_threads": 8}, f)
+            p = run(*SMALL, "--device", path, "--json")
+            self.assertEqual(p.returncode, 2)
+            self.assertEqual(p.stdout, "")
+            self.assertIn('"copy_latency_us" must be > 0, got -8', p.stderr)
+            self.assertNotIn("forward", p.stderr)  # nothing was served
+
+    def test_device_host_keeps_the_cpu_timed_engine(self):
+        p = run(*SMALL, "--device", "host", "--repeat", "1", "--arms", "on-demand,pager",
+                "--policies", "lru", "--json")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        doc = json.loads(p.stdout)
+        self.assertEqual(doc["device"], {"name": "host", "h2d_gbps": 25, "copy_latency_us": 10})
+        self.assertIs(doc["identical"], True)
 
     def test_help_names_every_arm_and_policy(self):
         p = run("--help")
         self.assertEqual(p.returncode, 0)
         self.assertIn("--repeat N", p.stdout)
         help_text = p.stdout.replace("\n", " ").replace(" ", "")
-        for name in ("full", "layer-offload", "on-demand", "static-hot", "pager+plan",
-                     "pager+dynamic", "pager+prefetch", "pager+zip", "tiered", "lru", "fifo",
+        for name in ("full", "layer-offload", "on-demand", "static-hot", "llama.cpp-cache",
+                     "cpu-experts", "pager+plan", "pager+dynamic", "pager+prefetch",
+                     "pager+zip", "tiered", "pager+hybrid", "rtx-4090", "h100-pcie", "lru", "fifo",
                      "lfu_history", "lfru", "fld", "least_stale", "least-stale",
                      "decayed_frequency", "predicted_next_use"):
             self.assertIn(name, help_text)

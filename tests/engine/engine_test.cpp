@@ -19,31 +19,39 @@ namespace {
 using namespace engine_test;
 
 constexpr arm_kind every_arm_but_full[] = {
-    arm_kind::layer_offload,  arm_kind::on_demand,  arm_kind::static_hot,
-    arm_kind::pager,          arm_kind::pager_plan, arm_kind::pager_dynamic,
-    arm_kind::pager_prefetch, arm_kind::pager_zip,  arm_kind::tiered};
+    arm_kind::layer_offload,  arm_kind::on_demand, arm_kind::static_hot, arm_kind::llama_cpp_cache,
+    arm_kind::cpu_experts,    arm_kind::pager,     arm_kind::pager_plan, arm_kind::pager_dynamic,
+    arm_kind::pager_prefetch, arm_kind::pager_zip, arm_kind::tiered,     arm_kind::pager_hybrid};
 
 // The reference is `full` at a budget where everything fits; the other arms run at a budget with
-// room for k + 2 experts per layer beside the KV floor, so every caching arm evicts.
+// room for k + 2 experts per layer beside the KV floor, so every caching arm evicts. Under the
+// host's CPU time and under a GPU profile (where the host experts' arms decide differently).
 TEST(EngineArms, EveryArmProducesTheSameTokensAndLogits) {
   for (const routing_source src : {routing_source::trace, routing_source::model}) {
-    const fixture f;
-    const arm_result ref = f.run(f.options(arm_kind::full, src));
-    ASSERT_TRUE(ref.feasible);
-    for (const auto& out : ref.outputs) {
-      EXPECT_FALSE(out.empty());
-    }
-    engine_options o = f.options(arm_kind::full, src);
-    o.budget_bytes = f.budget_for_rows(f.cfg.top_k + 2, o.max_running);
-    EXPECT_FALSE(f.run(o).feasible);  // not every expert fits
-    for (const arm_kind arm : every_arm_but_full) {
-      SCOPED_TRACE(std::string(arm_name(arm)));
-      o.arm = arm;
-      const arm_result r = f.run(o);
-      expect_same(ref, r);
-      EXPECT_LT(r.hit_rate, 1.0);
-      // More than every expert once: evicted or streamed experts were fetched again.
-      EXPECT_GT(r.bytes_moved, f.cfg.all_expert_bytes());
+    for (const bool gpu : {false, true}) {
+      SCOPED_TRACE(gpu ? "rtx-4090" : "host");
+      const fixture f;
+      engine_options o = f.options(arm_kind::full, src);
+      if (gpu) {
+        o.device = wisp::device_profile_preset("rtx-4090");
+      }
+      const arm_result ref = f.run(o);
+      ASSERT_TRUE(ref.feasible);
+      for (const auto& out : ref.outputs) {
+        EXPECT_FALSE(out.empty());
+      }
+      o.budget_bytes = f.budget_for_rows(f.cfg.top_k + 2, o.max_running);
+      EXPECT_FALSE(f.run(o).feasible);  // not every expert fits
+      for (const arm_kind arm : every_arm_but_full) {
+        SCOPED_TRACE(std::string(arm_name(arm)));
+        o.arm = arm;
+        const arm_result r = f.run(o);
+        expect_same(ref, r);
+        EXPECT_LT(r.hit_rate, 1.0);
+        // More than every expert once: evicted or streamed experts were fetched again (or
+        // computed by the host instead).
+        EXPECT_GT(r.bytes_moved + r.host_experts * f.cfg.expert_bytes(), f.cfg.all_expert_bytes());
+      }
     }
   }
 }

@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -152,6 +154,14 @@ TEST(EngineCli, ParsesEveryFlag) {
                                "8",
                                "--tiers",
                                "1,2,0,3",
+                               "--device",
+                               "l4",
+                               "--host-compute",
+                               "measured",
+                               "--host-thread-gflops",
+                               "32",
+                               "--value-rate",
+                               "0.5",
                                "--json"});
   EXPECT_EQ(o.arms, (std::vector<arm_kind>{arm_kind::full, arm_kind::pager}));
   EXPECT_EQ(o.policies, (std::vector<std::string>{"least_stale", "lfu"}));
@@ -183,7 +193,26 @@ TEST(EngineCli, ParsesEveryFlag) {
   EXPECT_EQ(o.base.decode_threads, 8u);
   EXPECT_EQ(o.base.tiers, (std::array<std::int32_t, 4>{1, 2, 0, 3}));
   EXPECT_TRUE(o.json);
+  ASSERT_TRUE(o.base.device.has_value());
+  EXPECT_EQ(o.base.device->name, "l4");
+  EXPECT_EQ(o.base.device->h2d_gbps, 5);  // --bandwidth overrides the profile's link
+  EXPECT_EQ(o.base.device->copy_latency_us, 2.5);
+  EXPECT_EQ(o.base.device->device_memory_gbps, 300);
+  EXPECT_TRUE(o.base.host_measured);
+  EXPECT_EQ(o.base.host_thread_flops, 32e9);
+  EXPECT_EQ(o.base.value_rate, 0.5);
   EXPECT_EQ(parse({"--routing", "model"}).base.routing, routing_source::model);
+  // The default: the consumer preset and its link, 148 MiB; host: the CPU-timed engine.
+  const cli_options d = parse({});
+  ASSERT_TRUE(d.base.device.has_value());
+  EXPECT_EQ(d.base.device->name, "rtx-4090");
+  EXPECT_EQ(d.base.link.bytes_per_second, 25e9);
+  EXPECT_EQ(d.base.budget_bytes, 148ull << 20);
+  EXPECT_EQ(d.arms.size(), std::size(arm_names));
+  const cli_options h = parse({"--device", "host"});
+  EXPECT_FALSE(h.base.device.has_value());
+  EXPECT_EQ(h.base.link.bytes_per_second, 25e9);
+  EXPECT_DOUBLE_EQ(h.base.link.latency_seconds, 10e-6);
   // Pager once per policy; full's upper bound after full when full does not fit.
   const auto specs = o.specs(false);
   ASSERT_EQ(specs.size(), 4u);
@@ -191,6 +220,86 @@ TEST(EngineCli, ParsesEveryFlag) {
   EXPECT_EQ(specs[2].policy, "least_stale");
   EXPECT_EQ(specs[3].policy, "lfu");
   EXPECT_EQ(o.specs(true).size(), 3u);
+}
+
+// A profile file with a bad member is refused naming the member and its value, before anything
+// runs; a good one is loaded whole.
+TEST(EngineCli, ProfileFilesAreValidated) {
+  const std::string good =
+      R"({"name": "lab-gpu", "device_memory_gbps": 900, "peak_bf16_tflops": 100, "h2d_gbps": 20,
+          "copy_latency_us": 8, "launch_us": 3, "host_memory_gbps": 50, "host_threads": 8})";
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const auto write = [&](const std::string& name, const std::string& text) {
+    const std::filesystem::path p = dir / name;
+    std::ofstream(p) << text;
+    return p.string();
+  };
+  const std::string file = write("wisp_engine_profile_good.json", good);
+  const cli_options o = parse({"--device", file});
+  ASSERT_TRUE(o.base.device.has_value());
+  EXPECT_EQ(o.base.device->name, "lab-gpu");
+  EXPECT_EQ(o.base.link.bytes_per_second, 20e9);
+  EXPECT_DOUBLE_EQ(o.base.link.latency_seconds, 8e-6);
+  const std::vector<std::pair<std::string, std::vector<std::string>>> bad = {
+      {R"({"name": "x", "device_memory_gbps": 900, "peak_bf16_tflops": 100, "h2d_gbps": 0,
+           "copy_latency_us": 8, "launch_us": 3, "host_memory_gbps": 50, "host_threads": 8})",
+       {"\"h2d_gbps\"", "got 0"}},
+      {R"({"name": "x", "device_memory_gbps": -5, "peak_bf16_tflops": 100, "h2d_gbps": 20,
+           "copy_latency_us": 8, "launch_us": 3, "host_memory_gbps": 50, "host_threads": 8})",
+       {"\"device_memory_gbps\"", "got -5"}},
+      {R"({"name": "x", "device_memory_gbps": 900, "peak_bf16_tflops": "fast", "h2d_gbps": 20,
+           "copy_latency_us": 8, "launch_us": 3, "host_memory_gbps": 50, "host_threads": 8})",
+       {"\"peak_bf16_tflops\"", "got \"fast\""}},
+      {R"({"name": "x", "device_memory_gbps": 900, "peak_bf16_tflops": 100, "h2d_gbps": 20,
+           "copy_latency_us": 8, "launch_us": 3, "host_memory_gbps": 50})",
+       {"\"host_threads\"", "missing"}},
+      {R"({"name": "x", "device_memory_gbps": 900, "peak_bf16_tflops": 100, "h2d_gbps": 20,
+           "copy_latency_us": 8, "launch_us": 3, "host_memory_gbps": 50, "host_threads": 8,
+           "pcie_gen": 4})",
+       {"\"pcie_gen\"", "not a device profile member"}},
+  };
+  for (std::size_t i = 0; i < bad.size(); ++i) {
+    const std::string path =
+        write("wisp_engine_profile_bad_" + std::to_string(i) + ".json", bad[i].first);
+    try {
+      (void)parse({"--device", path});
+      ADD_FAILURE() << "accepted " << bad[i].first;
+    } catch (const wisp::error& e) {
+      for (const std::string& part : bad[i].second) {
+        EXPECT_THAT(e.what(), testing::HasSubstr(part));
+      }
+      EXPECT_THAT(e.what(), testing::HasSubstr(path));
+    }
+    std::filesystem::remove(path);
+  }
+  std::filesystem::remove(file);
+}
+
+// The default model is in the regime the engine is for: on the consumer profile one miss's copy
+// is about 5x one token's MoE, as for Qwen3-30B-A3B on the same card; the JSON carries both.
+TEST(EngineReport, TheDeviceAndItsRatioAreReported) {
+  const cli_options o = parse({});
+  const device_summary d = summarize_device(o.base, o.model);
+  const double ratio = d.miss_copy_s / d.token_moe_s;
+  const double qwen = d.ref_copy_s / d.ref_moe_s;
+  EXPECT_NEAR(ratio, qwen, 0.1);
+  EXPECT_GT(ratio, 4.5);
+  EXPECT_LT(ratio, 5.5);
+  // Qwen3-30B-A3B on an RTX 4090: a 9 MiB expert crosses PCIe 4.0 in ~0.38 ms, the layer's 8
+  // experts are read in ~0.075 ms (plus a launch).
+  EXPECT_NEAR(d.ref_copy_s, 10e-6 + 9437184 / 25e9, 1e-12);
+  EXPECT_NEAR(d.ref_moe_s, 4e-6 + (8 * 9437184.0 + 2 * 2048 * 8) / 1008e9, 1e-12);
+  comparison c = compare({fake(arm_kind::static_hot, {1}), fake(arm_kind::pager, {1})});
+  c.device = d;
+  std::ostringstream os;
+  write_json(os, c);
+  EXPECT_THAT(os.str(), testing::HasSubstr("\"device\":{\"name\":\"rtx-4090\""));
+  EXPECT_THAT(os.str(), testing::HasSubstr("\"miss_to_moe\":" + detail::num(ratio)));
+  EXPECT_THAT(os.str(), testing::HasSubstr("\"reference\":{\"model\":\"Qwen3-30B-A3B\""));
+  c.device = summarize_device(parse({"--device", "host"}).base, o.model);
+  std::ostringstream host;
+  write_json(host, c);
+  EXPECT_THAT(host.str(), testing::HasSubstr("\"device\":{\"name\":\"host\",\"h2d_gbps\":25"));
 }
 
 TEST(EngineCli, BadInputNamesTheFlagAndTheValue) {
@@ -216,6 +325,11 @@ TEST(EngineCli, BadInputNamesTheFlagAndTheValue) {
       {{"--tiers", "1,2,3"}, "--tiers: need four sizes F,C,S,E, got 3"},
       {{"--tiers", "1,-2,3,4"}, "--tiers: '-2'"},
       {{"--frobnicate"}, "unknown option '--frobnicate'"},
+      {{"--device", "gtx-280"}, "unknown device profile 'gtx-280'"},
+      {{"--host-compute", "guess"}, "--host-compute: unknown 'guess'"},
+      {{"--host-thread-gflops", "0"}, "--host-thread-gflops: '0'"},
+      {{"--value-rate", "2"}, "--value-rate: 2 is not in (0, 1]"},
+      {{"--arms", "cpu"}, "pager+hybrid"},  // the valid arms are listed
   };
   for (const auto& [args, message] : bad) {
     try {

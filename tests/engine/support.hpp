@@ -106,6 +106,8 @@ inline double modelled(compute_op op, std::int64_t units) {
       return 2 * us;
     case compute_op::head:
       return 3 * us;
+    case compute_op::host:
+      return 5 * us * static_cast<double>(units);
   }
   return 0;
 }
