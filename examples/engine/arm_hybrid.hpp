@@ -146,7 +146,7 @@ class hybrid_pager_residency final : public pager_arm<Policy> {
         }
       }
       split_.split(misses_, -1, value, copied_, host_, loss);
-      device_.clear();  // the call's experts in first-seen order, but the host's
+      device_.clear();  // the call's experts in first-seen order, except the host's
       for (const std::int32_t e : this->experts_) {
         if (std::find(host_.begin(), host_.end(), e) == host_.end()) {
           device_.push_back(e);

@@ -350,13 +350,19 @@ TEST(EngineWorkload, RealEsftRoutingKeepsEveryArmIdentical) {
   const arm_result ref = run_arm(weights, o, w, log);
   o.budget_bytes = static_cast<std::uint64_t>(21) * c.layers * c.expert_bytes() +
                    workload_floor(w.evaluated, o.max_running).bytes(alloc_spec(c)).count();
+  o.device = wisp::device_profile_preset("rtx-4090");
   for (const arm_kind arm : {arm_kind::layer_offload, arm_kind::on_demand, arm_kind::static_hot,
-                             arm_kind::pager, arm_kind::tiered}) {
+                             arm_kind::llama_cpp_cache, arm_kind::cpu_experts, arm_kind::pager,
+                             arm_kind::tiered, arm_kind::pager_hybrid}) {
+    SCOPED_TRACE(std::string(arm_name(arm)));
     o.arm = arm;
     const arm_result r = run_arm(weights, o, w, log);
     expect_same(ref, r);
-    if (arm != arm_kind::layer_offload && arm != arm_kind::on_demand) {
+    if (arm == arm_kind::static_hot || arm == arm_kind::pager || arm == arm_kind::tiered ||
+        arm == arm_kind::pager_hybrid) {
       EXPECT_EQ(r.cap, 21);  // about a third of each layer's experts
+    }
+    if (arm != arm_kind::layer_offload && arm != arm_kind::on_demand) {
       EXPECT_GT(r.hit_rate, 0.0);
     }
   }
