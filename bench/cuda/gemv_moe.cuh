@@ -77,16 +77,39 @@ __device__ inline float chunk_fma(const uint4& w, const float* x, float acc) {
   return acc;
 }
 
-// gemv_lane_dot with 16-byte loads.
-__device__ inline float lane_dot16(const bf16* w, const float* x, std::int32_t n,
-                                   std::int32_t lane) {
-  const auto* w16 = reinterpret_cast<const uint4*>(w);
-  float acc = 0.0f;
-#pragma unroll 4
-  for (std::int32_t c = lane; c < n / gemv_chunk; c += gemv_lanes) {
-    acc = chunk_fma(w16[c], x + c * gemv_chunk, acc);
+// Chunks a lane loads before it multiplies: every load of a batch is in flight at once (the
+// scheduler need not hoist them), while the fmas keep gemv_lane_dot's order.
+inline constexpr std::int32_t gemv_batch = 4;
+
+// The dot products of `rows` weight rows with x, `gemv_lane_dot`'s share of lane `lane` each:
+// chunks lane, lane + 32, ... in order, loaded `gemv_batch` at a time.
+template <std::int32_t Rows>
+__device__ inline void lane_dots16(const bf16* const (&w)[Rows], const float* x, std::int32_t n,
+                                   std::int32_t lane, float (&acc)[Rows]) {
+  const std::int32_t chunks = n / gemv_chunk;
+  for (std::int32_t base = lane; base < chunks; base += gemv_batch * gemv_lanes) {
+    uint4 v[Rows][gemv_batch];
+#pragma unroll
+    for (std::int32_t b = 0; b < gemv_batch; ++b) {
+      const std::int32_t c = base + b * gemv_lanes;
+#pragma unroll
+      for (std::int32_t r = 0; r < Rows; ++r) {
+        if (c < chunks) {
+          v[r][b] = reinterpret_cast<const uint4*>(w[r])[c];
+        }
+      }
+    }
+#pragma unroll
+    for (std::int32_t b = 0; b < gemv_batch; ++b) {
+      const std::int32_t c = base + b * gemv_lanes;
+#pragma unroll
+      for (std::int32_t r = 0; r < Rows; ++r) {
+        if (c < chunks) {
+          acc[r] = chunk_fma(v[r][b], x + c * gemv_chunk, acc[r]);
+        }
+      }
+    }
   }
-  return acc;
 }
 
 template <class Id>
@@ -115,18 +138,11 @@ __global__ void __launch_bounds__(gemv_threads) gemv_act_kernel(gemv_params<Id> 
   const auto* w = reinterpret_cast<const bf16*>(p.experts.row(static_cast<std::size_t>(row)));
   const bf16* gate = w + static_cast<std::size_t>(i) * h;
   const bf16* up = gate + p.shape.matrix_values();
-  // The two dot products interleaved (independent loads in flight), each in gemv_lane_dot's order.
-  const auto* g16 = reinterpret_cast<const uint4*>(gate);
-  const auto* u16 = reinterpret_cast<const uint4*>(up);
-  float g = 0.0f;
-  float u = 0.0f;
-#pragma unroll 4
-  for (std::int32_t c = lane; c < h / gemv_chunk; c += gemv_lanes) {
-    const uint4 gw = g16[c];
-    const uint4 uw = u16[c];
-    g = chunk_fma(gw, gemv_x + c * gemv_chunk, g);
-    u = chunk_fma(uw, gemv_x + c * gemv_chunk, u);
-  }
+  const bf16* const rows[2] = {gate, up};
+  float dots[2] = {0.0f, 0.0f};
+  lane_dots16(rows, gemv_x, h, lane, dots);
+  float g = dots[0];
+  float u = dots[1];
   g = warp_sum(g);
   u = warp_sum(u);
   if (lane == 0) {
@@ -155,7 +171,10 @@ __global__ void __launch_bounds__(gemv_threads) gemv_down_kernel(gemv_params<Id>
   }
   const auto* w = reinterpret_cast<const bf16*>(p.experts.row(static_cast<std::size_t>(row)));
   const bf16* down = w + 2 * p.shape.matrix_values() + static_cast<std::size_t>(o) * in;
-  const float y = warp_sum(lane_dot16(down, gemv_act, in, lane));
+  const bf16* const rows[1] = {down};
+  float dot[1] = {0.0f};
+  lane_dots16(rows, gemv_act, in, lane, dot);
+  const float y = warp_sum(dot[0]);
   if (lane == 0) {
     p.y[static_cast<std::size_t>(pos) * p.shape.hidden + o] = y;
   }
