@@ -96,6 +96,7 @@
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
 #include <wisp/sim/timeline_sim.hpp>
+#include <wisp/sim/ep_sim.hpp>
 
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/transfer/row_layout.hpp>
