@@ -45,15 +45,14 @@ struct fixture {
   std::vector<std::int32_t> ids;  // calls x batch x top_k
   wisp::replica_chooser chooser;
 
-  static wisp::expert_placement make_placement(std::mt19937& rng) {
+  static wisp::expert_placement make_placement() {
     std::vector<std::vector<std::int32_t>> ranks_of(static_cast<std::size_t>(layers) * experts);
     for (std::int32_t l = 0; l < layers; ++l) {
       for (std::int32_t e = 0; e < experts; ++e) {
         auto& holders = ranks_of[static_cast<std::size_t>(l) * experts + e];
         holders.push_back(e % ranks);  // one replica each, evenly
-        if (e < 32) {                  // 32 more per layer: 4 extra rows per rank
-          holders.push_back((e % ranks + 1 + static_cast<std::int32_t>(rng() % (ranks - 1))) %
-                            ranks);
+        if (e < 32) {  // 32 more per layer, 4 per rank, each on another rank than the first
+          holders.push_back((e % ranks + 1 + (e / ranks + l) % (ranks - 1)) % ranks);
         }
         std::sort(holders.begin(), holders.end());
       }
@@ -62,7 +61,7 @@ struct fixture {
   }
 
   explicit fixture(std::mt19937 rng = std::mt19937(20261127))
-      : placement(make_placement(rng)),
+      : placement(make_placement()),
         chooser(placement, {std::vector<double>(ranks, 356e-6), 5.16e-6, 17.5e-9}) {
     for (std::int32_t l = 0; l < layers; ++l) {
       for (std::int32_t r = 0; r < ranks; ++r) {

@@ -98,11 +98,15 @@ class oracle {
         cold.push_back(e);
       }
     }
-    std::sort(cold.begin(), cold.end(), [&](std::int32_t a, std::int32_t b) {
+    // One replica (no choice) first, in first-seen order; then fewest replicas, most tokens.
+    std::stable_sort(cold.begin(), cold.end(), [&](std::int32_t a, std::int32_t b) {
       const auto na = p_.replicas(layer, a).size();
       const auto nb = p_.replicas(layer, b).size();
       if (na != nb) {
         return na < nb;
+      }
+      if (na == 1) {
+        return false;
       }
       return count[a] != count[b] ? count[a] > count[b] : a < b;
     });

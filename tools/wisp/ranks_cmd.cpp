@@ -56,17 +56,10 @@ struct run_row {
 
 // The step-time constants, from the options (see docs/expert_parallel.md for the defaults).
 ep_cost_model cost_model(const ranks_options& opt, const ranks_common& common) {
-  ep_cost_model m;
-  m.link = link_model{common.bandwidth_gbps * 1e9, common.latency_us * 1e-6};
-  m.expert_bytes = common.expert_bytes;
-  m.expert_seconds = static_cast<double>(common.expert_bytes) / (opt.hbm_gbps * 1e9);
-  const double params = opt.expert_params > 0 ? static_cast<double>(opt.expert_params)
-                                              : static_cast<double>(common.expert_bytes) / 2.0;
-  m.token_seconds = 2.0 * params / (opt.tflops * 1e12);
-  m.hidden = opt.hidden;
-  m.a2a_bytes_per_second = opt.a2a_gbps * 1e9;
-  m.a2a_latency_seconds = opt.a2a_latency_us * 1e-6;
-  return m;
+  return ep_cost_model::from_hardware(
+      link_model{common.bandwidth_gbps * 1e9, common.latency_us * 1e-6}, common.expert_bytes,
+      opt.expert_params, opt.hbm_gbps * 1e9, opt.tflops * 1e12, opt.hidden, opt.a2a_gbps * 1e9,
+      opt.a2a_latency_us * 1e-6);
 }
 
 std::string checked_policy(const std::vector<std::string>& requested) {

@@ -23,14 +23,19 @@
 /// the experts with the most load: in an offloaded model those are the resident ones.
 ///
 /// **The planner** (`plan_placement`): (1) the `total_slots` experts of largest `q` are the
-/// resident set; each gets one replica, on the rank with the fewest resident experts so far (so
-/// the budget splits evenly unless the search finds better); (2) per layer, every other expert gets
-/// a replica on the rank with the least expected copy work, then further replicas, the expert with
-/// the most copy work per replica first, until the ranks' `local_experts` rows are full; (3) each
-/// rank's slots are its resident experts; (4) local search around the slowest rank: moving one of
-/// the slowest rank's slots from the fastest rank, and dropping, moving or adding a replica of each
-/// of its experts, each accepted when it lowers `max_r C_r`, until no move helps or
-/// `search_evaluations` plans were evaluated. Tests compare it with an exhaustive search over every
+/// resident set; each gets one replica, on the rank with the fewest resident experts so far; (2)
+/// per layer, every other expert gets a replica on the rank with the least expected copy work, then
+/// further replicas, the expert with the most copy work per replica first, until the ranks'
+/// `local_experts` rows are full; (3) each rank's slots are its resident experts. From this plan,
+/// the same placement with an even split, and EPLB's replication and packing by each replica's
+/// cost when resident, (4) a first-improvement local search (a slot moved between ranks; a
+/// replica dropped, added, moved, swapped or put in place of another, each followed by slot moves)
+/// runs from each, and the best result is kept; (5) then, while evaluations are left, the best plan
+/// is perturbed by a few random moves (fixed seed) and searched again, and kept when no worse.
+/// Plans are ranked by `max_r C_r`, then the next slowest rank and so on, among those whose
+/// modelled token load is within `max_load_imbalance` of the mean (the others rank after them, by
+/// their imbalance): the replica choice follows residency, so a plan that piles resident experts on
+/// one rank would pile tokens there. Tests compare the result with an exhaustive search over every
 /// placement and split of small instances.
 /// @code
 /// std::vector<double> load = wisp::ep_loads(trace, 16);  // [layers x experts], pairs per call

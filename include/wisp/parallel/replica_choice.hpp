@@ -19,12 +19,12 @@
 ///
 /// **Two forms.** `choose_row` applies the rule to each (token, expert) in order, as a dispatcher
 /// that sees one token at a time would. `choose` sees the whole call: it first places the experts
-/// that are resident on none of their replicas (each is one copy, wherever it goes), the most
-/// constrained first (fewest replicas, then most tokens), each with all its tokens; then every
-/// other (token, expert) in order by the rule. Both are **deterministic**: ties go to the rank with
-/// fewer pairs in the call, then fewer since `reset_load`, then the lower rank id, so every rank
-/// that runs the chooser on the same batch and the same published residency computes the same
-/// targets without talking to the others.
+/// that are resident on none of their replicas (each is one copy, wherever it goes), each with all
+/// its tokens: those with one replica in first-seen order, then the others, fewest replicas first,
+/// then most tokens, then lowest id; then every other (token, expert) in order by the rule. Both
+/// are **deterministic**: ties go to the rank with fewer pairs in the call, then fewer since
+/// `reset_load`, then the lower rank id, so every rank that runs the chooser on the same batch and
+/// the same published residency computes the same targets without talking to the others.
 ///
 /// **Residency** is what each rank's pager holds; ranks publish it (`set_resident`), e.g. from
 /// their copy plans and evictions, once per step.
@@ -109,6 +109,9 @@ class replica_chooser {
         }
         offsets_.push_back(static_cast<std::int32_t>(candidates_.size()));
       }
+    }
+    for (const std::int32_t r : candidates_) {
+      copy_.push_back(costs_.copy_seconds[static_cast<std::size_t>(r)]);
     }
     resident_.assign(candidates_.size(), 0);
     active_.assign(candidates_.size(), 0);
@@ -195,8 +198,10 @@ class replica_chooser {
       }
     }
     begin_call(layer);
-    // The call's experts resident on none of their replicas, with their tokens.
+    // The call's experts resident on none of their replicas, with their tokens: those with one
+    // replica (no choice) in first-seen order, then the others.
     cold_.clear();
+    std::size_t singles = 0;
     for (const Id id : topk_ids) {
       const auto e = static_cast<std::size_t>(id);
       if (seen_[e] != call_) {
@@ -205,20 +210,24 @@ class replica_chooser {
         placed_[e] = -1;
         if (!resident_anywhere(static_cast<std::int32_t>(id))) {
           cold_.push_back(static_cast<std::int32_t>(id));
+          if (replica_count(static_cast<std::int32_t>(id)) == 1) {
+            std::swap(cold_[singles++], cold_.back());
+          }
         }
       }
       ++tokens_of_[e];
     }
-    std::sort(cold_.begin(), cold_.end(), [this](std::int32_t a, std::int32_t b) {
-      const std::int32_t na = replica_count(a);
-      const std::int32_t nb = replica_count(b);
-      if (na != nb) {
-        return na < nb;
-      }
-      const auto ta = tokens_of_[static_cast<std::size_t>(a)];
-      const auto tb = tokens_of_[static_cast<std::size_t>(b)];
-      return ta != tb ? ta > tb : a < b;
-    });
+    std::sort(cold_.begin() + static_cast<std::ptrdiff_t>(singles), cold_.end(),
+              [this](std::int32_t a, std::int32_t b) {
+                const std::int32_t na = replica_count(a);
+                const std::int32_t nb = replica_count(b);
+                if (na != nb) {
+                  return na < nb;
+                }
+                const auto ta = tokens_of_[static_cast<std::size_t>(a)];
+                const auto tb = tokens_of_[static_cast<std::size_t>(b)];
+                return ta != tb ? ta > tb : a < b;
+              });
     for (const std::int32_t e : cold_) {  // one copy each, with all its tokens
       const std::int32_t pairs = tokens_of_[static_cast<std::size_t>(e)];
       const std::int32_t c = best_replica(e, pairs);
@@ -284,9 +293,7 @@ class replica_chooser {
   [[nodiscard]] double added(std::size_t c, std::int32_t pairs) const noexcept {
     double seconds = costs_.token_seconds * pairs;
     if (active_[c] != call_) {
-      seconds +=
-          costs_.expert_seconds +
-          (resident_[c] != 0 ? 0.0 : costs_.copy_seconds[static_cast<std::size_t>(candidates_[c])]);
+      seconds += costs_.expert_seconds + (resident_[c] != 0 ? 0.0 : copy_[c]);
     }
     return seconds;
   }
@@ -294,9 +301,13 @@ class replica_chooser {
   [[nodiscard]] std::int32_t best_replica(std::int32_t expert, std::int32_t pairs) const noexcept {
     const std::size_t row = row_of(expert);
     const std::int32_t first = offsets_[row];
+    const std::int32_t last = offsets_[row + 1];
+    if (last - first == 1) {
+      return first;  // no choice
+    }
     std::int32_t best = first;
     double best_cost = 0.0;
-    for (std::int32_t c = first; c < offsets_[row + 1]; ++c) {
+    for (std::int32_t c = first; c < last; ++c) {
       const auto uc = static_cast<std::size_t>(c);
       const double add = added(uc, pairs);
       const auto r = static_cast<std::size_t>(candidates_[uc]);
@@ -338,6 +349,7 @@ class replica_chooser {
   std::vector<std::int32_t> offsets_;         // [layers * experts + 1] into candidates_
   std::vector<std::int32_t> candidates_;      // the rank of every replica, by (layer, expert)
   std::vector<std::int32_t> index_of_local_;  // [layers][ranks][local_experts] -> candidate or -1
+  std::vector<double> copy_;                  // per candidate: its rank's copy seconds
   std::vector<std::uint8_t> resident_;        // per candidate
   std::vector<std::uint32_t> active_;         // per candidate: the call that activated it
   std::vector<double> seconds_;               // per rank: T of the current call

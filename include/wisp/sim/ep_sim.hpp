@@ -92,6 +92,32 @@ struct ep_cost_model {
                  "ep_cost_model: a2a_latency_seconds must be finite and >= 0, got ",
                  a2a_latency_seconds);
   }
+  /// @brief The model from hardware figures: an active expert reads its `expert_bytes` once at
+  /// `memory_bytes_per_second`; a (token, expert) pair costs `2 x expert_params` FLOPs at `flops`
+  /// (0 params: `expert_bytes / 2`, bf16 weights); the other fields as given.
+  /// @throws wisp::logic_error naming the value if a rate is not finite and > 0.
+  [[nodiscard]] static ep_cost_model from_hardware(link_model link, std::uint64_t expert_bytes,
+                                                   std::uint64_t expert_params,
+                                                   double memory_bytes_per_second, double flops,
+                                                   std::int32_t hidden, double a2a_bytes_per_second,
+                                                   double a2a_latency_seconds) {
+    WISP_EXPECTS(std::isfinite(memory_bytes_per_second) && memory_bytes_per_second > 0,
+                 "ep_cost_model: memory_bytes_per_second must be finite and > 0, got ",
+                 memory_bytes_per_second);
+    WISP_EXPECTS(std::isfinite(flops) && flops > 0,
+                 "ep_cost_model: flops must be finite and > 0, got ", flops);
+    const double params = expert_params > 0 ? static_cast<double>(expert_params)
+                                            : static_cast<double>(expert_bytes) / 2.0;
+    ep_cost_model m;
+    m.link = link;
+    m.expert_bytes = expert_bytes;
+    m.expert_seconds = static_cast<double>(expert_bytes) / memory_bytes_per_second;
+    m.token_seconds = 2.0 * params / flops;
+    m.hidden = hidden;
+    m.a2a_bytes_per_second = a2a_bytes_per_second;
+    m.a2a_latency_seconds = a2a_latency_seconds;
+    return m;
+  }
   /// The costs the replica chooser and the planner weigh: the same link on every rank.
   [[nodiscard]] dispatch_costs dispatch(std::int32_t ranks) const {
     return {std::vector<double>(static_cast<std::size_t>(ranks), link.copy_seconds(expert_bytes)),
