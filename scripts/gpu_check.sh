@@ -129,7 +129,10 @@ fi
 deadline=$(($(left) - 40))
 if ((deadline < 60)); then deadline=60; fi
 log "GPU benchmark (deadline ${deadline} s for starting repetitions)"
-timeout $((deadline + 45)) "$gpu_bench" --out-dir "$out" --file-prefix "$prefix" \
+# 32 timed tokens per repetition: both models, both budgets and the cuBLAS arms, 5 repetitions,
+# fit the budget (an H200 took 140 s for all of it at 16 tokens); the default 64 is for runs of
+# one model (docs/cuda.md).
+timeout $((deadline + 45)) "$gpu_bench" --timed 32 --out-dir "$out" --file-prefix "$prefix" \
   --write-profile "$out/${prefix}device-profile.json" --traces "$TRACES_DIR" --deadline-s "$deadline" \
   --commit "$commit" --smi-name "${smi_name:-unknown}" 2>&1 | tee "$work/gpu_bench.txt" |
   tee -a "$out/gpu_check.log"

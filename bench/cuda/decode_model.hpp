@@ -72,7 +72,7 @@ struct decode_model {
 struct decode_window {
   std::int32_t history = 4096;
   std::int32_t warmup = 4;
-  std::int32_t timed = 16;
+  std::int32_t timed = 64;  // 16 tokens proved too few to rank the policies (bench/results)
   std::int32_t verify = 2;
 
   /// @throws wisp::logic_error naming the bad count.

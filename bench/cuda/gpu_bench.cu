@@ -45,7 +45,7 @@ constexpr std::string_view usage = R"(usage: wisp_cuda_gpu_bench [options]
   --models LIST          deepseek-v2-lite,qwen3-30b-a3b (default), or tiny
   --budgets LIST         fractions of each layer's experts (default 0.25,0.5)
   --history N --warmup N --timed N --verify N
-                         the token window (default 4096, 4, 16, 2; see docs/cuda.md)
+                         the token window (default 4096, 4, 64, 2; see docs/cuda.md)
   --repetitions N        interleaved repetitions of every arm (default 5)
   --max-layers N         run at most N layers of each model (default: all)
   --deadline-s S         stop starting repetitions after S seconds (default: none)
