@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds and runs every wisp test: the gcc build with all tests, the same tests under ASan+UBSan,
-# a clang build of everything with all tests, wisp::cuda on Thrust's CPP device system, an nvcc
-# compile of cuda/ (when nvcc is present), the install + find_package consumer test, the header
+# Builds and runs every wisp test: all tests under ASan+UBSan (g++, Debug), a clang build of
+# everything with all tests, wisp::cuda on Thrust's CPP device system, an nvcc compile of cuda/
+# (when nvcc is present), then the optimised g++ build of everything (the configuration a user
+# builds by default) with all tests, the install + find_package consumer test, the header
 # self-containment test and a brief smoke run of every benchmark binary, then
 # the Python package: its wheel built, installed into a fresh venv and tested there
 # (python/test.sh).
@@ -13,6 +14,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+
+# A compiler cache, where there is one: every preset and the Python wheel compile through it, and
+# paths are taken relative to the checkout, so a rerun from any clone reuses what is unchanged.
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD"
+fi
 
 step() { printf '\n==== %s\n' "$*"; }
 run_preset() { # run_preset NAME: configure, build and test one CMake preset
@@ -46,8 +53,8 @@ else
   step "SKIPPED cuda-nvcc: /usr/local/cuda/bin/nvcc does not exist"
 fi
 
-step "gcc: everything, all tests, install + consumer, header self-containment (preset dev)"
-run_preset dev
+step "gcc: everything, optimised, all tests, install + consumer, header self-containment (preset release)"
+run_preset release
 
 step "Python: pip wheel ., installed into a fresh venv, stubs checked, pytest (python/test.sh)"
-WISP_CLI="$PWD/build/dev/bin/wisp" python/test.sh
+WISP_CLI="$PWD/build/release/bin/wisp" python/test.sh
