@@ -242,6 +242,34 @@ TEST(replica_choice, whole_calls_match_the_brute_force_rule) {
   }
 }
 
+// Calls of up to 1,600 pairs: the chooser lists the pairs left after the cold experts in blocks
+// of 256, so these cross block boundaries (and the residency is toggled between calls, also to the
+// value it already has).
+TEST(replica_choice, long_whole_calls_match_the_brute_force_rule) {
+  std::mt19937 rng(14);
+  for (int round = 0; round < 12; ++round) {
+    const auto ranks = static_cast<std::int32_t>(2 + rng() % 7);
+    const expert_placement p = random_placement(rng, 2, 64, ranks);
+    const dispatch_costs c = costs_for(ranks, rng);
+    replica_chooser fast(p, c);
+    oracle slow(p, c);
+    for (int call = 0; call < 6; ++call) {
+      randomise_residency(rng, p, fast, slow);
+      const auto layer = static_cast<std::int32_t>(rng() % 2);
+      const auto tokens = static_cast<std::int32_t>(1 + rng() % 200);
+      std::vector<std::int32_t> ids(static_cast<std::size_t>(tokens) * 8);
+      for (auto& e : ids) {
+        e = static_cast<std::int32_t>(rng() % 64);
+      }
+      std::vector<std::int32_t> got(ids.size());
+      fast.choose(layer, std::span<const std::int32_t>(ids), tokens, 8, got);
+      ASSERT_EQ(got, slow.call(layer, ids)) << "round " << round << ", call " << call;
+      const auto s = fast.call_seconds();
+      ASSERT_EQ(std::vector<double>(s.begin(), s.end()), slow.seconds());
+    }
+  }
+}
+
 TEST(replica_choice, whole_calls_match_the_brute_force_rule_on_esft) {
   const auto trace = test::esft_trace();
   WISP_TEST_NEEDS_TRACE(trace.has_value());
@@ -345,6 +373,11 @@ TEST(replica_choice, bad_input_is_refused_and_changes_nothing) {
                "= 4 is outside");
   expect_error([&] { c.choose(0, std::span<const std::int32_t>(bad), 2, 2, out); },
                "holds 2 ids but tokens * k = 2 * 2 = 4");
+  const std::vector<std::int64_t> negative = {1, 2, -3, 0};
+  std::vector<std::int32_t> four(4);
+  expect_error([&] { c.choose(0, std::span<const std::int64_t>(negative), 2, 2, four); },
+               "topk_ids[2]", "= -3 is outside");
+  EXPECT_EQ(c.call_pairs()[0] + c.call_pairs()[1], 0);
   expect_error([&] { c.set_resident(2, 0, 0, true); }, "rank 2 is outside [0, ranks = 2)");
   expect_error([&] { c.set_resident(0, 0, 3, true); }, "local id 3 is outside");
   EXPECT_EQ(c.total_pairs()[0] + c.total_pairs()[1], 0u);

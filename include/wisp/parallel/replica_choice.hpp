@@ -40,10 +40,13 @@
 #include <wisp/parallel/placement.hpp>
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -106,14 +109,17 @@ class replica_chooser {
           index_of_local_[local_index(r.rank, l, r.local)] =
               static_cast<std::int32_t>(candidates_.size());
           candidates_.push_back(r.rank);
+          row_of_candidate_.push_back(static_cast<std::int32_t>(offsets_.size() - 1));
         }
         offsets_.push_back(static_cast<std::int32_t>(candidates_.size()));
       }
     }
     for (const std::int32_t r : candidates_) {
       copy_.push_back(costs_.copy_seconds[static_cast<std::size_t>(r)]);
+      first_pair_.push_back(costs_.expert_seconds + copy_.back());
     }
     resident_.assign(candidates_.size(), 0);
+    resident_replicas_.assign(offsets_.size() - 1, 0);
     active_.assign(candidates_.size(), 0);
     seconds_.assign(static_cast<std::size_t>(ranks_), 0.0);
     pairs_.assign(static_cast<std::size_t>(ranks_), 0);
@@ -121,7 +127,8 @@ class replica_chooser {
     seen_.assign(static_cast<std::size_t>(experts_), 0);
     tokens_of_.assign(static_cast<std::size_t>(experts_), 0);
     placed_.assign(static_cast<std::size_t>(experts_), -1);
-    cold_.reserve(static_cast<std::size_t>(experts_));
+    distinct_.assign(static_cast<std::size_t>(experts_) + 1, 0);
+    cold_.assign(static_cast<std::size_t>(experts_) + 1, {0, 0});
   }
 
   // ------------------------------------------------------------------ residency
@@ -131,8 +138,14 @@ class replica_chooser {
   /// @throws wisp::logic_error on an out-of-range rank, layer or local id.
   void set_resident(std::int32_t rank, std::int32_t layer, std::int32_t local, bool resident) {
     const std::int32_t i = candidate_of("replica_chooser::set_resident", rank, layer, local);
-    if (i >= 0) {
-      resident_[static_cast<std::size_t>(i)] = resident ? 1 : 0;
+    if (i < 0) {
+      return;
+    }
+    const auto c = static_cast<std::size_t>(i);
+    if ((resident_[c] != 0) != resident) {
+      resident_[c] = resident ? 1 : 0;
+      resident_replicas_[static_cast<std::size_t>(row_of_candidate_[c])] += resident ? 1 : -1;
+      first_pair_[c] = costs_.expert_seconds + (resident ? 0.0 : copy_[c]);
     }
   }
   /// Whether row `local` of `rank` for `layer` is recorded resident. @throws as `set_resident`.
@@ -192,51 +205,92 @@ class replica_chooser {
     detail::check_topk_shape("replica_chooser::choose", topk_ids.size(), tokens, k);
     WISP_EXPECTS(ranks.size() == topk_ids.size(), "replica_chooser::choose: ", topk_ids.size(),
                  " ids but ", ranks.size(), " outputs");
-    for (std::size_t i = 0; i < topk_ids.size(); ++i) {
+    // The ids are checked in one branch-free pass (it vectorises; a negative id wraps above the
+    // bound); the bad one is looked for only when there is one.
+    using unsigned_id = std::make_unsigned_t<Id>;
+    unsigned_id largest = 0;
+    for (const Id id : topk_ids) {
+      largest = std::max(largest, static_cast<unsigned_id>(id));
+    }
+    const bool bad = largest >= static_cast<unsigned_id>(experts_);
+    for (std::size_t i = 0; bad && i < topk_ids.size(); ++i) {
       if (topk_ids[i] < 0 || topk_ids[i] >= experts_) {
         detail::fail_bad_id("replica_chooser::choose", topk_ids, i, k, experts_);
       }
     }
     begin_call(layer);
-    // The call's experts resident on none of their replicas, with their tokens: those with one
-    // replica (no choice) in first-seen order, then the others.
-    cold_.clear();
-    std::size_t singles = 0;
+    // The passes below are branch-free where the outcome is random (whether an id repeats, an
+    // expert is cold, a pair is placed): a branch there would be mispredicted often. Counts
+    // are added in place of selects, which compilers turn back into branches.
+    //
+    // The call's distinct experts in first-seen order, with their pairs (through local
+    // pointers: stores through the members' ones could alias the members).
+    const std::uint32_t call = call_;
+    std::uint32_t* const seen = seen_.data();
+    std::int32_t* const pairs_of = tokens_of_.data();
+    std::int32_t* const order = distinct_.data();
+    std::size_t distinct = 0;
     for (const Id id : topk_ids) {
       const auto e = static_cast<std::size_t>(id);
-      if (seen_[e] != call_) {
-        seen_[e] = call_;
-        tokens_of_[e] = 0;
-        placed_[e] = -1;
-        if (!resident_anywhere(static_cast<std::int32_t>(id))) {
-          cold_.push_back(static_cast<std::int32_t>(id));
-          if (replica_count(static_cast<std::int32_t>(id)) == 1) {
-            std::swap(cold_[singles++], cold_.back());
-          }
-        }
-      }
-      ++tokens_of_[e];
+      const std::int32_t again = seen[e] == call ? 1 : 0;
+      seen[e] = call;
+      pairs_of[e] = pairs_of[e] * again + 1;
+      order[distinct] = static_cast<std::int32_t>(id);
+      distinct += static_cast<std::size_t>(1 - again);
     }
-    std::sort(cold_.begin() + static_cast<std::ptrdiff_t>(singles), cold_.end(),
-              [this](std::int32_t a, std::int32_t b) {
-                const std::int32_t na = replica_count(a);
-                const std::int32_t nb = replica_count(b);
-                if (na != nb) {
-                  return na < nb;
-                }
-                const auto ta = tokens_of_[static_cast<std::size_t>(a)];
-                const auto tb = tokens_of_[static_cast<std::size_t>(b)];
-                return ta != tb ? ta > tb : a < b;
-              });
-    for (const std::int32_t e : cold_) {  // one copy each, with all its tokens
+    // The experts resident on none of their replicas, each one copy with all its tokens: those
+    // with one replica (no choice) first, in first-seen order (listed over the front of
+    // distinct_), then the others (listed in cold_), sorted.
+    const std::size_t base = row_of(0);
+    std::size_t singles = 0;
+    std::size_t others = 0;
+    for (std::size_t i = 0; i < distinct; ++i) {
+      const std::int32_t e = distinct_[i];
+      const std::size_t row = base + static_cast<std::size_t>(e);
+      placed_[static_cast<std::size_t>(e)] = -1;
+      const bool cold = resident_replicas_[row] == 0;
+      const bool one = offsets_[row + 1] - offsets_[row] == 1;
+      distinct_[singles] = e;
+      singles += cold && one ? 1 : 0;
+      cold_[others].second = e;
+      others += cold && !one ? 1 : 0;
+    }
+    for (std::size_t i = 0; i < singles; ++i) {
+      const auto e = static_cast<std::size_t>(distinct_[i]);
+      const std::int32_t c = offsets_[base + e];
+      placed_[e] = assign({c, added(static_cast<std::size_t>(c), tokens_of_[e])}, tokens_of_[e]);
+    }
+    // Fewest replicas, then most pairs, then lowest id first: one key compared as a whole.
+    for (std::size_t i = 0; i < others; ++i) {
+      const std::int32_t e = cold_[i].second;
+      const std::int32_t fewer_pairs = INT32_MAX - tokens_of_[static_cast<std::size_t>(e)];
+      cold_[i].first = static_cast<std::uint64_t>(replica_count(e)) << 32 |
+                       static_cast<std::uint32_t>(fewer_pairs);
+    }
+    const auto cold_end = cold_.begin() + static_cast<std::ptrdiff_t>(others);
+    std::sort(cold_.begin(), cold_end);
+    for (auto it = cold_.begin(); it != cold_end; ++it) {
+      const std::int32_t e = it->second;
       const std::int32_t pairs = tokens_of_[static_cast<std::size_t>(e)];
-      const std::int32_t c = best_replica(e, pairs);
-      placed_[static_cast<std::size_t>(e)] = assign(c, pairs);
+      placed_[static_cast<std::size_t>(e)] = assign(best_replica(e, pairs), pairs);
     }
-    for (std::size_t i = 0; i < topk_ids.size(); ++i) {
-      const auto e = static_cast<std::size_t>(topk_ids[i]);
-      ranks[i] =
-          placed_[e] >= 0 ? placed_[e] : assign(best_replica(static_cast<std::int32_t>(e), 1), 1);
+    // Every other (token, expert) in order, by the rule. In blocks: the placed ranks are copied
+    // and the other pairs listed, then the listed ones are chosen.
+    constexpr std::size_t block = 256;
+    std::array<std::uint32_t, block> open;
+    for (std::size_t from = 0; from < topk_ids.size(); from += block) {
+      const std::size_t to = std::min(topk_ids.size(), from + block);
+      std::size_t n = 0;
+      for (std::size_t i = from; i < to; ++i) {
+        const std::int32_t placed = placed_[static_cast<std::size_t>(topk_ids[i])];
+        ranks[i] = placed;
+        open[n] = static_cast<std::uint32_t>(i - from);
+        n += placed < 0 ? 1 : 0;
+      }
+      for (std::size_t j = 0; j < n; ++j) {
+        const std::size_t i = from + open[j];
+        ranks[i] = assign(best_replica(static_cast<std::int32_t>(topk_ids[i]), 1), 1);
+      }
     }
   }
   /// @copydoc choose
@@ -279,53 +333,49 @@ class replica_chooser {
     const std::size_t row = row_of(expert);
     return offsets_[row + 1] - offsets_[row];
   }
-  [[nodiscard]] bool resident_anywhere(std::int32_t expert) const noexcept {
-    const std::size_t row = row_of(expert);
-    for (std::int32_t c = offsets_[row]; c < offsets_[row + 1]; ++c) {
-      if (resident_[static_cast<std::size_t>(c)] != 0) {
-        return true;
-      }
-    }
-    return false;
-  }
 
-  // Work `pairs` pairs of `expert` add to candidate `c`'s rank.
+  // A candidate the rule picked and the seconds its pairs add to its rank.
+  struct pick {
+    std::int32_t candidate;
+    double seconds;
+  };
+  // Seconds `pairs` pairs add to candidate `c`'s rank: their tokens, plus on the candidate's
+  // first pairs of the call its compute and, unless resident, its copy.
   [[nodiscard]] double added(std::size_t c, std::int32_t pairs) const noexcept {
-    double seconds = costs_.token_seconds * pairs;
-    if (active_[c] != call_) {
-      seconds += costs_.expert_seconds + (resident_[c] != 0 ? 0.0 : copy_[c]);
-    }
-    return seconds;
+    // A mask in place of a select, which compilers turn into an often mispredicted branch.
+    const std::uint64_t keep = -static_cast<std::uint64_t>(active_[c] != call_ ? 1 : 0);
+    return costs_.token_seconds * pairs +
+           std::bit_cast<double>(std::bit_cast<std::uint64_t>(first_pair_[c]) & keep);
   }
   // The candidate (replica) of `expert` of the current layer that the rule picks for `pairs`.
-  [[nodiscard]] std::int32_t best_replica(std::int32_t expert, std::int32_t pairs) const noexcept {
+  [[nodiscard]] pick best_replica(std::int32_t expert, std::int32_t pairs) const noexcept {
     const std::size_t row = row_of(expert);
     const std::int32_t first = offsets_[row];
     const std::int32_t last = offsets_[row + 1];
+    pick best{first, added(static_cast<std::size_t>(first), pairs)};
     if (last - first == 1) {
-      return first;  // no choice
+      return best;  // no choice
     }
-    std::int32_t best = first;
-    double best_cost = 0.0;
-    for (std::int32_t c = first; c < last; ++c) {
+    auto best_rank = static_cast<std::size_t>(candidates_[static_cast<std::size_t>(first)]);
+    double best_cost = std::max(seconds_[best_rank] + best.seconds, peak_) + best.seconds * spread_;
+    for (std::int32_t c = first + 1; c < last; ++c) {
       const auto uc = static_cast<std::size_t>(c);
       const double add = added(uc, pairs);
       const auto r = static_cast<std::size_t>(candidates_[uc]);
       const double cost = std::max(seconds_[r] + add, peak_) + add * spread_;
-      if (c == first || cost < best_cost ||
-          (cost == best_cost &&
-           better_tie(r, static_cast<std::size_t>(candidates_[static_cast<std::size_t>(best)])))) {
-        best = c;
+      if (cost < best_cost || (cost == best_cost && better_tie(r, best_rank))) {
+        best = {c, add};
+        best_rank = r;
         best_cost = cost;
       }
     }
     return best;
   }
-  // Sends `pairs` pairs to candidate `c`; returns its rank.
-  std::int32_t assign(std::int32_t c, std::int32_t pairs) noexcept {
-    const auto uc = static_cast<std::size_t>(c);
+  // Sends `pairs` pairs to the picked candidate; returns its rank.
+  std::int32_t assign(pick p, std::int32_t pairs) noexcept {
+    const auto uc = static_cast<std::size_t>(p.candidate);
     const auto r = static_cast<std::size_t>(candidates_[uc]);
-    seconds_[r] += added(uc, pairs);
+    seconds_[r] += p.seconds;
     peak_ = std::max(peak_, seconds_[r]);
     active_[uc] = call_;
     pairs_[r] += pairs;
@@ -345,21 +395,26 @@ class replica_chooser {
   std::int32_t ranks_;
   std::int32_t local_experts_;
   dispatch_costs costs_;
-  double spread_ = 1.0;                       // 1 / ranks
-  std::vector<std::int32_t> offsets_;         // [layers * experts + 1] into candidates_
-  std::vector<std::int32_t> candidates_;      // the rank of every replica, by (layer, expert)
-  std::vector<std::int32_t> index_of_local_;  // [layers][ranks][local_experts] -> candidate or -1
-  std::vector<double> copy_;                  // per candidate: its rank's copy seconds
-  std::vector<std::uint8_t> resident_;        // per candidate
-  std::vector<std::uint32_t> active_;         // per candidate: the call that activated it
-  std::vector<double> seconds_;               // per rank: T of the current call
-  std::vector<std::int32_t> pairs_;           // per rank: pairs of the current call
-  std::vector<std::uint64_t> total_pairs_;    // per rank: pairs since reset_load
-  std::vector<std::uint32_t> seen_;           // per expert: the call that saw it (choose)
-  std::vector<std::int32_t> tokens_of_;       // per expert: its pairs in the call (choose)
-  std::vector<std::int32_t> placed_;          // per expert: the rank of a cold expert, or -1
-  std::vector<std::int32_t> cold_;            // the call's experts resident nowhere
-  double peak_ = 0.0;                         // M: max of seconds_
+  double spread_ = 1.0;                         // 1 / ranks
+  std::vector<std::int32_t> offsets_;           // [layers * experts + 1] into candidates_
+  std::vector<std::int32_t> candidates_;        // the rank of every replica, by (layer, expert)
+  std::vector<std::int32_t> index_of_local_;    // [layers][ranks][local_experts] -> candidate or -1
+  std::vector<std::int32_t> row_of_candidate_;  // per candidate: layer * experts + expert
+  std::vector<double> copy_;                    // per candidate: its rank's copy seconds
+  std::vector<double> first_pair_;      // per candidate: expert seconds + copy unless resident
+  std::vector<std::uint8_t> resident_;  // per candidate
+  std::vector<std::int32_t> resident_replicas_;  // per (layer, expert): its resident replicas
+  std::vector<std::uint32_t> active_;            // per candidate: the call that activated it
+  std::vector<double> seconds_;                  // per rank: T of the current call
+  std::vector<std::int32_t> pairs_;              // per rank: pairs of the current call
+  std::vector<std::uint64_t> total_pairs_;       // per rank: pairs since reset_load
+  std::vector<std::uint32_t> seen_;              // per expert: the call that saw it (choose)
+  std::vector<std::int32_t> tokens_of_;          // per expert: its pairs in the call (choose)
+  std::vector<std::int32_t> placed_;             // per expert: the rank of a cold expert, or -1
+  std::vector<std::int32_t> distinct_;           // the call's experts, first seen first (choose)
+  // The call's experts resident nowhere with several replicas: (sort key, expert).
+  std::vector<std::pair<std::uint64_t, std::int32_t>> cold_;
+  double peak_ = 0.0;  // M: max of seconds_
   std::int32_t layer_ = -1;
   std::uint32_t call_ = 0;
 };
