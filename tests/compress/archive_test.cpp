@@ -16,11 +16,11 @@
 
 namespace {
 
-std::vector<std::uint8_t> le_bytes(const std::vector<std::uint16_t>& v) {
+std::vector<std::uint8_t> le_bytes(const std::vector<wisp::bf16>& v) {
   std::vector<std::uint8_t> out;
-  for (const std::uint16_t x : v) {
-    out.push_back(static_cast<std::uint8_t>(x));
-    out.push_back(static_cast<std::uint8_t>(x >> 8));
+  for (const wisp::bf16 x : v) {
+    out.push_back(static_cast<std::uint8_t>(x.bits));
+    out.push_back(static_cast<std::uint8_t>(x.bits >> 8));
   }
   return out;
 }
@@ -110,7 +110,7 @@ TEST(Archive, CheckpointsAndRawFilesRestoreExactly) {
   for (const wisp::any_coder& coder : wisp::test::all_coders()) {
     const wisp::bf16_archive a =
         wisp::bf16_archive::parse(pack(checkpoint, coder, /*safetensors=*/true));
-    EXPECT_EQ(a.restore(decoders), checkpoint) << coder.name();
+    EXPECT_EQ(a.restore(decoders), checkpoint) << coder.label();
     ASSERT_EQ(a.segments().size(), 6u);  // header, a, b, norm, gap, scale
     EXPECT_EQ(a.segments()[0].name, "__header__");
     EXPECT_TRUE(a.segments()[1].tensor.has_value());
