@@ -12,7 +12,6 @@
 // clang-format off
 #include <wisp/version.hpp>
 #include <wisp/core/config.hpp>
-#include <wisp/core/deprecated_namespaces.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/ids.hpp>
 #include <wisp/core/model.hpp>
