@@ -5,7 +5,7 @@
 // makespan estimate against an op-by-op count, and the planner against exhaustive evaluation.
 #include "support/expect_error.hpp"
 
-#include <wisp/compress/tier_model.hpp>
+#include <wisp/tiered/tier_model.hpp>
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,10 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -381,6 +384,25 @@ TEST(TierModel, BadInputsNameTheOffendingValues) {
         (void)wisp::poisson_binomial(std::vector<double>{0.5, 1.5}, 2);
       },
       "q[1] = 1.5");
+}
+
+// The documented names (one letter per pool, "miss"), both ways, and what is not a name.
+TEST(TierNames, ToStringAndFromStringAreInverse) {
+  const std::vector<std::pair<wisp::tier, std::string_view>> tiers = {{wisp::tier::full, "F"},
+                                                                      {wisp::tier::compressed, "C"},
+                                                                      {wisp::tier::sm, "S"},
+                                                                      {wisp::tier::e, "E"}};
+  for (const auto& [t, name] : tiers) {
+    EXPECT_EQ(wisp::to_string(t), name);
+    EXPECT_EQ(wisp::from_string<wisp::tier>(name), t);
+    // A residency of a pool has the pool's name.
+    EXPECT_EQ(wisp::to_string(static_cast<wisp::residency>(t)), name);
+  }
+  EXPECT_EQ(wisp::to_string(wisp::residency::miss), "miss");
+  EXPECT_EQ(wisp::from_string<wisp::residency>("miss"), wisp::residency::miss);
+  EXPECT_EQ(wisp::from_string<wisp::tier>("miss"), std::nullopt);
+  EXPECT_EQ(wisp::from_string<wisp::tier>("f"), std::nullopt);
+  EXPECT_EQ(wisp::to_string(static_cast<wisp::tier>(9)), "unknown");
 }
 
 }  // namespace
