@@ -16,7 +16,10 @@
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -142,6 +145,26 @@ TEST(ExpertStore, DecoderErrorsReachTheCaller) {
   const std::vector<wisp::copy_op> full = {{0, 0}};
   EXPECT_EQ(store.apply(full, slot_buffer).full_copies, 1);
   EXPECT_EQ(slot_buffer, std::vector<wisp::bf16>(50000, wisp::bf16{3}));
+}
+
+TEST(CompressNames, CoderIdsAndExpertStates) {
+  const std::pair<wisp::coder_id, std::string_view> ids[] = {{wisp::coder_id::raw, "raw"},
+                                                             {wisp::coder_id::huffman, "huffman"},
+                                                             {wisp::coder_id::zstd, "zstd"},
+                                                             {wisp::coder_id::lz4, "lz4"}};
+  for (const auto& [id, name] : ids) {
+    EXPECT_EQ(wisp::to_string(id), name);
+    EXPECT_EQ(wisp::from_string<wisp::coder_id>(name), id);
+  }
+  EXPECT_EQ(wisp::to_string(static_cast<wisp::coder_id>(200)), "unknown");  // a byte from a file
+  EXPECT_EQ(wisp::from_string<wisp::coder_id>("lz4hc"), std::nullopt);      // a label, not an id
+  EXPECT_EQ(wisp::to_string(expert_state::full), "full");
+  EXPECT_EQ(wisp::from_string<expert_state>("compressed"), expert_state::compressed);
+  // A coder's static name is the format it writes; its label adds its settings.
+  EXPECT_EQ(wisp::huffman_coder::name, wisp::to_string(wisp::huffman_coder{}.id()));
+  EXPECT_EQ(wisp::raw_coder::name, wisp::to_string(wisp::raw_coder{}.id()));
+  EXPECT_EQ(wisp::huffman_coder{}.label(), "huffman");
+  EXPECT_EQ(wisp::huffman_coder{.block = 7}.label(), "huffman-b7");
 }
 
 }  // namespace

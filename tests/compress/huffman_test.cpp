@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <queue>
 #include <random>
 #include <vector>
@@ -291,6 +293,41 @@ TEST(Huffman, RandomCorruptionNeverCrashes) {
 }  // namespace
 
 namespace {
+
+TEST(Huffman, TableCacheBuildsOneTablePerCodeAndDecodesAlike) {
+  const std::vector<wisp::bf16> w = wisp::test::gaussian_bf16(50000, 0.02f, 13);
+  const wisp::compressed_bf16 z = wisp::compressed_bf16::compress(w, wisp::huffman_coder{}, 5);
+  wisp::huffman_table_cache tables;
+  const wisp::huffman_table* first = nullptr;
+  for (std::uint32_t j = 0; j < z.e_chunks(); ++j) {
+    const wisp::chunk_ref& r = z.e_chunk(j);
+    const wisp::huffman_chunk with_cache(z.chunk_bytes(r), r.count, tables);
+    const wisp::huffman_chunk alone(z.chunk_bytes(r), r.count);
+    // The chunks share their code: the cache hands out one table for all of them.
+    first = j == 0 ? &with_cache.table() : first;
+    EXPECT_EQ(&with_cache.table(), first) << j;
+    EXPECT_NE(&alone.table(), first);
+    std::vector<std::uint8_t> a(r.count), b(r.count);
+    with_cache.decode(a);
+    alone.decode(b);
+    EXPECT_EQ(a, b) << j;
+    EXPECT_EQ(0, std::memcmp(&with_cache.table(), &alone.table(), sizeof(wisp::huffman_table)));
+  }
+  // Another code replaces the cached table; a table handed out earlier stays valid.
+  const std::shared_ptr<const wisp::huffman_table> kept = tables.get([] {
+    wisp::huffman_lengths l{};
+    l[0] = 1;
+    l[1] = 1;
+    return l;
+  }());
+  ASSERT_NE(kept, nullptr);
+  EXPECT_NE(kept.get(), first);
+  EXPECT_EQ(tables.get(wisp::huffman_lengths{}), nullptr);  // not a code: no table
+  wisp::huffman_lengths two{};
+  two[0] = 1;
+  two[1] = 1;
+  EXPECT_EQ(tables.get(two), kept);  // still cached after the refused lookup
+}
 
 TEST(Huffman, FittedCodeIsSharedByEveryChunkOfATensor) {
   const std::vector<wisp::bf16> w = wisp::test::gaussian_bf16(50000, 0.02f, 12);

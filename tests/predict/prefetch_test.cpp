@@ -3,12 +3,16 @@
 #include "support/expect_error.hpp"
 
 #include <wisp/predict/prefetch.hpp>
+#include <wisp/predict/right_size.hpp>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <random>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -89,6 +93,22 @@ TEST(PrefetchQueue, MatchesADequeOracle) {
   const std::vector<std::int32_t> bad{0, 6};
   expect_error([&] { queue.submit(0, 1, bad); }, "expert 6");
   expect_error([&] { queue.submit(0, 5, {}); }, "layer 5");
+}
+
+TEST(PrefetchRule, NamesBothWays) {
+  const std::pair<wisp::prefetch_rule, std::string_view> names[] = {
+      {wisp::prefetch_rule::none, "none"},
+      {wisp::prefetch_rule::top_k, "top-k"},
+      {wisp::prefetch_rule::percentile, "percentile"}};
+  for (const auto& [rule, name] : names) {
+    EXPECT_EQ(wisp::to_string(rule), name);
+    EXPECT_EQ(wisp::from_string<wisp::prefetch_rule>(name), rule);
+  }
+  EXPECT_EQ(wisp::from_string<wisp::prefetch_rule>("top_k"), std::nullopt);
+  EXPECT_EQ(wisp::to_string(wisp::right_size_model::static_top), "static");
+  EXPECT_EQ(wisp::from_string<wisp::right_size_model>("lru"), wisp::right_size_model::lru);
+  EXPECT_EQ(wisp::from_string<wisp::right_size_model>("static"),
+            wisp::right_size_model::static_top);
 }
 
 }  // namespace
