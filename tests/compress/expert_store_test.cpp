@@ -3,6 +3,7 @@
 // copy plans from a real pager, byte-identical slots for every F/C mix, decoding on the caller
 // (the default executor) or on thread pools of 1 to 3 threads.
 #include "support.hpp"
+#include "support/enum_names.hpp"
 #include "support/expect_error.hpp"
 
 #include <wisp/cache/lru.hpp>
@@ -148,18 +149,14 @@ TEST(ExpertStore, DecoderErrorsReachTheCaller) {
 }
 
 TEST(CompressNames, CoderIdsAndExpertStates) {
-  const std::pair<wisp::coder_id, std::string_view> ids[] = {{wisp::coder_id::raw, "raw"},
-                                                             {wisp::coder_id::huffman, "huffman"},
-                                                             {wisp::coder_id::zstd, "zstd"},
-                                                             {wisp::coder_id::lz4, "lz4"}};
-  for (const auto& [id, name] : ids) {
-    EXPECT_EQ(wisp::to_string(id), name);
-    EXPECT_EQ(wisp::from_string<wisp::coder_id>(name), id);
-  }
+  wisp::test::expect_names<wisp::coder_id>({{wisp::coder_id::raw, "raw"},
+                                            {wisp::coder_id::huffman, "huffman"},
+                                            {wisp::coder_id::zstd, "zstd"},
+                                            {wisp::coder_id::lz4, "lz4"}});
   EXPECT_EQ(wisp::to_string(static_cast<wisp::coder_id>(200)), "unknown");  // a byte from a file
   EXPECT_EQ(wisp::from_string<wisp::coder_id>("lz4hc"), std::nullopt);      // a label, not an id
-  EXPECT_EQ(wisp::to_string(expert_state::full), "full");
-  EXPECT_EQ(wisp::from_string<expert_state>("compressed"), expert_state::compressed);
+  wisp::test::expect_names<expert_state>(
+      {{expert_state::compressed, "compressed"}, {expert_state::full, "full"}});
   // A coder's static name is the format it writes; its label adds its settings.
   EXPECT_EQ(wisp::huffman_coder::name, wisp::to_string(wisp::huffman_coder{}.id()));
   EXPECT_EQ(wisp::raw_coder::name, wisp::to_string(wisp::raw_coder{}.id()));

@@ -2,6 +2,8 @@
 // to_string / from_string read one table: both directions agree for every value, names are
 // exact (case and all), a value the table lacks prints as "unknown", and the list for error
 // messages holds every name in order.
+#include "support/enum_names.hpp"
+
 #include <wisp/core/enum_names.hpp>
 #include <wisp/core/model.hpp>
 
@@ -46,9 +48,8 @@ TEST(EnumNames, BothDirectionsReadTheSameTable) {
 }
 
 TEST(EnumNames, AttentionKindsAsModelFilesSpellThem) {
-  EXPECT_EQ(wisp::to_string(wisp::attention_kind::gqa), "gqa");
-  EXPECT_EQ(wisp::to_string(wisp::attention_kind::mla), "mla");
-  EXPECT_EQ(wisp::from_string<wisp::attention_kind>("mla"), wisp::attention_kind::mla);
+  wisp::test::expect_names<wisp::attention_kind>(
+      {{wisp::attention_kind::gqa, "gqa"}, {wisp::attention_kind::mla, "mla"}});
   EXPECT_EQ(wisp::from_string<wisp::attention_kind>("mha"), std::nullopt);
 }
 

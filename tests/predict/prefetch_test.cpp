@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // Prefetch policies and the prefetch queue, against their definitions and a std::deque oracle.
+#include "support/enum_names.hpp"
 #include "support/expect_error.hpp"
 
 #include <wisp/predict/prefetch.hpp>
@@ -96,19 +97,12 @@ TEST(PrefetchQueue, MatchesADequeOracle) {
 }
 
 TEST(PrefetchRule, NamesBothWays) {
-  const std::pair<wisp::prefetch_rule, std::string_view> names[] = {
-      {wisp::prefetch_rule::none, "none"},
-      {wisp::prefetch_rule::top_k, "top-k"},
-      {wisp::prefetch_rule::percentile, "percentile"}};
-  for (const auto& [rule, name] : names) {
-    EXPECT_EQ(wisp::to_string(rule), name);
-    EXPECT_EQ(wisp::from_string<wisp::prefetch_rule>(name), rule);
-  }
+  wisp::test::expect_names<wisp::prefetch_rule>({{wisp::prefetch_rule::none, "none"},
+                                                 {wisp::prefetch_rule::top_k, "top-k"},
+                                                 {wisp::prefetch_rule::percentile, "percentile"}});
   EXPECT_EQ(wisp::from_string<wisp::prefetch_rule>("top_k"), std::nullopt);
-  EXPECT_EQ(wisp::to_string(wisp::right_size_model::static_top), "static");
-  EXPECT_EQ(wisp::from_string<wisp::right_size_model>("lru"), wisp::right_size_model::lru);
-  EXPECT_EQ(wisp::from_string<wisp::right_size_model>("static"),
-            wisp::right_size_model::static_top);
+  wisp::test::expect_names<wisp::right_size_model>(
+      {{wisp::right_size_model::lru, "lru"}, {wisp::right_size_model::static_top, "static"}});
 }
 
 }  // namespace

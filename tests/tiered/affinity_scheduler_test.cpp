@@ -3,6 +3,7 @@
 // (precedences, one operation at a time per resource, durations), and Theorem 3.1 verified on
 // thousands of random small instances against the exact optimum of an exhaustive branch-and-bound
 // search, itself checked against plain enumeration of every dispatch order on tiny instances.
+#include "support/enum_names.hpp"
 #include "support/expect_error.hpp"
 
 #include <wisp/tiered/affinity_scheduler.hpp>
@@ -450,16 +451,11 @@ TEST(AffinityScheduler, BadParametersAreRefused) {
 }
 
 TEST(OpKindNames, ToStringAndFromStringAreInverse) {
-  const std::vector<std::pair<wisp::op_kind, std::string_view>> kinds = {
-      {wisp::op_kind::sm_read, "sm_read"},
-      {wisp::op_kind::e_read, "e_read"},
-      {wisp::op_kind::decode, "decode"},
-      {wisp::op_kind::recover, "recover"},
-      {wisp::op_kind::execute, "execute"}};
-  for (const auto& [k, name] : kinds) {
-    EXPECT_EQ(wisp::to_string(k), name);
-    EXPECT_EQ(wisp::from_string<wisp::op_kind>(name), k);
-  }
+  wisp::test::expect_names<wisp::op_kind>({{wisp::op_kind::sm_read, "sm_read"},
+                                           {wisp::op_kind::e_read, "e_read"},
+                                           {wisp::op_kind::decode, "decode"},
+                                           {wisp::op_kind::recover, "recover"},
+                                           {wisp::op_kind::execute, "execute"}});
   EXPECT_EQ(wisp::from_string<wisp::op_kind>("read"), std::nullopt);
 }
 

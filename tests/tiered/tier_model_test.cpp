@@ -3,6 +3,7 @@
 // outcome, the hit-pattern distribution against every k-subset (exact, small E) and against
 // Monte-Carlo draws of the max-entropy design (E = 64, k = 6), the fitted marginals against f, the
 // makespan estimate against an op-by-op count, and the planner against exhaustive evaluation.
+#include "support/enum_names.hpp"
 #include "support/expect_error.hpp"
 
 #include <wisp/tiered/tier_model.hpp>
@@ -388,18 +389,16 @@ TEST(TierModel, BadInputsNameTheOffendingValues) {
 
 // The documented names (one letter per pool, "miss"), both ways, and what is not a name.
 TEST(TierNames, ToStringAndFromStringAreInverse) {
-  const std::vector<std::pair<wisp::tier, std::string_view>> tiers = {{wisp::tier::full, "F"},
-                                                                      {wisp::tier::compressed, "C"},
-                                                                      {wisp::tier::sm, "S"},
-                                                                      {wisp::tier::e, "E"}};
-  for (const auto& [t, name] : tiers) {
-    EXPECT_EQ(wisp::to_string(t), name);
-    EXPECT_EQ(wisp::from_string<wisp::tier>(name), t);
-    // A residency of a pool has the pool's name.
-    EXPECT_EQ(wisp::to_string(static_cast<wisp::residency>(t)), name);
-  }
-  EXPECT_EQ(wisp::to_string(wisp::residency::miss), "miss");
-  EXPECT_EQ(wisp::from_string<wisp::residency>("miss"), wisp::residency::miss);
+  wisp::test::expect_names<wisp::tier>({{wisp::tier::full, "F"},
+                                        {wisp::tier::compressed, "C"},
+                                        {wisp::tier::sm, "S"},
+                                        {wisp::tier::e, "E"}});
+  // A residency of a pool has the pool's name.
+  wisp::test::expect_names<wisp::residency>({{wisp::residency::full, "F"},
+                                             {wisp::residency::compressed, "C"},
+                                             {wisp::residency::sm, "S"},
+                                             {wisp::residency::e, "E"},
+                                             {wisp::residency::miss, "miss"}});
   EXPECT_EQ(wisp::from_string<wisp::tier>("miss"), std::nullopt);
   EXPECT_EQ(wisp::from_string<wisp::tier>("f"), std::nullopt);
   EXPECT_EQ(wisp::to_string(static_cast<wisp::tier>(9)), "unknown");

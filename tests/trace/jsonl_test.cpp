@@ -1,4 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "support/enum_names.hpp"
+
 #include <wisp/core/detail/json.hpp>
 #include <wisp/trace/jsonl.hpp>
 
@@ -257,14 +259,9 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST(IncompleteTokens, NamesAsTheCommandLineSpellsThem) {
-  const std::pair<wisp::incomplete_tokens, std::string_view> names[] = {
-      {wisp::incomplete_tokens::error, "error"},
-      {wisp::incomplete_tokens::skip, "skip"},
-      {wisp::incomplete_tokens::keep, "keep"}};
-  for (const auto& [policy, name] : names) {
-    EXPECT_EQ(wisp::to_string(policy), name);
-    EXPECT_EQ(wisp::from_string<wisp::incomplete_tokens>(name), policy);
-  }
+  wisp::test::expect_names<wisp::incomplete_tokens>({{wisp::incomplete_tokens::error, "error"},
+                                                     {wisp::incomplete_tokens::skip, "skip"},
+                                                     {wisp::incomplete_tokens::keep, "keep"}});
   EXPECT_EQ(wisp::from_string<wisp::incomplete_tokens>("drop"), std::nullopt);
 }
 
