@@ -91,9 +91,15 @@
 #include <wisp/alloc/resize.hpp>
 #include <wisp/alloc/kv_workload.hpp>
 
+#include <wisp/parallel/placement.hpp>
+#include <wisp/parallel/rank_pager.hpp>
+#include <wisp/parallel/replica_choice.hpp>
+#include <wisp/parallel/planner.hpp>
+
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
 #include <wisp/sim/timeline_sim.hpp>
+#include <wisp/sim/ep_sim.hpp>
 
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/transfer/row_layout.hpp>

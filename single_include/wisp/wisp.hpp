@@ -14641,6 +14641,1870 @@ struct kv_stream {
 }  // namespace wisp
 // ---- end wisp/alloc/kv_workload.hpp ------------------------------------------------------------
 
+// ---- begin wisp/parallel/placement.hpp ---------------------------------------------------------
+/// @file
+/// @brief `expert_placement`: where the experts of a MoE model live under expert parallelism (EP)
+/// over `ranks` GPUs, per layer, with replicas, in the vocabulary of the engines.
+///
+/// Each rank holds, for every MoE layer, up to `local_experts` **physical experts** (local ids
+/// `0 .. local_experts - 1`: the rows of that rank's expert tensors). Each physical expert is a
+/// **replica** of one logical expert (the router's id). A logical expert has at least one replica
+/// and at most one per rank; with redundant experts (EPLB) a hot one has several.
+///
+/// Import and export use vLLM's per-rank `expert_map` convention: for one (rank, layer), an
+/// `int32[experts]` mapping every global logical id to its local id on that rank, or -1 when the
+/// rank holds no replica of it. `linear` is vLLM's default placement without redundancy
+/// (`determine_expert_map(..., "linear")`: contiguous blocks, the remainder to the first ranks).
+/// @code
+/// // 2 ranks, 1 layer, 4 experts, 3 local experts per rank: expert 0 is replicated.
+/// const std::int32_t maps[] = {0, 1, -1, -1,    // rank 0: experts 0 and 1
+///                              0, -1, 1, 2};    // rank 1: experts 0, 2 and 3
+/// auto p = wisp::expert_placement::from_expert_maps(1, 4, 2, 3, maps);
+/// for (const wisp::replica& r : p.replicas(0, 0)) { /* {rank 0, local 0}, {rank 1, local 0} */ }
+/// @endcode
+///
+/// Thread safety: an immutable value type after construction (const members may be called
+/// concurrently).
+
+namespace wisp {
+
+/// One physical copy of a logical expert: row `local` of rank `rank`'s expert tensors.
+struct replica {
+  std::int32_t rank = 0;
+  std::int32_t local = 0;
+
+  friend constexpr bool operator==(const replica&, const replica&) = default;
+};
+
+namespace detail {
+
+/// @brief Checks one (rank, layer) `expert_map` (`int32[experts]`, logical -> local or -1): every
+/// value in `[-1, local_experts)`, no local id used twice.
+/// @throws wisp::logic_error naming the rank, layer, expert and value otherwise.
+inline void check_expert_map(const char* where, std::int32_t rank, std::int32_t layer,
+                             std::span<const std::int32_t> map, std::int32_t local_experts,
+                             std::vector<std::int32_t>& owner_scratch) {
+  owner_scratch.assign(static_cast<std::size_t>(local_experts), -1);
+  for (std::size_t e = 0; e < map.size(); ++e) {
+    const std::int32_t local = map[e];
+    WISP_EXPECTS(local >= -1 && local < local_experts, where, ": rank ", rank, ", layer ", layer,
+                 ": expert_map[", e, "] = ", local,
+                 " is outside [-1, local_experts = ", local_experts, ")");
+    if (local < 0) {
+      continue;
+    }
+    std::int32_t& owner = owner_scratch[static_cast<std::size_t>(local)];
+    WISP_EXPECTS(owner < 0, where, ": rank ", rank, ", layer ", layer, ": experts ", owner, " and ",
+                 e, " both map to local id ", local, " (duplicate slot)");
+    owner = static_cast<std::int32_t>(e);
+  }
+}
+
+/// Checks the dimensions shared by every placement and rank map.
+inline void check_ep_dims(const char* where, std::int32_t layers, std::int32_t experts,
+                          std::int32_t ranks, std::int32_t local_experts) {
+  WISP_EXPECTS(layers >= 1, where, ": layers must be >= 1, got ", layers);
+  WISP_EXPECTS(experts >= 1, where, ": experts must be >= 1, got ", experts);
+  WISP_EXPECTS(ranks >= 1, where, ": ranks must be >= 1, got ", ranks);
+  WISP_EXPECTS(local_experts >= 1, where, ": local_experts must be >= 1, got ", local_experts);
+  const std::int64_t entries = std::int64_t{layers} * ranks * std::max(experts, local_experts);
+  WISP_EXPECTS(entries <= (std::int64_t{1} << 31), where, ": layers x ranks x experts = ", entries,
+               " is too large (at most 2^31 map entries)");
+}
+
+}  // namespace detail
+
+/// @brief A placement of every layer's logical experts on `ranks` ranks (see the file comment).
+///
+/// Construction validates everything and is O(layers x ranks x (experts + local_experts));
+/// queries are O(1). Copyable and movable.
+class expert_placement {
+ public:
+  /// @brief vLLM's linear placement without redundancy: rank `r` holds the contiguous block of
+  /// `experts / ranks` logical experts (one more for the first `experts % ranks` ranks), local ids
+  /// in logical order, the same in every layer. `local_experts() = ceil(experts / ranks)`.
+  /// @throws wisp::logic_error if a count is not positive.
+  [[nodiscard]] static expert_placement linear(std::int32_t layers, std::int32_t experts,
+                                               std::int32_t ranks) {
+    detail::check_ep_dims("expert_placement::linear", layers, experts, ranks, 1);
+    const std::int32_t base = experts / ranks;
+    const std::int32_t extra = experts % ranks;
+    expert_placement p(layers, experts, ranks, base + (extra > 0 ? 1 : 0));
+    for (std::int32_t l = 0; l < layers; ++l) {
+      for (std::int32_t r = 0; r < ranks; ++r) {
+        const std::int32_t first = r * base + std::min(r, extra);
+        const std::int32_t count = base + (r < extra ? 1 : 0);
+        std::int32_t* map = p.map_data(r, l);
+        for (std::int32_t i = 0; i < count; ++i) {
+          map[first + i] = i;
+        }
+      }
+    }
+    p.index();
+    return p;
+  }
+
+  /// @brief A placement from the ranks holding each logical expert: `replica_ranks[l * experts +
+  /// e]` lists the ranks with a replica of expert `e` of layer `l`. Local ids are given on each
+  /// (rank, layer) in increasing logical order.
+  /// @throws wisp::logic_error, naming the values, if a count is not positive,
+  ///   `replica_ranks.size() != layers * experts`, a rank is outside `[0, ranks)`, an expert has
+  ///   no replica or two on one rank, or a rank would hold more than `local_experts` experts of a
+  ///   layer.
+  [[nodiscard]] static expert_placement from_replica_ranks(
+      std::int32_t layers, std::int32_t experts, std::int32_t ranks, std::int32_t local_experts,
+      std::span<const std::vector<std::int32_t>> replica_ranks) {
+    constexpr const char* where = "expert_placement::from_replica_ranks";
+    detail::check_ep_dims(where, layers, experts, ranks, local_experts);
+    WISP_EXPECTS(replica_ranks.size() == static_cast<std::size_t>(layers) * experts, where,
+                 ": replica_ranks has ", replica_ranks.size(),
+                 " entries but layers x experts = ", layers, " x ", experts, " = ",
+                 static_cast<std::int64_t>(layers) * experts);
+    expert_placement p(layers, experts, ranks, local_experts);
+    std::vector<std::int32_t> used(static_cast<std::size_t>(ranks));
+    for (std::int32_t l = 0; l < layers; ++l) {
+      std::fill(used.begin(), used.end(), 0);
+      for (std::int32_t e = 0; e < experts; ++e) {
+        const auto& holders = replica_ranks[static_cast<std::size_t>(l) * experts + e];
+        WISP_EXPECTS(!holders.empty(), where, ": layer ", l, ", expert ", e, " has no replica");
+        for (const std::int32_t r : holders) {
+          WISP_EXPECTS(r >= 0 && r < ranks, where, ": layer ", l, ", expert ", e, ": replica rank ",
+                       r, " is outside [0, ranks = ", ranks, ")");
+          std::int32_t& local = p.map_data(r, l)[e];
+          WISP_EXPECTS(local < 0, where, ": layer ", l, ", expert ", e,
+                       " has two replicas on rank ", r);
+          std::int32_t& n = used[static_cast<std::size_t>(r)];
+          WISP_EXPECTS(n < local_experts, where, ": layer ", l, ": rank ", r,
+                       " would hold more than local_experts = ", local_experts, " experts");
+          local = n++;
+        }
+      }
+    }
+    p.index();
+    return p;
+  }
+
+  /// @brief A placement from vLLM-style per-rank expert maps: `expert_maps` is
+  /// `int32[layers][ranks][experts]` (row-major), entry `(l, r, e)` the local id of logical expert
+  /// `e` on rank `r` in layer `l`, or -1.
+  /// @throws wisp::logic_error, naming the values, if a count is not positive, the size is not
+  ///   `layers x ranks x experts`, a value is outside `[-1, local_experts)`, two experts of one
+  ///   (rank, layer) share a local id, or a logical expert has no replica in some layer.
+  [[nodiscard]] static expert_placement from_expert_maps(
+      std::int32_t layers, std::int32_t experts, std::int32_t ranks, std::int32_t local_experts,
+      std::span<const std::int32_t> expert_maps) {
+    constexpr const char* where = "expert_placement::from_expert_maps";
+    detail::check_ep_dims(where, layers, experts, ranks, local_experts);
+    const std::size_t want = static_cast<std::size_t>(layers) * ranks * experts;
+    WISP_EXPECTS(expert_maps.size() == want, where, ": expert_maps holds ", expert_maps.size(),
+                 " values but layers x ranks x experts = ", layers, " x ", ranks, " x ", experts,
+                 " = ", want);
+    std::vector<std::int32_t> owners;
+    for (std::int32_t l = 0; l < layers; ++l) {
+      for (std::int32_t r = 0; r < ranks; ++r) {
+        detail::check_expert_map(where, r, l,
+                                 expert_maps.subspan(index_of(l, r, 0, ranks, experts),
+                                                     static_cast<std::size_t>(experts)),
+                                 local_experts, owners);
+      }
+    }
+    expert_placement p(layers, experts, ranks, local_experts);
+    std::copy(expert_maps.begin(), expert_maps.end(), p.maps_.begin());
+    p.index();
+    return p;
+  }
+
+  [[nodiscard]] std::int32_t layers() const noexcept { return layers_; }
+  [[nodiscard]] std::int32_t experts() const noexcept { return experts_; }
+  [[nodiscard]] std::int32_t ranks() const noexcept { return ranks_; }
+  /// Physical experts each rank can hold per layer (rows of its expert tensors).
+  [[nodiscard]] std::int32_t local_experts() const noexcept { return local_experts_; }
+
+  /// @brief The replicas of logical expert `expert` of `layer`, by increasing rank. O(1).
+  /// @throws wisp::logic_error if the layer or expert is out of range.
+  [[nodiscard]] std::span<const replica> replicas(std::int32_t layer, std::int32_t expert) const {
+    check_expert("expert_placement::replicas", layer, expert);
+    const std::size_t i = static_cast<std::size_t>(layer) * experts_ + expert;
+    return {replicas_.data() + offsets_[i],
+            static_cast<std::size_t>(offsets_[i + 1] - offsets_[i])};
+  }
+  /// Replicas of every expert of `layer` (its physical experts). @throws on a bad layer.
+  [[nodiscard]] std::int32_t physical_experts(std::int32_t layer) const {
+    check_layer("expert_placement::physical_experts", layer);
+    const std::size_t i = static_cast<std::size_t>(layer) * experts_;
+    return offsets_[i + static_cast<std::size_t>(experts_)] - offsets_[i];
+  }
+
+  /// @brief The vLLM `expert_map` of (`rank`, `layer`): `int32[experts]`, logical id -> local id
+  /// or -1. A view into the placement. O(1).
+  /// @throws wisp::logic_error if the rank or layer is out of range.
+  [[nodiscard]] std::span<const std::int32_t> expert_map(std::int32_t rank,
+                                                         std::int32_t layer) const {
+    check_rank("expert_placement::expert_map", rank);
+    check_layer("expert_placement::expert_map", layer);
+    return {maps_.data() + index_of(layer, rank, 0, ranks_, experts_),
+            static_cast<std::size_t>(experts_)};
+  }
+  /// Every expert map, `int32[layers][ranks][experts]`: what `from_expert_maps` reads back.
+  [[nodiscard]] std::span<const std::int32_t> expert_maps() const noexcept { return maps_; }
+
+  /// @brief The logical expert in row `local` of `rank`'s tensors for `layer`, or -1 if that row
+  /// holds none. O(1). @throws wisp::logic_error on an out-of-range rank, layer or local id.
+  [[nodiscard]] std::int32_t logical_of(std::int32_t rank, std::int32_t layer,
+                                        std::int32_t local) const {
+    check_rank("expert_placement::logical_of", rank);
+    check_layer("expert_placement::logical_of", layer);
+    WISP_EXPECTS(local >= 0 && local < local_experts_, "expert_placement::logical_of: local id ",
+                 local, " is outside [0, local_experts = ", local_experts_, ")");
+    return logical_[index_of(layer, rank, local, ranks_, local_experts_)];
+  }
+  /// Physical experts `rank` holds in `layer`. O(local_experts). @throws on a bad rank or layer.
+  [[nodiscard]] std::int32_t held(std::int32_t rank, std::int32_t layer) const {
+    check_rank("expert_placement::held", rank);
+    check_layer("expert_placement::held", layer);
+    const auto* row = logical_.data() + index_of(layer, rank, 0, ranks_, local_experts_);
+    return static_cast<std::int32_t>(
+        std::count_if(row, row + local_experts_, [](std::int32_t e) { return e >= 0; }));
+  }
+
+  friend bool operator==(const expert_placement& a, const expert_placement& b) noexcept {
+    return a.layers_ == b.layers_ && a.experts_ == b.experts_ && a.ranks_ == b.ranks_ &&
+           a.local_experts_ == b.local_experts_ && a.maps_ == b.maps_;
+  }
+
+ private:
+  expert_placement(std::int32_t layers, std::int32_t experts, std::int32_t ranks,
+                   std::int32_t local_experts)
+      : layers_(layers),
+        experts_(experts),
+        ranks_(ranks),
+        local_experts_(local_experts),
+        maps_(static_cast<std::size_t>(layers) * ranks * experts, -1) {}
+
+  static std::size_t index_of(std::int32_t layer, std::int32_t rank, std::int32_t i,
+                              std::int32_t ranks, std::int32_t width) noexcept {
+    return (static_cast<std::size_t>(layer) * ranks + rank) * width + i;
+  }
+  std::int32_t* map_data(std::int32_t rank, std::int32_t layer) noexcept {
+    return maps_.data() + index_of(layer, rank, 0, ranks_, experts_);
+  }
+
+  // Builds the local -> logical rows and the replica lists from maps_; checks coverage.
+  void index() {
+    logical_.assign(static_cast<std::size_t>(layers_) * ranks_ * local_experts_, -1);
+    offsets_.assign(static_cast<std::size_t>(layers_) * experts_ + 1, 0);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      for (std::int32_t r = 0; r < ranks_; ++r) {
+        const std::int32_t* map = map_data(r, l);
+        for (std::int32_t e = 0; e < experts_; ++e) {
+          if (map[e] >= 0) {
+            logical_[index_of(l, r, map[e], ranks_, local_experts_)] = e;
+            ++offsets_[static_cast<std::size_t>(l) * experts_ + e + 1];
+          }
+        }
+      }
+      for (std::int32_t e = 0; e < experts_; ++e) {
+        WISP_EXPECTS(offsets_[static_cast<std::size_t>(l) * experts_ + e + 1] > 0,
+                     "expert_placement: layer ", l, ", logical expert ", e,
+                     " has no replica (every rank's expert_map holds -1 for it)");
+      }
+    }
+    for (std::size_t i = 1; i < offsets_.size(); ++i) {
+      offsets_[i] += offsets_[i - 1];
+    }
+    replicas_.resize(static_cast<std::size_t>(offsets_.back()));
+    std::vector<std::int32_t> next(offsets_.begin(), offsets_.end() - 1);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      for (std::int32_t r = 0; r < ranks_; ++r) {  // by rank: each list comes out sorted
+        const std::int32_t* map = map_data(r, l);
+        for (std::int32_t e = 0; e < experts_; ++e) {
+          if (map[e] >= 0) {
+            replicas_[static_cast<std::size_t>(
+                next[static_cast<std::size_t>(l) * experts_ + e]++)] = {r, map[e]};
+          }
+        }
+      }
+    }
+  }
+
+  void check_layer(const char* where, std::int32_t layer) const {
+    WISP_EXPECTS(layer >= 0 && layer < layers_, where, ": layer ", layer,
+                 " is outside [0, layers = ", layers_, ")");
+  }
+  void check_rank(const char* where, std::int32_t rank) const {
+    WISP_EXPECTS(rank >= 0 && rank < ranks_, where, ": rank ", rank,
+                 " is outside [0, ranks = ", ranks_, ")");
+  }
+  void check_expert(const char* where, std::int32_t layer, std::int32_t expert) const {
+    check_layer(where, layer);
+    WISP_EXPECTS(expert >= 0 && expert < experts_, where, ": expert ", expert,
+                 " is outside [0, experts = ", experts_, ")");
+  }
+
+  std::int32_t layers_ = 1;
+  std::int32_t experts_ = 1;
+  std::int32_t ranks_ = 1;
+  std::int32_t local_experts_ = 1;
+  std::vector<std::int32_t> maps_;     // [layers][ranks][experts]: logical -> local or -1
+  std::vector<std::int32_t> logical_;  // [layers][ranks][local_experts]: local -> logical or -1
+  std::vector<std::int32_t> offsets_;  // [layers * experts + 1]: replica list bounds
+  std::vector<replica> replicas_;      // every replica, grouped by (layer, expert), by rank
+};
+
+}  // namespace wisp
+// ---- end wisp/parallel/placement.hpp -----------------------------------------------------------
+
+// ---- begin wisp/parallel/rank_pager.hpp --------------------------------------------------------
+/// @file
+/// @brief One expert-parallel rank's residency: `rank_expert_map` (the rank's vLLM `expert_map`
+/// per layer, validated, with the translation of a call's global ids to the rank's local ids) and
+/// `rank_pager<Policy>`, a `pager` over the rank's local ids, in its own device budget, that takes
+/// the router's global ids and hands back a global expert map.
+///
+/// An EP rank holds the host masters of its physical experts (rows `0 .. local_experts - 1` of its
+/// expert tensors) and pages them into its own device slots. Its kernel is called with the global
+/// `topk_ids` and an `int32[experts]` map from each global id to a device slot, -1 for every
+/// expert it does not compute in this call, which is vLLM's `expert_map` convention: so the rank
+/// pager's map can replace the engine's EP map as is. With replicas (EPLB), which rank computes a
+/// (token, expert) is the dispatcher's choice (`replica_chooser`); the `prepare` overload taking
+/// the target ranks keeps only this rank's pairs.
+/// @code
+/// // Rank 1 of 8 under vLLM's linear placement of 64 experts: local ids 0..7 = experts 8..15.
+/// auto placement = wisp::expert_placement::linear(26, 64, 8);
+/// wisp::rank_pager<wisp::lru> pager(placement, 1, /*top_k=*/6, /*capacity=*/69);
+/// wisp::rank_prepare_result r = pager.prepare(layer, topk_ids, tokens, 6);
+/// for (const wisp::copy_op& op : r.copy_plan) copy(master_row(op.expert), slot(op.slot));
+/// fused_moe(hidden, topk_ids, weights, slots, r.expert_map);  // global id -> slot or -1
+/// @endcode
+
+namespace wisp {
+
+/// @brief One rank's `expert_map` for every layer (global logical id -> local id or -1), with the
+/// inverse, validated once; and the translation of a call's ids to the distinct local experts the
+/// rank computes.
+///
+/// Construction is O(layers x (experts + local_experts)); `select` is O(tokens x k) and does not
+/// allocate (it writes into the map's own scratch, so it is not thread-safe: one per rank, like a
+/// pager).
+class rank_expert_map {
+ public:
+  /// @brief From the rank's maps: `maps` is `int32[layers][experts]`, row `l` the rank's vLLM
+  /// `expert_map` for layer `l`. A rank may hold no replica of some expert; which ranks hold the
+  /// rest is the placement's business.
+  /// @throws wisp::logic_error, naming the values, if a count is not positive, `rank < 0`, the
+  ///   size is not `layers x experts`, a value is outside `[-1, local_experts)`, or two experts of
+  ///   a layer share a local id.
+  rank_expert_map(std::int32_t rank, std::int32_t layers, std::int32_t experts,
+                  std::int32_t local_experts, std::span<const std::int32_t> maps)
+      : rank_(rank), layers_(layers), experts_(experts), local_experts_(local_experts) {
+    constexpr const char* where = "rank_expert_map";
+    detail::check_ep_dims(where, layers, experts, 1, local_experts);
+    WISP_EXPECTS(rank >= 0, where, ": rank must be >= 0, got ", rank);
+    WISP_EXPECTS(maps.size() == static_cast<std::size_t>(layers) * experts, where, ": maps holds ",
+                 maps.size(), " values but layers x experts = ", layers, " x ", experts, " = ",
+                 static_cast<std::int64_t>(layers) * experts);
+    std::vector<std::int32_t> owners;
+    for (std::int32_t l = 0; l < layers; ++l) {
+      detail::check_expert_map(
+          where, rank, l,
+          maps.subspan(static_cast<std::size_t>(l) * experts, static_cast<std::size_t>(experts)),
+          local_experts, owners);
+    }
+    local_.assign(maps.begin(), maps.end());
+    build();
+  }
+  /// The maps of `rank` in `placement`. @throws wisp::logic_error if the rank is out of range.
+  rank_expert_map(const expert_placement& placement, std::int32_t rank)
+      : rank_(rank),
+        layers_(placement.layers()),
+        experts_(placement.experts()),
+        local_experts_(placement.local_experts()) {
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      const auto row = placement.expert_map(rank, l);  // checks the rank
+      local_.insert(local_.end(), row.begin(), row.end());
+    }
+    build();
+  }
+
+  [[nodiscard]] std::int32_t rank() const noexcept { return rank_; }
+  [[nodiscard]] std::int32_t layers() const noexcept { return layers_; }
+  [[nodiscard]] std::int32_t experts() const noexcept { return experts_; }
+  [[nodiscard]] std::int32_t local_experts() const noexcept { return local_experts_; }
+
+  /// The rank's `expert_map` of `layer` (`int32[experts]`). @throws on a bad layer.
+  [[nodiscard]] std::span<const std::int32_t> expert_map(std::int32_t layer) const {
+    check_layer("rank_expert_map::expert_map", layer);
+    return {local_.data() + static_cast<std::size_t>(layer) * experts_,
+            static_cast<std::size_t>(experts_)};
+  }
+  /// Local id of global expert `expert` in `layer`, or -1. O(1). @throws on bad indices.
+  [[nodiscard]] std::int32_t local_of(std::int32_t layer, std::int32_t expert) const {
+    check_layer("rank_expert_map::local_of", layer);
+    WISP_EXPECTS(expert >= 0 && expert < experts_, "rank_expert_map::local_of: expert ", expert,
+                 " is outside [0, experts = ", experts_, ")");
+    return local_[static_cast<std::size_t>(layer) * experts_ + expert];
+  }
+  /// Global expert in row `local` of `layer`, or -1. O(1). @throws on bad indices.
+  [[nodiscard]] std::int32_t logical_of(std::int32_t layer, std::int32_t local) const {
+    check_layer("rank_expert_map::logical_of", layer);
+    WISP_EXPECTS(local >= 0 && local < local_experts_, "rank_expert_map::logical_of: local id ",
+                 local, " is outside [0, local_experts = ", local_experts_, ")");
+    return logical_[static_cast<std::size_t>(layer) * local_experts_ + local];
+  }
+
+  /// @brief The distinct local experts this rank computes in a call of `layer` (`topk_ids`:
+  /// `[tokens x k]` global ids), in first-seen order: every id the rank holds a replica of.
+  /// A view into the map's scratch, valid until the next `select`. O(tokens x k), no allocation.
+  /// @throws wisp::logic_error (nothing changed) on a bad layer, shape or id.
+  template <topk_id Id>
+  std::span<const std::int32_t> select(std::int32_t layer, std::span<const Id> topk_ids,
+                                       std::int32_t tokens, std::int32_t k) {
+    check_call("rank_expert_map::select", layer, topk_ids, tokens, k);
+    return collect(layer, topk_ids, [](std::size_t) { return true; });
+  }
+  /// @brief The same for a call whose pairs were dispatched: `targets` (same shape) holds the rank
+  /// computing each (token, expert); only this rank's pairs count.
+  /// @throws wisp::logic_error (nothing changed) on a bad layer, shape or id, a `targets` of
+  ///   another size, or a pair sent here whose expert this rank holds no replica of.
+  template <topk_id Id>
+  std::span<const std::int32_t> select(std::int32_t layer, std::span<const Id> topk_ids,
+                                       std::span<const std::int32_t> targets, std::int32_t tokens,
+                                       std::int32_t k) {
+    check_call("rank_expert_map::select", layer, topk_ids, tokens, k);
+    WISP_EXPECTS(targets.size() == topk_ids.size(), "rank_expert_map::select: targets holds ",
+                 targets.size(), " ranks for ", topk_ids.size(), " ids");
+    const std::int32_t* map = local_.data() + static_cast<std::size_t>(layer) * experts_;
+    for (std::size_t i = 0; i < topk_ids.size(); ++i) {
+      WISP_EXPECTS(targets[i] != rank_ || map[topk_ids[i]] >= 0, "rank_expert_map::select: pair ",
+                   i, " (token ", i / static_cast<std::size_t>(k), ") sends expert ",
+                   static_cast<std::int64_t>(topk_ids[i]), " of layer ", layer, " to rank ", rank_,
+                   ", which holds no replica of it");
+    }
+    return collect(layer, topk_ids, [&](std::size_t i) { return targets[i] == rank_; });
+  }
+
+  /// @brief Writes the global map of `layer` (`out`: `int32[experts]`): the slot of each local
+  /// expert in `locals`, read from `local_slots` (`int32[local_experts]`, a pager's map), at its
+  /// global id, and -1 everywhere else. O(experts).
+  /// @throws wisp::logic_error on a bad layer or sizes, or a local id outside the rank's rows.
+  void to_global(std::int32_t layer, std::span<const std::int32_t> locals,
+                 std::span<const std::int32_t> local_slots, std::span<std::int32_t> out) const {
+    check_layer("rank_expert_map::to_global", layer);
+    WISP_EXPECTS(out.size() == static_cast<std::size_t>(experts_) &&
+                     local_slots.size() == static_cast<std::size_t>(local_experts_),
+                 "rank_expert_map::to_global: out holds ", out.size(), " (want ", experts_,
+                 ") and local_slots ", local_slots.size(), " (want ", local_experts_, ")");
+    for (const std::int32_t local : locals) {
+      WISP_EXPECTS(local >= 0 && local < local_experts_ &&
+                       logical_[static_cast<std::size_t>(layer) * local_experts_ + local] >= 0,
+                   "rank_expert_map::to_global: local id ", local, " is not a row of layer ", layer,
+                   " on rank ", rank_);
+    }
+    std::fill(out.begin(), out.end(), -1);
+    for (const std::int32_t local : locals) {
+      out[static_cast<std::size_t>(
+          logical_[static_cast<std::size_t>(layer) * local_experts_ + local])] =
+          local_slots[static_cast<std::size_t>(local)];
+    }
+  }
+
+ private:
+  void build() {
+    logical_.assign(static_cast<std::size_t>(layers_) * local_experts_, -1);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      for (std::int32_t e = 0; e < experts_; ++e) {
+        const std::int32_t local = local_[static_cast<std::size_t>(l) * experts_ + e];
+        if (local >= 0) {
+          logical_[static_cast<std::size_t>(l) * local_experts_ + local] = e;
+        }
+      }
+    }
+    seen_.assign(static_cast<std::size_t>(local_experts_), 0);
+    picked_.reserve(static_cast<std::size_t>(local_experts_));
+  }
+  void check_layer(const char* where, std::int32_t layer) const {
+    WISP_EXPECTS(layer >= 0 && layer < layers_, where, ": layer ", layer,
+                 " is outside [0, layers = ", layers_, ")");
+  }
+  template <topk_id Id>
+  void check_call(const char* where, std::int32_t layer, std::span<const Id> ids,
+                  std::int32_t tokens, std::int32_t k) const {
+    check_layer(where, layer);
+    detail::check_topk_shape(where, ids.size(), tokens, k);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= experts_) {
+        detail::fail_bad_id(where, ids, i, k, experts_);
+      }
+    }
+  }
+  template <topk_id Id, class Keep>
+  std::span<const std::int32_t> collect(std::int32_t layer, std::span<const Id> ids, Keep keep) {
+    if (++stamp_ == 0) {
+      std::fill(seen_.begin(), seen_.end(), 0);
+      stamp_ = 1;
+    }
+    picked_.clear();
+    const std::int32_t* map = local_.data() + static_cast<std::size_t>(layer) * experts_;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::int32_t local = map[ids[i]];
+      if (local >= 0 && keep(i) && seen_[static_cast<std::size_t>(local)] != stamp_) {
+        seen_[static_cast<std::size_t>(local)] = stamp_;
+        picked_.push_back(local);  // at most local_experts: reserved
+      }
+    }
+    return picked_;
+  }
+
+  std::int32_t rank_;
+  std::int32_t layers_;
+  std::int32_t experts_;
+  std::int32_t local_experts_;
+  std::vector<std::int32_t> local_;    // [layers][experts]: global -> local or -1
+  std::vector<std::int32_t> logical_;  // [layers][local_experts]: local -> global or -1
+  std::vector<std::uint32_t> seen_;    // per local id: stamp of the select that saw it
+  std::vector<std::int32_t> picked_;   // the last select's locals
+  std::uint32_t stamp_ = 0;
+};
+
+/// @brief What one `rank_pager::prepare` did, as views into pager-owned buffers (the lifetime of
+/// `prepare_result`, per-layer or global as the pager's scope). Trivially copyable.
+struct rank_prepare_result {
+  std::int32_t layer = 0;
+  /// `int32[experts]`: the device slot of every global expert this rank computes in the call, -1
+  /// for every other (vLLM's `expert_map`, for the kernel as is).
+  std::span<const std::int32_t> expert_map;
+  /// The misses: copy the rank's host master row `expert` (a **local** id) into `slot`.
+  std::span<const copy_op> copy_plan;
+  /// The call's distinct local experts, first-seen order.
+  std::span<const std::int32_t> experts;
+  std::int32_t hits = 0;
+  std::int32_t misses = 0;
+};
+
+/// @brief A `pager<Policy>` over one EP rank's local experts, in that rank's own budget, driven
+/// by the router's global ids.
+///
+/// `prepare` is `select` + `pager::prepare_experts` + the global map: O(tokens x k + experts), no
+/// allocation. Errors throw `wisp::logic_error` naming the values and change nothing; a call with
+/// more distinct local experts than the capacity is refused as the pager refuses it (split it
+/// first). Not thread-safe (one per rank, one thread).
+template <eviction_policy Policy>
+class rank_pager {
+ public:
+  /// The pager of `map`'s rank: `capacity` slots in `scope` (global: one pool over all the
+  /// rank's (layer, local expert) keys; per-layer: `capacity` in each layer).
+  /// @throws wisp::logic_error if `top_k` or `capacity` is invalid for the pager (see
+  ///   `pager_config`), e.g. a rank below `top_k` slots.
+  rank_pager(rank_expert_map map, std::int32_t top_k, std::int32_t capacity,
+             cache_scope scope = cache_scope::global, const Policy& prototype = Policy{})
+      : map_(std::move(map)),
+        pager_(config(map_, top_k, capacity, scope), prototype),
+        global_(static_cast<std::size_t>(map_.layers()) * map_.experts(), -1) {}
+  /// The pager of rank `rank` of `placement`. @throws as above, or on a bad rank.
+  rank_pager(const expert_placement& placement, std::int32_t rank, std::int32_t top_k,
+             std::int32_t capacity, cache_scope scope = cache_scope::global,
+             const Policy& prototype = Policy{})
+      : rank_pager(rank_expert_map(placement, rank), top_k, capacity, scope, prototype) {}
+
+  /// @brief Makes every expert of the call that this rank holds a replica of resident and
+  /// visible. @throws wisp::logic_error (nothing changed) as `rank_expert_map::select` and
+  /// `pager::prepare_experts`.
+  template <topk_id Id>
+  rank_prepare_result prepare(std::int32_t layer, std::span<const Id> topk_ids, std::int32_t tokens,
+                              std::int32_t k) {
+    return finish(layer, map_.select(layer, topk_ids, tokens, k));
+  }
+  /// @brief The same for a dispatched call: only the pairs whose `targets` entry is this rank.
+  /// @throws wisp::logic_error (nothing changed) as the `select` taking targets.
+  template <topk_id Id>
+  rank_prepare_result prepare(std::int32_t layer, std::span<const Id> topk_ids,
+                              std::span<const std::int32_t> targets, std::int32_t tokens,
+                              std::int32_t k) {
+    return finish(layer, map_.select(layer, topk_ids, targets, tokens, k));
+  }
+
+  /// Ends `layer`'s call (`pager::end_call`): its experts leave the global map too.
+  void end_call(std::int32_t layer) {
+    pager_.end_call(layer);
+    std::fill_n(global_.begin() + static_cast<std::ptrdiff_t>(layer) * map_.experts(),
+                map_.experts(), -1);
+  }
+  /// Starts the next forward pass (`pager::begin_step`).
+  void begin_step() noexcept { pager_.begin_step(); }
+  /// Slot of global expert `expert` of `layer` on this rank if resident, else -1 (also when the
+  /// rank holds no replica of it). @throws on bad indices.
+  [[nodiscard]] std::int32_t slot_of(std::int32_t layer, std::int32_t expert) const {
+    const std::int32_t local = map_.local_of(layer, expert);
+    return local < 0 ? -1 : pager_.slot_of(layer, local);
+  }
+
+  [[nodiscard]] const rank_expert_map& map() const noexcept { return map_; }
+  /// The pager over local ids (stats, capacity, cache...).
+  [[nodiscard]] const pager<Policy>& local_pager() const noexcept { return pager_; }
+
+ private:
+  static pager_config config(const rank_expert_map& map, std::int32_t top_k, std::int32_t capacity,
+                             cache_scope scope) {
+    pager_config c;
+    c.layers = map.layers();
+    c.experts = map.local_experts();
+    c.top_k = top_k;
+    c.capacity = capacity;
+    c.scope = scope;
+    return c;
+  }
+  rank_prepare_result finish(std::int32_t layer, std::span<const std::int32_t> locals) {
+    const prepare_result r = pager_.prepare_experts(layer, locals);
+    const std::span<std::int32_t> row(
+        global_.data() + static_cast<std::size_t>(layer) * map_.experts(),
+        static_cast<std::size_t>(map_.experts()));
+    map_.to_global(layer, r.experts, r.expert_map, row);
+    return {layer, row, r.copy_plan, r.experts, r.hits, r.misses};
+  }
+
+  rank_expert_map map_;
+  pager<Policy> pager_;
+  std::vector<std::int32_t> global_;  // [layers][experts]: each layer's last global map
+};
+
+}  // namespace wisp
+// ---- end wisp/parallel/rank_pager.hpp ----------------------------------------------------------
+
+// ---- begin wisp/parallel/replica_choice.hpp ----------------------------------------------------
+/// @file
+/// @brief `replica_chooser`: at dispatch, picks the rank of every (token, logical expert) among
+/// the expert's replicas by **residency and load together**, and returns per-row target ranks for
+/// the engine's own all-to-all (DeepEP, NCCL) to use.
+///
+/// **The cost of a choice.** Within one layer call the chooser keeps, per rank, the modelled
+/// seconds of the work sent there so far, `T[r]`, and their maximum `M` (when the call ends: the
+/// combine waits for the slowest rank). Sending (token, e) to rank `r` adds
+/// `token_seconds`, plus `expert_seconds` if `e` is not yet active on `r` in this call (its weights
+/// are read once per call), plus `copy_seconds[r]` if `e` is also not resident on `r` (the rank's
+/// pager must copy it over `r`'s link first). A choice costs
+///
+///   `max(T[r] + added, M) + added / ranks`:
+///
+/// the call's finish time after it, plus the work's share of the mean. A resident replica avoids
+/// a copy; a loaded rank delays the call; a copy to an idle rank is taken only when the resident
+/// replica's rank would finish later by more than the copy's share of the mean.
+///
+/// **Two forms.** `choose_row` applies the rule to each (token, expert) in order, as a dispatcher
+/// that sees one token at a time would. `choose` sees the whole call: it first places the experts
+/// that are resident on none of their replicas (each is one copy, wherever it goes), each with all
+/// its tokens: those with one replica in first-seen order, then the others, fewest replicas first,
+/// then most tokens, then lowest id; then every other (token, expert) in order by the rule. Both
+/// are **deterministic**: ties go to the rank with fewer pairs in the call, then fewer since
+/// `reset_load`, then the lower rank id, so every rank that runs the chooser on the same batch and
+/// the same published residency computes the same targets without talking to the others.
+///
+/// **Residency** is what each rank's pager holds; ranks publish it (`set_resident`), e.g. from
+/// their copy plans and evictions, once per step.
+/// @code
+/// wisp::replica_chooser chooser(placement, {.copy_seconds = std::vector<double>(8, 356e-6),
+///                                           .expert_seconds = 5e-6, .token_seconds = 20e-9});
+/// chooser.choose(layer, topk_ids, tokens, k, targets);  // targets: [tokens x k] ranks
+/// @endcode
+
+namespace wisp {
+
+/// @brief The modelled costs the chooser weighs (seconds). docs/expert_parallel.md names where
+/// each default of the simulator comes from.
+struct dispatch_costs {
+  /// Per rank: one expert copy over that rank's host-to-device link.
+  std::vector<double> copy_seconds;
+  /// Compute of one expert active on a rank in a call, whatever its tokens (in decode its weights
+  /// are read from device memory once: expert bytes / memory bandwidth).
+  double expert_seconds = 0.0;
+  /// Compute of one (token, expert) pair.
+  double token_seconds = 0.0;
+
+  /// @throws wisp::logic_error naming the value unless `copy_seconds` has `ranks` entries and
+  ///   every cost is finite and >= 0.
+  void validate(std::int32_t ranks) const {
+    WISP_EXPECTS(copy_seconds.size() == static_cast<std::size_t>(ranks),
+                 "dispatch_costs: copy_seconds has ", copy_seconds.size(), " entries for ", ranks,
+                 " ranks");
+    for (std::size_t r = 0; r < copy_seconds.size(); ++r) {
+      WISP_EXPECTS(std::isfinite(copy_seconds[r]) && copy_seconds[r] >= 0,
+                   "dispatch_costs: copy_seconds[", r, "] must be finite and >= 0, got ",
+                   copy_seconds[r]);
+    }
+    WISP_EXPECTS(std::isfinite(expert_seconds) && expert_seconds >= 0,
+                 "dispatch_costs: expert_seconds must be finite and >= 0, got ", expert_seconds);
+    WISP_EXPECTS(std::isfinite(token_seconds) && token_seconds >= 0,
+                 "dispatch_costs: token_seconds must be finite and >= 0, got ", token_seconds);
+  }
+};
+
+/// @brief Residency- and load-aware replica choice (see the file comment).
+///
+/// - `choose_row` is O(k x replicas per expert); `choose` O(tokens x k x replicas + d log d) for
+///   `d` distinct experts resident nowhere. Neither allocates.
+/// - `begin_call` is O(ranks); `set_resident` O(1).
+/// - **Errors.** Bad ids, ranks or shapes throw `wisp::logic_error` naming the values, before
+///   anything changes.
+/// - **Thread safety:** none; one thread at a time.
+class replica_chooser {
+ public:
+  /// @throws wisp::logic_error if `costs` is invalid for the placement's ranks.
+  replica_chooser(const expert_placement& placement, dispatch_costs costs)
+      : layers_(placement.layers()),
+        experts_(placement.experts()),
+        ranks_(placement.ranks()),
+        local_experts_(placement.local_experts()),
+        costs_(std::move(costs)) {
+    costs_.validate(ranks_);
+    spread_ = 1.0 / ranks_;
+    offsets_.reserve(static_cast<std::size_t>(layers_) * experts_ + 1);
+    offsets_.push_back(0);
+    index_of_local_.assign(static_cast<std::size_t>(layers_) * ranks_ * local_experts_, -1);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      for (std::int32_t e = 0; e < experts_; ++e) {
+        for (const replica& r : placement.replicas(l, e)) {
+          index_of_local_[local_index(r.rank, l, r.local)] =
+              static_cast<std::int32_t>(candidates_.size());
+          candidates_.push_back(r.rank);
+        }
+        offsets_.push_back(static_cast<std::int32_t>(candidates_.size()));
+      }
+    }
+    for (const std::int32_t r : candidates_) {
+      copy_.push_back(costs_.copy_seconds[static_cast<std::size_t>(r)]);
+    }
+    resident_.assign(candidates_.size(), 0);
+    active_.assign(candidates_.size(), 0);
+    seconds_.assign(static_cast<std::size_t>(ranks_), 0.0);
+    pairs_.assign(static_cast<std::size_t>(ranks_), 0);
+    total_pairs_.assign(static_cast<std::size_t>(ranks_), 0);
+    seen_.assign(static_cast<std::size_t>(experts_), 0);
+    tokens_of_.assign(static_cast<std::size_t>(experts_), 0);
+    placed_.assign(static_cast<std::size_t>(experts_), -1);
+    cold_.reserve(static_cast<std::size_t>(experts_));
+  }
+
+  // ------------------------------------------------------------------ residency
+
+  /// @brief Records whether row `local` of `rank`'s tensors for `layer` is resident on its device
+  /// (a local id the placement leaves empty is ignored). O(1).
+  /// @throws wisp::logic_error on an out-of-range rank, layer or local id.
+  void set_resident(std::int32_t rank, std::int32_t layer, std::int32_t local, bool resident) {
+    const std::int32_t i = candidate_of("replica_chooser::set_resident", rank, layer, local);
+    if (i >= 0) {
+      resident_[static_cast<std::size_t>(i)] = resident ? 1 : 0;
+    }
+  }
+  /// Whether row `local` of `rank` for `layer` is recorded resident. @throws as `set_resident`.
+  [[nodiscard]] bool resident(std::int32_t rank, std::int32_t layer, std::int32_t local) const {
+    const std::int32_t i = candidate_of("replica_chooser::resident", rank, layer, local);
+    return i >= 0 && resident_[static_cast<std::size_t>(i)] != 0;
+  }
+
+  // ------------------------------------------------------------------ one layer call
+
+  /// @brief Starts a call of `layer`: per-rank work back to 0, no expert active anywhere. O(ranks).
+  /// @throws wisp::logic_error on an out-of-range layer.
+  void begin_call(std::int32_t layer) {
+    WISP_EXPECTS(layer >= 0 && layer < layers_, "replica_chooser::begin_call: layer ", layer,
+                 " is outside [0, layers = ", layers_, ")");
+    layer_ = layer;
+    if (++call_ == 0) {  // the stamps wrapped: clear them once
+      std::fill(active_.begin(), active_.end(), 0);
+      std::fill(seen_.begin(), seen_.end(), 0);
+      call_ = 1;
+    }
+    std::fill(seconds_.begin(), seconds_.end(), 0.0);
+    std::fill(pairs_.begin(), pairs_.end(), 0);
+    peak_ = 0.0;
+  }
+
+  /// @brief Chooses the rank of each expert of one token (`row`: its `k` logical ids) in the
+  /// current call by the rule, in order, writing it to `ranks[j]`. O(k x replicas).
+  /// @throws wisp::logic_error (nothing changed) before any `begin_call`, if `ranks.size() !=
+  ///   row.size()`, or if an id is outside `[0, experts)`.
+  template <topk_id Id>
+  void choose_row(std::span<const Id> row, std::span<std::int32_t> ranks) {
+    WISP_EXPECTS(layer_ >= 0, "replica_chooser::choose_row: no call started (begin_call first)");
+    WISP_EXPECTS(ranks.size() == row.size(), "replica_chooser::choose_row: ", row.size(),
+                 " ids but ", ranks.size(), " outputs");
+    for (std::size_t j = 0; j < row.size(); ++j) {
+      WISP_EXPECTS(row[j] >= 0 && row[j] < experts_, "replica_chooser::choose_row: id ",
+                   static_cast<std::int64_t>(row[j]), " at position ", j,
+                   " is outside [0, experts = ", experts_, ")");
+    }
+    for (std::size_t j = 0; j < row.size(); ++j) {
+      ranks[j] = assign(best_replica(static_cast<std::int32_t>(row[j]), 1), 1);
+    }
+  }
+  /// @copydoc choose_row
+  void choose_row(std::span<const std::int32_t> row, std::span<std::int32_t> ranks) {
+    choose_row<std::int32_t>(row, ranks);
+  }
+
+  /// @brief One whole call of `layer`, seeing all of it (see the file comment): the ranks of
+  /// `topk_ids` (`[tokens x k]`, row-major) are written to `ranks` (same shape). Starts a new call.
+  /// O(tokens x k x replicas + d log d).
+  /// @throws wisp::logic_error (nothing changed) on a bad layer, shape or id.
+  template <topk_id Id>
+  void choose(std::int32_t layer, std::span<const Id> topk_ids, std::int32_t tokens, std::int32_t k,
+              std::span<std::int32_t> ranks) {
+    detail::check_topk_shape("replica_chooser::choose", topk_ids.size(), tokens, k);
+    WISP_EXPECTS(ranks.size() == topk_ids.size(), "replica_chooser::choose: ", topk_ids.size(),
+                 " ids but ", ranks.size(), " outputs");
+    for (std::size_t i = 0; i < topk_ids.size(); ++i) {
+      if (topk_ids[i] < 0 || topk_ids[i] >= experts_) {
+        detail::fail_bad_id("replica_chooser::choose", topk_ids, i, k, experts_);
+      }
+    }
+    begin_call(layer);
+    // The call's experts resident on none of their replicas, with their tokens: those with one
+    // replica (no choice) in first-seen order, then the others.
+    cold_.clear();
+    std::size_t singles = 0;
+    for (const Id id : topk_ids) {
+      const auto e = static_cast<std::size_t>(id);
+      if (seen_[e] != call_) {
+        seen_[e] = call_;
+        tokens_of_[e] = 0;
+        placed_[e] = -1;
+        if (!resident_anywhere(static_cast<std::int32_t>(id))) {
+          cold_.push_back(static_cast<std::int32_t>(id));
+          if (replica_count(static_cast<std::int32_t>(id)) == 1) {
+            std::swap(cold_[singles++], cold_.back());
+          }
+        }
+      }
+      ++tokens_of_[e];
+    }
+    std::sort(cold_.begin() + static_cast<std::ptrdiff_t>(singles), cold_.end(),
+              [this](std::int32_t a, std::int32_t b) {
+                const std::int32_t na = replica_count(a);
+                const std::int32_t nb = replica_count(b);
+                if (na != nb) {
+                  return na < nb;
+                }
+                const auto ta = tokens_of_[static_cast<std::size_t>(a)];
+                const auto tb = tokens_of_[static_cast<std::size_t>(b)];
+                return ta != tb ? ta > tb : a < b;
+              });
+    for (const std::int32_t e : cold_) {  // one copy each, with all its tokens
+      const std::int32_t pairs = tokens_of_[static_cast<std::size_t>(e)];
+      const std::int32_t c = best_replica(e, pairs);
+      placed_[static_cast<std::size_t>(e)] = assign(c, pairs);
+    }
+    for (std::size_t i = 0; i < topk_ids.size(); ++i) {
+      const auto e = static_cast<std::size_t>(topk_ids[i]);
+      ranks[i] =
+          placed_[e] >= 0 ? placed_[e] : assign(best_replica(static_cast<std::int32_t>(e), 1), 1);
+    }
+  }
+  /// @copydoc choose
+  void choose(std::int32_t layer, std::span<const std::int32_t> topk_ids, std::int32_t tokens,
+              std::int32_t k, std::span<std::int32_t> ranks) {
+    choose<std::int32_t>(layer, topk_ids, tokens, k, ranks);
+  }
+
+  /// Modelled seconds of the work sent to each rank in the current call.
+  [[nodiscard]] std::span<const double> call_seconds() const noexcept { return seconds_; }
+  /// (token, expert) pairs sent to each rank in the current call.
+  [[nodiscard]] std::span<const std::int32_t> call_pairs() const noexcept { return pairs_; }
+  /// (token, expert) pairs sent to each rank since construction or `reset_load`.
+  [[nodiscard]] std::span<const std::uint64_t> total_pairs() const noexcept { return total_pairs_; }
+  /// Forgets the long-run pair counts (the last tie-breaker). O(ranks).
+  void reset_load() noexcept { std::fill(total_pairs_.begin(), total_pairs_.end(), 0); }
+
+  [[nodiscard]] std::int32_t ranks() const noexcept { return ranks_; }
+  [[nodiscard]] const dispatch_costs& costs() const noexcept { return costs_; }
+
+ private:
+  [[nodiscard]] std::size_t local_index(std::int32_t rank, std::int32_t layer,
+                                        std::int32_t local) const noexcept {
+    return (static_cast<std::size_t>(layer) * ranks_ + rank) * local_experts_ + local;
+  }
+  [[nodiscard]] std::int32_t candidate_of(const char* where, std::int32_t rank, std::int32_t layer,
+                                          std::int32_t local) const {
+    WISP_EXPECTS(rank >= 0 && rank < ranks_, where, ": rank ", rank,
+                 " is outside [0, ranks = ", ranks_, ")");
+    WISP_EXPECTS(layer >= 0 && layer < layers_, where, ": layer ", layer,
+                 " is outside [0, layers = ", layers_, ")");
+    WISP_EXPECTS(local >= 0 && local < local_experts_, where, ": local id ", local,
+                 " is outside [0, local_experts = ", local_experts_, ")");
+    return index_of_local_[local_index(rank, layer, local)];
+  }
+  [[nodiscard]] std::size_t row_of(std::int32_t expert) const noexcept {
+    return static_cast<std::size_t>(layer_) * experts_ + expert;
+  }
+  [[nodiscard]] std::int32_t replica_count(std::int32_t expert) const noexcept {
+    const std::size_t row = row_of(expert);
+    return offsets_[row + 1] - offsets_[row];
+  }
+  [[nodiscard]] bool resident_anywhere(std::int32_t expert) const noexcept {
+    const std::size_t row = row_of(expert);
+    for (std::int32_t c = offsets_[row]; c < offsets_[row + 1]; ++c) {
+      if (resident_[static_cast<std::size_t>(c)] != 0) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // Work `pairs` pairs of `expert` add to candidate `c`'s rank.
+  [[nodiscard]] double added(std::size_t c, std::int32_t pairs) const noexcept {
+    double seconds = costs_.token_seconds * pairs;
+    if (active_[c] != call_) {
+      seconds += costs_.expert_seconds + (resident_[c] != 0 ? 0.0 : copy_[c]);
+    }
+    return seconds;
+  }
+  // The candidate (replica) of `expert` of the current layer that the rule picks for `pairs`.
+  [[nodiscard]] std::int32_t best_replica(std::int32_t expert, std::int32_t pairs) const noexcept {
+    const std::size_t row = row_of(expert);
+    const std::int32_t first = offsets_[row];
+    const std::int32_t last = offsets_[row + 1];
+    if (last - first == 1) {
+      return first;  // no choice
+    }
+    std::int32_t best = first;
+    double best_cost = 0.0;
+    for (std::int32_t c = first; c < last; ++c) {
+      const auto uc = static_cast<std::size_t>(c);
+      const double add = added(uc, pairs);
+      const auto r = static_cast<std::size_t>(candidates_[uc]);
+      const double cost = std::max(seconds_[r] + add, peak_) + add * spread_;
+      if (c == first || cost < best_cost ||
+          (cost == best_cost &&
+           better_tie(r, static_cast<std::size_t>(candidates_[static_cast<std::size_t>(best)])))) {
+        best = c;
+        best_cost = cost;
+      }
+    }
+    return best;
+  }
+  // Sends `pairs` pairs to candidate `c`; returns its rank.
+  std::int32_t assign(std::int32_t c, std::int32_t pairs) noexcept {
+    const auto uc = static_cast<std::size_t>(c);
+    const auto r = static_cast<std::size_t>(candidates_[uc]);
+    seconds_[r] += added(uc, pairs);
+    peak_ = std::max(peak_, seconds_[r]);
+    active_[uc] = call_;
+    pairs_[r] += pairs;
+    total_pairs_[r] += static_cast<std::uint64_t>(pairs);
+    return static_cast<std::int32_t>(r);
+  }
+  // Whether rank a wins a tie against rank b (a > b: candidates come by increasing rank).
+  [[nodiscard]] bool better_tie(std::size_t a, std::size_t b) const noexcept {
+    if (pairs_[a] != pairs_[b]) {
+      return pairs_[a] < pairs_[b];
+    }
+    return total_pairs_[a] < total_pairs_[b];
+  }
+
+  std::int32_t layers_;
+  std::int32_t experts_;
+  std::int32_t ranks_;
+  std::int32_t local_experts_;
+  dispatch_costs costs_;
+  double spread_ = 1.0;                       // 1 / ranks
+  std::vector<std::int32_t> offsets_;         // [layers * experts + 1] into candidates_
+  std::vector<std::int32_t> candidates_;      // the rank of every replica, by (layer, expert)
+  std::vector<std::int32_t> index_of_local_;  // [layers][ranks][local_experts] -> candidate or -1
+  std::vector<double> copy_;                  // per candidate: its rank's copy seconds
+  std::vector<std::uint8_t> resident_;        // per candidate
+  std::vector<std::uint32_t> active_;         // per candidate: the call that activated it
+  std::vector<double> seconds_;               // per rank: T of the current call
+  std::vector<std::int32_t> pairs_;           // per rank: pairs of the current call
+  std::vector<std::uint64_t> total_pairs_;    // per rank: pairs since reset_load
+  std::vector<std::uint32_t> seen_;           // per expert: the call that saw it (choose)
+  std::vector<std::int32_t> tokens_of_;       // per expert: its pairs in the call (choose)
+  std::vector<std::int32_t> placed_;          // per expert: the rank of a cold expert, or -1
+  std::vector<std::int32_t> cold_;            // the call's experts resident nowhere
+  double peak_ = 0.0;                         // M: max of seconds_
+  std::int32_t layer_ = -1;
+  std::uint32_t call_ = 0;
+};
+
+}  // namespace wisp
+// ---- end wisp/parallel/replica_choice.hpp ------------------------------------------------------
+
+// ---- begin wisp/parallel/planner.hpp -----------------------------------------------------------
+/// @file
+/// @brief Placement planning from routing statistics: which experts to replicate and on which
+/// ranks, and how to split a total device budget (expert slots) across the ranks, to minimise the
+/// slowest rank's modelled step. Also `eplb_placement`, the EPLB-style placement by load alone.
+///
+/// **The model** (`ep_step_model`). For layer `l` and logical expert `e`, `load(l, e)` is the
+/// expected number of (token, expert) pairs one call of the layer routes to `e`, and
+/// `q = 1 - exp(-load)` the probability that a call routes to it at all (its pairs as a Poisson
+/// count). Rank `r`, with `b_r` device slots, keeps resident the `b_r` experts of largest `q` among
+/// those it holds (over all layers; ties to the lower layer, then expert). An expert kept by `m`
+/// ranks is served there; one kept nowhere is copied once per call that routes to it, to one of
+/// its `n` replicas. With the replica choice of `replica_chooser` (resident replica first, each
+/// copy to the least-loaded replica), each of rank `r`'s experts adds to its expected step
+///
+/// - kept on `r`: `(q x expert_seconds + load x token_seconds) / m`;
+/// - kept on another rank only: nothing;
+/// - kept nowhere: `(q x (copy_seconds[r] + expert_seconds) + load x token_seconds) / n`,
+///
+/// copy time on its own link plus its compute share. The plan minimises `max_r C_r`, the slowest
+/// rank. A replica of an expert kept nowhere spreads its copies over more links; a replica of a
+/// resident expert only takes a slot. This is where the plan differs from EPLB, which replicates
+/// the experts with the most load: in an offloaded model those are the resident ones.
+///
+/// **The planner** (`plan_placement`): (1) the `total_slots` experts of largest `q` are the
+/// resident set; each gets one replica, on the rank with the fewest resident experts so far; (2)
+/// per layer, every other expert gets a replica on the rank with the least expected copy work, then
+/// further replicas, the expert with the most copy work per replica first, until the ranks'
+/// `local_experts` rows are full; (3) each rank's slots are its resident experts. From this plan,
+/// the same placement with an even split, and EPLB's replication and packing by each replica's
+/// cost when resident, (4) a first-improvement local search (a slot moved between ranks; a
+/// replica dropped, added, moved, swapped or put in place of another, each followed by slot moves)
+/// runs from each, and the best result is kept; (5) then, while evaluations are left, the best plan
+/// is perturbed by a few random moves (fixed seed) and searched again, and kept when no worse.
+/// Plans are ranked by `max_r C_r`, then the next slowest rank and so on, among those whose
+/// modelled token load is within `max_load_imbalance` of the mean (the others rank after them, by
+/// their imbalance): the replica choice follows residency, so a plan that piles resident experts on
+/// one rank would pile tokens there. Tests compare the result with an exhaustive search over every
+/// placement and split of small instances.
+/// @code
+/// std::vector<double> load = wisp::ep_loads(trace, 16);  // [layers x experts], pairs per call
+/// wisp::ep_plan plan = wisp::plan_placement(load, layers, experts,
+///     {.ranks = 8, .local_experts = 16, .total_slots = 555, .min_slots = 6,
+///      .costs = {.copy_seconds = std::vector<double>(8, 356e-6), .expert_seconds = 5.2e-6,
+///                .token_seconds = 17e-9}});
+/// // plan.placement, plan.rank_slots, plan.step_seconds
+/// @endcode
+
+namespace wisp {
+
+/// @brief What `plan_placement` plans for.
+struct ep_plan_config {
+  std::int32_t ranks = 1;          ///< G
+  std::int32_t local_experts = 1;  ///< physical experts per rank per layer (>= ceil(E / G))
+  std::int32_t total_slots = 1;    ///< device budget in expert slots, all ranks and layers
+  std::int32_t min_slots = 1;      ///< slots every rank must get (its pager's top_k)
+  dispatch_costs costs{};          ///< copy (per rank), expert and token seconds
+  /// Plans the search may evaluate (0: the constructive plan only). Each evaluation visits every
+  /// replica, and the search stops after 2^26 visits in all, so large instances evaluate fewer.
+  std::int32_t search_evaluations = 100000;
+  /// The largest max / mean modelled token load per rank a plan may have (plans above it rank
+  /// after every plan within it); infinity: no bound.
+  double max_load_imbalance = 1.10;
+};
+
+/// @brief A plan: the placement, each rank's slots, and the model's step of each rank.
+struct ep_plan {
+  expert_placement placement;
+  std::vector<std::int32_t> rank_slots;  ///< device slots of each rank; they sum to total_slots
+  std::vector<double> rank_seconds;      ///< `C_r` of the model
+  double step_seconds = 0.0;             ///< `max_r C_r`, the objective
+  double load_imbalance = 1.0;           ///< max / mean modelled token load per rank
+};
+
+namespace detail {
+
+/// Replica visits the planner's search may spend (see `ep_plan_config::search_evaluations`).
+inline constexpr std::int64_t search_visits = std::int64_t{1} << 26;
+
+/// Checks a `[layers x experts]` load table.
+inline void check_loads(const char* where, std::span<const double> loads, std::int32_t layers,
+                        std::int32_t experts) {
+  WISP_EXPECTS(layers >= 1 && experts >= 1, where, ": layers and experts must be >= 1, got ",
+               layers, " and ", experts);
+  WISP_EXPECTS(loads.size() == static_cast<std::size_t>(layers) * experts, where, ": loads has ",
+               loads.size(), " entries but layers x experts = ", layers, " x ", experts, " = ",
+               static_cast<std::int64_t>(layers) * experts);
+  for (std::size_t i = 0; i < loads.size(); ++i) {
+    WISP_EXPECTS(std::isfinite(loads[i]) && loads[i] >= 0, where, ": loads[", i, "] (layer ",
+                 i / static_cast<std::size_t>(experts), ", expert ",
+                 i % static_cast<std::size_t>(experts), ") must be finite and >= 0, got ",
+                 loads[i]);
+  }
+}
+
+/// @brief A placement and budget split being planned, with the model of the file comment.
+///
+/// Keys are `layer * experts + expert`; `order_[key]` is the key's position in decreasing `q`
+/// (ties to the lower key), and each rank's keys are kept sorted by it, so a rank's resident set
+/// is a prefix of its list and one evaluation is O(replicas).
+class plan_state {
+ public:
+  plan_state(std::span<const double> loads, std::int32_t layers, std::int32_t experts,
+             std::int32_t ranks, std::int32_t local_experts, const dispatch_costs& costs)
+      : layers_(layers),
+        experts_(experts),
+        ranks_(ranks),
+        local_experts_(local_experts),
+        loads_(loads),
+        costs_(&costs),
+        q_(loads.size()),
+        order_(loads.size()),
+        by_order_(loads.size()),
+        replicas_(loads.size(), 0),
+        kept_(loads.size(), 0),
+        held_(static_cast<std::size_t>(ranks)),
+        rows_(static_cast<std::size_t>(layers) * ranks, 0),
+        slots_(static_cast<std::size_t>(ranks), 0),
+        seconds_(static_cast<std::size_t>(ranks), 0.0),
+        tokens_(static_cast<std::size_t>(ranks), 0.0) {
+    for (std::size_t k = 0; k < loads.size(); ++k) {
+      q_[k] = -std::expm1(-loads[k]);
+    }
+    std::iota(by_order_.begin(), by_order_.end(), std::int32_t{0});
+    std::stable_sort(by_order_.begin(), by_order_.end(),
+                     [&](std::int32_t a, std::int32_t b) { return q_[a] > q_[b]; });
+    for (std::size_t i = 0; i < by_order_.size(); ++i) {
+      order_[static_cast<std::size_t>(by_order_[i])] = static_cast<std::int32_t>(i);
+    }
+  }
+
+  [[nodiscard]] std::int32_t experts() const noexcept { return experts_; }
+  [[nodiscard]] std::int32_t key(std::int32_t l, std::int32_t e) const noexcept {
+    return l * experts_ + e;
+  }
+  /// Keys in decreasing q.
+  [[nodiscard]] std::span<const std::int32_t> by_q() const noexcept { return by_order_; }
+  [[nodiscard]] double q(std::int32_t k) const noexcept { return q_[static_cast<std::size_t>(k)]; }
+  [[nodiscard]] double load(std::int32_t k) const noexcept {
+    return loads_[static_cast<std::size_t>(k)];
+  }
+  [[nodiscard]] std::int32_t replicas(std::int32_t k) const noexcept {
+    return replicas_[static_cast<std::size_t>(k)];
+  }
+  [[nodiscard]] bool holds(std::int32_t r, std::int32_t k) const {
+    const auto& h = held_[static_cast<std::size_t>(r)];
+    const auto it = std::lower_bound(h.begin(), h.end(), order_[static_cast<std::size_t>(k)],
+                                     [&](std::int32_t held, std::int32_t o) {
+                                       return order_[static_cast<std::size_t>(held)] < o;
+                                     });
+    return it != h.end() && *it == k;
+  }
+  [[nodiscard]] bool room(std::int32_t r, std::int32_t l) const noexcept {
+    return rows_[static_cast<std::size_t>(l) * ranks_ + r] < local_experts_;
+  }
+  void add(std::int32_t r, std::int32_t k) {
+    auto& h = held_[static_cast<std::size_t>(r)];
+    const auto o = order_[static_cast<std::size_t>(k)];
+    h.insert(std::lower_bound(h.begin(), h.end(), o,
+                              [&](std::int32_t held, std::int32_t v) {
+                                return order_[static_cast<std::size_t>(held)] < v;
+                              }),
+             k);
+    ++replicas_[static_cast<std::size_t>(k)];
+    ++rows_[static_cast<std::size_t>(k / experts_) * ranks_ + r];
+  }
+  void remove(std::int32_t r, std::int32_t k) {
+    auto& h = held_[static_cast<std::size_t>(r)];
+    h.erase(std::find(h.begin(), h.end(), k));
+    --replicas_[static_cast<std::size_t>(k)];
+    --rows_[static_cast<std::size_t>(k / experts_) * ranks_ + r];
+  }
+  [[nodiscard]] std::span<const std::int32_t> held(std::int32_t r) const noexcept {
+    return held_[static_cast<std::size_t>(r)];
+  }
+  std::vector<std::int32_t>& slots() noexcept { return slots_; }
+  [[nodiscard]] std::span<const double> seconds() const noexcept { return seconds_; }
+  [[nodiscard]] std::span<const double> tokens() const noexcept { return tokens_; }
+
+  /// Cost of key `k` on rank `r` when it is kept nowhere (its copies spread over its replicas).
+  [[nodiscard]] double cold_cost(std::int32_t r, std::int32_t k) const noexcept {
+    return (q(k) * (costs_->copy_seconds[static_cast<std::size_t>(r)] + costs_->expert_seconds) +
+            load(k) * costs_->token_seconds) /
+           replicas(k);
+  }
+
+  /// Evaluates the model for the current placement and slots: fills `seconds()`, returns the max.
+  double evaluate() {
+    std::fill(kept_.begin(), kept_.end(), 0);
+    for (std::int32_t r = 0; r < ranks_; ++r) {
+      const auto& h = held_[static_cast<std::size_t>(r)];
+      const std::size_t n =
+          std::min(h.size(), static_cast<std::size_t>(slots_[static_cast<std::size_t>(r)]));
+      for (std::size_t i = 0; i < n; ++i) {
+        ++kept_[static_cast<std::size_t>(h[i])];
+      }
+    }
+    double worst = 0.0;
+    for (std::int32_t r = 0; r < ranks_; ++r) {
+      const auto& h = held_[static_cast<std::size_t>(r)];
+      const auto n = static_cast<std::size_t>(slots_[static_cast<std::size_t>(r)]);
+      double c = 0.0;
+      double t = 0.0;
+      for (std::size_t i = 0; i < h.size(); ++i) {
+        const std::int32_t k = h[i];
+        const std::int32_t m = kept_[static_cast<std::size_t>(k)];
+        if (i < n) {
+          c += (q(k) * costs_->expert_seconds + load(k) * costs_->token_seconds) / m;
+          t += load(k) / m;
+        } else if (m == 0) {
+          c += cold_cost(r, k);
+          t += load(k) / replicas(k);
+        }
+      }
+      seconds_[static_cast<std::size_t>(r)] = c;
+      tokens_[static_cast<std::size_t>(r)] = t;
+      worst = std::max(worst, c);
+    }
+    return worst;
+  }
+  /// Max / mean of the ranks' modelled token load (pairs per call) at the last evaluation; 1
+  /// when nothing is routed.
+  [[nodiscard]] double load_imbalance() const noexcept {
+    double most = 0.0;
+    double sum = 0.0;
+    for (const double t : tokens_) {
+      most = std::max(most, t);
+      sum += t;
+    }
+    return sum > 0 ? most * static_cast<double>(tokens_.size()) / sum : 1.0;
+  }
+
+  [[nodiscard]] expert_placement to_placement() const {
+    std::vector<std::vector<std::int32_t>> ranks_of(loads_.size());
+    for (std::int32_t r = 0; r < ranks_; ++r) {
+      for (const std::int32_t k : held_[static_cast<std::size_t>(r)]) {
+        ranks_of[static_cast<std::size_t>(k)].push_back(r);
+      }
+    }
+    for (auto& v : ranks_of) {
+      std::sort(v.begin(), v.end());
+    }
+    return expert_placement::from_replica_ranks(layers_, experts_, ranks_, local_experts_,
+                                                ranks_of);
+  }
+
+ private:
+  std::int32_t layers_;
+  std::int32_t experts_;
+  std::int32_t ranks_;
+  std::int32_t local_experts_;
+  std::span<const double> loads_;
+  const dispatch_costs* costs_;
+  std::vector<double> q_;                        // per key
+  std::vector<std::int32_t> order_;              // per key: position in decreasing q
+  std::vector<std::int32_t> by_order_;           // keys in decreasing q
+  std::vector<std::int32_t> replicas_;           // per key
+  std::vector<std::int32_t> kept_;               // per key: ranks keeping it (evaluate)
+  std::vector<std::vector<std::int32_t>> held_;  // per rank: its keys, by order_
+  std::vector<std::int32_t> rows_;               // [layers][ranks]: rows used
+  std::vector<std::int32_t> slots_;              // per rank
+  std::vector<double> seconds_;                  // per rank: C_r of the last evaluate
+  std::vector<double> tokens_;                   // per rank: token load of the last evaluate
+};
+
+/// Packs one layer's replicas (counts in `count`, weights `weight(e, n)`) onto ranks: largest
+/// weight first, each to the lightest rank with room that does not hold it yet. When every rank
+/// with room already holds the expert, another expert moves from a full rank lacking it to a rank
+/// with room lacking that one (one always exists: the full rank holds `local_experts` distinct
+/// experts, the rank with room fewer, one of them this expert).
+template <class Weight>
+void pack_layer(std::int32_t l, std::int32_t experts, std::int32_t ranks,
+                std::int32_t local_experts, std::span<const std::int32_t> count, Weight weight,
+                std::vector<std::vector<std::int32_t>>& out) {
+  struct item {
+    std::int32_t expert;
+    double weight;
+  };
+  std::vector<item> items;
+  for (std::int32_t e = 0; e < experts; ++e) {
+    for (std::int32_t i = 0; i < count[static_cast<std::size_t>(e)]; ++i) {
+      items.push_back({e, weight(e, count[static_cast<std::size_t>(e)])});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const item& a, const item& b) { return a.weight > b.weight; });
+  std::vector<std::vector<std::int32_t>> on(static_cast<std::size_t>(ranks));
+  std::vector<double> total(static_cast<std::size_t>(ranks), 0.0);
+  const auto holds = [&](std::int32_t r, std::int32_t e) {
+    const auto& h = on[static_cast<std::size_t>(r)];
+    return std::find(h.begin(), h.end(), e) != h.end();
+  };
+  const auto full = [&](std::int32_t r) {
+    return static_cast<std::int32_t>(on[static_cast<std::size_t>(r)].size()) >= local_experts;
+  };
+  for (const item& it : items) {
+    std::int32_t best = -1;
+    for (std::int32_t r = 0; r < ranks; ++r) {
+      if (!full(r) && !holds(r, it.expert) &&
+          (best < 0 ||
+           total[static_cast<std::size_t>(r)] < total[static_cast<std::size_t>(best)])) {
+        best = r;
+      }
+    }
+    for (std::int32_t from = 0; from < ranks && best < 0; ++from) {
+      if (holds(from, it.expert)) {
+        continue;
+      }
+      for (std::int32_t to = 0; to < ranks && best < 0; ++to) {
+        if (full(to)) {
+          continue;
+        }
+        auto& src = on[static_cast<std::size_t>(from)];
+        for (std::size_t j = 0; j < src.size(); ++j) {
+          const std::int32_t other = src[j];
+          if (!holds(to, other)) {
+            const double w = weight(other, count[static_cast<std::size_t>(other)]);
+            src.erase(src.begin() + static_cast<std::ptrdiff_t>(j));
+            on[static_cast<std::size_t>(to)].push_back(other);
+            total[static_cast<std::size_t>(from)] -= w;
+            total[static_cast<std::size_t>(to)] += w;
+            best = from;
+            break;
+          }
+        }
+      }
+    }
+    on[static_cast<std::size_t>(best)].push_back(it.expert);
+    total[static_cast<std::size_t>(best)] += it.weight;
+  }
+  for (std::int32_t r = 0; r < ranks; ++r) {
+    for (const std::int32_t e : on[static_cast<std::size_t>(r)]) {
+      out[static_cast<std::size_t>(l) * experts + e].push_back(r);
+    }
+  }
+}
+
+/// A plan's rank in the search: admissible plans (modelled token load within `cap` of the mean)
+/// first, by their costs in the leximax order (largest first, then the next...; equal within a
+/// relative 1e-12, so lowering a rank tied with the slowest one counts as progress); the others
+/// by their imbalance.
+struct plan_score {
+  double imbalance = 1.0;
+  std::vector<double> costs;  // largest first
+};
+
+inline plan_score score(plan_state& s) {
+  s.evaluate();
+  plan_score out{s.load_imbalance(), {s.seconds().begin(), s.seconds().end()}};
+  std::sort(out.costs.begin(), out.costs.end(), std::greater<>());
+  return out;
+}
+
+/// Whether `a` ranks strictly before `b` (see `plan_score`).
+inline bool better(const plan_score& a, const plan_score& b, double cap) {
+  const bool a_ok = a.imbalance <= cap;
+  const bool b_ok = b.imbalance <= cap;
+  if (a_ok != b_ok) {
+    return a_ok;
+  }
+  if (!a_ok && a.imbalance != b.imbalance) {
+    return a.imbalance < b.imbalance;
+  }
+  for (std::size_t i = 0; i < a.costs.size(); ++i) {
+    if (a.costs[i] < b.costs[i] * (1 - 1e-12)) {
+      return true;
+    }
+    if (a.costs[i] > b.costs[i] * (1 + 1e-12)) {
+      return false;
+    }
+  }
+  return false;
+}
+
+/// `moves` random changes to the plan: a slot moved between ranks, a replica dropped (when its
+/// expert has others), added on a rank with room, moved there, or swapped with one of that rank's
+/// replicas of the same layer.
+inline void perturb(plan_state& s, xoshiro256ss& rng, std::int32_t min_slots, std::int32_t moves) {
+  auto& slots = s.slots();
+  const auto g = slots.size();
+  for (std::int32_t done = 0, tries = 0; done < moves && tries < 16 * moves; ++tries) {
+    const auto r = static_cast<std::int32_t>(rng.below(g));
+    const auto to = static_cast<std::int32_t>(rng.below(g));
+    const std::span<const std::int32_t> held = s.held(r);
+    const std::span<const std::int32_t> theirs = s.held(to);
+    if (r == to || held.empty()) {
+      continue;
+    }
+    const std::int32_t k = held[rng.below(held.size())];
+    const std::int32_t layer = k / s.experts();
+    switch (rng.below(4)) {
+      case 0:
+        if (slots[static_cast<std::size_t>(r)] > min_slots) {
+          --slots[static_cast<std::size_t>(r)];
+          ++slots[static_cast<std::size_t>(to)];
+          ++done;
+        }
+        break;
+      case 1:
+        if (s.replicas(k) > 1) {
+          s.remove(r, k);
+          ++done;
+        }
+        break;
+      case 2:
+        if (!s.holds(to, k) && s.room(to, layer)) {
+          s.add(to, k);
+          if (rng.below(2) == 0) {
+            s.remove(r, k);
+          }
+          ++done;
+        }
+        break;
+      default:
+        if (!theirs.empty()) {
+          const std::int32_t f = theirs[rng.below(theirs.size())];
+          if (f / s.experts() == layer && !s.holds(to, k) && !s.holds(r, f)) {
+            s.remove(r, k);
+            s.remove(to, f);
+            s.add(to, k);
+            s.add(r, f);
+            ++done;
+          }
+        }
+        break;
+    }
+  }
+}
+
+/// Moves single slots between ranks while that improves `now` (see `plan_score`), each move
+/// counted against `budget`.
+inline void climb_slots(plan_state& s, std::int32_t min_slots, double cap, std::int32_t& budget,
+                        plan_score& now) {
+  auto& slots = s.slots();
+  const std::size_t g = slots.size();
+  bool improved = true;
+  while (improved && budget > 0) {
+    improved = false;
+    for (std::size_t to = 0; to < g && !improved; ++to) {
+      for (std::size_t from = 0; from < g && !improved && budget > 0; ++from) {
+        if (from == to || slots[from] <= min_slots) {
+          continue;
+        }
+        ++slots[to];
+        --slots[from];
+        --budget;
+        plan_score v = score(s);
+        if (better(v, now, cap)) {
+          now = std::move(v);
+          improved = true;
+        } else {
+          --slots[to];
+          ++slots[from];
+        }
+      }
+    }
+  }
+}
+
+/// First-improvement local search (see `plan_score`), the slowest ranks first. A move changes
+/// one replica of a rank `r`: drop it (when its expert has others), add a replica of its expert
+/// on another rank, move it there, swap it with one of that rank's replicas of the same layer, or
+/// put it there in place of a replica whose expert has others; each move is followed by
+/// `climb_slots`, so a replica and the slots it needs can move together. Stops when no move helps
+/// or after `budget` evaluations.
+inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std::int32_t& budget) {
+  const auto g = static_cast<std::int32_t>(s.slots().size());
+  plan_score best = score(s);
+  climb_slots(s, min_slots, cap, budget, best);
+  const auto attempt = [&](auto&& apply, auto&& undo) {
+    if (budget <= 0) {
+      return false;
+    }
+    const std::vector<std::int32_t> slots = s.slots();
+    apply();
+    --budget;
+    plan_score now = score(s);
+    climb_slots(s, min_slots, cap, budget, now);
+    if (better(now, best, cap)) {
+      best = std::move(now);
+      return true;
+    }
+    undo();
+    s.slots() = slots;
+    return false;
+  };
+  bool improved = true;
+  while (improved && budget > 0) {
+    improved = false;
+    s.evaluate();
+    // The slowest ranks first; the most loaded first while the plan is above the load cap.
+    const std::span<const double> key = best.imbalance <= cap ? s.seconds() : s.tokens();
+    std::vector<std::int32_t> order(static_cast<std::size_t>(g));
+    std::iota(order.begin(), order.end(), std::int32_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+      return key[static_cast<std::size_t>(a)] > key[static_cast<std::size_t>(b)];
+    });
+    for (std::size_t oi = 0; oi < order.size() && !improved; ++oi) {
+      const std::int32_t r = order[oi];
+      const std::vector<std::int32_t> held(s.held(r).begin(), s.held(r).end());
+      for (std::size_t i = 0; i < held.size() && !improved; ++i) {
+        const std::int32_t k = held[i];
+        const std::int32_t layer = k / s.experts();
+        if (s.replicas(k) > 1 && attempt([&] { s.remove(r, k); }, [&] { s.add(r, k); })) {
+          improved = true;
+          break;
+        }
+        for (std::int32_t to = 0; to < g && !improved; ++to) {
+          if (to == r || s.holds(to, k)) {
+            continue;
+          }
+          if (s.room(to, layer)) {
+            improved =
+                attempt([&] { s.add(to, k); }, [&] { s.remove(to, k); }) || attempt(
+                                                                                [&] {
+                                                                                  s.remove(r, k);
+                                                                                  s.add(to, k);
+                                                                                },
+                                                                                [&] {
+                                                                                  s.remove(to, k);
+                                                                                  s.add(r, k);
+                                                                                });
+          }
+          const std::vector<std::int32_t> theirs(s.held(to).begin(), s.held(to).end());
+          for (std::size_t j = 0; j < theirs.size() && !improved; ++j) {
+            const std::int32_t f = theirs[j];
+            if (f / s.experts() != layer) {
+              continue;
+            }
+            if (s.replicas(f) > 1) {  // k replaces f there
+              improved = attempt(
+                  [&] {
+                    s.remove(to, f);
+                    s.add(to, k);
+                  },
+                  [&] {
+                    s.remove(to, k);
+                    s.add(to, f);
+                  });
+            }
+            if (!improved && !s.holds(r, f)) {
+              improved = attempt(
+                  [&] {
+                    s.remove(r, k);
+                    s.remove(to, f);
+                    s.add(to, k);
+                    s.add(r, f);
+                  },
+                  [&] {
+                    s.remove(to, k);
+                    s.remove(r, f);
+                    s.add(r, k);
+                    s.add(to, f);
+                  });
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+/// @brief The modelled step `C_r` of every rank (see the file comment) for `placement` with
+/// `rank_slots` device slots per rank, under `loads` (`[layers x experts]`, pairs per call).
+/// O(replicas x log replicas).
+/// @throws wisp::logic_error, naming the values, if the loads do not match the placement or are
+///   negative or not finite, `rank_slots` does not have one entry per rank or one is negative, or
+///   `costs` is invalid.
+[[nodiscard]] inline std::vector<double> ep_step_model(std::span<const double> loads,
+                                                       const expert_placement& placement,
+                                                       std::span<const std::int32_t> rank_slots,
+                                                       const dispatch_costs& costs) {
+  detail::check_loads("ep_step_model", loads, placement.layers(), placement.experts());
+  costs.validate(placement.ranks());
+  WISP_EXPECTS(rank_slots.size() == static_cast<std::size_t>(placement.ranks()),
+               "ep_step_model: rank_slots has ", rank_slots.size(), " entries for ",
+               placement.ranks(), " ranks");
+  detail::plan_state s(loads, placement.layers(), placement.experts(), placement.ranks(),
+                       placement.local_experts(), costs);
+  for (std::int32_t r = 0; r < placement.ranks(); ++r) {
+    WISP_EXPECTS(rank_slots[static_cast<std::size_t>(r)] >= 0, "ep_step_model: rank_slots[", r,
+                 "] = ", rank_slots[static_cast<std::size_t>(r)], " is negative");
+    s.slots()[static_cast<std::size_t>(r)] = rank_slots[static_cast<std::size_t>(r)];
+    for (std::int32_t l = 0; l < placement.layers(); ++l) {
+      for (std::int32_t i = 0; i < placement.local_experts(); ++i) {
+        const std::int32_t e = placement.logical_of(r, l, i);
+        if (e >= 0) {
+          s.add(r, s.key(l, e));
+        }
+      }
+    }
+  }
+  s.evaluate();
+  return {s.seconds().begin(), s.seconds().end()};
+}
+
+/// @brief EPLB-style placement by load alone (DeepSeek's `rebalance_experts` on one node): each
+/// layer's `ranks x local_experts - experts` redundant replicas go one at a time to the expert with
+/// the largest load per replica (at most one replica per rank), then the replicas are packed
+/// largest share first onto the least-loaded rank with room that does not hold the expert yet.
+/// Deterministic (ties go to the lower expert or rank id). O(layers x physical x (experts +
+/// ranks x local_experts)).
+/// @throws wisp::logic_error, naming the values, on bad loads or counts, or if
+///   `ranks x local_experts < experts`.
+[[nodiscard]] inline expert_placement eplb_placement(std::span<const double> loads,
+                                                     std::int32_t layers, std::int32_t experts,
+                                                     std::int32_t ranks,
+                                                     std::int32_t local_experts) {
+  detail::check_loads("eplb_placement", loads, layers, experts);
+  detail::check_ep_dims("eplb_placement", layers, experts, ranks, local_experts);
+  WISP_EXPECTS(std::int64_t{ranks} * local_experts >= experts,
+               "eplb_placement: ranks x local_experts = ", ranks, " x ", local_experts,
+               " is below experts = ", experts);
+  const std::int64_t physical =
+      std::min<std::int64_t>(std::int64_t{ranks} * local_experts, std::int64_t{ranks} * experts);
+  std::vector<std::vector<std::int32_t>> ranks_of(static_cast<std::size_t>(layers) * experts);
+  std::vector<std::int32_t> count(static_cast<std::size_t>(experts));
+  for (std::int32_t l = 0; l < layers; ++l) {
+    const double* load = loads.data() + static_cast<std::size_t>(l) * experts;
+    std::fill(count.begin(), count.end(), 1);
+    for (std::int64_t extra = physical - experts; extra > 0; --extra) {
+      std::int32_t best = -1;
+      for (std::int32_t e = 0; e < experts; ++e) {
+        const auto ue = static_cast<std::size_t>(e);
+        if (count[ue] < ranks &&
+            (best < 0 ||
+             load[e] / count[ue] > load[best] / count[static_cast<std::size_t>(best)])) {
+          best = e;
+        }
+      }
+      ++count[static_cast<std::size_t>(best)];
+    }
+    detail::pack_layer(
+        l, experts, ranks, local_experts, count,
+        [&](std::int32_t e, std::int32_t n) { return load[e] / n; }, ranks_of);
+  }
+  for (auto& v : ranks_of) {
+    std::sort(v.begin(), v.end());
+  }
+  return expert_placement::from_replica_ranks(layers, experts, ranks, local_experts, ranks_of);
+}
+
+/// @brief Plans the placement and the budget split minimising the modelled slowest rank (see the
+/// file comment). Deterministic. O(keys log keys + replicas x (ranks + local_experts)) to build,
+/// plus at most `search_evaluations` evaluations of O(replicas) each.
+/// @throws wisp::logic_error, naming the values, on bad loads or counts, invalid costs,
+///   `ranks x local_experts < experts`, `min_slots < 1`, `search_evaluations < 0`, or
+///   `total_slots` outside `[ranks x min_slots, ranks x layers x local_experts]` (a split would
+///   leave a rank below `min_slots`, or a slot with nothing to hold).
+[[nodiscard]] inline ep_plan plan_placement(std::span<const double> loads, std::int32_t layers,
+                                            std::int32_t experts, const ep_plan_config& config) {
+  constexpr const char* where = "plan_placement";
+  detail::check_loads(where, loads, layers, experts);
+  detail::check_ep_dims(where, layers, experts, config.ranks, config.local_experts);
+  config.costs.validate(config.ranks);
+  const std::int32_t g = config.ranks;
+  const std::int32_t p = config.local_experts;
+  WISP_EXPECTS(std::int64_t{g} * p >= experts, where, ": ranks x local_experts = ", g, " x ", p,
+               " is below experts = ", experts);
+  WISP_EXPECTS(config.min_slots >= 1, where, ": min_slots must be >= 1, got ", config.min_slots);
+  const std::int64_t most = std::int64_t{g} * layers * p;
+  WISP_EXPECTS(
+      config.total_slots >= std::int64_t{g} * config.min_slots && config.total_slots <= most, where,
+      ": total_slots ", config.total_slots, " must be in [ranks x min_slots = ", g, " x ",
+      config.min_slots, " = ", std::int64_t{g} * config.min_slots,
+      ", ranks x layers x local_experts = ", most, "]");
+  WISP_EXPECTS(config.search_evaluations >= 0, where, ": search_evaluations must be >= 0, got ",
+               config.search_evaluations);
+  WISP_EXPECTS(config.max_load_imbalance >= 1, where,
+               ": max_load_imbalance must be >= 1 (or infinity), got ", config.max_load_imbalance);
+
+  detail::plan_state s(loads, layers, experts, g, p, config.costs);
+  const auto keys = static_cast<std::int32_t>(loads.size());
+  const std::int32_t resident = std::min(config.total_slots, keys);
+  double mean_copy = 0.0;
+  for (const double c : config.costs.copy_seconds) {
+    mean_copy += c / g;
+  }
+
+  // (1) The resident set, one replica each, spread so that the ranks keep even counts.
+  std::vector<std::int32_t> kept(static_cast<std::size_t>(g), 0);
+  std::vector<double> layer_work(static_cast<std::size_t>(layers) * g, 0.0);
+  const auto work = [&](std::int32_t l, std::int32_t r) -> double& {
+    return layer_work[static_cast<std::size_t>(l) * g + r];
+  };
+  std::vector<std::uint8_t> is_resident(static_cast<std::size_t>(keys), 0);
+  for (std::int32_t i = 0; i < resident; ++i) {
+    const std::int32_t k = s.by_q()[static_cast<std::size_t>(i)];
+    const std::int32_t l = k / experts;
+    std::int32_t best = -1;
+    for (std::int32_t r = 0; r < g; ++r) {
+      if (!s.room(r, l)) {
+        continue;
+      }
+      const auto ur = static_cast<std::size_t>(r);
+      if (best < 0 || kept[ur] < kept[static_cast<std::size_t>(best)] ||
+          (kept[ur] == kept[static_cast<std::size_t>(best)] && work(l, r) < work(l, best))) {
+        best = r;
+      }
+    }
+    if (best < 0) {
+      continue;  // the layer's rows are full of resident experts: this one stays cold
+    }
+    s.add(best, k);
+    is_resident[static_cast<std::size_t>(k)] = 1;
+    ++kept[static_cast<std::size_t>(best)];
+    work(l, best) += s.q(k) * config.costs.expert_seconds;
+  }
+  // (2) Every other expert: a first replica on the rank with the least copy work in its layer,
+  // then more replicas, the most copy work per replica first, while rows are free.
+  const auto cold_work = [&](std::int32_t k, std::int32_t n) {
+    return (s.q(k) * (mean_copy + config.costs.expert_seconds) +
+            s.load(k) * config.costs.token_seconds) /
+           n;
+  };
+  for (std::int32_t l = 0; l < layers; ++l) {
+    std::vector<std::int32_t> cold;
+    for (std::int32_t e = 0; e < experts; ++e) {
+      if (!is_resident[static_cast<std::size_t>(s.key(l, e))]) {
+        cold.push_back(s.key(l, e));
+      }
+    }
+    std::stable_sort(cold.begin(), cold.end(), [&](std::int32_t a, std::int32_t b) {
+      return cold_work(a, 1) > cold_work(b, 1);
+    });
+    const auto lightest = [&](std::int32_t k) {
+      std::int32_t best = -1;
+      for (std::int32_t r = 0; r < g; ++r) {
+        if (s.room(r, l) && !s.holds(r, k) && (best < 0 || work(l, r) < work(l, best))) {
+          best = r;
+        }
+      }
+      return best;
+    };
+    for (const std::int32_t k : cold) {
+      std::int32_t r = lightest(k);
+      WISP_EXPECTS(r >= 0, where, ": layer ", l, " has no free row for expert ", k % experts,
+                   " (local_experts too small)");
+      s.add(r, k);
+      work(l, r) += cold_work(k, 1);
+    }
+    while (true) {
+      std::int32_t pick = -1;
+      std::int32_t to = -1;
+      for (const std::int32_t k : cold) {
+        const std::int32_t r = lightest(k);
+        if (r >= 0 &&
+            (pick < 0 || cold_work(k, s.replicas(k)) > cold_work(pick, s.replicas(pick)))) {
+          pick = k;
+          to = r;
+        }
+      }
+      if (pick < 0) {
+        break;
+      }
+      // Its work spreads over one more replica.
+      const std::int32_t n = s.replicas(pick);
+      for (std::int32_t r = 0; r < g; ++r) {
+        if (s.holds(r, pick)) {
+          work(l, r) -= cold_work(pick, n) - cold_work(pick, n + 1);
+        }
+      }
+      s.add(to, pick);
+      work(l, to) += cold_work(pick, n + 1);
+    }
+  }
+  // (3) Each rank's slots: its resident experts; ranks below min_slots take from the largest.
+  auto& slots = s.slots();
+  std::int32_t given = 0;
+  for (std::int32_t r = 0; r < g; ++r) {
+    slots[static_cast<std::size_t>(r)] = kept[static_cast<std::size_t>(r)];
+    given += kept[static_cast<std::size_t>(r)];
+  }
+  for (std::int32_t r = 0; given < config.total_slots; r = (r + 1) % g, ++given) {
+    ++slots[static_cast<std::size_t>(r)];  // more slots than experts: spread the rest
+  }
+  for (std::int32_t r = 0; r < g; ++r) {
+    while (slots[static_cast<std::size_t>(r)] < config.min_slots) {
+      const auto donor =
+          static_cast<std::size_t>(std::max_element(slots.begin(), slots.end()) - slots.begin());
+      --slots[donor];
+      ++slots[static_cast<std::size_t>(r)];
+    }
+  }
+  // (4) Local search from this split and from an even one; (5) then, while evaluations are
+  // left, the best plan so far is perturbed by a few random moves and searched again, and kept
+  // when that ends better (iterated local search; a fixed seed keeps it deterministic).
+  std::int64_t replicas = 1;
+  for (std::int32_t r = 0; r < g; ++r) {
+    replicas += static_cast<std::int64_t>(s.held(r).size());
+  }
+  std::int32_t left = static_cast<std::int32_t>(
+      std::min<std::int64_t>(config.search_evaluations, detail::search_visits / replicas));
+  const auto search = [&](detail::plan_state& st, std::int32_t cap) {
+    std::int32_t budget = std::min(cap, left);
+    const std::int32_t given = budget;
+    detail::local_search(st, config.min_slots, config.max_load_imbalance, budget);
+    left -= given - budget;
+  };
+  // The other starts: the same placement with an even split, and EPLB's replication and packing
+  // by each replica's cost when resident (what balances compute once everything fits).
+  const auto even_slots = [&](detail::plan_state& st) {
+    for (std::int32_t r = 0; r < g; ++r) {
+      st.slots()[static_cast<std::size_t>(r)] =
+          config.total_slots / g + (r < config.total_slots % g ? 1 : 0);
+    }
+  };
+  detail::plan_state even = s;
+  even_slots(even);
+  detail::plan_state balanced(loads, layers, experts, g, p, config.costs);
+  {
+    std::vector<std::vector<std::int32_t>> ranks_of(loads.size());
+    std::vector<std::int32_t> count(static_cast<std::size_t>(experts));
+    const auto kept_cost = [&](std::int32_t l, std::int32_t e, std::int32_t n) {
+      const std::int32_t k = balanced.key(l, e);
+      return (balanced.q(k) * config.costs.expert_seconds +
+              balanced.load(k) * config.costs.token_seconds) /
+             n;
+    };
+    for (std::int32_t l = 0; l < layers; ++l) {
+      std::fill(count.begin(), count.end(), 1);
+      const std::int64_t physical =
+          std::min<std::int64_t>(std::int64_t{g} * p, std::int64_t{g} * experts);
+      for (std::int64_t extra = physical - experts; extra > 0; --extra) {
+        std::int32_t best = -1;
+        for (std::int32_t e = 0; e < experts; ++e) {
+          if (count[static_cast<std::size_t>(e)] < g &&
+              (best < 0 || kept_cost(l, e, count[static_cast<std::size_t>(e)]) >
+                               kept_cost(l, best, count[static_cast<std::size_t>(best)]))) {
+            best = e;
+          }
+        }
+        ++count[static_cast<std::size_t>(best)];
+      }
+      detail::pack_layer(
+          l, experts, g, p, count,
+          [&](std::int32_t e, std::int32_t n) { return kept_cost(l, e, n); }, ranks_of);
+    }
+    for (std::size_t k = 0; k < ranks_of.size(); ++k) {
+      for (const std::int32_t r : ranks_of[k]) {
+        balanced.add(r, static_cast<std::int32_t>(k));
+      }
+    }
+    even_slots(balanced);
+  }
+  search(s, left / 3);
+  search(even, left / 2);
+  search(balanced, left);
+  for (detail::plan_state* other : {&even, &balanced}) {
+    if (detail::better(detail::score(*other), detail::score(s), config.max_load_imbalance)) {
+      s = std::move(*other);
+    }
+  }
+  detail::xoshiro256ss rng(0x5eed);
+  detail::plan_score best_score = detail::score(s);
+  while (left > 0) {
+    detail::plan_state trial = s;
+    detail::perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
+    --left;
+    search(trial, left);
+    detail::plan_score now = detail::score(trial);
+    if (!detail::better(best_score, now, config.max_load_imbalance)) {  // no worse: walks plateaus
+      s = std::move(trial);
+      best_score = std::move(now);
+    }
+  }
+  const double best = s.evaluate();
+  return {s.to_placement(),
+          s.slots(),
+          {s.seconds().begin(), s.seconds().end()},
+          best,
+          s.load_imbalance()};
+}
+
+}  // namespace wisp
+// ---- end wisp/parallel/planner.hpp -------------------------------------------------------------
+
 // ---- begin wisp/sim/simulate.hpp ---------------------------------------------------------------
 /// @file
 /// @brief Trace-driven simulation: replay a stream of (step, layer, expert) accesses through any
@@ -15573,6 +17437,489 @@ inline timeline_result simulate_timeline_named(std::string_view policy, const ro
 }  // namespace wisp
 // ---- end wisp/sim/detail/timeline_sim.inl ------------------------------------------------------
 // ---- end wisp/sim/timeline_sim.hpp -------------------------------------------------------------
+
+// ---- begin wisp/sim/ep_sim.hpp -----------------------------------------------------------------
+/// @file
+/// @brief The expert-parallel simulator: a routing trace served by `ranks` GPUs under expert
+/// parallelism, each rank paging its own physical experts into its own device slots over its own
+/// link, replayed as a serving step sees it, for several arms with the same total device slots.
+/// docs/expert_parallel.md has the model, the constants and the measured tables.
+///
+/// **The replay.** A batch of `batch` concurrent sequences drawn from the trace's sequences in
+/// order: each step computes one token of each active sequence, and a finished sequence's place
+/// goes to the next one. Each step runs every layer in order; a layer's call routes the step's
+/// tokens (their recorded top-k), picks a rank for every (token, expert), and each rank prepares
+/// the distinct experts it was sent in its pager: one pool of its slots over all its (layer, local
+/// expert) keys (per-layer pools would hold fewer than top-k slots each at the budgets studied).
+/// A rank sent more distinct experts than its slots prepares them in groups, resident ones first.
+///
+/// **The step-time model** (every arm alike). At each layer, rank `r` takes
+/// `t_r = misses x link.copy_seconds(expert_bytes)` (copies on its own link, before the kernel)
+/// `+ active x expert_seconds + pairs x token_seconds` (compute) `+ 2 x (a2a_latency +
+/// tokens_received x hidden x activation_bytes / a2a_bandwidth)` (dispatch and combine; a token
+/// goes once to each rank it is sent to). The layer ends when its slowest rank does (the combine
+/// is a barrier), so a step takes `sum over layers of max_r t_r`; `slowest_rank_step_s` is its
+/// mean over the steps.
+///
+/// **The arms** (`ep_arm`).
+/// - `ep_lru`: vLLM's linear placement (no redundancy), `total_slots / ranks` slots per rank, LRU:
+///   expert parallelism with a per-rank LRU expert cache, what a user can assemble today.
+/// - `eplb_lru`: `eplb_placement` from the trace's load with `local_experts` rows per rank, the
+///   same even slots, LRU, and vLLM's replica choice (pair `i` of a call takes replica
+///   `i mod replicas`).
+/// - `wisp`: `plan_placement` (placement and slot split) with the same rows, `policy` on each
+///   rank, and the `replica_chooser` (`choose`, the whole call), told every rank's residency after
+///   each call.
+/// - `ep_policy`: `ep_lru` with `policy` instead of LRU: wisp's cache without its expert-parallel
+///   part, to tell the two gains apart.
+/// Both planned arms read the load of the whole trace (`ep_loads`), as a periodic rebalance would.
+
+namespace wisp {
+
+/// The simulator's arms (see the file comment).
+enum class ep_arm : std::uint8_t { ep_lru, eplb_lru, wisp, ep_policy };
+
+/// @brief The constants of the step-time model (see the file comment; docs/expert_parallel.md
+/// names where the simulator's defaults come from).
+struct ep_cost_model {
+  link_model link{};                  ///< each rank's host-to-device link
+  std::uint64_t expert_bytes = 0;     ///< bytes one expert copy moves
+  double expert_seconds = 0.0;        ///< compute of one expert active on a rank in a call
+  double token_seconds = 0.0;         ///< compute of one (token, expert) pair
+  std::int32_t hidden = 0;            ///< hidden size: values one token sends per rank
+  std::int32_t activation_bytes = 2;  ///< bytes per value sent (bf16)
+  double a2a_bytes_per_second = 153e9;
+  double a2a_latency_seconds = 0.0;  ///< per dispatch and per combine
+
+  /// @throws wisp::logic_error naming the field if a value is out of range.
+  void validate() const {
+    link.validate();
+    WISP_EXPECTS(std::isfinite(expert_seconds) && expert_seconds >= 0,
+                 "ep_cost_model: expert_seconds must be finite and >= 0, got ", expert_seconds);
+    WISP_EXPECTS(std::isfinite(token_seconds) && token_seconds >= 0,
+                 "ep_cost_model: token_seconds must be finite and >= 0, got ", token_seconds);
+    WISP_EXPECTS(hidden >= 0, "ep_cost_model: hidden must be >= 0, got ", hidden);
+    WISP_EXPECTS(activation_bytes >= 1, "ep_cost_model: activation_bytes must be >= 1, got ",
+                 activation_bytes);
+    WISP_EXPECTS(std::isfinite(a2a_bytes_per_second) && a2a_bytes_per_second > 0,
+                 "ep_cost_model: a2a_bytes_per_second must be finite and > 0, got ",
+                 a2a_bytes_per_second);
+    WISP_EXPECTS(std::isfinite(a2a_latency_seconds) && a2a_latency_seconds >= 0,
+                 "ep_cost_model: a2a_latency_seconds must be finite and >= 0, got ",
+                 a2a_latency_seconds);
+  }
+  /// @brief The model from hardware figures: an active expert reads its `expert_bytes` once at
+  /// `memory_bytes_per_second`; a (token, expert) pair costs `2 x expert_params` FLOPs at `flops`
+  /// (0 params: `expert_bytes / 2`, bf16 weights); the other fields as given.
+  /// @throws wisp::logic_error naming the value if a rate is not finite and > 0.
+  [[nodiscard]] static ep_cost_model from_hardware(link_model link, std::uint64_t expert_bytes,
+                                                   std::uint64_t expert_params,
+                                                   double memory_bytes_per_second, double flops,
+                                                   std::int32_t hidden, double a2a_bytes_per_second,
+                                                   double a2a_latency_seconds) {
+    WISP_EXPECTS(std::isfinite(memory_bytes_per_second) && memory_bytes_per_second > 0,
+                 "ep_cost_model: memory_bytes_per_second must be finite and > 0, got ",
+                 memory_bytes_per_second);
+    WISP_EXPECTS(std::isfinite(flops) && flops > 0,
+                 "ep_cost_model: flops must be finite and > 0, got ", flops);
+    const double params = expert_params > 0 ? static_cast<double>(expert_params)
+                                            : static_cast<double>(expert_bytes) / 2.0;
+    ep_cost_model m;
+    m.link = link;
+    m.expert_bytes = expert_bytes;
+    m.expert_seconds = static_cast<double>(expert_bytes) / memory_bytes_per_second;
+    m.token_seconds = 2.0 * params / flops;
+    m.hidden = hidden;
+    m.a2a_bytes_per_second = a2a_bytes_per_second;
+    m.a2a_latency_seconds = a2a_latency_seconds;
+    return m;
+  }
+  /// The costs the replica chooser and the planner weigh: the same link on every rank.
+  [[nodiscard]] dispatch_costs dispatch(std::int32_t ranks) const {
+    return {std::vector<double>(static_cast<std::size_t>(ranks), link.copy_seconds(expert_bytes)),
+            expert_seconds, token_seconds};
+  }
+};
+
+/// @brief What to simulate.
+struct ep_sim_config {
+  std::int32_t ranks = 1;        ///< G
+  std::int32_t batch = 16;       ///< concurrent sequences B
+  std::int32_t total_slots = 1;  ///< device slots over all ranks; every arm gets the same
+  /// Rows (physical experts) per rank per layer of the planned arms; 0: `ceil(experts / ranks)`
+  /// plus a quarter of it, rounded up (about 25% redundant experts).
+  std::int32_t local_experts = 0;
+  std::string policy = "decayed_frequency";  ///< the eviction policy of `wisp` and `ep_policy`
+  ep_cost_model costs{};
+  std::int32_t search_evaluations = 100000;  ///< the planner's search budget (`ep_plan_config`)
+  double max_load_imbalance = 1.10;          ///< the planner's load bound (`ep_plan_config`)
+
+  /// @throws wisp::logic_error naming the value unless every count is positive, the costs are
+  ///   valid, and `policy` is a built-in policy other than `belady` and `predicted_next_use`
+  ///   (they need a future or a predictor per rank).
+  void validate() const {
+    WISP_EXPECTS(ranks >= 1, "ep_sim_config: ranks must be >= 1, got ", ranks);
+    WISP_EXPECTS(batch >= 1, "ep_sim_config: batch must be >= 1, got ", batch);
+    WISP_EXPECTS(local_experts >= 0, "ep_sim_config: local_experts must be >= 0, got ",
+                 local_experts);
+    WISP_EXPECTS(search_evaluations >= 0, "ep_sim_config: search_evaluations must be >= 0, got ",
+                 search_evaluations);
+    WISP_EXPECTS(max_load_imbalance >= 1,
+                 "ep_sim_config: max_load_imbalance must be >= 1 (or infinity), got ",
+                 max_load_imbalance);
+    const std::string_view known = builtin_policy_name(policy);
+    WISP_EXPECTS(!known.empty() && known != "belady" && known != "predicted_next_use",
+                 "ep_sim_config: policy '", policy,
+                 "' is not a built-in policy the ranks can run (belady and predicted_next_use "
+                 "need a future or a predictor per rank)");
+    costs.validate();
+  }
+  /// `local_experts`, or its default for `experts` logical experts.
+  [[nodiscard]] std::int32_t local_experts_for(std::int32_t experts) const noexcept {
+    if (local_experts > 0) {
+      return local_experts;
+    }
+    const std::int32_t even = (experts + ranks - 1) / ranks;
+    return even + (even + 3) / 4;
+  }
+};
+
+/// What one rank did over the whole replay.
+struct ep_rank_result {
+  std::int32_t slots = 0;             ///< its device slots
+  std::uint64_t misses = 0;           ///< expert copies over its link
+  std::uint64_t hits = 0;             ///< active experts already resident
+  std::uint64_t link_bytes = 0;       ///< misses x expert_bytes
+  std::uint64_t pairs = 0;            ///< (token, expert) pairs it computed: its token load
+  std::uint64_t tokens_received = 0;  ///< tokens dispatched to it (once per call each)
+  double busy_seconds = 0.0;          ///< sum over layers and steps of its `t_r`
+};
+
+/// What one arm did.
+struct ep_arm_result {
+  std::string name;                   ///< "ep-lru", "eplb-lru", "wisp", "ep-" + policy
+  std::string policy;                 ///< the ranks' eviction policy
+  std::uint64_t steps = 0;            ///< serving steps (batches)
+  std::uint64_t tokens = 0;           ///< tokens served (trace steps)
+  double total_seconds = 0.0;         ///< sum over steps of the step time
+  double slowest_rank_step_s = 0.0;   ///< total_seconds / steps
+  double load_imbalance = 0.0;        ///< max / mean of the ranks' pairs (1 = even)
+  double layer_load_imbalance = 0.0;  ///< mean over layers of max / mean pairs in the layer
+  std::int32_t local_experts = 0;     ///< rows per rank per layer
+  std::int32_t physical_experts = 0;  ///< replicas over all layers
+  std::vector<ep_rank_result> ranks;
+};
+
+namespace detail {
+
+/// The batched replay: for each serving step, the trace steps (tokens) it computes.
+inline std::vector<std::vector<std::size_t>> ep_batches(const routing_trace& trace,
+                                                        std::int32_t batch) {
+  std::vector<std::size_t> starts;
+  if (trace.steps() > 0 &&
+      (trace.sequence_starts().empty() || trace.sequence_starts().front() != 0)) {
+    starts.push_back(0);  // steps before the first marked start form a sequence of their own
+  }
+  starts.insert(starts.end(), trace.sequence_starts().begin(), trace.sequence_starts().end());
+  starts.push_back(trace.steps());
+  const std::size_t sequences = starts.size() - 1;
+  struct lane {
+    std::size_t next = 0;
+    std::size_t end = 0;
+  };
+  std::vector<lane> lanes;
+  std::size_t taken = 0;
+  std::vector<std::vector<std::size_t>> out;
+  while (true) {
+    for (lane& l : lanes) {  // a finished lane takes the next sequence
+      if (l.next == l.end && taken < sequences) {
+        l = {starts[taken], starts[taken + 1]};
+        ++taken;
+      }
+    }
+    while (lanes.size() < static_cast<std::size_t>(batch) && taken < sequences) {
+      lanes.push_back({starts[taken], starts[taken + 1]});
+      ++taken;
+    }
+    std::vector<std::size_t> step;
+    for (lane& l : lanes) {
+      if (l.next < l.end) {
+        step.push_back(l.next++);
+      }
+    }
+    if (step.empty()) {
+      return out;
+    }
+    out.push_back(std::move(step));
+  }
+}
+
+}  // namespace detail
+
+/// @brief Pairs per call of every (layer, expert) in the batched replay of `trace`
+/// (`[layers x experts]`): the load statistics the planned arms plan from. O(accesses).
+/// @throws wisp::logic_error if `batch < 1`.
+[[nodiscard]] inline std::vector<double> ep_loads(const routing_trace& trace, std::int32_t batch) {
+  WISP_EXPECTS(batch >= 1, "ep_loads: batch must be >= 1, got ", batch);
+  const auto& shape = trace.shape();
+  std::vector<double> loads(static_cast<std::size_t>(shape.layers) * shape.experts, 0.0);
+  const std::size_t steps = detail::ep_batches(trace, batch).size();
+  if (steps == 0) {
+    return loads;
+  }
+  trace.for_each_access([&](const access& a) {
+    loads[static_cast<std::size_t>(a.layer) * shape.experts + a.expert] += 1.0;
+  });
+  for (double& l : loads) {
+    l /= static_cast<double>(steps);
+  }
+  return loads;
+}
+
+namespace detail {
+
+template <eviction_policy Policy>
+ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config, ep_arm arm,
+                         const std::vector<std::vector<std::size_t>>& batches) {
+  const auto& shape = trace.shape();
+  const std::int32_t g = config.ranks;
+  const std::int32_t layers = shape.layers;
+  const std::int32_t experts = shape.experts;
+  const std::int32_t k = shape.top_k;
+  const bool planned = arm == ep_arm::eplb_lru || arm == ep_arm::wisp;
+  const std::int32_t local = planned ? config.local_experts_for(experts) : (experts + g - 1) / g;
+  WISP_EXPECTS(std::int64_t{g} * local >= experts, "simulate_ep: ranks x local_experts = ", g,
+               " x ", local, " is below experts = ", experts);
+  WISP_EXPECTS(config.total_slots >= std::int64_t{g} * k, "simulate_ep: total_slots ",
+               config.total_slots, " leaves a rank below top_k = ", k,
+               " slots (it must be at least ranks x top_k = ", std::int64_t{g} * k, ")");
+  WISP_EXPECTS(config.total_slots <= std::int64_t{g} * layers * local, "simulate_ep: total_slots ",
+               config.total_slots, " exceeds ranks x layers x local_experts = ", g, " x ", layers,
+               " x ", local, " (every row resident)");
+
+  // The placement and each rank's slots.
+  const dispatch_costs costs = config.costs.dispatch(g);
+  std::vector<std::int32_t> slots(static_cast<std::size_t>(g), config.total_slots / g);
+  for (std::int32_t r = 0; r < config.total_slots % g; ++r) {
+    ++slots[static_cast<std::size_t>(r)];
+  }
+  std::optional<expert_placement> placement;
+  if (!planned) {
+    placement = expert_placement::linear(layers, experts, g);
+  } else {
+    const std::vector<double> loads = ep_loads(trace, config.batch);
+    if (arm == ep_arm::eplb_lru) {
+      placement = eplb_placement(loads, layers, experts, g, local);
+    } else {
+      ep_plan plan = plan_placement(loads, layers, experts,
+                                    {g, local, config.total_slots, k, costs,
+                                     config.search_evaluations, config.max_load_imbalance});
+      placement = std::move(plan.placement);
+      slots = std::move(plan.rank_slots);
+    }
+  }
+  const expert_placement& p = *placement;
+  std::vector<pager<Policy>> pagers;
+  pagers.reserve(static_cast<std::size_t>(g));
+  for (std::int32_t r = 0; r < g; ++r) {
+    pager_config pc;
+    pc.layers = layers;
+    pc.experts = p.local_experts();
+    pc.top_k = k;
+    // A rank cannot use more slots than it has rows.
+    pc.capacity = std::min(slots[static_cast<std::size_t>(r)], layers * p.local_experts());
+    pc.scope = cache_scope::global;
+    pagers.emplace_back(pc);
+  }
+  std::optional<replica_chooser> chooser;
+  if (arm == ep_arm::wisp) {
+    chooser.emplace(p, costs);
+  }
+
+  ep_arm_result out;
+  out.policy = std::string(Policy::name);
+  out.local_experts = p.local_experts();
+  for (std::int32_t l = 0; l < layers; ++l) {
+    out.physical_experts += p.physical_experts(l);
+  }
+  out.ranks.resize(static_cast<std::size_t>(g));
+  for (std::int32_t r = 0; r < g; ++r) {
+    out.ranks[static_cast<std::size_t>(r)].slots = pagers[static_cast<std::size_t>(r)].capacity(0);
+  }
+
+  const auto most = static_cast<std::size_t>(config.batch) * k;
+  std::vector<std::int32_t> ids(most);
+  std::vector<std::int32_t> targets(most);
+  std::vector<std::vector<std::int32_t>> sent(static_cast<std::size_t>(g));  // local ids
+  std::vector<std::int32_t> received(static_cast<std::size_t>(g));
+  std::vector<std::int32_t> pairs(static_cast<std::size_t>(g));
+  std::vector<std::int64_t> last_token(static_cast<std::size_t>(g));
+  std::vector<std::vector<std::int64_t>> slot_key(static_cast<std::size_t>(g));  // for residency
+  for (std::int32_t r = 0; r < g; ++r) {
+    slot_key[static_cast<std::size_t>(r)].assign(
+        static_cast<std::size_t>(pagers[static_cast<std::size_t>(r)].capacity(0)), -1);
+  }
+  std::vector<std::uint64_t> layer_pairs(static_cast<std::size_t>(layers) * g, 0);
+  const double copy_seconds = config.costs.link.copy_seconds(config.costs.expert_bytes);
+  const double a2a_token_seconds = static_cast<double>(config.costs.hidden) *
+                                   config.costs.activation_bytes /
+                                   config.costs.a2a_bytes_per_second;
+
+  for (const std::vector<std::size_t>& step : batches) {
+    double step_seconds = 0.0;
+    for (auto& pg : pagers) {
+      pg.begin_step();
+    }
+    for (std::int32_t l = 0; l < layers; ++l) {
+      std::int32_t tokens = 0;
+      for (const std::size_t s : step) {
+        if (trace.has_layer(s, l)) {
+          for (std::int32_t j = 0; j < k; ++j) {
+            ids[static_cast<std::size_t>(tokens) * k + j] = trace.expert(s, l, j);
+          }
+          ++tokens;
+        }
+      }
+      const std::size_t n = static_cast<std::size_t>(tokens) * k;
+      if (arm == ep_arm::wisp) {
+        chooser->choose(l, std::span<const std::int32_t>(ids.data(), n), tokens, k,
+                        std::span<std::int32_t>(targets.data(), n));
+      } else {
+        for (std::size_t i = 0; i < n; ++i) {
+          const auto reps = p.replicas(l, ids[i]);
+          targets[i] = reps[i % reps.size()].rank;  // vLLM: position mod replica count
+        }
+      }
+      for (std::int32_t r = 0; r < g; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        sent[ur].clear();
+        received[ur] = 0;
+        pairs[ur] = 0;
+        last_token[ur] = -1;
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto r = static_cast<std::size_t>(targets[i]);
+        const std::int32_t lid = p.expert_map(targets[i], l)[static_cast<std::size_t>(ids[i])];
+        if (std::find(sent[r].begin(), sent[r].end(), lid) == sent[r].end()) {
+          sent[r].push_back(lid);
+        }
+        ++pairs[r];
+        const auto token = static_cast<std::int64_t>(i / static_cast<std::size_t>(k));
+        if (last_token[r] != token) {  // a token's pairs are contiguous
+          last_token[r] = token;
+          ++received[r];
+        }
+      }
+      double layer_seconds = 0.0;
+      for (std::int32_t r = 0; r < g; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        pager<Policy>& pg = pagers[ur];
+        std::vector<std::int32_t>& list = sent[ur];
+        std::int32_t misses = 0;
+        std::stable_partition(list.begin(), list.end(),
+                              [&](std::int32_t e) { return pg.slot_of(l, e) >= 0; });
+        const auto width = static_cast<std::size_t>(pg.capacity(0));
+        for (std::size_t first = 0; first < list.size(); first += width) {
+          const prepare_result res =
+              pg.prepare_experts(l, std::span<const std::int32_t>(
+                                        list.data() + first, std::min(width, list.size() - first)));
+          misses += res.misses;
+          for (const copy_op& op : res.copy_plan) {  // the slot's previous key was evicted
+            std::int64_t& key = slot_key[ur][static_cast<std::size_t>(op.slot)];
+            if (chooser && key >= 0) {
+              chooser->set_resident(r, static_cast<std::int32_t>(key / p.local_experts()),
+                                    static_cast<std::int32_t>(key % p.local_experts()), false);
+            }
+            key = std::int64_t{l} * p.local_experts() + op.expert;
+            if (chooser) {
+              chooser->set_resident(r, l, op.expert, true);
+            }
+          }
+        }
+        if (!list.empty()) {
+          pg.end_call(l);
+        }
+        const auto active = static_cast<std::int32_t>(list.size());
+        const double t = misses * copy_seconds + active * config.costs.expert_seconds +
+                         pairs[ur] * config.costs.token_seconds +
+                         2 * (config.costs.a2a_latency_seconds + received[ur] * a2a_token_seconds);
+        ep_rank_result& rr = out.ranks[ur];
+        rr.misses += static_cast<std::uint64_t>(misses);
+        rr.hits += static_cast<std::uint64_t>(active - misses);
+        rr.link_bytes += static_cast<std::uint64_t>(misses) * config.costs.expert_bytes;
+        rr.pairs += static_cast<std::uint64_t>(pairs[ur]);
+        rr.tokens_received += static_cast<std::uint64_t>(received[ur]);
+        rr.busy_seconds += t;
+        layer_pairs[static_cast<std::size_t>(l) * g + ur] += static_cast<std::uint64_t>(pairs[ur]);
+        layer_seconds = std::max(layer_seconds, t);
+      }
+      step_seconds += layer_seconds;
+    }
+    out.total_seconds += step_seconds;
+    ++out.steps;
+    out.tokens += step.size();
+  }
+  out.slowest_rank_step_s =
+      out.steps == 0 ? 0.0 : out.total_seconds / static_cast<double>(out.steps);
+  const auto imbalance = [g](std::span<const std::uint64_t> values) {
+    std::uint64_t most_pairs = 0;
+    std::uint64_t sum = 0;
+    for (const std::uint64_t v : values) {
+      most_pairs = std::max(most_pairs, v);
+      sum += v;
+    }
+    return sum == 0 ? 1.0 : static_cast<double>(most_pairs) * g / static_cast<double>(sum);
+  };
+  std::vector<std::uint64_t> totals;
+  for (const ep_rank_result& r : out.ranks) {
+    totals.push_back(r.pairs);
+  }
+  out.load_imbalance = imbalance(totals);
+  for (std::int32_t l = 0; l < layers; ++l) {
+    out.layer_load_imbalance +=
+        imbalance(std::span<const std::uint64_t>(layer_pairs)
+                      .subspan(static_cast<std::size_t>(l) * g, static_cast<std::size_t>(g))) /
+        layers;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// @brief Replays `trace` under `arm` (see the file comment). O(accesses x replicas + steps x
+/// layers x ranks x local_experts) plus the planner; allocates its state once. Deterministic.
+/// Separate calls may run in parallel.
+/// @throws wisp::logic_error, naming the values, on an invalid config, `total_slots` below
+///   `ranks x top_k` (a rank below top-k slots) or above what the ranks' rows can hold, or
+///   `ranks x local_experts < experts`.
+[[nodiscard]] inline ep_arm_result simulate_ep(const routing_trace& trace,
+                                               const ep_sim_config& config, ep_arm arm) {
+  config.validate();
+  const auto batches = detail::ep_batches(trace, config.batch);
+  ep_arm_result out = arm == ep_arm::ep_lru || arm == ep_arm::eplb_lru
+                          ? detail::run_ep_arm<lru>(trace, config, arm, batches)
+                          : visit_policy(config.policy, [&]<class P>(std::type_identity<P>) {
+                              return detail::run_ep_arm<P>(trace, config, arm, batches);
+                            });
+  switch (arm) {
+    case ep_arm::ep_lru:
+      out.name = "ep-lru";
+      break;
+    case ep_arm::eplb_lru:
+      out.name = "eplb-lru";
+      break;
+    case ep_arm::wisp:
+      out.name = "wisp";
+      break;
+    case ep_arm::ep_policy:
+      out.name = "ep-" + out.policy;
+      break;
+  }
+  return out;
+}
+
+}  // namespace wisp
+// ---- end wisp/sim/ep_sim.hpp -------------------------------------------------------------------
 
 // ---- begin wisp/transfer/row_layout.hpp --------------------------------------------------------
 /// @file
