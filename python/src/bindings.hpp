@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// One function per area of wisp, each in its own file, called by module.cpp. The C++ namespaces
-// each file uses are aliased once at its top, so a renamed namespace is a one-line edit there.
+// One function per area of wisp, each in its own file, called by module.cpp. Every entity they
+// bind is in the one namespace `wisp::`, whatever its area.
 #pragma once
 
 #include <nanobind/nanobind.h>

@@ -52,36 +52,6 @@
 /// Including any wisp header with an unsupported compiler or language standard stops the build
 /// here with one readable `#error` instead of pages of template errors further down.
 
-// ---- begin wisp/core/deprecated_namespaces.hpp -------------------------------------------------
-/// @file
-/// @brief The pre-0.2 sub-namespaces `wisp::trace`, `wisp::reuse`, `wisp::alloc` and `wisp::sim`,
-/// kept as deprecated spellings of `wisp::`.
-///
-/// Every public name of wisp lives directly in `wisp::` (internals in `wisp::detail`, device code
-/// in `wisp::cuda`). Code written against the old sub-namespaces (`wisp::reuse::reuse_histogram`,
-/// `wisp::trace::read_trace`, ...) still compiles, with a deprecation warning naming the
-/// namespace; they were the spellings of 0.1 and are removed in 0.3.
-
-namespace wisp {
-// Qualified lookup in these namespaces finds every name of `wisp::` through the directive.
-namespace
-    [[deprecated("the names of wisp::trace are now in wisp:: (this alias goes in 0.3)")]] trace {
-using namespace ::wisp;
-}
-namespace
-    [[deprecated("the names of wisp::reuse are now in wisp:: (this alias goes in 0.3)")]] reuse {
-using namespace ::wisp;
-}
-namespace
-    [[deprecated("the names of wisp::alloc are now in wisp:: (this alias goes in 0.3)")]] alloc {
-using namespace ::wisp;
-}
-namespace [[deprecated("the names of wisp::sim are now in wisp:: (this alias goes in 0.3)")]] sim {
-using namespace ::wisp;
-}
-}  // namespace wisp
-// ---- end wisp/core/deprecated_namespaces.hpp ---------------------------------------------------
-
 #if defined(_MSVC_LANG)
 #define WISP_DETAIL_CPLUSPLUS _MSVC_LANG
 #else
@@ -162,7 +132,6 @@ using namespace ::wisp;
 #include <span>
 #include <sstream>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -287,6 +256,280 @@ template <class Error, class... Parts>
   ::wisp::detail::throw_with_location<error_type>(__FILE__, __LINE__, nullptr, __VA_ARGS__)
 // ---- end wisp/core/error.hpp -------------------------------------------------------------------
 
+// ---- begin wisp/core/enum_names.hpp ------------------------------------------------------------
+/// @file
+/// @brief One spelling for turning a public enum into text and back: each such enum specialises
+/// `enum_names` beside its definition with the name of every value, and `wisp::to_string(value)`
+/// / `wisp::from_string<E>(text)` read that one table, so the two directions cannot disagree.
+/// @code
+/// enum class color : std::uint8_t { red, green };
+/// template <>
+/// struct wisp::enum_names<color> {
+///   static constexpr std::array<wisp::enum_name<color>, 2> values{{{color::red, "red"},
+///                                                                  {color::green, "green"}}};
+/// };
+/// static_assert(wisp::to_string(color::green) == "green");
+/// static_assert(wisp::from_string<color>("red") == color::red);
+/// @endcode
+
+namespace wisp {
+
+/// @brief One value of an enum and its name.
+template <class E>
+struct enum_name {
+  E value;
+  std::string_view name;
+};
+
+/// @brief The names of the values of enum `E`: specialised for each public enum with a
+/// `static constexpr` array `values` of `enum_name<E>` (one entry per value, distinct names).
+template <class E>
+struct enum_names;
+
+/// @brief An enum that has an `enum_names` table.
+template <class E>
+concept named_enum = std::is_enum_v<E> && requires {
+  enum_names<E>::values;
+};
+
+/// The name of `value`, or "unknown" for a value the table does not list (a byte read from a
+/// file, say). O(values of E).
+template <named_enum E>
+[[nodiscard]] constexpr std::string_view to_string(E value) noexcept {
+  for (const enum_name<E>& n : enum_names<E>::values) {
+    if (n.value == value) {
+      return n.name;
+    }
+  }
+  return "unknown";
+}
+
+/// The value of `E` called `name` (exact, case-sensitive), or `std::nullopt`. O(values of E).
+template <named_enum E>
+[[nodiscard]] constexpr std::optional<E> from_string(std::string_view name) noexcept {
+  for (const enum_name<E>& n : enum_names<E>::values) {
+    if (n.name == name) {
+      return n.value;
+    }
+  }
+  return std::nullopt;
+}
+
+/// The names of `E`'s values, comma-separated, for error messages ("none, top-k, percentile").
+/// @throws std::bad_alloc.
+template <named_enum E>
+[[nodiscard]] std::string enum_name_list() {
+  std::string out;
+  for (const enum_name<E>& n : enum_names<E>::values) {
+    out += out.empty() ? "" : ", ";
+    out += n.name;
+  }
+  return out;
+}
+
+}  // namespace wisp
+// ---- end wisp/core/enum_names.hpp --------------------------------------------------------------
+
+// ---- begin wisp/core/executor.hpp --------------------------------------------------------------
+/// @file
+/// @brief Where wisp runs work it may run in parallel: the `executor` concept, `inline_executor`
+/// (the default everywhere: the work runs on the calling thread), `thread_pool` (threads the
+/// caller creates, owns and passes) and `any_executor`, the type-erased handle the library's
+/// components store. No wisp component starts a thread of its own; one that can use several
+/// takes an executor, as a stdexec scheduler would be passed.
+/// @code
+/// wisp::thread_pool pool(2);                                  // the caller's threads
+/// wisp::compressed_expert_store store(config, wisp::huffman_coder{}, wisp::core_coders(),
+///                                     pool.executor());       // decodes on the pool
+/// wisp::compressed_expert_store single(config, wisp::huffman_coder{});  // on the caller
+/// @endcode
+
+namespace wisp {
+
+/// @brief Something that runs tasks: `ex.execute(task)` runs the `std::function<void()>` `task`
+/// exactly once, now on the calling thread or later on another one, or throws having taken
+/// nothing (it could not queue the task). A task must not throw (an executor running it elsewhere
+/// has nobody to report to); the components that submit work catch inside their tasks. Copies of
+/// an executor refer to the same execution resource.
+template <class E>
+concept executor = std::copy_constructible<E> && requires(const E& ex, std::function<void()> task) {
+  ex.execute(std::move(task));
+};
+
+/// @brief Runs each task on the calling thread before `execute` returns. Stateless; thread-safe.
+struct inline_executor {
+  /// Runs `task`. O(the task).
+  void execute(const std::function<void()>& task) const { task(); }
+};
+static_assert(executor<inline_executor>);
+
+/// @brief A fixed set of threads that run submitted tasks in submission order (each task on
+/// whichever thread is free), created and owned by the caller. Its `executor()` handles may be
+/// copied into components; the pool must outlive every component holding one.
+///
+/// Thread safety: `execute` may be called from any thread, tasks included. The destructor runs
+/// every task already submitted, then joins the threads. A task that waits for tasks it submitted
+/// itself can deadlock a pool with no thread to spare.
+class thread_pool {
+ public:
+  /// A copyable handle that submits to this pool (models `executor`).
+  class executor_type {
+   public:
+    /// Queues `task` for a pool thread. O(1) plus one allocation. @throws std::bad_alloc.
+    void execute(std::function<void()> task) const { pool_->submit(std::move(task)); }
+    friend bool operator==(const executor_type&, const executor_type&) = default;
+
+   private:
+    friend class thread_pool;
+    explicit executor_type(thread_pool* pool) noexcept : pool_(pool) {}
+    thread_pool* pool_;
+  };
+
+  /// Starts `threads` threads. @throws wisp::logic_error if `threads` is 0;
+  ///   std::system_error if a thread cannot start (those already started are joined).
+  explicit thread_pool(std::uint32_t threads) {
+    WISP_EXPECTS(threads >= 1, "thread_pool: threads must be >= 1, got ", threads);
+    workers_.reserve(threads);
+    for (std::uint32_t i = 0; i < threads; ++i) {
+      workers_.emplace_back([this] { work(); });
+    }
+  }
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+  /// Runs every queued task, then joins the threads.
+  ~thread_pool() {
+    {
+      const std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_all();
+    workers_.clear();  // joins
+  }
+
+  /// A handle that submits tasks to this pool.
+  [[nodiscard]] executor_type executor() noexcept { return executor_type(this); }
+  /// Threads of the pool.
+  [[nodiscard]] std::size_t size() const noexcept { return workers_.size(); }
+
+ private:
+  void submit(std::function<void()> task) {
+    {
+      const std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+  }
+
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) {
+        return;  // stopped and drained
+      }
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::vector<std::jthread> workers_;  // last: joined before the state they use is destroyed
+};
+static_assert(executor<thread_pool::executor_type>);
+
+/// @brief Any executor behind one copyable value, which a component stores (default: an
+/// `inline_executor`). Thread safety: as the wrapped executor's.
+class any_executor {
+ public:
+  /// An `inline_executor`.
+  any_executor() : any_executor(inline_executor{}) {}
+  /// Wraps a copy of `ex`. @throws std::bad_alloc.
+  template <class E>
+  requires(!std::same_as<std::remove_cvref_t<E>, any_executor> && executor<E>)
+      any_executor(E ex)  // NOLINT(google-explicit-constructor): an executor is-an any_executor
+      : run_([ex = std::move(ex)](std::function<void()> task) { ex.execute(std::move(task)); }) {}
+
+  /// Runs `task` on the wrapped executor. @throws what the wrapped executor's `execute` throws.
+  void execute(std::function<void()> task) const { run_(std::move(task)); }
+
+ private:
+  std::function<void(std::function<void()>)> run_;
+};
+static_assert(executor<any_executor>);
+
+}  // namespace wisp
+// ---- end wisp/core/executor.hpp ----------------------------------------------------------------
+
+// ---- begin wisp/core/bf16.hpp ------------------------------------------------------------------
+/// @file
+/// @brief `wisp::bf16`: bfloat16 storage (the upper half of an IEEE binary32) with the two
+/// conversions every part of wisp uses (kernels, host references, the lossless compression of
+/// BF16 weights), so the host and the device turn the same floats into the same bits.
+///
+/// C++20 has no bfloat16 type and CUDA's `__nv_bfloat16` does not exist for a host compiler, so
+/// wisp carries the bits. The layout equals `__nv_bfloat16`'s (a kernel may reinterpret a
+/// `const wisp::bf16*` as `const __nv_bfloat16*`) and a BF16 tensor's little-endian bytes on
+/// disk (safetensors) are an array of `bf16` on a little-endian host.
+/// @code
+/// wisp::bf16 h = wisp::to_bf16(1.5f);      // round to nearest even
+/// float f = wisp::to_float(h);              // exact: 1.5f
+/// @endcode
+
+namespace wisp {
+
+/// @brief A bfloat16 value as its 16 bits. Trivially copyable; `==` compares bits.
+struct bf16 {
+  std::uint16_t bits = 0;
+
+  friend constexpr bool operator==(const bf16&, const bf16&) = default;
+};
+static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
+
+namespace detail {
+
+WISP_HOST_DEVICE inline std::uint32_t float_bits(float f) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  return std::bit_cast<std::uint32_t>(f);
+#endif
+}
+
+WISP_HOST_DEVICE inline float bits_float(std::uint32_t u) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  return std::bit_cast<float>(u);
+#endif
+}
+
+}  // namespace detail
+
+/// The float with the same value (exact). O(1).
+WISP_HOST_DEVICE inline float to_float(bf16 x) noexcept {
+  return detail::bits_float(static_cast<std::uint32_t>(x.bits) << 16);
+}
+
+/// `f` rounded to the nearest bfloat16, ties to even (as `__float2bfloat16_rn` and
+/// `torch.Tensor.to(torch.bfloat16)`); a NaN stays a (quiet) NaN with its sign; infinities and
+/// overflow follow IEEE rounding. O(1), integer arithmetic only: the same bits on host and device.
+WISP_HOST_DEVICE inline bf16 to_bf16(float f) noexcept {
+  const std::uint32_t u = detail::float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
+  }
+  return bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
+}  // namespace wisp
+// ---- end wisp/core/bf16.hpp --------------------------------------------------------------------
+
 // ---- begin wisp/core/ids.hpp -------------------------------------------------------------------
 /// @file
 /// @brief Strong types for byte sizes and for ids where two kinds of id sit side by side.
@@ -339,17 +582,12 @@ struct expert_tag {
 struct layer_tag {
   static constexpr const char* prefix = "layer ";
 };
-struct slot_tag {
-  static constexpr const char* prefix = "slot ";
-};
 }  // namespace detail
 
 /// Index of an expert within one MoE layer, in `[0, experts)`.
 using expert_id = strong_id<detail::expert_tag>;
 /// Index of a MoE layer, 0-based over the MoE layers only (dense layers are not counted).
 using layer_id = strong_id<detail::layer_tag>;
-/// Deprecated (no interface takes it: slots are `std::int32_t`); this alias goes in 0.3.
-using slot_id [[deprecated("slots are plain std::int32_t")]] = strong_id<detail::slot_tag>;
 
 /// @brief A number of bytes. Arithmetic is checked: a result that would wrap around throws
 /// `wisp::logic_error` naming both operands, because a wrapped byte count silently corrupts every
@@ -573,6 +811,12 @@ struct model_spec {
 /// @brief How a model's attention stores KV: grouped-query (K and V per KV head) or multi-head
 /// latent attention (one compressed latent plus a decoupled RoPE key per token).
 enum class attention_kind : std::uint8_t { gqa, mla };
+/// "gqa", "mla" (as model files spell them; `to_string`, `from_string`).
+template <>
+struct enum_names<attention_kind> {
+  static constexpr std::array<enum_name<attention_kind>, 2> values{
+      {{attention_kind::gqa, "gqa"}, {attention_kind::mla, "mla"}}};
+};
 
 /// @brief The published configuration fields a `model_spec` is derived from (names follow the
 /// models' Hugging Face config.json). Literal type, so presets are compile-time constants.
@@ -811,9 +1055,6 @@ void check_topk_ids(const char* where, std::span<const Id> ids, std::int32_t k,
 /// access (the usual standard-library rules).
 
 namespace wisp {
-
-/// Deprecated spelling of `moe_shape` (the one shape type; this alias goes in 0.3).
-using trace_shape [[deprecated("use wisp::moe_shape")]] = moe_shape;
 
 /// @brief One (step, layer, expert) activation, as visited in canonical order.
 struct access {
@@ -1364,6 +1605,74 @@ namespace wisp::detail {
 }  // namespace wisp::detail
 // ---- end wisp/core/detail/files.hpp ------------------------------------------------------------
 
+// ---- begin wisp/core/detail/little_endian.hpp --------------------------------------------------
+/// @file
+/// @brief Little-endian integer I/O, the byte order of every wisp file format (`.wtrace`,
+/// `.wzbf`, `.wzar`, predictor tables) and of safetensors headers: loads and stores at any
+/// alignment, fixed width (`load_le<T>`, `store_le<T>`: one memory access on little-endian hosts)
+/// or a width known only at run time (`load_le(p, width)`, `append_le(out, v, width)`).
+/// `WISP_HOST_DEVICE`, so a kernel reads the same bytes the same way.
+
+namespace wisp::detail {
+
+/// True when a `memcpy` of an integer gives its little-endian bytes (device code assembles the
+/// bytes one by one: the target's byte order is not known to the host pass).
+#if defined(__CUDA_ARCH__)
+inline constexpr bool native_little_endian = false;
+#else
+inline constexpr bool native_little_endian = std::endian::native == std::endian::little;
+#endif
+
+/// The unsigned integer stored in the `width` (0..8) little-endian bytes at `p`. O(width).
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint64_t load_le(const std::uint8_t* p,
+                                                               int width) noexcept {
+  std::uint64_t v = 0;
+  for (int i = 0; i < width; ++i) {
+    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  }
+  return v;
+}
+
+/// Writes the low `width` (0..8) bytes of `v` at `p`, least significant first. O(width).
+WISP_HOST_DEVICE constexpr void store_le(std::uint8_t* p, std::uint64_t v, int width) noexcept {
+  for (int i = 0; i < width; ++i) {
+    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+  }
+}
+
+/// The `T` stored little-endian at `p` (any alignment). O(1).
+template <std::unsigned_integral T>
+[[nodiscard]] WISP_HOST_DEVICE T load_le(const std::uint8_t* p) noexcept {
+  if constexpr (native_little_endian) {
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+  } else {
+    return static_cast<T>(load_le(p, static_cast<int>(sizeof(T))));
+  }
+}
+
+/// Writes `v` little-endian at `p` (any alignment). O(1).
+template <std::unsigned_integral T>
+WISP_HOST_DEVICE void store_le(std::uint8_t* p, T v) noexcept {
+  if constexpr (native_little_endian) {
+    std::memcpy(p, &v, sizeof(T));
+  } else {
+    store_le(p, static_cast<std::uint64_t>(v), static_cast<int>(sizeof(T)));
+  }
+}
+
+/// Appends the low `width` (0..8) bytes of `v` to `out`, least significant first.
+/// @throws std::bad_alloc.
+inline void append_le(std::vector<std::uint8_t>& out, std::uint64_t v, int width) {
+  const std::size_t at = out.size();
+  out.resize(at + static_cast<std::size_t>(width));
+  store_le(out.data() + at, v, width);
+}
+
+}  // namespace wisp::detail
+// ---- end wisp/core/detail/little_endian.hpp ----------------------------------------------------
+
 namespace wisp {
 
 /// Constants of the `.wtrace` format.
@@ -1381,20 +1690,6 @@ inline constexpr std::uint32_t flag_partial = 2u;
 }  // namespace wtrace
 
 namespace detail {
-
-inline void put_le(std::vector<std::uint8_t>& out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) {
-    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-}
-
-[[nodiscard]] inline std::uint64_t get_le(const std::uint8_t* p, int bytes) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) {
-    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  }
-  return v;
-}
 
 /// Writes `bytes` and folds them into `crc`. @throws wisp::error if the stream fails.
 inline void write_bytes(std::ostream& out, const std::vector<std::uint8_t>& bytes,
@@ -1439,17 +1734,17 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   std::vector<std::uint8_t> buf;
   buf.reserve(1u << 16);
   buf.insert(buf.end(), wtrace::magic.begin(), wtrace::magic.end());
-  detail::put_le(buf, wtrace::version, 4);
-  detail::put_le(buf, flags, 4);
-  detail::put_le(buf, static_cast<std::uint32_t>(shape.layers), 4);
-  detail::put_le(buf, static_cast<std::uint32_t>(shape.experts), 4);
-  detail::put_le(buf, static_cast<std::uint32_t>(shape.top_k), 4);
-  detail::put_le(buf, id_bytes, 4);
-  detail::put_le(buf, trace.steps(), 8);
-  detail::put_le(buf, seqs, 8);
-  detail::put_le(buf, payload, 8);
-  detail::put_le(buf, detail::crc32(buf), 4);
-  detail::put_le(buf, 0, 4);
+  detail::append_le(buf, wtrace::version, 4);
+  detail::append_le(buf, flags, 4);
+  detail::append_le(buf, static_cast<std::uint32_t>(shape.layers), 4);
+  detail::append_le(buf, static_cast<std::uint32_t>(shape.experts), 4);
+  detail::append_le(buf, static_cast<std::uint32_t>(shape.top_k), 4);
+  detail::append_le(buf, id_bytes, 4);
+  detail::append_le(buf, trace.steps(), 8);
+  detail::append_le(buf, seqs, 8);
+  detail::append_le(buf, payload, 8);
+  detail::append_le(buf, detail::crc32(buf), 4);
+  detail::append_le(buf, 0, 4);
   detail::write_bytes(out, buf, nullptr);
   buf.clear();
 
@@ -1462,7 +1757,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
     }
   };
   for (const std::size_t s : trace.sequence_starts()) {
-    detail::put_le(buf, s, 8);
+    detail::append_le(buf, s, 8);
     flush_if_full();
   }
   if (partial) {  // bit r (LSB first) of the bitmap: row r = step * layers + layer is held
@@ -1475,21 +1770,21 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
                    : 0u)
               << (r % 8);
       if (r % 8 == 7 || r + 1 == rows) {
-        detail::put_le(buf, byte, 1);
+        detail::append_le(buf, byte, 1);
         byte = 0;
         flush_if_full();
       }
     }
   }
   trace.for_each_access([&](access a) {
-    detail::put_le(buf, static_cast<std::uint64_t>(a.expert), static_cast<int>(id_bytes));
+    detail::append_le(buf, static_cast<std::uint64_t>(a.expert), static_cast<int>(id_bytes));
     flush_if_full();
   });
   if (trace.has_weights()) {
     for (std::size_t s = 0; s < trace.steps(); ++s) {
       for (std::int32_t l = 0; l < shape.layers; ++l) {
         for (std::int32_t j = 0; j < shape.top_k && trace.has_layer(s, l); ++j) {
-          detail::put_le(buf, std::bit_cast<std::uint32_t>(trace.weight(s, l, j)), 4);
+          detail::append_le(buf, std::bit_cast<std::uint32_t>(trace.weight(s, l, j)), 4);
           flush_if_full();
         }
       }
@@ -1497,7 +1792,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   }
   detail::write_bytes(out, buf, &crc);
   buf.clear();
-  detail::put_le(buf, crc, 4);
+  detail::append_le(buf, crc, 4);
   detail::write_bytes(out, buf, nullptr);
 }
 
@@ -1513,36 +1808,51 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   }
 }
 
-/// @brief Reads one `.wtrace` trace from `in` (opened in binary mode), consuming exactly its bytes.
-///
-/// Validates magic, version, flags, shape, id width, payload size (against the counts and the
-/// bytes actually present), both CRC-32s, sequence starts (strictly increasing, `< steps`), ids
-/// (`< experts`, distinct within each row) and weights (finite).
-/// Time O(file size); memory: the payload once plus the resulting trace.
-/// @throws wisp::format_error naming the byte offset and the problem.
-[[nodiscard]] inline routing_trace read_wtrace(std::istream& in) {
-  using u64 = std::uint64_t;
-  // Bytes left in a seekable stream, or max when unknown.
-  u64 available = std::numeric_limits<u64>::max();
-  {
-    const auto here = in.tellg();
-    if (here != std::streampos(-1)) {
-      in.seekg(0, std::ios::end);
-      const auto end = in.tellg();
-      in.seekg(here);
-      if (end != std::streampos(-1) && in && end >= here) {
-        available = static_cast<u64>(end - here);
-      }
-    }
-    in.clear(in.rdstate() & ~std::ios::failbit);
-  }
+namespace detail {
 
+/// The fields of a `.wtrace` header and the payload sizes they imply (all checked by
+/// `parse_wtrace_header`).
+struct wtrace_header {
+  std::int32_t layers = 0;
+  std::int32_t experts = 0;
+  std::int32_t top_k = 0;
+  std::uint64_t id_bytes = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t seqs = 0;
+  std::uint64_t payload = 0;  ///< payload bytes, the trailing CRC excluded
+  bool weights = false;
+  bool partial = false;
+  std::uint64_t rows = 0;       ///< steps x layers
+  std::uint64_t row_bytes = 0;  ///< one (step, layer) row: top_k ids (and weights)
+  std::uint64_t seq_part = 0;   ///< bytes of the sequence starts
+  std::uint64_t fixed = 0;      ///< sequence starts plus the row bitmap of a partial trace
+};
+
+/// Bytes left in a seekable stream from where it stands, or max when unknown.
+[[nodiscard]] inline std::uint64_t wtrace_bytes_left(std::istream& in) {
+  std::uint64_t available = std::numeric_limits<std::uint64_t>::max();
+  const auto here = in.tellg();
+  if (here != std::streampos(-1)) {
+    in.seekg(0, std::ios::end);
+    const auto end = in.tellg();
+    in.seekg(here);
+    if (end != std::streampos(-1) && in && end >= here) {
+      available = static_cast<std::uint64_t>(end - here);
+    }
+  }
+  in.clear(in.rdstate() & ~std::ios::failbit);
+  return available;
+}
+
+/// Reads the 64 header bytes; checks the signature, the length and the header CRC.
+[[nodiscard]] inline std::array<std::uint8_t, wtrace::header_bytes> read_wtrace_header_bytes(
+    std::istream& in) {
   std::array<std::uint8_t, wtrace::header_bytes> h{};
   in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(h.size()));
-  const auto got = static_cast<u64>(in.gcount());
+  const auto got = static_cast<std::uint64_t>(in.gcount());
   if (got < 8 || !std::equal(wtrace::magic.begin(), wtrace::magic.end(), h.begin())) {
     // Report a bad signature before a short header: a non-wtrace file is the likelier mistake.
-    const u64 n = std::min<u64>(got, 8);
+    const std::uint64_t n = std::min<std::uint64_t>(got, 8);
     if (!std::equal(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(n), wtrace::magic.begin())) {
       throw format_error(0, "not a .wtrace file (bad magic)");
     }
@@ -1551,11 +1861,47 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   if (got < wtrace::header_bytes) {
     throw format_error(got, "truncated .wtrace header (" + std::to_string(got) + " of 64 bytes)");
   }
-  auto field = [&](std::size_t off, int bytes) { return detail::get_le(h.data() + off, bytes); };
-  const u64 header_crc = field(56, 4);
-  if (detail::crc32(std::span<const std::uint8_t>(h.data(), 56)) != header_crc) {
+  if (crc32(std::span<const std::uint8_t>(h.data(), 56)) != load_le(h.data() + 56, 4)) {
     throw format_error(56, "header checksum mismatch (corrupted header)");
   }
+  return h;
+}
+
+/// Derives the payload sizes of `w` and checks its payload size against them: every (step,
+/// layer) row holds top_k ids (and weights); a partial trace stores only the rows its bitmap
+/// marks, so its payload is checked against the bitmap once that is read.
+inline void check_wtrace_payload_size(wtrace_header& w) {
+  using u64 = std::uint64_t;
+  bool ok = true;
+  w.rows = checked_mul(w.steps, static_cast<u64>(w.layers), ok);
+  w.row_bytes = static_cast<u64>(w.top_k) * (w.id_bytes + (w.weights ? 4 : 0));
+  w.seq_part = w.seqs * 8;  // seqs <= 2^32
+  const u64 mask_part = w.partial ? w.rows / 8 + (w.rows % 8 != 0 ? 1 : 0) : 0;
+  const u64 rows_part = checked_mul(w.rows, w.row_bytes, ok);
+  w.fixed = w.seq_part + mask_part;
+  if (!ok || w.fixed + rows_part < w.fixed) {
+    throw format_error(32, "step count " + std::to_string(w.steps) + " overflows the payload size");
+  }
+  if (!w.partial && w.payload != w.fixed + rows_part) {
+    throw format_error(48, "payload size " + std::to_string(w.payload) + " does not match " +
+                               std::to_string(w.fixed + rows_part) + " implied by the header");
+  }
+  if (w.partial && (w.payload < w.fixed || w.payload - w.fixed > rows_part ||
+                    (w.payload - w.fixed) % w.row_bytes != 0)) {
+    throw format_error(48, "payload size " + std::to_string(w.payload) +
+                               " does not fit the header: sequence starts and row bitmap " +
+                               std::to_string(w.fixed) + " bytes plus a multiple of " +
+                               std::to_string(w.row_bytes) + " up to " +
+                               std::to_string(w.fixed + rows_part));
+  }
+}
+
+/// The fields of a header whose CRC matched: version, flags, shape, id width and counts are
+/// checked, and the payload size against the sizes they imply.
+[[nodiscard]] inline wtrace_header parse_wtrace_header(
+    const std::array<std::uint8_t, wtrace::header_bytes>& h) {
+  using u64 = std::uint64_t;
+  auto field = [&](std::size_t off, int bytes) { return load_le(h.data() + off, bytes); };
   if (field(8, 4) != wtrace::version) {
     throw format_error(8, "unsupported .wtrace version " + std::to_string(field(8, 4)) +
                               " (this reader knows version 1)");
@@ -1564,78 +1910,62 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   if ((flags & ~u64{wtrace::flag_weights | wtrace::flag_partial}) != 0) {
     throw format_error(12, "unknown flag bits " + std::to_string(flags));
   }
-  const auto layers = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(16, 4)));
-  const auto experts = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(20, 4)));
-  const auto top_k = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(24, 4)));
-  if (layers <= 0) {
-    throw format_error(16, "layers must be positive, got " + std::to_string(layers));
+  wtrace_header w;
+  w.layers = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(16, 4)));
+  w.experts = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(20, 4)));
+  w.top_k = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(24, 4)));
+  if (w.layers <= 0) {
+    throw format_error(16, "layers must be positive, got " + std::to_string(w.layers));
   }
-  if (experts <= 0 || experts > moe_shape::max_experts) {
-    throw format_error(20, "experts must be in [1, 65536], got " + std::to_string(experts));
+  if (w.experts <= 0 || w.experts > moe_shape::max_experts) {
+    throw format_error(20, "experts must be in [1, 65536], got " + std::to_string(w.experts));
   }
-  if (top_k <= 0 || top_k > experts) {
-    throw format_error(24, "top_k must be in [1, experts=" + std::to_string(experts) + "], got " +
-                               std::to_string(top_k));
+  if (w.top_k <= 0 || w.top_k > w.experts) {
+    throw format_error(24, "top_k must be in [1, experts=" + std::to_string(w.experts) + "], got " +
+                               std::to_string(w.top_k));
   }
-  const u64 id_bytes = field(28, 4);
-  const u64 want_id_bytes = experts > 256 ? 2 : 1;
-  if (id_bytes != want_id_bytes) {
-    throw format_error(28, "id width " + std::to_string(id_bytes) + " bytes, expected " +
-                               std::to_string(want_id_bytes) + " for " + std::to_string(experts) +
+  w.id_bytes = field(28, 4);
+  const u64 want_id_bytes = w.experts > 256 ? 2 : 1;
+  if (w.id_bytes != want_id_bytes) {
+    throw format_error(28, "id width " + std::to_string(w.id_bytes) + " bytes, expected " +
+                               std::to_string(want_id_bytes) + " for " + std::to_string(w.experts) +
                                " experts");
   }
   if (field(60, 4) != 0) {
     throw format_error(60, "reserved header field is not zero");
   }
-  const u64 steps = field(32, 8);
-  const u64 seqs = field(40, 8);
-  const u64 payload = field(48, 8);
-  const bool weights = (flags & wtrace::flag_weights) != 0;
-  const bool partial = (flags & wtrace::flag_partial) != 0;
-  if (steps > routing_trace::max_steps) {
-    throw format_error(32, "step count " + std::to_string(steps) + " exceeds the maximum");
+  w.steps = field(32, 8);
+  w.seqs = field(40, 8);
+  w.payload = field(48, 8);
+  w.weights = (flags & wtrace::flag_weights) != 0;
+  w.partial = (flags & wtrace::flag_partial) != 0;
+  if (w.steps > routing_trace::max_steps) {
+    throw format_error(32, "step count " + std::to_string(w.steps) + " exceeds the maximum");
   }
-  if (seqs > steps) {
-    throw format_error(40, "sequence count " + std::to_string(seqs) + " exceeds step count " +
-                               std::to_string(steps));
+  if (w.seqs > w.steps) {
+    throw format_error(40, "sequence count " + std::to_string(w.seqs) + " exceeds step count " +
+                               std::to_string(w.steps));
   }
-  // Sizes: every (step, layer) row holds top_k ids (and weights); a partial trace stores only the
-  // rows its bitmap marks, so its payload is checked against the bitmap once that is read.
-  bool ok = true;
-  const u64 rows = detail::checked_mul(steps, static_cast<u64>(layers), ok);
-  const u64 per_step = static_cast<u64>(layers) * static_cast<u64>(top_k);
-  const u64 row_bytes = static_cast<u64>(top_k) * (id_bytes + (weights ? 4 : 0));
-  const u64 seq_part = seqs * 8;  // seqs <= 2^32
-  const u64 mask_part = partial ? rows / 8 + (rows % 8 != 0 ? 1 : 0) : 0;
-  const u64 rows_part = detail::checked_mul(rows, row_bytes, ok);
-  const u64 fixed = seq_part + mask_part;
-  if (!ok || fixed + rows_part < fixed) {
-    throw format_error(32, "step count " + std::to_string(steps) + " overflows the payload size");
-  }
-  if (!partial && payload != fixed + rows_part) {
-    throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
-                               std::to_string(fixed + rows_part) + " implied by the header");
-  }
-  if (partial &&
-      (payload < fixed || payload - fixed > rows_part || (payload - fixed) % row_bytes != 0)) {
-    throw format_error(48, "payload size " + std::to_string(payload) +
-                               " does not fit the header: sequence starts and row bitmap " +
-                               std::to_string(fixed) + " bytes plus a multiple of " +
-                               std::to_string(row_bytes) + " up to " +
-                               std::to_string(fixed + rows_part));
-  }
+  check_wtrace_payload_size(w);
+  return w;
+}
+
+/// Reads the payload and its trailing CRC (checked) in bounded chunks: growth follows the data,
+/// not the header. `available` is what `wtrace_bytes_left` reported before the header.
+[[nodiscard]] inline std::vector<std::uint8_t> read_wtrace_payload(std::istream& in,
+                                                                   const wtrace_header& w,
+                                                                   std::uint64_t available) {
+  using u64 = std::uint64_t;
   const u64 rest = available == std::numeric_limits<u64>::max()
                        ? available
                        : available - std::min<u64>(available, wtrace::header_bytes);
-  if (rest < payload + 4) {
+  if (rest < w.payload + 4) {
     throw format_error(wtrace::header_bytes + rest,
-                       "truncated .wtrace file: header announces " + std::to_string(payload + 4) +
+                       "truncated .wtrace file: header announces " + std::to_string(w.payload + 4) +
                            " more bytes but only " + std::to_string(rest) + " remain");
   }
-
-  // Read the payload and trailing CRC in bounded chunks (growth follows the data, not the header).
   std::vector<std::uint8_t> body;
-  const u64 total = payload + 4;
+  const u64 total = w.payload + 4;
   if (available != std::numeric_limits<u64>::max()) {
     body.reserve(static_cast<std::size_t>(total));
   }
@@ -1652,102 +1982,135 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     }
   }
   const std::uint8_t* p = body.data();
-  const u64 stored_crc = detail::get_le(p + payload, 4);
-  if (detail::crc32(std::span<const std::uint8_t>(p, static_cast<std::size_t>(payload))) !=
-      stored_crc) {
-    throw format_error(wtrace::header_bytes + payload,
+  if (crc32(std::span<const std::uint8_t>(p, static_cast<std::size_t>(w.payload))) !=
+      load_le(p + w.payload, 4)) {
+    throw format_error(wtrace::header_bytes + w.payload,
                        "payload checksum mismatch (corrupted data)");
   }
+  return body;
+}
 
-  routing_trace trace({layers, experts, top_k});
-  trace.reserve(static_cast<std::size_t>(steps));
-  std::vector<std::size_t> starts(static_cast<std::size_t>(seqs));
-  for (u64 i = 0; i < seqs; ++i) {
-    const u64 s = detail::get_le(p + 8 * i, 8);
-    if (s >= steps || (i > 0 && s <= starts[i - 1])) {
+/// The sequence starts at the front of the payload `p`: strictly increasing, below the steps.
+[[nodiscard]] inline std::vector<std::size_t> read_wtrace_sequence_starts(const std::uint8_t* p,
+                                                                          const wtrace_header& w) {
+  std::vector<std::size_t> starts(static_cast<std::size_t>(w.seqs));
+  for (std::uint64_t i = 0; i < w.seqs; ++i) {
+    const std::uint64_t s = load_le(p + 8 * i, 8);
+    if (s >= w.steps || (i > 0 && s <= starts[i - 1])) {
       throw format_error(
           wtrace::header_bytes + 8 * i,
           "sequence start " + std::to_string(s) + " is not increasing or not below the step count");
     }
     starts[i] = static_cast<std::size_t>(s);
   }
-  const std::uint8_t* mask = p + seq_part;
-  auto held = [&](u64 row) { return !partial || ((mask[row / 8] >> (row % 8)) & 1u) != 0; };
-  u64 held_rows = rows;
-  if (partial) {
-    held_rows = 0;
-    for (u64 r = 0; r < rows; ++r) {
-      held_rows += held(r) ? 1 : 0;
+  return starts;
+}
+
+/// The rows a trace holds: all of them, or for a partial trace those its bitmap (at `mask`)
+/// marks, checked against the payload size.
+[[nodiscard]] inline std::uint64_t wtrace_held_rows(const std::uint8_t* mask,
+                                                    const wtrace_header& w) {
+  using u64 = std::uint64_t;
+  if (!w.partial) {
+    return w.rows;
+  }
+  u64 held = 0;
+  for (u64 r = 0; r < w.rows; ++r) {
+    held += (mask[r / 8] >> (r % 8)) & 1u;
+  }
+  if (w.rows % 8 != 0 && (mask[w.rows / 8] >> (w.rows % 8)) != 0) {
+    throw format_error(wtrace::header_bytes + w.seq_part + w.rows / 8,
+                       "row bitmap has bits set past the last row");
+  }
+  if (held == w.rows) {
+    throw format_error(12, "partial flag set but every step holds every layer");
+  }
+  if (w.fixed + held * w.row_bytes != w.payload) {
+    throw format_error(48, "payload size " + std::to_string(w.payload) + " does not match " +
+                               std::to_string(w.fixed + held * w.row_bytes) +
+                               " implied by the row bitmap");
+  }
+  return held;
+}
+
+/// Reads the ids and weights of one row of step `s`, layer `l` into `ids` and `ws` (`top_k`
+/// each), stored entry `idx` onwards: ids below the experts and distinct, weights finite.
+/// `seen` is all zero before and after.
+inline void read_wtrace_row(const std::uint8_t* p, const wtrace_header& w, std::uint64_t held_rows,
+                            std::uint64_t idx, std::uint64_t s, std::int32_t l,
+                            std::span<std::int32_t> ids, std::span<float> ws,
+                            std::vector<std::uint8_t>& seen) {
+  using u64 = std::uint64_t;
+  const u64 id_base = w.fixed;  // payload offset of the first id
+  const u64 w_base = id_base + held_rows * static_cast<u64>(w.top_k) * w.id_bytes;
+  for (std::int32_t j = 0; j < w.top_k; ++j, ++idx) {
+    const u64 off = id_base + idx * w.id_bytes;
+    const auto id = static_cast<std::int64_t>(load_le(p + off, static_cast<int>(w.id_bytes)));
+    if (id >= w.experts) {
+      throw format_error(wtrace::header_bytes + off,
+                         "expert id " + std::to_string(id) + " >= experts " +
+                             std::to_string(w.experts) + " (step " + std::to_string(s) + ")");
     }
-    if (rows % 8 != 0 && (mask[rows / 8] >> (rows % 8)) != 0) {
-      throw format_error(wtrace::header_bytes + seq_part + rows / 8,
-                         "row bitmap has bits set past the last row");
+    auto& mark = seen[static_cast<std::size_t>(id)];
+    if (mark != 0) {
+      throw format_error(wtrace::header_bytes + off,
+                         "expert " + std::to_string(id) + " appears twice in step " +
+                             std::to_string(s) + " layer " + std::to_string(l));
     }
-    if (held_rows == rows) {
-      throw format_error(12, "partial flag set but every step holds every layer");
-    }
-    if (fixed + held_rows * row_bytes != payload) {
-      throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
-                                 std::to_string(fixed + held_rows * row_bytes) +
-                                 " implied by the row bitmap");
+    mark = 1;
+    ids[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(id);
+    if (w.weights) {
+      const u64 woff = w_base + idx * 4;
+      const float weight = std::bit_cast<float>(load_le<std::uint32_t>(p + woff));
+      if (!std::isfinite(weight)) {
+        throw format_error(wtrace::header_bytes + woff, "weight is not finite");
+      }
+      ws[static_cast<std::size_t>(j)] = weight;
     }
   }
-  const u64 n = held_rows * static_cast<u64>(top_k);
-  const u64 id_base = fixed;                  // payload offset of the first id
-  const u64 w_base = id_base + n * id_bytes;  // payload offset of the first weight
-  const int width = static_cast<int>(id_bytes);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(per_step));
-  std::vector<float> ws(weights ? static_cast<std::size_t>(per_step) : 0);
-  std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
-  std::vector<std::uint8_t> seen(static_cast<std::size_t>(experts), 0);
+  for (const std::int32_t id : ids) {
+    seen[static_cast<std::size_t>(id)] = 0;
+  }
+}
+
+/// The trace of a checked payload `p`: its steps, row by row, and its sequences.
+[[nodiscard]] inline routing_trace decode_wtrace_payload(const std::uint8_t* p,
+                                                         const wtrace_header& w) {
+  using u64 = std::uint64_t;
+  const std::vector<std::size_t> starts = read_wtrace_sequence_starts(p, w);
+  const std::uint8_t* mask = p + w.seq_part;
+  auto held = [&](u64 row) { return !w.partial || ((mask[row / 8] >> (row % 8)) & 1u) != 0; };
+  const u64 held_rows = wtrace_held_rows(mask, w);
+  routing_trace trace({w.layers, w.experts, w.top_k});
+  trace.reserve(static_cast<std::size_t>(w.steps));
+  const auto top_k = static_cast<std::size_t>(w.top_k);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(w.layers) * top_k);
+  std::vector<float> ws(w.weights ? ids.size() : 0);
+  std::vector<std::uint8_t> present(static_cast<std::size_t>(w.layers));
+  std::vector<std::uint8_t> seen(static_cast<std::size_t>(w.experts), 0);
   std::size_t next_seq = 0;
   u64 idx = 0;  // index of the next stored id (and weight)
-  for (u64 s = 0; s < steps; ++s) {
+  for (u64 s = 0; s < w.steps; ++s) {
     bool any = false;
     bool all = true;
-    for (std::int32_t l = 0; l < layers; ++l) {
-      const bool row_held = held(s * static_cast<u64>(layers) + static_cast<u64>(l));
+    for (std::int32_t l = 0; l < w.layers; ++l) {
+      const bool row_held = held(s * static_cast<u64>(w.layers) + static_cast<u64>(l));
       present[static_cast<std::size_t>(l)] = row_held ? 1 : 0;
       any = any || row_held;
       all = all && row_held;
-      for (std::int32_t j = 0; j < top_k; ++j) {
-        const auto i = static_cast<std::size_t>(l * top_k + j);
-        if (!row_held) {
-          ids[i] = j;  // ignored by append_partial_step
-          continue;
-        }
-        const u64 off = id_base + idx * id_bytes;
-        const auto id = static_cast<std::int64_t>(detail::get_le(p + off, width));
-        if (id >= experts) {
-          throw format_error(wtrace::header_bytes + off,
-                             "expert id " + std::to_string(id) + " >= experts " +
-                                 std::to_string(experts) + " (step " + std::to_string(s) + ")");
-        }
-        auto& mark = seen[static_cast<std::size_t>(id)];
-        if (mark != 0) {
-          throw format_error(wtrace::header_bytes + off,
-                             "expert " + std::to_string(id) + " appears twice in step " +
-                                 std::to_string(s) + " layer " + std::to_string(l));
-        }
-        mark = 1;
-        ids[i] = static_cast<std::int32_t>(id);
-        if (weights) {
-          const u64 woff = w_base + idx * 4;
-          const float w =
-              std::bit_cast<float>(static_cast<std::uint32_t>(detail::get_le(p + woff, 4)));
-          if (!std::isfinite(w)) {
-            throw format_error(wtrace::header_bytes + woff, "weight is not finite");
-          }
-          ws[i] = w;
-        }
-        ++idx;
+      const std::size_t first = static_cast<std::size_t>(l) * top_k;
+      const std::span<std::int32_t> row(ids.data() + first, top_k);
+      if (!row_held) {
+        std::iota(row.begin(), row.end(), 0);  // ignored by append_partial_step
+        continue;
       }
-      for (std::int32_t j = 0; j < top_k && row_held; ++j) {
-        seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(l * top_k + j)])] = 0;
-      }
+      read_wtrace_row(p, w, held_rows, idx, s, l, row,
+                      w.weights ? std::span<float>(ws).subspan(first, top_k) : std::span<float>{},
+                      seen);
+      idx += top_k;
     }
     if (!any) {
-      throw format_error(wtrace::header_bytes + seq_part + (s * static_cast<u64>(layers)) / 8,
+      throw format_error(wtrace::header_bytes + w.seq_part + (s * static_cast<u64>(w.layers)) / 8,
                          "step " + std::to_string(s) + " holds no layer in the row bitmap");
     }
     if (next_seq < starts.size() && starts[next_seq] == s) {
@@ -1761,6 +2124,22 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     }
   }
   return trace;
+}
+
+}  // namespace detail
+
+/// @brief Reads one `.wtrace` trace from `in` (opened in binary mode), consuming exactly its bytes.
+///
+/// Validates magic, version, flags, shape, id width, payload size (against the counts and the
+/// bytes actually present), both CRC-32s, sequence starts (strictly increasing, `< steps`), ids
+/// (`< experts`, distinct within each row) and weights (finite).
+/// Time O(file size); memory: the payload once plus the resulting trace.
+/// @throws wisp::format_error naming the byte offset and the problem.
+[[nodiscard]] inline routing_trace read_wtrace(std::istream& in) {
+  const std::uint64_t available = detail::wtrace_bytes_left(in);
+  const detail::wtrace_header w = detail::parse_wtrace_header(detail::read_wtrace_header_bytes(in));
+  const std::vector<std::uint8_t> body = detail::read_wtrace_payload(in, w, available);
+  return detail::decode_wtrace_payload(body.data(), w);
 }
 
 /// @brief Reads the `.wtrace` file at `path`, which must hold exactly one trace.
@@ -1801,7 +2180,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 /// each line begins a sequence.
 ///
 /// **Incomplete lines.** A line whose layer files disagree on its token count (a recorder that
-/// stopped early for some layers) is an error unless `esft_options::on_incomplete` says otherwise.
+/// stopped early for some layers) is an error unless `esft_config::on_incomplete` says otherwise.
 /// The files do not say which tokens a short line lacks; the importer assumes its last ones (the
 /// files agree on the line's first tokens): `skip` keeps the tokens every file holds and drops the
 /// rest, `keep` keeps every token with the layers that hold it. A line a file lacks altogether
@@ -1828,7 +2207,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 /// (`routing_trace::append_partial_step`). Either way the `import_report` says how many tokens
 /// and records were dropped or kept partial, so nothing is lost silently.
 /// @code
-/// wisp::jsonl_options opt;
+/// wisp::jsonl_config opt;
 /// opt.on_incomplete = wisp::incomplete_tokens::skip;
 /// auto [trace, report] = wisp::import_jsonl("routing.jsonl", opt);
 /// if (report.dropped_tokens > 0) { /* tell the user */ }
@@ -1843,32 +2222,20 @@ enum class incomplete_tokens : std::uint8_t {
   keep,   ///< keep the token with the layers present (a partial step)
 };
 
-/// Name as used on the command line: "error", "skip", "keep".
-[[nodiscard]] constexpr std::string_view to_string(incomplete_tokens p) noexcept {
-  switch (p) {
-    case incomplete_tokens::skip:
-      return "skip";
-    case incomplete_tokens::keep:
-      return "keep";
-    case incomplete_tokens::error:
-      break;
-  }
-  return "error";
-}
+/// Names as used on the command line: "error", "skip", "keep" (`to_string`, `from_string`).
+template <>
+struct enum_names<incomplete_tokens> {
+  static constexpr std::array<enum_name<incomplete_tokens>, 3> values{
+      {{incomplete_tokens::error, "error"},
+       {incomplete_tokens::skip, "skip"},
+       {incomplete_tokens::keep, "keep"}}};
+};
 
-/// From its name; `std::nullopt` when unknown.
-[[nodiscard]] constexpr std::optional<incomplete_tokens> parse_incomplete_tokens(
-    std::string_view name) noexcept {
-  if (name == "error") {
-    return incomplete_tokens::error;
-  }
-  if (name == "skip") {
-    return incomplete_tokens::skip;
-  }
-  if (name == "keep") {
-    return incomplete_tokens::keep;
-  }
-  return std::nullopt;
+/// @deprecated From its name: `from_string<incomplete_tokens>(name)`.
+[[deprecated("use wisp::from_string<wisp::incomplete_tokens>")]] [[nodiscard]] constexpr std::
+    optional<incomplete_tokens>
+    parse_incomplete_tokens(std::string_view name) noexcept {
+  return from_string<incomplete_tokens>(name);
 }
 
 /// @brief What an import found missing and what it did about it. A *record* is one (token,
@@ -1897,7 +2264,7 @@ struct imported_trace {
 namespace wisp {
 
 /// @brief Parameters of the ESFT model that the text files do not record.
-struct esft_options {
+struct esft_config {
   std::int32_t experts = 64;  ///< Routed experts per layer (DeepSeek-V2-Lite: 64).
   std::int32_t top_k = 6;     ///< Ids per token and layer (DeepSeek-V2-Lite: 6).
   /// What to do with the tokens of a line whose files disagree on its token count.
@@ -1906,6 +2273,8 @@ struct esft_options {
   /// progress display. Empty: not called.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
+/// @deprecated The settings are `esft_config`.
+using esft_options [[deprecated("use wisp::esft_config")]] = esft_config;
 
 namespace detail {
 
@@ -1921,11 +2290,89 @@ struct esft_file {
   throw format_error(offset, file + " line " + std::to_string(line) + ": " + what);
 }
 
+/// Splits the tab-separated fields of `part` (at byte `at` of its file) and calls
+/// `emit(field, offset, index)` for each; returns their count. An empty field is an error.
+template <class Emit>
+std::size_t esft_fields(std::string_view part, std::uint64_t at, const std::string& name,
+                        std::size_t line_no, Emit&& emit) {
+  std::size_t count = 0;
+  std::size_t p = 0;
+  while (true) {
+    std::size_t tab = part.find('\t', p);
+    if (tab == std::string_view::npos) {
+      tab = part.size();
+    }
+    const std::string_view f = part.substr(p, tab - p);
+    if (f.empty()) {
+      esft_fail(at + p, name, line_no, "empty field (stray tab) at field " + std::to_string(count));
+    }
+    emit(f, at + p, count);
+    ++count;
+    if (tab == part.size()) {
+      break;
+    }
+    p = tab + 1;
+  }
+  return count;
+}
+
+/// Parses one line's ids and weights (the line at byte `line_off`) into `out`.
+inline void parse_esft_line(std::string_view line, std::uint64_t line_off, const std::string& name,
+                            std::size_t line_no, const esft_config& opt, esft_file& out) {
+  const auto k = static_cast<std::size_t>(opt.top_k);
+  const std::size_t split = line.find("\t\t");
+  if (split == std::string_view::npos) {
+    esft_fail(line_off, name, line_no, "missing the double tab between ids and weights");
+  }
+  const std::size_t first_id = out.ids.size();
+  const std::size_t n_ids = esft_fields(
+      line.substr(0, split), line_off, name, line_no,
+      [&](std::string_view f, std::uint64_t off, std::size_t i) {
+        std::int64_t v = 0;
+        const auto r = std::from_chars(f.data(), f.data() + f.size(), v);
+        if (r.ec != std::errc{} || r.ptr != f.data() + f.size()) {
+          esft_fail(off, name, line_no, "bad expert id '" + std::string(f) + "'");
+        }
+        if (v < 0 || v >= opt.experts) {
+          esft_fail(off, name, line_no,
+                    "expert id " + std::to_string(v) + " out of range [0, " +
+                        std::to_string(opt.experts) + ") at token " + std::to_string(i / k));
+        }
+        const std::size_t row = first_id + (i / k) * k;
+        for (std::size_t j = row; j < out.ids.size(); ++j) {
+          if (out.ids[j] == v) {
+            esft_fail(
+                off, name, line_no,
+                "expert " + std::to_string(v) + " appears twice in token " + std::to_string(i / k));
+          }
+        }
+        out.ids.push_back(static_cast<std::int32_t>(v));
+      });
+  if (n_ids % k != 0) {
+    esft_fail(line_off, name, line_no,
+              std::to_string(n_ids) + " ids is not a multiple of top_k " + std::to_string(k));
+  }
+  const std::size_t n_w =
+      esft_fields(line.substr(split + 2), line_off + split + 2, name, line_no,
+                  [&](std::string_view f, std::uint64_t off, std::size_t) {
+                    float w = 0;
+                    const auto r = std::from_chars(f.data(), f.data() + f.size(), w);
+                    if (r.ec != std::errc{} || r.ptr != f.data() + f.size() || !std::isfinite(w)) {
+                      esft_fail(off, name, line_no, "bad weight '" + std::string(f) + "'");
+                    }
+                    out.weights.push_back(w);
+                  });
+  if (n_w != n_ids) {
+    esft_fail(line_off, name, line_no,
+              std::to_string(n_w) + " weights for " + std::to_string(n_ids) + " ids");
+  }
+  out.tokens.push_back(n_ids / k);
+}
+
 /// Parses one file's text. `line` numbers in errors are 1-based.
 [[nodiscard]] inline esft_file parse_esft_file(std::string_view text, const std::string& name,
-                                               const esft_options& opt) {
+                                               const esft_config& opt) {
   esft_file out;
-  const auto k = static_cast<std::size_t>(opt.top_k);
   std::size_t pos = 0;
   std::size_t line_no = 0;
   while (pos < text.size()) {
@@ -1943,74 +2390,7 @@ struct esft_file {
     if (line.empty()) {
       esft_fail(line_off, name, line_no, "empty line");
     }
-    const std::size_t split = line.find("\t\t");
-    if (split == std::string_view::npos) {
-      esft_fail(line_off, name, line_no, "missing the double tab between ids and weights");
-    }
-    // Parse one tab-separated field list into numbers; returns the count.
-    auto fields = [&](std::string_view part, std::size_t base, auto&& emit) {
-      std::size_t count = 0;
-      std::size_t p = 0;
-      while (true) {
-        std::size_t tab = part.find('\t', p);
-        if (tab == std::string_view::npos) {
-          tab = part.size();
-        }
-        const std::string_view f = part.substr(p, tab - p);
-        if (f.empty()) {
-          esft_fail(line_off + base + p, name, line_no,
-                    "empty field (stray tab) at field " + std::to_string(count));
-        }
-        emit(f, line_off + base + p, count);
-        ++count;
-        if (tab == part.size()) {
-          break;
-        }
-        p = tab + 1;
-      }
-      return count;
-    };
-    const std::size_t first_id = out.ids.size();
-    const std::size_t n_ids =
-        fields(line.substr(0, split), 0, [&](std::string_view f, std::uint64_t off, std::size_t i) {
-          std::int64_t v = 0;
-          const auto r = std::from_chars(f.data(), f.data() + f.size(), v);
-          if (r.ec != std::errc{} || r.ptr != f.data() + f.size()) {
-            esft_fail(off, name, line_no, "bad expert id '" + std::string(f) + "'");
-          }
-          if (v < 0 || v >= opt.experts) {
-            esft_fail(off, name, line_no,
-                      "expert id " + std::to_string(v) + " out of range [0, " +
-                          std::to_string(opt.experts) + ") at token " + std::to_string(i / k));
-          }
-          const std::size_t row = first_id + (i / k) * k;
-          for (std::size_t j = row; j < out.ids.size(); ++j) {
-            if (out.ids[j] == v) {
-              esft_fail(off, name, line_no,
-                        "expert " + std::to_string(v) + " appears twice in token " +
-                            std::to_string(i / k));
-            }
-          }
-          out.ids.push_back(static_cast<std::int32_t>(v));
-        });
-    if (n_ids % k != 0) {
-      esft_fail(line_off, name, line_no,
-                std::to_string(n_ids) + " ids is not a multiple of top_k " + std::to_string(k));
-    }
-    const std::size_t n_w = fields(
-        line.substr(split + 2), split + 2, [&](std::string_view f, std::uint64_t off, std::size_t) {
-          float w = 0;
-          const auto r = std::from_chars(f.data(), f.data() + f.size(), w);
-          if (r.ec != std::errc{} || r.ptr != f.data() + f.size() || !std::isfinite(w)) {
-            esft_fail(off, name, line_no, "bad weight '" + std::string(f) + "'");
-          }
-          out.weights.push_back(w);
-        });
-    if (n_w != n_ids) {
-      esft_fail(line_off, name, line_no,
-                std::to_string(n_w) + " weights for " + std::to_string(n_ids) + " ids");
-    }
-    out.tokens.push_back(n_ids / k);
+    parse_esft_line(line, line_off, name, line_no, opt, out);
   }
   return out;
 }
@@ -2021,7 +2401,7 @@ struct esft_file {
 /// the routing were top-k over uniformly chosen experts (real routing repeats experts between
 /// neighbouring tokens more often still, so the bound is conservative).
 inline void esft_check_top_k(const std::vector<esft_file>& files,
-                             const std::vector<std::string>& names, const esft_options& opt) {
+                             const std::vector<std::string>& names, const esft_config& opt) {
   const auto k = static_cast<std::size_t>(opt.top_k);
   const auto experts = static_cast<std::size_t>(opt.experts);
   std::vector<std::uint32_t> seen(experts, 0);
@@ -2072,23 +2452,12 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   }
 }
 
-}  // namespace detail
-
-/// @brief Imports an ESFT expert-score folder (see the file comment).
-///
-/// Reads every `expert_weights_<L>.txt` in `dir` (L must run 1..N without gaps), validates that
-/// all files have the same number of lines and the same token count per line (unless
-/// `opt.on_incomplete` skips or keeps the tokens of lines that differ), that every id is
-/// in `[0, experts)`, that each token's k ids are distinct and that weights match ids one to one.
-/// Time O(total text), memory O(activations) (all files are parsed before the trace is built).
-/// @throws wisp::logic_error if `opt` is not a valid shape; wisp::error if the folder or a file
-///         cannot be read (naming the operating system's reason); wisp::format_error naming the
-///         file, line and problem (the offset is the byte in that file), or when `top_k` does not
-///         fit the data (see the file comment).
-[[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
-                                                const esft_options& opt = {}) {
+/// The `expert_weights_<L>.txt` files of `dir` by L, which must run 1..N without gaps.
+/// @throws wisp::error if `dir` is not a readable folder; wisp::format_error on no or missing
+/// files.
+[[nodiscard]] inline std::map<long, std::filesystem::path> esft_layer_files(
+    const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
-  moe_shape{1, opt.experts, opt.top_k}.validate();
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
   if (status.type() == fs::file_type::not_found) {
@@ -2130,13 +2499,21 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
                        dir.string() + " (found " + std::to_string(layers) +
                        " files, largest index " + std::to_string(files.rbegin()->first) + ")");
   }
+  return files;
+}
 
+/// Parses every file (in layer order, their names into `names`), reporting progress; with
+/// `on_incomplete` = error, every file must have the first's lines and tokens per line.
+[[nodiscard]] inline std::vector<esft_file> esft_read_files(
+    const std::map<long, std::filesystem::path>& files, const esft_config& opt,
+    std::vector<std::string>& names) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
   std::uint64_t total_bytes = 0;
   for (const auto& [index, path] : files) {
     total_bytes += static_cast<std::uint64_t>(fs::file_size(path, ec));
   }
-  std::vector<detail::esft_file> parsed;
-  std::vector<std::string> names;
+  std::vector<esft_file> parsed;
   parsed.reserve(files.size());
   std::uint64_t read_bytes = 0;
   for (const auto& [index, path] : files) {
@@ -2144,7 +2521,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
     std::ostringstream text;
     text << in.rdbuf();
     names.push_back(path.filename().string());
-    parsed.push_back(detail::parse_esft_file(text.str(), names.back(), opt));
+    parsed.push_back(parse_esft_file(text.str(), names.back(), opt));
     read_bytes += text.str().size();
     if (opt.progress) {
       opt.progress(read_bytes, total_bytes);
@@ -2170,8 +2547,13 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
       }
     }
   }
-  detail::esft_check_top_k(parsed, names, opt);
+  return parsed;
+}
 
+/// The trace of the parsed files: line i of every file is sequence i, its tokens the steps;
+/// tokens some files lack are skipped or kept as `opt.on_incomplete` says, and counted.
+[[nodiscard]] inline imported_trace esft_build_trace(const std::vector<esft_file>& parsed,
+                                                     const esft_config& opt) {
   // Line i of file l holds tokens_of(l, i) tokens: 0 when the file is shorter.
   std::size_t lines = 0;
   for (const auto& f : parsed) {
@@ -2180,7 +2562,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   auto tokens_of = [&](std::size_t l, std::size_t i) {
     return i < parsed[l].tokens.size() ? parsed[l].tokens[i] : std::size_t{0};
   };
-  const auto L = static_cast<std::int32_t>(layers);
+  const auto L = static_cast<std::int32_t>(parsed.size());
   const auto k = static_cast<std::size_t>(opt.top_k);
   routing_trace trace({L, opt.experts, opt.top_k});
   trace.reserve(parsed.front().ids.size() / k);
@@ -2234,6 +2616,29 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   return {std::move(trace), report};
 }
 
+}  // namespace detail
+
+/// @brief Imports an ESFT expert-score folder (see the file comment).
+///
+/// Reads every `expert_weights_<L>.txt` in `dir` (L must run 1..N without gaps), validates that
+/// all files have the same number of lines and the same token count per line (unless
+/// `opt.on_incomplete` skips or keeps the tokens of lines that differ), that every id is
+/// in `[0, experts)`, that each token's k ids are distinct and that weights match ids one to one.
+/// Time O(total text), memory O(activations) (all files are parsed before the trace is built).
+/// @throws wisp::logic_error if `opt` is not a valid shape; wisp::error if the folder or a file
+///         cannot be read (naming the operating system's reason); wisp::format_error naming the
+///         file, line and problem (the offset is the byte in that file), or when `top_k` does not
+///         fit the data (see the file comment).
+[[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
+                                                const esft_config& opt = {}) {
+  moe_shape{1, opt.experts, opt.top_k}.validate();
+  const std::map<long, std::filesystem::path> files = detail::esft_layer_files(dir);
+  std::vector<std::string> names;
+  const std::vector<detail::esft_file> parsed = detail::esft_read_files(files, opt, names);
+  detail::esft_check_top_k(parsed, names, opt);
+  return detail::esft_build_trace(parsed, opt);
+}
+
 }  // namespace wisp
 // ---- end wisp/trace/esft.hpp -------------------------------------------------------------------
 
@@ -2246,14 +2651,14 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
 /// keep the order of their first appearance in the file and tokens ascend by `token_idx` within a
 /// group (gaps in `token_idx` are allowed: each distinct index is one step). Every (group, token)
 /// carries each layer at most once; a token that lacks layers is an error unless
-/// `jsonl_options::on_incomplete` says to skip or keep it (see import.hpp). Each group begins a
+/// `jsonl_config::on_incomplete` says to skip or keep it (see import.hpp). Each group begins a
 /// sequence (without a group key the whole file is one sequence). Unknown fields are skipped;
 /// `weights` is optional but must be present in all records or in none. The JSON is parsed by a
 /// small strict parser in the header (detail/json.hpp), so the core needs only the standard
 /// library.
 ///
 /// @code
-/// wisp::jsonl_options opt;
+/// wisp::jsonl_config opt;
 /// opt.group_key = "problem_id";
 /// const wisp::routing_trace trace = wisp::import_jsonl("routing.jsonl", opt).trace;
 /// @endcode
@@ -2345,62 +2750,10 @@ class json_parser {
     json_value v;
     const char c = s_[i_];
     if (c == '{') {
-      v.type = json_value::kind::object;
-      ++i_;
-      skip_ws();
-      if (i_ < s_.size() && s_[i_] == '}') {
-        ++i_;
-        return v;
-      }
-      while (true) {
-        skip_ws();
-        if (i_ >= s_.size() || s_[i_] != '"') {
-          fail("expected a string key");
-        }
-        std::string key = parse_string();
-        if (v.find(key) != nullptr) {
-          fail("duplicate key \"" + key + "\"");
-        }
-        skip_ws();
-        if (i_ >= s_.size() || s_[i_] != ':') {
-          fail("expected ':' after a key");
-        }
-        ++i_;
-        json_value member = parse_value(depth + 1);
-        v.members.push_back(json_member{std::move(key), std::move(member)});
-        skip_ws();
-        if (i_ < s_.size() && s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (i_ < s_.size() && s_[i_] == '}') {
-          ++i_;
-          return v;
-        }
-        fail("expected ',' or '}' in an object");
-      }
+      return parse_object(depth);
     }
     if (c == '[') {
-      v.type = json_value::kind::array;
-      ++i_;
-      skip_ws();
-      if (i_ < s_.size() && s_[i_] == ']') {
-        ++i_;
-        return v;
-      }
-      while (true) {
-        v.items.push_back(parse_value(depth + 1));
-        skip_ws();
-        if (i_ < s_.size() && s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (i_ < s_.size() && s_[i_] == ']') {
-          ++i_;
-          return v;
-        }
-        fail("expected ',' or ']' in an array");
-      }
+      return parse_array(depth);
     }
     if (c == '"') {
       v.type = json_value::kind::string;
@@ -2426,6 +2779,70 @@ class json_parser {
       return parse_number();
     }
     fail(std::string("unexpected character '") + c + "'");
+  }
+
+  // The object at `i_` (its '{'), members at `depth + 1`; duplicate keys are an error.
+  json_value parse_object(int depth) {
+    json_value v;
+    v.type = json_value::kind::object;
+    ++i_;
+    skip_ws();
+    if (i_ < s_.size() && s_[i_] == '}') {
+      ++i_;
+      return v;
+    }
+    while (true) {
+      skip_ws();
+      if (i_ >= s_.size() || s_[i_] != '"') {
+        fail("expected a string key");
+      }
+      std::string key = parse_string();
+      if (v.find(key) != nullptr) {
+        fail("duplicate key \"" + key + "\"");
+      }
+      skip_ws();
+      if (i_ >= s_.size() || s_[i_] != ':') {
+        fail("expected ':' after a key");
+      }
+      ++i_;
+      json_value member = parse_value(depth + 1);
+      v.members.push_back(json_member{std::move(key), std::move(member)});
+      skip_ws();
+      if (i_ < s_.size() && s_[i_] == ',') {
+        ++i_;
+        continue;
+      }
+      if (i_ < s_.size() && s_[i_] == '}') {
+        ++i_;
+        return v;
+      }
+      fail("expected ',' or '}' in an object");
+    }
+  }
+
+  // The array at `i_` (its '['), items at `depth + 1`.
+  json_value parse_array(int depth) {
+    json_value v;
+    v.type = json_value::kind::array;
+    ++i_;
+    skip_ws();
+    if (i_ < s_.size() && s_[i_] == ']') {
+      ++i_;
+      return v;
+    }
+    while (true) {
+      v.items.push_back(parse_value(depth + 1));
+      skip_ws();
+      if (i_ < s_.size() && s_[i_] == ',') {
+        ++i_;
+        continue;
+      }
+      if (i_ < s_.size() && s_[i_] == ']') {
+        ++i_;
+        return v;
+      }
+      fail("expected ',' or ']' in an array");
+    }
   }
 
   static bool digit(char c) noexcept { return c >= '0' && c <= '9'; }
@@ -2597,7 +3014,7 @@ class json_parser {
 namespace wisp {
 
 /// @brief How to read a JSONL routing log.
-struct jsonl_options {
+struct jsonl_config {
   /// Field whose value (string or number) groups records into sequences; empty: no grouping.
   std::string group_key;
   /// Experts per layer; 0 infers `max id + 1`.
@@ -2614,6 +3031,8 @@ struct jsonl_options {
   /// progress display. Empty: not called.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
+/// @deprecated The settings are `jsonl_config`.
+using jsonl_options [[deprecated("use wisp::jsonl_config")]] = jsonl_config;
 
 namespace detail {
 
@@ -2643,167 +3062,148 @@ struct jsonl_record {
   return static_cast<std::int64_t>(v->number);
 }
 
-}  // namespace detail
-
-/// @brief Imports a JSONL routing log from `in` (see the file comment for the record format).
-/// `size` is the input's length for `opt.progress` (0 when unknown).
-/// Time O(n log n) in the number of records, memory O(file) during import.
-/// @throws wisp::format_error naming the line (and its byte offset) for malformed JSON, missing or
-///         mistyped fields, inconsistent k, ids out of range or repeated within a record, weights
-///         present in some records only, a layer given twice for a (group, token), a layer missing
-///         for one (unless `opt.on_incomplete` skips or keeps such tokens), or an empty input;
-///         wisp::logic_error if the options give an invalid shape.
-[[nodiscard]] inline imported_trace import_jsonl(std::istream& in, const jsonl_options& opt = {},
-                                                 std::uint64_t size = 0) {
-  using detail::jsonl_fail;
-  std::vector<detail::jsonl_record> records;
+// What the records read so far hold: the records, their ids and weights (flat), the groups in
+// order of first appearance, and what every record must agree on.
+struct jsonl_parsed {
+  std::vector<jsonl_record> records;
   std::vector<std::int32_t> ids;
   std::vector<float> weights;
-  std::map<std::string, std::size_t> groups;  // group value (type-tagged) -> first-appearance index
+  std::map<std::string, std::size_t> groups;  // group value (type-tagged) -> first-appearance
   std::int64_t k = -1;
   int with_weights = -1;
   std::int64_t max_layer = -1;
   std::int64_t max_id = -1;
-  std::uint64_t offset = 0;
-  std::size_t line_no = 0;
-  std::string line;
-  std::uint64_t reported = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    const std::uint64_t off = offset;
-    offset += line.size() + 1;
-    if (opt.progress && offset - reported >= (std::uint64_t{1} << 20)) {
-      reported = offset;
-      opt.progress(offset, size);
-    }
-    if (line.find_first_not_of(" \t\r") == std::string::npos) {
-      continue;  // blank line
-    }
-    wisp::detail::json_value v;
-    try {
-      v = wisp::detail::json_parser(line, off).parse_document();
-    } catch (const format_error& e) {
-      jsonl_fail(e.offset(), line_no, e.problem());
-    }
-    if (v.type != wisp::detail::json_value::kind::object) {
-      jsonl_fail(off, line_no, "record is not a JSON object");
-    }
-    detail::jsonl_record rec{};
-    rec.line = line_no;
-    rec.offset = off;
-    const std::int64_t layer =
-        detail::jsonl_int(v.find(opt.layer_key), opt.layer_key, off, line_no);
-    if (layer < 0 || layer > 1'000'000 || (opt.layers > 0 && layer >= opt.layers)) {
-      jsonl_fail(off, line_no, "layer " + std::to_string(layer) + " out of range");
-    }
-    rec.layer = static_cast<std::int32_t>(layer);
-    max_layer = std::max(max_layer, layer);
-    rec.token = detail::jsonl_int(v.find(opt.token_key), opt.token_key, off, line_no);
-    if (rec.token < 0) {
-      jsonl_fail(off, line_no, "negative " + opt.token_key);
-    }
-    std::string group_name;
-    if (!opt.group_key.empty()) {
-      const wisp::detail::json_value* g = v.find(opt.group_key);
-      if (g == nullptr) {
-        jsonl_fail(off, line_no, "missing group field \"" + opt.group_key + "\"");
-      }
-      if (g->type == wisp::detail::json_value::kind::string) {
-        group_name = "s" + g->text;
-      } else if (g->type == wisp::detail::json_value::kind::number) {
-        group_name = "n" + g->text;
-      } else {
-        jsonl_fail(off, line_no, "group field \"" + opt.group_key + "\" is not a string or number");
-      }
-    }
-    rec.group = groups.emplace(group_name, groups.size()).first->second;
+};
 
-    const wisp::detail::json_value* e = v.find(opt.experts_key);
-    if (e == nullptr || e->type != wisp::detail::json_value::kind::array) {
-      jsonl_fail(off, line_no, "missing or non-array field \"" + opt.experts_key + "\"");
-    }
-    if (e->items.empty()) {
-      jsonl_fail(off, line_no, "empty \"" + opt.experts_key + "\"");
-    }
-    if (k < 0) {
-      k = static_cast<std::int64_t>(e->items.size());
-    } else if (static_cast<std::int64_t>(e->items.size()) != k) {
-      jsonl_fail(off, line_no,
-                 std::to_string(e->items.size()) + " experts but earlier records have " +
-                     std::to_string(k));
-    }
-    rec.first = ids.size();
-    for (const auto& item : e->items) {
-      const std::int64_t id = detail::jsonl_int(&item, opt.experts_key, off, line_no);
-      if (id < 0 || id >= moe_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
-        jsonl_fail(off, line_no, "expert id " + std::to_string(id) + " out of range");
-      }
-      for (std::size_t j = rec.first; j < ids.size(); ++j) {
-        if (ids[j] == id) {
-          jsonl_fail(off, line_no, "expert " + std::to_string(id) + " appears twice");
-        }
-      }
-      ids.push_back(static_cast<std::int32_t>(id));
-      max_id = std::max(max_id, id);
-    }
-    const wisp::detail::json_value* w = v.find(opt.weights_key);
-    const bool has_w = w != nullptr && w->type != wisp::detail::json_value::kind::null;
-    if (with_weights < 0) {
-      with_weights = has_w ? 1 : 0;
-    } else if ((with_weights == 1) != has_w) {
-      jsonl_fail(off, line_no,
-                 has_w ? "has weights but earlier records do not"
-                       : "has no weights but earlier "
-                         "records do");
-    }
-    if (has_w) {
-      if (w->type != wisp::detail::json_value::kind::array ||
-          static_cast<std::int64_t>(w->items.size()) != k) {
-        jsonl_fail(
-            off, line_no,
-            "\"" + opt.weights_key + "\" must be an array of " + std::to_string(k) + " numbers");
-      }
-      for (const auto& item : w->items) {
-        if (item.type != wisp::detail::json_value::kind::number) {
-          jsonl_fail(off, line_no, "weight is not a number");
-        }
-        const auto f = static_cast<float>(item.number);
-        if (!std::isfinite(f)) {
-          jsonl_fail(off, line_no, "weight does not fit a float");
-        }
-        weights.push_back(f);
-      }
-    }
-    records.push_back(rec);
+// The group of record `v` (type-tagged so that "1" and 1 differ), or "" without grouping.
+[[nodiscard]] inline std::string jsonl_group(const json_value& v, const jsonl_config& opt,
+                                             std::uint64_t off, std::size_t line) {
+  if (opt.group_key.empty()) {
+    return {};
   }
-  if (in.bad()) {
-    WISP_FAIL(wisp::error, "reading the JSONL input failed");
+  const json_value* g = v.find(opt.group_key);
+  if (g == nullptr) {
+    jsonl_fail(off, line, "missing group field \"" + opt.group_key + "\"");
   }
-  if (records.empty()) {
-    throw format_error("JSONL input holds no records");
+  if (g->type == json_value::kind::string) {
+    return "s" + g->text;
   }
-  const auto layers = opt.layers > 0 ? opt.layers : static_cast<std::int32_t>(max_layer + 1);
-  const auto experts = opt.experts > 0 ? opt.experts : static_cast<std::int32_t>(max_id + 1);
-  if (k > experts) {
-    throw format_error("top-k " + std::to_string(k) + " exceeds the " + std::to_string(experts) +
-                       " experts");
+  if (g->type != json_value::kind::number) {
+    jsonl_fail(off, line, "group field \"" + opt.group_key + "\" is not a string or number");
   }
-  routing_trace trace({layers, experts, static_cast<std::int32_t>(k)});
+  return "n" + g->text;
+}
 
-  std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
-    if (a.group != b.group) {
-      return a.group < b.group;
+// Appends the expert ids of record `v` to `p.ids`: k of them (the first record sets k), each in
+// range and distinct.
+inline void jsonl_experts(const json_value& v, const jsonl_config& opt, std::uint64_t off,
+                          std::size_t line, jsonl_parsed& p) {
+  const json_value* e = v.find(opt.experts_key);
+  if (e == nullptr || e->type != json_value::kind::array) {
+    jsonl_fail(off, line, "missing or non-array field \"" + opt.experts_key + "\"");
+  }
+  if (e->items.empty()) {
+    jsonl_fail(off, line, "empty \"" + opt.experts_key + "\"");
+  }
+  if (p.k < 0) {
+    p.k = static_cast<std::int64_t>(e->items.size());
+  } else if (static_cast<std::int64_t>(e->items.size()) != p.k) {
+    jsonl_fail(off, line,
+               std::to_string(e->items.size()) + " experts but earlier records have " +
+                   std::to_string(p.k));
+  }
+  const std::size_t first = p.ids.size();
+  for (const auto& item : e->items) {
+    const std::int64_t id = jsonl_int(&item, opt.experts_key, off, line);
+    if (id < 0 || id >= moe_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
+      jsonl_fail(off, line, "expert id " + std::to_string(id) + " out of range");
     }
-    if (a.token != b.token) {
-      return a.token < b.token;
+    for (std::size_t j = first; j < p.ids.size(); ++j) {
+      if (p.ids[j] == id) {
+        jsonl_fail(off, line, "expert " + std::to_string(id) + " appears twice");
+      }
     }
-    return a.layer < b.layer;
-  });
-  const auto uk = static_cast<std::size_t>(k);
+    p.ids.push_back(static_cast<std::int32_t>(id));
+    p.max_id = std::max(p.max_id, id);
+  }
+}
+
+// Appends the weights of record `v` to `p.weights`: every record has them or none does.
+inline void jsonl_weights(const json_value& v, const jsonl_config& opt, std::uint64_t off,
+                          std::size_t line, jsonl_parsed& p) {
+  const json_value* w = v.find(opt.weights_key);
+  const bool has_w = w != nullptr && w->type != json_value::kind::null;
+  if (p.with_weights < 0) {
+    p.with_weights = has_w ? 1 : 0;
+  } else if ((p.with_weights == 1) != has_w) {
+    jsonl_fail(off, line,
+               has_w ? "has weights but earlier records do not"
+                     : "has no weights but earlier "
+                       "records do");
+  }
+  if (!has_w) {
+    return;
+  }
+  if (w->type != json_value::kind::array || static_cast<std::int64_t>(w->items.size()) != p.k) {
+    jsonl_fail(
+        off, line,
+        "\"" + opt.weights_key + "\" must be an array of " + std::to_string(p.k) + " numbers");
+  }
+  for (const auto& item : w->items) {
+    if (item.type != json_value::kind::number) {
+      jsonl_fail(off, line, "weight is not a number");
+    }
+    const auto f = static_cast<float>(item.number);
+    if (!std::isfinite(f)) {
+      jsonl_fail(off, line, "weight does not fit a float");
+    }
+    p.weights.push_back(f);
+  }
+}
+
+// Parses the non-blank line `text` (number `line`, at byte `off`) as one record into `p`.
+inline void jsonl_parse_line(const std::string& text, std::uint64_t off, std::size_t line,
+                             const jsonl_config& opt, jsonl_parsed& p) {
+  json_value v;
+  try {
+    v = json_parser(text, off).parse_document();
+  } catch (const format_error& e) {
+    jsonl_fail(e.offset(), line, e.problem());
+  }
+  if (v.type != json_value::kind::object) {
+    jsonl_fail(off, line, "record is not a JSON object");
+  }
+  jsonl_record rec{};
+  rec.line = line;
+  rec.offset = off;
+  const std::int64_t layer = jsonl_int(v.find(opt.layer_key), opt.layer_key, off, line);
+  if (layer < 0 || layer > 1'000'000 || (opt.layers > 0 && layer >= opt.layers)) {
+    jsonl_fail(off, line, "layer " + std::to_string(layer) + " out of range");
+  }
+  rec.layer = static_cast<std::int32_t>(layer);
+  p.max_layer = std::max(p.max_layer, layer);
+  rec.token = jsonl_int(v.find(opt.token_key), opt.token_key, off, line);
+  if (rec.token < 0) {
+    jsonl_fail(off, line, "negative " + opt.token_key);
+  }
+  rec.group = p.groups.emplace(jsonl_group(v, opt, off, line), p.groups.size()).first->second;
+  rec.first = p.ids.size();
+  jsonl_experts(v, opt, off, line, p);
+  jsonl_weights(v, opt, off, line, p);
+  p.records.push_back(rec);
+}
+
+// The steps of the records, token by token in (group, token) order: complete tokens appended,
+// incomplete ones refused, skipped or kept as `opt.on_incomplete` says and counted in `report`.
+// `p.records` must be sorted by (group, token, layer).
+inline void jsonl_append_steps(const jsonl_parsed& p, const jsonl_config& opt, routing_trace& trace,
+                               import_report& report) {
+  const std::int32_t layers = trace.shape().layers;
+  const auto uk = static_cast<std::size_t>(p.k);
+  const std::vector<jsonl_record>& records = p.records;
   std::vector<std::int32_t> step_ids(static_cast<std::size_t>(layers) * uk);
-  std::vector<float> step_w(with_weights == 1 ? step_ids.size() : 0);
+  std::vector<float> step_w(p.with_weights == 1 ? step_ids.size() : 0);
   std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
-  import_report report;
   std::size_t current_group = records.front().group + 1;
   std::size_t incomplete_group = current_group;  // last group counted in incomplete_sequences
   for (std::size_t i = 0; i < records.size();) {
@@ -2822,9 +3222,9 @@ struct jsonl_record {
       }
       present[static_cast<std::size_t>(r.layer)] = 1;
       const auto at = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r.layer) * uk);
-      std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk, step_ids.begin() + at);
+      std::copy_n(p.ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk, step_ids.begin() + at);
       if (!step_w.empty()) {
-        std::copy_n(weights.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
+        std::copy_n(p.weights.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
                     step_w.begin() + at);
       }
     }
@@ -2858,6 +3258,61 @@ struct jsonl_record {
       trace.append_partial_step(step_ids, present, step_w);
     }
   }
+}
+
+}  // namespace detail
+
+/// @brief Imports a JSONL routing log from `in` (see the file comment for the record format).
+/// `size` is the input's length for `opt.progress` (0 when unknown).
+/// Time O(n log n) in the number of records, memory O(file) during import.
+/// @throws wisp::format_error naming the line (and its byte offset) for malformed JSON, missing or
+///         mistyped fields, inconsistent k, ids out of range or repeated within a record, weights
+///         present in some records only, a layer given twice for a (group, token), a layer missing
+///         for one (unless `opt.on_incomplete` skips or keeps such tokens), or an empty input;
+///         wisp::logic_error if the options give an invalid shape.
+[[nodiscard]] inline imported_trace import_jsonl(std::istream& in, const jsonl_config& opt = {},
+                                                 std::uint64_t size = 0) {
+  detail::jsonl_parsed p;
+  std::uint64_t offset = 0;
+  std::size_t line_no = 0;
+  std::string line;
+  std::uint64_t reported = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::uint64_t off = offset;
+    offset += line.size() + 1;
+    if (opt.progress && offset - reported >= (std::uint64_t{1} << 20)) {
+      reported = offset;
+      opt.progress(offset, size);
+    }
+    if (line.find_first_not_of(" \t\r") != std::string::npos) {  // blank lines are skipped
+      detail::jsonl_parse_line(line, off, line_no, opt, p);
+    }
+  }
+  if (in.bad()) {
+    WISP_FAIL(wisp::error, "reading the JSONL input failed");
+  }
+  if (p.records.empty()) {
+    throw format_error("JSONL input holds no records");
+  }
+  const auto layers = opt.layers > 0 ? opt.layers : static_cast<std::int32_t>(p.max_layer + 1);
+  const auto experts = opt.experts > 0 ? opt.experts : static_cast<std::int32_t>(p.max_id + 1);
+  if (p.k > experts) {
+    throw format_error("top-k " + std::to_string(p.k) + " exceeds the " + std::to_string(experts) +
+                       " experts");
+  }
+  routing_trace trace({layers, experts, static_cast<std::int32_t>(p.k)});
+  std::stable_sort(p.records.begin(), p.records.end(), [](const auto& a, const auto& b) {
+    if (a.group != b.group) {
+      return a.group < b.group;
+    }
+    if (a.token != b.token) {
+      return a.token < b.token;
+    }
+    return a.layer < b.layer;
+  });
+  import_report report;
+  detail::jsonl_append_steps(p, opt, trace, report);
   return {std::move(trace), report};
 }
 
@@ -2865,7 +3320,7 @@ struct jsonl_record {
 /// the operating system's reason); wisp::format_error as the stream overload (the message names
 /// the file).
 [[nodiscard]] inline imported_trace import_jsonl(const std::filesystem::path& path,
-                                                 const jsonl_options& opt = {}) {
+                                                 const jsonl_config& opt = {}) {
   std::ifstream in = wisp::detail::open_for_reading(path);
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
@@ -3044,6 +3499,148 @@ namespace detail {
   return i;
 }
 
+/// The router of `make_synthetic_trace`: per-layer Zipf popularity over a random ranking, the
+/// co-activation links, the topics' working sets and the current one, all drawn from one
+/// generator in a fixed order (so a trace depends only on the config, the steps and the seed).
+class synthetic_router {
+ public:
+  synthetic_router(const synthetic_config& cfg, std::uint64_t seed)
+      : L_(static_cast<std::size_t>(cfg.layers)),
+        E_(static_cast<std::size_t>(cfg.experts)),
+        K_(static_cast<std::size_t>(cfg.top_k)),
+        W_(static_cast<std::size_t>(cfg.working_set)),
+        T_(static_cast<std::size_t>(cfg.topics)),
+        rng_(seed),
+        base_(L_ * E_),
+        link_(L_ * E_),
+        w_(E_),
+        topics_(T_ * L_ * W_),
+        hot_(L_ * W_),
+        in_hot_(L_ * E_, 0) {
+    // Mass of each component, quantised once. Scale 2^40 keeps sums of <= 65536 terms below 2^57.
+    constexpr double scale = 1099511627776.0;  // 2^40
+    hot_weight_ =
+        static_cast<std::uint64_t>(std::llround(cfg.locality * scale / static_cast<double>(W_)));
+    link_weight_ = static_cast<std::uint64_t>(
+        std::llround(cfg.coactivation * scale / static_cast<double>(K_)));
+    draw_popularity(cfg, 1.0 - cfg.locality - cfg.coactivation, scale);
+    for (std::size_t t = 0; t < T_; ++t) {  // each topic holds a working set per layer
+      for (std::size_t l = 0; l < L_; ++l) {
+        draw_popular(l, W_, topics_.data() + (t * L_ + l) * W_);
+      }
+    }
+  }
+
+  [[nodiscard]] xoshiro256ss& rng() noexcept { return rng_; }
+  [[nodiscard]] std::size_t topics() const noexcept { return T_; }
+
+  /// Makes topic `t`'s working sets the current ones.
+  void set_topic(std::size_t t) {
+    std::fill(in_hot_.begin(), in_hot_.end(), std::uint8_t{0});
+    std::copy_n(topics_.begin() + static_cast<std::ptrdiff_t>(t * L_ * W_), L_ * W_, hot_.begin());
+    for (std::size_t l = 0; l < L_; ++l) {
+      for (std::size_t i = 0; i < W_; ++i) {
+        in_hot_[l * E_ + hot_[l * W_ + i]] = 1;
+      }
+    }
+  }
+
+  /// Routes layer `l` of a step into `ids[l*K, (l+1)*K)` (layer l-1's ids already there): first
+  /// the drift of its working set (with probability `p_drift`), then K distinct draws.
+  void route_layer(std::size_t l, std::uint64_t p_drift, std::vector<std::int32_t>& ids) {
+    // Drift: replace one hot expert by a popular expert outside the working set.
+    if (W_ < E_ && rng_.chance(p_drift)) {
+      const std::size_t victim = static_cast<std::size_t>(rng_.below(W_));
+      std::uint64_t total = 0;
+      for (std::size_t e = 0; e < E_; ++e) {
+        w_[e] = in_hot_[l * E_ + e] != 0 ? 0 : base_[l * E_ + e];
+        total += w_[e];
+      }
+      const std::size_t e = draw_weighted(w_, total, rng_);
+      in_hot_[l * E_ + hot_[l * W_ + victim]] = 0;
+      hot_[l * W_ + victim] = static_cast<std::uint32_t>(e);
+      in_hot_[l * E_ + e] = 1;
+    }
+    std::uint64_t total = 0;
+    for (std::size_t e = 0; e < E_; ++e) {
+      w_[e] = base_[l * E_ + e] + (in_hot_[l * E_ + e] != 0 ? hot_weight_ : 0);
+    }
+    if (l > 0) {
+      for (std::size_t j = 0; j < K_; ++j) {
+        w_[link_[l * E_ + static_cast<std::size_t>(ids[(l - 1) * K_ + j])]] += link_weight_;
+      }
+    }
+    for (std::size_t e = 0; e < E_; ++e) {
+      total += w_[e];
+    }
+    for (std::size_t j = 0; j < K_; ++j) {
+      const std::size_t e = draw_weighted(w_, total, rng_);
+      ids[l * K_ + j] = static_cast<std::int32_t>(e);
+      total -= w_[e];
+      w_[e] = 0;
+    }
+  }
+
+ private:
+  // Per-layer popularity: Zipf weights over a random ranking (every expert keeps weight >= 1),
+  // then the layer's co-activation links (a random permutation).
+  void draw_popularity(const synthetic_config& cfg, double base_mass, double scale) {
+    std::vector<std::uint32_t> perm(E_);
+    for (std::size_t l = 0; l < L_; ++l) {
+      const double u = static_cast<double>(rng_.below(2001)) / 1000.0 - 1.0;
+      const double s = cfg.zipf_exponent * (1.0 + cfg.zipf_spread * u);
+      for (std::size_t e = 0; e < E_; ++e) {
+        perm[e] = static_cast<std::uint32_t>(e);
+      }
+      for (std::size_t e = E_; e > 1; --e) {  // Fisher-Yates
+        std::swap(perm[e - 1], perm[rng_.below(e)]);
+      }
+      double norm = 0;
+      for (std::size_t r = 0; r < E_; ++r) {
+        norm += 1.0 / std::pow(static_cast<double>(r + 1), s);
+      }
+      for (std::size_t r = 0; r < E_; ++r) {
+        const double p = 1.0 / std::pow(static_cast<double>(r + 1), s) / norm;
+        base_[l * E_ + perm[r]] = std::max<std::uint64_t>(
+            1, static_cast<std::uint64_t>(std::llround(p * base_mass * scale)));
+      }
+      for (std::size_t e = 0; e < E_; ++e) {
+        perm[e] = static_cast<std::uint32_t>(e);
+      }
+      for (std::size_t e = E_; e > 1; --e) {
+        std::swap(perm[e - 1], perm[rng_.below(e)]);
+      }
+      std::copy(perm.begin(), perm.end(), link_.begin() + static_cast<std::ptrdiff_t>(l * E_));
+    }
+  }
+
+  // Draws `count` distinct experts of layer l from the popularity distribution into `out`.
+  void draw_popular(std::size_t l, std::size_t count, std::uint32_t* out) {
+    std::uint64_t total = 0;
+    for (std::size_t e = 0; e < E_; ++e) {
+      w_[e] = base_[l * E_ + e];
+      total += w_[e];
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t e = draw_weighted(w_, total, rng_);
+      out[i] = static_cast<std::uint32_t>(e);
+      total -= w_[e];
+      w_[e] = 0;
+    }
+  }
+
+  std::size_t L_, E_, K_, W_, T_;
+  xoshiro256ss rng_;
+  std::vector<std::uint64_t> base_;    // popularity weight of (layer, expert)
+  std::vector<std::uint32_t> link_;    // link[l*E + e]: image at layer l of expert e at l-1
+  std::vector<std::uint64_t> w_;       // draw weights of one layer (scratch)
+  std::vector<std::uint32_t> topics_;  // topic t's working set of layer l at (t*L + l)*W
+  std::vector<std::uint32_t> hot_;     // current working sets
+  std::vector<std::uint8_t> in_hot_;   // membership of `hot_`
+  std::uint64_t hot_weight_ = 0;
+  std::uint64_t link_weight_ = 0;
+};
+
 }  // namespace detail
 
 /// @brief Generates `steps` steps of synthetic routing. Deterministic in (`cfg`, `steps`, `seed`).
@@ -3054,136 +3651,25 @@ namespace detail {
                                                         std::size_t steps, std::uint64_t seed) {
   cfg.validate();
   WISP_EXPECTS(steps <= routing_trace::max_steps, "too many steps: ", steps);
-  const auto L = static_cast<std::size_t>(cfg.layers);
-  const auto E = static_cast<std::size_t>(cfg.experts);
-  const auto K = static_cast<std::size_t>(cfg.top_k);
-  const auto W = static_cast<std::size_t>(cfg.working_set);
-  wisp::detail::xoshiro256ss rng(seed);
-
-  // Mass of each component, quantised once. Scale 2^40 keeps sums of <= 65536 terms below 2^57.
-  constexpr double scale = 1099511627776.0;  // 2^40
-  const double base_mass = 1.0 - cfg.locality - cfg.coactivation;
-  const auto hot_weight =
-      static_cast<std::uint64_t>(std::llround(cfg.locality * scale / static_cast<double>(W)));
-  const auto link_weight =
-      static_cast<std::uint64_t>(std::llround(cfg.coactivation * scale / static_cast<double>(K)));
-
-  // Per-layer popularity: Zipf weights over a random ranking; every expert keeps weight >= 1.
-  std::vector<std::uint64_t> base(L * E);
-  std::vector<std::uint32_t> link(L * E);  // link[l*E + e]: image at layer l of expert e at l-1
-  std::vector<std::uint32_t> perm(E);
-  for (std::size_t l = 0; l < L; ++l) {
-    const double u = static_cast<double>(rng.below(2001)) / 1000.0 - 1.0;
-    const double s = cfg.zipf_exponent * (1.0 + cfg.zipf_spread * u);
-    for (std::size_t e = 0; e < E; ++e) {
-      perm[e] = static_cast<std::uint32_t>(e);
-    }
-    for (std::size_t e = E; e > 1; --e) {  // Fisher-Yates
-      std::swap(perm[e - 1], perm[rng.below(e)]);
-    }
-    double norm = 0;
-    for (std::size_t r = 0; r < E; ++r) {
-      norm += 1.0 / std::pow(static_cast<double>(r + 1), s);
-    }
-    for (std::size_t r = 0; r < E; ++r) {
-      const double p = 1.0 / std::pow(static_cast<double>(r + 1), s) / norm;
-      base[l * E + perm[r]] = std::max<std::uint64_t>(
-          1, static_cast<std::uint64_t>(std::llround(p * base_mass * scale)));
-    }
-    for (std::size_t e = 0; e < E; ++e) {
-      perm[e] = static_cast<std::uint32_t>(e);
-    }
-    for (std::size_t e = E; e > 1; --e) {
-      std::swap(perm[e - 1], perm[rng.below(e)]);
-    }
-    std::copy(perm.begin(), perm.end(), link.begin() + static_cast<std::ptrdiff_t>(l * E));
-  }
-
-  std::vector<std::uint64_t> w(E);
-  // Draws `count` distinct experts of layer l from the popularity distribution into `out`.
-  auto draw_popular = [&](std::size_t l, std::size_t count, std::uint32_t* out) {
-    std::uint64_t total = 0;
-    for (std::size_t e = 0; e < E; ++e) {
-      w[e] = base[l * E + e];
-      total += w[e];
-    }
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::size_t e = detail::draw_weighted(w, total, rng);
-      out[i] = static_cast<std::uint32_t>(e);
-      total -= w[e];
-      w[e] = 0;
-    }
-  };
-
-  // Topic pool: each topic holds a working set per layer.
-  const auto T = static_cast<std::size_t>(cfg.topics);
-  std::vector<std::uint32_t> topics(T * L * W);
-  for (std::size_t t = 0; t < T; ++t) {
-    for (std::size_t l = 0; l < L; ++l) {
-      draw_popular(l, W, topics.data() + (t * L + l) * W);
-    }
-  }
-
+  detail::synthetic_router router(cfg, seed);
+  detail::xoshiro256ss& rng = router.rng();
   const std::uint64_t p_new_sequence =
       wisp::detail::probability_threshold(1.0 / cfg.mean_sequence_length);
   const std::uint64_t p_shift = wisp::detail::probability_threshold(cfg.topic_shift_probability);
   const std::uint64_t p_drift = wisp::detail::probability_threshold(cfg.drift_rate);
-
   routing_trace trace({cfg.layers, cfg.experts, cfg.top_k});
   trace.reserve(steps);
-  std::vector<std::uint32_t> hot(L * W);       // current working sets
-  std::vector<std::uint8_t> in_hot(L * E, 0);  // membership of `hot`
-  std::vector<std::int32_t> ids(L * K);
-  std::vector<std::uint32_t> fresh(W + 1);
-  auto set_topic = [&](std::size_t t) {
-    std::fill(in_hot.begin(), in_hot.end(), std::uint8_t{0});
-    std::copy_n(topics.begin() + static_cast<std::ptrdiff_t>(t * L * W), L * W, hot.begin());
-    for (std::size_t l = 0; l < L; ++l) {
-      for (std::size_t i = 0; i < W; ++i) {
-        in_hot[l * E + hot[l * W + i]] = 1;
-      }
-    }
-  };
-
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(cfg.layers) *
+                                static_cast<std::size_t>(cfg.top_k));
   for (std::size_t step = 0; step < steps; ++step) {
     if (step == 0 || rng.chance(p_new_sequence)) {
       trace.begin_sequence();
-      set_topic(static_cast<std::size_t>(rng.below(T)));
+      router.set_topic(static_cast<std::size_t>(rng.below(router.topics())));
     } else if (rng.chance(p_shift)) {
-      set_topic(static_cast<std::size_t>(rng.below(T)));
+      router.set_topic(static_cast<std::size_t>(rng.below(router.topics())));
     }
-    for (std::size_t l = 0; l < L; ++l) {
-      // Drift: replace one hot expert by a popular expert outside the working set.
-      if (W < E && rng.chance(p_drift)) {
-        const std::size_t victim = static_cast<std::size_t>(rng.below(W));
-        std::uint64_t total = 0;
-        for (std::size_t e = 0; e < E; ++e) {
-          w[e] = in_hot[l * E + e] != 0 ? 0 : base[l * E + e];
-          total += w[e];
-        }
-        const std::size_t e = detail::draw_weighted(w, total, rng);
-        in_hot[l * E + hot[l * W + victim]] = 0;
-        hot[l * W + victim] = static_cast<std::uint32_t>(e);
-        in_hot[l * E + e] = 1;
-      }
-      std::uint64_t total = 0;
-      for (std::size_t e = 0; e < E; ++e) {
-        w[e] = base[l * E + e] + (in_hot[l * E + e] != 0 ? hot_weight : 0);
-      }
-      if (l > 0) {
-        for (std::size_t j = 0; j < K; ++j) {
-          w[link[l * E + static_cast<std::size_t>(ids[(l - 1) * K + j])]] += link_weight;
-        }
-      }
-      for (std::size_t e = 0; e < E; ++e) {
-        total += w[e];
-      }
-      for (std::size_t j = 0; j < K; ++j) {
-        const std::size_t e = detail::draw_weighted(w, total, rng);
-        ids[l * K + j] = static_cast<std::int32_t>(e);
-        total -= w[e];
-        w[e] = 0;
-      }
+    for (std::size_t l = 0; l < static_cast<std::size_t>(cfg.layers); ++l) {
+      router.route_layer(l, p_drift, ids);
     }
     trace.append_step(ids);
   }
@@ -4711,22 +5197,6 @@ struct key_layout {
   std::int32_t layers = 1;   ///< L >= 1: MoE layers of the model
   std::int32_t experts = 1;  ///< E >= 1: routed experts per layer
 
-  /// Deprecated: write `key_layout{cache_scope::per_layer, layers, experts}` (this factory took
-  /// its arguments in the opposite order to `global`).
-  [[deprecated(
-      "use key_layout{cache_scope::per_layer, layers, "
-      "experts}")]] [[nodiscard]] static constexpr key_layout
-  per_layer(std::int32_t experts, std::int32_t layers = 1) noexcept {
-    return key_layout{cache_scope::per_layer, layers, experts};
-  }
-  /// Deprecated: write `key_layout{cache_scope::global, layers, experts}`.
-  [[deprecated(
-      "use key_layout{cache_scope::global, layers, "
-      "experts}")]] [[nodiscard]] static constexpr key_layout
-  global(std::int32_t layers, std::int32_t experts) noexcept {
-    return key_layout{cache_scope::global, layers, experts};
-  }
-
   /// Number of keys: `experts` (per layer) or `layers * experts` (global). O(1).
   [[nodiscard]] constexpr std::int32_t size() const noexcept {
     return scope == cache_scope::global ? layers * experts : experts;
@@ -6247,9 +6717,7 @@ class binary_writer {
  private:
   void put(std::uint64_t v, int width) {
     std::array<std::uint8_t, 8> b{};
-    for (int i = 0; i < width; ++i) {
-      b[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
-    }
+    store_le(b.data(), v, width);
     bytes(std::span<const std::uint8_t>(b.data(), static_cast<std::size_t>(width)));
   }
 
@@ -6297,11 +6765,7 @@ class binary_reader {
   std::uint64_t get(int width, const char* field) {
     std::array<std::uint8_t, 8> b{};
     bytes(std::span<std::uint8_t>(b.data(), static_cast<std::size_t>(width)), field);
-    std::uint64_t v = 0;
-    for (int i = 0; i < width; ++i) {
-      v |= static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]) << (8 * i);
-    }
-    return v;
+    return load_le(b.data(), width);
   }
 
   std::istream& in_;
@@ -6699,6 +7163,8 @@ class coactivation_predictor {
   /// @throws wisp::logic_error if the pass shape differs, `target` is not in
   ///   `[pass.observed(), layers)`, or `scores.size() != experts`.
   void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+    // One function on purpose: the prediction hot path (~180 ns, bench/predict), whose gather
+    // and flush share locals that stay in registers.
     check_query("coactivation_predictor::score", pass, target, scores);
     const std::size_t experts = static_cast<std::size_t>(shape_.experts);
     float* out = scores.data();
@@ -10828,6 +11294,13 @@ enum class right_size_model : std::uint8_t {
   lru,         ///< LRU under the independent reference model (Che's approximation)
   static_top,  ///< the `c` most frequent experts pinned
 };
+/// "lru", "static" (as `wisp predict --right-size-model` spells them; `to_string`,
+/// `from_string`).
+template <>
+struct enum_names<right_size_model> {
+  static constexpr std::array<enum_name<right_size_model>, 2> values{
+      {{right_size_model::lru, "lru"}, {right_size_model::static_top, "static"}}};
+};
 
 namespace detail {
 
@@ -10965,18 +11438,14 @@ enum class prefetch_rule : std::uint8_t {
   percentile,  ///< all above a score percentile, at most `limit`
 };
 
-/// The rule's name: "none", "top-k" or "percentile".
-[[nodiscard]] constexpr std::string_view to_string(prefetch_rule r) noexcept {
-  switch (r) {
-    case prefetch_rule::none:
-      return "none";
-    case prefetch_rule::top_k:
-      return "top-k";
-    case prefetch_rule::percentile:
-      return "percentile";
-  }
-  return "none";
-}
+/// The rules' names: "none", "top-k", "percentile" (`to_string`, `from_string`).
+template <>
+struct enum_names<prefetch_rule> {
+  static constexpr std::array<enum_name<prefetch_rule>, 3> values{
+      {{prefetch_rule::none, "none"},
+       {prefetch_rule::top_k, "top-k"},
+       {prefetch_rule::percentile, "percentile"}}};
+};
 
 /// @brief A prefetch policy (see the file description).
 struct prefetch_config {
@@ -12232,62 +12701,16 @@ class adapter_layout {
 
 // ---- begin wisp/kernel/bf16.hpp ----------------------------------------------------------------
 /// @file
-/// @brief `wisp::bf16`: bfloat16 storage (the upper half of an IEEE binary32) with the two
-/// conversions every kernel and host reference of wisp uses, so the host and the device turn the
-/// same floats into the same bits.
-///
-/// C++20 has no bfloat16 type and CUDA's `__nv_bfloat16` does not exist for a host compiler, so
-/// wisp carries the bits. The layout equals `__nv_bfloat16`'s (a kernel may reinterpret a
-/// `const wisp::bf16*` as `const __nv_bfloat16*`).
+/// @brief Activations of a kernel as `float` or `wisp::bf16`: `wisp::bf16` itself and its two
+/// conversions live in core (`<wisp/core/bf16.hpp>`, included here), this header adds what a
+/// kernel written over its activation type needs.
 /// @code
-/// wisp::bf16 h = wisp::to_bf16(1.5f);      // round to nearest even
-/// float f = wisp::to_float(h);              // exact: 1.5f
+/// template <class Act> Act scaled(Act x, float s) {
+///   return wisp::activation_from_float<Act>(wisp::to_float(x) * s);   // float or wisp::bf16
+/// }
 /// @endcode
 
 namespace wisp {
-
-/// @brief A bfloat16 value as its 16 bits. Trivially copyable; `==` compares bits.
-struct bf16 {
-  std::uint16_t bits = 0;
-
-  friend constexpr bool operator==(const bf16&, const bf16&) = default;
-};
-static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
-
-namespace detail {
-
-WISP_HOST_DEVICE inline std::uint32_t float_bits(float f) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  return std::bit_cast<std::uint32_t>(f);
-#endif
-}
-
-WISP_HOST_DEVICE inline float bits_float(std::uint32_t u) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  return std::bit_cast<float>(u);
-#endif
-}
-
-}  // namespace detail
-
-/// The float with the same value (exact). O(1).
-WISP_HOST_DEVICE inline float to_float(bf16 x) noexcept {
-  return detail::bits_float(static_cast<std::uint32_t>(x.bits) << 16);
-}
-
-/// `f` rounded to the nearest bfloat16, ties to even (as `__float2bfloat16_rn`); a NaN stays a
-/// (quiet) NaN with its sign. O(1), integer arithmetic only: the same bits on host and device.
-WISP_HOST_DEVICE inline bf16 to_bf16(float f) noexcept {
-  const std::uint32_t u = detail::float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
-  }
-  return bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
-}
 
 /// Identity: lets kernels written over an activation type read `float` activations too.
 WISP_HOST_DEVICE inline float to_float(float x) noexcept {
@@ -16161,9 +16584,6 @@ inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std:
 
 namespace wisp {
 
-/// Deprecated: the simulator takes a `moe_shape` (its `top_k` is not used; this alias goes in 0.3).
-using model_shape [[deprecated("use wisp::moe_shape")]] = moe_shape;
-
 /// Serial transfer model: every miss costs `miss_latency_us + bytes_per_expert / (gb_per_s*1e9)`.
 struct bandwidth_model {
   std::uint64_t bytes_per_expert = 0;
@@ -17653,8 +18073,9 @@ static_assert(std::is_trivially_copyable_v<expert_row_layout>);
 /// @file
 /// @brief The `copy_engine` concept (what executes a pager's copy plan), the pieces every model
 /// shares (`copy_layout`, `plan_copy_runs`, the plan check) and `host_copy_engine`, the model
-/// that copies with `memcpy` on a worker thread and charges the modelled link of a
-/// `device_timeline`. `wisp::cuda::copy_engine` is the GPU model (a copy stream and events).
+/// that copies with `memcpy` on the executor its caller gives (by default on the calling thread)
+/// and charges the modelled link of a `device_timeline`. `wisp::cuda::copy_engine` is the GPU
+/// model (a copy stream and events).
 ///
 /// Ordering rules every model keeps (docs/cuda.md, "streams and events"):
 /// - copies run in submission order, each plan's copies after the event it was given (`after`:
@@ -17664,7 +18085,8 @@ static_assert(std::is_trivially_copyable_v<expert_row_layout>);
 ///   wait until every copy up to `e` has landed, so a kernel never reads a slot before its copy.
 /// @code
 /// wisp::device_timeline timeline(wisp::link_model{.bytes_per_second = 25e9});
-/// wisp::host_copy_engine engine(timeline);
+/// wisp::thread_pool copier(1);                          // copies beside the caller; or none
+/// wisp::host_copy_engine engine(timeline, 1024, copier.executor());
 /// wisp::copy_layout where{.masters = masters_view, .slots = slots_view, .row_bytes = bytes};
 /// auto r = pager.prepare(layer, ids, tokens, k);
 /// auto landed = engine.copy(where, r.copy_plan, engine.consumer_event());
@@ -17793,44 +18215,46 @@ struct host_copy_event {
   timeline_event modelled{};  ///< when those copies end on the modelled link
 };
 
-/// @brief The host model of `copy_engine`: a worker thread `memcpy`s the runs in order while the
-/// caller goes on; each run is charged on the caller's `device_timeline` as one copy of its bytes
-/// (the link's latency per run), so modelled times do not depend on the host's memcpy speed.
+/// @brief The host model of `copy_engine`: the runs are `memcpy`d in order by a drain task on the
+/// executor the caller gives: with the default `inline_executor` inside `copy`, with a
+/// `thread_pool`'s on a pool thread while the caller goes on. Each run is charged on the caller's
+/// `device_timeline` as one copy of its bytes (the link's latency per run), so modelled times do
+/// not depend on the host's memcpy speed or on the executor.
 ///
 /// The consumer is the calling thread: `wait` blocks it until the copies have landed, and
 /// `consumer_event()` is already satisfied in real time (the caller has finished reading when it
-/// asks), carrying only the timeline's compute progress. Memory: a queue of `queue_runs` runs
-/// allocated at construction; `copy` blocks while the queue is full and allocates nothing once
-/// the plan check has seen the largest slot tensor. Thread safety: `copy`, `wait`,
-/// `synchronize` and `stats` from one thread at a time (the owner); the worker is internal.
-/// Masters and slots must stay alive and unchanged by the caller until the copies have landed.
+/// asks), carrying only the timeline's compute progress. Order: at most one drain task runs at a
+/// time and it takes the runs in submission order, so a pool of any size keeps the order.
+/// Memory: a queue of `queue_runs` runs allocated at construction; `copy` blocks while the queue
+/// is full and allocates nothing once the plan check has seen the largest slot tensor (a drain
+/// task is one `std::function`, made once per wake-up of the executor). Thread safety: `copy`,
+/// `wait`, `synchronize` and `stats` from one thread at a time (the owner), never from a task of
+/// the executor. Masters and slots must stay alive and unchanged by the caller until the copies
+/// have landed; the executor must outlive the engine.
 class host_copy_engine {
  public:
   using event = host_copy_event;
 
-  /// Starts the worker. @throws wisp::logic_error if `queue_runs` is 0; std::bad_alloc;
-  ///   std::system_error if the thread cannot start.
-  explicit host_copy_engine(device_timeline& timeline, std::size_t queue_runs = 1024)
-      : timeline_(&timeline) {
+  /// An engine that queues up to `queue_runs` runs and copies them on `executor` (by default on
+  /// the calling thread, inside `copy`). @throws wisp::logic_error if `queue_runs` is 0;
+  ///   std::bad_alloc.
+  explicit host_copy_engine(device_timeline& timeline, std::size_t queue_runs = 1024,
+                            any_executor executor = {})
+      : timeline_(&timeline), executor_(std::move(executor)) {
     WISP_EXPECTS(queue_runs >= 1, "host_copy_engine: queue_runs must be >= 1");
     queue_.resize(queue_runs);
     runs_.resize(queue_runs);
-    worker_ = std::thread([this] { work(); });
   }
   host_copy_engine(const host_copy_engine&) = delete;
   host_copy_engine& operator=(const host_copy_engine&) = delete;
-  /// Lets the worker finish every queued copy, then joins it.
+  /// Waits until every queued copy has landed.
   ~host_copy_engine() {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    work_ready_.notify_one();
-    worker_.join();
+    std::unique_lock<std::mutex> lock(mutex_);
+    drain_ended_.wait(lock, [&] { return !draining_; });
   }
 
   /// @brief Enqueues the copies of `plan` (see `copy_engine`). O(plan.size()) plus the copies,
-  /// which run on the worker; blocks only while the queue is full.
+  /// which run on the executor; blocks only while the queue is full.
   /// @throws wisp::logic_error (nothing enqueued) if the plan does not fit `layout` (see
   ///   `detail::copy_plan_checker`) or `after.modelled` is not a valid time.
   event copy(const copy_layout& layout, copy_plan plan, event after = {}) {
@@ -17857,6 +18281,8 @@ class host_copy_engine {
     push(job{nullptr, 0, nullptr, 0, 0, 0, ticket});  // marks the plan's end
     ++stats_.plans;
     stats_.runs += runs;
+    std::unique_lock<std::mutex> lock(mutex_);
+    start_drain(lock);
     return event{ticket, modelled};
   }
 
@@ -17889,21 +18315,36 @@ class host_copy_engine {
     std::uint64_t ticket;
   };
 
+  // Queues `j`; a full queue is drained first (by the executor: at once when it is inline).
   void push(const job& j) {
     std::unique_lock<std::mutex> lock(mutex_);
-    space_.wait(lock, [&] { return tail_ - head_ < queue_.size(); });
+    if (tail_ - head_ == queue_.size()) {
+      start_drain(lock);
+      space_.wait(lock, [&] { return tail_ - head_ < queue_.size(); });
+    }
     queue_[tail_++ % queue_.size()] = j;
-    lock.unlock();
-    work_ready_.notify_one();
   }
 
-  void work() {
-    for (;;) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stop_ || head_ != tail_; });
-      if (head_ == tail_) {
-        return;  // stopped and drained
-      }
+  // Hands a drain task to the executor unless one is running (`lock` holds `mutex_`; it is
+  // released while the executor takes the task, which may run it right there).
+  void start_drain(std::unique_lock<std::mutex>& lock) {
+    if (draining_ || head_ == tail_) {
+      return;
+    }
+    draining_ = true;
+    lock.unlock();
+    try {
+      executor_.execute([this] { drain(); });
+    } catch (...) {  // the executor refused the task: copy here rather than lose the copies
+      drain();
+    }
+    lock.lock();
+  }
+
+  // Copies every queued run in order, then ends (the only task that touches the queue's head).
+  void drain() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (head_ != tail_) {
       const job j = queue_[head_ % queue_.size()];
       lock.unlock();
       for (std::size_t r = 0; r < j.rows; ++r) {
@@ -17914,31 +18355,30 @@ class host_copy_engine {
       ++head_;
       if (j.rows == 0) {
         completed_ = j.ticket;
-      }
-      lock.unlock();
-      space_.notify_one();
-      if (j.rows == 0) {
         landed_.notify_all();
       }
+      space_.notify_one();
     }
+    draining_ = false;
+    drain_ended_.notify_all();  // under the lock: the engine may go once it is released
   }
 
   device_timeline* timeline_;
+  any_executor executor_;
   detail::copy_plan_checker checker_;
   std::vector<copy_run> runs_;  // scratch of `copy`
   copy_engine_stats stats_;
   std::uint64_t submitted_ = 0;  // tickets handed out (owner thread only)
 
   std::mutex mutex_;  // guards everything below
-  std::condition_variable work_ready_;
   std::condition_variable space_;
   std::condition_variable landed_;
+  std::condition_variable drain_ended_;
   std::vector<job> queue_;  // ring buffer: [head_, tail_) pending
   std::size_t head_ = 0;
   std::size_t tail_ = 0;
   std::uint64_t completed_ = 0;  // last plan whose copies have all landed
-  bool stop_ = false;
-  std::thread worker_;  // last: starts after every member above is ready
+  bool draining_ = false;        // a drain task has been handed to the executor and not ended
 };
 static_assert(copy_engine<host_copy_engine>);
 
@@ -18257,25 +18697,24 @@ device_profile_preset_names() noexcept {
 /// In trained weights the 8 exponent bits carry about 2.6 bits of information while sign and
 /// mantissa look random, so the exponent stream is compressed and the SM stream is kept raw.
 /// @code
-/// std::vector<std::uint16_t> w = ...;                  // BF16 bit patterns
+/// std::vector<wisp::bf16> w = ...;                     // BF16 weights
 /// std::vector<std::uint8_t> sm(w.size()), ex(w.size());
 /// wisp::split_bf16(w, sm, ex);
-/// std::vector<std::uint16_t> back(w.size());
+/// std::vector<wisp::bf16> back(w.size());
 /// wisp::recover_bf16(sm, ex, back);                    // back == w, bit for bit
 /// double bits = wisp::entropy_bits(wisp::exponent_histogram(w));
 /// @endcode
 
 namespace wisp {
 
-/// @brief Exponent field of a BF16 bit pattern (bits 14..7). Branch-free, usable in kernels.
-[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_exponent(std::uint16_t bits) noexcept {
-  return static_cast<std::uint8_t>(bits >> 7);
+/// @brief Exponent field of a BF16 value (bits 14..7). Branch-free, usable in kernels.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_exponent(bf16 x) noexcept {
+  return static_cast<std::uint8_t>(x.bits >> 7);
 }
 
-/// @brief Sign and mantissa of a BF16 bit pattern in one byte: sign in bit 7, mantissa in 6..0.
-[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_sign_mantissa(
-    std::uint16_t bits) noexcept {
-  return static_cast<std::uint8_t>(((bits >> 8) & 0x80u) | (bits & 0x7Fu));
+/// @brief Sign and mantissa of a BF16 value in one byte: sign in bit 7, mantissa in 6..0.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_sign_mantissa(bf16 x) noexcept {
+  return static_cast<std::uint8_t>(((x.bits >> 8) & 0x80u) | (x.bits & 0x7Fu));
 }
 
 /// @brief Low byte of the BF16 value with sign-mantissa byte `sm` and exponent byte `exponent`:
@@ -18292,15 +18731,15 @@ namespace wisp {
   return static_cast<std::uint8_t>((sm & 0x80u) | (exponent >> 1));
 }
 
-/// @brief The element rule of recovery: the BF16 bit pattern with sign-mantissa byte `sm` and
-/// exponent byte `exponent`. Exact inverse of the two field extractors for all 65,536 patterns
-/// (±0, subnormals, ±inf and every NaN payload included). Host and CUDA recovery both build on
-/// it; it is written as two byte rules because whole vectors of bytes are what SIMD units and
-/// coalesced loads handle best.
-[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint16_t bf16_join(std::uint8_t sm,
-                                                                 std::uint8_t exponent) noexcept {
-  return static_cast<std::uint16_t>(bf16_low_byte(sm, exponent) |
-                                    (bf16_high_byte(sm, exponent) << 8));
+/// @brief The element rule of recovery: the BF16 value with sign-mantissa byte `sm` and
+/// exponent byte `exponent`. Exact inverse of the two field extractors for all 65,536 bit
+/// patterns (±0, subnormals, ±inf and every NaN payload included). Host and CUDA recovery both
+/// build on it; it is written as two byte rules because whole vectors of bytes are what SIMD
+/// units and coalesced loads handle best.
+[[nodiscard]] WISP_HOST_DEVICE constexpr bf16 bf16_join(std::uint8_t sm,
+                                                        std::uint8_t exponent) noexcept {
+  return bf16{static_cast<std::uint16_t>(bf16_low_byte(sm, exponent) |
+                                         (bf16_high_byte(sm, exponent) << 8))};
 }
 
 namespace detail {
@@ -18313,8 +18752,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
 /// `__restrict` from inlined parameters and then refuse to vectorise at -O2.
 [[gnu::noinline]] inline void recover_bf16_unchecked(const std::uint8_t* __restrict sm,
                                                      const std::uint8_t* __restrict exponents,
-                                                     std::uint16_t* __restrict out,
-                                                     std::size_t n) noexcept {
+                                                     bf16* __restrict out, std::size_t n) noexcept {
   constexpr std::size_t b = bf16_vector_block;
   std::size_t i = 0;
   for (; i + b <= n; i += b) {
@@ -18325,7 +18763,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
       high[j] = bf16_high_byte(sm[i + j], exponents[i + j]);
     }
     for (std::size_t j = 0; j < b; ++j) {
-      out[i + j] = static_cast<std::uint16_t>(low[j] | (high[j] << 8));
+      out[i + j].bits = static_cast<std::uint16_t>(low[j] | (high[j] << 8));
     }
   }
   for (; i < n; ++i) {
@@ -18334,7 +18772,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
 }
 
 /// Split of `n` values without checks (not inlined, for the same reason).
-[[gnu::noinline]] inline void split_bf16_unchecked(const std::uint16_t* __restrict values,
+[[gnu::noinline]] inline void split_bf16_unchecked(const bf16* __restrict values,
                                                    std::uint8_t* __restrict sm,
                                                    std::uint8_t* __restrict exponents,
                                                    std::size_t n) noexcept {
@@ -18356,7 +18794,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
 /// One pass, O(n); written as a plain element loop that compilers vectorise.
 /// Thread safety: distinct outputs may be filled concurrently.
 /// @throws wisp::logic_error if the three spans differ in length (nothing written).
-inline void split_bf16(std::span<const std::uint16_t> values, std::span<std::uint8_t> sm,
+inline void split_bf16(std::span<const bf16> values, std::span<std::uint8_t> sm,
                        std::span<std::uint8_t> exponents) {
   WISP_EXPECTS(sm.size() == values.size() && exponents.size() == values.size(),
                "split_bf16: ", values.size(), " values but ", sm.size(), " SM bytes and ",
@@ -18369,31 +18807,20 @@ inline void split_bf16(std::span<const std::uint16_t> values, std::span<std::uin
 /// Thread safety: disjoint output ranges may be recovered concurrently.
 /// @throws wisp::logic_error if the three spans differ in length (nothing written).
 inline void recover_bf16(std::span<const std::uint8_t> sm, std::span<const std::uint8_t> exponents,
-                         std::span<std::uint16_t> out) {
+                         std::span<bf16> out) {
   WISP_EXPECTS(sm.size() == out.size() && exponents.size() == out.size(),
                "recover_bf16: ", sm.size(), " SM bytes and ", exponents.size(),
                " exponent bytes for ", out.size(), " values");
   detail::recover_bf16_unchecked(sm.data(), exponents.data(), out.data(), out.size());
 }
 
-/// @brief BF16 bit pattern nearest to `value`, ties to even: what `torch.Tensor.to(bfloat16)`
-/// produces. NaNs stay NaNs (quiet, sign kept); infinities and overflow follow IEEE rounding.
-[[nodiscard]] constexpr std::uint16_t bf16_from_float(float value) noexcept {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
-    return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  }
-  const std::uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<std::uint16_t>((bits + rounding) >> 16);
-}
-
 /// Count of each exponent value (0..255) in a tensor or exponent stream.
 using exponent_counts = std::array<std::uint64_t, 256>;
 
 /// @brief Histogram of the exponent field of `values`. O(n). Thread safety: pure.
-[[nodiscard]] inline exponent_counts exponent_histogram(std::span<const std::uint16_t> values) {
+[[nodiscard]] inline exponent_counts exponent_histogram(std::span<const bf16> values) {
   exponent_counts counts{};
-  for (const std::uint16_t v : values) {
+  for (const bf16 v : values) {
     ++counts[bf16_exponent(v)];
   }
   return counts;
@@ -18428,7 +18855,7 @@ using exponent_counts = std::array<std::uint64_t, 256>;
 /// @file
 /// @brief What an exponent coder is (`exponent_coder`), the coder ids stored in compressed tensors,
 /// the `raw_coder` every container falls back to, and the owning type-erased `any_coder` /
-/// `coder_set` with which a program picks coders by name or id at run time.
+/// `coder_set` with which a program picks coders by label or id at run time.
 ///
 /// A coder turns a stream of exponent bytes into bytes and back. It knows nothing of BF16: the
 /// container (`compressed_bf16.hpp`) splits the tensor, cuts the exponents into E-chunks and asks
@@ -18437,7 +18864,7 @@ using exponent_counts = std::array<std::uint64_t, 256>;
 /// static_assert(wisp::exponent_coder<wisp::huffman_coder>);
 /// wisp::coder_set coders = wisp::core_coders();        // raw + huffman
 /// coders.add(wisp::zstd_coder{});                      // optional, from <wisp/compress/zstd.hpp>
-/// const wisp::any_coder& c = coders.by_name("zstd");
+/// const wisp::any_coder& c = coders.by_label("zstd");
 /// @endcode
 
 namespace wisp {
@@ -18452,34 +18879,40 @@ enum class coder_id : std::uint8_t {
   lz4 = 3,      ///< an LZ4 block, from LZ4 or LZ4HC (wisp::lz4)
 };
 
-/// The format's name of a coder id ("raw", "huffman", "zstd", "lz4"), or "unknown".
-[[nodiscard]] constexpr std::string_view coder_id_name(coder_id id) noexcept {
-  switch (id) {
-    case coder_id::raw:
-      return "raw";
-    case coder_id::huffman:
-      return "huffman";
-    case coder_id::zstd:
-      return "zstd";
-    case coder_id::lz4:
-      return "lz4";
-  }
-  return "unknown";
+/// The format's names of the coder ids: "raw", "huffman", "zstd", "lz4" (`to_string`,
+/// `from_string`; an id read from a file that is none of these prints as "unknown").
+template <>
+struct enum_names<coder_id> {
+  static constexpr std::array<enum_name<coder_id>, 4> values{{{coder_id::raw, "raw"},
+                                                              {coder_id::huffman, "huffman"},
+                                                              {coder_id::zstd, "zstd"},
+                                                              {coder_id::lz4, "lz4"}}};
+};
+
+/// @deprecated The format's name of a coder id: `to_string(id)`.
+[[deprecated("use wisp::to_string(coder_id)")]] [[nodiscard]] constexpr std::string_view
+coder_id_name(coder_id id) noexcept {
+  return to_string(id);
 }
 
 /// @brief A lossless coder of exponent byte streams.
 ///
+/// - `C::name`: the coder's family, a `static constexpr std::string_view` ("huffman", "zstd",
+///   "lz4": the name of the format it writes);
 /// - `c.id()`: the `coder_id` written beside its output;
-/// - `c.name()`: a name for people and command lines ("zstd", "lz4hc");
+/// - `c.label()`: this coder with its settings, for people and command lines: its `name`, plus
+///   the setting where it is not the default ("huffman-b7", "zstd-19", "lz4hc");
 /// - `c.encode(symbols, sink)`: appends the encoding of `symbols` to `sink`;
 /// - `c.decode(encoded, out)`: writes exactly `out.size()` symbols decoded from all of `encoded`,
 ///   or throws `wisp::format_error` (never reads or writes out of bounds, whatever the input).
+///
+/// `any_coder`, which wraps any of them at run time, has a `label()` but no static `name`.
 template <class C>
 concept exponent_coder = std::copy_constructible<C> &&
     requires(const C& c, std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink,
              std::span<std::uint8_t> out) {
   { c.id() } -> std::same_as<coder_id>;
-  { c.name() } -> std::convertible_to<std::string>;
+  { c.label() } -> std::convertible_to<std::string>;
   { c.encode(in, sink) } -> std::same_as<void>;
   { c.decode(in, out) } -> std::same_as<void>;
 };
@@ -18487,8 +18920,9 @@ concept exponent_coder = std::copy_constructible<C> &&
 /// @brief Stores exponent bytes unchanged. The container uses it for any E-chunk that another
 /// coder would not make smaller, so a compressed tensor is never much larger than the raw one.
 struct raw_coder {
+  static constexpr std::string_view name = "raw";
   [[nodiscard]] coder_id id() const noexcept { return coder_id::raw; }
-  [[nodiscard]] std::string name() const { return "raw"; }
+  [[nodiscard]] std::string label() const { return std::string(name); }
   /// Appends `symbols`. O(n).
   void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
     sink.insert(sink.end(), symbols.begin(), symbols.end());
@@ -18527,7 +18961,7 @@ class any_coder {
       : self_(std::make_shared<model<C>>(std::move(coder))) {}
 
   [[nodiscard]] coder_id id() const noexcept { return self_->id(); }
-  [[nodiscard]] std::string name() const { return self_->name(); }
+  [[nodiscard]] std::string label() const { return self_->label(); }
   void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
     self_->encode(symbols, sink);
   }
@@ -18543,7 +18977,7 @@ class any_coder {
   struct base {
     virtual ~base() = default;
     [[nodiscard]] virtual coder_id id() const noexcept = 0;
-    [[nodiscard]] virtual std::string name() const = 0;
+    [[nodiscard]] virtual std::string label() const = 0;
     virtual void encode(std::span<const std::uint8_t>, std::vector<std::uint8_t>&) const = 0;
     virtual void decode(std::span<const std::uint8_t>, std::span<std::uint8_t>) const = 0;
     [[nodiscard]] virtual any_coder fitted(const any_coder& self,
@@ -18553,7 +18987,7 @@ class any_coder {
   struct model final : base {
     explicit model(C c) : coder(std::move(c)) {}
     [[nodiscard]] coder_id id() const noexcept override { return coder.id(); }
-    [[nodiscard]] std::string name() const override { return coder.name(); }
+    [[nodiscard]] std::string label() const override { return coder.label(); }
     void encode(std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink) const override {
       coder.encode(in, sink);
     }
@@ -18574,17 +19008,17 @@ class any_coder {
 };
 static_assert(exponent_coder<any_coder>);
 
-/// @brief The coders a program has: picks an encoder by name and the decoder of a stored id.
+/// @brief The coders a program has: picks an encoder by label and the decoder of a stored id.
 /// Decoding only needs one coder per id (lz4 decodes lz4hc's output).
 /// Lookups are O(coders); thread safety: const calls may run concurrently.
 class coder_set {
  public:
   coder_set() = default;
 
-  /// Adds `coder`; a coder with the same name is replaced. @returns *this.
+  /// Adds `coder`; a coder with the same label is replaced. @returns *this.
   coder_set& add(any_coder coder) {
     for (any_coder& c : coders_) {
-      if (c.name() == coder.name()) {
+      if (c.label() == coder.label()) {
         c = std::move(coder);
         return *this;
       }
@@ -18593,14 +19027,19 @@ class coder_set {
     return *this;
   }
 
-  /// The coder called `name`. @throws wisp::logic_error listing the names there are.
-  [[nodiscard]] const any_coder& by_name(std::string_view name) const {
+  /// The coder labelled `label`. @throws wisp::logic_error listing the labels there are.
+  [[nodiscard]] const any_coder& by_label(std::string_view label) const {
     for (const any_coder& c : coders_) {
-      if (c.name() == name) {
+      if (c.label() == label) {
         return c;
       }
     }
-    WISP_FAIL(logic_error, "no exponent coder called '", name, "'; available: ", names());
+    WISP_FAIL(logic_error, "no exponent coder called '", label, "'; available: ", labels());
+  }
+  /// @deprecated `by_label`.
+  [[deprecated("use by_label")]] [[nodiscard]] const any_coder& by_name(
+      std::string_view label) const {
+    return by_label(label);
   }
 
   /// A coder that decodes `id`, or nullptr.
@@ -18616,14 +19055,16 @@ class coder_set {
   /// The coders, in the order they were added.
   [[nodiscard]] std::span<const any_coder> coders() const noexcept { return coders_; }
 
-  /// Comma-separated names.
-  [[nodiscard]] std::string names() const {
+  /// Comma-separated labels.
+  [[nodiscard]] std::string labels() const {
     std::string out;
     for (const any_coder& c : coders_) {
-      out += (out.empty() ? "" : ", ") + c.name();
+      out += (out.empty() ? "" : ", ") + c.label();
     }
     return out;
   }
+  /// @deprecated `labels`.
+  [[deprecated("use labels")]] [[nodiscard]] std::string names() const { return labels(); }
 
  private:
   std::vector<any_coder> coders_;
@@ -18632,42 +19073,22 @@ class coder_set {
 }  // namespace wisp
 // ---- end wisp/compress/exponent_coder.hpp ------------------------------------------------------
 
-// ---- begin wisp/compress/huffman.hpp -----------------------------------------------------------
+// ---- begin wisp/compress/huffman_code.hpp ------------------------------------------------------
 /// @file
-/// @brief `huffman_coder`: canonical, length-limited Huffman over the 256 exponent symbols, with a
-/// table-driven decoder that is `WISP_HOST_DEVICE`, so the same code decodes on the CPU and in a
-/// CUDA kernel.
-///
-/// Encoded layout (all integers little-endian; the symbol count comes from the container):
-/// - 0 symbols: nothing.
-/// - one distinct symbol: `00 <symbol>` (2 bytes).
-/// - otherwise: `01`, the first and the last symbol with a code `f <= l` (u8 each), then
-///   `ceil(c / 2)` bytes of 4-bit code lengths of the `c = l - f + 1` symbols from `f` (symbol
-///   `f + 2i` in the low nibble of byte i, a last odd high nibble 0; 0 = no code, at most
-///   `huffman_max_bits`; the code must be complete), the u32 sub-stream size `B` (symbols), `S =
-///   ceil(n / B)` u32 end offsets of the sub-streams relative to the data, then the data. Exponents
-///   of real weights span about 30 values, so the lengths take ~15 bytes. Sub-stream j holds
-///   symbols `[jB, min(n, (j+1)B))` as canonical codes written least-significant bit first; each
-///   ends on a byte boundary with zero padding bits.
-///
-/// Independent sub-streams are what makes decoding parallel: the host decodes four of them in
-/// lockstep (four independent dependency chains), a GPU gives each its own thread. Each table
-/// lookup decodes up to six symbols at once (the whole 11-bit window), which at ~2.6 bits per
-/// exponent is 3-4 symbols per lookup.
+/// @brief The code of `huffman_coder`: canonical, length-limited Huffman code lengths over the 256
+/// exponent symbols, their canonical codes, and the decode table a decoder (host or device) looks
+/// windows of the stream up in; `huffman_table_cache`, the table of the last code a decoder saw,
+/// which a caller keeps per decoding thread so a tensor whose E-chunks share a code builds its
+/// table once.
 /// @code
-/// wisp::huffman_coder h;
-/// std::vector<std::uint8_t> enc;
-/// h.encode(exponents, enc);
-/// std::vector<std::uint8_t> back(exponents.size());
-/// h.decode(enc, back);                                  // == exponents
+/// wisp::huffman_table_cache tables;                       // one per decoding thread
+/// auto t = tables.get(lengths);                           // built once per distinct code
 /// @endcode
 
 namespace wisp {
 
 /// Longest code, and the width of the decode table's index (2^11 entries of 8 bytes: 16 KiB).
 inline constexpr int huffman_max_bits = 11;
-/// Default symbols per sub-stream: 4 bytes of offset per 4096 symbols (0.008 bits per symbol).
-inline constexpr std::uint32_t huffman_default_block = 4096;
 
 /// @brief The decode table of one code: entry `i` is what the 11-bit window `i` (next bits of the
 /// stream, least significant first) decodes to. Trivially copyable: a kernel takes it by pointer
@@ -18679,13 +19100,12 @@ struct huffman_table {
   std::uint64_t entry[std::size_t{1} << huffman_max_bits];
 };
 
+/// Code lengths of a canonical code, one per symbol (0 = the symbol has no code).
+using huffman_lengths = std::array<std::uint8_t, 256>;
+
 namespace detail {
 
 inline constexpr std::uint32_t huffman_window_mask = (1u << huffman_max_bits) - 1;
-inline constexpr std::uint32_t huffman_max_block = std::uint32_t{1} << 24;
-
-/// Code lengths of a complete, canonical code, one per symbol (0 = absent).
-using huffman_lengths = std::array<std::uint8_t, 256>;
 
 /// Optimal code lengths for `counts`, limited to `huffman_max_bits` by halving the counts of a
 /// too-deep code until it fits (deterministic; only long-tailed histograms ever need it). Ties
@@ -18855,9 +19275,60 @@ using huffman_lengths = std::array<std::uint8_t, 256>;
   return true;
 }
 
+}  // namespace detail
+
+/// @brief The decode table of the last code a decoder saw. The E-chunks of one tensor share their
+/// code (`huffman_coder::fitted`), so a decoder that passes one cache to every chunk it decodes
+/// builds one table per tensor instead of one per chunk. Owned by the caller, one per decoding
+/// thread (`bf16_decode_scratch` holds one). Not thread-safe; a table handed out stays valid
+/// after the cache has moved on to another code (shared ownership).
+class huffman_table_cache {
+ public:
+  /// The decode table of `lengths`: the cached one when `lengths` is the last code seen (O(256)),
+  /// else a new one (O(2^11), 16 KiB), which then replaces it; nullptr (cache unchanged) if
+  /// `lengths` is not a complete code of at least two symbols with lengths in 1..11.
+  /// @throws std::bad_alloc.
+  [[nodiscard]] std::shared_ptr<const huffman_table> get(const huffman_lengths& lengths) {
+    if (table_ != nullptr && lengths == lengths_) {
+      return table_;
+    }
+    auto table = std::make_shared<huffman_table>();
+    if (!detail::build_huffman_table(lengths, *table)) {
+      return nullptr;
+    }
+    lengths_ = lengths;
+    table_ = std::move(table);
+    return table_;
+  }
+
+ private:
+  huffman_lengths lengths_{};
+  std::shared_ptr<const huffman_table> table_;
+};
+
+}  // namespace wisp
+// ---- end wisp/compress/huffman_code.hpp --------------------------------------------------------
+
+// ---- begin wisp/compress/huffman_lane.hpp ------------------------------------------------------
+/// @file
+/// @brief `huffman_lane`: the decoder of one Huffman sub-stream (see `huffman.hpp` for the
+/// encoded layout), `WISP_HOST_DEVICE`, so the host (`huffman_chunk`, four lanes in lockstep) and
+/// a CUDA kernel (one lane per thread, `wisp::cuda`'s `decode_huffman_kernel`) decode with the
+/// same code.
+/// @code
+/// // data: a chunk's sub-stream bytes; sub-stream j starts at `begin` and holds block symbols
+/// wisp::huffman_lane lane(data, data_bytes, begin, out + j * block, out + (j + 1) * block);
+/// lane.run(table);
+/// bool ok = lane.ended_cleanly(end - begin);
+/// @endcode
+
+namespace wisp {
+
 /// @brief Decoding state of one sub-stream: the next unread byte, a bit buffer, where the
 /// symbols go. All member functions are `WISP_HOST_DEVICE` and never touch memory outside
-/// `data[0, limit)` and `[out, out_end)`, whatever the bytes.
+/// `data[0, limit)` and `[out, out_end)`, whatever the bytes. Trivially copyable (a decoder keeps
+/// a copy in registers); the members are public so that a decoder running several lanes can
+/// bound their steps (`huffman_chunk` does).
 struct huffman_lane {
   const std::uint8_t* data;  ///< the chunk's data (all sub-streams)
   std::size_t limit;         ///< readable bytes of `data`; loads past it read zeros
@@ -18868,13 +19339,27 @@ struct huffman_lane {
   std::uint8_t* out;         ///< next symbol goes here
   std::uint8_t* out_end;     ///< end of this sub-stream's symbols
 
+  /// A lane at the start of the sub-stream at `offset` of `chunk_data` (`chunk_bytes` long),
+  /// writing its symbols to `[first, last)`. O(1).
+  WISP_HOST_DEVICE huffman_lane(const std::uint8_t* chunk_data, std::size_t chunk_bytes,
+                                std::size_t offset, std::uint8_t* first,
+                                std::uint8_t* last) noexcept
+      : data(chunk_data),
+        limit(chunk_bytes),
+        begin(offset),
+        next(offset),
+        buffer(0),
+        bits(0),
+        out(first),
+        out_end(last) {}
+
   /// Tops the buffer up to at least 56 bits. `Checked = false` is for callers that know the
   /// 8 bytes at `next` lie before `limit`.
   template <bool Checked = true>
   WISP_HOST_DEVICE void refill() noexcept {
     std::uint64_t word = 0;
     if (!Checked || next + 8 <= limit) {
-      word = load_le64(data + next);
+      word = detail::load_le<std::uint64_t>(data + next);
     } else {
       for (std::size_t i = 0; i < 8 && next + i < limit; ++i) {
         word |= static_cast<std::uint64_t>(data[next + i]) << (8 * i);
@@ -18894,8 +19379,8 @@ struct huffman_lane {
   WISP_HOST_DEVICE void step4(const huffman_table& t) noexcept {
     refill<Checked>();
     for (int k = 0; k < 4; ++k) {
-      const std::uint64_t e = t.entry[buffer & huffman_window_mask];
-      store_le64(out, e);  // symbols past the count are overwritten by the next window
+      const std::uint64_t e = t.entry[buffer & detail::huffman_window_mask];
+      detail::store_le<std::uint64_t>(out, e);  // symbols past the count: overwritten next window
       const unsigned used = static_cast<unsigned>(e >> 52) & 0xFu;
       out += (e >> 48) & 0xFu;
       buffer >>= used;
@@ -18909,7 +19394,7 @@ struct huffman_lane {
       if (bits < huffman_max_bits) {
         refill();
       }
-      const std::uint64_t e = t.entry[buffer & huffman_window_mask];
+      const std::uint64_t e = t.entry[buffer & detail::huffman_window_mask];
       const unsigned used = static_cast<unsigned>(e >> 56) & 0xFu;
       *out++ = static_cast<std::uint8_t>(e);
       buffer >>= used;
@@ -18927,34 +19412,6 @@ struct huffman_lane {
     *this = l;
   }
 
-  /// Little-endian 8-byte load and store at any alignment: one memory access on little-endian
-  /// hosts, bytes assembled one by one elsewhere (big-endian hosts, device code).
-#if defined(__CUDA_ARCH__)
-  static constexpr bool native_le64 = false;
-#else
-  static constexpr bool native_le64 = std::endian::native == std::endian::little;
-#endif
-  [[nodiscard]] WISP_HOST_DEVICE static std::uint64_t load_le64(const std::uint8_t* p) noexcept {
-    std::uint64_t v = 0;
-    if constexpr (native_le64) {
-      std::memcpy(&v, p, 8);
-    } else {
-      for (int i = 0; i < 8; ++i) {
-        v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-      }
-    }
-    return v;
-  }
-  WISP_HOST_DEVICE static void store_le64(std::uint8_t* p, std::uint64_t v) noexcept {
-    if constexpr (native_le64) {
-      std::memcpy(p, &v, 8);
-    } else {
-      for (int i = 0; i < 8; ++i) {
-        p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-      }
-    }
-  }
-
   /// True if the sub-stream, `size` bytes long, decoded to exactly its symbols with zero padding.
   [[nodiscard]] WISP_HOST_DEVICE bool ended_cleanly(std::size_t size) const noexcept {
     const std::uint64_t loaded_bits = static_cast<std::uint64_t>(next - begin) * 8;
@@ -18967,17 +19424,46 @@ struct huffman_lane {
   }
 };
 
-[[nodiscard]] inline std::uint32_t load_u32(const std::uint8_t* p) noexcept {
-  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
-         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
-}
+}  // namespace wisp
+// ---- end wisp/compress/huffman_lane.hpp --------------------------------------------------------
 
-inline void append_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) {
-    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-}
+// ---- begin wisp/compress/huffman.hpp -----------------------------------------------------------
+/// @file
+/// @brief `huffman_coder`: canonical, length-limited Huffman over the 256 exponent symbols, with a
+/// table-driven decoder that is `WISP_HOST_DEVICE`, so the same code decodes on the CPU and in a
+/// CUDA kernel.
+///
+/// Encoded layout (all integers little-endian; the symbol count comes from the container):
+/// - 0 symbols: nothing.
+/// - one distinct symbol: `00 <symbol>` (2 bytes).
+/// - otherwise: `01`, the first and the last symbol with a code `f <= l` (u8 each), then
+///   `ceil(c / 2)` bytes of 4-bit code lengths of the `c = l - f + 1` symbols from `f` (symbol
+///   `f + 2i` in the low nibble of byte i, a last odd high nibble 0; 0 = no code, at most
+///   `huffman_max_bits`; the code must be complete), the u32 sub-stream size `B` (symbols), `S =
+///   ceil(n / B)` u32 end offsets of the sub-streams relative to the data, then the data. Exponents
+///   of real weights span about 30 values, so the lengths take ~15 bytes. Sub-stream j holds
+///   symbols `[jB, min(n, (j+1)B))` as canonical codes written least-significant bit first; each
+///   ends on a byte boundary with zero padding bits.
+///
+/// Independent sub-streams are what makes decoding parallel: the host decodes four of them in
+/// lockstep (four independent dependency chains), a GPU gives each its own thread
+/// (`huffman_lane.hpp`). Each table lookup decodes up to six symbols at once (the whole 11-bit
+/// window, `huffman_code.hpp`), which at ~2.6 bits per exponent is 3-4 symbols per lookup.
+/// @code
+/// wisp::huffman_coder h;
+/// std::vector<std::uint8_t> enc;
+/// h.encode(exponents, enc);
+/// std::vector<std::uint8_t> back(exponents.size());
+/// h.decode(enc, back);                                  // == exponents
+/// @endcode
 
+namespace wisp {
+
+/// Default symbols per sub-stream: 4 bytes of offset per 4096 symbols (0.008 bits per symbol).
+inline constexpr std::uint32_t huffman_default_block = 4096;
+
+namespace detail {
+inline constexpr std::uint32_t huffman_max_block = std::uint32_t{1} << 24;
 }  // namespace detail
 
 /// @brief A parsed Huffman E-chunk: its decode table, sub-stream bounds and data, ready to decode
@@ -18986,58 +19472,21 @@ inline void append_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
 /// them alive while it is used. Thread safety: const calls may run concurrently.
 class huffman_chunk {
  public:
-  /// Parses `encoded`, the encoding of `symbols` symbols. O(2^11 + sub-streams).
+  /// Parses `encoded`, the encoding of `symbols` symbols, with its own decode table.
+  /// O(2^11 + sub-streams).
   /// @throws wisp::format_error naming the problem and its byte offset within `encoded`.
   huffman_chunk(std::span<const std::uint8_t> encoded, std::size_t symbols) : symbols_(symbols) {
-    if (symbols == 0) {
-      expect(encoded.empty(), 0, "an empty Huffman E-chunk must have no bytes");
-      return;
-    }
-    expect(!encoded.empty(), 0, "Huffman E-chunk is empty");
-    if (encoded[0] == 0) {
-      expect(encoded.size() == 2, 0, "single-symbol Huffman E-chunk must be 2 bytes");
-      single_ = encoded[1];
-      return;
-    }
-    expect(encoded[0] == 1, 0, "unknown Huffman E-chunk mode " + std::to_string(encoded[0]));
-    expect(encoded.size() >= 3, 0, "truncated Huffman header");
-    const std::size_t first = encoded[1];
-    expect(first <= encoded[2], 1,
-           "Huffman code lengths from symbol " + std::to_string(first) + " to " +
-               std::to_string(encoded[2]) + " are out of order");
-    const std::size_t count = std::size_t{encoded[2]} + 1 - first;
-    const std::size_t lengths_bytes = (count + 1) / 2;
-    const std::size_t block_at = 3 + lengths_bytes;
-    expect(encoded.size() >= block_at + 4, 0, "truncated Huffman header");
-    detail::huffman_lengths lengths{};
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::uint8_t packed = encoded[3 + i / 2];
-      lengths[first + i] = static_cast<std::uint8_t>(i % 2 == 0 ? packed & 0x0Fu : packed >> 4);
-    }
-    expect(count % 2 == 0 || (encoded[block_at - 1] >> 4) == 0, block_at - 1,
-           "unused nibble of the Huffman code lengths is not zero");
-    table_ = cached_table(lengths);
-    expect(table_ != nullptr, 3,
-           "Huffman code lengths do not form a complete code of 2+ symbols up to 11 bits");
-    block_ = detail::load_u32(encoded.data() + block_at);
-    expect(block_ >= 1 && block_ <= detail::huffman_max_block, block_at,
-           "Huffman sub-stream size " + std::to_string(block_) + " is outside [1, 2^24]");
-    const std::size_t streams = (symbols + block_ - 1) / block_;
-    const std::size_t offsets_at = block_at + 4;
-    expect((encoded.size() - offsets_at) / 4 >= streams, offsets_at,
-           "truncated Huffman sub-stream offsets");
-    data_ = encoded.subspan(offsets_at + 4 * streams);
-    ends_.resize(streams);
-    std::uint32_t previous = 0;
-    for (std::size_t j = 0; j < streams; ++j) {
-      ends_[j] = detail::load_u32(encoded.data() + offsets_at + 4 * j);
-      expect(ends_[j] >= previous && ends_[j] <= data_.size(), offsets_at + 4 * j,
-             "Huffman sub-stream end " + std::to_string(ends_[j]) + " is out of order or past " +
-                 "the data (" + std::to_string(data_.size()) + " bytes)");
-      previous = ends_[j];
-    }
-    expect(previous == data_.size(), offsets_at + 4 * (streams - 1),
-           "Huffman data has " + std::to_string(data_.size() - previous) + " trailing bytes");
+    huffman_table_cache own;
+    parse(encoded, own);
+  }
+
+  /// Parses `encoded` like the other constructor, taking its decode table from `tables` (built
+  /// there on a miss): O(sub-streams) when the chunk's code is the last one `tables` saw.
+  /// @throws wisp::format_error as the other constructor.
+  huffman_chunk(std::span<const std::uint8_t> encoded, std::size_t symbols,
+                huffman_table_cache& tables)
+      : symbols_(symbols) {
+    parse(encoded, tables);
   }
 
   /// Sub-streams (0 for an empty or single-symbol chunk).
@@ -19074,13 +19523,13 @@ class huffman_chunk {
     std::size_t j = 0;
     for (; j + lanes <= ends_.size(); j += lanes) {
       // Four named lanes (not an array) so that all four states stay in registers.
-      detail::huffman_lane a = make_lane(j, out);
-      detail::huffman_lane b = make_lane(j + 1, out);
-      detail::huffman_lane c = make_lane(j + 2, out);
-      detail::huffman_lane d = make_lane(j + 3, out);
+      huffman_lane a = make_lane(j, out);
+      huffman_lane b = make_lane(j + 1, out);
+      huffman_lane c = make_lane(j + 2, out);
+      huffman_lane d = make_lane(j + 3, out);
       // Rounds of steps that no lane can overrun: a step writes at most 24 symbols and reads at
       // most 7 bytes, so the checks leave the inner loop (lanes advance at different rates).
-      auto safe_steps = [&](const detail::huffman_lane& l) -> std::size_t {
+      auto safe_steps = [&](const huffman_lane& l) -> std::size_t {
         const auto room = static_cast<std::size_t>(l.out_end - l.out);
         const std::size_t by_out = room < 32 ? 0 : (room - 32) / 24 + 1;
         const std::size_t by_in = l.next + 15 > l.limit ? 0 : (l.limit - l.next - 15) / 7 + 1;
@@ -19110,7 +19559,7 @@ class huffman_chunk {
       consume(j * block_, std::min<std::size_t>(symbols_, (j + lanes) * block_) - j * block_);
     }
     for (; j < ends_.size(); ++j) {
-      detail::huffman_lane lane = make_lane(j, out);
+      huffman_lane lane = make_lane(j, out);
       lane.run(*table_);
       check_end(lane, j);
       consume(j * block_, std::min<std::size_t>(symbols_, (j + 1) * block_) - j * block_);
@@ -19118,23 +19567,59 @@ class huffman_chunk {
   }
 
  private:
-  // The decode table of `lengths`, or nullptr if they are not a valid code. The table of the
-  // last code seen on this thread is kept: the E-chunks of one tensor share their code
-  // (`huffman_coder::fitted`), so a tensor builds its table once, not once per chunk.
-  static std::shared_ptr<const huffman_table> cached_table(const detail::huffman_lengths& lengths) {
-    thread_local detail::huffman_lengths last_lengths{};
-    thread_local std::shared_ptr<const huffman_table> last_table;
-    if (last_table != nullptr && lengths == last_lengths) {
-      return last_table;
+  // Reads the header, offsets and data bounds of `encoded` (see the constructors).
+  void parse(std::span<const std::uint8_t> encoded, huffman_table_cache& tables) {
+    if (symbols_ == 0) {
+      expect(encoded.empty(), 0, "an empty Huffman E-chunk must have no bytes");
+      return;
     }
-    auto table = std::make_shared<huffman_table>();
-    if (!detail::build_huffman_table(lengths, *table)) {
-      return nullptr;
+    expect(!encoded.empty(), 0, "Huffman E-chunk is empty");
+    if (encoded[0] == 0) {
+      expect(encoded.size() == 2, 0, "single-symbol Huffman E-chunk must be 2 bytes");
+      single_ = encoded[1];
+      return;
     }
-    last_lengths = lengths;
-    last_table = table;
-    return table;
+    expect(encoded[0] == 1, 0, "unknown Huffman E-chunk mode " + std::to_string(encoded[0]));
+    expect(encoded.size() >= 3, 0, "truncated Huffman header");
+    const std::size_t first = encoded[1];
+    expect(first <= encoded[2], 1,
+           "Huffman code lengths from symbol " + std::to_string(first) + " to " +
+               std::to_string(encoded[2]) + " are out of order");
+    const std::size_t count = std::size_t{encoded[2]} + 1 - first;
+    const std::size_t lengths_bytes = (count + 1) / 2;
+    const std::size_t block_at = 3 + lengths_bytes;
+    expect(encoded.size() >= block_at + 4, 0, "truncated Huffman header");
+    huffman_lengths lengths{};
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint8_t packed = encoded[3 + i / 2];
+      lengths[first + i] = static_cast<std::uint8_t>(i % 2 == 0 ? packed & 0x0Fu : packed >> 4);
+    }
+    expect(count % 2 == 0 || (encoded[block_at - 1] >> 4) == 0, block_at - 1,
+           "unused nibble of the Huffman code lengths is not zero");
+    table_ = tables.get(lengths);
+    expect(table_ != nullptr, 3,
+           "Huffman code lengths do not form a complete code of 2+ symbols up to 11 bits");
+    block_ = detail::load_le<std::uint32_t>(encoded.data() + block_at);
+    expect(block_ >= 1 && block_ <= detail::huffman_max_block, block_at,
+           "Huffman sub-stream size " + std::to_string(block_) + " is outside [1, 2^24]");
+    const std::size_t streams = (symbols_ + block_ - 1) / block_;
+    const std::size_t offsets_at = block_at + 4;
+    expect((encoded.size() - offsets_at) / 4 >= streams, offsets_at,
+           "truncated Huffman sub-stream offsets");
+    data_ = encoded.subspan(offsets_at + 4 * streams);
+    ends_.resize(streams);
+    std::uint32_t previous = 0;
+    for (std::size_t j = 0; j < streams; ++j) {
+      ends_[j] = detail::load_le<std::uint32_t>(encoded.data() + offsets_at + 4 * j);
+      expect(ends_[j] >= previous && ends_[j] <= data_.size(), offsets_at + 4 * j,
+             "Huffman sub-stream end " + std::to_string(ends_[j]) + " is out of order or past " +
+                 "the data (" + std::to_string(data_.size()) + " bytes)");
+      previous = ends_[j];
+    }
+    expect(previous == data_.size(), offsets_at + 4 * (streams - 1),
+           "Huffman data has " + std::to_string(data_.size() - previous) + " trailing bytes");
   }
+
   static void expect(bool ok, std::size_t offset, const std::string& what) {
     if (!ok) [[unlikely]] {
       throw format_error(offset, what);
@@ -19143,19 +19628,19 @@ class huffman_chunk {
   [[nodiscard]] std::size_t begin_of(std::size_t j) const noexcept {
     return j == 0 ? 0 : ends_[j - 1];
   }
-  [[nodiscard]] detail::huffman_lane make_lane(std::size_t j, std::span<std::uint8_t> out) const {
+  [[nodiscard]] huffman_lane make_lane(std::size_t j, std::span<std::uint8_t> out) const {
     const std::size_t first = j * block_;
     const std::size_t last = std::min(symbols_, first + block_);
-    return {data_.data(),       data_.size(),     begin_of(j), begin_of(j), 0, 0,
-            out.data() + first, out.data() + last};
+    return huffman_lane(data_.data(), data_.size(), begin_of(j), out.data() + first,
+                        out.data() + last);
   }
-  void check_end(const detail::huffman_lane& lane, std::size_t j) const {
+  void check_end(const huffman_lane& lane, std::size_t j) const {
     expect(
         lane.ended_cleanly(ends_[j] - begin_of(j)), format_error::no_offset,
         "Huffman sub-stream " + std::to_string(j) + " does not decode to exactly its " + "symbols");
   }
 
-  std::shared_ptr<const huffman_table> table_;  // 16 KiB, shared with the thread's cache
+  std::shared_ptr<const huffman_table> table_;  // 16 KiB, shared with the caller's cache
   std::size_t symbols_ = 0;
   std::uint32_t block_ = 0;
   std::uint8_t single_ = 0;
@@ -19204,7 +19689,7 @@ inline void huffman_encode(std::span<const std::uint8_t> symbols, std::uint32_t 
     const std::uint8_t high = i + 1 < count ? lengths[first + i + 1] : 0;
     sink.push_back(static_cast<std::uint8_t>(lengths[first + i] | (high << 4)));
   }
-  append_u32(sink, block);
+  append_le(sink, block, 4);
   const std::size_t streams = (symbols.size() + block - 1) / block;
   const std::size_t offsets_at = sink.size();
   sink.resize(sink.size() + 4 * streams);
@@ -19228,10 +19713,7 @@ inline void huffman_encode(std::span<const std::uint8_t> symbols, std::uint32_t 
     const std::size_t end = sink.size() - data_at;
     WISP_EXPECTS(end <= 0xFFFFFFFFu, "huffman_coder: E-chunk data of ", end,
                  " bytes exceeds 4 GiB; use more E-chunks");
-    for (int b = 0; b < 4; ++b) {
-      sink[offsets_at + 4 * j + static_cast<std::size_t>(b)] =
-          static_cast<std::uint8_t>(end >> (8 * b));
-    }
+    store_le(sink.data() + offsets_at + 4 * j, end, 4);
   }
 }
 }  // namespace detail
@@ -19243,10 +19725,11 @@ struct huffman_coder {
   /// threads) and more offset bytes.
   std::uint32_t block = huffman_default_block;
 
+  static constexpr std::string_view name = "huffman";
   [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
   /// "huffman", or "huffman-b<block>" for a sub-stream size other than the default.
-  [[nodiscard]] std::string name() const {
-    return block == huffman_default_block ? "huffman" : "huffman-b" + std::to_string(block);
+  [[nodiscard]] std::string label() const {
+    return block == huffman_default_block ? std::string(name) : "huffman-b" + std::to_string(block);
   }
 
   /// Appends the encoding of `symbols`, with a code fitted to them. O(n + 256 log 256).
@@ -19272,10 +19755,11 @@ static_assert(exponent_coder<huffman_coder>);
 /// writes the same format.
 struct fitted_huffman_coder {
   std::uint32_t block = huffman_default_block;
-  std::shared_ptr<const detail::huffman_lengths> code;  ///< null: each chunk gets its own
+  std::shared_ptr<const huffman_lengths> code;  ///< null: each chunk gets its own
 
+  static constexpr std::string_view name = "huffman";
   [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
-  [[nodiscard]] std::string name() const { return huffman_coder{block}.name(); }
+  [[nodiscard]] std::string label() const { return huffman_coder{block}.label(); }
   /// @throws wisp::logic_error as `huffman_coder::encode`, or if a symbol has no code.
   void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
     detail::huffman_encode(symbols, block, code.get(), sink);
@@ -19293,8 +19777,7 @@ inline fitted_huffman_coder huffman_coder::fitted(std::span<const std::uint8_t> 
   }
   fitted_huffman_coder out{block, nullptr};
   if (std::count_if(counts.begin(), counts.end(), [](std::uint64_t c) { return c != 0; }) >= 2) {
-    out.code =
-        std::make_shared<const detail::huffman_lengths>(detail::huffman_code_lengths(counts));
+    out.code = std::make_shared<const huffman_lengths>(detail::huffman_code_lengths(counts));
   }
   return out;
 }
@@ -19322,7 +19805,7 @@ static_assert(fittable_coder<huffman_coder>);
 /// wisp::compressed_bf16 z = wisp::compressed_bf16::compress(weights, wisp::huffman_coder{}, 8);
 /// std::vector<std::uint8_t> file(z.bytes().begin(), z.bytes().end());   // write it anywhere
 /// wisp::compressed_bf16 back = wisp::compressed_bf16::parse(std::move(file));
-/// std::vector<std::uint16_t> out(back.elements());
+/// std::vector<wisp::bf16> out(back.elements());
 /// back.decompress(out, wisp::core_coders());                           // == weights
 /// @endcode
 
@@ -19378,12 +19861,14 @@ struct chunk_ref {
 
 /// @brief Decodes E-chunk bytes `stored` described by `ref` into `exponents` (`ref.count` long).
 /// Use it on chunks kept apart from their record; `verify` checks the CRC first (do so for bytes
-/// that came from outside the process). O(ref.count).
+/// that came from outside the process). A Huffman chunk takes its decode table from `tables`, so
+/// a caller that decodes the chunks of one tensor with one cache builds the table once.
+/// O(ref.count).
 /// @throws wisp::logic_error on a wrong output size; wisp::format_error on a size or CRC mismatch,
 /// an unknown coder, or bytes that are not the chunk's encoding.
 inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> stored,
                            std::span<std::uint8_t> exponents, const coder_set& coders,
-                           bool verify = true) {
+                           huffman_table_cache& tables, bool verify = true) {
   WISP_EXPECTS(exponents.size() == ref.count, "decode_e_chunk: ", exponents.size(),
                " output bytes for a chunk of ", ref.count, " exponents");
   if (stored.size() != ref.bytes) {
@@ -19398,11 +19883,33 @@ inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> s
   const any_coder* coder = coders.find(ref.coder);
   if (coder == nullptr) {
     throw format_error("E-chunk coder " + std::to_string(static_cast<int>(ref.coder)) + " (" +
-                       std::string(coder_id_name(ref.coder)) +
-                       ") is not available here; coders: " + coders.names());
+                       std::string(to_string(ref.coder)) +
+                       ") is not available here; coders: " + coders.labels());
+  }
+  if (ref.coder == coder_id::huffman) {
+    huffman_chunk(stored, ref.count, tables).decode(exponents);
+    return;
   }
   coder->decode(stored, exponents);
 }
+
+/// @copydoc decode_e_chunk
+/// (With a decode table of its own: use the other overload to decode many Huffman chunks.)
+inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> stored,
+                           std::span<std::uint8_t> exponents, const coder_set& coders,
+                           bool verify = true) {
+  huffman_table_cache tables;
+  decode_e_chunk(ref, stored, exponents, coders, tables, verify);
+}
+
+/// @brief A decoder's reusable memory: exponent scratch, grown to the largest E-chunk decoded,
+/// and the Huffman decode table of the last code seen (`huffman_table_cache`). One per decoding
+/// thread, reused across chunks and tensors: steady-state decoding then allocates nothing and
+/// builds one table per tensor. Not thread-safe.
+struct bf16_decode_scratch {
+  std::vector<std::uint8_t> exponents;
+  huffman_table_cache tables;
+};
 
 /// @brief One compressed BF16 tensor: the record's bytes and its parsed chunk table.
 /// Move-only owner of the bytes; const member functions are thread-safe.
@@ -19413,8 +19920,8 @@ class compressed_bf16 {
   /// @throws wisp::logic_error if `e_chunks` is outside [1, 65536] or there are more than 2^48
   /// values.
   template <exponent_coder Coder>
-  [[nodiscard]] static compressed_bf16 compress(std::span<const std::uint16_t> values,
-                                                const Coder& coder, std::uint32_t e_chunks = 8) {
+  [[nodiscard]] static compressed_bf16 compress(std::span<const bf16> values, const Coder& coder,
+                                                std::uint32_t e_chunks = 8) {
     WISP_EXPECTS(e_chunks >= 1 && e_chunks <= wzbf::max_e_chunks, "compressed_bf16: E-chunks ",
                  e_chunks, " is outside [1, ", wzbf::max_e_chunks, "]");
     const std::uint64_t n = values.size();
@@ -19560,26 +20067,30 @@ class compressed_bf16 {
     return bytes_.size() - chunks_[0].offset;
   }
 
-  /// Decodes E-chunk `j` and recovers its elements into `out[first, first + count)`;
-  /// `exponents` is scratch of at least `count` bytes. O(count). Shards may be decoded by
-  /// different threads into one `out`.
-  /// @throws wisp::logic_error on short buffers; wisp::format_error if the chunk does not decode.
-  void decompress_chunk(std::uint32_t j, std::span<std::uint16_t> out,
-                        std::span<std::uint8_t> exponents, const coder_set& coders) const {
+  /// Decodes E-chunk `j` and recovers its elements into `out[first, first + count)`, with
+  /// `scratch` grown to the chunk. O(count). Shards may be decoded by different threads (each
+  /// with a scratch of its own) into one `out`.
+  /// @throws wisp::logic_error on a wrong output size; wisp::format_error if the chunk does not
+  /// decode.
+  void decompress_chunk(std::uint32_t j, std::span<bf16> out, bf16_decode_scratch& scratch,
+                        const coder_set& coders) const {
     const chunk_ref& r = e_chunk(j);
-    WISP_EXPECTS(out.size() == elements_ && exponents.size() >= r.count,
-                 "compressed_bf16::decompress_chunk: output of ", out.size(), " for ", elements_,
-                 " elements, scratch of ", exponents.size(), " for ", r.count);
-    const std::span<std::uint8_t> ex = exponents.first(r.count);
+    WISP_EXPECTS(out.size() == elements_, "compressed_bf16::decompress_chunk: output of ",
+                 out.size(), " for ", elements_, " elements");
+    if (scratch.exponents.size() < r.count) {
+      scratch.exponents.resize(r.count);
+    }
+    const std::span<std::uint8_t> ex = std::span(scratch.exponents).first(r.count);
     const std::uint8_t* sm = bytes_.data() + chunks_[0].offset + r.first;
     if (r.coder == coder_id::huffman && coders.find(coder_id::huffman) != nullptr) {
       // Recover each group of sub-streams while its exponents are still in L1.
-      huffman_chunk(chunk_bytes(r), r.count).decode_groups(ex, [&](std::size_t at, std::size_t n) {
-        detail::recover_bf16_unchecked(sm + at, ex.data() + at, out.data() + r.first + at, n);
-      });
+      huffman_chunk(chunk_bytes(r), r.count, scratch.tables)
+          .decode_groups(ex, [&](std::size_t at, std::size_t n) {
+            detail::recover_bf16_unchecked(sm + at, ex.data() + at, out.data() + r.first + at, n);
+          });
       return;
     }
-    decode_e_chunk(r, chunk_bytes(r), ex, coders, /*verify=*/false);
+    decode_e_chunk(r, chunk_bytes(r), ex, coders, scratch.tables, /*verify=*/false);
     detail::recover_bf16_unchecked(sm, ex.data(), out.data() + r.first, r.count);
   }
 
@@ -19587,19 +20098,17 @@ class compressed_bf16 {
   /// `scratch` grown to the largest E-chunk. O(n).
   /// @throws wisp::logic_error on a wrong output size; wisp::format_error if a chunk does not
   /// decode (then `out` holds an unspecified mix of decoded and old values).
-  void decompress(std::span<std::uint16_t> out, const coder_set& coders,
-                  std::vector<std::uint8_t>& scratch) const {
+  void decompress(std::span<bf16> out, const coder_set& coders,
+                  bf16_decode_scratch& scratch) const {
     WISP_EXPECTS(out.size() == elements_, "compressed_bf16::decompress: output of ", out.size(),
                  " for ", elements_, " elements");
-    scratch.resize(
-        std::max<std::size_t>(scratch.size(), e_chunk_range(elements_, e_chunks(), 0).second));
     for (std::uint32_t j = 0; j < e_chunks(); ++j) {
       decompress_chunk(j, out, scratch, coders);
     }
   }
   /// @copydoc decompress
-  void decompress(std::span<std::uint16_t> out, const coder_set& coders) const {
-    std::vector<std::uint8_t> scratch;
+  void decompress(std::span<bf16> out, const coder_set& coders) const {
+    bf16_decode_scratch scratch;
     decompress(out, coders, scratch);
   }
 
@@ -19607,15 +20116,13 @@ class compressed_bf16 {
   compressed_bf16() = default;
 
   static std::uint32_t get_u32(const std::vector<std::uint8_t>& b, std::size_t at) noexcept {
-    return detail::load_u32(b.data() + at);
+    return detail::load_le<std::uint32_t>(b.data() + at);
   }
   static std::uint64_t get_u64(const std::vector<std::uint8_t>& b, std::size_t at) noexcept {
-    return get_u32(b, at) | static_cast<std::uint64_t>(get_u32(b, at + 4)) << 32;
+    return detail::load_le<std::uint64_t>(b.data() + at);
   }
   void put(std::size_t at, std::uint64_t v, int width) noexcept {
-    for (int i = 0; i < width; ++i) {
-      bytes_[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
-    }
+    detail::store_le(bytes_.data() + at, v, width);
   }
   void write_header() noexcept {
     std::copy(wzbf::magic.begin(), wzbf::magic.end(), bytes_.begin());
@@ -19706,106 +20213,120 @@ struct safetensors_header {
   return 0;
 }
 
+namespace detail {
+
+[[noreturn]] inline void safetensors_fail(std::uint64_t at, const std::string& what) {
+  throw format_error(at, "safetensors: " + what);
+}
+
+/// The non-negative integer `v` (`what` names it in the error).
+[[nodiscard]] inline std::uint64_t safetensors_u64(const json_value& v, const std::string& what) {
+  std::uint64_t x = 0;
+  const char* first = v.text.data();
+  const char* last = first + v.text.size();
+  if (v.type != json_value::kind::number || std::from_chars(first, last, x).ptr != last) {
+    safetensors_fail(8, what + " is not a non-negative integer");
+  }
+  return x;
+}
+
+/// The tensor `name` of the header, `entry` its JSON object; its data must lie inside the
+/// `data_size` bytes from `data_begin` and hold exactly what its dtype and shape imply.
+[[nodiscard]] inline safetensors_tensor safetensors_entry(const std::string& name,
+                                                          const json_value& entry,
+                                                          std::uint64_t data_begin,
+                                                          std::uint64_t data_size) {
+  const std::string where = "tensor '" + name + "'";
+  const json_value* dtype = entry.find("dtype");
+  const json_value* shape = entry.find("shape");
+  const json_value* offsets = entry.find("data_offsets");
+  if (entry.type != json_value::kind::object || dtype == nullptr || shape == nullptr ||
+      offsets == nullptr || entry.members.size() != 3 || dtype->type != json_value::kind::string ||
+      shape->type != json_value::kind::array || offsets->type != json_value::kind::array ||
+      offsets->items.size() != 2) {
+    safetensors_fail(
+        8, where + " needs exactly dtype (string), shape (array), data_offsets ([begin, end])");
+  }
+  safetensors_tensor t;
+  t.name = name;
+  t.dtype = dtype->text;
+  const std::uint64_t width = safetensors_dtype_bytes(t.dtype);
+  if (width == 0) {
+    safetensors_fail(8, where + " has unknown dtype '" + t.dtype + "'");
+  }
+  std::uint64_t bytes = width;
+  for (const json_value& d : shape->items) {
+    t.shape.push_back(safetensors_u64(d, where + " shape entry"));
+    if (t.shape.back() != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / t.shape.back()) {
+      safetensors_fail(8, where + " shape overflows 64 bits");
+    }
+    bytes *= t.shape.back();
+  }
+  const std::uint64_t begin = safetensors_u64(offsets->items[0], where + " data_offsets[0]");
+  const std::uint64_t end = safetensors_u64(offsets->items[1], where + " data_offsets[1]");
+  if (begin > end || end > data_size) {
+    safetensors_fail(8, where + " data_offsets [" + std::to_string(begin) + ", " +
+                            std::to_string(end) + ") are not inside the " +
+                            std::to_string(data_size) + " data bytes");
+  }
+  if (end - begin != bytes) {
+    safetensors_fail(8, where + " holds " + std::to_string(end - begin) +
+                            " bytes but its dtype and shape need " + std::to_string(bytes));
+  }
+  t.begin = data_begin + begin;
+  t.end = data_begin + end;
+  return t;
+}
+
+}  // namespace detail
+
 /// @brief Parses the header of the safetensors file `file` (all of it, or at least the header:
 /// `file_size` is then the size of the whole file). O(header size + tensors log tensors).
 /// @throws wisp::format_error with the byte offset of the problem.
 [[nodiscard]] inline safetensors_header parse_safetensors_header(std::span<const std::uint8_t> file,
                                                                  std::uint64_t file_size) {
   constexpr std::uint64_t max_header = 100'000'000;  // the format's own limit
-  auto fail = [](std::uint64_t at, const std::string& what) {
-    throw format_error(at, "safetensors: " + what);
-  };
   if (file.size() < 8 || file_size < 8) {
-    fail(0, "shorter than the 8-byte header size");
+    detail::safetensors_fail(0, "shorter than the 8-byte header size");
   }
-  std::uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) {
-    n |= static_cast<std::uint64_t>(file[static_cast<std::size_t>(i)]) << (8 * i);
-  }
+  const std::uint64_t n = detail::load_le<std::uint64_t>(file.data());
   if (n > max_header || n > file_size - 8) {
-    fail(0, "header size " + std::to_string(n) + " exceeds the file (" + std::to_string(file_size) +
-                " bytes) or the format's 100 MB limit");
+    detail::safetensors_fail(0, "header size " + std::to_string(n) + " exceeds the file (" +
+                                    std::to_string(file_size) +
+                                    " bytes) or the format's 100 MB limit");
   }
   if (n > file.size() - 8) {
-    fail(file.size(), "truncated header");
+    detail::safetensors_fail(file.size(), "truncated header");
   }
   const std::string_view json(reinterpret_cast<const char*>(file.data() + 8),
                               static_cast<std::size_t>(n));
-  const wisp::detail::json_value root = wisp::detail::json_parser(json, 8).parse_document();
-  if (root.type != wisp::detail::json_value::kind::object) {
-    fail(8, "the header is not a JSON object");
+  const detail::json_value root = detail::json_parser(json, 8).parse_document();
+  if (root.type != detail::json_value::kind::object) {
+    detail::safetensors_fail(8, "the header is not a JSON object");
   }
   safetensors_header h;
   h.data_begin = 8 + n;
-  const std::uint64_t data_size = file_size - h.data_begin;
-  auto to_u64 = [&](const wisp::detail::json_value& v, const std::string& what) {
-    std::uint64_t x = 0;
-    const char* first = v.text.data();
-    const char* last = first + v.text.size();
-    if (v.type != wisp::detail::json_value::kind::number ||
-        std::from_chars(first, last, x).ptr != last) {
-      fail(8, what + " is not a non-negative integer");
-    }
-    return x;
-  };
   for (const auto& [name, entry] : root.members) {
-    if (name == "__metadata__") {
-      bool strings = entry.type == wisp::detail::json_value::kind::object;
-      for (const auto& member : entry.members) {
-        strings &= member.value.type == wisp::detail::json_value::kind::string;
-      }
-      if (!strings) {
-        fail(8, "__metadata__ must be an object of strings");
-      }
+    if (name != "__metadata__") {
+      h.tensors.push_back(
+          detail::safetensors_entry(name, entry, h.data_begin, file_size - h.data_begin));
       continue;
     }
-    const std::string where = "tensor '" + name + "'";
-    const wisp::detail::json_value* dtype = entry.find("dtype");
-    const wisp::detail::json_value* shape = entry.find("shape");
-    const wisp::detail::json_value* offsets = entry.find("data_offsets");
-    if (entry.type != wisp::detail::json_value::kind::object || dtype == nullptr ||
-        shape == nullptr || offsets == nullptr || entry.members.size() != 3 ||
-        dtype->type != wisp::detail::json_value::kind::string ||
-        shape->type != wisp::detail::json_value::kind::array ||
-        offsets->type != wisp::detail::json_value::kind::array || offsets->items.size() != 2) {
-      fail(8, where + " needs exactly dtype (string), shape (array), data_offsets ([begin, end])");
+    bool strings = entry.type == detail::json_value::kind::object;
+    for (const auto& member : entry.members) {
+      strings &= member.value.type == detail::json_value::kind::string;
     }
-    safetensors_tensor t;
-    t.name = name;
-    t.dtype = dtype->text;
-    const std::uint64_t width = safetensors_dtype_bytes(t.dtype);
-    if (width == 0) {
-      fail(8, where + " has unknown dtype '" + t.dtype + "'");
+    if (!strings) {
+      detail::safetensors_fail(8, "__metadata__ must be an object of strings");
     }
-    std::uint64_t bytes = width;
-    for (const wisp::detail::json_value& d : shape->items) {
-      t.shape.push_back(to_u64(d, where + " shape entry"));
-      if (t.shape.back() != 0 &&
-          bytes > std::numeric_limits<std::uint64_t>::max() / t.shape.back()) {
-        fail(8, where + " shape overflows 64 bits");
-      }
-      bytes *= t.shape.back();
-    }
-    const std::uint64_t begin = to_u64(offsets->items[0], where + " data_offsets[0]");
-    const std::uint64_t end = to_u64(offsets->items[1], where + " data_offsets[1]");
-    if (begin > end || end > data_size) {
-      fail(8, where + " data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                  ") are not inside the " + std::to_string(data_size) + " data bytes");
-    }
-    if (end - begin != bytes) {
-      fail(8, where + " holds " + std::to_string(end - begin) + " bytes but its dtype and shape " +
-                  "need " + std::to_string(bytes));
-    }
-    t.begin = h.data_begin + begin;
-    t.end = h.data_begin + end;
-    h.tensors.push_back(std::move(t));
   }
   std::sort(h.tensors.begin(), h.tensors.end(), [](const auto& a, const auto& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.name < b.name;
   });
   for (std::size_t i = 1; i < h.tensors.size(); ++i) {
     if (h.tensors[i].begin < h.tensors[i - 1].end) {
-      fail(8, "tensors '" + h.tensors[i - 1].name + "' and '" + h.tensors[i].name + "' overlap");
+      detail::safetensors_fail(
+          8, "tensors '" + h.tensors[i - 1].name + "' and '" + h.tensors[i].name + "' overlap");
     }
   }
   return h;
@@ -19922,85 +20443,27 @@ class bf16_archive {
   /// record (`compressed_bf16::parse`), sizes consistent and nothing after the last segment.
   /// O(size). @throws wisp::format_error with the byte offset of the problem.
   [[nodiscard]] static bf16_archive parse(std::span<const std::uint8_t> bytes) {
-    auto fail = [](std::uint64_t at, const std::string& what) {
-      throw format_error(at, ".wzar: " + what);
-    };
-    auto u32 = [&](std::size_t at) { return detail::load_u32(bytes.data() + at); };
-    auto u64 = [&](std::size_t at) { return u32(at) | std::uint64_t{u32(at + 4)} << 32; };
     if (bytes.size() < 8 || !std::equal(wzar::magic.begin(), wzar::magic.end(), bytes.begin())) {
       fail(0, "not a wisp compressed archive (bad signature)");
     }
     if (bytes.size() < wzar::header_bytes) {
       fail(bytes.size(), "truncated header");
     }
-    if (detail::crc32(bytes.first(28)) != u32(28)) {
+    if (detail::crc32(bytes.first(28)) != u32(bytes, 28)) {
       fail(28, "header checksum mismatch");
     }
-    if (u32(8) != wzar::version) {
-      fail(8, "unsupported version " + std::to_string(u32(8)));
+    if (u32(bytes, 8) != wzar::version) {
+      fail(8, "unsupported version " + std::to_string(u32(bytes, 8)));
     }
-    if (u32(24) != 0) {
+    if (u32(bytes, 24) != 0) {
       fail(24, "reserved field is not zero");
     }
-    const std::uint32_t count = u32(12);
-    const std::uint64_t total = u64(16);
+    const std::uint32_t count = u32(bytes, 12);
+    const std::uint64_t total = u64(bytes, 16);
     bf16_archive a;
     std::size_t at = wzar::header_bytes;
     for (std::uint32_t i = 0; i < count; ++i) {
-      if (bytes.size() - at < wzar::descriptor_bytes) {
-        fail(at, "truncated descriptor of segment " + std::to_string(i));
-      }
-      if (detail::crc32(bytes.subspan(at, 28)) != u32(at + 28)) {
-        fail(at + 28, "descriptor checksum mismatch in segment " + std::to_string(i));
-      }
-      const std::uint8_t kind = bytes[at];
-      const std::uint32_t name_bytes = u32(at + 4);
-      const std::uint64_t stored = u64(at + 8);
-      const std::uint64_t original = u64(at + 16);
-      if (kind > 1 || bytes[at + 1] != 0 || bytes[at + 2] != 0 || bytes[at + 3] != 0) {
-        fail(at, "segment " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
-      }
-      if (name_bytes > wzar::max_name) {
-        fail(at + 4, "segment name of " + std::to_string(name_bytes) + " bytes is too long");
-      }
-      const std::size_t data = at + wzar::descriptor_bytes;
-      if (bytes.size() - data < name_bytes || bytes.size() - data - name_bytes < stored) {
-        fail(at + 8, "segment " + std::to_string(i) + " runs past the end of the archive");
-      }
-      const std::span<const std::uint8_t> name = bytes.subspan(data, name_bytes);
-      const std::span<const std::uint8_t> payload = bytes.subspan(data + name_bytes, stored);
-      std::uint32_t crc = detail::crc32(name);
-      if (kind == 0) {
-        crc = detail::crc32_update(crc, payload);
-      }
-      if (crc != u32(at + 24)) {
-        fail(at + 24, "segment " + std::to_string(i) + " checksum mismatch");
-      }
-      std::string segment_name(name.begin(), name.end());
-      if (kind == 0) {
-        if (stored != original) {
-          fail(at + 16, "raw segment " + std::to_string(i) + " stores " + std::to_string(stored) +
-                            " bytes for " + std::to_string(original));
-        }
-        a.add_raw(std::move(segment_name), payload);
-      } else {
-        compressed_bf16 t = [&] {
-          try {
-            return compressed_bf16::parse({payload.begin(), payload.end()});
-          } catch (const format_error& e) {
-            const std::uint64_t base = data + name_bytes;
-            throw format_error(e.offset() == format_error::no_offset ? base : base + e.offset(),
-                               "in segment " + std::to_string(i) + ": " + e.problem());
-          }
-        }();
-        if (2 * t.elements() != original) {
-          fail(at + 16, "compressed segment " + std::to_string(i) + " restores to " +
-                            std::to_string(2 * t.elements()) + " bytes, not " +
-                            std::to_string(original));
-        }
-        a.add_bf16(std::move(segment_name), std::move(t));
-      }
-      at = data + name_bytes + static_cast<std::size_t>(stored);
+      at = a.parse_segment(bytes, at, i);
     }
     if (at != bytes.size()) {
       fail(at, std::to_string(bytes.size() - at) + " bytes after the last segment");
@@ -20016,8 +20479,8 @@ class bf16_archive {
   [[nodiscard]] std::vector<std::uint8_t> restore(const coder_set& coders) const {
     std::vector<std::uint8_t> out;
     out.reserve(original_bytes());
-    std::vector<std::uint16_t> values;
-    std::vector<std::uint8_t> scratch;
+    std::vector<bf16> values;
+    bf16_decode_scratch scratch;
     for (const archive_segment& s : segments_) {
       if (!s.tensor) {
         out.insert(out.end(), s.raw.begin(), s.raw.end());
@@ -20025,9 +20488,10 @@ class bf16_archive {
       }
       values.resize(s.tensor->elements());
       s.tensor->decompress(values, coders, scratch);
-      for (const std::uint16_t v : values) {  // little-endian whatever the host
-        out.push_back(static_cast<std::uint8_t>(v));
-        out.push_back(static_cast<std::uint8_t>(v >> 8));
+      const std::size_t at = out.size();
+      out.resize(at + 2 * values.size());
+      for (std::size_t i = 0; i < values.size(); ++i) {  // little-endian whatever the host
+        detail::store_le(out.data() + at + 2 * i, values[i].bits);
       }
     }
     return out;
@@ -20035,19 +20499,84 @@ class bf16_archive {
 
  private:
   static void put(std::vector<std::uint8_t>& out, std::size_t at, std::uint64_t v, int width) {
-    for (int i = 0; i < width; ++i) {
-      out[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
+    detail::store_le(out.data() + at, v, width);
+  }
+  [[noreturn]] static void fail(std::uint64_t at, const std::string& what) {
+    throw format_error(at, ".wzar: " + what);
+  }
+  static std::uint32_t u32(std::span<const std::uint8_t> bytes, std::size_t at) noexcept {
+    return detail::load_le<std::uint32_t>(bytes.data() + at);
+  }
+  static std::uint64_t u64(std::span<const std::uint8_t> bytes, std::size_t at) noexcept {
+    return detail::load_le<std::uint64_t>(bytes.data() + at);
+  }
+
+  // Parses segment `i`, whose descriptor is at `at`, and appends it; returns where the next
+  // descriptor starts. @throws wisp::format_error as `parse`.
+  std::size_t parse_segment(std::span<const std::uint8_t> bytes, std::size_t at, std::uint32_t i) {
+    if (bytes.size() - at < wzar::descriptor_bytes) {
+      fail(at, "truncated descriptor of segment " + std::to_string(i));
     }
+    if (detail::crc32(bytes.subspan(at, 28)) != u32(bytes, at + 28)) {
+      fail(at + 28, "descriptor checksum mismatch in segment " + std::to_string(i));
+    }
+    const std::uint8_t kind = bytes[at];
+    const std::uint32_t name_bytes = u32(bytes, at + 4);
+    const std::uint64_t stored = u64(bytes, at + 8);
+    const std::uint64_t original = u64(bytes, at + 16);
+    if (kind > 1 || bytes[at + 1] != 0 || bytes[at + 2] != 0 || bytes[at + 3] != 0) {
+      fail(at, "segment " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
+    }
+    if (name_bytes > wzar::max_name) {
+      fail(at + 4, "segment name of " + std::to_string(name_bytes) + " bytes is too long");
+    }
+    const std::size_t data = at + wzar::descriptor_bytes;
+    if (bytes.size() - data < name_bytes || bytes.size() - data - name_bytes < stored) {
+      fail(at + 8, "segment " + std::to_string(i) + " runs past the end of the archive");
+    }
+    const std::span<const std::uint8_t> name = bytes.subspan(data, name_bytes);
+    const std::span<const std::uint8_t> payload = bytes.subspan(data + name_bytes, stored);
+    std::uint32_t crc = detail::crc32(name);
+    if (kind == 0) {
+      crc = detail::crc32_update(crc, payload);
+    }
+    if (crc != u32(bytes, at + 24)) {
+      fail(at + 24, "segment " + std::to_string(i) + " checksum mismatch");
+    }
+    std::string segment_name(name.begin(), name.end());
+    if (kind == 0) {
+      if (stored != original) {
+        fail(at + 16, "raw segment " + std::to_string(i) + " stores " + std::to_string(stored) +
+                          " bytes for " + std::to_string(original));
+      }
+      add_raw(std::move(segment_name), payload);
+    } else {
+      compressed_bf16 t = [&] {
+        try {
+          return compressed_bf16::parse({payload.begin(), payload.end()});
+        } catch (const format_error& e) {
+          const std::uint64_t base = data + name_bytes;
+          throw format_error(e.offset() == format_error::no_offset ? base : base + e.offset(),
+                             "in segment " + std::to_string(i) + ": " + e.problem());
+        }
+      }();
+      if (2 * t.elements() != original) {
+        fail(at + 16, "compressed segment " + std::to_string(i) + " restores to " +
+                          std::to_string(2 * t.elements()) + " bytes, not " +
+                          std::to_string(original));
+      }
+      add_bf16(std::move(segment_name), std::move(t));
+    }
+    return data + name_bytes + static_cast<std::size_t>(stored);
   }
   std::vector<archive_segment> segments_;
 };
 
-/// BF16 values of `bytes` read as little-endian 16-bit words (an even number of bytes).
-[[nodiscard]] inline std::vector<std::uint16_t> bf16_from_le_bytes(
-    std::span<const std::uint8_t> bytes) {
-  std::vector<std::uint16_t> values(bytes.size() / 2);
+/// BF16 values of `bytes` read as little-endian 16-bit words (a last odd byte is ignored). O(n).
+[[nodiscard]] inline std::vector<bf16> bf16_from_le_bytes(std::span<const std::uint8_t> bytes) {
+  std::vector<bf16> values(bytes.size() / 2);
   for (std::size_t i = 0; i < values.size(); ++i) {
-    values[i] = static_cast<std::uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+    values[i].bits = detail::load_le<std::uint16_t>(bytes.data() + 2 * i);
   }
   return values;
 }
@@ -20098,23 +20627,26 @@ template <exponent_coder Coder>
 /// @file
 /// @brief `compressed_expert_store`: the host masters of a MoE layer's experts held losslessly
 /// compressed (one `compressed_bf16` record per tensor), each expert either only compressed (C)
-/// or also full (F), and a pool of L `std::jthread` decoders that serve a pager's copy plan into
-/// caller-provided slot buffers: a miss on an F expert is a raw copy, a miss on a C expert moves
-/// its compressed bytes and decodes them.
+/// or also full (F), serving a pager's copy plan into caller-provided slot buffers: a miss on an F
+/// expert is a raw copy, a miss on a C expert moves its compressed bytes and decodes them, one
+/// task per E-chunk on the executor the caller gives (by default on the calling thread).
 ///
 /// What an engine needs from it: `link_bytes(e)` (what a miss of `e` moves across the link:
 /// compressed payload for C, raw bytes for F), `apply(plan, slots)` (decode or copy into the
-/// slots, in parallel over E-chunks) and the measured decode time it returns. An engine that
-/// models its link charges `link_bytes` on the copy queue and the decode on the consumer side.
-/// Slots may be pinned host memory when CUDA is present: the store never allocates them.
+/// slots, in parallel over E-chunks when the executor has threads) and the measured decode time it
+/// returns. An engine that models its link charges `link_bytes` on the copy queue and the decode
+/// on the consumer side. Slots may be pinned host memory when CUDA is present: the store never
+/// allocates them.
 /// @code
+/// wisp::thread_pool decoders(2);                       // L = 2 decoder threads, the caller's
 /// wisp::compressed_expert_store store({.experts = 64, .tensor_elements = {2048 * 1408, ...},
-///                                      .e_chunks = 8, .threads = 2}, wisp::huffman_coder{});
+///                                      .e_chunks = 8},
+///                                     wisp::huffman_coder{}, wisp::core_coders(),
+///                                     decoders.executor());
 /// for (int e = 0; e < 64; ++e) store.set_expert(e, weights_of(e));
 /// auto r = pager.prepare(layer, topk_ids, tokens, k);
-/// wisp::fetch_stats s = store.apply(r.copy_plan, slot_buffer);   // slot_buffer: [slots x
-/// elements] timeline.copy(s.link_bytes);                                    // what crossed the
-/// link
+/// wisp::fetch_stats s = store.apply(r.copy_plan, slot_buffer);  // slot_buffer: slots x elements
+/// timeline.copy(s.link_bytes);                                   // what crossed the link
 /// @endcode
 
 namespace wisp {
@@ -20124,13 +20656,18 @@ enum class expert_state : std::uint8_t {
   compressed,  ///< C: only the compressed records; a miss moves them and decodes
   full,        ///< F: also the raw BF16 bytes; a miss is a plain copy
 };
+/// "compressed", "full" (`to_string`, `from_string`).
+template <>
+struct enum_names<expert_state> {
+  static constexpr std::array<enum_name<expert_state>, 2> values{
+      {{expert_state::compressed, "compressed"}, {expert_state::full, "full"}}};
+};
 
-/// @brief Shape and decoding resources of a `compressed_expert_store`.
+/// @brief Shape of a `compressed_expert_store` (its decoder threads are the executor's).
 struct expert_store_config {
   std::int32_t experts = 0;                    ///< experts of the layer
   std::vector<std::uint64_t> tensor_elements;  ///< BF16 elements of each tensor of an expert
   std::uint32_t e_chunks = 8;                  ///< K: E-chunks per tensor (decode parallelism)
-  std::uint32_t threads = 2;                   ///< L: decoder threads; 0 decodes on the caller
 };
 
 /// @brief What one `apply` did.
@@ -20142,17 +20679,23 @@ struct fetch_stats {
   double decode_seconds = 0;     ///< wall time of the decode step, measured
 };
 
-/// @brief Compressed host masters of one MoE layer plus a decoder pool (see the file comment).
+/// @brief Compressed host masters of one MoE layer that serve copy plans (see the file comment).
 ///
-/// Thread safety: one owner. The decoder threads only ever touch the records and slot memory of
-/// the `apply` call in flight, which returns after they are done.
+/// Thread safety: one owner. The tasks it gives the executor only ever touch the records and
+/// slot memory of the `apply` call in flight, which returns after they are done; so `apply` must
+/// not be called from a task of an executor whose threads its own tasks need (a pool with no
+/// thread to spare would deadlock).
 class compressed_expert_store {
  public:
-  /// Empty store (every expert all-zero, compressed) with `config.threads` decoder threads.
+  /// Empty store (every expert all-zero, compressed) that decodes with `decoders` on `executor`
+  /// (by default on the thread that calls `apply`); the executor must outlive the store.
   /// @throws wisp::logic_error on no experts, no tensors, or K outside [1, 65536].
   compressed_expert_store(expert_store_config config, any_coder coder,
-                          coder_set decoders = core_coders())
-      : config_(std::move(config)), coder_(std::move(coder)), decoders_(std::move(decoders)) {
+                          coder_set decoders = core_coders(), any_executor executor = {})
+      : config_(std::move(config)),
+        coder_(std::move(coder)),
+        decoders_(std::move(decoders)),
+        executor_(std::move(executor)) {
     WISP_EXPECTS(config_.experts >= 1 && !config_.tensor_elements.empty(),
                  "compressed_expert_store: experts ", config_.experts, " and tensors ",
                  config_.tensor_elements.size(), " must be >= 1");
@@ -20162,25 +20705,15 @@ class compressed_expert_store {
       tensor_offset_.push_back(elements_);
       elements_ += n;
     }
-    const std::vector<std::uint16_t> zeros(elements_, 0);
+    const std::vector<bf16> zeros(elements_);
     experts_.resize(static_cast<std::size_t>(config_.experts));
     for (std::int32_t e = 0; e < config_.experts; ++e) {
       set_expert(e, zeros);
-    }
-    for (std::uint32_t i = 0; i < config_.threads; ++i) {
-      workers_.emplace_back([this](std::stop_token stop) { work(stop); });
     }
   }
 
   compressed_expert_store(const compressed_expert_store&) = delete;
   compressed_expert_store& operator=(const compressed_expert_store&) = delete;
-  /// Stops and joins the decoder threads.
-  ~compressed_expert_store() {
-    for (std::jthread& w : workers_) {
-      w.request_stop();
-    }
-    wake_.notify_all();
-  }
 
   /// BF16 elements of one expert (all its tensors, concatenated in `tensor_elements` order).
   [[nodiscard]] std::uint64_t elements_per_expert() const noexcept { return elements_; }
@@ -20189,7 +20722,7 @@ class compressed_expert_store {
 
   /// Compresses `values` (`elements_per_expert()` long) as expert `e`'s master, in `state`.
   /// O(elements). @throws wisp::logic_error on a bad id or length (the expert is unchanged).
-  void set_expert(std::int32_t e, std::span<const std::uint16_t> values,
+  void set_expert(std::int32_t e, std::span<const bf16> values,
                   expert_state state = expert_state::compressed) {
     check_expert(e);
     WISP_EXPECTS(values.size() == elements_, "compressed_expert_store::set_expert: ", values.size(),
@@ -20213,9 +20746,9 @@ class compressed_expert_store {
     check_expert(e);
     entry& x = experts_[static_cast<std::size_t>(e)];
     if (state == expert_state::compressed) {
-      std::vector<std::uint16_t>().swap(x.full);
+      std::vector<bf16>().swap(x.full);
     } else if (x.full.empty() && elements_ > 0) {
-      std::vector<std::uint16_t> full(elements_);
+      std::vector<bf16> full(elements_);
       decode(e, full);
       x.full = std::move(full);
     }
@@ -20256,26 +20789,26 @@ class compressed_expert_store {
 
   /// Writes expert `e`'s BF16 values into `out` on the calling thread. O(elements).
   /// @throws wisp::logic_error on a bad id or length; wisp::format_error if a record is corrupt.
-  void decode(std::int32_t e, std::span<std::uint16_t> out) const {
+  void decode(std::int32_t e, std::span<bf16> out) const {
     check_expert(e);
     WISP_EXPECTS(out.size() == elements_, "compressed_expert_store::decode: output of ", out.size(),
                  " for an expert of ", elements_);
-    std::vector<std::uint8_t> scratch;
+    const scratch_lease scratch(*this);
     const entry& x = experts_[static_cast<std::size_t>(e)];
     for (std::size_t t = 0; t < x.tensors.size(); ++t) {
       x.tensors[t].decompress(out.subspan(tensor_offset_[t], config_.tensor_elements[t]), decoders_,
-                              scratch);
+                              *scratch);
     }
   }
 
   /// @brief Serves a copy plan: writes each op's expert into `slots` row `op.slot` (rows of
-  /// `elements_per_expert()` values): F experts by `memcpy`, C experts by the decoder pool (one
-  /// task per E-chunk, so one expert's chunks decode in parallel). Returns once every slot is
-  /// written. O(plan x elements) work over L threads.
+  /// `elements_per_expert()` values): F experts by `memcpy`, C experts by tasks on the executor
+  /// (one per E-chunk, so one expert's chunks decode in parallel when it has threads). Returns
+  /// once every slot is written. O(plan x elements) work over the executor's threads.
   /// @throws wisp::logic_error (nothing written) on an expert or slot out of range or a slot
   ///   buffer that is not a whole number of rows; wisp::format_error if a record does not decode
   ///   (then the slots of this plan hold unspecified values).
-  fetch_stats apply(std::span<const copy_op> plan, std::span<std::uint16_t> slots) {
+  fetch_stats apply(std::span<const copy_op> plan, std::span<bf16> slots) {
     WISP_EXPECTS(elements_ > 0 && slots.size() % elements_ == 0,
                  "compressed_expert_store::apply: slot buffer of ", slots.size(),
                  " values is not a whole number of experts of ", elements_);
@@ -20288,10 +20821,93 @@ class compressed_expert_store {
     }
     fetch_stats stats;
     const auto start = std::chrono::steady_clock::now();
-    batch_.reset();
+    batch_state batch;
+    try {
+      serve(plan, slots, batch, stats);
+    } catch (...) {  // a task could not be submitted: let those submitted end before unwinding
+      batch.finish();
+      throw;
+    }
+    batch.wait();
+    stats.decode_seconds =
+        stats.decoded == 0
+            ? 0
+            : std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return stats;
+  }
+
+ private:
+  struct entry {
+    std::vector<compressed_bf16> tensors;
+    std::vector<bf16> full;  // F state: the raw values; empty in C
+    std::uint64_t payload_bytes = 0;
+  };
+  struct task {
+    const compressed_bf16* tensor;
+    std::uint32_t chunk;
+    std::span<bf16> out;
+  };
+  // The tasks of one `apply` call: how many are still running and the first error.
+  struct batch_state {
+    std::mutex mutex;
+    std::condition_variable done;
+    std::size_t pending = 0;
+    std::exception_ptr error;
+
+    // Blocks until every task submitted has finished.
+    void finish() {
+      std::unique_lock lock(mutex);
+      done.wait(lock, [this] { return pending == 0; });
+    }
+    // finish(), then rethrows the first error.
+    void wait() {
+      finish();
+      if (error) {
+        std::rethrow_exception(error);
+      }
+    }
+  };
+  // A decoder's scratch borrowed from the store for one task (or one `decode`) and returned, so
+  // that at most one scratch per thread that ever decoded exists and a steady state allocates
+  // nothing. Its Huffman table cache makes the chunks of one tensor share one decode table.
+  class scratch_lease {
+   public:
+    explicit scratch_lease(const compressed_expert_store& store) : store_(store) {
+      const std::lock_guard lock(store_.scratch_mutex_);
+      if (!store_.free_scratch_.empty()) {
+        scratch_ = std::move(store_.free_scratch_.back());
+        store_.free_scratch_.pop_back();
+      }
+      if (scratch_ == nullptr) {  // room to return it first, so that returning cannot throw
+        store_.free_scratch_.reserve(store_.scratch_count_ + 1);
+        scratch_ = std::make_unique<bf16_decode_scratch>();
+        ++store_.scratch_count_;
+      }
+    }
+    scratch_lease(const scratch_lease&) = delete;
+    scratch_lease& operator=(const scratch_lease&) = delete;
+    ~scratch_lease() {
+      const std::lock_guard lock(store_.scratch_mutex_);
+      store_.free_scratch_.push_back(std::move(scratch_));  // capacity reserved: no throw
+    }
+    bf16_decode_scratch& operator*() const noexcept { return *scratch_; }
+
+   private:
+    const compressed_expert_store& store_;
+    std::unique_ptr<bf16_decode_scratch> scratch_;
+  };
+
+  void check_expert(std::int32_t e) const {
+    WISP_EXPECTS(e >= 0 && e < config_.experts, "compressed_expert_store: expert ", e,
+                 " is outside [0, ", config_.experts, ")");
+  }
+
+  // The loop of `apply`: copies F experts, submits the E-chunks of C experts to `batch`.
+  void serve(std::span<const copy_op> plan, std::span<bf16> slots, batch_state& batch,
+             fetch_stats& stats) {
     for (const copy_op& op : plan) {
       const entry& x = experts_[static_cast<std::size_t>(op.expert)];
-      const std::span<std::uint16_t> row =
+      const std::span<bf16> row =
           slots.subspan(static_cast<std::size_t>(op.slot) * elements_, elements_);
       stats.raw_bytes += raw_bytes_per_expert();
       stats.link_bytes += link_bytes(op.expert);
@@ -20303,99 +20919,43 @@ class compressed_expert_store {
       ++stats.decoded;
       for (std::size_t t = 0; t < x.tensors.size(); ++t) {
         for (std::uint32_t j = 0; j < config_.e_chunks; ++j) {
-          submit({&x.tensors[t], j, row.subspan(tensor_offset_[t], config_.tensor_elements[t])});
+          submit(batch,
+                 {&x.tensors[t], j, row.subspan(tensor_offset_[t], config_.tensor_elements[t])});
         }
       }
     }
-    wait_all();
-    stats.decode_seconds =
-        stats.decoded == 0
-            ? 0
-            : std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return stats;
   }
 
- private:
-  struct entry {
-    std::vector<compressed_bf16> tensors;
-    std::vector<std::uint16_t> full;  // F state: the raw values; empty in C
-    std::uint64_t payload_bytes = 0;
-  };
-  struct task {
-    const compressed_bf16* tensor;
-    std::uint32_t chunk;
-    std::span<std::uint16_t> out;
-  };
-  // Tasks of the apply call in flight: a counter and the first error.
-  struct batch_state {
-    std::size_t pending = 0;
-    std::exception_ptr error;
-    void reset() {
-      pending = 0;
-      error = nullptr;
-    }
-  };
-
-  void check_expert(std::int32_t e) const {
-    WISP_EXPECTS(e >= 0 && e < config_.experts, "compressed_expert_store: expert ", e,
-                 " is outside [0, ", config_.experts, ")");
-  }
-
-  void run(const task& t, std::vector<std::uint8_t>& scratch) const {
-    const std::uint64_t count = t.tensor->e_chunk(t.chunk).count;
-    if (scratch.size() < count) {
-      scratch.resize(count);
-    }
-    t.tensor->decompress_chunk(t.chunk, t.out, scratch, decoders_);
-  }
-
-  void submit(const task& t) {
-    if (workers_.empty()) {
-      run(t, caller_scratch_);
-      return;
-    }
+  // Hands task `t` of `batch` to the executor. The task decodes with a borrowed scratch and
+  // records its error in the batch; it never throws.
+  void submit(batch_state& batch, const task& t) {
     {
-      const std::lock_guard lock(mutex_);
-      queue_.push_back(t);
-      ++batch_.pending;
+      const std::lock_guard lock(batch.mutex);
+      ++batch.pending;
     }
-    wake_.notify_one();
-  }
-
-  void wait_all() {
-    if (workers_.empty()) {
-      return;
-    }
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [this] { return batch_.pending == 0; });
-    if (batch_.error) {
-      std::rethrow_exception(std::exchange(batch_.error, nullptr));
-    }
-  }
-
-  void work(const std::stop_token& stop) {
-    std::vector<std::uint8_t> scratch;
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      wake_.wait(lock, stop, [this] { return !queue_.empty(); });
-      if (stop.stop_requested()) {
-        return;
-      }
-      const task t = queue_.front();
-      queue_.pop_front();
-      lock.unlock();
+    auto run = [this, &batch, t]() noexcept {
       std::exception_ptr error;
       try {
-        run(t, scratch);
+        const scratch_lease scratch(*this);
+        t.tensor->decompress_chunk(t.chunk, t.out, *scratch, decoders_);
       } catch (...) {
         error = std::current_exception();
       }
-      lock.lock();
-      if (error && !batch_.error) {
-        batch_.error = error;
+      const std::lock_guard lock(batch.mutex);
+      if (error && !batch.error) {
+        batch.error = error;
       }
-      if (--batch_.pending == 0) {
-        done_.notify_all();
+      if (--batch.pending == 0) {
+        batch.done.notify_all();  // under the lock: `batch` may go as soon as it is released
+      }
+    };
+    try {
+      executor_.execute(run);
+    } catch (...) {  // the executor could not take the task: nothing runs it
+      const std::lock_guard lock(batch.mutex);
+      --batch.pending;
+      if (!batch.error) {
+        batch.error = std::current_exception();
       }
     }
   }
@@ -20403,23 +20963,19 @@ class compressed_expert_store {
   expert_store_config config_;
   any_coder coder_;
   coder_set decoders_;
+  any_executor executor_;
   std::uint64_t elements_ = 0;
   std::vector<std::uint64_t> tensor_offset_;
   std::vector<entry> experts_;
-  std::vector<std::uint8_t> caller_scratch_;
-
-  std::mutex mutex_;
-  std::condition_variable_any wake_;
-  std::condition_variable done_;
-  std::deque<task> queue_;
-  batch_state batch_;
-  std::vector<std::jthread> workers_;  // last: joined before the state they use is destroyed
+  mutable std::mutex scratch_mutex_;  // guards the two below
+  mutable std::vector<std::unique_ptr<bf16_decode_scratch>> free_scratch_;
+  mutable std::size_t scratch_count_ = 0;  // scratches made: free ones plus those lent out
 };
 
 }  // namespace wisp
 // ---- end wisp/compress/expert_store.hpp --------------------------------------------------------
 
-// ---- begin wisp/compress/tier_model.hpp --------------------------------------------------------
+// ---- begin wisp/tiered/tier_model.hpp ----------------------------------------------------------
 /// @file
 /// @brief The probabilistic model behind the compression-aware tiers (ZipMoE, seeds/001 §3.4 and
 /// Appendices C-D): selection probabilities fitted to rank marginals, the hit pattern of a layer
@@ -20473,15 +21029,30 @@ enum class tier : std::uint8_t {
 };
 /// Number of pools.
 inline constexpr std::size_t tier_count = 4;
-/// One letter per pool: "F", "C", "S", "E".
-[[nodiscard]] constexpr std::string_view tier_name(tier t) noexcept {
-  constexpr std::array<std::string_view, tier_count> names{"F", "C", "S", "E"};
-  return names[static_cast<std::size_t>(t)];
+/// One letter per pool: "F", "C", "S", "E" (`to_string`, `from_string`).
+template <>
+struct enum_names<tier> {
+  static constexpr std::array<enum_name<tier>, tier_count> values{
+      {{tier::full, "F"}, {tier::compressed, "C"}, {tier::sm, "S"}, {tier::e, "E"}}};
+};
+/// @deprecated One letter per pool: `to_string(t)`.
+[[deprecated("use wisp::to_string(tier)")]] [[nodiscard]] constexpr std::string_view tier_name(
+    tier t) noexcept {
+  return to_string(t);
 }
 
 /// @brief Where a requested expert was found: one of the pools, or nowhere (a miss). The pool
 /// values equal their `tier`'s.
 enum class residency : std::uint8_t { full = 0, compressed = 1, sm = 2, e = 3, miss = 4 };
+/// The pool's letter, or "miss" (`to_string`, `from_string`).
+template <>
+struct enum_names<residency> {
+  static constexpr std::array<enum_name<residency>, 5> values{{{residency::full, "F"},
+                                                               {residency::compressed, "C"},
+                                                               {residency::sm, "S"},
+                                                               {residency::e, "E"},
+                                                               {residency::miss, "miss"}}};
+};
 
 /// Experts per pool, indexed by `tier` (S_F, S_C, S_S, S_E).
 using tier_sizes = std::array<std::int32_t, tier_count>;
@@ -20658,7 +21229,7 @@ class hit_distribution {
     std::size_t first = 0;
     for (std::size_t p = 0; p < tier_count; ++p) {
       WISP_EXPECTS(sizes[p] >= 0 && first + static_cast<std::size_t>(sizes[p]) <= q.size(),
-                   "hit_distribution: pool ", tier_name(static_cast<tier>(p)), " of ", sizes[p],
+                   "hit_distribution: pool ", to_string(static_cast<tier>(p)), " of ", sizes[p],
                    " experts from rank ", first, " runs past the ", q.size(), " ranks");
       phi_[p] = poisson_binomial(q.subspan(first, static_cast<std::size_t>(sizes[p])), k);
       first += static_cast<std::size_t>(sizes[p]);
@@ -20706,7 +21277,11 @@ class hit_distribution {
   double total_ = 0.0;
 };
 
-/// @brief Profiled constants of the makespan estimate (Algorithm 3). Times in seconds.
+/// @brief The profiled durations and resources of a layer call's work (seconds), shared by the
+/// makespan estimate (Algorithm 3: `estimate_makespan`, the planner) and the cache-affinity
+/// scheduler (`schedule_layer`). The estimate does not model recovery; the scheduler takes the
+/// tensors per expert from each `layer_expert`. (`recover` comes last so that brace
+/// initialisers written for the older field orders either keep their meaning or fail to compile.)
 struct tier_costs {
   double sm_read = 0.0;        ///< u: reading one tensor's SM chunk
   double e_read = 0.0;         ///< v: reading one compressed E-chunk
@@ -20714,12 +21289,13 @@ struct tier_costs {
   std::uint32_t threads = 1;   ///< L: decode threads
   std::uint32_t e_chunks = 1;  ///< K: E-chunks per tensor
   std::uint32_t tensors = 1;   ///< n: tensors per expert
-  /// @throws wisp::logic_error naming the field if a time is negative or not finite, or a count
-  ///   is 0.
+  double recover = 0.0;        ///< r: one tensor's recovery (SM + exponents -> BF16)
+  /// @throws wisp::logic_error naming the field if a duration is negative or not finite, or a
+  ///   count is 0.
   void validate() const {
-    for (const double x : {sm_read, e_read, decode}) {
+    for (const double x : {sm_read, e_read, decode, recover}) {
       WISP_EXPECTS(std::isfinite(x) && x >= 0.0,
-                   "tier_costs: read and decode times must be finite and >= 0, got ", x);
+                   "tier_costs: durations must be finite and >= 0, got ", x);
     }
     WISP_EXPECTS(threads >= 1 && e_chunks >= 1 && tensors >= 1, "tier_costs: threads ", threads,
                  ", e_chunks ", e_chunks, " and tensors ", tensors, " must be >= 1");
@@ -20817,7 +21393,7 @@ tier_plan plan_tiers(const tier_plan_request& r, Visit&& visit) {
   std::vector<std::size_t> pools;
   for (std::size_t p = 0; p < tier_count; ++p) {
     if (r.enabled[p]) {
-      WISP_EXPECTS(r.bytes[p] > 0, "plan_tiers: pool ", tier_name(static_cast<tier>(p)),
+      WISP_EXPECTS(r.bytes[p] > 0, "plan_tiers: pool ", to_string(static_cast<tier>(p)),
                    " is enabled but an expert takes 0 bytes in it");
       pools.push_back(p);
     }
@@ -20866,9 +21442,9 @@ inline tier_plan plan_tiers(const tier_plan_request& r) {
 }
 
 }  // namespace wisp
-// ---- end wisp/compress/tier_model.hpp ----------------------------------------------------------
+// ---- end wisp/tiered/tier_model.hpp ------------------------------------------------------------
 
-// ---- begin wisp/compress/tiered_cache.hpp ------------------------------------------------------
+// ---- begin wisp/tiered/tiered_cache.hpp --------------------------------------------------------
 /// @file
 /// @brief `tiered_cache`: one MoE layer's compression-aware pools F ≺ C ≺ S ≺ E (ZipMoE, seeds/001
 /// §3.4), dispatched by a runtime frequency list.
@@ -21067,7 +21643,7 @@ class tiered_cache {
         where_(static_cast<std::size_t>(experts), residency::miss) {
     std::int64_t total = 0;
     for (std::size_t p = 0; p < tier_count; ++p) {
-      WISP_EXPECTS(config.capacity[p] >= 0, "tiered_cache: pool ", tier_name(static_cast<tier>(p)),
+      WISP_EXPECTS(config.capacity[p] >= 0, "tiered_cache: pool ", to_string(static_cast<tier>(p)),
                    " capacity ", config.capacity[p], " is negative");
       total += config.capacity[p];
     }
@@ -21214,9 +21790,9 @@ class tiered_cache {
 };
 
 }  // namespace wisp
-// ---- end wisp/compress/tiered_cache.hpp --------------------------------------------------------
+// ---- end wisp/tiered/tiered_cache.hpp ----------------------------------------------------------
 
-// ---- begin wisp/compress/affinity_scheduler.hpp ------------------------------------------------
+// ---- begin wisp/tiered/affinity_scheduler.hpp --------------------------------------------------
 /// @file
 /// @brief The cache-affinity scheduler (ZipMoE, seeds/001 §3.3 and Appendix A): the operations a
 /// layer call needs given where its experts are cached, ordered into blocks and run over one I/O
@@ -21248,33 +21824,16 @@ class tiered_cache {
 /// @code
 /// std::vector<wisp::layer_expert> call = {{.expert = 3, .where = wisp::residency::miss,
 ///                                          .tensors = 3, .execute_seconds = 1e-4}, ...};
-/// wisp::schedule_params p{.sm_read = 1e-3, .e_read = 8e-5, .decode = 2e-4, .threads = 6,
-///                         .e_chunks = 8};
+/// wisp::tier_costs p{.sm_read = 1e-3, .e_read = 8e-5, .decode = 2e-4, .threads = 6,
+///                     .e_chunks = 8};
 /// wisp::affinity_schedule s = wisp::schedule_layer(call, p);
 /// // s.makespan, s.blocks, s.ops (start, finish and thread of every operation)
 /// @endcode
 
 namespace wisp {
 
-/// @brief Durations and resources of a schedule (seconds).
-struct schedule_params {
-  double sm_read = 0.0;        ///< u: one tensor's SM chunk
-  double e_read = 0.0;         ///< v: one E-chunk
-  double decode = 0.0;         ///< c: one E-chunk
-  double recover = 0.0;        ///< r: one tensor's recovery (SM + exponents -> BF16)
-  std::uint32_t threads = 1;   ///< L decode threads
-  std::uint32_t e_chunks = 1;  ///< K E-chunks per tensor
-  /// @throws wisp::logic_error naming the value if a duration is negative or not finite, or a
-  ///   count is 0.
-  void validate() const {
-    for (const double x : {sm_read, e_read, decode, recover}) {
-      WISP_EXPECTS(std::isfinite(x) && x >= 0.0,
-                   "schedule_params: durations must be finite and >= 0, got ", x);
-    }
-    WISP_EXPECTS(threads >= 1 && e_chunks >= 1, "schedule_params: threads ", threads,
-                 " and e_chunks ", e_chunks, " must be >= 1");
-  }
-};
+/// @deprecated The scheduler's durations are `tier_costs`.
+using schedule_params [[deprecated("use wisp::tier_costs")]] = tier_costs;
 
 /// @brief One requested expert of a layer call.
 struct layer_expert {
@@ -21286,6 +21845,15 @@ struct layer_expert {
 
 /// @brief What an operation is.
 enum class op_kind : std::uint8_t { sm_read, e_read, decode, recover, execute };
+/// "sm_read", "e_read", "decode", "recover", "execute" (`to_string`, `from_string`).
+template <>
+struct enum_names<op_kind> {
+  static constexpr std::array<enum_name<op_kind>, 5> values{{{op_kind::sm_read, "sm_read"},
+                                                             {op_kind::e_read, "e_read"},
+                                                             {op_kind::decode, "decode"},
+                                                             {op_kind::recover, "recover"},
+                                                             {op_kind::execute, "execute"}}};
+};
 
 /// @brief One scheduled operation.
 struct scheduled_op {
@@ -21397,6 +21965,111 @@ struct block_profile {
 
 }  // namespace detail
 
+namespace detail {
+
+// When each task's SM chunk and each of its E-chunks (task x K + chunk) have landed.
+struct io_times {
+  std::vector<double> sm_ready;
+  std::vector<double> e_ready;
+};
+
+// The I/O thread's operations: per block, its E-chunks then its SM chunks, back to back from 0.
+inline io_times schedule_io(affinity_schedule& s, const tier_costs& p) {
+  const std::uint32_t k = p.e_chunks;
+  io_times t{std::vector<double>(s.tasks.size(), 0.0),
+             std::vector<double>(s.tasks.size() * k, 0.0)};
+  double io = 0.0;
+  for (const auto& b : s.blocks) {
+    for (const std::int32_t task : b) {
+      const layer_task& x = s.tasks[static_cast<std::size_t>(task)];
+      for (std::uint32_t j = 0; x.reads_e() && j < k; ++j) {
+        s.ops.push_back({op_kind::e_read, task, x.expert, j, -1, io, io + p.e_read});
+        io += p.e_read;
+        t.e_ready[static_cast<std::size_t>(task) * k + j] = io;
+      }
+    }
+    for (const std::int32_t task : b) {
+      const layer_task& x = s.tasks[static_cast<std::size_t>(task)];
+      if (x.reads_sm()) {
+        s.ops.push_back({op_kind::sm_read, task, x.expert, 0, -1, io, io + p.sm_read});
+        io += p.sm_read;
+        t.sm_ready[static_cast<std::size_t>(task)] = io;
+      }
+    }
+  }
+  s.io_seconds = io;
+  return t;
+}
+
+// The decodes over the L threads, tasks in priority order `order`; returns when each task's
+// recovery may start (its SM chunk and every decode done).
+inline std::vector<double> schedule_decodes(affinity_schedule& s,
+                                            const std::vector<std::int32_t>& order,
+                                            const io_times& io, const tier_costs& p) {
+  const std::uint32_t k = p.e_chunks;
+  std::vector<list_job> decodes;
+  for (const std::int32_t t : order) {
+    for (std::uint32_t j = 0; j < k; ++j) {
+      decodes.push_back({io.e_ready[static_cast<std::size_t>(t) * k + j], p.decode});
+    }
+  }
+  (void)list_schedule(decodes, p.threads);
+  std::vector<double> recover_ready(io.sm_ready);
+  for (std::size_t i = 0; i < decodes.size(); ++i) {
+    const std::int32_t t = order[i / k];
+    const list_job& d = decodes[i];
+    s.ops.push_back({op_kind::decode, t, s.tasks[static_cast<std::size_t>(t)].expert,
+                     static_cast<std::uint32_t>(i % k), d.machine, d.start, d.start + d.duration});
+    recover_ready[static_cast<std::size_t>(t)] =
+        std::max(recover_ready[static_cast<std::size_t>(t)], d.start + d.duration);
+  }
+  return recover_ready;
+}
+
+// The recoveries on one stream, then the executions one at a time: F experts first, then each
+// expert once all its tensors are recovered.
+inline void schedule_recoveries_and_executions(affinity_schedule& s,
+                                               std::span<const layer_expert> experts,
+                                               const std::vector<std::int32_t>& order,
+                                               const std::vector<double>& recover_ready,
+                                               const tier_costs& p) {
+  std::vector<list_job> recoveries;
+  for (const std::int32_t t : order) {
+    recoveries.push_back({recover_ready[static_cast<std::size_t>(t)], p.recover});
+  }
+  (void)list_schedule(recoveries, 1);
+  std::vector<double> expert_ready(experts.size(), 0.0);
+  std::vector<std::uint32_t> recovered(experts.size(), 0);
+  std::vector<std::int32_t> expert_order;
+  for (std::size_t x = 0; x < experts.size(); ++x) {
+    if (experts[x].where == residency::full) {
+      expert_order.push_back(static_cast<std::int32_t>(x));
+    }
+  }
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const layer_task& t = s.tasks[static_cast<std::size_t>(order[i])];
+    const list_job& r = recoveries[i];
+    s.ops.push_back({op_kind::recover, order[i], t.expert, 0, -1, r.start, r.start + r.duration});
+    const auto x = static_cast<std::size_t>(t.expert);
+    expert_ready[x] = std::max(expert_ready[x], r.start + r.duration);
+    if (++recovered[x] == experts[x].tensors) {
+      expert_order.push_back(t.expert);
+    }
+  }
+  std::vector<list_job> runs;
+  for (const std::int32_t x : expert_order) {
+    runs.push_back({expert_ready[static_cast<std::size_t>(x)],
+                    experts[static_cast<std::size_t>(x)].execute_seconds});
+  }
+  (void)list_schedule(runs, 1);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    s.ops.push_back({op_kind::execute, -1, expert_order[i], 0, -1, runs[i].start,
+                     runs[i].start + runs[i].duration});
+  }
+}
+
+}  // namespace detail
+
 /// @brief Runs blocks of tasks (indices into `tasks`) under the work-conserving priority policy
 /// of the file description and returns every operation's times. O(ops^2) (list scheduling by a
 /// scan). Blocks may hold a subset of the tasks (block construction simulates a block alone);
@@ -21405,98 +22078,22 @@ struct block_profile {
 inline affinity_schedule run_blocks(std::span<const layer_expert> experts,
                                     std::vector<layer_task> tasks,
                                     std::vector<std::vector<std::int32_t>> blocks,
-                                    const schedule_params& p) {
+                                    const tier_costs& p) {
   p.validate();
   affinity_schedule s;
   s.tasks = std::move(tasks);
   s.blocks = std::move(blocks);
-  const std::size_t n_tasks = s.tasks.size();
   std::vector<std::int32_t> order;  // tasks in priority order
   for (const auto& b : s.blocks) {
     for (const std::int32_t t : b) {
-      WISP_EXPECTS(t >= 0 && static_cast<std::size_t>(t) < n_tasks, "run_blocks: task ", t,
-                   " is outside [0, ", n_tasks, ")");
+      WISP_EXPECTS(t >= 0 && static_cast<std::size_t>(t) < s.tasks.size(), "run_blocks: task ", t,
+                   " is outside [0, ", s.tasks.size(), ")");
       order.push_back(t);
     }
   }
-  const std::uint32_t k = p.e_chunks;
-  // I/O: per block, E-chunks then SM chunks, back to back from 0.
-  std::vector<double> sm_ready(n_tasks, 0.0);
-  std::vector<double> e_ready(n_tasks * k, 0.0);
-  double io = 0.0;
-  for (const auto& b : s.blocks) {
-    for (const std::int32_t t : b) {
-      if (s.tasks[static_cast<std::size_t>(t)].reads_e()) {
-        for (std::uint32_t j = 0; j < k; ++j) {
-          s.ops.push_back({op_kind::e_read, t, s.tasks[static_cast<std::size_t>(t)].expert, j, -1,
-                           io, io + p.e_read});
-          io += p.e_read;
-          e_ready[static_cast<std::size_t>(t) * k + j] = io;
-        }
-      }
-    }
-    for (const std::int32_t t : b) {
-      if (s.tasks[static_cast<std::size_t>(t)].reads_sm()) {
-        s.ops.push_back({op_kind::sm_read, t, s.tasks[static_cast<std::size_t>(t)].expert, 0, -1,
-                         io, io + p.sm_read});
-        io += p.sm_read;
-        sm_ready[static_cast<std::size_t>(t)] = io;
-      }
-    }
-  }
-  s.io_seconds = io;
-  // Decodes over L threads.
-  std::vector<detail::list_job> decodes;
-  for (const std::int32_t t : order) {
-    for (std::uint32_t j = 0; j < k; ++j) {
-      decodes.push_back({e_ready[static_cast<std::size_t>(t) * k + j], p.decode});
-    }
-  }
-  (void)detail::list_schedule(decodes, p.threads);
-  std::vector<double> recover_ready(sm_ready);
-  for (std::size_t i = 0; i < decodes.size(); ++i) {
-    const std::int32_t t = order[i / k];
-    const auto& d = decodes[i];
-    s.ops.push_back({op_kind::decode, t, s.tasks[static_cast<std::size_t>(t)].expert,
-                     static_cast<std::uint32_t>(i % k), d.machine, d.start, d.start + d.duration});
-    recover_ready[static_cast<std::size_t>(t)] =
-        std::max(recover_ready[static_cast<std::size_t>(t)], d.start + d.duration);
-  }
-  // Recoveries on one stream.
-  std::vector<detail::list_job> recoveries;
-  for (const std::int32_t t : order) {
-    recoveries.push_back({recover_ready[static_cast<std::size_t>(t)], p.recover});
-  }
-  (void)detail::list_schedule(recoveries, 1);
-  std::vector<double> expert_ready(experts.size(), 0.0);
-  std::vector<std::uint32_t> recovered(experts.size(), 0);
-  std::vector<std::int32_t> expert_order;  // F experts first, then by first task in priority
-  for (std::size_t x = 0; x < experts.size(); ++x) {
-    if (experts[x].where == residency::full) {
-      expert_order.push_back(static_cast<std::int32_t>(x));
-    }
-  }
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const layer_task& t = s.tasks[static_cast<std::size_t>(order[i])];
-    const auto& r = recoveries[i];
-    s.ops.push_back({op_kind::recover, order[i], t.expert, 0, -1, r.start, r.start + r.duration});
-    const auto x = static_cast<std::size_t>(t.expert);
-    expert_ready[x] = std::max(expert_ready[x], r.start + r.duration);
-    if (++recovered[x] == experts[x].tensors) {
-      expert_order.push_back(t.expert);
-    }
-  }
-  // Executions, one at a time.
-  std::vector<detail::list_job> runs;
-  for (const std::int32_t x : expert_order) {
-    runs.push_back({expert_ready[static_cast<std::size_t>(x)],
-                    experts[static_cast<std::size_t>(x)].execute_seconds});
-  }
-  (void)detail::list_schedule(runs, 1);
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    s.ops.push_back({op_kind::execute, -1, expert_order[i], 0, -1, runs[i].start,
-                     runs[i].start + runs[i].duration});
-  }
+  const detail::io_times io = detail::schedule_io(s, p);
+  const std::vector<double> recover_ready = detail::schedule_decodes(s, order, io, p);
+  detail::schedule_recoveries_and_executions(s, experts, order, recover_ready, p);
   for (const scheduled_op& op : s.ops) {
     s.makespan = std::max(s.makespan, op.finish);
   }
@@ -21507,8 +22104,7 @@ namespace detail {
 
 inline block_profile profile_block(std::span<const layer_expert> experts,
                                    const std::vector<layer_task>& tasks,
-                                   const std::vector<std::int32_t>& block,
-                                   const schedule_params& p) {
+                                   const std::vector<std::int32_t>& block, const tier_costs& p) {
   const affinity_schedule s = run_blocks(experts, tasks, {block}, p);
   block_profile out;
   out.io_finish = s.io_seconds;
@@ -21528,7 +22124,7 @@ inline block_profile profile_block(std::span<const layer_expert> experts,
   return out;
 }
 
-inline bool compute_dominant(const block_profile& b, const schedule_params& p) {
+inline bool compute_dominant(const block_profile& b, const tier_costs& p) {
   const std::uint32_t lanes = std::min(p.threads, p.e_chunks);
   for (std::uint32_t l = 1; l <= lanes; ++l) {
     if (b.thread_finish[l - 1] - b.io_finish < l * p.e_read) {
@@ -21545,7 +22141,7 @@ inline bool compute_dominant(const block_profile& b, const schedule_params& p) {
 /// @throws wisp::logic_error on invalid params or an expert with no tensors or a negative or
 ///   non-finite execution time.
 inline affinity_schedule schedule_layer(std::span<const layer_expert> experts,
-                                        const schedule_params& p) {
+                                        const tier_costs& p) {
   p.validate();
   std::vector<layer_task> tasks = detail::tasks_of(experts);
   // Units: one expert's tasks. sigma_I and sigma_II by non-increasing execution time (stable).
@@ -21623,7 +22219,7 @@ inline affinity_schedule schedule_layer(std::span<const layer_expert> experts,
 }
 
 }  // namespace wisp
-// ---- end wisp/compress/affinity_scheduler.hpp --------------------------------------------------
+// ---- end wisp/tiered/affinity_scheduler.hpp ----------------------------------------------------
 
 // ---- begin wisp/sim/tiered_sim.hpp -------------------------------------------------------------
 /// @file
@@ -21682,20 +22278,18 @@ struct tiered_sim_config {
     return {2 * sm, sm + e, sm, e};
   }
   /// The schedule's durations.
-  [[nodiscard]] schedule_params schedule() const noexcept {
+  [[nodiscard]] tier_costs schedule() const noexcept {
     const auto n = static_cast<double>(tensor_elements);
     return {.sm_read = n / link_bytes_per_second,
             .e_read = exponent_ratio * n / e_chunks / link_bytes_per_second,
             .decode = 2.0 * n / e_chunks / decode_bytes_per_second,
-            .recover = 0.0,
             .threads = threads,
-            .e_chunks = e_chunks};
+            .e_chunks = e_chunks,
+            .tensors = tensors,
+            .recover = 0.0};
   }
   /// Algorithm 3's constants.
-  [[nodiscard]] tier_costs costs() const noexcept {
-    const schedule_params s = schedule();
-    return {s.sm_read, s.e_read, s.decode, threads, e_chunks, tensors};
-  }
+  [[nodiscard]] tier_costs costs() const noexcept { return schedule(); }
   /// @throws wisp::logic_error naming the field if a size, rate or count is out of range.
   void validate() const {
     WISP_EXPECTS(tensors >= 1 && tensor_elements >= 1 && e_chunks >= 1 && threads >= 1,
@@ -21712,7 +22306,7 @@ struct tiered_sim_config {
     std::uint64_t used = 0;
     const tier_bytes b = bytes();
     for (std::size_t p = 0; p < tier_count; ++p) {
-      WISP_EXPECTS(capacity[p] >= 0, "tiered_sim_config: pool ", tier_name(static_cast<tier>(p)),
+      WISP_EXPECTS(capacity[p] >= 0, "tiered_sim_config: pool ", to_string(static_cast<tier>(p)),
                    " capacity ", capacity[p], " is negative");
       used += static_cast<std::uint64_t>(capacity[p]) * b[p];
     }
@@ -21839,7 +22433,7 @@ inline double plain_makespan(std::int32_t hits, std::int32_t misses, double full
     tiers.emplace_back(experts, tier_config{cfg.capacity, cfg.tolerance});
     plain.emplace_back(experts, tier_config{{r.plain_capacity, 0, 0, 0}, cfg.tolerance});
   }
-  const schedule_params sp = cfg.schedule();
+  const tier_costs sp = cfg.schedule();
   const tier_costs costs = cfg.costs();
   const double full_read =
       2.0 * static_cast<double>(cfg.tensor_elements) / cfg.link_bytes_per_second;
