@@ -15726,32 +15726,12 @@ class replica_chooser {
 /// // plan.placement, plan.rank_slots, plan.step_seconds
 /// @endcode
 
+// ---- begin wisp/parallel/detail/plan_search.hpp ------------------------------------------------
+/// @file
+/// @brief The planner's search (internal to `<wisp/parallel/planner.hpp>`): the plan state with
+/// its modelled step, the constructive per-layer packing, and the moves of the local search.
+
 namespace wisp {
-
-/// @brief What `plan_placement` plans for.
-struct ep_plan_config {
-  std::int32_t ranks = 1;          ///< G
-  std::int32_t local_experts = 1;  ///< physical experts per rank per layer (>= ceil(E / G))
-  std::int32_t total_slots = 1;    ///< device budget in expert slots, all ranks and layers
-  std::int32_t min_slots = 1;      ///< slots every rank must get (its pager's top_k)
-  dispatch_costs costs{};          ///< copy (per rank), expert and token seconds
-  /// Plans the search may evaluate (0: the constructive plan only). Each evaluation visits every
-  /// replica, and the search stops after 2^26 visits in all, so large instances evaluate fewer.
-  std::int32_t search_evaluations = 100000;
-  /// The largest max / mean modelled token load per rank a plan may have (plans above it rank
-  /// after every plan within it); infinity: no bound.
-  double max_load_imbalance = 1.10;
-};
-
-/// @brief A plan: the placement, each rank's slots, and the model's step of each rank.
-struct ep_plan {
-  expert_placement placement;
-  std::vector<std::int32_t> rank_slots;  ///< device slots of each rank; they sum to total_slots
-  std::vector<double> rank_seconds;      ///< `C_r` of the model
-  double step_seconds = 0.0;             ///< `max_r C_r`, the objective
-  double load_imbalance = 1.0;           ///< max / mean modelled token load per rank
-};
-
 namespace detail {
 
 /// Replica visits the planner's search may spend (see `ep_plan_config::search_evaluations`).
@@ -16241,6 +16221,35 @@ inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std:
 }
 
 }  // namespace detail
+
+}  // namespace wisp
+// ---- end wisp/parallel/detail/plan_search.hpp --------------------------------------------------
+
+namespace wisp {
+
+/// @brief What `plan_placement` plans for.
+struct ep_plan_config {
+  std::int32_t ranks = 1;          ///< G
+  std::int32_t local_experts = 1;  ///< physical experts per rank per layer (>= ceil(E / G))
+  std::int32_t total_slots = 1;    ///< device budget in expert slots, all ranks and layers
+  std::int32_t min_slots = 1;      ///< slots every rank must get (its pager's top_k)
+  dispatch_costs costs{};          ///< copy (per rank), expert and token seconds
+  /// Plans the search may evaluate (0: the constructive plan only). Each evaluation visits every
+  /// replica, and the search stops after 2^26 visits in all, so large instances evaluate fewer.
+  std::int32_t search_evaluations = 100000;
+  /// The largest max / mean modelled token load per rank a plan may have (plans above it rank
+  /// after every plan within it); infinity: no bound.
+  double max_load_imbalance = 1.10;
+};
+
+/// @brief A plan: the placement, each rank's slots, and the model's step of each rank.
+struct ep_plan {
+  expert_placement placement;
+  std::vector<std::int32_t> rank_slots;  ///< device slots of each rank; they sum to total_slots
+  std::vector<double> rank_seconds;      ///< `C_r` of the model
+  double step_seconds = 0.0;             ///< `max_r C_r`, the objective
+  double load_imbalance = 1.0;           ///< max / mean modelled token load per rank
+};
 
 /// @brief The modelled step `C_r` of every rank (see the file comment) for `placement` with
 /// `rank_slots` device slots per rank, under `loads` (`[layers x experts]`, pairs per call).
