@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
-# Builds and runs every wisp test: all tests under ASan+UBSan (g++, Debug), a clang build of
-# everything with all tests, wisp::cuda on Thrust's CPP device system, an nvcc compile of cuda/
-# (when nvcc is present), then the optimised g++ build of everything (the configuration a user
-# builds by default) with all tests, the install + find_package consumer test, the header
+# Builds and runs every wisp test: the gcc build with all tests, the same tests under ASan+UBSan,
+# a clang build of everything with all tests, wisp::cuda on Thrust's CPP device system, an nvcc
+# compile of cuda/ (when nvcc is present), the install + find_package consumer test, the header
 # self-containment test and a brief smoke run of every benchmark binary, then
 # the Python package: its wheel built, installed into a fresh venv and tested there
 # (python/test.sh).
@@ -53,8 +52,8 @@ else
   step "SKIPPED cuda-nvcc: /usr/local/cuda/bin/nvcc does not exist"
 fi
 
-step "gcc: everything, optimised, all tests, install + consumer, header self-containment (preset release)"
-run_preset release
+step "gcc: everything, all tests, install + consumer, header self-containment (preset dev)"
+run_preset dev
 
 step "Python: pip wheel ., installed into a fresh venv, stubs checked, pytest (python/test.sh)"
-WISP_CLI="$PWD/build/release/bin/wisp" python/test.sh
+WISP_CLI="$PWD/build/dev/bin/wisp" python/test.sh
