@@ -30,9 +30,9 @@
 #include "residency.hpp"
 
 #include <wisp/alloc/split.hpp>
-#include <wisp/compress/tiered_cache.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/sim/tiered_sim.hpp>
+#include <wisp/tiered/tiered_cache.hpp>
 
 #include <algorithm>
 #include <array>
@@ -101,7 +101,7 @@ class tiered_residency final : public residency {
       }
     }
     staging_ = ctx.dev.add_tensor(staging);
-    const wisp::schedule_params schedule = model.schedule();
+    const wisp::tier_costs schedule = model.schedule();
     ctx.dev.page_tiered(*ctx.zip, {.schedule = schedule,
                                    .tensors = model.tensors,
                                    .sm_chunk_bytes = real(model.tensor_elements),
