@@ -38,7 +38,7 @@ using any_pager =
                  core::pager<core::lfu_history>, core::pager<core::lfru>, core::pager<core::fld>,
                  core::pager<core::least_stale>, core::pager<core::decayed_frequency>,
                  core::pager<core::predicted_next_use>, core::pager<core::reuse_probability>,
-                 core::pager<core::belady>>;
+                 core::pager<core::learned_belady>, core::pager<core::belady>>;
 static_assert(std::variant_size_v<any_pager> == std::size(core::builtin_policy_names),
               "a Pager for every built-in policy, and no other");
 
