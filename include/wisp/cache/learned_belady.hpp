@@ -71,7 +71,7 @@ namespace wisp {
 /// @brief Parameters of `learned_belady`. The defaults serve every trace, scope and capacity.
 struct learned_belady_config {
   /// Passes over which OPTgen looks back: longer reuses are labelled not kept; also the span of
-  /// the reuse-distance bins. In [1, 1024].
+  /// the reuse-distance bins. In [1, 256].
   std::int32_t window = 64;
   /// The perceptron trains while `|y|` is below this (or its sign is wrong). In [1, 255].
   std::int32_t threshold = 16;
@@ -80,7 +80,7 @@ struct learned_belady_config {
 
   /// @throws wisp::logic_error naming the field if a parameter is out of range.
   void validate() const {
-    WISP_EXPECTS(window >= 1 && window <= 1024, "learned_belady: window must be in [1, 1024], got ",
+    WISP_EXPECTS(window >= 1 && window <= 256, "learned_belady: window must be in [1, 256], got ",
                  window);
     WISP_EXPECTS(threshold >= 1 && threshold <= 255,
                  "learned_belady: threshold must be in [1, 255], got ", threshold);
@@ -111,20 +111,21 @@ class learned_belady {
     layout_ = layout;
     const auto n = static_cast<std::size_t>(layout.size());
     global_ = layout.scope == cache_scope::global;
+    coactivation_ = global_ && layout.experts <= 256;    // experts kept as bytes
     bins_ = bin_of(config_.window, config_.window) + 2;  // the last bin: beyond the window
     ring_ = static_cast<std::uint64_t>(config_.window + 1) *
             static_cast<std::uint64_t>(global_ ? layout.layers : 1);
     position_bits_ = std::clamp(static_cast<int>(std::bit_width(n * 64 - 1)), 10, 16);
-    key_weights_.assign(n * block, 0);
+    keys_.assign(n, key_record{});
     position_weights_.assign(std::size_t{1} << position_bits_, 0);
-    coactivation_weights_.assign(global_ ? n * static_cast<std::size_t>(layout.experts) : 0, 0);
+    coactivation_weights_.assign(coactivation_ ? n * static_cast<std::size_t>(layout.experts) : 0,
+                                 0);
     occupancy_.assign(static_cast<std::size_t>(ring_), 0);
     kept_.assign(static_cast<std::size_t>(classes) * padded_bins, 0);
     seen_ = kept_;
-    keys_.assign(n, key_state{});
-    coactivation_.assign(global_ ? n * coactivation_features : 0, 0);
     by_class_.reset(layout.size(), classes);
     by_age_.reset(layout.size(), 1);
+    heads_.fill(head{});
     nonempty_ = 0;
     resident_ = 0;
     capacity_ = layout.size();
@@ -145,6 +146,7 @@ class learned_belady {
     --resident_;
     const std::int32_t c = keys_[static_cast<std::size_t>(key)].klass;
     by_class_.remove(key);
+    forget_head(c, key);
     if (by_class_.front(c) == no_key) {
       nonempty_ &= ~(1u << c);
     }
@@ -161,24 +163,31 @@ class learned_belady {
     std::uint64_t best_tick = 0;
     for (std::uint32_t mask = nonempty_; mask != 0; mask &= mask - 1) {
       const auto c = static_cast<std::int32_t>(std::countr_zero(mask));
-      const cache_key key = by_class_.first_unprotected(c, is_protected);
-      if (key == no_key) {
-        continue;
+      head h = head_of(c);
+      if (is_protected(h.key)) [[unlikely]] {
+        h.key = by_class_.first_unprotected(c, is_protected);
+        if (h.key == no_key) {
+          continue;
+        }
+        h.step = keys_[static_cast<std::size_t>(h.key)].step;
+        h.tick = keys_[static_cast<std::size_t>(h.key)].tick;
       }
-      const key_state& k = keys_[static_cast<std::size_t>(key)];
-      const std::size_t at = static_cast<std::size_t>(c) * padded_bins +
-                             static_cast<std::size_t>(bin_of(age(key, k, ctx) + 1));
+      const bool later_layer = global_ && h.key / layout_.experts > ctx.layer;
+      const std::int64_t age = std::max<std::int64_t>(
+          std::int64_t{ctx.step} - std::int64_t{h.step} - (later_layer ? 1 : 0), 0);
+      const std::size_t at =
+          static_cast<std::size_t>(c) * padded_bins + static_cast<std::size_t>(bin_of(age + 1));
       const std::uint64_t kept = std::uint64_t{kept_[at]} + 1;
       const std::uint64_t seen = std::uint64_t{seen_[at]} + 2;
-      const std::int32_t distance = layer_distance(key, ctx.layer);
+      const std::int32_t distance = layer_distance(h.key, ctx.layer);
       if (best == no_key || kept * best_seen < best_kept * seen ||
           (kept * best_seen == best_kept * seen &&
-           (distance > best_distance || (distance == best_distance && k.tick < best_tick)))) {
-        best = key;
+           (distance > best_distance || (distance == best_distance && h.tick < best_tick)))) {
+        best = h.key;
         best_kept = kept;
         best_seen = seen;
         best_distance = distance;
-        best_tick = k.tick;
+        best_tick = h.tick;
       }
     }
     return best;
@@ -196,25 +205,36 @@ class learned_belady {
   [[nodiscard]] const learned_belady_config& config() const noexcept { return config_; }
 
  private:
-  // Per key: a block of weights (the key's bias, one per reuse-distance code, one per count of
-  // recent passes), so that one access reads one cache line of them.
-  static constexpr std::size_t block = 32;
-  static constexpr std::size_t reuse_weights = 1;    // [1, 1 + bins]: code bins = never
-  static constexpr std::size_t recent_weights = 24;  // [24, 31): bit_width(passes), 0..6
-  static constexpr std::size_t padded_bins = 32;     // >= bins for any window <= 1024
+  static constexpr std::size_t padded_bins = 32;   // >= bins for any window <= 256
+  static constexpr std::uint8_t seen_flag = 1;     // the key was accessed before
+  static constexpr std::uint8_t pending_flag = 2;  // its last access awaits its label
+  // Weights of a key record: its bias, one per reuse-distance code, one per recent-pass code.
+  static constexpr std::size_t reuse_weights = 1;    // [1, 20): codes 0..bins (bins = never)
+  static constexpr std::size_t recent_weights = 20;  // [20, 27): bit_width(passes), 0..6
 
-  struct key_state {
-    std::int64_t step = -1;          // pass of the last access (first of its call), -1: never
-    std::uint64_t call = 0;          // call of that access
+  // Everything about one key that one access reads and writes, in one cache line.
+  struct alignas(64) key_record {
     std::uint64_t tick = 0;          // last access of any kind (recency)
+    std::uint32_t step = 0;          // pass of the last access (the first of its call)
+    std::uint32_t call = 0;          // its call, modulo 2^32
     std::uint32_t usage = 0;         // bit i: used i passes before the last access
-    std::uint32_t position = 0;      // index of the last access's position weight
+    std::uint16_t position = 0;      // index of its position weight
+    std::int16_t confidence = 0;     // its y
     std::uint8_t reuse = 0;          // its reuse-distance code
-    std::uint8_t recent = 0;         // its count-of-recent-passes code
+    std::uint8_t recent = 0;         // its recent-passes code
     std::uint8_t coactivations = 0;  // its co-activation features
     std::uint8_t klass = 0;          // its class
-    bool pending = false;            // the last access awaits its label
-    std::int16_t confidence = 0;     // y of the last access
+    std::uint8_t flags = 0;
+    std::array<std::uint8_t, coactivation_features> experts{};  // the previous layer's experts
+    std::array<std::int8_t, 27> weights{};
+  };
+  static_assert(sizeof(key_record) == 64);
+
+  // A class's least recently used key as last looked up (no_key: look again).
+  struct head {
+    cache_key key = no_key;
+    std::uint32_t step = 0;
+    std::uint64_t tick = 0;
   };
 
   [[nodiscard]] static std::int32_t bin_of(std::int64_t distance, std::int32_t window) noexcept {
@@ -228,13 +248,6 @@ class learned_belady {
     const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
     return 2 * e + static_cast<std::int32_t>((x >> (e - 1)) & 1u) + 1;
   }
-  // Passes of the key's layer since its last use, as of `ctx`'s call (>= 0).
-  [[nodiscard]] std::int64_t age(cache_key key, const key_state& k,
-                                 const access_context& ctx) const noexcept {
-    const bool later_layer = global_ && key / layout_.experts > ctx.layer;
-    return std::max<std::int64_t>(
-        static_cast<std::int64_t>(ctx.step) - k.step - (later_layer ? 1 : 0), 0);
-  }
   [[nodiscard]] std::int32_t layer_distance(cache_key key, std::int32_t layer) const noexcept {
     if (!global_) {
       return 0;
@@ -243,7 +256,7 @@ class learned_belady {
     return ((key / layout_.experts - layer - 1) % layers + layers) % layers + 1;
   }
   // The position weight of (key, position): a splitmix64 finaliser of both, top bits.
-  [[nodiscard]] std::uint32_t position_index(cache_key key, std::uint32_t position) const noexcept {
+  [[nodiscard]] std::uint16_t position_index(cache_key key, std::uint32_t position) const noexcept {
     std::uint64_t x =
         (static_cast<std::uint64_t>(key) << 32) ^ std::min<std::uint32_t>(position, 1023);
     x ^= x >> 31;
@@ -251,38 +264,51 @@ class learned_belady {
     x ^= x >> 27;
     x *= 0x81DADEF4BC2DD44Dull;
     x ^= x >> 33;
-    return static_cast<std::uint32_t>(x >> (64 - position_bits_));
+    return static_cast<std::uint16_t>(x >> (64 - position_bits_));
+  }
+  static void prefetch(const void* p) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p);
+#else
+    (void)p;
+#endif
+  }
+  head head_of(std::int32_t c) noexcept {
+    head& h = heads_[static_cast<std::size_t>(c)];
+    const cache_key front = by_class_.front(c);
+    if (h.key != front) {
+      const key_record& r = keys_[static_cast<std::size_t>(front)];
+      h = head{front, r.step, r.tick};
+    }
+    return h;
+  }
+  void forget_head(std::int32_t c, cache_key key) noexcept {
+    head& h = heads_[static_cast<std::size_t>(c)];
+    h.key = h.key == key ? no_key : h.key;
   }
 
   // Calls `f(weight&)` for every feature weight of key k's last access.
   template <class F>
   void for_each_weight(std::size_t k, F&& f) noexcept {
-    const key_state& s = keys_[k];
-    std::int8_t* w = key_weights_.data() + k * block;
-    f(w[0]);
-    f(w[reuse_weights + s.reuse]);
-    f(w[recent_weights + s.recent]);
-    f(position_weights_[s.position]);
-    if (s.coactivations != 0) {
+    key_record& r = keys_[k];
+    f(r.weights[0]);
+    f(r.weights[reuse_weights + r.reuse]);
+    f(r.weights[recent_weights + r.recent]);
+    f(position_weights_[r.position]);
+    if (r.coactivations != 0) {
       std::int8_t* row =
           coactivation_weights_.data() + k * static_cast<std::size_t>(layout_.experts);
-      const std::int32_t* experts = coactivation_.data() + k * coactivation_features;
-      for (std::uint8_t i = 0; i < s.coactivations; ++i) {
-        f(row[experts[i]]);
+      for (std::uint8_t i = 0; i < r.coactivations; ++i) {
+        f(row[r.experts[i]]);
       }
     }
-  }
-  [[nodiscard]] std::int32_t confidence(std::size_t k) noexcept {
-    std::int32_t y = 0;
-    for_each_weight(k, [&y](const std::int8_t& w) { y += w; });
-    return y;
   }
 
   // The label of key k's pending access: train the perceptron, count it by class and distance.
   void label(std::size_t k, bool kept, std::int32_t bin) noexcept {
-    key_state& s = keys_[k];
-    s.pending = false;
-    const std::int32_t y = s.confidence;
+    key_record& r = keys_[k];
+    r.flags &= static_cast<std::uint8_t>(~pending_flag);
+    const std::int32_t y = r.confidence;
     if ((y >= 0) != kept || (y < 0 ? -y : y) < config_.threshold) {
       for_each_weight(k, [kept](std::int8_t& w) {
         w = static_cast<std::int8_t>(kept ? std::min<std::int32_t>(w + 1, weight_max)
@@ -290,7 +316,7 @@ class learned_belady {
       });
     }
     // Counts over every bin <= `bin`: a label at distance d counts for every age below d.
-    const std::size_t row = static_cast<std::size_t>(s.klass) * padded_bins;
+    const std::size_t row = static_cast<std::size_t>(r.klass) * padded_bins;
     count(seen_.data() + row, bin, 1u);
     count(kept_.data() + row, bin, kept ? 1u : 0u);
   }
@@ -320,12 +346,13 @@ class learned_belady {
     call_layer_ = ctx.layer;
     occupancy_[static_cast<std::size_t>(call_ % ring_)] = 0;
     // Accesses whose key has not come back within the occupancy vector: not kept.
+    const auto now = static_cast<std::uint32_t>(call_);
     for (cache_key key = by_age_.front(0); key != no_key; key = by_age_.front(0)) {
       const auto k = static_cast<std::size_t>(key);
-      if (keys_[k].call + ring_ >= call_) {
+      if (now - keys_[k].call <= ring_) {
         break;
       }
-      if (keys_[k].pending) {
+      if ((keys_[k].flags & pending_flag) != 0) {
         label(k, false, static_cast<std::int32_t>(bins_) - 1);
       }
       by_age_.remove(key);
@@ -337,29 +364,33 @@ class learned_belady {
     current_experts_ = 0;
   }
 
-  // OPTgen: was the interval between calls `from` and `call_` (both excluded) kept?
-  [[nodiscard]] bool keep_interval(std::uint64_t from) noexcept {
-    const std::uint64_t count = call_ - from - 1;
-    const auto start = static_cast<std::size_t>((from + 1) % ring_);
-    const std::size_t first = std::min<std::size_t>(static_cast<std::size_t>(count),
-                                                    static_cast<std::size_t>(ring_) - start);
-    const std::size_t second = static_cast<std::size_t>(count) - first;
+  // OPTgen: was the interval between the call `back` calls ago and this one (both excluded) kept?
+  [[nodiscard]] bool keep_interval(std::uint32_t back) noexcept {
+    const std::size_t count = back - 1;
+    const auto start = static_cast<std::size_t>((call_ - back + 1) % ring_);
+    const std::size_t first = std::min(count, static_cast<std::size_t>(ring_) - start);
     std::uint32_t* const occ = occupancy_.data();
     const auto cap = static_cast<std::uint32_t>(capacity_);
-    std::uint32_t full = 0;
-    for (std::size_t i = 0; i < first; ++i) {
-      full |= occ[start + i] >= cap ? 1u : 0u;
-    }
-    for (std::size_t i = 0; i < second; ++i) {
-      full |= occ[i] >= cap ? 1u : 0u;
-    }
-    if (full != 0) {
+    // Segments [start, start + first) and [0, count - first): stop at the first full call.
+    const auto full = [occ, cap](std::size_t from, std::size_t to) {
+      for (std::size_t i = from; i < to; i += 16) {
+        std::uint32_t any = 0;
+        for (std::size_t j = i; j < std::min(i + 16, to); ++j) {
+          any |= occ[j] >= cap ? 1u : 0u;
+        }
+        if (any != 0) {
+          return true;
+        }
+      }
+      return false;
+    };
+    if (full(start, start + first) || full(0, count - first)) {
       return false;
     }
-    for (std::size_t i = 0; i < first; ++i) {
-      ++occ[start + i];
+    for (std::size_t i = start; i < start + first; ++i) {
+      ++occ[i];
     }
-    for (std::size_t i = 0; i < second; ++i) {
+    for (std::size_t i = 0; i < count - first; ++i) {
       ++occ[i];
     }
     return true;
@@ -370,43 +401,52 @@ class learned_belady {
       begin_call(ctx);
     }
     const auto k = static_cast<std::size_t>(key);
-    key_state& s = keys_[k];
-    s.tick = ++tick_;
-    const std::int32_t old_class = s.klass;
-    if (s.step >= 0 && s.call == call_) [[unlikely]] {  // again in the same call
+    key_record& r = keys_[k];
+    // The two position weights this access reads (the pending access's and its own) are the
+    // likeliest cache misses: start loading them now.
+    const std::uint16_t position = position_index(key, ctx.position);
+    prefetch(&position_weights_[position]);
+    prefetch(&position_weights_[r.position]);
+    r.tick = ++tick_;
+    const std::int32_t old_class = r.klass;
+    forget_head(old_class, key);
+    const bool seen = (r.flags & seen_flag) != 0;
+    const std::uint32_t back = static_cast<std::uint32_t>(call_) - r.call;
+    if (seen && back == 0) [[unlikely]] {  // again in the same call
       move_to_class(key, old_class, old_class);
       return;
     }
     ++occupancy_[static_cast<std::size_t>(call_ % ring_)];
-    const std::int64_t distance = s.step < 0 ? -1 : static_cast<std::int64_t>(ctx.step) - s.step;
-    if (s.pending) {
-      label(k, keep_interval(s.call), bin_of(distance));
+    const std::int64_t distance = seen ? std::int64_t{ctx.step} - std::int64_t{r.step} : -1;
+    if ((r.flags & pending_flag) != 0) {
+      label(k, keep_interval(back), bin_of(distance));
     }
-    // This access's features and class.
-    s.usage = distance < 0 || distance >= 32 ? 1u : (s.usage << distance) | 1u;
-    s.reuse = static_cast<std::uint8_t>(distance < 0 ? static_cast<std::int32_t>(bins_)
+    // This access's features, confidence and class.
+    r.usage = distance < 0 || distance >= 32 ? 1u : (r.usage << distance) | 1u;
+    r.reuse = static_cast<std::uint8_t>(distance < 0 ? static_cast<std::int32_t>(bins_)
                                                      : bin_of(distance));
-    s.recent = static_cast<std::uint8_t>(
-        std::bit_width(static_cast<std::uint32_t>(std::popcount(s.usage))));
-    s.position = position_index(key, ctx.position);
-    s.coactivations = 0;
-    if (global_) {
-      std::int32_t* experts = coactivation_.data() + k * coactivation_features;
+    r.recent = static_cast<std::uint8_t>(
+        std::bit_width(static_cast<std::uint32_t>(std::popcount(r.usage))));
+    r.position = position;
+    r.coactivations = 0;
+    if (coactivation_) {
       for (std::int32_t i = 0; i < previous_experts_; ++i) {
-        experts[i] = previous_[static_cast<std::size_t>(i)];
+        r.experts[static_cast<std::size_t>(i)] = previous_[static_cast<std::size_t>(i)];
       }
-      s.coactivations = static_cast<std::uint8_t>(previous_experts_);
+      r.coactivations = static_cast<std::uint8_t>(previous_experts_);
       if (current_experts_ < coactivation_features) {
-        current_[static_cast<std::size_t>(current_experts_++)] = key % layout_.experts;
+        current_[static_cast<std::size_t>(current_experts_++)] =
+            static_cast<std::uint8_t>(key % layout_.experts);
       }
     }
-    const std::int32_t y = confidence(k);
+    std::int32_t y = 0;
+    for_each_weight(k, [&y](const std::int8_t& w) { y += w; });
     const std::int32_t c = std::clamp((y + 64) / 8, 0, classes - 1);
-    s.confidence = static_cast<std::int16_t>(y);
-    s.klass = static_cast<std::uint8_t>(c);
-    s.pending = true;
-    s.step = ctx.step;
-    s.call = call_;
+    r.confidence = static_cast<std::int16_t>(y);
+    r.klass = static_cast<std::uint8_t>(c);
+    r.flags = seen_flag | pending_flag;
+    r.step = ctx.step;
+    r.call = static_cast<std::uint32_t>(call_);
     by_age_.move_to_back(0, key);
     move_to_class(key, old_class, c);
   }
@@ -422,20 +462,20 @@ class learned_belady {
   learned_belady_config config_;
   key_layout layout_;
   bool global_ = false;
-  std::size_t bins_ = 0;    // reuse-distance bins, the last one beyond the window
-  std::uint64_t ring_ = 1;  // calls in the occupancy vector
+  bool coactivation_ = false;  // global scope with at most 256 experts per layer
+  std::size_t bins_ = 0;       // reuse-distance bins, the last one beyond the window
+  std::uint64_t ring_ = 1;     // calls in the occupancy vector
   int position_bits_ = 10;
-  std::vector<std::int8_t> key_weights_;           // [key x block]
+  std::vector<key_record> keys_;
   std::vector<std::int8_t> position_weights_;      // [2^position_bits_], hashed (key, position)
   std::vector<std::int8_t> coactivation_weights_;  // [key x experts] (global scope)
   std::vector<std::uint32_t> occupancy_;           // [ring_]: keys the optimum holds per call
-  // [classes x padded_bins]: labels (kept / all) at distances >= the bin, per class.
+  // [classes x padded_bins]: labels (kept / all) at distances in the bin or beyond, per class.
   std::vector<std::uint32_t> kept_, seen_;
-  std::vector<key_state> keys_;
-  std::vector<std::int32_t> coactivation_;  // [key x coactivation_features]: the last access's
-  detail::key_lists by_class_;              // resident keys per class, least recent first
-  detail::key_lists by_age_;                // keys with a pending access, oldest first
-  std::uint32_t nonempty_ = 0;              // classes with a resident key
+  detail::key_lists by_class_;  // resident keys per class, least recent first
+  detail::key_lists by_age_;    // keys with a pending access, oldest first
+  std::array<head, classes> heads_{};
+  std::uint32_t nonempty_ = 0;  // classes with a resident key
   std::int32_t resident_ = 0;
   std::int32_t capacity_ = 1;  // the optimum's capacity (see the file description)
   std::uint64_t tick_ = 0;
@@ -443,8 +483,8 @@ class learned_belady {
   bool started_ = false;
   std::uint32_t call_step_ = 0;
   std::int32_t call_layer_ = 0;
-  std::array<std::int32_t, coactivation_features> previous_{};  // experts of the previous layer
-  std::array<std::int32_t, coactivation_features> current_{};   // experts of this call
+  std::array<std::uint8_t, coactivation_features> previous_{};  // experts of the previous layer
+  std::array<std::uint8_t, coactivation_features> current_{};   // experts of this call
   std::int32_t previous_experts_ = 0;
   std::int32_t current_experts_ = 0;
 };
