@@ -192,7 +192,9 @@ class learned_belady_reference {
       if (!started || ctx.step != current.step || ctx.layer != current.layer) {
         if (started && ctx.step > current.step) {
           const std::uint32_t h = static_cast<std::uint32_t>(config_.count_half_life);
-          const std::uint32_t shift = std::min<std::uint32_t>(ctx.step / h - current.step / h, 31);
+          const std::uint32_t first = events_.front().ctx.step;  // passes count from the first
+          const std::uint32_t shift =
+              std::min<std::uint32_t>((ctx.step - first) / h - (current.step - first) / h, 31);
           for (auto* table : {&s.kept, &s.seen}) {
             for (auto& row : *table) {
               for (auto& v : row) {

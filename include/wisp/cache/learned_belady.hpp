@@ -41,7 +41,8 @@
 /// are a function of reuse distance *relative to what else competes for the cache*, so they adapt
 /// to the capacity and the trace without any horizon or weight to tune: the same parameters serve
 /// every trace, scope and capacity (docs/policies.md shows the measurements). The counts decay
-/// (halved every `count_half_life` passes), so a shift of the routing (a new request) is followed.
+/// (halved every `count_half_life` passes, counted from the first one seen), so a shift of the
+/// routing (a new request) is followed.
 ///
 /// Cost, with `F` features per access (4, plus up to 8 in global scope) and `Q = 16` classes:
 /// `on_insert`, `on_hit` O(F + r) where r is the reuse interval in calls (at most the occupancy
@@ -329,9 +330,13 @@ class learned_belady {
 
   void begin_call(const access_context& ctx) noexcept {
     const bool next_layer = started_ && ctx.step == call_step_ && ctx.layer == call_layer_ + 1;
+    first_step_ = started_ ? first_step_ : ctx.step;
     if (started_ && ctx.step > call_step_) {
+      // Passes counted from the first one this policy saw: the same halvings whether a caller
+      // numbers passes from 0 (the simulator) or from 1 (the pager after begin_step).
       const auto period = static_cast<std::uint32_t>(config_.count_half_life);
-      const std::uint32_t halvings = ctx.step / period - call_step_ / period;
+      const std::uint32_t halvings =
+          (ctx.step - first_step_) / period - (call_step_ - first_step_) / period;
       if (halvings > 0) {
         const std::uint32_t shift = std::min<std::uint32_t>(halvings, 31);
         for (std::size_t i = 0; i < kept_.size(); ++i) {
@@ -482,6 +487,7 @@ class learned_belady {
   std::uint64_t call_ = 0;
   bool started_ = false;
   std::uint32_t call_step_ = 0;
+  std::uint32_t first_step_ = 0;  // step of the first access since reset
   std::int32_t call_layer_ = 0;
   std::array<std::uint8_t, coactivation_features> previous_{};  // experts of the previous layer
   std::array<std::uint8_t, coactivation_features> current_{};   // experts of this call
