@@ -143,6 +143,30 @@ class python_pager {
     return span;
   }
 
+  // `positions` as the pager reads them: None (none), an integer (the whole call's) or a 1-D
+  // array (one per row); each in [0, 2^32).
+  std::span<const std::uint32_t> positions_from(const nb::object& positions) {
+    positions_.clear();
+    if (positions.is_none()) {
+      return positions_;
+    }
+    const auto checked = [](std::int64_t value, std::size_t i) {
+      WISP_EXPECTS(value >= 0 && value <= std::numeric_limits<std::uint32_t>::max(), "positions[",
+                   i, "] = ", value, " is outside [0, 2^32)");
+      return static_cast<std::uint32_t>(value);
+    };
+    if (!nb::hasattr(positions, "__len__")) {  // an int, or a numpy integer scalar
+      positions_.push_back(checked(nb::cast<std::int64_t>(positions), 0));
+      return positions_;
+    }
+    with_values(int_vector_from(positions, "positions"), [&](const auto& values) {
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        positions_.push_back(checked(static_cast<std::int64_t>(values[i]), i));
+      }
+    });
+    return positions_;
+  }
+
  public:
   python_pager(std::int32_t layers, std::int32_t experts, std::int32_t top_k, std::int32_t capacity,
                std::string_view policy, std::string_view scope,
@@ -152,15 +176,16 @@ class python_pager {
                     std::move(layer_capacities), max_tokens, std::move(future))) {}
 
   prepare_snapshot prepare(std::int32_t layer, array_like topk_ids,
-                           const std::optional<array_like>& out) {
+                           const std::optional<array_like>& out, const nb::object& positions) {
     nb::ndarray<> out_holder;
     std::span<std::int32_t> map_out;
     if (out) {
       map_out = writable_int32(*out, static_cast<std::size_t>(experts()), "out", out_holder);
     }
+    const std::span<const std::uint32_t> token_positions = positions_from(positions);
     const core::prepare_result r =
         with_batch(topk_ids, [&](auto& pager, auto ids, std::int32_t tokens, std::int32_t k) {
-          return pager.prepare(layer, ids, tokens, k);
+          return pager.prepare(layer, ids, tokens, k, token_positions);
         });
     if (!map_out.empty()) {
       std::copy(r.expert_map.begin(), r.expert_map.end(), map_out.begin());
@@ -296,7 +321,8 @@ class python_pager {
   any_pager pager_;
   std::vector<std::int32_t> scratch32_;  // gathered ids of non-contiguous arrays
   std::vector<std::int64_t> scratch64_;
-  std::uintptr_t last_ids_address_ = 0;  // the ids the last prepare handed to C++ (for tests)
+  std::vector<std::uint32_t> positions_;  // the last prepare's token positions
+  std::uintptr_t last_ids_address_ = 0;   // the ids the last prepare handed to C++ (for tests)
 };
 
 nb::typed<nb::dict, nb::str, numpy_array> resize_report_dict(const core::resize_report& r) {
@@ -390,8 +416,8 @@ void bind_pager(nb::module_& m) {
       "policy is one of wisp.POLICIES ('least-stale' is accepted too) with the library's default "
       "parameters (decayed_frequency and predicted_next_use: a half-life of 256 forward passes; "
       "predicted_next_use estimates next uses from decayed routing rates, no routing predictor "
-      "attached; reuse_probability gets no token positions from the pager and ranks by each "
-      "expert's own reuse distances); scope is 'layer' (one cache per layer, capacity = slots per "
+      "attached; reuse_probability and learned_belady read the token positions given to "
+      "prepare); scope is 'layer' (one cache per layer, capacity = slots per "
       "layer) or 'global' (one pool over (layer, expert) keys). belady needs `future`: each "
       "cache's key sequence. "
       "Not thread-safe: one thread at a time (calls hold the GIL).")
@@ -403,14 +429,18 @@ void bind_pager(nb::module_& m) {
            nb::arg("layer_capacities") = nb::none(), nb::arg("max_tokens") = 0,
            nb::arg("future") = nb::none())
       .def("prepare", &python_pager::prepare, nb::arg("layer"), nb::arg("topk_ids"),
-           nb::arg("out").none() = nb::none(),
+           nb::arg("out").none() = nb::none(), nb::arg("positions").none() = nb::none(),
            "Makes exactly the experts of topk_ids ([tokens, k], int32 or int64, numpy or torch "
            "CPU, any strides) of `layer` resident and visible; O(tokens x k).\n\n"
            "C-contiguous ids are read in place; other layouts are gathered once into a buffer the "
            "pager reuses. `out`, if given, is a writable int32[experts] array (numpy or torch CPU) "
-           "that receives the expert map in place. Raises LogicError (nothing changed) on a bad "
-           "layer, shape or id, or a call with more distinct experts than the capacity (split it "
-           "with plan_token_groups / plan_expert_groups).")
+           "that receives the expert map in place. `positions`, if given, are the token positions "
+           "that position-aware policies read (reuse_probability, learned_belady): an int for "
+           "the whole call (decode at batch 1) or a 1-D array with one per row (each distinct "
+           "expert then carries the position of the first row routed to it). Raises LogicError "
+           "(nothing changed) on a bad layer, shape, id or position count, or a call with more "
+           "distinct experts than the capacity (split it with plan_token_groups / "
+           "plan_expert_groups).")
       .def("prepare_experts", &python_pager::prepare_experts, nb::arg("layer"), nb::arg("experts"),
            "Makes exactly `experts` (1-D, duplicates allowed) of `layer` visible: one group of a "
            "split. Same semantics and errors as prepare over [len(experts), 1] ids.")
