@@ -4,11 +4,17 @@
 
 add_library(wisp_project_options INTERFACE)
 add_library(wisp::project_options ALIAS wisp_project_options)
+# Warnings are errors only where asked (WISP_WARNINGS_AS_ERRORS, on in every preset): a user's
+# build with another compiler version must not fail on a warning that version adds.
 target_compile_options(
-  wisp_project_options
-  INTERFACE $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Wall -Wextra -Wpedantic -Werror>
-            # nvcc: warnings of the host compiler are errors too; CCCL headers are system headers.
-            $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror --Werror=all-warnings>)
+  wisp_project_options INTERFACE $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Wall -Wextra -Wpedantic>
+                                 $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra>)
+if(WISP_WARNINGS_AS_ERRORS)
+  # nvcc: warnings of the host compiler are errors too; CCCL headers are system headers.
+  target_compile_options(
+    wisp_project_options INTERFACE $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-Werror>
+                                   $<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Werror --Werror=all-warnings>)
+endif()
 if(WISP_SANITIZE)
   target_compile_options(
     wisp_project_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined

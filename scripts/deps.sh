@@ -9,6 +9,7 @@ wisp_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libcli11-dev nlohmann-json3-dev
   pkgconf libzstd-dev liblz4-dev
+  ccache
 )
 
 missing=()

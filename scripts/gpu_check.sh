@@ -1,28 +1,72 @@
 #!/usr/bin/env bash
 # Builds wisp::cuda's tests and benchmarks with nvcc for this machine's GPU, runs the tests with
-# WISP_REQUIRE_GPU=1 (a test that would skip for want of a device fails instead) and runs the GPU
-# benchmark. Needs nvcc, CMake >= 3.24, Ninja, GoogleTest and Google Benchmark; no network.
+# WISP_REQUIRE_GPU=1 (a test that would skip for want of a device fails instead), then the GPU
+# benchmark (wisp_cuda_gpu_bench: the device step, the device profile, the MoE decode arms on
+# DeepSeek-V2-Lite and Qwen3-30B-A3B) and, if time is left, the host benchmark of the step.
+# Needs nvcc, CMake >= 3.24, Ninja, GoogleTest and Google Benchmark; no network.
 #
-# Usage: scripts/gpu_check.sh            logs and results go to $OUT if set, else build/gpu-check/out
-# Environment: CUDACXX (nvcc, default /usr/local/cuda/bin/nvcc), CUDA_ARCHS (default native),
-#              JOBS (default: all cores).
-set -euo pipefail
+# Usage: scripts/gpu_check.sh       results go to $OUT if set, else build/gpu-check/out
+# Environment:
+#   CUDACXX            nvcc (default /usr/local/cuda/bin/nvcc)
+#   CUDA_ARCHS         default: the GPU's compute capability from nvidia-smi (e.g. 90), else native
+#   JOBS               build jobs (default: all cores)
+#   TRACES_DIR         folder holding raw/esft_deepseek_v2_lite_intent (default: .traces in the
+#                      checkout if present, else ../shared/traces); without it DeepSeek-V2-Lite is
+#                      routed by the synthetic router and every file says so
+#   GPU_CHECK_SECONDS  wall-clock budget of the whole script, build included (default 450); the
+#                      benchmark stops starting repetitions so that the script ends within it
+#   GPU_CHECK_COMMIT   the commit recorded in the results (default: git rev-parse, else unknown)
+#
+# What comes back in $OUT (at most 8 files): gpu_check.log (everything that matters, as it
+# happens), <date>-<device>-device-step.json, -device-profile.json, -moe-<model>-<budget>.json
+# (four; rewritten after every repetition, so a run cut short still leaves figures) and
+# logs.tar.gz (configure, build and test logs, the gtest XML, the benchmarks' full output).
+set -uo pipefail
 cd "$(dirname "$0")/.."
+started=$SECONDS
+budget=${GPU_CHECK_SECONDS:-450}
 
 build=build/gpu-check
 out=${OUT:-$build/out}
-mkdir -p "$build" "$out"
+work=$build/logs  # everything that goes into logs.tar.gz
+mkdir -p "$build" "$out" "$work"
 nvcc=${CUDACXX:-/usr/local/cuda/bin/nvcc}
-archs=${CUDA_ARCHS:-native}
 jobs=${JOBS:-$(nproc)}
-log() { printf '==== %s\n' "$*" | tee -a "$out/gpu_check.log"; }
+log() { printf '==== [%4ds] %s\n' "$((SECONDS - started))" "$*" | tee -a "$out/gpu_check.log"; }
+left() { echo $((budget - (SECONDS - started))); }
+pack() { tar -czf "$out/logs.tar.gz" -C "$work" . 2>/dev/null || true; }
+trap pack EXIT
 
-[[ -x $nvcc ]] || { echo "gpu_check: nvcc not found at $nvcc (set CUDACXX)" >&2; exit 1; }
+[[ -x $nvcc ]] || { log "gpu_check: nvcc not found at $nvcc (set CUDACXX)"; exit 1; }
 cuda_root=$(cd "$(dirname "$nvcc")/.." && pwd)
 {
   "$nvcc" --version
   nvidia-smi || echo "nvidia-smi failed"
-} >"$out/machine.txt" 2>&1
+  nproc
+  grep -m1 'model name' /proc/cpuinfo
+  free -g
+} >"$work/machine.txt" 2>&1
+smi_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i 0 2>/dev/null | head -n 1 || true)
+capability=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i 0 2>/dev/null | head -n 1 |
+  tr -d ' .' || true)
+archs=${CUDA_ARCHS:-${capability:-native}}
+slug=$(printf '%s' "${smi_name:-unknown-device}" | tr 'A-Z' 'a-z' | sed -E 's/[^a-z0-9]+/-/g; s/^-+|-+$//g')
+prefix="$(date -u +%Y-%m-%d)-$slug-"
+commit=${GPU_CHECK_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+if [[ $commit != unknown && -z ${GPU_CHECK_COMMIT:-} ]] && [[ -n $(git status --porcelain 2>/dev/null) ]]; then
+  commit="$commit (with uncommitted changes)"
+fi
+if [[ -z ${TRACES_DIR:-} ]]; then
+  if [[ -d .traces/raw ]]; then TRACES_DIR=$PWD/.traces; else TRACES_DIR=$PWD/../shared/traces; fi
+fi
+log "device: ${smi_name:-unknown} (compute capability ${capability:-?}), architectures $archs, commit $commit"
+log "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
+if [[ -d $TRACES_DIR/raw/esft_deepseek_v2_lite_intent ]]; then
+  log "ESFT trace: $TRACES_DIR/raw/esft_deepseek_v2_lite_intent"
+else
+  log "WARNING: no ESFT trace under $TRACES_DIR: DeepSeek-V2-Lite is routed by the synthetic router" \
+    "(copy ../shared/traces into .traces and carry it)"
+fi
 
 # CCCL's CMake package: wherever the toolkit keeps it (lib/cmake, lib64/cmake, targets/...). If
 # the toolkit has the headers but no package, a minimal one over the headers stands in.
@@ -33,7 +77,7 @@ if [[ -n $cccl_config ]]; then
 else
   thrust_version=$(find -L "$cuda_root/include" -path '*/thrust/version.h' 2>/dev/null | head -n 1 ||
     true)
-  [[ -n $thrust_version ]] || { echo "gpu_check: no CCCL under $cuda_root" >&2; exit 1; }
+  [[ -n $thrust_version ]] || { log "gpu_check: no CCCL under $cuda_root"; exit 1; }
   cccl_include=$(dirname "$thrust_version")
   cccl_include=$(dirname "$cccl_include")
   cccl_dir=$PWD/$build/cccl-fallback
@@ -49,45 +93,65 @@ EOF
 fi
 log "CCCL package: $cccl_dir"
 
-log "configure (nvcc $nvcc, architectures $archs)"
+log "configure (nvcc $nvcc)"
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=g++ \
   -DWISP_ENABLE_CUDA=ON -DWISP_CUDA_USE_NVCC=ON -DCCCL_THRUST_DEVICE_SYSTEM=CUDA \
   -DCCCL_DIR="$cccl_dir" -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES="$archs" \
   -DWISP_BUILD_TESTS=ON -DWISP_BUILD_BENCHMARKS=ON -DWISP_BUILD_TOOLS=OFF \
-  -DWISP_BUILD_EXAMPLES=OFF -DWISP_INSTALL=OFF >"$out/configure.log" 2>&1 ||
-  { tail -n 40 "$out/configure.log"; exit 1; }
+  -DWISP_BUILD_EXAMPLES=OFF -DWISP_INSTALL=OFF -DWISP_TRACES_DIR="$TRACES_DIR" \
+  >"$work/configure.log" 2>&1 || { tail -n 40 "$work/configure.log" | tee -a "$out/gpu_check.log"; exit 1; }
 
-log "build wisp_cuda_test, wisp_cuda_gpu_bench, wisp_cuda_bench"
-start=$SECONDS
-cmake --build "$build" -j "$jobs" --target wisp_cuda_test wisp_cuda_gpu_bench wisp_cuda_bench \
-  >"$out/build.log" 2>&1 || { tail -n 60 "$out/build.log"; exit 1; }
-log "built in $((SECONDS - start)) s"
+log "build wisp_cuda_gpu_bench, wisp_cuda_test, wisp_cuda_bench ($jobs jobs)"
+build_start=$SECONDS
+gpu_bench=$build/bench/cuda/wisp_cuda_gpu_bench
+tests=$build/tests/cuda/wisp_cuda_test
+host_bench=$build/bench/cuda/wisp_cuda_bench
+rm -f "$gpu_bench" "$tests" "$host_bench"  # never run a binary left by an earlier build
+# Keep going past a failed target: the benchmark runs even if a test fails to build.
+cmake --build "$build" -j "$jobs" --target wisp_cuda_gpu_bench wisp_cuda_test wisp_cuda_bench -- -k 0 \
+  >"$work/build.log" 2>&1 || { log "BUILD FAILED (see logs.tar.gz: build.log)"; grep -E 'error|FAILED' "$work/build.log" | head -n 40 >>"$out/gpu_check.log"; }
+log "built in $((SECONDS - build_start)) s"
+[[ -x $gpu_bench ]] || { log "wisp_cuda_gpu_bench did not build: nothing to measure"; exit 1; }
 
 status=0
-log "tests (WISP_REQUIRE_GPU=1)"
-WISP_REQUIRE_GPU=1 "$build/tests/cuda/wisp_cuda_test" --gtest_output="xml:$out/wisp_cuda_test.xml" \
-  >"$out/wisp_cuda_test.log" 2>&1 || status=1
-grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$out/wisp_cuda_test.log" | tee -a "$out/gpu_check.log" || true
-[[ $status -eq 0 ]] || { log "TESTS FAILED (see wisp_cuda_test.log)"; tail -n 80 "$out/wisp_cuda_test.log"; }
-
-log "GPU benchmark"
-bench_args=(--benchmark_repetitions=5 --benchmark_enable_random_interleaving=true
-  --benchmark_report_aggregates_only=true)
-if "$build/bench/cuda/wisp_cuda_gpu_bench" "${bench_args[@]}" \
-  --benchmark_out="$out/gpu_bench.json" --benchmark_out_format=json >"$out/gpu_bench.txt" 2>&1; then
-  cat "$out/gpu_bench.txt" | tee -a "$out/gpu_check.log"
-  if grep -q '"error_occurred": true' "$out/gpu_bench.json"; then
-    log "GPU BENCHMARK REPORTED AN ERROR"
-    status=1
-  fi
+if [[ -x $tests ]]; then
+  log "tests (WISP_REQUIRE_GPU=1)"
+  WISP_REQUIRE_GPU=1 WISP_TEST_TRACES_DIR="$TRACES_DIR" timeout 240 "$tests" \
+    --gtest_output="xml:$work/wisp_cuda_test.xml" >"$work/wisp_cuda_test.log" 2>&1 || status=1
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]' "$work/wisp_cuda_test.log" |
+    tee -a "$out/gpu_check.log" || true
+  [[ $status -eq 0 ]] || { log "TESTS FAILED (see logs.tar.gz: wisp_cuda_test.log)"; tail -n 80 "$work/wisp_cuda_test.log" >>"$out/gpu_check.log"; }
 else
-  log "GPU BENCHMARK FAILED"; tail -n 40 "$out/gpu_bench.txt"; status=1
+  log "TESTS NOT BUILT"; status=1
 fi
 
-log "host benchmark of the device pager step (same machine, for the record)"
-"$build/bench/cuda/wisp_cuda_bench" "${bench_args[@]}" --benchmark_out="$out/host_bench.json" \
-  --benchmark_out_format=json >"$out/host_bench.txt" 2>&1 || status=1
-tee -a "$out/gpu_check.log" <"$out/host_bench.txt"
+# The GPU benchmark gets what is left, less a margin for the host benchmark and packing.
+deadline=$(($(left) - 40))
+if ((deadline < 60)); then deadline=60; fi
+log "GPU benchmark (deadline ${deadline} s for starting repetitions)"
+# 32 timed tokens per repetition: both models, both budgets and the cuBLAS arms, 5 repetitions,
+# fit the budget (an H200 took 140 s for all of it at 16 tokens); the default 64 is for runs of
+# one model (docs/cuda.md).
+timeout $((deadline + 45)) "$gpu_bench" --timed 32 --out-dir "$out" --file-prefix "$prefix" \
+  --write-profile "$out/${prefix}device-profile.json" --traces "$TRACES_DIR" --deadline-s "$deadline" \
+  --commit "$commit" --smi-name "${smi_name:-unknown}" 2>&1 | tee "$work/gpu_bench.txt" |
+  tee -a "$out/gpu_check.log"
+bench_status=${PIPESTATUS[0]}
+if [[ $bench_status -ne 0 ]]; then
+  log "GPU BENCHMARK FAILED OR A CHECK FAILED (exit $bench_status; see the JSON files' error and output_check fields)"
+  status=1
+fi
+
+if [[ -x $host_bench ]] && (($(left) > 30)); then
+  log "host benchmark of the device pager step (same machine, for the record)"
+  timeout $(($(left) - 10)) "$host_bench" --benchmark_repetitions=5 \
+    --benchmark_enable_random_interleaving=true --benchmark_report_aggregates_only=true \
+    --benchmark_out="$work/host_bench.json" --benchmark_out_format=json \
+    >"$work/host_bench.txt" 2>&1 || status=1
+  grep -E '_median|_cv' "$work/host_bench.txt" >>"$out/gpu_check.log" || true
+else
+  log "host benchmark skipped (not built, or out of time)"
+fi
 
 [[ $status -eq 0 ]] && log "gpu_check: OK" || log "gpu_check: FAILED"
 exit "$status"

@@ -14,6 +14,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 
+# A compiler cache, where there is one: every preset and the Python wheel compile through it, and
+# paths are taken relative to the checkout, so a rerun from any clone reuses what is unchanged.
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD"
+fi
+
 step() { printf '\n==== %s\n' "$*"; }
 run_preset() { # run_preset NAME: configure, build and test one CMake preset
   mkdir -p build

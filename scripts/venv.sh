@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates wisp's Python virtual environment and installs into it the PyPI packages that the Python
 # tests, benchmarks and measurements use: every scripts/requirements/*.txt, or only the files given.
-# Idempotent: an existing venv is reused, and pip's cache (build/pip-cache) keeps re-runs offline.
+# Idempotent: an existing venv is reused, and pip's own cache (~/.cache/pip unless PIP_CACHE_DIR says
+# otherwise) keeps re-runs, from any checkout, offline.
 # Prints the venv's path on stdout (progress goes to stderr).
 # A file may carry extra pip options on a line `# pip-options: ...` (e.g. --no-deps, which pip does
 # not accept inside a requirements file).
@@ -10,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 venv="${WISP_VENV:-$PWD/build/venv}"
-export PIP_CACHE_DIR="${PIP_CACHE_DIR:-$PWD/build/pip-cache}" PIP_DISABLE_PIP_VERSION_CHECK=1 \
+export PIP_DISABLE_PIP_VERSION_CHECK=1 \
   PIP_NO_INPUT=1 PYTHONNOUSERSITE=1
 
 if [[ ! -x "$venv/bin/python" ]]; then

@@ -10,22 +10,22 @@
 #include <vector>
 
 int main() {
-  std::vector<std::uint16_t> weights(10000);
+  std::vector<wisp::bf16> weights(10000);
   for (std::size_t i = 0; i < weights.size(); ++i) {
-    weights[i] = wisp::bf16_from_float(static_cast<float>(i % 97) * 1e-3f - 0.05f);
+    weights[i] = wisp::to_bf16(static_cast<float>(i % 97) * 1e-3f - 0.05f);
   }
   wisp::coder_set decoders = wisp::core_coders();
   decoders.add(wisp::zstd_coder{}).add(wisp::lz4_coder{});
   for (const wisp::any_coder& coder : {wisp::any_coder(wisp::zstd_coder{}),
                                        wisp::any_coder(wisp::lz4_coder{.hc_level = 9})}) {
     const auto z = wisp::compressed_bf16::compress(weights, coder, 4);
-    std::vector<std::uint16_t> back(weights.size());
+    std::vector<wisp::bf16> back(weights.size());
     z.decompress(back, decoders);
     if (back != weights) {
-      std::printf("test_package_codecs: %s did not restore the tensor\n", coder.name().c_str());
+      std::printf("test_package_codecs: %s did not restore the tensor\n", coder.label().c_str());
       return 1;
     }
-    std::printf("test_package_codecs: %s %zu -> %zu bytes\n", coder.name().c_str(),
+    std::printf("test_package_codecs: %s %zu -> %zu bytes\n", coder.label().c_str(),
                 2 * weights.size(), z.bytes().size());
   }
   return 0;

@@ -6,8 +6,9 @@
 //                       records are made once, so its time means nothing)
 //   BM_decode/<coder>   single-thread decode to BF16, vs BM_memcpy of the same bytes
 //   BM_recover          SM + exponents -> BF16 alone, vs BM_memcpy
-//   BM_store/threads:L  the expert store serving a plan of every layer (one expert each) on L
-//                       decoder threads; scaling = throughput(L=2) / throughput(L=1)
+//   BM_store/threads:L  the expert store serving a plan of every layer (one expert each) on a
+//                       thread pool of L decoder threads (L = 0: on the calling thread);
+//                       scaling = throughput(L=2) / throughput(L=1)
 // Run with --benchmark_repetitions=5 --benchmark_enable_random_interleaving=true and quote the
 // median and min-max of each ratio.
 #include "../../tests/compress/real_weights.hpp"
@@ -16,6 +17,8 @@
 #include <wisp/compress/compressed_bf16.hpp>
 #include <wisp/compress/expert_store.hpp>
 #include <wisp/compress/huffman.hpp>
+#include <wisp/core/bf16.hpp>
+#include <wisp/core/executor.hpp>
 #if defined(WISP_BENCH_HAVE_ZSTD)
 #include <wisp/compress/zstd.hpp>
 #endif
@@ -27,6 +30,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -56,9 +60,9 @@ const weights& bench_weights() {
       std::normal_distribution<float> normal(0.0f, 0.04f);
       for (int layer = 0; layer < 6; ++layer) {
         for (const std::uint64_t n : {147456u, 147456u, 147456u, 147456u, 589824u, 589824u}) {
-          wisp::test::real_matrix m{"synthetic", std::vector<std::uint16_t>(n)};
-          for (std::uint16_t& v : m.values) {
-            v = wisp::bf16_from_float(normal(rng));
+          wisp::test::real_matrix m{"synthetic", std::vector<wisp::bf16>(n)};
+          for (wisp::bf16& v : m.values) {
+            v = wisp::to_bf16(normal(rng));
           }
           out.matrices.push_back(std::move(m));
         }
@@ -110,11 +114,11 @@ const std::vector<wisp::compressed_bf16>& compressed(std::size_t i) {
 }
 
 // Output buffers for every matrix, written once so no page faults are timed.
-std::vector<std::vector<std::uint16_t>>& outputs() {
-  static std::vector<std::vector<std::uint16_t>> out = [] {
-    std::vector<std::vector<std::uint16_t>> o;
+std::vector<std::vector<wisp::bf16>>& outputs() {
+  static std::vector<std::vector<wisp::bf16>> out = [] {
+    std::vector<std::vector<wisp::bf16>> o;
     for (const auto& m : bench_weights().matrices) {
-      o.emplace_back(m.values.size(), 1);
+      o.emplace_back(m.values.size(), wisp::bf16{1});
     }
     return o;
   }();
@@ -146,29 +150,29 @@ void BM_size(benchmark::State& state) {
   state.counters["bound_pooled"] = wisp::entropy_bound_ratio(pooled);
   state.counters["entropy_bits"] = wisp::entropy_bits(pooled);
   state.counters["gap_pp"] = 100 * (static_cast<double>(stored) - per_tensor) / raw;
-  state.SetLabel(coders()[i].name() + ", K=" + std::to_string(e_chunks) + ", " + w.source);
+  state.SetLabel(coders()[i].label() + ", K=" + std::to_string(e_chunks) + ", " + w.source);
 }
 
 void BM_decode(benchmark::State& state) {
   const auto i = static_cast<std::size_t>(state.range(0));
   const std::vector<wisp::compressed_bf16>& z = compressed(i);
   const wisp::coder_set dec = decoders();
-  std::vector<std::vector<std::uint16_t>>& out = outputs();
-  std::vector<std::uint8_t> scratch;
+  std::vector<std::vector<wisp::bf16>>& out = outputs();
+  wisp::bf16_decode_scratch scratch;
   for (auto _ : state) {
     for (std::size_t m = 0; m < z.size(); ++m) {
       z[m].decompress(out[m], dec, scratch);
     }
     benchmark::ClobberMemory();
   }
-  state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * 2 *
-                                                    bench_weights().elements));
-  state.SetLabel(coders()[i].name() + ", " + bench_weights().source);
+  state.SetBytesProcessed(
+      static_cast<std::int64_t>(state.iterations() * 2 * bench_weights().elements));
+  state.SetLabel(coders()[i].label() + ", " + bench_weights().source);
 }
 
 void BM_memcpy(benchmark::State& state) {
   const weights& w = bench_weights();
-  std::vector<std::vector<std::uint16_t>>& out = outputs();
+  std::vector<std::vector<wisp::bf16>>& out = outputs();
   for (auto _ : state) {
     for (std::size_t m = 0; m < w.matrices.size(); ++m) {
       std::memcpy(out[m].data(), w.matrices[m].values.data(), 2 * out[m].size());
@@ -189,7 +193,7 @@ void BM_recover(benchmark::State& state) {
     }
     return s;
   }();
-  std::vector<std::vector<std::uint16_t>>& out = outputs();
+  std::vector<std::vector<wisp::bf16>>& out = outputs();
   for (auto _ : state) {
     for (std::size_t m = 0; m < w.matrices.size(); ++m) {
       wisp::recover_bf16(split[m].first, split[m].second, out[m]);
@@ -208,15 +212,17 @@ void BM_store(benchmark::State& state) {
   // The last 6 x experts matrices, in file order: whole encoder layers (query, key, value,
   // attention output, intermediate, output) for MiniLM, whose embeddings come first.
   const std::size_t first = w.matrices.size() - per_expert * static_cast<std::size_t>(experts);
-  wisp::expert_store_config config{
-      .experts = experts, .tensor_elements = {}, .e_chunks = e_chunks, .threads = threads};
+  wisp::expert_store_config config{.experts = experts, .tensor_elements = {}, .e_chunks = e_chunks};
   for (std::size_t t = 0; t < per_expert; ++t) {
     config.tensor_elements.push_back(w.matrices[first + t].values.size());
   }
-  wisp::compressed_expert_store store(config, wisp::huffman_coder{});
+  const auto pool = threads == 0 ? nullptr : std::make_unique<wisp::thread_pool>(threads);
+  wisp::compressed_expert_store store(
+      config, wisp::huffman_coder{}, wisp::core_coders(),
+      pool ? wisp::any_executor(pool->executor()) : wisp::any_executor());
   std::vector<wisp::copy_op> plan;
   for (std::int32_t e = 0; e < experts; ++e) {
-    std::vector<std::uint16_t> values;
+    std::vector<wisp::bf16> values;
     for (std::size_t t = 0; t < per_expert; ++t) {
       const auto& m = w.matrices[first + static_cast<std::size_t>(e) * per_expert + t].values;
       values.insert(values.end(), m.begin(), m.end());
@@ -224,8 +230,8 @@ void BM_store(benchmark::State& state) {
     store.set_expert(e, values);
     plan.push_back({e, e});
   }
-  std::vector<std::uint16_t> slots(static_cast<std::size_t>(experts) *
-                                   store.elements_per_expert(), 1);
+  std::vector<wisp::bf16> slots(static_cast<std::size_t>(experts) * store.elements_per_expert(),
+                                wisp::bf16{1});
   wisp::fetch_stats last;
   for (auto _ : state) {
     last = store.apply(plan, slots);
@@ -247,7 +253,12 @@ BENCHMARK(BM_size)->Apply(coder_args)->Iterations(1)->Unit(benchmark::kMilliseco
 BENCHMARK(BM_decode)->Apply(coder_args)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_memcpy)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_recover)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_store)->ArgName("threads")->Arg(0)->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_store)
+    ->ArgName("threads")
+    ->Arg(0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 }  // namespace

@@ -29,7 +29,7 @@
 #include "residency.hpp"
 
 #include <wisp/alloc/split.hpp>
-#include <wisp/compress/tiered_cache.hpp>
+#include <wisp/tiered/tiered_cache.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/sim/tiered_sim.hpp>
 
@@ -102,7 +102,7 @@ class tiered_residency final : public residency {
       }
     }
     staging_ = ctx.dev.add_tensor(static_cast<std::size_t>(staging));
-    const wisp::schedule_params schedule = model.schedule();
+    const wisp::tier_costs schedule = model.schedule();
     ctx.dev.page_tiered(*ctx.zip, {.schedule = schedule,
                                    .tensors = model.tensors,
                                    .sm_chunk_bytes = static_cast<double>(model.tensor_elements),

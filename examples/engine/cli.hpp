@@ -228,7 +228,7 @@ inline std::vector<std::string> split_list(std::string_view list) {
                    "--routing: unknown '", o.routing, "' (valid: synthetic, model, trace FILE)");
     } else if (a == "--on-incomplete") {
       const std::string_view s = value();
-      const auto p = wisp::parse_incomplete_tokens(s);
+      const auto p = wisp::from_string<wisp::incomplete_tokens>(s);
       WISP_EXPECTS(p.has_value() && *p != wisp::incomplete_tokens::keep, "--on-incomplete: '", s,
                    "' (valid: error, skip)");
       o.on_incomplete = *p;

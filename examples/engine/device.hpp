@@ -37,7 +37,7 @@
 #include "model.hpp"
 #include "zip_masters.hpp"
 
-#include <wisp/compress/affinity_scheduler.hpp>
+#include <wisp/tiered/affinity_scheduler.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/vmm/page_pool.hpp>
@@ -89,7 +89,7 @@ struct row_copy {
 /// (u = one SM chunk on the link, v = one E-chunk on the link, c = one E-chunk's decode on one
 /// thread, recovery 0, L threads, K E-chunks) and the bytes each read moves.
 struct tiered_paging {
-  wisp::schedule_params schedule;
+  wisp::tier_costs schedule;
   std::uint32_t tensors = 3;  ///< n: tensors per expert
   double sm_chunk_bytes = 0;  ///< one tensor's SM chunk
   double e_chunk_bytes = 0;   ///< one E-chunk

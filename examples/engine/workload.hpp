@@ -180,7 +180,7 @@ inline void split_warmup(workload& w, std::vector<request> all, std::size_t warm
     return wisp::import_esft(path, {.on_incomplete = on_incomplete});
   }
   if (std::filesystem::path(path).extension() == ".jsonl") {
-    wisp::jsonl_options opt;
+    wisp::jsonl_config opt;
     opt.on_incomplete = on_incomplete;
     return wisp::import_jsonl(std::filesystem::path(path), opt);
   }

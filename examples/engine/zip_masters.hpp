@@ -39,12 +39,11 @@ class zip_masters {
       layers_.push_back(std::make_unique<wisp::compressed_expert_store>(
           wisp::expert_store_config{.experts = w.cfg.experts,
                                     .tensor_elements = {I * H, I * H, H * I},
-                                    .e_chunks = e_chunks,
-                                    .threads = 0},
+                                    .e_chunks = e_chunks},
           wisp::huffman_coder{}));
       for (std::int32_t e = 0; e < w.cfg.experts; ++e) {
-        const auto* master = reinterpret_cast<const std::uint16_t*>(w.master(l, e));
-        layers_.back()->set_expert(e, std::span<const std::uint16_t>(master, elements));
+        const auto* master = reinterpret_cast<const wisp::bf16*>(w.master(l, e));
+        layers_.back()->set_expert(e, std::span<const wisp::bf16>(master, elements));
         link_bytes_total_ += layers_.back()->link_bytes(e);
         max_e_bytes_ = std::max(max_e_bytes_, layers_.back()->link_bytes(e) - elements);
       }
@@ -62,8 +61,8 @@ class zip_masters {
   /// @throws wisp::format_error if a record does not decode.
   void decode(std::int32_t l, std::int32_t e, std::byte* row) const {
     const auto& store = *layers_[static_cast<std::size_t>(l)];
-    store.decode(e, std::span<std::uint16_t>(reinterpret_cast<std::uint16_t*>(row),
-                                             store.elements_per_expert()));
+    store.decode(e, std::span<wisp::bf16>(reinterpret_cast<wisp::bf16*>(row),
+                                          store.elements_per_expert()));
   }
   /// E-chunks per tensor (K).
   [[nodiscard]] std::uint32_t e_chunks() const noexcept { return e_chunks_; }

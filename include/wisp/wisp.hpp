@@ -12,8 +12,10 @@
 // clang-format off
 #include <wisp/version.hpp>
 #include <wisp/core/config.hpp>
-#include <wisp/core/deprecated_namespaces.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/enum_names.hpp>
+#include <wisp/core/executor.hpp>
+#include <wisp/core/bf16.hpp>
 #include <wisp/core/ids.hpp>
 #include <wisp/core/model.hpp>
 #include <wisp/core/shape.hpp>
@@ -89,9 +91,15 @@
 #include <wisp/alloc/resize.hpp>
 #include <wisp/alloc/kv_workload.hpp>
 
+#include <wisp/parallel/placement.hpp>
+#include <wisp/parallel/rank_pager.hpp>
+#include <wisp/parallel/replica_choice.hpp>
+#include <wisp/parallel/planner.hpp>
+
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
 #include <wisp/sim/timeline_sim.hpp>
+#include <wisp/sim/ep_sim.hpp>
 
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/transfer/row_layout.hpp>
@@ -100,13 +108,16 @@
 
 #include <wisp/compress/bf16.hpp>
 #include <wisp/compress/exponent_coder.hpp>
+#include <wisp/compress/huffman_code.hpp>
+#include <wisp/compress/huffman_lane.hpp>
 #include <wisp/compress/huffman.hpp>
 #include <wisp/compress/compressed_bf16.hpp>
 #include <wisp/compress/safetensors.hpp>
 #include <wisp/compress/archive.hpp>
 #include <wisp/compress/expert_store.hpp>
-#include <wisp/compress/tier_model.hpp>
-#include <wisp/compress/tiered_cache.hpp>
-#include <wisp/compress/affinity_scheduler.hpp>
+
+#include <wisp/tiered/tier_model.hpp>
+#include <wisp/tiered/tiered_cache.hpp>
+#include <wisp/tiered/affinity_scheduler.hpp>
 #include <wisp/sim/tiered_sim.hpp>
 // clang-format on

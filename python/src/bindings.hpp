@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// One function per area of wisp, each in its own file, called by module.cpp. The C++ namespaces
-// each file uses are aliased once at its top, so a renamed namespace is a one-line edit there.
+// One function per area of wisp, each in its own file, called by module.cpp. Every entity they
+// bind is in the one namespace `wisp::`, whatever its area.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -18,6 +18,7 @@ void bind_trace(nb::module_& m);  // trace.cpp: Trace and its readers, writers a
 void bind_reuse(nb::module_& m);  // reuse.cpp: profiles, miss curves, decayed and SHARDS
 void bind_sim(nb::module_& m);    // sim.cpp: trace-driven policy simulation
 void bind_alloc(nb::module_& m);  // alloc.cpp: model presets, budget plans
+void bind_parallel(nb::module_& m);  // parallel.cpp: the expert-parallel simulator
 
 /// The library's name of a built-in policy given by its library or command-line name
 /// ("least_stale" or "least-stale"). @throws wisp::logic_error listing the known names.

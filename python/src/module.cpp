@@ -35,4 +35,5 @@ NB_MODULE(_wisp, m) {
   wp::bind_reuse(m);
   wp::bind_sim(m);
   wp::bind_alloc(m);
+  wp::bind_parallel(m);
 }

@@ -8,6 +8,7 @@
 #include <wisp/cache/visit_policy.hpp>
 #include <wisp/pager/pager.hpp>
 #include <wisp/pager/reroute_table.hpp>
+#include <wisp/parallel/rank_pager.hpp>
 
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
@@ -171,20 +172,32 @@ class python_pager {
   python_pager(std::int32_t layers, std::int32_t experts, std::int32_t top_k, std::int32_t capacity,
                std::string_view policy, std::string_view scope,
                std::optional<std::vector<std::int32_t>> layer_capacities, std::int32_t max_tokens,
-               std::optional<std::vector<array_like>> future)
+               std::optional<std::vector<array_like>> future,
+               const std::optional<array_like>& expert_map, std::int32_t rank)
       : pager_(make(layers, experts, top_k, capacity, policy_name(policy), parse_scope(scope),
-                    std::move(layer_capacities), max_tokens, std::move(future))) {}
+                    std::move(layer_capacities), max_tokens, std::move(future))) {
+    if (expert_map) {
+      ep_.emplace(rank_map(*expert_map, rank, layers, experts));
+      global_.assign(static_cast<std::size_t>(ep_->experts()), -1);
+    }
+  }
 
   prepare_snapshot prepare(std::int32_t layer, array_like topk_ids,
                            const std::optional<array_like>& out, const nb::object& positions) {
     nb::ndarray<> out_holder;
     std::span<std::int32_t> map_out;
     if (out) {
-      map_out = writable_int32(*out, static_cast<std::size_t>(experts()), "out", out_holder);
+      map_out = writable_int32(*out, static_cast<std::size_t>(map_size()), "out", out_holder);
     }
     const std::span<const std::uint32_t> token_positions = positions_from(positions);
+    WISP_EXPECTS(!ep_ || token_positions.empty(),
+                 "Pager.prepare: positions are not supported with an expert_map (got ",
+                 token_positions.size(), ")");
     const core::prepare_result r =
         with_batch(topk_ids, [&](auto& pager, auto ids, std::int32_t tokens, std::int32_t k) {
+          if (ep_) {  // the rank's rows of the call, then the global map
+            return to_global(pager.prepare_experts(layer, ep_->select(layer, ids, tokens, k)));
+          }
           return pager.prepare(layer, ids, tokens, k, token_positions);
         });
     if (!map_out.empty()) {
@@ -195,14 +208,24 @@ class python_pager {
 
   prepare_snapshot prepare_experts(std::int32_t layer, array_like experts) {
     const int_matrix ids = int_vector_from(experts, "experts");
-    const std::span<const std::int32_t> span = int32_ids(ids, scratch32_, "experts");
+    std::span<const std::int32_t> span = int32_ids(ids, scratch32_, "experts");
     last_ids_address_ = reinterpret_cast<std::uintptr_t>(span.data());
-    const core::prepare_result r =
-        std::visit([&](auto& pager) { return pager.prepare_experts(layer, span); }, pager_);
+    if (ep_) {
+      span = local_rows(layer, span);
+    }
+    const core::prepare_result r = std::visit(
+        [&](auto& pager) {
+          const core::prepare_result local = pager.prepare_experts(layer, span);
+          return ep_ ? to_global(local) : local;
+        },
+        pager_);
     return prepare_snapshot(r);
   }
 
   std::vector<token_group_view> plan_token_groups(std::int32_t layer, array_like topk_ids) {
+    WISP_EXPECTS(!ep_,
+                 "plan_token_groups is not available with an expert_map (rows routed to other "
+                 "ranks have no local id); split with plan_expert_groups");
     std::vector<token_group_view> out;
     for (const core::token_group& g :
          with_batch(topk_ids, [&](auto&pager, auto ids, std::int32_t tokens, std::int32_t k) {
@@ -215,6 +238,21 @@ class python_pager {
 
   std::vector<numpy_array> plan_expert_groups(std::int32_t layer, array_like topk_ids) {
     std::vector<numpy_array> out;
+    if (ep_) {  // groups of the rank's rows, handed back as global ids
+      for (const core::expert_group& g :
+           with_batch(topk_ids, [&](auto&pager, auto ids, std::int32_t tokens, std::int32_t k) {
+             const auto locals = ep_->select(layer, ids, tokens, k);
+             return pager.plan_expert_groups(layer, locals,
+                                             static_cast<std::int32_t>(locals.size()), 1);
+           })) {
+        std::vector<std::int32_t> global;
+        for (const std::int32_t local : g.experts) {
+          global.push_back(ep_->logical_of(layer, local));
+        }
+        out.push_back(numpy_copy(std::span<const std::int32_t>(global)));
+      }
+      return out;
+    }
     for (const core::expert_group& g :
          with_batch(topk_ids, [&](auto&pager, auto ids, std::int32_t tokens, std::int32_t k) {
            return pager.plan_expert_groups(layer, ids, tokens, k);
@@ -234,7 +272,9 @@ class python_pager {
     return std::visit([](const auto& pager) { return pager.step(); }, pager_);
   }
   bool invalidate(std::int32_t layer, std::int32_t expert) {
-    return std::visit([&](auto& pager) { return pager.invalidate(layer, expert); }, pager_);
+    const std::int32_t row = ep_ ? ep_->local_of(layer, expert) : expert;
+    return row >= 0 &&
+           std::visit([&](auto& pager) { return pager.invalidate(layer, row); }, pager_);
   }
   core::resize_report resize_layer(std::int32_t layer, std::int32_t capacity) {
     return std::visit([&](auto& pager) { return pager.resize_layer(layer, capacity); }, pager_);
@@ -264,11 +304,30 @@ class python_pager {
     return std::visit([&](const auto& pager) { return pager.capacity(layer); }, pager_);
   }
   [[nodiscard]] std::int32_t slot_of(std::int32_t layer, std::int32_t expert) const {
-    return std::visit([&](const auto& pager) { return pager.slot_of(layer, expert); }, pager_);
+    const std::int32_t row = ep_ ? ep_->local_of(layer, expert) : expert;
+    return row < 0
+               ? -1
+               : std::visit([&](const auto& pager) { return pager.slot_of(layer, row); }, pager_);
   }
   [[nodiscard]] numpy_array expert_map(std::int32_t layer) const {
-    return numpy_copy(
-        std::visit([&](const auto& pager) { return pager.expert_map(layer); }, pager_));
+    const std::span<const std::int32_t> local =
+        std::visit([&](const auto& pager) { return pager.expert_map(layer); }, pager_);
+    if (!ep_) {
+      return numpy_copy(local);
+    }
+    std::vector<std::int32_t> visible;
+    for (std::size_t row = 0; row < local.size(); ++row) {
+      if (local[row] >= 0) {
+        visible.push_back(static_cast<std::int32_t>(row));
+      }
+    }
+    std::vector<std::int32_t> global(static_cast<std::size_t>(ep_->experts()));
+    ep_->to_global(layer, visible, local, global);
+    return numpy_copy(std::span<const std::int32_t>(global));
+  }
+  /// The rank of the expert map, or None without one.
+  [[nodiscard]] std::optional<std::int32_t> rank() const {
+    return ep_ ? std::optional<std::int32_t>(ep_->rank()) : std::nullopt;
   }
   [[nodiscard]] core::cache_stats stats(std::optional<std::int32_t> layer) const {
     return std::visit(
@@ -318,8 +377,58 @@ class python_pager {
     });
   }
 
+  // The ids of the call and of `prepare_result`s: global experts with an expert map.
+  [[nodiscard]] std::int32_t map_size() const { return ep_ ? ep_->experts() : experts(); }
+
+  // An engine's EP map: int[experts] (every layer alike) or int[layers, experts].
+  static core::rank_expert_map rank_map(const array_like& map, std::int32_t rank,
+                                        std::int32_t layers, std::int32_t rows) {
+    const nb::object a = nb::module_::import_("numpy").attr("asarray")(map);
+    const auto ndim = nb::cast<int>(a.attr("ndim"));
+    WISP_EXPECTS(ndim == 1 || ndim == 2,
+                 "expert_map must be int[experts] or int[layers, experts], "
+                 "got ",
+                 ndim, " dimensions");
+    const int_matrix m =
+        ndim == 1 ? int_vector_from(a, "expert_map") : int_matrix_from(a, "expert_map");
+    WISP_EXPECTS(m.ndim == 1 || m.rows == layers, "expert_map has ", m.rows, " rows for ", layers,
+                 " layers (give int[experts] or int[layers, experts])");
+    const std::int64_t experts = m.ndim == 1 ? m.rows : m.cols;
+    std::vector<std::int32_t> maps;
+    with_values(m, [&](const auto& values) {
+      for (std::int32_t l = 0; l < (m.ndim == 1 ? layers : 1); ++l) {
+        for (std::size_t i = 0; i < values.size(); ++i) {
+          WISP_EXPECTS(values[i] >= -1 && values[i] <= std::numeric_limits<std::int32_t>::max(),
+                       "expert_map[", i, "] = ", values[i], " is not a local id or -1");
+          maps.push_back(static_cast<std::int32_t>(values[i]));
+        }
+      }
+    });
+    return {rank, layers, to_int32(experts, "experts (columns of expert_map)"), rows, maps};
+  }
+  // Global ids -> the rank's rows; an expert the rank does not hold is an error.
+  std::span<const std::int32_t> local_rows(std::int32_t layer, std::span<const std::int32_t> ids) {
+    rows_.clear();
+    for (const std::int32_t e : ids) {
+      const std::int32_t row = ep_->local_of(layer, e);
+      WISP_EXPECTS(row >= 0, "expert ", e, " of layer ", layer, " is not held by rank ",
+                   ep_->rank(), " (its expert_map holds -1)");
+      rows_.push_back(row);
+    }
+    return rows_;
+  }
+  // A local prepare_result with the global map in place of the local one (views global_).
+  core::prepare_result to_global(core::prepare_result r) {
+    ep_->to_global(r.layer, r.experts, r.expert_map, global_);
+    r.expert_map = global_;
+    return r;
+  }
+
   any_pager pager_;
-  std::vector<std::int32_t> scratch32_;  // gathered ids of non-contiguous arrays
+  std::optional<core::rank_expert_map> ep_;  // the engine's EP map, if given
+  std::vector<std::int32_t> global_;         // the last prepare's global map
+  std::vector<std::int32_t> rows_;           // prepare_experts' ids as local rows
+  std::vector<std::int32_t> scratch32_;      // gathered ids of non-contiguous arrays
   std::vector<std::int64_t> scratch64_;
   std::vector<std::uint32_t> positions_;  // the last prepare's token positions
   std::uintptr_t last_ids_address_ = 0;   // the ids the last prepare handed to C++ (for tests)
@@ -419,15 +528,24 @@ void bind_pager(nb::module_& m) {
       "attached; reuse_probability and learned_belady read the token positions given to "
       "prepare); scope is 'layer' (one cache per layer, capacity = slots per "
       "layer) or 'global' (one pool over (layer, expert) keys). belady needs `future`: each "
-      "cache's key sequence. "
+      "cache's key sequence.\n\n"
+      "On an expert-parallel rank, pass the engine's EP map: expert_map (vLLM's expert_map: "
+      "int[global experts], global id -> local row or -1, or one per layer as int[layers, global "
+      "experts]) and rank; `experts` is then the rank's local rows. prepare takes the router's "
+      "global ids, pages the rank's rows of the call and returns a global expert map (-1 for "
+      "every expert the rank does not compute); copy plans name local rows; prepare_experts, "
+      "slot_of, invalidate, expert_map and plan_expert_groups speak global ids; "
+      "plan_token_groups is not available. "
       "Not thread-safe: one thread at a time (calls hold the GIL).")
       .def(nb::init<std::int32_t, std::int32_t, std::int32_t, std::int32_t, std::string_view,
                     std::string_view, std::optional<std::vector<std::int32_t>>, std::int32_t,
-                    std::optional<std::vector<array_like>>>(),
+                    std::optional<std::vector<array_like>>, const std::optional<array_like>&,
+                    std::int32_t>(),
            nb::arg("layers"), nb::arg("experts"), nb::arg("top_k"), nb::arg("capacity"),
            nb::arg("policy") = "lru", nb::arg("scope") = "layer",
            nb::arg("layer_capacities") = nb::none(), nb::arg("max_tokens") = 0,
-           nb::arg("future") = nb::none())
+           nb::arg("future") = nb::none(), nb::arg("expert_map").none() = nb::none(),
+           nb::arg("rank") = 0)
       .def("prepare", &python_pager::prepare, nb::arg("layer"), nb::arg("topk_ids"),
            nb::arg("out").none() = nb::none(), nb::arg("positions").none() = nb::none(),
            "Makes exactly the experts of topk_ids ([tokens, k], int32 or int64, numpy or torch "
@@ -437,9 +555,10 @@ void bind_pager(nb::module_& m) {
            "that receives the expert map in place. `positions`, if given, are the token positions "
            "that position-aware policies read (reuse_probability, learned_belady): an int for "
            "the whole call (decode at batch 1) or a 1-D array with one per row (each distinct "
-           "expert then carries the position of the first row routed to it). Raises LogicError "
-           "(nothing changed) on a bad layer, shape, id or position count, or a call with more "
-           "distinct experts than the capacity (split it with plan_token_groups / "
+           "expert then carries the position of the first row routed to it; not with an "
+           "expert_map). Raises LogicError (nothing changed) on a bad layer, shape, id or "
+           "position count, or a call with more distinct experts than the capacity (split it "
+           "with plan_token_groups / "
            "plan_expert_groups).")
       .def("prepare_experts", &python_pager::prepare_experts, nb::arg("layer"), nb::arg("experts"),
            "Makes exactly `experts` (1-D, duplicates allowed) of `layer` visible: one group of a "
@@ -481,6 +600,8 @@ void bind_pager(nb::module_& m) {
       .def_prop_ro("top_k", &python_pager::top_k)
       .def_prop_ro("scope", &python_pager::scope)
       .def_prop_ro("policy", &python_pager::policy)
+      .def_prop_ro("rank", &python_pager::rank,
+                   "The expert-parallel rank whose expert_map the pager took, or None.")
       .def("capacity", &python_pager::capacity, nb::arg("layer"),
            "Slots available to `layer` (the pool's in global scope).")
       .def("slot_of", &python_pager::slot_of, nb::arg("layer"), nb::arg("expert"),

@@ -71,7 +71,7 @@ struct imported : wisp::routing_trace {
 };
 
 wisp::incomplete_tokens parse_on_incomplete(const std::string& name) {
-  const auto policy = wisp::parse_incomplete_tokens(name);
+  const auto policy = wisp::from_string<wisp::incomplete_tokens>(name);
   WISP_EXPECTS(policy.has_value(), "on_incomplete must be 'error', 'skip' or 'keep', got '", name,
                "'");
   return *policy;
@@ -233,7 +233,7 @@ void bind_trace(nb::module_& m) {
           "import_esft",
           [](const std::filesystem::path& path, std::int32_t experts, std::int32_t top_k,
              const std::string& on_incomplete) {
-            const wisp::esft_options opt{.experts = experts,
+            const wisp::esft_config opt{.experts = experts,
                                          .top_k = top_k,
                                          .on_incomplete = parse_on_incomplete(on_incomplete)};
             return reading(path, [&] {
@@ -252,7 +252,7 @@ void bind_trace(nb::module_& m) {
           [](const std::filesystem::path& path, std::string group_key, std::int32_t experts,
              std::int32_t layers, std::string layer_key, std::string experts_key,
              std::string token_key, std::string weights_key, const std::string& on_incomplete) {
-            const wisp::jsonl_options opt{.group_key = std::move(group_key),
+            const wisp::jsonl_config opt{.group_key = std::move(group_key),
                                           .experts = experts,
                                           .layers = layers,
                                           .layer_key = std::move(layer_key),

@@ -286,3 +286,11 @@ def test_reroute_table():
     assert table.row(1, 3) == 9 and table.table.shape == (2, 8)
     with pytest.raises(wisp.LogicError, match="already holds"):
         table.assign(0, 2, 9)
+
+
+def test_positions_are_refused_on_an_expert_parallel_rank():
+    pager = wisp.Pager(1, 4, 2, 4, expert_map=np.array([0, 1, 2, 3, -1, -1, -1, -1]), rank=0)
+    with pytest.raises(wisp.LogicError, match="positions are not supported with an expert_map"):
+        pager.prepare(0, np.array([[0, 1]]), positions=3)
+    assert pager.stats().misses == 0
+    assert pager.prepare(0, np.array([[0, 1]])).misses == 2

@@ -65,6 +65,15 @@ def simulate(
     miss_latency_us: float = 0.0,
     protect_calls: bool = True,
     as_frame: bool = False,
+    ranks: Optional[int] = None,
+    batch: int = 16,
+    local_experts: int = 0,
+    hidden: int = 0,
+    a2a_gbps: float = 153.0,
+    a2a_latency_us: float = 10.0,
+    hbm_gbps: float = 3350.0,
+    tflops: float = 989.0,
+    expert_params: int = 0,
 ):
     """Replays ``trace`` through each policy at each capacity (one C++ call; releases the GIL).
 
@@ -77,16 +86,37 @@ def simulate(
     prints (``policy, scope, capacity, total_slots, accesses, hits, misses, miss_rate,
     collision_misses, evictions, bytes_moved, stall_s``) plus ``per_layer_misses`` (uint64 array).
     With ``as_frame=True``, a pandas DataFrame of the same rows (pandas must be installed).
+
+    With ``ranks=G``, the expert-parallel simulator (``wisp sim --ranks``, docs/expert_parallel.md):
+    ``capacities`` are total slots over all ranks, ``policies`` one policy for the wisp arm (default
+    ``"decayed_frequency"``), ``bandwidth_gbps`` and ``miss_latency_us`` each rank's link (both
+    needed with ``expert_bytes``); ``batch`` concurrent sequences, ``local_experts`` rows per rank
+    of the planned arms (0: about 25% redundant), ``hidden``, ``a2a_gbps`` and ``a2a_latency_us``
+    the all-to-all, ``hbm_gbps``, ``tflops`` and ``expert_params`` the compute. Returns one dict
+    per (capacity, arm) in the order ep-lru, eplb-lru, wisp, ep-POLICY, with the fields of
+    ``wisp sim --ranks --json``'s arms (per-rank ``slots, misses, hits, link_bytes, token_load,
+    tokens_received`` as uint64 arrays, ``busy_s`` as float64).
     """
     names = [policies] if isinstance(policies, str) else list(policies)
     caps = [capacities] if isinstance(capacities, int) else list(capacities)
     if not caps:
         raise LogicError("simulate: give at least one capacity")
+    if ranks is not None:
+        if policies is POLICIES:
+            names = ["decayed_frequency"]
+        if len(names) != 1:
+            raise LogicError(f"simulate(ranks=...): give one policy, got {names}")
+        rows = _wisp._simulate_ranks(
+            trace, ranks, batch, caps, local_experts, names[0], expert_bytes, bandwidth_gbps,
+            miss_latency_us, hidden, a2a_gbps, a2a_latency_us, hbm_gbps, tflops, expert_params)
+        return _frame(rows) if as_frame else rows
     rows: List[dict] = _wisp._simulate(
         trace, names, caps, scope, expert_bytes, bandwidth_gbps, miss_latency_us, protect_calls
     )
-    if not as_frame:
-        return rows
+    return _frame(rows) if as_frame else rows
+
+
+def _frame(rows: List[dict]):
     try:
         import pandas
     except ImportError as e:  # pragma: no cover - depends on the environment

@@ -52,36 +52,6 @@
 /// Including any wisp header with an unsupported compiler or language standard stops the build
 /// here with one readable `#error` instead of pages of template errors further down.
 
-// ---- begin wisp/core/deprecated_namespaces.hpp -------------------------------------------------
-/// @file
-/// @brief The pre-0.2 sub-namespaces `wisp::trace`, `wisp::reuse`, `wisp::alloc` and `wisp::sim`,
-/// kept as deprecated spellings of `wisp::`.
-///
-/// Every public name of wisp lives directly in `wisp::` (internals in `wisp::detail`, device code
-/// in `wisp::cuda`). Code written against the old sub-namespaces (`wisp::reuse::reuse_histogram`,
-/// `wisp::trace::read_trace`, ...) still compiles, with a deprecation warning naming the
-/// namespace; they were the spellings of 0.1 and are removed in 0.3.
-
-namespace wisp {
-// Qualified lookup in these namespaces finds every name of `wisp::` through the directive.
-namespace
-    [[deprecated("the names of wisp::trace are now in wisp:: (this alias goes in 0.3)")]] trace {
-using namespace ::wisp;
-}
-namespace
-    [[deprecated("the names of wisp::reuse are now in wisp:: (this alias goes in 0.3)")]] reuse {
-using namespace ::wisp;
-}
-namespace
-    [[deprecated("the names of wisp::alloc are now in wisp:: (this alias goes in 0.3)")]] alloc {
-using namespace ::wisp;
-}
-namespace [[deprecated("the names of wisp::sim are now in wisp:: (this alias goes in 0.3)")]] sim {
-using namespace ::wisp;
-}
-}  // namespace wisp
-// ---- end wisp/core/deprecated_namespaces.hpp ---------------------------------------------------
-
 #if defined(_MSVC_LANG)
 #define WISP_DETAIL_CPLUSPLUS _MSVC_LANG
 #else
@@ -162,7 +132,6 @@ using namespace ::wisp;
 #include <span>
 #include <sstream>
 #include <stdexcept>
-#include <stop_token>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -287,6 +256,280 @@ template <class Error, class... Parts>
   ::wisp::detail::throw_with_location<error_type>(__FILE__, __LINE__, nullptr, __VA_ARGS__)
 // ---- end wisp/core/error.hpp -------------------------------------------------------------------
 
+// ---- begin wisp/core/enum_names.hpp ------------------------------------------------------------
+/// @file
+/// @brief One spelling for turning a public enum into text and back: each such enum specialises
+/// `enum_names` beside its definition with the name of every value, and `wisp::to_string(value)`
+/// / `wisp::from_string<E>(text)` read that one table, so the two directions cannot disagree.
+/// @code
+/// enum class color : std::uint8_t { red, green };
+/// template <>
+/// struct wisp::enum_names<color> {
+///   static constexpr std::array<wisp::enum_name<color>, 2> values{{{color::red, "red"},
+///                                                                  {color::green, "green"}}};
+/// };
+/// static_assert(wisp::to_string(color::green) == "green");
+/// static_assert(wisp::from_string<color>("red") == color::red);
+/// @endcode
+
+namespace wisp {
+
+/// @brief One value of an enum and its name.
+template <class E>
+struct enum_name {
+  E value;
+  std::string_view name;
+};
+
+/// @brief The names of the values of enum `E`: specialised for each public enum with a
+/// `static constexpr` array `values` of `enum_name<E>` (one entry per value, distinct names).
+template <class E>
+struct enum_names;
+
+/// @brief An enum that has an `enum_names` table.
+template <class E>
+concept named_enum = std::is_enum_v<E> && requires {
+  enum_names<E>::values;
+};
+
+/// The name of `value`, or "unknown" for a value the table does not list (a byte read from a
+/// file, say). O(values of E).
+template <named_enum E>
+[[nodiscard]] constexpr std::string_view to_string(E value) noexcept {
+  for (const enum_name<E>& n : enum_names<E>::values) {
+    if (n.value == value) {
+      return n.name;
+    }
+  }
+  return "unknown";
+}
+
+/// The value of `E` called `name` (exact, case-sensitive), or `std::nullopt`. O(values of E).
+template <named_enum E>
+[[nodiscard]] constexpr std::optional<E> from_string(std::string_view name) noexcept {
+  for (const enum_name<E>& n : enum_names<E>::values) {
+    if (n.name == name) {
+      return n.value;
+    }
+  }
+  return std::nullopt;
+}
+
+/// The names of `E`'s values, comma-separated, for error messages ("none, top-k, percentile").
+/// @throws std::bad_alloc.
+template <named_enum E>
+[[nodiscard]] std::string enum_name_list() {
+  std::string out;
+  for (const enum_name<E>& n : enum_names<E>::values) {
+    out += out.empty() ? "" : ", ";
+    out += n.name;
+  }
+  return out;
+}
+
+}  // namespace wisp
+// ---- end wisp/core/enum_names.hpp --------------------------------------------------------------
+
+// ---- begin wisp/core/executor.hpp --------------------------------------------------------------
+/// @file
+/// @brief Where wisp runs work it may run in parallel: the `executor` concept, `inline_executor`
+/// (the default everywhere: the work runs on the calling thread), `thread_pool` (threads the
+/// caller creates, owns and passes) and `any_executor`, the type-erased handle the library's
+/// components store. No wisp component starts a thread of its own; one that can use several
+/// takes an executor, as a stdexec scheduler would be passed.
+/// @code
+/// wisp::thread_pool pool(2);                                  // the caller's threads
+/// wisp::compressed_expert_store store(config, wisp::huffman_coder{}, wisp::core_coders(),
+///                                     pool.executor());       // decodes on the pool
+/// wisp::compressed_expert_store single(config, wisp::huffman_coder{});  // on the caller
+/// @endcode
+
+namespace wisp {
+
+/// @brief Something that runs tasks: `ex.execute(task)` runs the `std::function<void()>` `task`
+/// exactly once, now on the calling thread or later on another one, or throws having taken
+/// nothing (it could not queue the task). A task must not throw (an executor running it elsewhere
+/// has nobody to report to); the components that submit work catch inside their tasks. Copies of
+/// an executor refer to the same execution resource.
+template <class E>
+concept executor = std::copy_constructible<E> && requires(const E& ex, std::function<void()> task) {
+  ex.execute(std::move(task));
+};
+
+/// @brief Runs each task on the calling thread before `execute` returns. Stateless; thread-safe.
+struct inline_executor {
+  /// Runs `task`. O(the task).
+  void execute(const std::function<void()>& task) const { task(); }
+};
+static_assert(executor<inline_executor>);
+
+/// @brief A fixed set of threads that run submitted tasks in submission order (each task on
+/// whichever thread is free), created and owned by the caller. Its `executor()` handles may be
+/// copied into components; the pool must outlive every component holding one.
+///
+/// Thread safety: `execute` may be called from any thread, tasks included. The destructor runs
+/// every task already submitted, then joins the threads. A task that waits for tasks it submitted
+/// itself can deadlock a pool with no thread to spare.
+class thread_pool {
+ public:
+  /// A copyable handle that submits to this pool (models `executor`).
+  class executor_type {
+   public:
+    /// Queues `task` for a pool thread. O(1) plus one allocation. @throws std::bad_alloc.
+    void execute(std::function<void()> task) const { pool_->submit(std::move(task)); }
+    friend bool operator==(const executor_type&, const executor_type&) = default;
+
+   private:
+    friend class thread_pool;
+    explicit executor_type(thread_pool* pool) noexcept : pool_(pool) {}
+    thread_pool* pool_;
+  };
+
+  /// Starts `threads` threads. @throws wisp::logic_error if `threads` is 0;
+  ///   std::system_error if a thread cannot start (those already started are joined).
+  explicit thread_pool(std::uint32_t threads) {
+    WISP_EXPECTS(threads >= 1, "thread_pool: threads must be >= 1, got ", threads);
+    workers_.reserve(threads);
+    for (std::uint32_t i = 0; i < threads; ++i) {
+      workers_.emplace_back([this] { work(); });
+    }
+  }
+  thread_pool(const thread_pool&) = delete;
+  thread_pool& operator=(const thread_pool&) = delete;
+  /// Runs every queued task, then joins the threads.
+  ~thread_pool() {
+    {
+      const std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    ready_.notify_all();
+    workers_.clear();  // joins
+  }
+
+  /// A handle that submits tasks to this pool.
+  [[nodiscard]] executor_type executor() noexcept { return executor_type(this); }
+  /// Threads of the pool.
+  [[nodiscard]] std::size_t size() const noexcept { return workers_.size(); }
+
+ private:
+  void submit(std::function<void()> task) {
+    {
+      const std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(task));
+    }
+    ready_.notify_one();
+  }
+
+  void work() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      ready_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) {
+        return;  // stopped and drained
+      }
+      std::function<void()> task = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      task();
+      lock.lock();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::vector<std::jthread> workers_;  // last: joined before the state they use is destroyed
+};
+static_assert(executor<thread_pool::executor_type>);
+
+/// @brief Any executor behind one copyable value, which a component stores (default: an
+/// `inline_executor`). Thread safety: as the wrapped executor's.
+class any_executor {
+ public:
+  /// An `inline_executor`.
+  any_executor() : any_executor(inline_executor{}) {}
+  /// Wraps a copy of `ex`. @throws std::bad_alloc.
+  template <class E>
+  requires(!std::same_as<std::remove_cvref_t<E>, any_executor> && executor<E>)
+      any_executor(E ex)  // NOLINT(google-explicit-constructor): an executor is-an any_executor
+      : run_([ex = std::move(ex)](std::function<void()> task) { ex.execute(std::move(task)); }) {}
+
+  /// Runs `task` on the wrapped executor. @throws what the wrapped executor's `execute` throws.
+  void execute(std::function<void()> task) const { run_(std::move(task)); }
+
+ private:
+  std::function<void(std::function<void()>)> run_;
+};
+static_assert(executor<any_executor>);
+
+}  // namespace wisp
+// ---- end wisp/core/executor.hpp ----------------------------------------------------------------
+
+// ---- begin wisp/core/bf16.hpp ------------------------------------------------------------------
+/// @file
+/// @brief `wisp::bf16`: bfloat16 storage (the upper half of an IEEE binary32) with the two
+/// conversions every part of wisp uses (kernels, host references, the lossless compression of
+/// BF16 weights), so the host and the device turn the same floats into the same bits.
+///
+/// C++20 has no bfloat16 type and CUDA's `__nv_bfloat16` does not exist for a host compiler, so
+/// wisp carries the bits. The layout equals `__nv_bfloat16`'s (a kernel may reinterpret a
+/// `const wisp::bf16*` as `const __nv_bfloat16*`) and a BF16 tensor's little-endian bytes on
+/// disk (safetensors) are an array of `bf16` on a little-endian host.
+/// @code
+/// wisp::bf16 h = wisp::to_bf16(1.5f);      // round to nearest even
+/// float f = wisp::to_float(h);              // exact: 1.5f
+/// @endcode
+
+namespace wisp {
+
+/// @brief A bfloat16 value as its 16 bits. Trivially copyable; `==` compares bits.
+struct bf16 {
+  std::uint16_t bits = 0;
+
+  friend constexpr bool operator==(const bf16&, const bf16&) = default;
+};
+static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
+
+namespace detail {
+
+WISP_HOST_DEVICE inline std::uint32_t float_bits(float f) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  return std::bit_cast<std::uint32_t>(f);
+#endif
+}
+
+WISP_HOST_DEVICE inline float bits_float(std::uint32_t u) noexcept {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  return std::bit_cast<float>(u);
+#endif
+}
+
+}  // namespace detail
+
+/// The float with the same value (exact). O(1).
+WISP_HOST_DEVICE inline float to_float(bf16 x) noexcept {
+  return detail::bits_float(static_cast<std::uint32_t>(x.bits) << 16);
+}
+
+/// `f` rounded to the nearest bfloat16, ties to even (as `__float2bfloat16_rn` and
+/// `torch.Tensor.to(torch.bfloat16)`); a NaN stays a (quiet) NaN with its sign; infinities and
+/// overflow follow IEEE rounding. O(1), integer arithmetic only: the same bits on host and device.
+WISP_HOST_DEVICE inline bf16 to_bf16(float f) noexcept {
+  const std::uint32_t u = detail::float_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) {
+    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
+  }
+  return bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
+}  // namespace wisp
+// ---- end wisp/core/bf16.hpp --------------------------------------------------------------------
+
 // ---- begin wisp/core/ids.hpp -------------------------------------------------------------------
 /// @file
 /// @brief Strong types for byte sizes and for ids where two kinds of id sit side by side.
@@ -339,17 +582,12 @@ struct expert_tag {
 struct layer_tag {
   static constexpr const char* prefix = "layer ";
 };
-struct slot_tag {
-  static constexpr const char* prefix = "slot ";
-};
 }  // namespace detail
 
 /// Index of an expert within one MoE layer, in `[0, experts)`.
 using expert_id = strong_id<detail::expert_tag>;
 /// Index of a MoE layer, 0-based over the MoE layers only (dense layers are not counted).
 using layer_id = strong_id<detail::layer_tag>;
-/// Deprecated (no interface takes it: slots are `std::int32_t`); this alias goes in 0.3.
-using slot_id [[deprecated("slots are plain std::int32_t")]] = strong_id<detail::slot_tag>;
 
 /// @brief A number of bytes. Arithmetic is checked: a result that would wrap around throws
 /// `wisp::logic_error` naming both operands, because a wrapped byte count silently corrupts every
@@ -573,6 +811,12 @@ struct model_spec {
 /// @brief How a model's attention stores KV: grouped-query (K and V per KV head) or multi-head
 /// latent attention (one compressed latent plus a decoupled RoPE key per token).
 enum class attention_kind : std::uint8_t { gqa, mla };
+/// "gqa", "mla" (as model files spell them; `to_string`, `from_string`).
+template <>
+struct enum_names<attention_kind> {
+  static constexpr std::array<enum_name<attention_kind>, 2> values{
+      {{attention_kind::gqa, "gqa"}, {attention_kind::mla, "mla"}}};
+};
 
 /// @brief The published configuration fields a `model_spec` is derived from (names follow the
 /// models' Hugging Face config.json). Literal type, so presets are compile-time constants.
@@ -811,9 +1055,6 @@ void check_topk_ids(const char* where, std::span<const Id> ids, std::int32_t k,
 /// access (the usual standard-library rules).
 
 namespace wisp {
-
-/// Deprecated spelling of `moe_shape` (the one shape type; this alias goes in 0.3).
-using trace_shape [[deprecated("use wisp::moe_shape")]] = moe_shape;
 
 /// @brief One (step, layer, expert) activation, as visited in canonical order.
 struct access {
@@ -1364,6 +1605,74 @@ namespace wisp::detail {
 }  // namespace wisp::detail
 // ---- end wisp/core/detail/files.hpp ------------------------------------------------------------
 
+// ---- begin wisp/core/detail/little_endian.hpp --------------------------------------------------
+/// @file
+/// @brief Little-endian integer I/O, the byte order of every wisp file format (`.wtrace`,
+/// `.wzbf`, `.wzar`, predictor tables) and of safetensors headers: loads and stores at any
+/// alignment, fixed width (`load_le<T>`, `store_le<T>`: one memory access on little-endian hosts)
+/// or a width known only at run time (`load_le(p, width)`, `append_le(out, v, width)`).
+/// `WISP_HOST_DEVICE`, so a kernel reads the same bytes the same way.
+
+namespace wisp::detail {
+
+/// True when a `memcpy` of an integer gives its little-endian bytes (device code assembles the
+/// bytes one by one: the target's byte order is not known to the host pass).
+#if defined(__CUDA_ARCH__)
+inline constexpr bool native_little_endian = false;
+#else
+inline constexpr bool native_little_endian = std::endian::native == std::endian::little;
+#endif
+
+/// The unsigned integer stored in the `width` (0..8) little-endian bytes at `p`. O(width).
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint64_t load_le(const std::uint8_t* p,
+                                                               int width) noexcept {
+  std::uint64_t v = 0;
+  for (int i = 0; i < width; ++i) {
+    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  }
+  return v;
+}
+
+/// Writes the low `width` (0..8) bytes of `v` at `p`, least significant first. O(width).
+WISP_HOST_DEVICE constexpr void store_le(std::uint8_t* p, std::uint64_t v, int width) noexcept {
+  for (int i = 0; i < width; ++i) {
+    p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+  }
+}
+
+/// The `T` stored little-endian at `p` (any alignment). O(1).
+template <std::unsigned_integral T>
+[[nodiscard]] WISP_HOST_DEVICE T load_le(const std::uint8_t* p) noexcept {
+  if constexpr (native_little_endian) {
+    T v;
+    std::memcpy(&v, p, sizeof(T));
+    return v;
+  } else {
+    return static_cast<T>(load_le(p, static_cast<int>(sizeof(T))));
+  }
+}
+
+/// Writes `v` little-endian at `p` (any alignment). O(1).
+template <std::unsigned_integral T>
+WISP_HOST_DEVICE void store_le(std::uint8_t* p, T v) noexcept {
+  if constexpr (native_little_endian) {
+    std::memcpy(p, &v, sizeof(T));
+  } else {
+    store_le(p, static_cast<std::uint64_t>(v), static_cast<int>(sizeof(T)));
+  }
+}
+
+/// Appends the low `width` (0..8) bytes of `v` to `out`, least significant first.
+/// @throws std::bad_alloc.
+inline void append_le(std::vector<std::uint8_t>& out, std::uint64_t v, int width) {
+  const std::size_t at = out.size();
+  out.resize(at + static_cast<std::size_t>(width));
+  store_le(out.data() + at, v, width);
+}
+
+}  // namespace wisp::detail
+// ---- end wisp/core/detail/little_endian.hpp ----------------------------------------------------
+
 namespace wisp {
 
 /// Constants of the `.wtrace` format.
@@ -1381,20 +1690,6 @@ inline constexpr std::uint32_t flag_partial = 2u;
 }  // namespace wtrace
 
 namespace detail {
-
-inline void put_le(std::vector<std::uint8_t>& out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) {
-    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-}
-
-[[nodiscard]] inline std::uint64_t get_le(const std::uint8_t* p, int bytes) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) {
-    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  }
-  return v;
-}
 
 /// Writes `bytes` and folds them into `crc`. @throws wisp::error if the stream fails.
 inline void write_bytes(std::ostream& out, const std::vector<std::uint8_t>& bytes,
@@ -1439,17 +1734,17 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   std::vector<std::uint8_t> buf;
   buf.reserve(1u << 16);
   buf.insert(buf.end(), wtrace::magic.begin(), wtrace::magic.end());
-  detail::put_le(buf, wtrace::version, 4);
-  detail::put_le(buf, flags, 4);
-  detail::put_le(buf, static_cast<std::uint32_t>(shape.layers), 4);
-  detail::put_le(buf, static_cast<std::uint32_t>(shape.experts), 4);
-  detail::put_le(buf, static_cast<std::uint32_t>(shape.top_k), 4);
-  detail::put_le(buf, id_bytes, 4);
-  detail::put_le(buf, trace.steps(), 8);
-  detail::put_le(buf, seqs, 8);
-  detail::put_le(buf, payload, 8);
-  detail::put_le(buf, detail::crc32(buf), 4);
-  detail::put_le(buf, 0, 4);
+  detail::append_le(buf, wtrace::version, 4);
+  detail::append_le(buf, flags, 4);
+  detail::append_le(buf, static_cast<std::uint32_t>(shape.layers), 4);
+  detail::append_le(buf, static_cast<std::uint32_t>(shape.experts), 4);
+  detail::append_le(buf, static_cast<std::uint32_t>(shape.top_k), 4);
+  detail::append_le(buf, id_bytes, 4);
+  detail::append_le(buf, trace.steps(), 8);
+  detail::append_le(buf, seqs, 8);
+  detail::append_le(buf, payload, 8);
+  detail::append_le(buf, detail::crc32(buf), 4);
+  detail::append_le(buf, 0, 4);
   detail::write_bytes(out, buf, nullptr);
   buf.clear();
 
@@ -1462,7 +1757,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
     }
   };
   for (const std::size_t s : trace.sequence_starts()) {
-    detail::put_le(buf, s, 8);
+    detail::append_le(buf, s, 8);
     flush_if_full();
   }
   if (partial) {  // bit r (LSB first) of the bitmap: row r = step * layers + layer is held
@@ -1475,21 +1770,21 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
                    : 0u)
               << (r % 8);
       if (r % 8 == 7 || r + 1 == rows) {
-        detail::put_le(buf, byte, 1);
+        detail::append_le(buf, byte, 1);
         byte = 0;
         flush_if_full();
       }
     }
   }
   trace.for_each_access([&](access a) {
-    detail::put_le(buf, static_cast<std::uint64_t>(a.expert), static_cast<int>(id_bytes));
+    detail::append_le(buf, static_cast<std::uint64_t>(a.expert), static_cast<int>(id_bytes));
     flush_if_full();
   });
   if (trace.has_weights()) {
     for (std::size_t s = 0; s < trace.steps(); ++s) {
       for (std::int32_t l = 0; l < shape.layers; ++l) {
         for (std::int32_t j = 0; j < shape.top_k && trace.has_layer(s, l); ++j) {
-          detail::put_le(buf, std::bit_cast<std::uint32_t>(trace.weight(s, l, j)), 4);
+          detail::append_le(buf, std::bit_cast<std::uint32_t>(trace.weight(s, l, j)), 4);
           flush_if_full();
         }
       }
@@ -1497,7 +1792,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   }
   detail::write_bytes(out, buf, &crc);
   buf.clear();
-  detail::put_le(buf, crc, 4);
+  detail::append_le(buf, crc, 4);
   detail::write_bytes(out, buf, nullptr);
 }
 
@@ -1513,36 +1808,51 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   }
 }
 
-/// @brief Reads one `.wtrace` trace from `in` (opened in binary mode), consuming exactly its bytes.
-///
-/// Validates magic, version, flags, shape, id width, payload size (against the counts and the
-/// bytes actually present), both CRC-32s, sequence starts (strictly increasing, `< steps`), ids
-/// (`< experts`, distinct within each row) and weights (finite).
-/// Time O(file size); memory: the payload once plus the resulting trace.
-/// @throws wisp::format_error naming the byte offset and the problem.
-[[nodiscard]] inline routing_trace read_wtrace(std::istream& in) {
-  using u64 = std::uint64_t;
-  // Bytes left in a seekable stream, or max when unknown.
-  u64 available = std::numeric_limits<u64>::max();
-  {
-    const auto here = in.tellg();
-    if (here != std::streampos(-1)) {
-      in.seekg(0, std::ios::end);
-      const auto end = in.tellg();
-      in.seekg(here);
-      if (end != std::streampos(-1) && in && end >= here) {
-        available = static_cast<u64>(end - here);
-      }
-    }
-    in.clear(in.rdstate() & ~std::ios::failbit);
-  }
+namespace detail {
 
+/// The fields of a `.wtrace` header and the payload sizes they imply (all checked by
+/// `parse_wtrace_header`).
+struct wtrace_header {
+  std::int32_t layers = 0;
+  std::int32_t experts = 0;
+  std::int32_t top_k = 0;
+  std::uint64_t id_bytes = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t seqs = 0;
+  std::uint64_t payload = 0;  ///< payload bytes, the trailing CRC excluded
+  bool weights = false;
+  bool partial = false;
+  std::uint64_t rows = 0;       ///< steps x layers
+  std::uint64_t row_bytes = 0;  ///< one (step, layer) row: top_k ids (and weights)
+  std::uint64_t seq_part = 0;   ///< bytes of the sequence starts
+  std::uint64_t fixed = 0;      ///< sequence starts plus the row bitmap of a partial trace
+};
+
+/// Bytes left in a seekable stream from where it stands, or max when unknown.
+[[nodiscard]] inline std::uint64_t wtrace_bytes_left(std::istream& in) {
+  std::uint64_t available = std::numeric_limits<std::uint64_t>::max();
+  const auto here = in.tellg();
+  if (here != std::streampos(-1)) {
+    in.seekg(0, std::ios::end);
+    const auto end = in.tellg();
+    in.seekg(here);
+    if (end != std::streampos(-1) && in && end >= here) {
+      available = static_cast<std::uint64_t>(end - here);
+    }
+  }
+  in.clear(in.rdstate() & ~std::ios::failbit);
+  return available;
+}
+
+/// Reads the 64 header bytes; checks the signature, the length and the header CRC.
+[[nodiscard]] inline std::array<std::uint8_t, wtrace::header_bytes> read_wtrace_header_bytes(
+    std::istream& in) {
   std::array<std::uint8_t, wtrace::header_bytes> h{};
   in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(h.size()));
-  const auto got = static_cast<u64>(in.gcount());
+  const auto got = static_cast<std::uint64_t>(in.gcount());
   if (got < 8 || !std::equal(wtrace::magic.begin(), wtrace::magic.end(), h.begin())) {
     // Report a bad signature before a short header: a non-wtrace file is the likelier mistake.
-    const u64 n = std::min<u64>(got, 8);
+    const std::uint64_t n = std::min<std::uint64_t>(got, 8);
     if (!std::equal(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(n), wtrace::magic.begin())) {
       throw format_error(0, "not a .wtrace file (bad magic)");
     }
@@ -1551,11 +1861,47 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   if (got < wtrace::header_bytes) {
     throw format_error(got, "truncated .wtrace header (" + std::to_string(got) + " of 64 bytes)");
   }
-  auto field = [&](std::size_t off, int bytes) { return detail::get_le(h.data() + off, bytes); };
-  const u64 header_crc = field(56, 4);
-  if (detail::crc32(std::span<const std::uint8_t>(h.data(), 56)) != header_crc) {
+  if (crc32(std::span<const std::uint8_t>(h.data(), 56)) != load_le(h.data() + 56, 4)) {
     throw format_error(56, "header checksum mismatch (corrupted header)");
   }
+  return h;
+}
+
+/// Derives the payload sizes of `w` and checks its payload size against them: every (step,
+/// layer) row holds top_k ids (and weights); a partial trace stores only the rows its bitmap
+/// marks, so its payload is checked against the bitmap once that is read.
+inline void check_wtrace_payload_size(wtrace_header& w) {
+  using u64 = std::uint64_t;
+  bool ok = true;
+  w.rows = checked_mul(w.steps, static_cast<u64>(w.layers), ok);
+  w.row_bytes = static_cast<u64>(w.top_k) * (w.id_bytes + (w.weights ? 4 : 0));
+  w.seq_part = w.seqs * 8;  // seqs <= 2^32
+  const u64 mask_part = w.partial ? w.rows / 8 + (w.rows % 8 != 0 ? 1 : 0) : 0;
+  const u64 rows_part = checked_mul(w.rows, w.row_bytes, ok);
+  w.fixed = w.seq_part + mask_part;
+  if (!ok || w.fixed + rows_part < w.fixed) {
+    throw format_error(32, "step count " + std::to_string(w.steps) + " overflows the payload size");
+  }
+  if (!w.partial && w.payload != w.fixed + rows_part) {
+    throw format_error(48, "payload size " + std::to_string(w.payload) + " does not match " +
+                               std::to_string(w.fixed + rows_part) + " implied by the header");
+  }
+  if (w.partial && (w.payload < w.fixed || w.payload - w.fixed > rows_part ||
+                    (w.payload - w.fixed) % w.row_bytes != 0)) {
+    throw format_error(48, "payload size " + std::to_string(w.payload) +
+                               " does not fit the header: sequence starts and row bitmap " +
+                               std::to_string(w.fixed) + " bytes plus a multiple of " +
+                               std::to_string(w.row_bytes) + " up to " +
+                               std::to_string(w.fixed + rows_part));
+  }
+}
+
+/// The fields of a header whose CRC matched: version, flags, shape, id width and counts are
+/// checked, and the payload size against the sizes they imply.
+[[nodiscard]] inline wtrace_header parse_wtrace_header(
+    const std::array<std::uint8_t, wtrace::header_bytes>& h) {
+  using u64 = std::uint64_t;
+  auto field = [&](std::size_t off, int bytes) { return load_le(h.data() + off, bytes); };
   if (field(8, 4) != wtrace::version) {
     throw format_error(8, "unsupported .wtrace version " + std::to_string(field(8, 4)) +
                               " (this reader knows version 1)");
@@ -1564,78 +1910,62 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   if ((flags & ~u64{wtrace::flag_weights | wtrace::flag_partial}) != 0) {
     throw format_error(12, "unknown flag bits " + std::to_string(flags));
   }
-  const auto layers = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(16, 4)));
-  const auto experts = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(20, 4)));
-  const auto top_k = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(24, 4)));
-  if (layers <= 0) {
-    throw format_error(16, "layers must be positive, got " + std::to_string(layers));
+  wtrace_header w;
+  w.layers = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(16, 4)));
+  w.experts = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(20, 4)));
+  w.top_k = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(24, 4)));
+  if (w.layers <= 0) {
+    throw format_error(16, "layers must be positive, got " + std::to_string(w.layers));
   }
-  if (experts <= 0 || experts > moe_shape::max_experts) {
-    throw format_error(20, "experts must be in [1, 65536], got " + std::to_string(experts));
+  if (w.experts <= 0 || w.experts > moe_shape::max_experts) {
+    throw format_error(20, "experts must be in [1, 65536], got " + std::to_string(w.experts));
   }
-  if (top_k <= 0 || top_k > experts) {
-    throw format_error(24, "top_k must be in [1, experts=" + std::to_string(experts) + "], got " +
-                               std::to_string(top_k));
+  if (w.top_k <= 0 || w.top_k > w.experts) {
+    throw format_error(24, "top_k must be in [1, experts=" + std::to_string(w.experts) + "], got " +
+                               std::to_string(w.top_k));
   }
-  const u64 id_bytes = field(28, 4);
-  const u64 want_id_bytes = experts > 256 ? 2 : 1;
-  if (id_bytes != want_id_bytes) {
-    throw format_error(28, "id width " + std::to_string(id_bytes) + " bytes, expected " +
-                               std::to_string(want_id_bytes) + " for " + std::to_string(experts) +
+  w.id_bytes = field(28, 4);
+  const u64 want_id_bytes = w.experts > 256 ? 2 : 1;
+  if (w.id_bytes != want_id_bytes) {
+    throw format_error(28, "id width " + std::to_string(w.id_bytes) + " bytes, expected " +
+                               std::to_string(want_id_bytes) + " for " + std::to_string(w.experts) +
                                " experts");
   }
   if (field(60, 4) != 0) {
     throw format_error(60, "reserved header field is not zero");
   }
-  const u64 steps = field(32, 8);
-  const u64 seqs = field(40, 8);
-  const u64 payload = field(48, 8);
-  const bool weights = (flags & wtrace::flag_weights) != 0;
-  const bool partial = (flags & wtrace::flag_partial) != 0;
-  if (steps > routing_trace::max_steps) {
-    throw format_error(32, "step count " + std::to_string(steps) + " exceeds the maximum");
+  w.steps = field(32, 8);
+  w.seqs = field(40, 8);
+  w.payload = field(48, 8);
+  w.weights = (flags & wtrace::flag_weights) != 0;
+  w.partial = (flags & wtrace::flag_partial) != 0;
+  if (w.steps > routing_trace::max_steps) {
+    throw format_error(32, "step count " + std::to_string(w.steps) + " exceeds the maximum");
   }
-  if (seqs > steps) {
-    throw format_error(40, "sequence count " + std::to_string(seqs) + " exceeds step count " +
-                               std::to_string(steps));
+  if (w.seqs > w.steps) {
+    throw format_error(40, "sequence count " + std::to_string(w.seqs) + " exceeds step count " +
+                               std::to_string(w.steps));
   }
-  // Sizes: every (step, layer) row holds top_k ids (and weights); a partial trace stores only the
-  // rows its bitmap marks, so its payload is checked against the bitmap once that is read.
-  bool ok = true;
-  const u64 rows = detail::checked_mul(steps, static_cast<u64>(layers), ok);
-  const u64 per_step = static_cast<u64>(layers) * static_cast<u64>(top_k);
-  const u64 row_bytes = static_cast<u64>(top_k) * (id_bytes + (weights ? 4 : 0));
-  const u64 seq_part = seqs * 8;  // seqs <= 2^32
-  const u64 mask_part = partial ? rows / 8 + (rows % 8 != 0 ? 1 : 0) : 0;
-  const u64 rows_part = detail::checked_mul(rows, row_bytes, ok);
-  const u64 fixed = seq_part + mask_part;
-  if (!ok || fixed + rows_part < fixed) {
-    throw format_error(32, "step count " + std::to_string(steps) + " overflows the payload size");
-  }
-  if (!partial && payload != fixed + rows_part) {
-    throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
-                               std::to_string(fixed + rows_part) + " implied by the header");
-  }
-  if (partial &&
-      (payload < fixed || payload - fixed > rows_part || (payload - fixed) % row_bytes != 0)) {
-    throw format_error(48, "payload size " + std::to_string(payload) +
-                               " does not fit the header: sequence starts and row bitmap " +
-                               std::to_string(fixed) + " bytes plus a multiple of " +
-                               std::to_string(row_bytes) + " up to " +
-                               std::to_string(fixed + rows_part));
-  }
+  check_wtrace_payload_size(w);
+  return w;
+}
+
+/// Reads the payload and its trailing CRC (checked) in bounded chunks: growth follows the data,
+/// not the header. `available` is what `wtrace_bytes_left` reported before the header.
+[[nodiscard]] inline std::vector<std::uint8_t> read_wtrace_payload(std::istream& in,
+                                                                   const wtrace_header& w,
+                                                                   std::uint64_t available) {
+  using u64 = std::uint64_t;
   const u64 rest = available == std::numeric_limits<u64>::max()
                        ? available
                        : available - std::min<u64>(available, wtrace::header_bytes);
-  if (rest < payload + 4) {
+  if (rest < w.payload + 4) {
     throw format_error(wtrace::header_bytes + rest,
-                       "truncated .wtrace file: header announces " + std::to_string(payload + 4) +
+                       "truncated .wtrace file: header announces " + std::to_string(w.payload + 4) +
                            " more bytes but only " + std::to_string(rest) + " remain");
   }
-
-  // Read the payload and trailing CRC in bounded chunks (growth follows the data, not the header).
   std::vector<std::uint8_t> body;
-  const u64 total = payload + 4;
+  const u64 total = w.payload + 4;
   if (available != std::numeric_limits<u64>::max()) {
     body.reserve(static_cast<std::size_t>(total));
   }
@@ -1652,102 +1982,135 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     }
   }
   const std::uint8_t* p = body.data();
-  const u64 stored_crc = detail::get_le(p + payload, 4);
-  if (detail::crc32(std::span<const std::uint8_t>(p, static_cast<std::size_t>(payload))) !=
-      stored_crc) {
-    throw format_error(wtrace::header_bytes + payload,
+  if (crc32(std::span<const std::uint8_t>(p, static_cast<std::size_t>(w.payload))) !=
+      load_le(p + w.payload, 4)) {
+    throw format_error(wtrace::header_bytes + w.payload,
                        "payload checksum mismatch (corrupted data)");
   }
+  return body;
+}
 
-  routing_trace trace({layers, experts, top_k});
-  trace.reserve(static_cast<std::size_t>(steps));
-  std::vector<std::size_t> starts(static_cast<std::size_t>(seqs));
-  for (u64 i = 0; i < seqs; ++i) {
-    const u64 s = detail::get_le(p + 8 * i, 8);
-    if (s >= steps || (i > 0 && s <= starts[i - 1])) {
+/// The sequence starts at the front of the payload `p`: strictly increasing, below the steps.
+[[nodiscard]] inline std::vector<std::size_t> read_wtrace_sequence_starts(const std::uint8_t* p,
+                                                                          const wtrace_header& w) {
+  std::vector<std::size_t> starts(static_cast<std::size_t>(w.seqs));
+  for (std::uint64_t i = 0; i < w.seqs; ++i) {
+    const std::uint64_t s = load_le(p + 8 * i, 8);
+    if (s >= w.steps || (i > 0 && s <= starts[i - 1])) {
       throw format_error(
           wtrace::header_bytes + 8 * i,
           "sequence start " + std::to_string(s) + " is not increasing or not below the step count");
     }
     starts[i] = static_cast<std::size_t>(s);
   }
-  const std::uint8_t* mask = p + seq_part;
-  auto held = [&](u64 row) { return !partial || ((mask[row / 8] >> (row % 8)) & 1u) != 0; };
-  u64 held_rows = rows;
-  if (partial) {
-    held_rows = 0;
-    for (u64 r = 0; r < rows; ++r) {
-      held_rows += held(r) ? 1 : 0;
+  return starts;
+}
+
+/// The rows a trace holds: all of them, or for a partial trace those its bitmap (at `mask`)
+/// marks, checked against the payload size.
+[[nodiscard]] inline std::uint64_t wtrace_held_rows(const std::uint8_t* mask,
+                                                    const wtrace_header& w) {
+  using u64 = std::uint64_t;
+  if (!w.partial) {
+    return w.rows;
+  }
+  u64 held = 0;
+  for (u64 r = 0; r < w.rows; ++r) {
+    held += (mask[r / 8] >> (r % 8)) & 1u;
+  }
+  if (w.rows % 8 != 0 && (mask[w.rows / 8] >> (w.rows % 8)) != 0) {
+    throw format_error(wtrace::header_bytes + w.seq_part + w.rows / 8,
+                       "row bitmap has bits set past the last row");
+  }
+  if (held == w.rows) {
+    throw format_error(12, "partial flag set but every step holds every layer");
+  }
+  if (w.fixed + held * w.row_bytes != w.payload) {
+    throw format_error(48, "payload size " + std::to_string(w.payload) + " does not match " +
+                               std::to_string(w.fixed + held * w.row_bytes) +
+                               " implied by the row bitmap");
+  }
+  return held;
+}
+
+/// Reads the ids and weights of one row of step `s`, layer `l` into `ids` and `ws` (`top_k`
+/// each), stored entry `idx` onwards: ids below the experts and distinct, weights finite.
+/// `seen` is all zero before and after.
+inline void read_wtrace_row(const std::uint8_t* p, const wtrace_header& w, std::uint64_t held_rows,
+                            std::uint64_t idx, std::uint64_t s, std::int32_t l,
+                            std::span<std::int32_t> ids, std::span<float> ws,
+                            std::vector<std::uint8_t>& seen) {
+  using u64 = std::uint64_t;
+  const u64 id_base = w.fixed;  // payload offset of the first id
+  const u64 w_base = id_base + held_rows * static_cast<u64>(w.top_k) * w.id_bytes;
+  for (std::int32_t j = 0; j < w.top_k; ++j, ++idx) {
+    const u64 off = id_base + idx * w.id_bytes;
+    const auto id = static_cast<std::int64_t>(load_le(p + off, static_cast<int>(w.id_bytes)));
+    if (id >= w.experts) {
+      throw format_error(wtrace::header_bytes + off,
+                         "expert id " + std::to_string(id) + " >= experts " +
+                             std::to_string(w.experts) + " (step " + std::to_string(s) + ")");
     }
-    if (rows % 8 != 0 && (mask[rows / 8] >> (rows % 8)) != 0) {
-      throw format_error(wtrace::header_bytes + seq_part + rows / 8,
-                         "row bitmap has bits set past the last row");
+    auto& mark = seen[static_cast<std::size_t>(id)];
+    if (mark != 0) {
+      throw format_error(wtrace::header_bytes + off,
+                         "expert " + std::to_string(id) + " appears twice in step " +
+                             std::to_string(s) + " layer " + std::to_string(l));
     }
-    if (held_rows == rows) {
-      throw format_error(12, "partial flag set but every step holds every layer");
-    }
-    if (fixed + held_rows * row_bytes != payload) {
-      throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
-                                 std::to_string(fixed + held_rows * row_bytes) +
-                                 " implied by the row bitmap");
+    mark = 1;
+    ids[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(id);
+    if (w.weights) {
+      const u64 woff = w_base + idx * 4;
+      const float weight = std::bit_cast<float>(load_le<std::uint32_t>(p + woff));
+      if (!std::isfinite(weight)) {
+        throw format_error(wtrace::header_bytes + woff, "weight is not finite");
+      }
+      ws[static_cast<std::size_t>(j)] = weight;
     }
   }
-  const u64 n = held_rows * static_cast<u64>(top_k);
-  const u64 id_base = fixed;                  // payload offset of the first id
-  const u64 w_base = id_base + n * id_bytes;  // payload offset of the first weight
-  const int width = static_cast<int>(id_bytes);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(per_step));
-  std::vector<float> ws(weights ? static_cast<std::size_t>(per_step) : 0);
-  std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
-  std::vector<std::uint8_t> seen(static_cast<std::size_t>(experts), 0);
+  for (const std::int32_t id : ids) {
+    seen[static_cast<std::size_t>(id)] = 0;
+  }
+}
+
+/// The trace of a checked payload `p`: its steps, row by row, and its sequences.
+[[nodiscard]] inline routing_trace decode_wtrace_payload(const std::uint8_t* p,
+                                                         const wtrace_header& w) {
+  using u64 = std::uint64_t;
+  const std::vector<std::size_t> starts = read_wtrace_sequence_starts(p, w);
+  const std::uint8_t* mask = p + w.seq_part;
+  auto held = [&](u64 row) { return !w.partial || ((mask[row / 8] >> (row % 8)) & 1u) != 0; };
+  const u64 held_rows = wtrace_held_rows(mask, w);
+  routing_trace trace({w.layers, w.experts, w.top_k});
+  trace.reserve(static_cast<std::size_t>(w.steps));
+  const auto top_k = static_cast<std::size_t>(w.top_k);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(w.layers) * top_k);
+  std::vector<float> ws(w.weights ? ids.size() : 0);
+  std::vector<std::uint8_t> present(static_cast<std::size_t>(w.layers));
+  std::vector<std::uint8_t> seen(static_cast<std::size_t>(w.experts), 0);
   std::size_t next_seq = 0;
   u64 idx = 0;  // index of the next stored id (and weight)
-  for (u64 s = 0; s < steps; ++s) {
+  for (u64 s = 0; s < w.steps; ++s) {
     bool any = false;
     bool all = true;
-    for (std::int32_t l = 0; l < layers; ++l) {
-      const bool row_held = held(s * static_cast<u64>(layers) + static_cast<u64>(l));
+    for (std::int32_t l = 0; l < w.layers; ++l) {
+      const bool row_held = held(s * static_cast<u64>(w.layers) + static_cast<u64>(l));
       present[static_cast<std::size_t>(l)] = row_held ? 1 : 0;
       any = any || row_held;
       all = all && row_held;
-      for (std::int32_t j = 0; j < top_k; ++j) {
-        const auto i = static_cast<std::size_t>(l * top_k + j);
-        if (!row_held) {
-          ids[i] = j;  // ignored by append_partial_step
-          continue;
-        }
-        const u64 off = id_base + idx * id_bytes;
-        const auto id = static_cast<std::int64_t>(detail::get_le(p + off, width));
-        if (id >= experts) {
-          throw format_error(wtrace::header_bytes + off,
-                             "expert id " + std::to_string(id) + " >= experts " +
-                                 std::to_string(experts) + " (step " + std::to_string(s) + ")");
-        }
-        auto& mark = seen[static_cast<std::size_t>(id)];
-        if (mark != 0) {
-          throw format_error(wtrace::header_bytes + off,
-                             "expert " + std::to_string(id) + " appears twice in step " +
-                                 std::to_string(s) + " layer " + std::to_string(l));
-        }
-        mark = 1;
-        ids[i] = static_cast<std::int32_t>(id);
-        if (weights) {
-          const u64 woff = w_base + idx * 4;
-          const float w =
-              std::bit_cast<float>(static_cast<std::uint32_t>(detail::get_le(p + woff, 4)));
-          if (!std::isfinite(w)) {
-            throw format_error(wtrace::header_bytes + woff, "weight is not finite");
-          }
-          ws[i] = w;
-        }
-        ++idx;
+      const std::size_t first = static_cast<std::size_t>(l) * top_k;
+      const std::span<std::int32_t> row(ids.data() + first, top_k);
+      if (!row_held) {
+        std::iota(row.begin(), row.end(), 0);  // ignored by append_partial_step
+        continue;
       }
-      for (std::int32_t j = 0; j < top_k && row_held; ++j) {
-        seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(l * top_k + j)])] = 0;
-      }
+      read_wtrace_row(p, w, held_rows, idx, s, l, row,
+                      w.weights ? std::span<float>(ws).subspan(first, top_k) : std::span<float>{},
+                      seen);
+      idx += top_k;
     }
     if (!any) {
-      throw format_error(wtrace::header_bytes + seq_part + (s * static_cast<u64>(layers)) / 8,
+      throw format_error(wtrace::header_bytes + w.seq_part + (s * static_cast<u64>(w.layers)) / 8,
                          "step " + std::to_string(s) + " holds no layer in the row bitmap");
     }
     if (next_seq < starts.size() && starts[next_seq] == s) {
@@ -1761,6 +2124,22 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     }
   }
   return trace;
+}
+
+}  // namespace detail
+
+/// @brief Reads one `.wtrace` trace from `in` (opened in binary mode), consuming exactly its bytes.
+///
+/// Validates magic, version, flags, shape, id width, payload size (against the counts and the
+/// bytes actually present), both CRC-32s, sequence starts (strictly increasing, `< steps`), ids
+/// (`< experts`, distinct within each row) and weights (finite).
+/// Time O(file size); memory: the payload once plus the resulting trace.
+/// @throws wisp::format_error naming the byte offset and the problem.
+[[nodiscard]] inline routing_trace read_wtrace(std::istream& in) {
+  const std::uint64_t available = detail::wtrace_bytes_left(in);
+  const detail::wtrace_header w = detail::parse_wtrace_header(detail::read_wtrace_header_bytes(in));
+  const std::vector<std::uint8_t> body = detail::read_wtrace_payload(in, w, available);
+  return detail::decode_wtrace_payload(body.data(), w);
 }
 
 /// @brief Reads the `.wtrace` file at `path`, which must hold exactly one trace.
@@ -1801,7 +2180,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 /// each line begins a sequence.
 ///
 /// **Incomplete lines.** A line whose layer files disagree on its token count (a recorder that
-/// stopped early for some layers) is an error unless `esft_options::on_incomplete` says otherwise.
+/// stopped early for some layers) is an error unless `esft_config::on_incomplete` says otherwise.
 /// The files do not say which tokens a short line lacks; the importer assumes its last ones (the
 /// files agree on the line's first tokens): `skip` keeps the tokens every file holds and drops the
 /// rest, `keep` keeps every token with the layers that hold it. A line a file lacks altogether
@@ -1828,7 +2207,7 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
 /// (`routing_trace::append_partial_step`). Either way the `import_report` says how many tokens
 /// and records were dropped or kept partial, so nothing is lost silently.
 /// @code
-/// wisp::jsonl_options opt;
+/// wisp::jsonl_config opt;
 /// opt.on_incomplete = wisp::incomplete_tokens::skip;
 /// auto [trace, report] = wisp::import_jsonl("routing.jsonl", opt);
 /// if (report.dropped_tokens > 0) { /* tell the user */ }
@@ -1843,32 +2222,20 @@ enum class incomplete_tokens : std::uint8_t {
   keep,   ///< keep the token with the layers present (a partial step)
 };
 
-/// Name as used on the command line: "error", "skip", "keep".
-[[nodiscard]] constexpr std::string_view to_string(incomplete_tokens p) noexcept {
-  switch (p) {
-    case incomplete_tokens::skip:
-      return "skip";
-    case incomplete_tokens::keep:
-      return "keep";
-    case incomplete_tokens::error:
-      break;
-  }
-  return "error";
-}
+/// Names as used on the command line: "error", "skip", "keep" (`to_string`, `from_string`).
+template <>
+struct enum_names<incomplete_tokens> {
+  static constexpr std::array<enum_name<incomplete_tokens>, 3> values{
+      {{incomplete_tokens::error, "error"},
+       {incomplete_tokens::skip, "skip"},
+       {incomplete_tokens::keep, "keep"}}};
+};
 
-/// From its name; `std::nullopt` when unknown.
-[[nodiscard]] constexpr std::optional<incomplete_tokens> parse_incomplete_tokens(
-    std::string_view name) noexcept {
-  if (name == "error") {
-    return incomplete_tokens::error;
-  }
-  if (name == "skip") {
-    return incomplete_tokens::skip;
-  }
-  if (name == "keep") {
-    return incomplete_tokens::keep;
-  }
-  return std::nullopt;
+/// @deprecated From its name: `from_string<incomplete_tokens>(name)`.
+[[deprecated("use wisp::from_string<wisp::incomplete_tokens>")]] [[nodiscard]] constexpr std::
+    optional<incomplete_tokens>
+    parse_incomplete_tokens(std::string_view name) noexcept {
+  return from_string<incomplete_tokens>(name);
 }
 
 /// @brief What an import found missing and what it did about it. A *record* is one (token,
@@ -1897,7 +2264,7 @@ struct imported_trace {
 namespace wisp {
 
 /// @brief Parameters of the ESFT model that the text files do not record.
-struct esft_options {
+struct esft_config {
   std::int32_t experts = 64;  ///< Routed experts per layer (DeepSeek-V2-Lite: 64).
   std::int32_t top_k = 6;     ///< Ids per token and layer (DeepSeek-V2-Lite: 6).
   /// What to do with the tokens of a line whose files disagree on its token count.
@@ -1906,6 +2273,8 @@ struct esft_options {
   /// progress display. Empty: not called.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
+/// @deprecated The settings are `esft_config`.
+using esft_options [[deprecated("use wisp::esft_config")]] = esft_config;
 
 namespace detail {
 
@@ -1921,11 +2290,89 @@ struct esft_file {
   throw format_error(offset, file + " line " + std::to_string(line) + ": " + what);
 }
 
+/// Splits the tab-separated fields of `part` (at byte `at` of its file) and calls
+/// `emit(field, offset, index)` for each; returns their count. An empty field is an error.
+template <class Emit>
+std::size_t esft_fields(std::string_view part, std::uint64_t at, const std::string& name,
+                        std::size_t line_no, Emit&& emit) {
+  std::size_t count = 0;
+  std::size_t p = 0;
+  while (true) {
+    std::size_t tab = part.find('\t', p);
+    if (tab == std::string_view::npos) {
+      tab = part.size();
+    }
+    const std::string_view f = part.substr(p, tab - p);
+    if (f.empty()) {
+      esft_fail(at + p, name, line_no, "empty field (stray tab) at field " + std::to_string(count));
+    }
+    emit(f, at + p, count);
+    ++count;
+    if (tab == part.size()) {
+      break;
+    }
+    p = tab + 1;
+  }
+  return count;
+}
+
+/// Parses one line's ids and weights (the line at byte `line_off`) into `out`.
+inline void parse_esft_line(std::string_view line, std::uint64_t line_off, const std::string& name,
+                            std::size_t line_no, const esft_config& opt, esft_file& out) {
+  const auto k = static_cast<std::size_t>(opt.top_k);
+  const std::size_t split = line.find("\t\t");
+  if (split == std::string_view::npos) {
+    esft_fail(line_off, name, line_no, "missing the double tab between ids and weights");
+  }
+  const std::size_t first_id = out.ids.size();
+  const std::size_t n_ids = esft_fields(
+      line.substr(0, split), line_off, name, line_no,
+      [&](std::string_view f, std::uint64_t off, std::size_t i) {
+        std::int64_t v = 0;
+        const auto r = std::from_chars(f.data(), f.data() + f.size(), v);
+        if (r.ec != std::errc{} || r.ptr != f.data() + f.size()) {
+          esft_fail(off, name, line_no, "bad expert id '" + std::string(f) + "'");
+        }
+        if (v < 0 || v >= opt.experts) {
+          esft_fail(off, name, line_no,
+                    "expert id " + std::to_string(v) + " out of range [0, " +
+                        std::to_string(opt.experts) + ") at token " + std::to_string(i / k));
+        }
+        const std::size_t row = first_id + (i / k) * k;
+        for (std::size_t j = row; j < out.ids.size(); ++j) {
+          if (out.ids[j] == v) {
+            esft_fail(
+                off, name, line_no,
+                "expert " + std::to_string(v) + " appears twice in token " + std::to_string(i / k));
+          }
+        }
+        out.ids.push_back(static_cast<std::int32_t>(v));
+      });
+  if (n_ids % k != 0) {
+    esft_fail(line_off, name, line_no,
+              std::to_string(n_ids) + " ids is not a multiple of top_k " + std::to_string(k));
+  }
+  const std::size_t n_w =
+      esft_fields(line.substr(split + 2), line_off + split + 2, name, line_no,
+                  [&](std::string_view f, std::uint64_t off, std::size_t) {
+                    float w = 0;
+                    const auto r = std::from_chars(f.data(), f.data() + f.size(), w);
+                    if (r.ec != std::errc{} || r.ptr != f.data() + f.size() || !std::isfinite(w)) {
+                      esft_fail(off, name, line_no, "bad weight '" + std::string(f) + "'");
+                    }
+                    out.weights.push_back(w);
+                  });
+  if (n_w != n_ids) {
+    esft_fail(line_off, name, line_no,
+              std::to_string(n_w) + " weights for " + std::to_string(n_ids) + " ids");
+  }
+  out.tokens.push_back(n_ids / k);
+}
+
 /// Parses one file's text. `line` numbers in errors are 1-based.
 [[nodiscard]] inline esft_file parse_esft_file(std::string_view text, const std::string& name,
-                                               const esft_options& opt) {
+                                               const esft_config& opt) {
   esft_file out;
-  const auto k = static_cast<std::size_t>(opt.top_k);
   std::size_t pos = 0;
   std::size_t line_no = 0;
   while (pos < text.size()) {
@@ -1943,74 +2390,7 @@ struct esft_file {
     if (line.empty()) {
       esft_fail(line_off, name, line_no, "empty line");
     }
-    const std::size_t split = line.find("\t\t");
-    if (split == std::string_view::npos) {
-      esft_fail(line_off, name, line_no, "missing the double tab between ids and weights");
-    }
-    // Parse one tab-separated field list into numbers; returns the count.
-    auto fields = [&](std::string_view part, std::size_t base, auto&& emit) {
-      std::size_t count = 0;
-      std::size_t p = 0;
-      while (true) {
-        std::size_t tab = part.find('\t', p);
-        if (tab == std::string_view::npos) {
-          tab = part.size();
-        }
-        const std::string_view f = part.substr(p, tab - p);
-        if (f.empty()) {
-          esft_fail(line_off + base + p, name, line_no,
-                    "empty field (stray tab) at field " + std::to_string(count));
-        }
-        emit(f, line_off + base + p, count);
-        ++count;
-        if (tab == part.size()) {
-          break;
-        }
-        p = tab + 1;
-      }
-      return count;
-    };
-    const std::size_t first_id = out.ids.size();
-    const std::size_t n_ids =
-        fields(line.substr(0, split), 0, [&](std::string_view f, std::uint64_t off, std::size_t i) {
-          std::int64_t v = 0;
-          const auto r = std::from_chars(f.data(), f.data() + f.size(), v);
-          if (r.ec != std::errc{} || r.ptr != f.data() + f.size()) {
-            esft_fail(off, name, line_no, "bad expert id '" + std::string(f) + "'");
-          }
-          if (v < 0 || v >= opt.experts) {
-            esft_fail(off, name, line_no,
-                      "expert id " + std::to_string(v) + " out of range [0, " +
-                          std::to_string(opt.experts) + ") at token " + std::to_string(i / k));
-          }
-          const std::size_t row = first_id + (i / k) * k;
-          for (std::size_t j = row; j < out.ids.size(); ++j) {
-            if (out.ids[j] == v) {
-              esft_fail(off, name, line_no,
-                        "expert " + std::to_string(v) + " appears twice in token " +
-                            std::to_string(i / k));
-            }
-          }
-          out.ids.push_back(static_cast<std::int32_t>(v));
-        });
-    if (n_ids % k != 0) {
-      esft_fail(line_off, name, line_no,
-                std::to_string(n_ids) + " ids is not a multiple of top_k " + std::to_string(k));
-    }
-    const std::size_t n_w = fields(
-        line.substr(split + 2), split + 2, [&](std::string_view f, std::uint64_t off, std::size_t) {
-          float w = 0;
-          const auto r = std::from_chars(f.data(), f.data() + f.size(), w);
-          if (r.ec != std::errc{} || r.ptr != f.data() + f.size() || !std::isfinite(w)) {
-            esft_fail(off, name, line_no, "bad weight '" + std::string(f) + "'");
-          }
-          out.weights.push_back(w);
-        });
-    if (n_w != n_ids) {
-      esft_fail(line_off, name, line_no,
-                std::to_string(n_w) + " weights for " + std::to_string(n_ids) + " ids");
-    }
-    out.tokens.push_back(n_ids / k);
+    parse_esft_line(line, line_off, name, line_no, opt, out);
   }
   return out;
 }
@@ -2021,7 +2401,7 @@ struct esft_file {
 /// the routing were top-k over uniformly chosen experts (real routing repeats experts between
 /// neighbouring tokens more often still, so the bound is conservative).
 inline void esft_check_top_k(const std::vector<esft_file>& files,
-                             const std::vector<std::string>& names, const esft_options& opt) {
+                             const std::vector<std::string>& names, const esft_config& opt) {
   const auto k = static_cast<std::size_t>(opt.top_k);
   const auto experts = static_cast<std::size_t>(opt.experts);
   std::vector<std::uint32_t> seen(experts, 0);
@@ -2072,23 +2452,12 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   }
 }
 
-}  // namespace detail
-
-/// @brief Imports an ESFT expert-score folder (see the file comment).
-///
-/// Reads every `expert_weights_<L>.txt` in `dir` (L must run 1..N without gaps), validates that
-/// all files have the same number of lines and the same token count per line (unless
-/// `opt.on_incomplete` skips or keeps the tokens of lines that differ), that every id is
-/// in `[0, experts)`, that each token's k ids are distinct and that weights match ids one to one.
-/// Time O(total text), memory O(activations) (all files are parsed before the trace is built).
-/// @throws wisp::logic_error if `opt` is not a valid shape; wisp::error if the folder or a file
-///         cannot be read (naming the operating system's reason); wisp::format_error naming the
-///         file, line and problem (the offset is the byte in that file), or when `top_k` does not
-///         fit the data (see the file comment).
-[[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
-                                                const esft_options& opt = {}) {
+/// The `expert_weights_<L>.txt` files of `dir` by L, which must run 1..N without gaps.
+/// @throws wisp::error if `dir` is not a readable folder; wisp::format_error on no or missing
+/// files.
+[[nodiscard]] inline std::map<long, std::filesystem::path> esft_layer_files(
+    const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
-  moe_shape{1, opt.experts, opt.top_k}.validate();
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
   if (status.type() == fs::file_type::not_found) {
@@ -2130,13 +2499,21 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
                        dir.string() + " (found " + std::to_string(layers) +
                        " files, largest index " + std::to_string(files.rbegin()->first) + ")");
   }
+  return files;
+}
 
+/// Parses every file (in layer order, their names into `names`), reporting progress; with
+/// `on_incomplete` = error, every file must have the first's lines and tokens per line.
+[[nodiscard]] inline std::vector<esft_file> esft_read_files(
+    const std::map<long, std::filesystem::path>& files, const esft_config& opt,
+    std::vector<std::string>& names) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
   std::uint64_t total_bytes = 0;
   for (const auto& [index, path] : files) {
     total_bytes += static_cast<std::uint64_t>(fs::file_size(path, ec));
   }
-  std::vector<detail::esft_file> parsed;
-  std::vector<std::string> names;
+  std::vector<esft_file> parsed;
   parsed.reserve(files.size());
   std::uint64_t read_bytes = 0;
   for (const auto& [index, path] : files) {
@@ -2144,7 +2521,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
     std::ostringstream text;
     text << in.rdbuf();
     names.push_back(path.filename().string());
-    parsed.push_back(detail::parse_esft_file(text.str(), names.back(), opt));
+    parsed.push_back(parse_esft_file(text.str(), names.back(), opt));
     read_bytes += text.str().size();
     if (opt.progress) {
       opt.progress(read_bytes, total_bytes);
@@ -2170,8 +2547,13 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
       }
     }
   }
-  detail::esft_check_top_k(parsed, names, opt);
+  return parsed;
+}
 
+/// The trace of the parsed files: line i of every file is sequence i, its tokens the steps;
+/// tokens some files lack are skipped or kept as `opt.on_incomplete` says, and counted.
+[[nodiscard]] inline imported_trace esft_build_trace(const std::vector<esft_file>& parsed,
+                                                     const esft_config& opt) {
   // Line i of file l holds tokens_of(l, i) tokens: 0 when the file is shorter.
   std::size_t lines = 0;
   for (const auto& f : parsed) {
@@ -2180,7 +2562,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   auto tokens_of = [&](std::size_t l, std::size_t i) {
     return i < parsed[l].tokens.size() ? parsed[l].tokens[i] : std::size_t{0};
   };
-  const auto L = static_cast<std::int32_t>(layers);
+  const auto L = static_cast<std::int32_t>(parsed.size());
   const auto k = static_cast<std::size_t>(opt.top_k);
   routing_trace trace({L, opt.experts, opt.top_k});
   trace.reserve(parsed.front().ids.size() / k);
@@ -2234,6 +2616,29 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   return {std::move(trace), report};
 }
 
+}  // namespace detail
+
+/// @brief Imports an ESFT expert-score folder (see the file comment).
+///
+/// Reads every `expert_weights_<L>.txt` in `dir` (L must run 1..N without gaps), validates that
+/// all files have the same number of lines and the same token count per line (unless
+/// `opt.on_incomplete` skips or keeps the tokens of lines that differ), that every id is
+/// in `[0, experts)`, that each token's k ids are distinct and that weights match ids one to one.
+/// Time O(total text), memory O(activations) (all files are parsed before the trace is built).
+/// @throws wisp::logic_error if `opt` is not a valid shape; wisp::error if the folder or a file
+///         cannot be read (naming the operating system's reason); wisp::format_error naming the
+///         file, line and problem (the offset is the byte in that file), or when `top_k` does not
+///         fit the data (see the file comment).
+[[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
+                                                const esft_config& opt = {}) {
+  moe_shape{1, opt.experts, opt.top_k}.validate();
+  const std::map<long, std::filesystem::path> files = detail::esft_layer_files(dir);
+  std::vector<std::string> names;
+  const std::vector<detail::esft_file> parsed = detail::esft_read_files(files, opt, names);
+  detail::esft_check_top_k(parsed, names, opt);
+  return detail::esft_build_trace(parsed, opt);
+}
+
 }  // namespace wisp
 // ---- end wisp/trace/esft.hpp -------------------------------------------------------------------
 
@@ -2246,14 +2651,14 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
 /// keep the order of their first appearance in the file and tokens ascend by `token_idx` within a
 /// group (gaps in `token_idx` are allowed: each distinct index is one step). Every (group, token)
 /// carries each layer at most once; a token that lacks layers is an error unless
-/// `jsonl_options::on_incomplete` says to skip or keep it (see import.hpp). Each group begins a
+/// `jsonl_config::on_incomplete` says to skip or keep it (see import.hpp). Each group begins a
 /// sequence (without a group key the whole file is one sequence). Unknown fields are skipped;
 /// `weights` is optional but must be present in all records or in none. The JSON is parsed by a
 /// small strict parser in the header (detail/json.hpp), so the core needs only the standard
 /// library.
 ///
 /// @code
-/// wisp::jsonl_options opt;
+/// wisp::jsonl_config opt;
 /// opt.group_key = "problem_id";
 /// const wisp::routing_trace trace = wisp::import_jsonl("routing.jsonl", opt).trace;
 /// @endcode
@@ -2345,62 +2750,10 @@ class json_parser {
     json_value v;
     const char c = s_[i_];
     if (c == '{') {
-      v.type = json_value::kind::object;
-      ++i_;
-      skip_ws();
-      if (i_ < s_.size() && s_[i_] == '}') {
-        ++i_;
-        return v;
-      }
-      while (true) {
-        skip_ws();
-        if (i_ >= s_.size() || s_[i_] != '"') {
-          fail("expected a string key");
-        }
-        std::string key = parse_string();
-        if (v.find(key) != nullptr) {
-          fail("duplicate key \"" + key + "\"");
-        }
-        skip_ws();
-        if (i_ >= s_.size() || s_[i_] != ':') {
-          fail("expected ':' after a key");
-        }
-        ++i_;
-        json_value member = parse_value(depth + 1);
-        v.members.push_back(json_member{std::move(key), std::move(member)});
-        skip_ws();
-        if (i_ < s_.size() && s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (i_ < s_.size() && s_[i_] == '}') {
-          ++i_;
-          return v;
-        }
-        fail("expected ',' or '}' in an object");
-      }
+      return parse_object(depth);
     }
     if (c == '[') {
-      v.type = json_value::kind::array;
-      ++i_;
-      skip_ws();
-      if (i_ < s_.size() && s_[i_] == ']') {
-        ++i_;
-        return v;
-      }
-      while (true) {
-        v.items.push_back(parse_value(depth + 1));
-        skip_ws();
-        if (i_ < s_.size() && s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (i_ < s_.size() && s_[i_] == ']') {
-          ++i_;
-          return v;
-        }
-        fail("expected ',' or ']' in an array");
-      }
+      return parse_array(depth);
     }
     if (c == '"') {
       v.type = json_value::kind::string;
@@ -2426,6 +2779,70 @@ class json_parser {
       return parse_number();
     }
     fail(std::string("unexpected character '") + c + "'");
+  }
+
+  // The object at `i_` (its '{'), members at `depth + 1`; duplicate keys are an error.
+  json_value parse_object(int depth) {
+    json_value v;
+    v.type = json_value::kind::object;
+    ++i_;
+    skip_ws();
+    if (i_ < s_.size() && s_[i_] == '}') {
+      ++i_;
+      return v;
+    }
+    while (true) {
+      skip_ws();
+      if (i_ >= s_.size() || s_[i_] != '"') {
+        fail("expected a string key");
+      }
+      std::string key = parse_string();
+      if (v.find(key) != nullptr) {
+        fail("duplicate key \"" + key + "\"");
+      }
+      skip_ws();
+      if (i_ >= s_.size() || s_[i_] != ':') {
+        fail("expected ':' after a key");
+      }
+      ++i_;
+      json_value member = parse_value(depth + 1);
+      v.members.push_back(json_member{std::move(key), std::move(member)});
+      skip_ws();
+      if (i_ < s_.size() && s_[i_] == ',') {
+        ++i_;
+        continue;
+      }
+      if (i_ < s_.size() && s_[i_] == '}') {
+        ++i_;
+        return v;
+      }
+      fail("expected ',' or '}' in an object");
+    }
+  }
+
+  // The array at `i_` (its '['), items at `depth + 1`.
+  json_value parse_array(int depth) {
+    json_value v;
+    v.type = json_value::kind::array;
+    ++i_;
+    skip_ws();
+    if (i_ < s_.size() && s_[i_] == ']') {
+      ++i_;
+      return v;
+    }
+    while (true) {
+      v.items.push_back(parse_value(depth + 1));
+      skip_ws();
+      if (i_ < s_.size() && s_[i_] == ',') {
+        ++i_;
+        continue;
+      }
+      if (i_ < s_.size() && s_[i_] == ']') {
+        ++i_;
+        return v;
+      }
+      fail("expected ',' or ']' in an array");
+    }
   }
 
   static bool digit(char c) noexcept { return c >= '0' && c <= '9'; }
@@ -2597,7 +3014,7 @@ class json_parser {
 namespace wisp {
 
 /// @brief How to read a JSONL routing log.
-struct jsonl_options {
+struct jsonl_config {
   /// Field whose value (string or number) groups records into sequences; empty: no grouping.
   std::string group_key;
   /// Experts per layer; 0 infers `max id + 1`.
@@ -2614,6 +3031,8 @@ struct jsonl_options {
   /// progress display. Empty: not called.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
+/// @deprecated The settings are `jsonl_config`.
+using jsonl_options [[deprecated("use wisp::jsonl_config")]] = jsonl_config;
 
 namespace detail {
 
@@ -2643,167 +3062,148 @@ struct jsonl_record {
   return static_cast<std::int64_t>(v->number);
 }
 
-}  // namespace detail
-
-/// @brief Imports a JSONL routing log from `in` (see the file comment for the record format).
-/// `size` is the input's length for `opt.progress` (0 when unknown).
-/// Time O(n log n) in the number of records, memory O(file) during import.
-/// @throws wisp::format_error naming the line (and its byte offset) for malformed JSON, missing or
-///         mistyped fields, inconsistent k, ids out of range or repeated within a record, weights
-///         present in some records only, a layer given twice for a (group, token), a layer missing
-///         for one (unless `opt.on_incomplete` skips or keeps such tokens), or an empty input;
-///         wisp::logic_error if the options give an invalid shape.
-[[nodiscard]] inline imported_trace import_jsonl(std::istream& in, const jsonl_options& opt = {},
-                                                 std::uint64_t size = 0) {
-  using detail::jsonl_fail;
-  std::vector<detail::jsonl_record> records;
+// What the records read so far hold: the records, their ids and weights (flat), the groups in
+// order of first appearance, and what every record must agree on.
+struct jsonl_parsed {
+  std::vector<jsonl_record> records;
   std::vector<std::int32_t> ids;
   std::vector<float> weights;
-  std::map<std::string, std::size_t> groups;  // group value (type-tagged) -> first-appearance index
+  std::map<std::string, std::size_t> groups;  // group value (type-tagged) -> first-appearance
   std::int64_t k = -1;
   int with_weights = -1;
   std::int64_t max_layer = -1;
   std::int64_t max_id = -1;
-  std::uint64_t offset = 0;
-  std::size_t line_no = 0;
-  std::string line;
-  std::uint64_t reported = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    const std::uint64_t off = offset;
-    offset += line.size() + 1;
-    if (opt.progress && offset - reported >= (std::uint64_t{1} << 20)) {
-      reported = offset;
-      opt.progress(offset, size);
-    }
-    if (line.find_first_not_of(" \t\r") == std::string::npos) {
-      continue;  // blank line
-    }
-    wisp::detail::json_value v;
-    try {
-      v = wisp::detail::json_parser(line, off).parse_document();
-    } catch (const format_error& e) {
-      jsonl_fail(e.offset(), line_no, e.problem());
-    }
-    if (v.type != wisp::detail::json_value::kind::object) {
-      jsonl_fail(off, line_no, "record is not a JSON object");
-    }
-    detail::jsonl_record rec{};
-    rec.line = line_no;
-    rec.offset = off;
-    const std::int64_t layer =
-        detail::jsonl_int(v.find(opt.layer_key), opt.layer_key, off, line_no);
-    if (layer < 0 || layer > 1'000'000 || (opt.layers > 0 && layer >= opt.layers)) {
-      jsonl_fail(off, line_no, "layer " + std::to_string(layer) + " out of range");
-    }
-    rec.layer = static_cast<std::int32_t>(layer);
-    max_layer = std::max(max_layer, layer);
-    rec.token = detail::jsonl_int(v.find(opt.token_key), opt.token_key, off, line_no);
-    if (rec.token < 0) {
-      jsonl_fail(off, line_no, "negative " + opt.token_key);
-    }
-    std::string group_name;
-    if (!opt.group_key.empty()) {
-      const wisp::detail::json_value* g = v.find(opt.group_key);
-      if (g == nullptr) {
-        jsonl_fail(off, line_no, "missing group field \"" + opt.group_key + "\"");
-      }
-      if (g->type == wisp::detail::json_value::kind::string) {
-        group_name = "s" + g->text;
-      } else if (g->type == wisp::detail::json_value::kind::number) {
-        group_name = "n" + g->text;
-      } else {
-        jsonl_fail(off, line_no, "group field \"" + opt.group_key + "\" is not a string or number");
-      }
-    }
-    rec.group = groups.emplace(group_name, groups.size()).first->second;
+};
 
-    const wisp::detail::json_value* e = v.find(opt.experts_key);
-    if (e == nullptr || e->type != wisp::detail::json_value::kind::array) {
-      jsonl_fail(off, line_no, "missing or non-array field \"" + opt.experts_key + "\"");
-    }
-    if (e->items.empty()) {
-      jsonl_fail(off, line_no, "empty \"" + opt.experts_key + "\"");
-    }
-    if (k < 0) {
-      k = static_cast<std::int64_t>(e->items.size());
-    } else if (static_cast<std::int64_t>(e->items.size()) != k) {
-      jsonl_fail(off, line_no,
-                 std::to_string(e->items.size()) + " experts but earlier records have " +
-                     std::to_string(k));
-    }
-    rec.first = ids.size();
-    for (const auto& item : e->items) {
-      const std::int64_t id = detail::jsonl_int(&item, opt.experts_key, off, line_no);
-      if (id < 0 || id >= moe_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
-        jsonl_fail(off, line_no, "expert id " + std::to_string(id) + " out of range");
-      }
-      for (std::size_t j = rec.first; j < ids.size(); ++j) {
-        if (ids[j] == id) {
-          jsonl_fail(off, line_no, "expert " + std::to_string(id) + " appears twice");
-        }
-      }
-      ids.push_back(static_cast<std::int32_t>(id));
-      max_id = std::max(max_id, id);
-    }
-    const wisp::detail::json_value* w = v.find(opt.weights_key);
-    const bool has_w = w != nullptr && w->type != wisp::detail::json_value::kind::null;
-    if (with_weights < 0) {
-      with_weights = has_w ? 1 : 0;
-    } else if ((with_weights == 1) != has_w) {
-      jsonl_fail(off, line_no,
-                 has_w ? "has weights but earlier records do not"
-                       : "has no weights but earlier "
-                         "records do");
-    }
-    if (has_w) {
-      if (w->type != wisp::detail::json_value::kind::array ||
-          static_cast<std::int64_t>(w->items.size()) != k) {
-        jsonl_fail(
-            off, line_no,
-            "\"" + opt.weights_key + "\" must be an array of " + std::to_string(k) + " numbers");
-      }
-      for (const auto& item : w->items) {
-        if (item.type != wisp::detail::json_value::kind::number) {
-          jsonl_fail(off, line_no, "weight is not a number");
-        }
-        const auto f = static_cast<float>(item.number);
-        if (!std::isfinite(f)) {
-          jsonl_fail(off, line_no, "weight does not fit a float");
-        }
-        weights.push_back(f);
-      }
-    }
-    records.push_back(rec);
+// The group of record `v` (type-tagged so that "1" and 1 differ), or "" without grouping.
+[[nodiscard]] inline std::string jsonl_group(const json_value& v, const jsonl_config& opt,
+                                             std::uint64_t off, std::size_t line) {
+  if (opt.group_key.empty()) {
+    return {};
   }
-  if (in.bad()) {
-    WISP_FAIL(wisp::error, "reading the JSONL input failed");
+  const json_value* g = v.find(opt.group_key);
+  if (g == nullptr) {
+    jsonl_fail(off, line, "missing group field \"" + opt.group_key + "\"");
   }
-  if (records.empty()) {
-    throw format_error("JSONL input holds no records");
+  if (g->type == json_value::kind::string) {
+    return "s" + g->text;
   }
-  const auto layers = opt.layers > 0 ? opt.layers : static_cast<std::int32_t>(max_layer + 1);
-  const auto experts = opt.experts > 0 ? opt.experts : static_cast<std::int32_t>(max_id + 1);
-  if (k > experts) {
-    throw format_error("top-k " + std::to_string(k) + " exceeds the " + std::to_string(experts) +
-                       " experts");
+  if (g->type != json_value::kind::number) {
+    jsonl_fail(off, line, "group field \"" + opt.group_key + "\" is not a string or number");
   }
-  routing_trace trace({layers, experts, static_cast<std::int32_t>(k)});
+  return "n" + g->text;
+}
 
-  std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
-    if (a.group != b.group) {
-      return a.group < b.group;
+// Appends the expert ids of record `v` to `p.ids`: k of them (the first record sets k), each in
+// range and distinct.
+inline void jsonl_experts(const json_value& v, const jsonl_config& opt, std::uint64_t off,
+                          std::size_t line, jsonl_parsed& p) {
+  const json_value* e = v.find(opt.experts_key);
+  if (e == nullptr || e->type != json_value::kind::array) {
+    jsonl_fail(off, line, "missing or non-array field \"" + opt.experts_key + "\"");
+  }
+  if (e->items.empty()) {
+    jsonl_fail(off, line, "empty \"" + opt.experts_key + "\"");
+  }
+  if (p.k < 0) {
+    p.k = static_cast<std::int64_t>(e->items.size());
+  } else if (static_cast<std::int64_t>(e->items.size()) != p.k) {
+    jsonl_fail(off, line,
+               std::to_string(e->items.size()) + " experts but earlier records have " +
+                   std::to_string(p.k));
+  }
+  const std::size_t first = p.ids.size();
+  for (const auto& item : e->items) {
+    const std::int64_t id = jsonl_int(&item, opt.experts_key, off, line);
+    if (id < 0 || id >= moe_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
+      jsonl_fail(off, line, "expert id " + std::to_string(id) + " out of range");
     }
-    if (a.token != b.token) {
-      return a.token < b.token;
+    for (std::size_t j = first; j < p.ids.size(); ++j) {
+      if (p.ids[j] == id) {
+        jsonl_fail(off, line, "expert " + std::to_string(id) + " appears twice");
+      }
     }
-    return a.layer < b.layer;
-  });
-  const auto uk = static_cast<std::size_t>(k);
+    p.ids.push_back(static_cast<std::int32_t>(id));
+    p.max_id = std::max(p.max_id, id);
+  }
+}
+
+// Appends the weights of record `v` to `p.weights`: every record has them or none does.
+inline void jsonl_weights(const json_value& v, const jsonl_config& opt, std::uint64_t off,
+                          std::size_t line, jsonl_parsed& p) {
+  const json_value* w = v.find(opt.weights_key);
+  const bool has_w = w != nullptr && w->type != json_value::kind::null;
+  if (p.with_weights < 0) {
+    p.with_weights = has_w ? 1 : 0;
+  } else if ((p.with_weights == 1) != has_w) {
+    jsonl_fail(off, line,
+               has_w ? "has weights but earlier records do not"
+                     : "has no weights but earlier "
+                       "records do");
+  }
+  if (!has_w) {
+    return;
+  }
+  if (w->type != json_value::kind::array || static_cast<std::int64_t>(w->items.size()) != p.k) {
+    jsonl_fail(
+        off, line,
+        "\"" + opt.weights_key + "\" must be an array of " + std::to_string(p.k) + " numbers");
+  }
+  for (const auto& item : w->items) {
+    if (item.type != json_value::kind::number) {
+      jsonl_fail(off, line, "weight is not a number");
+    }
+    const auto f = static_cast<float>(item.number);
+    if (!std::isfinite(f)) {
+      jsonl_fail(off, line, "weight does not fit a float");
+    }
+    p.weights.push_back(f);
+  }
+}
+
+// Parses the non-blank line `text` (number `line`, at byte `off`) as one record into `p`.
+inline void jsonl_parse_line(const std::string& text, std::uint64_t off, std::size_t line,
+                             const jsonl_config& opt, jsonl_parsed& p) {
+  json_value v;
+  try {
+    v = json_parser(text, off).parse_document();
+  } catch (const format_error& e) {
+    jsonl_fail(e.offset(), line, e.problem());
+  }
+  if (v.type != json_value::kind::object) {
+    jsonl_fail(off, line, "record is not a JSON object");
+  }
+  jsonl_record rec{};
+  rec.line = line;
+  rec.offset = off;
+  const std::int64_t layer = jsonl_int(v.find(opt.layer_key), opt.layer_key, off, line);
+  if (layer < 0 || layer > 1'000'000 || (opt.layers > 0 && layer >= opt.layers)) {
+    jsonl_fail(off, line, "layer " + std::to_string(layer) + " out of range");
+  }
+  rec.layer = static_cast<std::int32_t>(layer);
+  p.max_layer = std::max(p.max_layer, layer);
+  rec.token = jsonl_int(v.find(opt.token_key), opt.token_key, off, line);
+  if (rec.token < 0) {
+    jsonl_fail(off, line, "negative " + opt.token_key);
+  }
+  rec.group = p.groups.emplace(jsonl_group(v, opt, off, line), p.groups.size()).first->second;
+  rec.first = p.ids.size();
+  jsonl_experts(v, opt, off, line, p);
+  jsonl_weights(v, opt, off, line, p);
+  p.records.push_back(rec);
+}
+
+// The steps of the records, token by token in (group, token) order: complete tokens appended,
+// incomplete ones refused, skipped or kept as `opt.on_incomplete` says and counted in `report`.
+// `p.records` must be sorted by (group, token, layer).
+inline void jsonl_append_steps(const jsonl_parsed& p, const jsonl_config& opt, routing_trace& trace,
+                               import_report& report) {
+  const std::int32_t layers = trace.shape().layers;
+  const auto uk = static_cast<std::size_t>(p.k);
+  const std::vector<jsonl_record>& records = p.records;
   std::vector<std::int32_t> step_ids(static_cast<std::size_t>(layers) * uk);
-  std::vector<float> step_w(with_weights == 1 ? step_ids.size() : 0);
+  std::vector<float> step_w(p.with_weights == 1 ? step_ids.size() : 0);
   std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
-  import_report report;
   std::size_t current_group = records.front().group + 1;
   std::size_t incomplete_group = current_group;  // last group counted in incomplete_sequences
   for (std::size_t i = 0; i < records.size();) {
@@ -2822,9 +3222,9 @@ struct jsonl_record {
       }
       present[static_cast<std::size_t>(r.layer)] = 1;
       const auto at = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r.layer) * uk);
-      std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk, step_ids.begin() + at);
+      std::copy_n(p.ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk, step_ids.begin() + at);
       if (!step_w.empty()) {
-        std::copy_n(weights.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
+        std::copy_n(p.weights.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
                     step_w.begin() + at);
       }
     }
@@ -2858,6 +3258,61 @@ struct jsonl_record {
       trace.append_partial_step(step_ids, present, step_w);
     }
   }
+}
+
+}  // namespace detail
+
+/// @brief Imports a JSONL routing log from `in` (see the file comment for the record format).
+/// `size` is the input's length for `opt.progress` (0 when unknown).
+/// Time O(n log n) in the number of records, memory O(file) during import.
+/// @throws wisp::format_error naming the line (and its byte offset) for malformed JSON, missing or
+///         mistyped fields, inconsistent k, ids out of range or repeated within a record, weights
+///         present in some records only, a layer given twice for a (group, token), a layer missing
+///         for one (unless `opt.on_incomplete` skips or keeps such tokens), or an empty input;
+///         wisp::logic_error if the options give an invalid shape.
+[[nodiscard]] inline imported_trace import_jsonl(std::istream& in, const jsonl_config& opt = {},
+                                                 std::uint64_t size = 0) {
+  detail::jsonl_parsed p;
+  std::uint64_t offset = 0;
+  std::size_t line_no = 0;
+  std::string line;
+  std::uint64_t reported = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::uint64_t off = offset;
+    offset += line.size() + 1;
+    if (opt.progress && offset - reported >= (std::uint64_t{1} << 20)) {
+      reported = offset;
+      opt.progress(offset, size);
+    }
+    if (line.find_first_not_of(" \t\r") != std::string::npos) {  // blank lines are skipped
+      detail::jsonl_parse_line(line, off, line_no, opt, p);
+    }
+  }
+  if (in.bad()) {
+    WISP_FAIL(wisp::error, "reading the JSONL input failed");
+  }
+  if (p.records.empty()) {
+    throw format_error("JSONL input holds no records");
+  }
+  const auto layers = opt.layers > 0 ? opt.layers : static_cast<std::int32_t>(p.max_layer + 1);
+  const auto experts = opt.experts > 0 ? opt.experts : static_cast<std::int32_t>(p.max_id + 1);
+  if (p.k > experts) {
+    throw format_error("top-k " + std::to_string(p.k) + " exceeds the " + std::to_string(experts) +
+                       " experts");
+  }
+  routing_trace trace({layers, experts, static_cast<std::int32_t>(p.k)});
+  std::stable_sort(p.records.begin(), p.records.end(), [](const auto& a, const auto& b) {
+    if (a.group != b.group) {
+      return a.group < b.group;
+    }
+    if (a.token != b.token) {
+      return a.token < b.token;
+    }
+    return a.layer < b.layer;
+  });
+  import_report report;
+  detail::jsonl_append_steps(p, opt, trace, report);
   return {std::move(trace), report};
 }
 
@@ -2865,7 +3320,7 @@ struct jsonl_record {
 /// the operating system's reason); wisp::format_error as the stream overload (the message names
 /// the file).
 [[nodiscard]] inline imported_trace import_jsonl(const std::filesystem::path& path,
-                                                 const jsonl_options& opt = {}) {
+                                                 const jsonl_config& opt = {}) {
   std::ifstream in = wisp::detail::open_for_reading(path);
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
@@ -3044,6 +3499,148 @@ namespace detail {
   return i;
 }
 
+/// The router of `make_synthetic_trace`: per-layer Zipf popularity over a random ranking, the
+/// co-activation links, the topics' working sets and the current one, all drawn from one
+/// generator in a fixed order (so a trace depends only on the config, the steps and the seed).
+class synthetic_router {
+ public:
+  synthetic_router(const synthetic_config& cfg, std::uint64_t seed)
+      : L_(static_cast<std::size_t>(cfg.layers)),
+        E_(static_cast<std::size_t>(cfg.experts)),
+        K_(static_cast<std::size_t>(cfg.top_k)),
+        W_(static_cast<std::size_t>(cfg.working_set)),
+        T_(static_cast<std::size_t>(cfg.topics)),
+        rng_(seed),
+        base_(L_ * E_),
+        link_(L_ * E_),
+        w_(E_),
+        topics_(T_ * L_ * W_),
+        hot_(L_ * W_),
+        in_hot_(L_ * E_, 0) {
+    // Mass of each component, quantised once. Scale 2^40 keeps sums of <= 65536 terms below 2^57.
+    constexpr double scale = 1099511627776.0;  // 2^40
+    hot_weight_ =
+        static_cast<std::uint64_t>(std::llround(cfg.locality * scale / static_cast<double>(W_)));
+    link_weight_ = static_cast<std::uint64_t>(
+        std::llround(cfg.coactivation * scale / static_cast<double>(K_)));
+    draw_popularity(cfg, 1.0 - cfg.locality - cfg.coactivation, scale);
+    for (std::size_t t = 0; t < T_; ++t) {  // each topic holds a working set per layer
+      for (std::size_t l = 0; l < L_; ++l) {
+        draw_popular(l, W_, topics_.data() + (t * L_ + l) * W_);
+      }
+    }
+  }
+
+  [[nodiscard]] xoshiro256ss& rng() noexcept { return rng_; }
+  [[nodiscard]] std::size_t topics() const noexcept { return T_; }
+
+  /// Makes topic `t`'s working sets the current ones.
+  void set_topic(std::size_t t) {
+    std::fill(in_hot_.begin(), in_hot_.end(), std::uint8_t{0});
+    std::copy_n(topics_.begin() + static_cast<std::ptrdiff_t>(t * L_ * W_), L_ * W_, hot_.begin());
+    for (std::size_t l = 0; l < L_; ++l) {
+      for (std::size_t i = 0; i < W_; ++i) {
+        in_hot_[l * E_ + hot_[l * W_ + i]] = 1;
+      }
+    }
+  }
+
+  /// Routes layer `l` of a step into `ids[l*K, (l+1)*K)` (layer l-1's ids already there): first
+  /// the drift of its working set (with probability `p_drift`), then K distinct draws.
+  void route_layer(std::size_t l, std::uint64_t p_drift, std::vector<std::int32_t>& ids) {
+    // Drift: replace one hot expert by a popular expert outside the working set.
+    if (W_ < E_ && rng_.chance(p_drift)) {
+      const std::size_t victim = static_cast<std::size_t>(rng_.below(W_));
+      std::uint64_t total = 0;
+      for (std::size_t e = 0; e < E_; ++e) {
+        w_[e] = in_hot_[l * E_ + e] != 0 ? 0 : base_[l * E_ + e];
+        total += w_[e];
+      }
+      const std::size_t e = draw_weighted(w_, total, rng_);
+      in_hot_[l * E_ + hot_[l * W_ + victim]] = 0;
+      hot_[l * W_ + victim] = static_cast<std::uint32_t>(e);
+      in_hot_[l * E_ + e] = 1;
+    }
+    std::uint64_t total = 0;
+    for (std::size_t e = 0; e < E_; ++e) {
+      w_[e] = base_[l * E_ + e] + (in_hot_[l * E_ + e] != 0 ? hot_weight_ : 0);
+    }
+    if (l > 0) {
+      for (std::size_t j = 0; j < K_; ++j) {
+        w_[link_[l * E_ + static_cast<std::size_t>(ids[(l - 1) * K_ + j])]] += link_weight_;
+      }
+    }
+    for (std::size_t e = 0; e < E_; ++e) {
+      total += w_[e];
+    }
+    for (std::size_t j = 0; j < K_; ++j) {
+      const std::size_t e = draw_weighted(w_, total, rng_);
+      ids[l * K_ + j] = static_cast<std::int32_t>(e);
+      total -= w_[e];
+      w_[e] = 0;
+    }
+  }
+
+ private:
+  // Per-layer popularity: Zipf weights over a random ranking (every expert keeps weight >= 1),
+  // then the layer's co-activation links (a random permutation).
+  void draw_popularity(const synthetic_config& cfg, double base_mass, double scale) {
+    std::vector<std::uint32_t> perm(E_);
+    for (std::size_t l = 0; l < L_; ++l) {
+      const double u = static_cast<double>(rng_.below(2001)) / 1000.0 - 1.0;
+      const double s = cfg.zipf_exponent * (1.0 + cfg.zipf_spread * u);
+      for (std::size_t e = 0; e < E_; ++e) {
+        perm[e] = static_cast<std::uint32_t>(e);
+      }
+      for (std::size_t e = E_; e > 1; --e) {  // Fisher-Yates
+        std::swap(perm[e - 1], perm[rng_.below(e)]);
+      }
+      double norm = 0;
+      for (std::size_t r = 0; r < E_; ++r) {
+        norm += 1.0 / std::pow(static_cast<double>(r + 1), s);
+      }
+      for (std::size_t r = 0; r < E_; ++r) {
+        const double p = 1.0 / std::pow(static_cast<double>(r + 1), s) / norm;
+        base_[l * E_ + perm[r]] = std::max<std::uint64_t>(
+            1, static_cast<std::uint64_t>(std::llround(p * base_mass * scale)));
+      }
+      for (std::size_t e = 0; e < E_; ++e) {
+        perm[e] = static_cast<std::uint32_t>(e);
+      }
+      for (std::size_t e = E_; e > 1; --e) {
+        std::swap(perm[e - 1], perm[rng_.below(e)]);
+      }
+      std::copy(perm.begin(), perm.end(), link_.begin() + static_cast<std::ptrdiff_t>(l * E_));
+    }
+  }
+
+  // Draws `count` distinct experts of layer l from the popularity distribution into `out`.
+  void draw_popular(std::size_t l, std::size_t count, std::uint32_t* out) {
+    std::uint64_t total = 0;
+    for (std::size_t e = 0; e < E_; ++e) {
+      w_[e] = base_[l * E_ + e];
+      total += w_[e];
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t e = draw_weighted(w_, total, rng_);
+      out[i] = static_cast<std::uint32_t>(e);
+      total -= w_[e];
+      w_[e] = 0;
+    }
+  }
+
+  std::size_t L_, E_, K_, W_, T_;
+  xoshiro256ss rng_;
+  std::vector<std::uint64_t> base_;    // popularity weight of (layer, expert)
+  std::vector<std::uint32_t> link_;    // link[l*E + e]: image at layer l of expert e at l-1
+  std::vector<std::uint64_t> w_;       // draw weights of one layer (scratch)
+  std::vector<std::uint32_t> topics_;  // topic t's working set of layer l at (t*L + l)*W
+  std::vector<std::uint32_t> hot_;     // current working sets
+  std::vector<std::uint8_t> in_hot_;   // membership of `hot_`
+  std::uint64_t hot_weight_ = 0;
+  std::uint64_t link_weight_ = 0;
+};
+
 }  // namespace detail
 
 /// @brief Generates `steps` steps of synthetic routing. Deterministic in (`cfg`, `steps`, `seed`).
@@ -3054,136 +3651,25 @@ namespace detail {
                                                         std::size_t steps, std::uint64_t seed) {
   cfg.validate();
   WISP_EXPECTS(steps <= routing_trace::max_steps, "too many steps: ", steps);
-  const auto L = static_cast<std::size_t>(cfg.layers);
-  const auto E = static_cast<std::size_t>(cfg.experts);
-  const auto K = static_cast<std::size_t>(cfg.top_k);
-  const auto W = static_cast<std::size_t>(cfg.working_set);
-  wisp::detail::xoshiro256ss rng(seed);
-
-  // Mass of each component, quantised once. Scale 2^40 keeps sums of <= 65536 terms below 2^57.
-  constexpr double scale = 1099511627776.0;  // 2^40
-  const double base_mass = 1.0 - cfg.locality - cfg.coactivation;
-  const auto hot_weight =
-      static_cast<std::uint64_t>(std::llround(cfg.locality * scale / static_cast<double>(W)));
-  const auto link_weight =
-      static_cast<std::uint64_t>(std::llround(cfg.coactivation * scale / static_cast<double>(K)));
-
-  // Per-layer popularity: Zipf weights over a random ranking; every expert keeps weight >= 1.
-  std::vector<std::uint64_t> base(L * E);
-  std::vector<std::uint32_t> link(L * E);  // link[l*E + e]: image at layer l of expert e at l-1
-  std::vector<std::uint32_t> perm(E);
-  for (std::size_t l = 0; l < L; ++l) {
-    const double u = static_cast<double>(rng.below(2001)) / 1000.0 - 1.0;
-    const double s = cfg.zipf_exponent * (1.0 + cfg.zipf_spread * u);
-    for (std::size_t e = 0; e < E; ++e) {
-      perm[e] = static_cast<std::uint32_t>(e);
-    }
-    for (std::size_t e = E; e > 1; --e) {  // Fisher-Yates
-      std::swap(perm[e - 1], perm[rng.below(e)]);
-    }
-    double norm = 0;
-    for (std::size_t r = 0; r < E; ++r) {
-      norm += 1.0 / std::pow(static_cast<double>(r + 1), s);
-    }
-    for (std::size_t r = 0; r < E; ++r) {
-      const double p = 1.0 / std::pow(static_cast<double>(r + 1), s) / norm;
-      base[l * E + perm[r]] = std::max<std::uint64_t>(
-          1, static_cast<std::uint64_t>(std::llround(p * base_mass * scale)));
-    }
-    for (std::size_t e = 0; e < E; ++e) {
-      perm[e] = static_cast<std::uint32_t>(e);
-    }
-    for (std::size_t e = E; e > 1; --e) {
-      std::swap(perm[e - 1], perm[rng.below(e)]);
-    }
-    std::copy(perm.begin(), perm.end(), link.begin() + static_cast<std::ptrdiff_t>(l * E));
-  }
-
-  std::vector<std::uint64_t> w(E);
-  // Draws `count` distinct experts of layer l from the popularity distribution into `out`.
-  auto draw_popular = [&](std::size_t l, std::size_t count, std::uint32_t* out) {
-    std::uint64_t total = 0;
-    for (std::size_t e = 0; e < E; ++e) {
-      w[e] = base[l * E + e];
-      total += w[e];
-    }
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::size_t e = detail::draw_weighted(w, total, rng);
-      out[i] = static_cast<std::uint32_t>(e);
-      total -= w[e];
-      w[e] = 0;
-    }
-  };
-
-  // Topic pool: each topic holds a working set per layer.
-  const auto T = static_cast<std::size_t>(cfg.topics);
-  std::vector<std::uint32_t> topics(T * L * W);
-  for (std::size_t t = 0; t < T; ++t) {
-    for (std::size_t l = 0; l < L; ++l) {
-      draw_popular(l, W, topics.data() + (t * L + l) * W);
-    }
-  }
-
+  detail::synthetic_router router(cfg, seed);
+  detail::xoshiro256ss& rng = router.rng();
   const std::uint64_t p_new_sequence =
       wisp::detail::probability_threshold(1.0 / cfg.mean_sequence_length);
   const std::uint64_t p_shift = wisp::detail::probability_threshold(cfg.topic_shift_probability);
   const std::uint64_t p_drift = wisp::detail::probability_threshold(cfg.drift_rate);
-
   routing_trace trace({cfg.layers, cfg.experts, cfg.top_k});
   trace.reserve(steps);
-  std::vector<std::uint32_t> hot(L * W);       // current working sets
-  std::vector<std::uint8_t> in_hot(L * E, 0);  // membership of `hot`
-  std::vector<std::int32_t> ids(L * K);
-  std::vector<std::uint32_t> fresh(W + 1);
-  auto set_topic = [&](std::size_t t) {
-    std::fill(in_hot.begin(), in_hot.end(), std::uint8_t{0});
-    std::copy_n(topics.begin() + static_cast<std::ptrdiff_t>(t * L * W), L * W, hot.begin());
-    for (std::size_t l = 0; l < L; ++l) {
-      for (std::size_t i = 0; i < W; ++i) {
-        in_hot[l * E + hot[l * W + i]] = 1;
-      }
-    }
-  };
-
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(cfg.layers) *
+                                static_cast<std::size_t>(cfg.top_k));
   for (std::size_t step = 0; step < steps; ++step) {
     if (step == 0 || rng.chance(p_new_sequence)) {
       trace.begin_sequence();
-      set_topic(static_cast<std::size_t>(rng.below(T)));
+      router.set_topic(static_cast<std::size_t>(rng.below(router.topics())));
     } else if (rng.chance(p_shift)) {
-      set_topic(static_cast<std::size_t>(rng.below(T)));
+      router.set_topic(static_cast<std::size_t>(rng.below(router.topics())));
     }
-    for (std::size_t l = 0; l < L; ++l) {
-      // Drift: replace one hot expert by a popular expert outside the working set.
-      if (W < E && rng.chance(p_drift)) {
-        const std::size_t victim = static_cast<std::size_t>(rng.below(W));
-        std::uint64_t total = 0;
-        for (std::size_t e = 0; e < E; ++e) {
-          w[e] = in_hot[l * E + e] != 0 ? 0 : base[l * E + e];
-          total += w[e];
-        }
-        const std::size_t e = detail::draw_weighted(w, total, rng);
-        in_hot[l * E + hot[l * W + victim]] = 0;
-        hot[l * W + victim] = static_cast<std::uint32_t>(e);
-        in_hot[l * E + e] = 1;
-      }
-      std::uint64_t total = 0;
-      for (std::size_t e = 0; e < E; ++e) {
-        w[e] = base[l * E + e] + (in_hot[l * E + e] != 0 ? hot_weight : 0);
-      }
-      if (l > 0) {
-        for (std::size_t j = 0; j < K; ++j) {
-          w[link[l * E + static_cast<std::size_t>(ids[(l - 1) * K + j])]] += link_weight;
-        }
-      }
-      for (std::size_t e = 0; e < E; ++e) {
-        total += w[e];
-      }
-      for (std::size_t j = 0; j < K; ++j) {
-        const std::size_t e = detail::draw_weighted(w, total, rng);
-        ids[l * K + j] = static_cast<std::int32_t>(e);
-        total -= w[e];
-        w[e] = 0;
-      }
+    for (std::size_t l = 0; l < static_cast<std::size_t>(cfg.layers); ++l) {
+      router.route_layer(l, p_drift, ids);
     }
     trace.append_step(ids);
   }
@@ -4711,22 +5197,6 @@ struct key_layout {
   std::int32_t layers = 1;   ///< L >= 1: MoE layers of the model
   std::int32_t experts = 1;  ///< E >= 1: routed experts per layer
 
-  /// Deprecated: write `key_layout{cache_scope::per_layer, layers, experts}` (this factory took
-  /// its arguments in the opposite order to `global`).
-  [[deprecated(
-      "use key_layout{cache_scope::per_layer, layers, "
-      "experts}")]] [[nodiscard]] static constexpr key_layout
-  per_layer(std::int32_t experts, std::int32_t layers = 1) noexcept {
-    return key_layout{cache_scope::per_layer, layers, experts};
-  }
-  /// Deprecated: write `key_layout{cache_scope::global, layers, experts}`.
-  [[deprecated(
-      "use key_layout{cache_scope::global, layers, "
-      "experts}")]] [[nodiscard]] static constexpr key_layout
-  global(std::int32_t layers, std::int32_t experts) noexcept {
-    return key_layout{cache_scope::global, layers, experts};
-  }
-
   /// Number of keys: `experts` (per layer) or `layers * experts` (global). O(1).
   [[nodiscard]] constexpr std::int32_t size() const noexcept {
     return scope == cache_scope::global ? layers * experts : experts;
@@ -6247,9 +6717,7 @@ class binary_writer {
  private:
   void put(std::uint64_t v, int width) {
     std::array<std::uint8_t, 8> b{};
-    for (int i = 0; i < width; ++i) {
-      b[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
-    }
+    store_le(b.data(), v, width);
     bytes(std::span<const std::uint8_t>(b.data(), static_cast<std::size_t>(width)));
   }
 
@@ -6297,11 +6765,7 @@ class binary_reader {
   std::uint64_t get(int width, const char* field) {
     std::array<std::uint8_t, 8> b{};
     bytes(std::span<std::uint8_t>(b.data(), static_cast<std::size_t>(width)), field);
-    std::uint64_t v = 0;
-    for (int i = 0; i < width; ++i) {
-      v |= static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]) << (8 * i);
-    }
-    return v;
+    return load_le(b.data(), width);
   }
 
   std::istream& in_;
@@ -6699,6 +7163,8 @@ class coactivation_predictor {
   /// @throws wisp::logic_error if the pass shape differs, `target` is not in
   ///   `[pass.observed(), layers)`, or `scores.size() != experts`.
   void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+    // One function on purpose: the prediction hot path (~180 ns, bench/predict), whose gather
+    // and flush share locals that stay in registers.
     check_query("coactivation_predictor::score", pass, target, scores);
     const std::size_t experts = static_cast<std::size_t>(shape_.experts);
     float* out = scores.data();
@@ -11371,6 +11837,13 @@ enum class right_size_model : std::uint8_t {
   lru,         ///< LRU under the independent reference model (Che's approximation)
   static_top,  ///< the `c` most frequent experts pinned
 };
+/// "lru", "static" (as `wisp predict --right-size-model` spells them; `to_string`,
+/// `from_string`).
+template <>
+struct enum_names<right_size_model> {
+  static constexpr std::array<enum_name<right_size_model>, 2> values{
+      {{right_size_model::lru, "lru"}, {right_size_model::static_top, "static"}}};
+};
 
 namespace detail {
 
@@ -11508,18 +11981,14 @@ enum class prefetch_rule : std::uint8_t {
   percentile,  ///< all above a score percentile, at most `limit`
 };
 
-/// The rule's name: "none", "top-k" or "percentile".
-[[nodiscard]] constexpr std::string_view to_string(prefetch_rule r) noexcept {
-  switch (r) {
-    case prefetch_rule::none:
-      return "none";
-    case prefetch_rule::top_k:
-      return "top-k";
-    case prefetch_rule::percentile:
-      return "percentile";
-  }
-  return "none";
-}
+/// The rules' names: "none", "top-k", "percentile" (`to_string`, `from_string`).
+template <>
+struct enum_names<prefetch_rule> {
+  static constexpr std::array<enum_name<prefetch_rule>, 3> values{
+      {{prefetch_rule::none, "none"},
+       {prefetch_rule::top_k, "top-k"},
+       {prefetch_rule::percentile, "percentile"}}};
+};
 
 /// @brief A prefetch policy (see the file description).
 struct prefetch_config {
@@ -12775,62 +13244,16 @@ class adapter_layout {
 
 // ---- begin wisp/kernel/bf16.hpp ----------------------------------------------------------------
 /// @file
-/// @brief `wisp::bf16`: bfloat16 storage (the upper half of an IEEE binary32) with the two
-/// conversions every kernel and host reference of wisp uses, so the host and the device turn the
-/// same floats into the same bits.
-///
-/// C++20 has no bfloat16 type and CUDA's `__nv_bfloat16` does not exist for a host compiler, so
-/// wisp carries the bits. The layout equals `__nv_bfloat16`'s (a kernel may reinterpret a
-/// `const wisp::bf16*` as `const __nv_bfloat16*`).
+/// @brief Activations of a kernel as `float` or `wisp::bf16`: `wisp::bf16` itself and its two
+/// conversions live in core (`<wisp/core/bf16.hpp>`, included here), this header adds what a
+/// kernel written over its activation type needs.
 /// @code
-/// wisp::bf16 h = wisp::to_bf16(1.5f);      // round to nearest even
-/// float f = wisp::to_float(h);              // exact: 1.5f
+/// template <class Act> Act scaled(Act x, float s) {
+///   return wisp::activation_from_float<Act>(wisp::to_float(x) * s);   // float or wisp::bf16
+/// }
 /// @endcode
 
 namespace wisp {
-
-/// @brief A bfloat16 value as its 16 bits. Trivially copyable; `==` compares bits.
-struct bf16 {
-  std::uint16_t bits = 0;
-
-  friend constexpr bool operator==(const bf16&, const bf16&) = default;
-};
-static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
-
-namespace detail {
-
-WISP_HOST_DEVICE inline std::uint32_t float_bits(float f) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  return std::bit_cast<std::uint32_t>(f);
-#endif
-}
-
-WISP_HOST_DEVICE inline float bits_float(std::uint32_t u) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  return std::bit_cast<float>(u);
-#endif
-}
-
-}  // namespace detail
-
-/// The float with the same value (exact). O(1).
-WISP_HOST_DEVICE inline float to_float(bf16 x) noexcept {
-  return detail::bits_float(static_cast<std::uint32_t>(x.bits) << 16);
-}
-
-/// `f` rounded to the nearest bfloat16, ties to even (as `__float2bfloat16_rn`); a NaN stays a
-/// (quiet) NaN with its sign. O(1), integer arithmetic only: the same bits on host and device.
-WISP_HOST_DEVICE inline bf16 to_bf16(float f) noexcept {
-  const std::uint32_t u = detail::float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
-  }
-  return bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
-}
 
 /// Identity: lets kernels written over an activation type read `float` activations too.
 WISP_HOST_DEVICE inline float to_float(float x) noexcept {
@@ -14761,6 +15184,1931 @@ struct kv_stream {
 }  // namespace wisp
 // ---- end wisp/alloc/kv_workload.hpp ------------------------------------------------------------
 
+// ---- begin wisp/parallel/placement.hpp ---------------------------------------------------------
+/// @file
+/// @brief `expert_placement`: where the experts of a MoE model live under expert parallelism (EP)
+/// over `ranks` GPUs, per layer, with replicas, in the vocabulary of the engines.
+///
+/// Each rank holds, for every MoE layer, up to `local_experts` **physical experts** (local ids
+/// `0 .. local_experts - 1`: the rows of that rank's expert tensors). Each physical expert is a
+/// **replica** of one logical expert (the router's id). A logical expert has at least one replica
+/// and at most one per rank; with redundant experts (EPLB) a hot one has several.
+///
+/// Import and export use vLLM's per-rank `expert_map` convention: for one (rank, layer), an
+/// `int32[experts]` mapping every global logical id to its local id on that rank, or -1 when the
+/// rank holds no replica of it. `linear` is vLLM's default placement without redundancy
+/// (`determine_expert_map(..., "linear")`: contiguous blocks, the remainder to the first ranks).
+/// @code
+/// // 2 ranks, 1 layer, 4 experts, 3 local experts per rank: expert 0 is replicated.
+/// const std::int32_t maps[] = {0, 1, -1, -1,    // rank 0: experts 0 and 1
+///                              0, -1, 1, 2};    // rank 1: experts 0, 2 and 3
+/// auto p = wisp::expert_placement::from_expert_maps(1, 4, 2, 3, maps);
+/// for (const wisp::replica& r : p.replicas(0, 0)) { /* {rank 0, local 0}, {rank 1, local 0} */ }
+/// @endcode
+///
+/// Thread safety: an immutable value type after construction (const members may be called
+/// concurrently).
+
+namespace wisp {
+
+/// One physical copy of a logical expert: row `local` of rank `rank`'s expert tensors.
+struct replica {
+  std::int32_t rank = 0;
+  std::int32_t local = 0;
+
+  friend constexpr bool operator==(const replica&, const replica&) = default;
+};
+
+namespace detail {
+
+/// @brief Checks one (rank, layer) `expert_map` (`int32[experts]`, logical -> local or -1): every
+/// value in `[-1, local_experts)`, no local id used twice.
+/// @throws wisp::logic_error naming the rank, layer, expert and value otherwise.
+inline void check_expert_map(const char* where, std::int32_t rank, std::int32_t layer,
+                             std::span<const std::int32_t> map, std::int32_t local_experts,
+                             std::vector<std::int32_t>& owner_scratch) {
+  owner_scratch.assign(static_cast<std::size_t>(local_experts), -1);
+  for (std::size_t e = 0; e < map.size(); ++e) {
+    const std::int32_t local = map[e];
+    WISP_EXPECTS(local >= -1 && local < local_experts, where, ": rank ", rank, ", layer ", layer,
+                 ": expert_map[", e, "] = ", local,
+                 " is outside [-1, local_experts = ", local_experts, ")");
+    if (local < 0) {
+      continue;
+    }
+    std::int32_t& owner = owner_scratch[static_cast<std::size_t>(local)];
+    WISP_EXPECTS(owner < 0, where, ": rank ", rank, ", layer ", layer, ": experts ", owner, " and ",
+                 e, " both map to local id ", local, " (duplicate slot)");
+    owner = static_cast<std::int32_t>(e);
+  }
+}
+
+/// Checks the dimensions shared by every placement and rank map.
+inline void check_ep_dims(const char* where, std::int32_t layers, std::int32_t experts,
+                          std::int32_t ranks, std::int32_t local_experts) {
+  WISP_EXPECTS(layers >= 1, where, ": layers must be >= 1, got ", layers);
+  WISP_EXPECTS(experts >= 1, where, ": experts must be >= 1, got ", experts);
+  WISP_EXPECTS(ranks >= 1, where, ": ranks must be >= 1, got ", ranks);
+  WISP_EXPECTS(local_experts >= 1, where, ": local_experts must be >= 1, got ", local_experts);
+  const std::int64_t entries = std::int64_t{layers} * ranks * std::max(experts, local_experts);
+  WISP_EXPECTS(entries <= (std::int64_t{1} << 31), where, ": layers x ranks x experts = ", entries,
+               " is too large (at most 2^31 map entries)");
+}
+
+}  // namespace detail
+
+/// @brief A placement of every layer's logical experts on `ranks` ranks (see the file comment).
+///
+/// Construction validates everything and is O(layers x ranks x (experts + local_experts));
+/// queries are O(1). Copyable and movable.
+class expert_placement {
+ public:
+  /// @brief vLLM's linear placement without redundancy: rank `r` holds the contiguous block of
+  /// `experts / ranks` logical experts (one more for the first `experts % ranks` ranks), local ids
+  /// in logical order, the same in every layer. `local_experts() = ceil(experts / ranks)`.
+  /// @throws wisp::logic_error if a count is not positive.
+  [[nodiscard]] static expert_placement linear(std::int32_t layers, std::int32_t experts,
+                                               std::int32_t ranks) {
+    detail::check_ep_dims("expert_placement::linear", layers, experts, ranks, 1);
+    const std::int32_t base = experts / ranks;
+    const std::int32_t extra = experts % ranks;
+    expert_placement p(layers, experts, ranks, base + (extra > 0 ? 1 : 0));
+    for (std::int32_t l = 0; l < layers; ++l) {
+      for (std::int32_t r = 0; r < ranks; ++r) {
+        const std::int32_t first = r * base + std::min(r, extra);
+        const std::int32_t count = base + (r < extra ? 1 : 0);
+        std::int32_t* map = p.map_data(r, l);
+        for (std::int32_t i = 0; i < count; ++i) {
+          map[first + i] = i;
+        }
+      }
+    }
+    p.index();
+    return p;
+  }
+
+  /// @brief A placement from the ranks holding each logical expert: `replica_ranks[l * experts +
+  /// e]` lists the ranks with a replica of expert `e` of layer `l`. Local ids are given on each
+  /// (rank, layer) in increasing logical order.
+  /// @throws wisp::logic_error, naming the values, if a count is not positive,
+  ///   `replica_ranks.size() != layers * experts`, a rank is outside `[0, ranks)`, an expert has
+  ///   no replica or two on one rank, or a rank would hold more than `local_experts` experts of a
+  ///   layer.
+  [[nodiscard]] static expert_placement from_replica_ranks(
+      std::int32_t layers, std::int32_t experts, std::int32_t ranks, std::int32_t local_experts,
+      std::span<const std::vector<std::int32_t>> replica_ranks) {
+    constexpr const char* where = "expert_placement::from_replica_ranks";
+    detail::check_ep_dims(where, layers, experts, ranks, local_experts);
+    WISP_EXPECTS(replica_ranks.size() == static_cast<std::size_t>(layers) * experts, where,
+                 ": replica_ranks has ", replica_ranks.size(),
+                 " entries but layers x experts = ", layers, " x ", experts, " = ",
+                 static_cast<std::int64_t>(layers) * experts);
+    expert_placement p(layers, experts, ranks, local_experts);
+    std::vector<std::int32_t> used(static_cast<std::size_t>(ranks));
+    for (std::int32_t l = 0; l < layers; ++l) {
+      std::fill(used.begin(), used.end(), 0);
+      for (std::int32_t e = 0; e < experts; ++e) {
+        const auto& holders = replica_ranks[static_cast<std::size_t>(l) * experts + e];
+        WISP_EXPECTS(!holders.empty(), where, ": layer ", l, ", expert ", e, " has no replica");
+        for (const std::int32_t r : holders) {
+          WISP_EXPECTS(r >= 0 && r < ranks, where, ": layer ", l, ", expert ", e, ": replica rank ",
+                       r, " is outside [0, ranks = ", ranks, ")");
+          std::int32_t& local = p.map_data(r, l)[e];
+          WISP_EXPECTS(local < 0, where, ": layer ", l, ", expert ", e,
+                       " has two replicas on rank ", r);
+          std::int32_t& n = used[static_cast<std::size_t>(r)];
+          WISP_EXPECTS(n < local_experts, where, ": layer ", l, ": rank ", r,
+                       " would hold more than local_experts = ", local_experts, " experts");
+          local = n++;
+        }
+      }
+    }
+    p.index();
+    return p;
+  }
+
+  /// @brief A placement from vLLM-style per-rank expert maps: `expert_maps` is
+  /// `int32[layers][ranks][experts]` (row-major), entry `(l, r, e)` the local id of logical expert
+  /// `e` on rank `r` in layer `l`, or -1.
+  /// @throws wisp::logic_error, naming the values, if a count is not positive, the size is not
+  ///   `layers x ranks x experts`, a value is outside `[-1, local_experts)`, two experts of one
+  ///   (rank, layer) share a local id, or a logical expert has no replica in some layer.
+  [[nodiscard]] static expert_placement from_expert_maps(
+      std::int32_t layers, std::int32_t experts, std::int32_t ranks, std::int32_t local_experts,
+      std::span<const std::int32_t> expert_maps) {
+    constexpr const char* where = "expert_placement::from_expert_maps";
+    detail::check_ep_dims(where, layers, experts, ranks, local_experts);
+    const std::size_t want = static_cast<std::size_t>(layers) * ranks * experts;
+    WISP_EXPECTS(expert_maps.size() == want, where, ": expert_maps holds ", expert_maps.size(),
+                 " values but layers x ranks x experts = ", layers, " x ", ranks, " x ", experts,
+                 " = ", want);
+    std::vector<std::int32_t> owners;
+    for (std::int32_t l = 0; l < layers; ++l) {
+      for (std::int32_t r = 0; r < ranks; ++r) {
+        detail::check_expert_map(where, r, l,
+                                 expert_maps.subspan(index_of(l, r, 0, ranks, experts),
+                                                     static_cast<std::size_t>(experts)),
+                                 local_experts, owners);
+      }
+    }
+    expert_placement p(layers, experts, ranks, local_experts);
+    std::copy(expert_maps.begin(), expert_maps.end(), p.maps_.begin());
+    p.index();
+    return p;
+  }
+
+  [[nodiscard]] std::int32_t layers() const noexcept { return layers_; }
+  [[nodiscard]] std::int32_t experts() const noexcept { return experts_; }
+  [[nodiscard]] std::int32_t ranks() const noexcept { return ranks_; }
+  /// Physical experts each rank can hold per layer (rows of its expert tensors).
+  [[nodiscard]] std::int32_t local_experts() const noexcept { return local_experts_; }
+
+  /// @brief The replicas of logical expert `expert` of `layer`, by increasing rank. O(1).
+  /// @throws wisp::logic_error if the layer or expert is out of range.
+  [[nodiscard]] std::span<const replica> replicas(std::int32_t layer, std::int32_t expert) const {
+    check_expert("expert_placement::replicas", layer, expert);
+    const std::size_t i = static_cast<std::size_t>(layer) * experts_ + expert;
+    return {replicas_.data() + offsets_[i],
+            static_cast<std::size_t>(offsets_[i + 1] - offsets_[i])};
+  }
+  /// Replicas of every expert of `layer` (its physical experts). @throws on a bad layer.
+  [[nodiscard]] std::int32_t physical_experts(std::int32_t layer) const {
+    check_layer("expert_placement::physical_experts", layer);
+    const std::size_t i = static_cast<std::size_t>(layer) * experts_;
+    return offsets_[i + static_cast<std::size_t>(experts_)] - offsets_[i];
+  }
+
+  /// @brief The vLLM `expert_map` of (`rank`, `layer`): `int32[experts]`, logical id -> local id
+  /// or -1. A view into the placement. O(1).
+  /// @throws wisp::logic_error if the rank or layer is out of range.
+  [[nodiscard]] std::span<const std::int32_t> expert_map(std::int32_t rank,
+                                                         std::int32_t layer) const {
+    check_rank("expert_placement::expert_map", rank);
+    check_layer("expert_placement::expert_map", layer);
+    return {maps_.data() + index_of(layer, rank, 0, ranks_, experts_),
+            static_cast<std::size_t>(experts_)};
+  }
+  /// Every expert map, `int32[layers][ranks][experts]`: what `from_expert_maps` reads back.
+  [[nodiscard]] std::span<const std::int32_t> expert_maps() const noexcept { return maps_; }
+
+  /// @brief The logical expert in row `local` of `rank`'s tensors for `layer`, or -1 if that row
+  /// holds none. O(1). @throws wisp::logic_error on an out-of-range rank, layer or local id.
+  [[nodiscard]] std::int32_t logical_of(std::int32_t rank, std::int32_t layer,
+                                        std::int32_t local) const {
+    check_rank("expert_placement::logical_of", rank);
+    check_layer("expert_placement::logical_of", layer);
+    WISP_EXPECTS(local >= 0 && local < local_experts_, "expert_placement::logical_of: local id ",
+                 local, " is outside [0, local_experts = ", local_experts_, ")");
+    return logical_[index_of(layer, rank, local, ranks_, local_experts_)];
+  }
+  /// Physical experts `rank` holds in `layer`. O(local_experts). @throws on a bad rank or layer.
+  [[nodiscard]] std::int32_t held(std::int32_t rank, std::int32_t layer) const {
+    check_rank("expert_placement::held", rank);
+    check_layer("expert_placement::held", layer);
+    const auto* row = logical_.data() + index_of(layer, rank, 0, ranks_, local_experts_);
+    return static_cast<std::int32_t>(
+        std::count_if(row, row + local_experts_, [](std::int32_t e) { return e >= 0; }));
+  }
+
+  friend bool operator==(const expert_placement& a, const expert_placement& b) noexcept {
+    return a.layers_ == b.layers_ && a.experts_ == b.experts_ && a.ranks_ == b.ranks_ &&
+           a.local_experts_ == b.local_experts_ && a.maps_ == b.maps_;
+  }
+
+ private:
+  expert_placement(std::int32_t layers, std::int32_t experts, std::int32_t ranks,
+                   std::int32_t local_experts)
+      : layers_(layers),
+        experts_(experts),
+        ranks_(ranks),
+        local_experts_(local_experts),
+        maps_(static_cast<std::size_t>(layers) * ranks * experts, -1) {}
+
+  static std::size_t index_of(std::int32_t layer, std::int32_t rank, std::int32_t i,
+                              std::int32_t ranks, std::int32_t width) noexcept {
+    return (static_cast<std::size_t>(layer) * ranks + rank) * width + i;
+  }
+  std::int32_t* map_data(std::int32_t rank, std::int32_t layer) noexcept {
+    return maps_.data() + index_of(layer, rank, 0, ranks_, experts_);
+  }
+
+  // Builds the local -> logical rows and the replica lists from maps_; checks coverage.
+  void index() {
+    logical_.assign(static_cast<std::size_t>(layers_) * ranks_ * local_experts_, -1);
+    offsets_.assign(static_cast<std::size_t>(layers_) * experts_ + 1, 0);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      for (std::int32_t r = 0; r < ranks_; ++r) {
+        const std::int32_t* map = map_data(r, l);
+        for (std::int32_t e = 0; e < experts_; ++e) {
+          if (map[e] >= 0) {
+            logical_[index_of(l, r, map[e], ranks_, local_experts_)] = e;
+            ++offsets_[static_cast<std::size_t>(l) * experts_ + e + 1];
+          }
+        }
+      }
+      for (std::int32_t e = 0; e < experts_; ++e) {
+        WISP_EXPECTS(offsets_[static_cast<std::size_t>(l) * experts_ + e + 1] > 0,
+                     "expert_placement: layer ", l, ", logical expert ", e,
+                     " has no replica (every rank's expert_map holds -1 for it)");
+      }
+    }
+    for (std::size_t i = 1; i < offsets_.size(); ++i) {
+      offsets_[i] += offsets_[i - 1];
+    }
+    replicas_.resize(static_cast<std::size_t>(offsets_.back()));
+    std::vector<std::int32_t> next(offsets_.begin(), offsets_.end() - 1);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      for (std::int32_t r = 0; r < ranks_; ++r) {  // by rank: each list comes out sorted
+        const std::int32_t* map = map_data(r, l);
+        for (std::int32_t e = 0; e < experts_; ++e) {
+          if (map[e] >= 0) {
+            replicas_[static_cast<std::size_t>(
+                next[static_cast<std::size_t>(l) * experts_ + e]++)] = {r, map[e]};
+          }
+        }
+      }
+    }
+  }
+
+  void check_layer(const char* where, std::int32_t layer) const {
+    WISP_EXPECTS(layer >= 0 && layer < layers_, where, ": layer ", layer,
+                 " is outside [0, layers = ", layers_, ")");
+  }
+  void check_rank(const char* where, std::int32_t rank) const {
+    WISP_EXPECTS(rank >= 0 && rank < ranks_, where, ": rank ", rank,
+                 " is outside [0, ranks = ", ranks_, ")");
+  }
+  void check_expert(const char* where, std::int32_t layer, std::int32_t expert) const {
+    check_layer(where, layer);
+    WISP_EXPECTS(expert >= 0 && expert < experts_, where, ": expert ", expert,
+                 " is outside [0, experts = ", experts_, ")");
+  }
+
+  std::int32_t layers_ = 1;
+  std::int32_t experts_ = 1;
+  std::int32_t ranks_ = 1;
+  std::int32_t local_experts_ = 1;
+  std::vector<std::int32_t> maps_;     // [layers][ranks][experts]: logical -> local or -1
+  std::vector<std::int32_t> logical_;  // [layers][ranks][local_experts]: local -> logical or -1
+  std::vector<std::int32_t> offsets_;  // [layers * experts + 1]: replica list bounds
+  std::vector<replica> replicas_;      // every replica, grouped by (layer, expert), by rank
+};
+
+}  // namespace wisp
+// ---- end wisp/parallel/placement.hpp -----------------------------------------------------------
+
+// ---- begin wisp/parallel/rank_pager.hpp --------------------------------------------------------
+/// @file
+/// @brief One expert-parallel rank's residency: `rank_expert_map` (the rank's vLLM `expert_map`
+/// per layer, validated, with the translation of a call's global ids to the rank's local ids) and
+/// `rank_pager<Policy>`, a `pager` over the rank's local ids, in its own device budget, that takes
+/// the router's global ids and hands back a global expert map.
+///
+/// An EP rank holds the host masters of its physical experts (rows `0 .. local_experts - 1` of its
+/// expert tensors) and pages them into its own device slots. Its kernel is called with the global
+/// `topk_ids` and an `int32[experts]` map from each global id to a device slot, -1 for every
+/// expert it does not compute in this call, which is vLLM's `expert_map` convention: so the rank
+/// pager's map can replace the engine's EP map as is. With replicas (EPLB), which rank computes a
+/// (token, expert) is the dispatcher's choice (`replica_chooser`); the `prepare` overload taking
+/// the target ranks keeps only this rank's pairs.
+/// @code
+/// // Rank 1 of 8 under vLLM's linear placement of 64 experts: local ids 0..7 = experts 8..15.
+/// auto placement = wisp::expert_placement::linear(26, 64, 8);
+/// wisp::rank_pager<wisp::lru> pager(placement, 1, /*top_k=*/6, /*capacity=*/69);
+/// wisp::rank_prepare_result r = pager.prepare(layer, topk_ids, tokens, 6);
+/// for (const wisp::copy_op& op : r.copy_plan) copy(master_row(op.expert), slot(op.slot));
+/// fused_moe(hidden, topk_ids, weights, slots, r.expert_map);  // global id -> slot or -1
+/// @endcode
+
+namespace wisp {
+
+/// @brief One rank's `expert_map` for every layer (global logical id -> local id or -1), with the
+/// inverse, validated once; and the translation of a call's ids to the distinct local experts the
+/// rank computes.
+///
+/// Construction is O(layers x (experts + local_experts)); `select` is O(tokens x k) and does not
+/// allocate (it writes into the map's own scratch, so it is not thread-safe: one per rank, like a
+/// pager).
+class rank_expert_map {
+ public:
+  /// @brief From the rank's maps: `maps` is `int32[layers][experts]`, row `l` the rank's vLLM
+  /// `expert_map` for layer `l`. A rank may hold no replica of some expert; which ranks hold the
+  /// rest is the placement's business.
+  /// @throws wisp::logic_error, naming the values, if a count is not positive, `rank < 0`, the
+  ///   size is not `layers x experts`, a value is outside `[-1, local_experts)`, or two experts of
+  ///   a layer share a local id.
+  rank_expert_map(std::int32_t rank, std::int32_t layers, std::int32_t experts,
+                  std::int32_t local_experts, std::span<const std::int32_t> maps)
+      : rank_(rank), layers_(layers), experts_(experts), local_experts_(local_experts) {
+    constexpr const char* where = "rank_expert_map";
+    detail::check_ep_dims(where, layers, experts, 1, local_experts);
+    WISP_EXPECTS(rank >= 0, where, ": rank must be >= 0, got ", rank);
+    WISP_EXPECTS(maps.size() == static_cast<std::size_t>(layers) * experts, where, ": maps holds ",
+                 maps.size(), " values but layers x experts = ", layers, " x ", experts, " = ",
+                 static_cast<std::int64_t>(layers) * experts);
+    std::vector<std::int32_t> owners;
+    for (std::int32_t l = 0; l < layers; ++l) {
+      detail::check_expert_map(
+          where, rank, l,
+          maps.subspan(static_cast<std::size_t>(l) * experts, static_cast<std::size_t>(experts)),
+          local_experts, owners);
+    }
+    local_.assign(maps.begin(), maps.end());
+    build();
+  }
+  /// The maps of `rank` in `placement`. @throws wisp::logic_error if the rank is out of range.
+  rank_expert_map(const expert_placement& placement, std::int32_t rank)
+      : rank_(rank),
+        layers_(placement.layers()),
+        experts_(placement.experts()),
+        local_experts_(placement.local_experts()) {
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      const auto row = placement.expert_map(rank, l);  // checks the rank
+      local_.insert(local_.end(), row.begin(), row.end());
+    }
+    build();
+  }
+
+  [[nodiscard]] std::int32_t rank() const noexcept { return rank_; }
+  [[nodiscard]] std::int32_t layers() const noexcept { return layers_; }
+  [[nodiscard]] std::int32_t experts() const noexcept { return experts_; }
+  [[nodiscard]] std::int32_t local_experts() const noexcept { return local_experts_; }
+
+  /// The rank's `expert_map` of `layer` (`int32[experts]`). @throws on a bad layer.
+  [[nodiscard]] std::span<const std::int32_t> expert_map(std::int32_t layer) const {
+    check_layer("rank_expert_map::expert_map", layer);
+    return {local_.data() + static_cast<std::size_t>(layer) * experts_,
+            static_cast<std::size_t>(experts_)};
+  }
+  /// Local id of global expert `expert` in `layer`, or -1. O(1). @throws on bad indices.
+  [[nodiscard]] std::int32_t local_of(std::int32_t layer, std::int32_t expert) const {
+    check_layer("rank_expert_map::local_of", layer);
+    WISP_EXPECTS(expert >= 0 && expert < experts_, "rank_expert_map::local_of: expert ", expert,
+                 " is outside [0, experts = ", experts_, ")");
+    return local_[static_cast<std::size_t>(layer) * experts_ + expert];
+  }
+  /// Global expert in row `local` of `layer`, or -1. O(1). @throws on bad indices.
+  [[nodiscard]] std::int32_t logical_of(std::int32_t layer, std::int32_t local) const {
+    check_layer("rank_expert_map::logical_of", layer);
+    WISP_EXPECTS(local >= 0 && local < local_experts_, "rank_expert_map::logical_of: local id ",
+                 local, " is outside [0, local_experts = ", local_experts_, ")");
+    return logical_[static_cast<std::size_t>(layer) * local_experts_ + local];
+  }
+
+  /// @brief The distinct local experts this rank computes in a call of `layer` (`topk_ids`:
+  /// `[tokens x k]` global ids), in first-seen order: every id the rank holds a replica of.
+  /// A view into the map's scratch, valid until the next `select`. O(tokens x k), no allocation.
+  /// @throws wisp::logic_error (nothing changed) on a bad layer, shape or id.
+  template <topk_id Id>
+  std::span<const std::int32_t> select(std::int32_t layer, std::span<const Id> topk_ids,
+                                       std::int32_t tokens, std::int32_t k) {
+    check_call("rank_expert_map::select", layer, topk_ids, tokens, k);
+    return collect(layer, topk_ids, [](std::size_t) { return true; });
+  }
+  /// @brief The same for a call whose pairs were dispatched: `targets` (same shape) holds the rank
+  /// computing each (token, expert); only this rank's pairs count.
+  /// @throws wisp::logic_error (nothing changed) on a bad layer, shape or id, a `targets` of
+  ///   another size, or a pair sent here whose expert this rank holds no replica of.
+  template <topk_id Id>
+  std::span<const std::int32_t> select(std::int32_t layer, std::span<const Id> topk_ids,
+                                       std::span<const std::int32_t> targets, std::int32_t tokens,
+                                       std::int32_t k) {
+    check_call("rank_expert_map::select", layer, topk_ids, tokens, k);
+    WISP_EXPECTS(targets.size() == topk_ids.size(), "rank_expert_map::select: targets holds ",
+                 targets.size(), " ranks for ", topk_ids.size(), " ids");
+    const std::int32_t* map = local_.data() + static_cast<std::size_t>(layer) * experts_;
+    for (std::size_t i = 0; i < topk_ids.size(); ++i) {
+      WISP_EXPECTS(targets[i] != rank_ || map[topk_ids[i]] >= 0, "rank_expert_map::select: pair ",
+                   i, " (token ", i / static_cast<std::size_t>(k), ") sends expert ",
+                   static_cast<std::int64_t>(topk_ids[i]), " of layer ", layer, " to rank ", rank_,
+                   ", which holds no replica of it");
+    }
+    return collect(layer, topk_ids, [&](std::size_t i) { return targets[i] == rank_; });
+  }
+
+  /// @brief Writes the global map of `layer` (`out`: `int32[experts]`): the slot of each local
+  /// expert in `locals`, read from `local_slots` (`int32[local_experts]`, a pager's map), at its
+  /// global id, and -1 everywhere else. O(experts).
+  /// @throws wisp::logic_error on a bad layer or sizes, or a local id outside the rank's rows.
+  void to_global(std::int32_t layer, std::span<const std::int32_t> locals,
+                 std::span<const std::int32_t> local_slots, std::span<std::int32_t> out) const {
+    check_layer("rank_expert_map::to_global", layer);
+    WISP_EXPECTS(out.size() == static_cast<std::size_t>(experts_) &&
+                     local_slots.size() == static_cast<std::size_t>(local_experts_),
+                 "rank_expert_map::to_global: out holds ", out.size(), " (want ", experts_,
+                 ") and local_slots ", local_slots.size(), " (want ", local_experts_, ")");
+    for (const std::int32_t local : locals) {
+      WISP_EXPECTS(local >= 0 && local < local_experts_ &&
+                       logical_[static_cast<std::size_t>(layer) * local_experts_ + local] >= 0,
+                   "rank_expert_map::to_global: local id ", local, " is not a row of layer ", layer,
+                   " on rank ", rank_);
+    }
+    std::fill(out.begin(), out.end(), -1);
+    for (const std::int32_t local : locals) {
+      out[static_cast<std::size_t>(
+          logical_[static_cast<std::size_t>(layer) * local_experts_ + local])] =
+          local_slots[static_cast<std::size_t>(local)];
+    }
+  }
+
+ private:
+  void build() {
+    logical_.assign(static_cast<std::size_t>(layers_) * local_experts_, -1);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      for (std::int32_t e = 0; e < experts_; ++e) {
+        const std::int32_t local = local_[static_cast<std::size_t>(l) * experts_ + e];
+        if (local >= 0) {
+          logical_[static_cast<std::size_t>(l) * local_experts_ + local] = e;
+        }
+      }
+    }
+    seen_.assign(static_cast<std::size_t>(local_experts_), 0);
+    picked_.reserve(static_cast<std::size_t>(local_experts_));
+  }
+  void check_layer(const char* where, std::int32_t layer) const {
+    WISP_EXPECTS(layer >= 0 && layer < layers_, where, ": layer ", layer,
+                 " is outside [0, layers = ", layers_, ")");
+  }
+  template <topk_id Id>
+  void check_call(const char* where, std::int32_t layer, std::span<const Id> ids,
+                  std::int32_t tokens, std::int32_t k) const {
+    check_layer(where, layer);
+    detail::check_topk_shape(where, ids.size(), tokens, k);
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= experts_) {
+        detail::fail_bad_id(where, ids, i, k, experts_);
+      }
+    }
+  }
+  template <topk_id Id, class Keep>
+  std::span<const std::int32_t> collect(std::int32_t layer, std::span<const Id> ids, Keep keep) {
+    if (++stamp_ == 0) {
+      std::fill(seen_.begin(), seen_.end(), 0);
+      stamp_ = 1;
+    }
+    picked_.clear();
+    const std::int32_t* map = local_.data() + static_cast<std::size_t>(layer) * experts_;
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      const std::int32_t local = map[ids[i]];
+      if (local >= 0 && keep(i) && seen_[static_cast<std::size_t>(local)] != stamp_) {
+        seen_[static_cast<std::size_t>(local)] = stamp_;
+        picked_.push_back(local);  // at most local_experts: reserved
+      }
+    }
+    return picked_;
+  }
+
+  std::int32_t rank_;
+  std::int32_t layers_;
+  std::int32_t experts_;
+  std::int32_t local_experts_;
+  std::vector<std::int32_t> local_;    // [layers][experts]: global -> local or -1
+  std::vector<std::int32_t> logical_;  // [layers][local_experts]: local -> global or -1
+  std::vector<std::uint32_t> seen_;    // per local id: stamp of the select that saw it
+  std::vector<std::int32_t> picked_;   // the last select's locals
+  std::uint32_t stamp_ = 0;
+};
+
+/// @brief What one `rank_pager::prepare` did, as views into pager-owned buffers (the lifetime of
+/// `prepare_result`, per-layer or global as the pager's scope). Trivially copyable.
+struct rank_prepare_result {
+  std::int32_t layer = 0;
+  /// `int32[experts]`: the device slot of every global expert this rank computes in the call, -1
+  /// for every other (vLLM's `expert_map`, for the kernel as is).
+  std::span<const std::int32_t> expert_map;
+  /// The misses: copy the rank's host master row `expert` (a **local** id) into `slot`.
+  std::span<const copy_op> copy_plan;
+  /// The call's distinct local experts, first-seen order.
+  std::span<const std::int32_t> experts;
+  std::int32_t hits = 0;
+  std::int32_t misses = 0;
+};
+
+/// @brief A `pager<Policy>` over one EP rank's local experts, in that rank's own budget, driven
+/// by the router's global ids.
+///
+/// `prepare` is `select` + `pager::prepare_experts` + the global map: O(tokens x k + experts), no
+/// allocation. Errors throw `wisp::logic_error` naming the values and change nothing; a call with
+/// more distinct local experts than the capacity is refused as the pager refuses it (split it
+/// first). Not thread-safe (one per rank, one thread).
+template <eviction_policy Policy>
+class rank_pager {
+ public:
+  /// The pager of `map`'s rank: `capacity` slots in `scope` (global: one pool over all the
+  /// rank's (layer, local expert) keys; per-layer: `capacity` in each layer).
+  /// @throws wisp::logic_error if `top_k` or `capacity` is invalid for the pager (see
+  ///   `pager_config`), e.g. a rank below `top_k` slots.
+  rank_pager(rank_expert_map map, std::int32_t top_k, std::int32_t capacity,
+             cache_scope scope = cache_scope::global, const Policy& prototype = Policy{})
+      : map_(std::move(map)),
+        pager_(config(map_, top_k, capacity, scope), prototype),
+        global_(static_cast<std::size_t>(map_.layers()) * map_.experts(), -1) {}
+  /// The pager of rank `rank` of `placement`. @throws as above, or on a bad rank.
+  rank_pager(const expert_placement& placement, std::int32_t rank, std::int32_t top_k,
+             std::int32_t capacity, cache_scope scope = cache_scope::global,
+             const Policy& prototype = Policy{})
+      : rank_pager(rank_expert_map(placement, rank), top_k, capacity, scope, prototype) {}
+
+  /// @brief Makes every expert of the call that this rank holds a replica of resident and
+  /// visible. @throws wisp::logic_error (nothing changed) as `rank_expert_map::select` and
+  /// `pager::prepare_experts`.
+  template <topk_id Id>
+  rank_prepare_result prepare(std::int32_t layer, std::span<const Id> topk_ids, std::int32_t tokens,
+                              std::int32_t k) {
+    return finish(layer, map_.select(layer, topk_ids, tokens, k));
+  }
+  /// @brief The same for a dispatched call: only the pairs whose `targets` entry is this rank.
+  /// @throws wisp::logic_error (nothing changed) as the `select` taking targets.
+  template <topk_id Id>
+  rank_prepare_result prepare(std::int32_t layer, std::span<const Id> topk_ids,
+                              std::span<const std::int32_t> targets, std::int32_t tokens,
+                              std::int32_t k) {
+    return finish(layer, map_.select(layer, topk_ids, targets, tokens, k));
+  }
+
+  /// Ends `layer`'s call (`pager::end_call`): its experts leave the global map too.
+  void end_call(std::int32_t layer) {
+    pager_.end_call(layer);
+    std::fill_n(global_.begin() + static_cast<std::ptrdiff_t>(layer) * map_.experts(),
+                map_.experts(), -1);
+  }
+  /// Starts the next forward pass (`pager::begin_step`).
+  void begin_step() noexcept { pager_.begin_step(); }
+  /// Slot of global expert `expert` of `layer` on this rank if resident, else -1 (also when the
+  /// rank holds no replica of it). @throws on bad indices.
+  [[nodiscard]] std::int32_t slot_of(std::int32_t layer, std::int32_t expert) const {
+    const std::int32_t local = map_.local_of(layer, expert);
+    return local < 0 ? -1 : pager_.slot_of(layer, local);
+  }
+
+  [[nodiscard]] const rank_expert_map& map() const noexcept { return map_; }
+  /// The pager over local ids (stats, capacity, cache...).
+  [[nodiscard]] const pager<Policy>& local_pager() const noexcept { return pager_; }
+
+ private:
+  static pager_config config(const rank_expert_map& map, std::int32_t top_k, std::int32_t capacity,
+                             cache_scope scope) {
+    pager_config c;
+    c.layers = map.layers();
+    c.experts = map.local_experts();
+    c.top_k = top_k;
+    c.capacity = capacity;
+    c.scope = scope;
+    return c;
+  }
+  rank_prepare_result finish(std::int32_t layer, std::span<const std::int32_t> locals) {
+    const prepare_result r = pager_.prepare_experts(layer, locals);
+    const std::span<std::int32_t> row(
+        global_.data() + static_cast<std::size_t>(layer) * map_.experts(),
+        static_cast<std::size_t>(map_.experts()));
+    map_.to_global(layer, r.experts, r.expert_map, row);
+    return {layer, row, r.copy_plan, r.experts, r.hits, r.misses};
+  }
+
+  rank_expert_map map_;
+  pager<Policy> pager_;
+  std::vector<std::int32_t> global_;  // [layers][experts]: each layer's last global map
+};
+
+}  // namespace wisp
+// ---- end wisp/parallel/rank_pager.hpp ----------------------------------------------------------
+
+// ---- begin wisp/parallel/replica_choice.hpp ----------------------------------------------------
+/// @file
+/// @brief `replica_chooser`: at dispatch, picks the rank of every (token, logical expert) among
+/// the expert's replicas by **residency and load together**, and returns per-row target ranks for
+/// the engine's own all-to-all (DeepEP, NCCL) to use.
+///
+/// **The cost of a choice.** Within one layer call the chooser keeps, per rank, the modelled
+/// seconds of the work sent there so far, `T[r]`, and their maximum `M` (when the call ends: the
+/// combine waits for the slowest rank). Sending (token, e) to rank `r` adds
+/// `token_seconds`, plus `expert_seconds` if `e` is not yet active on `r` in this call (its weights
+/// are read once per call), plus `copy_seconds[r]` if `e` is also not resident on `r` (the rank's
+/// pager must copy it over `r`'s link first). A choice costs
+///
+///   `max(T[r] + added, M) + added / ranks`:
+///
+/// the call's finish time after it, plus the work's share of the mean. A resident replica avoids
+/// a copy; a loaded rank delays the call; a copy to an idle rank is taken only when the resident
+/// replica's rank would finish later by more than the copy's share of the mean.
+///
+/// **Two forms.** `choose_row` applies the rule to each (token, expert) in order, as a dispatcher
+/// that sees one token at a time would. `choose` sees the whole call: it first places the experts
+/// that are resident on none of their replicas (each is one copy, wherever it goes), each with all
+/// its tokens: those with one replica in first-seen order, then the others, fewest replicas first,
+/// then most tokens, then lowest id; then every other (token, expert) in order by the rule. Both
+/// are **deterministic**: ties go to the rank with fewer pairs in the call, then fewer since
+/// `reset_load`, then the lower rank id, so every rank that runs the chooser on the same batch and
+/// the same published residency computes the same targets without talking to the others.
+///
+/// **Residency** is what each rank's pager holds; ranks publish it (`set_resident`), e.g. from
+/// their copy plans and evictions, once per step.
+/// @code
+/// wisp::replica_chooser chooser(placement, {.copy_seconds = std::vector<double>(8, 356e-6),
+///                                           .expert_seconds = 5e-6, .token_seconds = 20e-9});
+/// chooser.choose(layer, topk_ids, tokens, k, targets);  // targets: [tokens x k] ranks
+/// @endcode
+
+namespace wisp {
+
+/// @brief The modelled costs the chooser weighs (seconds). docs/expert_parallel.md names where
+/// each default of the simulator comes from.
+struct dispatch_costs {
+  /// Per rank: one expert copy over that rank's host-to-device link.
+  std::vector<double> copy_seconds;
+  /// Compute of one expert active on a rank in a call, whatever its tokens (in decode its weights
+  /// are read from device memory once: expert bytes / memory bandwidth).
+  double expert_seconds = 0.0;
+  /// Compute of one (token, expert) pair.
+  double token_seconds = 0.0;
+
+  /// @throws wisp::logic_error naming the value unless `copy_seconds` has `ranks` entries and
+  ///   every cost is finite and >= 0.
+  void validate(std::int32_t ranks) const {
+    WISP_EXPECTS(copy_seconds.size() == static_cast<std::size_t>(ranks),
+                 "dispatch_costs: copy_seconds has ", copy_seconds.size(), " entries for ", ranks,
+                 " ranks");
+    for (std::size_t r = 0; r < copy_seconds.size(); ++r) {
+      WISP_EXPECTS(std::isfinite(copy_seconds[r]) && copy_seconds[r] >= 0,
+                   "dispatch_costs: copy_seconds[", r, "] must be finite and >= 0, got ",
+                   copy_seconds[r]);
+    }
+    WISP_EXPECTS(std::isfinite(expert_seconds) && expert_seconds >= 0,
+                 "dispatch_costs: expert_seconds must be finite and >= 0, got ", expert_seconds);
+    WISP_EXPECTS(std::isfinite(token_seconds) && token_seconds >= 0,
+                 "dispatch_costs: token_seconds must be finite and >= 0, got ", token_seconds);
+  }
+};
+
+/// @brief Residency- and load-aware replica choice (see the file comment).
+///
+/// - `choose_row` is O(k x replicas per expert); `choose` O(tokens x k x replicas + d log d) for
+///   `d` distinct experts resident nowhere. Neither allocates.
+/// - `begin_call` is O(ranks); `set_resident` O(1).
+/// - **Errors.** Bad ids, ranks or shapes throw `wisp::logic_error` naming the values, before
+///   anything changes.
+/// - **Thread safety:** none; one thread at a time.
+class replica_chooser {
+ public:
+  /// @throws wisp::logic_error if `costs` is invalid for the placement's ranks.
+  replica_chooser(const expert_placement& placement, dispatch_costs costs)
+      : layers_(placement.layers()),
+        experts_(placement.experts()),
+        ranks_(placement.ranks()),
+        local_experts_(placement.local_experts()),
+        costs_(std::move(costs)) {
+    costs_.validate(ranks_);
+    spread_ = 1.0 / ranks_;
+    offsets_.reserve(static_cast<std::size_t>(layers_) * experts_ + 1);
+    offsets_.push_back(0);
+    index_of_local_.assign(static_cast<std::size_t>(layers_) * ranks_ * local_experts_, -1);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      for (std::int32_t e = 0; e < experts_; ++e) {
+        for (const replica& r : placement.replicas(l, e)) {
+          index_of_local_[local_index(r.rank, l, r.local)] =
+              static_cast<std::int32_t>(candidates_.size());
+          candidates_.push_back(r.rank);
+          row_of_candidate_.push_back(static_cast<std::int32_t>(offsets_.size() - 1));
+        }
+        offsets_.push_back(static_cast<std::int32_t>(candidates_.size()));
+      }
+    }
+    for (const std::int32_t r : candidates_) {
+      copy_.push_back(costs_.copy_seconds[static_cast<std::size_t>(r)]);
+      first_pair_.push_back(costs_.expert_seconds + copy_.back());
+    }
+    resident_.assign(candidates_.size(), 0);
+    resident_replicas_.assign(offsets_.size() - 1, 0);
+    active_.assign(candidates_.size(), 0);
+    seconds_.assign(static_cast<std::size_t>(ranks_), 0.0);
+    pairs_.assign(static_cast<std::size_t>(ranks_), 0);
+    total_pairs_.assign(static_cast<std::size_t>(ranks_), 0);
+    seen_.assign(static_cast<std::size_t>(experts_), 0);
+    tokens_of_.assign(static_cast<std::size_t>(experts_), 0);
+    placed_.assign(static_cast<std::size_t>(experts_), -1);
+    distinct_.assign(static_cast<std::size_t>(experts_) + 1, 0);
+    cold_.assign(static_cast<std::size_t>(experts_) + 1, {0, 0});
+  }
+
+  // ------------------------------------------------------------------ residency
+
+  /// @brief Records whether row `local` of `rank`'s tensors for `layer` is resident on its device
+  /// (a local id the placement leaves empty is ignored). O(1).
+  /// @throws wisp::logic_error on an out-of-range rank, layer or local id.
+  void set_resident(std::int32_t rank, std::int32_t layer, std::int32_t local, bool resident) {
+    const std::int32_t i = candidate_of("replica_chooser::set_resident", rank, layer, local);
+    if (i < 0) {
+      return;
+    }
+    const auto c = static_cast<std::size_t>(i);
+    if ((resident_[c] != 0) != resident) {
+      resident_[c] = resident ? 1 : 0;
+      resident_replicas_[static_cast<std::size_t>(row_of_candidate_[c])] += resident ? 1 : -1;
+      first_pair_[c] = costs_.expert_seconds + (resident ? 0.0 : copy_[c]);
+    }
+  }
+  /// Whether row `local` of `rank` for `layer` is recorded resident. @throws as `set_resident`.
+  [[nodiscard]] bool resident(std::int32_t rank, std::int32_t layer, std::int32_t local) const {
+    const std::int32_t i = candidate_of("replica_chooser::resident", rank, layer, local);
+    return i >= 0 && resident_[static_cast<std::size_t>(i)] != 0;
+  }
+
+  // ------------------------------------------------------------------ one layer call
+
+  /// @brief Starts a call of `layer`: per-rank work back to 0, no expert active anywhere. O(ranks).
+  /// @throws wisp::logic_error on an out-of-range layer.
+  void begin_call(std::int32_t layer) {
+    WISP_EXPECTS(layer >= 0 && layer < layers_, "replica_chooser::begin_call: layer ", layer,
+                 " is outside [0, layers = ", layers_, ")");
+    layer_ = layer;
+    if (++call_ == 0) {  // the stamps wrapped: clear them once
+      std::fill(active_.begin(), active_.end(), 0);
+      std::fill(seen_.begin(), seen_.end(), 0);
+      call_ = 1;
+    }
+    std::fill(seconds_.begin(), seconds_.end(), 0.0);
+    std::fill(pairs_.begin(), pairs_.end(), 0);
+    peak_ = 0.0;
+  }
+
+  /// @brief Chooses the rank of each expert of one token (`row`: its `k` logical ids) in the
+  /// current call by the rule, in order, writing it to `ranks[j]`. O(k x replicas).
+  /// @throws wisp::logic_error (nothing changed) before any `begin_call`, if `ranks.size() !=
+  ///   row.size()`, or if an id is outside `[0, experts)`.
+  template <topk_id Id>
+  void choose_row(std::span<const Id> row, std::span<std::int32_t> ranks) {
+    WISP_EXPECTS(layer_ >= 0, "replica_chooser::choose_row: no call started (begin_call first)");
+    WISP_EXPECTS(ranks.size() == row.size(), "replica_chooser::choose_row: ", row.size(),
+                 " ids but ", ranks.size(), " outputs");
+    for (std::size_t j = 0; j < row.size(); ++j) {
+      WISP_EXPECTS(row[j] >= 0 && row[j] < experts_, "replica_chooser::choose_row: id ",
+                   static_cast<std::int64_t>(row[j]), " at position ", j,
+                   " is outside [0, experts = ", experts_, ")");
+    }
+    for (std::size_t j = 0; j < row.size(); ++j) {
+      ranks[j] = assign(best_replica(static_cast<std::int32_t>(row[j]), 1), 1);
+    }
+  }
+  /// @copydoc choose_row
+  void choose_row(std::span<const std::int32_t> row, std::span<std::int32_t> ranks) {
+    choose_row<std::int32_t>(row, ranks);
+  }
+
+  /// @brief One whole call of `layer`, seeing all of it (see the file comment): the ranks of
+  /// `topk_ids` (`[tokens x k]`, row-major) are written to `ranks` (same shape). Starts a new call.
+  /// O(tokens x k x replicas + d log d).
+  /// @throws wisp::logic_error (nothing changed) on a bad layer, shape or id.
+  template <topk_id Id>
+  void choose(std::int32_t layer, std::span<const Id> topk_ids, std::int32_t tokens, std::int32_t k,
+              std::span<std::int32_t> ranks) {
+    detail::check_topk_shape("replica_chooser::choose", topk_ids.size(), tokens, k);
+    WISP_EXPECTS(ranks.size() == topk_ids.size(), "replica_chooser::choose: ", topk_ids.size(),
+                 " ids but ", ranks.size(), " outputs");
+    // The ids are checked in one branch-free pass (it vectorises; a negative id wraps above the
+    // bound); the bad one is looked for only when there is one.
+    using unsigned_id = std::make_unsigned_t<Id>;
+    unsigned_id largest = 0;
+    for (const Id id : topk_ids) {
+      largest = std::max(largest, static_cast<unsigned_id>(id));
+    }
+    const bool bad = largest >= static_cast<unsigned_id>(experts_);
+    for (std::size_t i = 0; bad && i < topk_ids.size(); ++i) {
+      if (topk_ids[i] < 0 || topk_ids[i] >= experts_) {
+        detail::fail_bad_id("replica_chooser::choose", topk_ids, i, k, experts_);
+      }
+    }
+    begin_call(layer);
+    // The passes below are branch-free where the outcome is random (whether an id repeats, an
+    // expert is cold, a pair is placed): a branch there would be mispredicted often. Counts
+    // are added in place of selects, which compilers turn back into branches.
+    //
+    // The call's distinct experts in first-seen order, with their pairs (through local
+    // pointers: stores through the members' ones could alias the members).
+    const std::uint32_t call = call_;
+    std::uint32_t* const seen = seen_.data();
+    std::int32_t* const pairs_of = tokens_of_.data();
+    std::int32_t* const order = distinct_.data();
+    std::size_t distinct = 0;
+    for (const Id id : topk_ids) {
+      const auto e = static_cast<std::size_t>(id);
+      const std::int32_t again = seen[e] == call ? 1 : 0;
+      seen[e] = call;
+      pairs_of[e] = pairs_of[e] * again + 1;
+      order[distinct] = static_cast<std::int32_t>(id);
+      distinct += static_cast<std::size_t>(1 - again);
+    }
+    // The experts resident on none of their replicas, each one copy with all its tokens: those
+    // with one replica (no choice) first, in first-seen order (listed over the front of
+    // distinct_), then the others (listed in cold_), sorted.
+    const std::size_t base = row_of(0);
+    std::size_t singles = 0;
+    std::size_t others = 0;
+    for (std::size_t i = 0; i < distinct; ++i) {
+      const std::int32_t e = distinct_[i];
+      const std::size_t row = base + static_cast<std::size_t>(e);
+      placed_[static_cast<std::size_t>(e)] = -1;
+      const bool cold = resident_replicas_[row] == 0;
+      const bool one = offsets_[row + 1] - offsets_[row] == 1;
+      distinct_[singles] = e;
+      singles += cold && one ? 1 : 0;
+      cold_[others].second = e;
+      others += cold && !one ? 1 : 0;
+    }
+    for (std::size_t i = 0; i < singles; ++i) {
+      const auto e = static_cast<std::size_t>(distinct_[i]);
+      const std::int32_t c = offsets_[base + e];
+      placed_[e] = assign({c, added(static_cast<std::size_t>(c), tokens_of_[e])}, tokens_of_[e]);
+    }
+    // Fewest replicas, then most pairs, then lowest id first: one key compared as a whole.
+    for (std::size_t i = 0; i < others; ++i) {
+      const std::int32_t e = cold_[i].second;
+      const std::int32_t fewer_pairs = INT32_MAX - tokens_of_[static_cast<std::size_t>(e)];
+      cold_[i].first = static_cast<std::uint64_t>(replica_count(e)) << 32 |
+                       static_cast<std::uint32_t>(fewer_pairs);
+    }
+    const auto cold_end = cold_.begin() + static_cast<std::ptrdiff_t>(others);
+    std::sort(cold_.begin(), cold_end);
+    for (auto it = cold_.begin(); it != cold_end; ++it) {
+      const std::int32_t e = it->second;
+      const std::int32_t pairs = tokens_of_[static_cast<std::size_t>(e)];
+      placed_[static_cast<std::size_t>(e)] = assign(best_replica(e, pairs), pairs);
+    }
+    // Every other (token, expert) in order, by the rule. In blocks: the placed ranks are copied
+    // and the other pairs listed, then the listed ones are chosen.
+    constexpr std::size_t block = 256;
+    std::array<std::uint32_t, block> open;
+    for (std::size_t from = 0; from < topk_ids.size(); from += block) {
+      const std::size_t to = std::min(topk_ids.size(), from + block);
+      std::size_t n = 0;
+      for (std::size_t i = from; i < to; ++i) {
+        const std::int32_t placed = placed_[static_cast<std::size_t>(topk_ids[i])];
+        ranks[i] = placed;
+        open[n] = static_cast<std::uint32_t>(i - from);
+        n += placed < 0 ? 1 : 0;
+      }
+      for (std::size_t j = 0; j < n; ++j) {
+        const std::size_t i = from + open[j];
+        ranks[i] = assign(best_replica(static_cast<std::int32_t>(topk_ids[i]), 1), 1);
+      }
+    }
+  }
+  /// @copydoc choose
+  void choose(std::int32_t layer, std::span<const std::int32_t> topk_ids, std::int32_t tokens,
+              std::int32_t k, std::span<std::int32_t> ranks) {
+    choose<std::int32_t>(layer, topk_ids, tokens, k, ranks);
+  }
+
+  /// Modelled seconds of the work sent to each rank in the current call.
+  [[nodiscard]] std::span<const double> call_seconds() const noexcept { return seconds_; }
+  /// (token, expert) pairs sent to each rank in the current call.
+  [[nodiscard]] std::span<const std::int32_t> call_pairs() const noexcept { return pairs_; }
+  /// (token, expert) pairs sent to each rank since construction or `reset_load`.
+  [[nodiscard]] std::span<const std::uint64_t> total_pairs() const noexcept { return total_pairs_; }
+  /// Forgets the long-run pair counts (the last tie-breaker). O(ranks).
+  void reset_load() noexcept { std::fill(total_pairs_.begin(), total_pairs_.end(), 0); }
+
+  [[nodiscard]] std::int32_t ranks() const noexcept { return ranks_; }
+  [[nodiscard]] const dispatch_costs& costs() const noexcept { return costs_; }
+
+ private:
+  [[nodiscard]] std::size_t local_index(std::int32_t rank, std::int32_t layer,
+                                        std::int32_t local) const noexcept {
+    return (static_cast<std::size_t>(layer) * ranks_ + rank) * local_experts_ + local;
+  }
+  [[nodiscard]] std::int32_t candidate_of(const char* where, std::int32_t rank, std::int32_t layer,
+                                          std::int32_t local) const {
+    WISP_EXPECTS(rank >= 0 && rank < ranks_, where, ": rank ", rank,
+                 " is outside [0, ranks = ", ranks_, ")");
+    WISP_EXPECTS(layer >= 0 && layer < layers_, where, ": layer ", layer,
+                 " is outside [0, layers = ", layers_, ")");
+    WISP_EXPECTS(local >= 0 && local < local_experts_, where, ": local id ", local,
+                 " is outside [0, local_experts = ", local_experts_, ")");
+    return index_of_local_[local_index(rank, layer, local)];
+  }
+  [[nodiscard]] std::size_t row_of(std::int32_t expert) const noexcept {
+    return static_cast<std::size_t>(layer_) * experts_ + expert;
+  }
+  [[nodiscard]] std::int32_t replica_count(std::int32_t expert) const noexcept {
+    const std::size_t row = row_of(expert);
+    return offsets_[row + 1] - offsets_[row];
+  }
+
+  // A candidate the rule picked and the seconds its pairs add to its rank.
+  struct pick {
+    std::int32_t candidate;
+    double seconds;
+  };
+  // Seconds `pairs` pairs add to candidate `c`'s rank: their tokens, plus on the candidate's
+  // first pairs of the call its compute and, unless resident, its copy.
+  [[nodiscard]] double added(std::size_t c, std::int32_t pairs) const noexcept {
+    // A mask in place of a select, which compilers turn into an often mispredicted branch.
+    const std::uint64_t keep = -static_cast<std::uint64_t>(active_[c] != call_ ? 1 : 0);
+    return costs_.token_seconds * pairs +
+           std::bit_cast<double>(std::bit_cast<std::uint64_t>(first_pair_[c]) & keep);
+  }
+  // The candidate (replica) of `expert` of the current layer that the rule picks for `pairs`.
+  [[nodiscard]] pick best_replica(std::int32_t expert, std::int32_t pairs) const noexcept {
+    const std::size_t row = row_of(expert);
+    const std::int32_t first = offsets_[row];
+    const std::int32_t last = offsets_[row + 1];
+    pick best{first, added(static_cast<std::size_t>(first), pairs)};
+    if (last - first == 1) {
+      return best;  // no choice
+    }
+    auto best_rank = static_cast<std::size_t>(candidates_[static_cast<std::size_t>(first)]);
+    double best_cost = std::max(seconds_[best_rank] + best.seconds, peak_) + best.seconds * spread_;
+    for (std::int32_t c = first + 1; c < last; ++c) {
+      const auto uc = static_cast<std::size_t>(c);
+      const double add = added(uc, pairs);
+      const auto r = static_cast<std::size_t>(candidates_[uc]);
+      const double cost = std::max(seconds_[r] + add, peak_) + add * spread_;
+      if (cost < best_cost || (cost == best_cost && better_tie(r, best_rank))) {
+        best = {c, add};
+        best_rank = r;
+        best_cost = cost;
+      }
+    }
+    return best;
+  }
+  // Sends `pairs` pairs to the picked candidate; returns its rank.
+  std::int32_t assign(pick p, std::int32_t pairs) noexcept {
+    const auto uc = static_cast<std::size_t>(p.candidate);
+    const auto r = static_cast<std::size_t>(candidates_[uc]);
+    seconds_[r] += p.seconds;
+    peak_ = std::max(peak_, seconds_[r]);
+    active_[uc] = call_;
+    pairs_[r] += pairs;
+    total_pairs_[r] += static_cast<std::uint64_t>(pairs);
+    return static_cast<std::int32_t>(r);
+  }
+  // Whether rank a wins a tie against rank b (a > b: candidates come by increasing rank).
+  [[nodiscard]] bool better_tie(std::size_t a, std::size_t b) const noexcept {
+    if (pairs_[a] != pairs_[b]) {
+      return pairs_[a] < pairs_[b];
+    }
+    return total_pairs_[a] < total_pairs_[b];
+  }
+
+  std::int32_t layers_;
+  std::int32_t experts_;
+  std::int32_t ranks_;
+  std::int32_t local_experts_;
+  dispatch_costs costs_;
+  double spread_ = 1.0;                         // 1 / ranks
+  std::vector<std::int32_t> offsets_;           // [layers * experts + 1] into candidates_
+  std::vector<std::int32_t> candidates_;        // the rank of every replica, by (layer, expert)
+  std::vector<std::int32_t> index_of_local_;    // [layers][ranks][local_experts] -> candidate or -1
+  std::vector<std::int32_t> row_of_candidate_;  // per candidate: layer * experts + expert
+  std::vector<double> copy_;                    // per candidate: its rank's copy seconds
+  std::vector<double> first_pair_;      // per candidate: expert seconds + copy unless resident
+  std::vector<std::uint8_t> resident_;  // per candidate
+  std::vector<std::int32_t> resident_replicas_;  // per (layer, expert): its resident replicas
+  std::vector<std::uint32_t> active_;            // per candidate: the call that activated it
+  std::vector<double> seconds_;                  // per rank: T of the current call
+  std::vector<std::int32_t> pairs_;              // per rank: pairs of the current call
+  std::vector<std::uint64_t> total_pairs_;       // per rank: pairs since reset_load
+  std::vector<std::uint32_t> seen_;              // per expert: the call that saw it (choose)
+  std::vector<std::int32_t> tokens_of_;          // per expert: its pairs in the call (choose)
+  std::vector<std::int32_t> placed_;             // per expert: the rank of a cold expert, or -1
+  std::vector<std::int32_t> distinct_;           // the call's experts, first seen first (choose)
+  // The call's experts resident nowhere with several replicas: (sort key, expert).
+  std::vector<std::pair<std::uint64_t, std::int32_t>> cold_;
+  double peak_ = 0.0;  // M: max of seconds_
+  std::int32_t layer_ = -1;
+  std::uint32_t call_ = 0;
+};
+
+}  // namespace wisp
+// ---- end wisp/parallel/replica_choice.hpp ------------------------------------------------------
+
+// ---- begin wisp/parallel/planner.hpp -----------------------------------------------------------
+/// @file
+/// @brief Placement planning from routing statistics: which experts to replicate and on which
+/// ranks, and how to split a total device budget (expert slots) across the ranks, to minimise the
+/// slowest rank's modelled step. Also `eplb_placement`, the EPLB-style placement by load alone.
+///
+/// **The model** (`ep_step_model`). For layer `l` and logical expert `e`, `load(l, e)` is the
+/// expected number of (token, expert) pairs one call of the layer routes to `e`, and
+/// `q = 1 - exp(-load)` the probability that a call routes to it at all (its pairs as a Poisson
+/// count). Rank `r`, with `b_r` device slots, keeps resident the `b_r` experts of largest `q` among
+/// those it holds (over all layers; ties to the lower layer, then expert). An expert kept by `m`
+/// ranks is served there; one kept nowhere is copied once per call that routes to it, to one of
+/// its `n` replicas. With the replica choice of `replica_chooser` (resident replica first, each
+/// copy to the least-loaded replica), each of rank `r`'s experts adds to its expected step
+///
+/// - kept on `r`: `(q x expert_seconds + load x token_seconds) / m`;
+/// - kept on another rank only: nothing;
+/// - kept nowhere: `(q x (copy_seconds[r] + expert_seconds) + load x token_seconds) / n`,
+///
+/// copy time on its own link plus its compute share. The plan minimises `max_r C_r`, the slowest
+/// rank. A replica of an expert kept nowhere spreads its copies over more links; a replica of a
+/// resident expert only takes a slot. This is where the plan differs from EPLB, which replicates
+/// the experts with the most load: in an offloaded model those are the resident ones.
+///
+/// **The planner** (`plan_placement`): (1) the `total_slots` experts of largest `q` are the
+/// resident set; each gets one replica, on the rank with the fewest resident experts so far; (2)
+/// per layer, every other expert gets a replica on the rank with the least expected copy work, then
+/// further replicas, the expert with the most copy work per replica first, until the ranks'
+/// `local_experts` rows are full; (3) each rank's slots are its resident experts. From this plan,
+/// the same placement with an even split, and EPLB's replication and packing by each replica's
+/// cost when resident, (4) a first-improvement local search (a slot moved between ranks; a
+/// replica dropped, added, moved, swapped or put in place of another, each followed by slot moves)
+/// runs from each, and the best result is kept; (5) then, while evaluations are left, the best plan
+/// is perturbed by a few random moves (fixed seed) and searched again, and kept when no worse.
+/// Plans are ranked by `max_r C_r`, then the next slowest rank and so on, among those whose
+/// modelled token load is within `max_load_imbalance` of the mean (the others rank after them, by
+/// their imbalance): the replica choice follows residency, so a plan that piles resident experts on
+/// one rank would pile tokens there. Tests compare the result with an exhaustive search over every
+/// placement and split of small instances.
+/// @code
+/// std::vector<double> load = wisp::ep_loads(trace, 16);  // [layers x experts], pairs per call
+/// wisp::ep_plan plan = wisp::plan_placement(load, layers, experts,
+///     {.ranks = 8, .local_experts = 16, .total_slots = 555, .min_slots = 6,
+///      .costs = {.copy_seconds = std::vector<double>(8, 356e-6), .expert_seconds = 5.2e-6,
+///                .token_seconds = 17e-9}});
+/// // plan.placement, plan.rank_slots, plan.step_seconds
+/// @endcode
+
+// ---- begin wisp/parallel/detail/plan_search.hpp ------------------------------------------------
+/// @file
+/// @brief The planner's search (internal to `<wisp/parallel/planner.hpp>`): the plan state with
+/// its modelled step, the constructive per-layer packing, and the moves of the local search.
+
+namespace wisp {
+namespace detail {
+
+/// Replica visits the planner's search may spend (see `ep_plan_config::search_evaluations`).
+inline constexpr std::int64_t search_visits = std::int64_t{1} << 26;
+
+/// Checks a `[layers x experts]` load table.
+inline void check_loads(const char* where, std::span<const double> loads, std::int32_t layers,
+                        std::int32_t experts) {
+  WISP_EXPECTS(layers >= 1 && experts >= 1, where, ": layers and experts must be >= 1, got ",
+               layers, " and ", experts);
+  WISP_EXPECTS(loads.size() == static_cast<std::size_t>(layers) * experts, where, ": loads has ",
+               loads.size(), " entries but layers x experts = ", layers, " x ", experts, " = ",
+               static_cast<std::int64_t>(layers) * experts);
+  for (std::size_t i = 0; i < loads.size(); ++i) {
+    WISP_EXPECTS(std::isfinite(loads[i]) && loads[i] >= 0, where, ": loads[", i, "] (layer ",
+                 i / static_cast<std::size_t>(experts), ", expert ",
+                 i % static_cast<std::size_t>(experts), ") must be finite and >= 0, got ",
+                 loads[i]);
+  }
+}
+
+/// @brief A placement and budget split being planned, with the model of the file comment.
+///
+/// Keys are `layer * experts + expert`; `order_[key]` is the key's position in decreasing `q`
+/// (ties to the lower key), and each rank's keys are kept sorted by it, so a rank's resident set
+/// is a prefix of its list and one evaluation is O(replicas).
+class plan_state {
+ public:
+  plan_state(std::span<const double> loads, std::int32_t layers, std::int32_t experts,
+             std::int32_t ranks, std::int32_t local_experts, const dispatch_costs& costs)
+      : layers_(layers),
+        experts_(experts),
+        ranks_(ranks),
+        local_experts_(local_experts),
+        loads_(loads),
+        costs_(&costs),
+        q_(loads.size()),
+        order_(loads.size()),
+        by_order_(loads.size()),
+        replicas_(loads.size(), 0),
+        kept_(loads.size(), 0),
+        held_(static_cast<std::size_t>(ranks)),
+        rows_(static_cast<std::size_t>(layers) * ranks, 0),
+        slots_(static_cast<std::size_t>(ranks), 0),
+        seconds_(static_cast<std::size_t>(ranks), 0.0),
+        tokens_(static_cast<std::size_t>(ranks), 0.0) {
+    for (std::size_t k = 0; k < loads.size(); ++k) {
+      q_[k] = -std::expm1(-loads[k]);
+    }
+    std::iota(by_order_.begin(), by_order_.end(), std::int32_t{0});
+    std::stable_sort(by_order_.begin(), by_order_.end(),
+                     [&](std::int32_t a, std::int32_t b) { return q_[a] > q_[b]; });
+    for (std::size_t i = 0; i < by_order_.size(); ++i) {
+      order_[static_cast<std::size_t>(by_order_[i])] = static_cast<std::int32_t>(i);
+    }
+  }
+
+  [[nodiscard]] std::int32_t experts() const noexcept { return experts_; }
+  [[nodiscard]] std::int32_t key(std::int32_t l, std::int32_t e) const noexcept {
+    return l * experts_ + e;
+  }
+  /// Keys in decreasing q.
+  [[nodiscard]] std::span<const std::int32_t> by_q() const noexcept { return by_order_; }
+  [[nodiscard]] double q(std::int32_t k) const noexcept { return q_[static_cast<std::size_t>(k)]; }
+  [[nodiscard]] double load(std::int32_t k) const noexcept {
+    return loads_[static_cast<std::size_t>(k)];
+  }
+  [[nodiscard]] std::int32_t replicas(std::int32_t k) const noexcept {
+    return replicas_[static_cast<std::size_t>(k)];
+  }
+  [[nodiscard]] bool holds(std::int32_t r, std::int32_t k) const {
+    const auto& h = held_[static_cast<std::size_t>(r)];
+    const auto it = std::lower_bound(h.begin(), h.end(), order_[static_cast<std::size_t>(k)],
+                                     [&](std::int32_t held, std::int32_t o) {
+                                       return order_[static_cast<std::size_t>(held)] < o;
+                                     });
+    return it != h.end() && *it == k;
+  }
+  [[nodiscard]] bool room(std::int32_t r, std::int32_t l) const noexcept {
+    return rows_[static_cast<std::size_t>(l) * ranks_ + r] < local_experts_;
+  }
+  void add(std::int32_t r, std::int32_t k) {
+    auto& h = held_[static_cast<std::size_t>(r)];
+    const auto o = order_[static_cast<std::size_t>(k)];
+    h.insert(std::lower_bound(h.begin(), h.end(), o,
+                              [&](std::int32_t held, std::int32_t v) {
+                                return order_[static_cast<std::size_t>(held)] < v;
+                              }),
+             k);
+    ++replicas_[static_cast<std::size_t>(k)];
+    ++rows_[static_cast<std::size_t>(k / experts_) * ranks_ + r];
+  }
+  void remove(std::int32_t r, std::int32_t k) {
+    auto& h = held_[static_cast<std::size_t>(r)];
+    h.erase(std::find(h.begin(), h.end(), k));
+    --replicas_[static_cast<std::size_t>(k)];
+    --rows_[static_cast<std::size_t>(k / experts_) * ranks_ + r];
+  }
+  [[nodiscard]] std::span<const std::int32_t> held(std::int32_t r) const noexcept {
+    return held_[static_cast<std::size_t>(r)];
+  }
+  std::vector<std::int32_t>& slots() noexcept { return slots_; }
+  [[nodiscard]] std::span<const double> seconds() const noexcept { return seconds_; }
+  [[nodiscard]] std::span<const double> tokens() const noexcept { return tokens_; }
+
+  /// Cost of key `k` on rank `r` when it is kept nowhere (its copies spread over its replicas).
+  [[nodiscard]] double cold_cost(std::int32_t r, std::int32_t k) const noexcept {
+    return (q(k) * (costs_->copy_seconds[static_cast<std::size_t>(r)] + costs_->expert_seconds) +
+            load(k) * costs_->token_seconds) /
+           replicas(k);
+  }
+
+  /// Evaluates the model for the current placement and slots: fills `seconds()`, returns the max.
+  double evaluate() {
+    std::fill(kept_.begin(), kept_.end(), 0);
+    for (std::int32_t r = 0; r < ranks_; ++r) {
+      const auto& h = held_[static_cast<std::size_t>(r)];
+      const std::size_t n =
+          std::min(h.size(), static_cast<std::size_t>(slots_[static_cast<std::size_t>(r)]));
+      for (std::size_t i = 0; i < n; ++i) {
+        ++kept_[static_cast<std::size_t>(h[i])];
+      }
+    }
+    double worst = 0.0;
+    for (std::int32_t r = 0; r < ranks_; ++r) {
+      const auto& h = held_[static_cast<std::size_t>(r)];
+      const auto n = static_cast<std::size_t>(slots_[static_cast<std::size_t>(r)]);
+      double c = 0.0;
+      double t = 0.0;
+      for (std::size_t i = 0; i < h.size(); ++i) {
+        const std::int32_t k = h[i];
+        const std::int32_t m = kept_[static_cast<std::size_t>(k)];
+        if (i < n) {
+          c += (q(k) * costs_->expert_seconds + load(k) * costs_->token_seconds) / m;
+          t += load(k) / m;
+        } else if (m == 0) {
+          c += cold_cost(r, k);
+          t += load(k) / replicas(k);
+        }
+      }
+      seconds_[static_cast<std::size_t>(r)] = c;
+      tokens_[static_cast<std::size_t>(r)] = t;
+      worst = std::max(worst, c);
+    }
+    return worst;
+  }
+  /// Max / mean of the ranks' modelled token load (pairs per call) at the last evaluation; 1
+  /// when nothing is routed.
+  [[nodiscard]] double load_imbalance() const noexcept {
+    double most = 0.0;
+    double sum = 0.0;
+    for (const double t : tokens_) {
+      most = std::max(most, t);
+      sum += t;
+    }
+    return sum > 0 ? most * static_cast<double>(tokens_.size()) / sum : 1.0;
+  }
+
+  [[nodiscard]] expert_placement to_placement() const {
+    std::vector<std::vector<std::int32_t>> ranks_of(loads_.size());
+    for (std::int32_t r = 0; r < ranks_; ++r) {
+      for (const std::int32_t k : held_[static_cast<std::size_t>(r)]) {
+        ranks_of[static_cast<std::size_t>(k)].push_back(r);
+      }
+    }
+    for (auto& v : ranks_of) {
+      std::sort(v.begin(), v.end());
+    }
+    return expert_placement::from_replica_ranks(layers_, experts_, ranks_, local_experts_,
+                                                ranks_of);
+  }
+
+ private:
+  std::int32_t layers_;
+  std::int32_t experts_;
+  std::int32_t ranks_;
+  std::int32_t local_experts_;
+  std::span<const double> loads_;
+  const dispatch_costs* costs_;
+  std::vector<double> q_;                        // per key
+  std::vector<std::int32_t> order_;              // per key: position in decreasing q
+  std::vector<std::int32_t> by_order_;           // keys in decreasing q
+  std::vector<std::int32_t> replicas_;           // per key
+  std::vector<std::int32_t> kept_;               // per key: ranks keeping it (evaluate)
+  std::vector<std::vector<std::int32_t>> held_;  // per rank: its keys, by order_
+  std::vector<std::int32_t> rows_;               // [layers][ranks]: rows used
+  std::vector<std::int32_t> slots_;              // per rank
+  std::vector<double> seconds_;                  // per rank: C_r of the last evaluate
+  std::vector<double> tokens_;                   // per rank: token load of the last evaluate
+};
+
+/// Packs one layer's replicas (counts in `count`, weights `weight(e, n)`) onto ranks: largest
+/// weight first, each to the lightest rank with room that does not hold it yet. When every rank
+/// with room already holds the expert, another expert moves from a full rank lacking it to a rank
+/// with room lacking that one (one always exists: the full rank holds `local_experts` distinct
+/// experts, the rank with room fewer, one of them this expert).
+template <class Weight>
+void pack_layer(std::int32_t l, std::int32_t experts, std::int32_t ranks,
+                std::int32_t local_experts, std::span<const std::int32_t> count, Weight weight,
+                std::vector<std::vector<std::int32_t>>& out) {
+  struct item {
+    std::int32_t expert;
+    double weight;
+  };
+  std::vector<item> items;
+  for (std::int32_t e = 0; e < experts; ++e) {
+    for (std::int32_t i = 0; i < count[static_cast<std::size_t>(e)]; ++i) {
+      items.push_back({e, weight(e, count[static_cast<std::size_t>(e)])});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const item& a, const item& b) { return a.weight > b.weight; });
+  std::vector<std::vector<std::int32_t>> on(static_cast<std::size_t>(ranks));
+  std::vector<double> total(static_cast<std::size_t>(ranks), 0.0);
+  const auto holds = [&](std::int32_t r, std::int32_t e) {
+    const auto& h = on[static_cast<std::size_t>(r)];
+    return std::find(h.begin(), h.end(), e) != h.end();
+  };
+  const auto full = [&](std::int32_t r) {
+    return static_cast<std::int32_t>(on[static_cast<std::size_t>(r)].size()) >= local_experts;
+  };
+  for (const item& it : items) {
+    std::int32_t best = -1;
+    for (std::int32_t r = 0; r < ranks; ++r) {
+      if (!full(r) && !holds(r, it.expert) &&
+          (best < 0 ||
+           total[static_cast<std::size_t>(r)] < total[static_cast<std::size_t>(best)])) {
+        best = r;
+      }
+    }
+    for (std::int32_t from = 0; from < ranks && best < 0; ++from) {
+      if (holds(from, it.expert)) {
+        continue;
+      }
+      for (std::int32_t to = 0; to < ranks && best < 0; ++to) {
+        if (full(to)) {
+          continue;
+        }
+        auto& src = on[static_cast<std::size_t>(from)];
+        for (std::size_t j = 0; j < src.size(); ++j) {
+          const std::int32_t other = src[j];
+          if (!holds(to, other)) {
+            const double w = weight(other, count[static_cast<std::size_t>(other)]);
+            src.erase(src.begin() + static_cast<std::ptrdiff_t>(j));
+            on[static_cast<std::size_t>(to)].push_back(other);
+            total[static_cast<std::size_t>(from)] -= w;
+            total[static_cast<std::size_t>(to)] += w;
+            best = from;
+            break;
+          }
+        }
+      }
+    }
+    on[static_cast<std::size_t>(best)].push_back(it.expert);
+    total[static_cast<std::size_t>(best)] += it.weight;
+  }
+  for (std::int32_t r = 0; r < ranks; ++r) {
+    for (const std::int32_t e : on[static_cast<std::size_t>(r)]) {
+      out[static_cast<std::size_t>(l) * experts + e].push_back(r);
+    }
+  }
+}
+
+/// A plan's rank in the search: admissible plans (modelled token load within `cap` of the mean)
+/// first, by their costs in the leximax order (largest first, then the next...; equal within a
+/// relative 1e-12, so lowering a rank tied with the slowest one counts as progress); the others
+/// by their imbalance.
+struct plan_score {
+  double imbalance = 1.0;
+  std::vector<double> costs;  // largest first
+};
+
+inline plan_score score(plan_state& s) {
+  s.evaluate();
+  plan_score out{s.load_imbalance(), {s.seconds().begin(), s.seconds().end()}};
+  std::sort(out.costs.begin(), out.costs.end(), std::greater<>());
+  return out;
+}
+
+/// Whether `a` ranks strictly before `b` (see `plan_score`).
+inline bool better(const plan_score& a, const plan_score& b, double cap) {
+  const bool a_ok = a.imbalance <= cap;
+  const bool b_ok = b.imbalance <= cap;
+  if (a_ok != b_ok) {
+    return a_ok;
+  }
+  if (!a_ok && a.imbalance != b.imbalance) {
+    return a.imbalance < b.imbalance;
+  }
+  for (std::size_t i = 0; i < a.costs.size(); ++i) {
+    if (a.costs[i] < b.costs[i] * (1 - 1e-12)) {
+      return true;
+    }
+    if (a.costs[i] > b.costs[i] * (1 + 1e-12)) {
+      return false;
+    }
+  }
+  return false;
+}
+
+/// `moves` random changes to the plan: a slot moved between ranks, a replica dropped (when its
+/// expert has others), added on a rank with room, moved there, or swapped with one of that rank's
+/// replicas of the same layer.
+inline void perturb(plan_state& s, xoshiro256ss& rng, std::int32_t min_slots, std::int32_t moves) {
+  auto& slots = s.slots();
+  const auto g = slots.size();
+  for (std::int32_t done = 0, tries = 0; done < moves && tries < 16 * moves; ++tries) {
+    const auto r = static_cast<std::int32_t>(rng.below(g));
+    const auto to = static_cast<std::int32_t>(rng.below(g));
+    const std::span<const std::int32_t> held = s.held(r);
+    const std::span<const std::int32_t> theirs = s.held(to);
+    if (r == to || held.empty()) {
+      continue;
+    }
+    const std::int32_t k = held[rng.below(held.size())];
+    const std::int32_t layer = k / s.experts();
+    switch (rng.below(4)) {
+      case 0:
+        if (slots[static_cast<std::size_t>(r)] > min_slots) {
+          --slots[static_cast<std::size_t>(r)];
+          ++slots[static_cast<std::size_t>(to)];
+          ++done;
+        }
+        break;
+      case 1:
+        if (s.replicas(k) > 1) {
+          s.remove(r, k);
+          ++done;
+        }
+        break;
+      case 2:
+        if (!s.holds(to, k) && s.room(to, layer)) {
+          s.add(to, k);
+          if (rng.below(2) == 0) {
+            s.remove(r, k);
+          }
+          ++done;
+        }
+        break;
+      default:
+        if (!theirs.empty()) {
+          const std::int32_t f = theirs[rng.below(theirs.size())];
+          if (f / s.experts() == layer && !s.holds(to, k) && !s.holds(r, f)) {
+            s.remove(r, k);
+            s.remove(to, f);
+            s.add(to, k);
+            s.add(r, f);
+            ++done;
+          }
+        }
+        break;
+    }
+  }
+}
+
+/// Moves single slots between ranks while that improves `now` (see `plan_score`), each move
+/// counted against `budget`.
+inline void climb_slots(plan_state& s, std::int32_t min_slots, double cap, std::int32_t& budget,
+                        plan_score& now) {
+  auto& slots = s.slots();
+  const std::size_t g = slots.size();
+  bool improved = true;
+  while (improved && budget > 0) {
+    improved = false;
+    for (std::size_t to = 0; to < g && !improved; ++to) {
+      for (std::size_t from = 0; from < g && !improved && budget > 0; ++from) {
+        if (from == to || slots[from] <= min_slots) {
+          continue;
+        }
+        ++slots[to];
+        --slots[from];
+        --budget;
+        plan_score v = score(s);
+        if (better(v, now, cap)) {
+          now = std::move(v);
+          improved = true;
+        } else {
+          --slots[to];
+          ++slots[from];
+        }
+      }
+    }
+  }
+}
+
+/// First-improvement local search (see `plan_score`), the slowest ranks first. A move changes
+/// one replica of a rank `r`: drop it (when its expert has others), add a replica of its expert
+/// on another rank, move it there, swap it with one of that rank's replicas of the same layer, or
+/// put it there in place of a replica whose expert has others; each move is followed by
+/// `climb_slots`, so a replica and the slots it needs can move together. Stops when no move helps
+/// or after `budget` evaluations.
+inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std::int32_t& budget) {
+  const auto g = static_cast<std::int32_t>(s.slots().size());
+  plan_score best = score(s);
+  climb_slots(s, min_slots, cap, budget, best);
+  const auto attempt = [&](auto&& apply, auto&& undo) {
+    if (budget <= 0) {
+      return false;
+    }
+    const std::vector<std::int32_t> slots = s.slots();
+    apply();
+    --budget;
+    plan_score now = score(s);
+    climb_slots(s, min_slots, cap, budget, now);
+    if (better(now, best, cap)) {
+      best = std::move(now);
+      return true;
+    }
+    undo();
+    s.slots() = slots;
+    return false;
+  };
+  bool improved = true;
+  while (improved && budget > 0) {
+    improved = false;
+    s.evaluate();
+    // The slowest ranks first; the most loaded first while the plan is above the load cap.
+    const std::span<const double> key = best.imbalance <= cap ? s.seconds() : s.tokens();
+    std::vector<std::int32_t> order(static_cast<std::size_t>(g));
+    std::iota(order.begin(), order.end(), std::int32_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+      return key[static_cast<std::size_t>(a)] > key[static_cast<std::size_t>(b)];
+    });
+    for (std::size_t oi = 0; oi < order.size() && !improved; ++oi) {
+      const std::int32_t r = order[oi];
+      const std::vector<std::int32_t> held(s.held(r).begin(), s.held(r).end());
+      for (std::size_t i = 0; i < held.size() && !improved; ++i) {
+        const std::int32_t k = held[i];
+        const std::int32_t layer = k / s.experts();
+        if (s.replicas(k) > 1 && attempt([&] { s.remove(r, k); }, [&] { s.add(r, k); })) {
+          improved = true;
+          break;
+        }
+        for (std::int32_t to = 0; to < g && !improved; ++to) {
+          if (to == r || s.holds(to, k)) {
+            continue;
+          }
+          if (s.room(to, layer)) {
+            improved =
+                attempt([&] { s.add(to, k); }, [&] { s.remove(to, k); }) || attempt(
+                                                                                [&] {
+                                                                                  s.remove(r, k);
+                                                                                  s.add(to, k);
+                                                                                },
+                                                                                [&] {
+                                                                                  s.remove(to, k);
+                                                                                  s.add(r, k);
+                                                                                });
+          }
+          const std::vector<std::int32_t> theirs(s.held(to).begin(), s.held(to).end());
+          for (std::size_t j = 0; j < theirs.size() && !improved; ++j) {
+            const std::int32_t f = theirs[j];
+            if (f / s.experts() != layer) {
+              continue;
+            }
+            if (s.replicas(f) > 1) {  // k replaces f there
+              improved = attempt(
+                  [&] {
+                    s.remove(to, f);
+                    s.add(to, k);
+                  },
+                  [&] {
+                    s.remove(to, k);
+                    s.add(to, f);
+                  });
+            }
+            if (!improved && !s.holds(r, f)) {
+              improved = attempt(
+                  [&] {
+                    s.remove(r, k);
+                    s.remove(to, f);
+                    s.add(to, k);
+                    s.add(r, f);
+                  },
+                  [&] {
+                    s.remove(to, k);
+                    s.remove(r, f);
+                    s.add(r, k);
+                    s.add(to, f);
+                  });
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+}  // namespace wisp
+// ---- end wisp/parallel/detail/plan_search.hpp --------------------------------------------------
+
+namespace wisp {
+
+/// @brief What `plan_placement` plans for.
+struct ep_plan_config {
+  std::int32_t ranks = 1;          ///< G
+  std::int32_t local_experts = 1;  ///< physical experts per rank per layer (>= ceil(E / G))
+  std::int32_t total_slots = 1;    ///< device budget in expert slots, all ranks and layers
+  std::int32_t min_slots = 1;      ///< slots every rank must get (its pager's top_k)
+  dispatch_costs costs{};          ///< copy (per rank), expert and token seconds
+  /// Plans the search may evaluate (0: the constructive plan only). Each evaluation visits every
+  /// replica, and the search stops after 2^26 visits in all, so large instances evaluate fewer.
+  std::int32_t search_evaluations = 100000;
+  /// The largest max / mean modelled token load per rank a plan may have (plans above it rank
+  /// after every plan within it); infinity: no bound.
+  double max_load_imbalance = 1.10;
+};
+
+/// @brief A plan: the placement, each rank's slots, and the model's step of each rank.
+struct ep_plan {
+  expert_placement placement;
+  std::vector<std::int32_t> rank_slots;  ///< device slots of each rank; they sum to total_slots
+  std::vector<double> rank_seconds;      ///< `C_r` of the model
+  double step_seconds = 0.0;             ///< `max_r C_r`, the objective
+  double load_imbalance = 1.0;           ///< max / mean modelled token load per rank
+};
+
+/// @brief The modelled step `C_r` of every rank (see the file comment) for `placement` with
+/// `rank_slots` device slots per rank, under `loads` (`[layers x experts]`, pairs per call).
+/// O(replicas x log replicas).
+/// @throws wisp::logic_error, naming the values, if the loads do not match the placement or are
+///   negative or not finite, `rank_slots` does not have one entry per rank or one is negative, or
+///   `costs` is invalid.
+[[nodiscard]] inline std::vector<double> ep_step_model(std::span<const double> loads,
+                                                       const expert_placement& placement,
+                                                       std::span<const std::int32_t> rank_slots,
+                                                       const dispatch_costs& costs) {
+  detail::check_loads("ep_step_model", loads, placement.layers(), placement.experts());
+  costs.validate(placement.ranks());
+  WISP_EXPECTS(rank_slots.size() == static_cast<std::size_t>(placement.ranks()),
+               "ep_step_model: rank_slots has ", rank_slots.size(), " entries for ",
+               placement.ranks(), " ranks");
+  detail::plan_state s(loads, placement.layers(), placement.experts(), placement.ranks(),
+                       placement.local_experts(), costs);
+  for (std::int32_t r = 0; r < placement.ranks(); ++r) {
+    WISP_EXPECTS(rank_slots[static_cast<std::size_t>(r)] >= 0, "ep_step_model: rank_slots[", r,
+                 "] = ", rank_slots[static_cast<std::size_t>(r)], " is negative");
+    s.slots()[static_cast<std::size_t>(r)] = rank_slots[static_cast<std::size_t>(r)];
+    for (std::int32_t l = 0; l < placement.layers(); ++l) {
+      for (std::int32_t i = 0; i < placement.local_experts(); ++i) {
+        const std::int32_t e = placement.logical_of(r, l, i);
+        if (e >= 0) {
+          s.add(r, s.key(l, e));
+        }
+      }
+    }
+  }
+  s.evaluate();
+  return {s.seconds().begin(), s.seconds().end()};
+}
+
+/// @brief EPLB-style placement by load alone (DeepSeek's `rebalance_experts` on one node): each
+/// layer's `ranks x local_experts - experts` redundant replicas go one at a time to the expert with
+/// the largest load per replica (at most one replica per rank), then the replicas are packed
+/// largest share first onto the least-loaded rank with room that does not hold the expert yet.
+/// Deterministic (ties go to the lower expert or rank id). O(layers x physical x (experts +
+/// ranks x local_experts)).
+/// @throws wisp::logic_error, naming the values, on bad loads or counts, or if
+///   `ranks x local_experts < experts`.
+[[nodiscard]] inline expert_placement eplb_placement(std::span<const double> loads,
+                                                     std::int32_t layers, std::int32_t experts,
+                                                     std::int32_t ranks,
+                                                     std::int32_t local_experts) {
+  detail::check_loads("eplb_placement", loads, layers, experts);
+  detail::check_ep_dims("eplb_placement", layers, experts, ranks, local_experts);
+  WISP_EXPECTS(std::int64_t{ranks} * local_experts >= experts,
+               "eplb_placement: ranks x local_experts = ", ranks, " x ", local_experts,
+               " is below experts = ", experts);
+  const std::int64_t physical =
+      std::min<std::int64_t>(std::int64_t{ranks} * local_experts, std::int64_t{ranks} * experts);
+  std::vector<std::vector<std::int32_t>> ranks_of(static_cast<std::size_t>(layers) * experts);
+  std::vector<std::int32_t> count(static_cast<std::size_t>(experts));
+  for (std::int32_t l = 0; l < layers; ++l) {
+    const double* load = loads.data() + static_cast<std::size_t>(l) * experts;
+    std::fill(count.begin(), count.end(), 1);
+    for (std::int64_t extra = physical - experts; extra > 0; --extra) {
+      std::int32_t best = -1;
+      for (std::int32_t e = 0; e < experts; ++e) {
+        const auto ue = static_cast<std::size_t>(e);
+        if (count[ue] < ranks &&
+            (best < 0 ||
+             load[e] / count[ue] > load[best] / count[static_cast<std::size_t>(best)])) {
+          best = e;
+        }
+      }
+      ++count[static_cast<std::size_t>(best)];
+    }
+    detail::pack_layer(
+        l, experts, ranks, local_experts, count,
+        [&](std::int32_t e, std::int32_t n) { return load[e] / n; }, ranks_of);
+  }
+  for (auto& v : ranks_of) {
+    std::sort(v.begin(), v.end());
+  }
+  return expert_placement::from_replica_ranks(layers, experts, ranks, local_experts, ranks_of);
+}
+
+/// @brief Plans the placement and the budget split minimising the modelled slowest rank (see the
+/// file comment). Deterministic. O(keys log keys + replicas x (ranks + local_experts)) to build,
+/// plus at most `search_evaluations` evaluations of O(replicas) each.
+/// @throws wisp::logic_error, naming the values, on bad loads or counts, invalid costs,
+///   `ranks x local_experts < experts`, `min_slots < 1`, `search_evaluations < 0`, or
+///   `total_slots` outside `[ranks x min_slots, ranks x layers x local_experts]` (a split would
+///   leave a rank below `min_slots`, or a slot with nothing to hold).
+[[nodiscard]] inline ep_plan plan_placement(std::span<const double> loads, std::int32_t layers,
+                                            std::int32_t experts, const ep_plan_config& config) {
+  constexpr const char* where = "plan_placement";
+  detail::check_loads(where, loads, layers, experts);
+  detail::check_ep_dims(where, layers, experts, config.ranks, config.local_experts);
+  config.costs.validate(config.ranks);
+  const std::int32_t g = config.ranks;
+  const std::int32_t p = config.local_experts;
+  WISP_EXPECTS(std::int64_t{g} * p >= experts, where, ": ranks x local_experts = ", g, " x ", p,
+               " is below experts = ", experts);
+  WISP_EXPECTS(config.min_slots >= 1, where, ": min_slots must be >= 1, got ", config.min_slots);
+  const std::int64_t most = std::int64_t{g} * layers * p;
+  WISP_EXPECTS(
+      config.total_slots >= std::int64_t{g} * config.min_slots && config.total_slots <= most, where,
+      ": total_slots ", config.total_slots, " must be in [ranks x min_slots = ", g, " x ",
+      config.min_slots, " = ", std::int64_t{g} * config.min_slots,
+      ", ranks x layers x local_experts = ", most, "]");
+  WISP_EXPECTS(config.search_evaluations >= 0, where, ": search_evaluations must be >= 0, got ",
+               config.search_evaluations);
+  WISP_EXPECTS(config.max_load_imbalance >= 1, where,
+               ": max_load_imbalance must be >= 1 (or infinity), got ", config.max_load_imbalance);
+
+  detail::plan_state s(loads, layers, experts, g, p, config.costs);
+  const auto keys = static_cast<std::int32_t>(loads.size());
+  const std::int32_t resident = std::min(config.total_slots, keys);
+  double mean_copy = 0.0;
+  for (const double c : config.costs.copy_seconds) {
+    mean_copy += c / g;
+  }
+
+  // (1) The resident set, one replica each, spread so that the ranks keep even counts.
+  std::vector<std::int32_t> kept(static_cast<std::size_t>(g), 0);
+  std::vector<double> layer_work(static_cast<std::size_t>(layers) * g, 0.0);
+  const auto work = [&](std::int32_t l, std::int32_t r) -> double& {
+    return layer_work[static_cast<std::size_t>(l) * g + r];
+  };
+  std::vector<std::uint8_t> is_resident(static_cast<std::size_t>(keys), 0);
+  for (std::int32_t i = 0; i < resident; ++i) {
+    const std::int32_t k = s.by_q()[static_cast<std::size_t>(i)];
+    const std::int32_t l = k / experts;
+    std::int32_t best = -1;
+    for (std::int32_t r = 0; r < g; ++r) {
+      if (!s.room(r, l)) {
+        continue;
+      }
+      const auto ur = static_cast<std::size_t>(r);
+      if (best < 0 || kept[ur] < kept[static_cast<std::size_t>(best)] ||
+          (kept[ur] == kept[static_cast<std::size_t>(best)] && work(l, r) < work(l, best))) {
+        best = r;
+      }
+    }
+    if (best < 0) {
+      continue;  // the layer's rows are full of resident experts: this one stays cold
+    }
+    s.add(best, k);
+    is_resident[static_cast<std::size_t>(k)] = 1;
+    ++kept[static_cast<std::size_t>(best)];
+    work(l, best) += s.q(k) * config.costs.expert_seconds;
+  }
+  // (2) Every other expert: a first replica on the rank with the least copy work in its layer,
+  // then more replicas, the most copy work per replica first, while rows are free.
+  const auto cold_work = [&](std::int32_t k, std::int32_t n) {
+    return (s.q(k) * (mean_copy + config.costs.expert_seconds) +
+            s.load(k) * config.costs.token_seconds) /
+           n;
+  };
+  for (std::int32_t l = 0; l < layers; ++l) {
+    std::vector<std::int32_t> cold;
+    for (std::int32_t e = 0; e < experts; ++e) {
+      if (!is_resident[static_cast<std::size_t>(s.key(l, e))]) {
+        cold.push_back(s.key(l, e));
+      }
+    }
+    std::stable_sort(cold.begin(), cold.end(), [&](std::int32_t a, std::int32_t b) {
+      return cold_work(a, 1) > cold_work(b, 1);
+    });
+    const auto lightest = [&](std::int32_t k) {
+      std::int32_t best = -1;
+      for (std::int32_t r = 0; r < g; ++r) {
+        if (s.room(r, l) && !s.holds(r, k) && (best < 0 || work(l, r) < work(l, best))) {
+          best = r;
+        }
+      }
+      return best;
+    };
+    for (const std::int32_t k : cold) {
+      std::int32_t r = lightest(k);
+      WISP_EXPECTS(r >= 0, where, ": layer ", l, " has no free row for expert ", k % experts,
+                   " (local_experts too small)");
+      s.add(r, k);
+      work(l, r) += cold_work(k, 1);
+    }
+    while (true) {
+      std::int32_t pick = -1;
+      std::int32_t to = -1;
+      for (const std::int32_t k : cold) {
+        const std::int32_t r = lightest(k);
+        if (r >= 0 &&
+            (pick < 0 || cold_work(k, s.replicas(k)) > cold_work(pick, s.replicas(pick)))) {
+          pick = k;
+          to = r;
+        }
+      }
+      if (pick < 0) {
+        break;
+      }
+      // Its work spreads over one more replica.
+      const std::int32_t n = s.replicas(pick);
+      for (std::int32_t r = 0; r < g; ++r) {
+        if (s.holds(r, pick)) {
+          work(l, r) -= cold_work(pick, n) - cold_work(pick, n + 1);
+        }
+      }
+      s.add(to, pick);
+      work(l, to) += cold_work(pick, n + 1);
+    }
+  }
+  // (3) Each rank's slots: its resident experts; ranks below min_slots take from the largest.
+  auto& slots = s.slots();
+  std::int32_t given = 0;
+  for (std::int32_t r = 0; r < g; ++r) {
+    slots[static_cast<std::size_t>(r)] = kept[static_cast<std::size_t>(r)];
+    given += kept[static_cast<std::size_t>(r)];
+  }
+  for (std::int32_t r = 0; given < config.total_slots; r = (r + 1) % g, ++given) {
+    ++slots[static_cast<std::size_t>(r)];  // more slots than experts: spread the rest
+  }
+  for (std::int32_t r = 0; r < g; ++r) {
+    while (slots[static_cast<std::size_t>(r)] < config.min_slots) {
+      const auto donor =
+          static_cast<std::size_t>(std::max_element(slots.begin(), slots.end()) - slots.begin());
+      --slots[donor];
+      ++slots[static_cast<std::size_t>(r)];
+    }
+  }
+  // (4) Local search from this split and from an even one; (5) then, while evaluations are
+  // left, the best plan so far is perturbed by a few random moves and searched again, and kept
+  // when that ends better (iterated local search; a fixed seed keeps it deterministic).
+  std::int64_t replicas = 1;
+  for (std::int32_t r = 0; r < g; ++r) {
+    replicas += static_cast<std::int64_t>(s.held(r).size());
+  }
+  std::int32_t left = static_cast<std::int32_t>(
+      std::min<std::int64_t>(config.search_evaluations, detail::search_visits / replicas));
+  const auto search = [&](detail::plan_state& st, std::int32_t cap) {
+    std::int32_t budget = std::min(cap, left);
+    const std::int32_t given = budget;
+    detail::local_search(st, config.min_slots, config.max_load_imbalance, budget);
+    left -= given - budget;
+  };
+  // The other starts: the same placement with an even split, and EPLB's replication and packing
+  // by each replica's cost when resident (what balances compute once everything fits).
+  const auto even_slots = [&](detail::plan_state& st) {
+    for (std::int32_t r = 0; r < g; ++r) {
+      st.slots()[static_cast<std::size_t>(r)] =
+          config.total_slots / g + (r < config.total_slots % g ? 1 : 0);
+    }
+  };
+  detail::plan_state even = s;
+  even_slots(even);
+  detail::plan_state balanced(loads, layers, experts, g, p, config.costs);
+  {
+    std::vector<std::vector<std::int32_t>> ranks_of(loads.size());
+    std::vector<std::int32_t> count(static_cast<std::size_t>(experts));
+    const auto kept_cost = [&](std::int32_t l, std::int32_t e, std::int32_t n) {
+      const std::int32_t k = balanced.key(l, e);
+      return (balanced.q(k) * config.costs.expert_seconds +
+              balanced.load(k) * config.costs.token_seconds) /
+             n;
+    };
+    for (std::int32_t l = 0; l < layers; ++l) {
+      std::fill(count.begin(), count.end(), 1);
+      const std::int64_t physical =
+          std::min<std::int64_t>(std::int64_t{g} * p, std::int64_t{g} * experts);
+      for (std::int64_t extra = physical - experts; extra > 0; --extra) {
+        std::int32_t best = -1;
+        for (std::int32_t e = 0; e < experts; ++e) {
+          if (count[static_cast<std::size_t>(e)] < g &&
+              (best < 0 || kept_cost(l, e, count[static_cast<std::size_t>(e)]) >
+                               kept_cost(l, best, count[static_cast<std::size_t>(best)]))) {
+            best = e;
+          }
+        }
+        ++count[static_cast<std::size_t>(best)];
+      }
+      detail::pack_layer(
+          l, experts, g, p, count,
+          [&](std::int32_t e, std::int32_t n) { return kept_cost(l, e, n); }, ranks_of);
+    }
+    for (std::size_t k = 0; k < ranks_of.size(); ++k) {
+      for (const std::int32_t r : ranks_of[k]) {
+        balanced.add(r, static_cast<std::int32_t>(k));
+      }
+    }
+    even_slots(balanced);
+  }
+  search(s, left / 3);
+  search(even, left / 2);
+  search(balanced, left);
+  for (detail::plan_state* other : {&even, &balanced}) {
+    if (detail::better(detail::score(*other), detail::score(s), config.max_load_imbalance)) {
+      s = std::move(*other);
+    }
+  }
+  detail::xoshiro256ss rng(0x5eed);
+  detail::plan_score best_score = detail::score(s);
+  while (left > 0) {
+    detail::plan_state trial = s;
+    detail::perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
+    --left;
+    search(trial, left);
+    detail::plan_score now = detail::score(trial);
+    if (!detail::better(best_score, now, config.max_load_imbalance)) {  // no worse: walks plateaus
+      s = std::move(trial);
+      best_score = std::move(now);
+    }
+  }
+  const double best = s.evaluate();
+  return {s.to_placement(),
+          s.slots(),
+          {s.seconds().begin(), s.seconds().end()},
+          best,
+          s.load_imbalance()};
+}
+
+}  // namespace wisp
+// ---- end wisp/parallel/planner.hpp -------------------------------------------------------------
+
 // ---- begin wisp/sim/simulate.hpp ---------------------------------------------------------------
 /// @file
 /// @brief Trace-driven simulation: replay a stream of (step, layer, expert) accesses through any
@@ -14787,9 +17135,6 @@ struct kv_stream {
 /// @endcode
 
 namespace wisp {
-
-/// Deprecated: the simulator takes a `moe_shape` (its `top_k` is not used; this alias goes in 0.3).
-using model_shape [[deprecated("use wisp::moe_shape")]] = moe_shape;
 
 /// Serial transfer model: every miss costs `miss_latency_us + bytes_per_expert / (gb_per_s*1e9)`.
 struct bandwidth_model {
@@ -15697,6 +18042,489 @@ inline timeline_result simulate_timeline_named(std::string_view policy, const ro
 // ---- end wisp/sim/detail/timeline_sim.inl ------------------------------------------------------
 // ---- end wisp/sim/timeline_sim.hpp -------------------------------------------------------------
 
+// ---- begin wisp/sim/ep_sim.hpp -----------------------------------------------------------------
+/// @file
+/// @brief The expert-parallel simulator: a routing trace served by `ranks` GPUs under expert
+/// parallelism, each rank paging its own physical experts into its own device slots over its own
+/// link, replayed as a serving step sees it, for several arms with the same total device slots.
+/// docs/expert_parallel.md has the model, the constants and the measured tables.
+///
+/// **The replay.** A batch of `batch` concurrent sequences drawn from the trace's sequences in
+/// order: each step computes one token of each active sequence, and a finished sequence's place
+/// goes to the next one. Each step runs every layer in order; a layer's call routes the step's
+/// tokens (their recorded top-k), picks a rank for every (token, expert), and each rank prepares
+/// the distinct experts it was sent in its pager: one pool of its slots over all its (layer, local
+/// expert) keys (per-layer pools would hold fewer than top-k slots each at the budgets studied).
+/// A rank sent more distinct experts than its slots prepares them in groups, resident ones first.
+///
+/// **The step-time model** (every arm alike). At each layer, rank `r` takes
+/// `t_r = misses x link.copy_seconds(expert_bytes)` (copies on its own link, before the kernel)
+/// `+ active x expert_seconds + pairs x token_seconds` (compute) `+ 2 x (a2a_latency +
+/// tokens_received x hidden x activation_bytes / a2a_bandwidth)` (dispatch and combine; a token
+/// goes once to each rank it is sent to). The layer ends when its slowest rank does (the combine
+/// is a barrier), so a step takes `sum over layers of max_r t_r`; `slowest_rank_step_s` is its
+/// mean over the steps.
+///
+/// **The arms** (`ep_arm`).
+/// - `ep_lru`: vLLM's linear placement (no redundancy), `total_slots / ranks` slots per rank, LRU:
+///   expert parallelism with a per-rank LRU expert cache, what a user can assemble today.
+/// - `eplb_lru`: `eplb_placement` from the trace's load with `local_experts` rows per rank, the
+///   same even slots, LRU, and vLLM's replica choice (pair `i` of a call takes replica
+///   `i mod replicas`).
+/// - `wisp`: `plan_placement` (placement and slot split) with the same rows, `policy` on each
+///   rank, and the `replica_chooser` (`choose`, the whole call), told every rank's residency after
+///   each call.
+/// - `ep_policy`: `ep_lru` with `policy` instead of LRU: wisp's cache without its expert-parallel
+///   part, to tell the two gains apart.
+/// Both planned arms read the load of the whole trace (`ep_loads`), as a periodic rebalance would.
+
+namespace wisp {
+
+/// The simulator's arms (see the file comment).
+enum class ep_arm : std::uint8_t { ep_lru, eplb_lru, wisp, ep_policy };
+
+/// @brief The constants of the step-time model (see the file comment; docs/expert_parallel.md
+/// names where the simulator's defaults come from).
+struct ep_cost_model {
+  link_model link{};                  ///< each rank's host-to-device link
+  std::uint64_t expert_bytes = 0;     ///< bytes one expert copy moves
+  double expert_seconds = 0.0;        ///< compute of one expert active on a rank in a call
+  double token_seconds = 0.0;         ///< compute of one (token, expert) pair
+  std::int32_t hidden = 0;            ///< hidden size: values one token sends per rank
+  std::int32_t activation_bytes = 2;  ///< bytes per value sent (bf16)
+  double a2a_bytes_per_second = 153e9;
+  double a2a_latency_seconds = 0.0;  ///< per dispatch and per combine
+
+  /// @throws wisp::logic_error naming the field if a value is out of range.
+  void validate() const {
+    link.validate();
+    WISP_EXPECTS(std::isfinite(expert_seconds) && expert_seconds >= 0,
+                 "ep_cost_model: expert_seconds must be finite and >= 0, got ", expert_seconds);
+    WISP_EXPECTS(std::isfinite(token_seconds) && token_seconds >= 0,
+                 "ep_cost_model: token_seconds must be finite and >= 0, got ", token_seconds);
+    WISP_EXPECTS(hidden >= 0, "ep_cost_model: hidden must be >= 0, got ", hidden);
+    WISP_EXPECTS(activation_bytes >= 1, "ep_cost_model: activation_bytes must be >= 1, got ",
+                 activation_bytes);
+    WISP_EXPECTS(std::isfinite(a2a_bytes_per_second) && a2a_bytes_per_second > 0,
+                 "ep_cost_model: a2a_bytes_per_second must be finite and > 0, got ",
+                 a2a_bytes_per_second);
+    WISP_EXPECTS(std::isfinite(a2a_latency_seconds) && a2a_latency_seconds >= 0,
+                 "ep_cost_model: a2a_latency_seconds must be finite and >= 0, got ",
+                 a2a_latency_seconds);
+  }
+  /// @brief The model from hardware figures: an active expert reads its `expert_bytes` once at
+  /// `memory_bytes_per_second`; a (token, expert) pair costs `2 x expert_params` FLOPs at `flops`
+  /// (0 params: `expert_bytes / 2`, bf16 weights); the other fields as given.
+  /// @throws wisp::logic_error naming the value if a rate is not finite and > 0.
+  [[nodiscard]] static ep_cost_model from_hardware(link_model link, std::uint64_t expert_bytes,
+                                                   std::uint64_t expert_params,
+                                                   double memory_bytes_per_second, double flops,
+                                                   std::int32_t hidden, double a2a_bytes_per_second,
+                                                   double a2a_latency_seconds) {
+    WISP_EXPECTS(std::isfinite(memory_bytes_per_second) && memory_bytes_per_second > 0,
+                 "ep_cost_model: memory_bytes_per_second must be finite and > 0, got ",
+                 memory_bytes_per_second);
+    WISP_EXPECTS(std::isfinite(flops) && flops > 0,
+                 "ep_cost_model: flops must be finite and > 0, got ", flops);
+    const double params = expert_params > 0 ? static_cast<double>(expert_params)
+                                            : static_cast<double>(expert_bytes) / 2.0;
+    ep_cost_model m;
+    m.link = link;
+    m.expert_bytes = expert_bytes;
+    m.expert_seconds = static_cast<double>(expert_bytes) / memory_bytes_per_second;
+    m.token_seconds = 2.0 * params / flops;
+    m.hidden = hidden;
+    m.a2a_bytes_per_second = a2a_bytes_per_second;
+    m.a2a_latency_seconds = a2a_latency_seconds;
+    return m;
+  }
+  /// The costs the replica chooser and the planner weigh: the same link on every rank.
+  [[nodiscard]] dispatch_costs dispatch(std::int32_t ranks) const {
+    return {std::vector<double>(static_cast<std::size_t>(ranks), link.copy_seconds(expert_bytes)),
+            expert_seconds, token_seconds};
+  }
+};
+
+/// @brief What to simulate.
+struct ep_sim_config {
+  std::int32_t ranks = 1;        ///< G
+  std::int32_t batch = 16;       ///< concurrent sequences B
+  std::int32_t total_slots = 1;  ///< device slots over all ranks; every arm gets the same
+  /// Rows (physical experts) per rank per layer of the planned arms; 0: `ceil(experts / ranks)`
+  /// plus a quarter of it, rounded up (about 25% redundant experts).
+  std::int32_t local_experts = 0;
+  std::string policy = "decayed_frequency";  ///< the eviction policy of `wisp` and `ep_policy`
+  ep_cost_model costs{};
+  std::int32_t search_evaluations = 100000;  ///< the planner's search budget (`ep_plan_config`)
+  double max_load_imbalance = 1.10;          ///< the planner's load bound (`ep_plan_config`)
+
+  /// @throws wisp::logic_error naming the value unless every count is positive, the costs are
+  ///   valid, and `policy` is a built-in policy other than `belady` and `predicted_next_use`
+  ///   (they need a future or a predictor per rank).
+  void validate() const {
+    WISP_EXPECTS(ranks >= 1, "ep_sim_config: ranks must be >= 1, got ", ranks);
+    WISP_EXPECTS(batch >= 1, "ep_sim_config: batch must be >= 1, got ", batch);
+    WISP_EXPECTS(local_experts >= 0, "ep_sim_config: local_experts must be >= 0, got ",
+                 local_experts);
+    WISP_EXPECTS(search_evaluations >= 0, "ep_sim_config: search_evaluations must be >= 0, got ",
+                 search_evaluations);
+    WISP_EXPECTS(max_load_imbalance >= 1,
+                 "ep_sim_config: max_load_imbalance must be >= 1 (or infinity), got ",
+                 max_load_imbalance);
+    const std::string_view known = builtin_policy_name(policy);
+    WISP_EXPECTS(!known.empty() && known != "belady" && known != "predicted_next_use",
+                 "ep_sim_config: policy '", policy,
+                 "' is not a built-in policy the ranks can run (belady and predicted_next_use "
+                 "need a future or a predictor per rank)");
+    costs.validate();
+  }
+  /// `local_experts`, or its default for `experts` logical experts.
+  [[nodiscard]] std::int32_t local_experts_for(std::int32_t experts) const noexcept {
+    if (local_experts > 0) {
+      return local_experts;
+    }
+    const std::int32_t even = (experts + ranks - 1) / ranks;
+    return even + (even + 3) / 4;
+  }
+};
+
+/// What one rank did over the whole replay.
+struct ep_rank_result {
+  std::int32_t slots = 0;             ///< its device slots
+  std::uint64_t misses = 0;           ///< expert copies over its link
+  std::uint64_t hits = 0;             ///< active experts already resident
+  std::uint64_t link_bytes = 0;       ///< misses x expert_bytes
+  std::uint64_t pairs = 0;            ///< (token, expert) pairs it computed: its token load
+  std::uint64_t tokens_received = 0;  ///< tokens dispatched to it (once per call each)
+  double busy_seconds = 0.0;          ///< sum over layers and steps of its `t_r`
+};
+
+/// What one arm did.
+struct ep_arm_result {
+  std::string name;                   ///< "ep-lru", "eplb-lru", "wisp", "ep-" + policy
+  std::string policy;                 ///< the ranks' eviction policy
+  std::uint64_t steps = 0;            ///< serving steps (batches)
+  std::uint64_t tokens = 0;           ///< tokens served (trace steps)
+  double total_seconds = 0.0;         ///< sum over steps of the step time
+  double slowest_rank_step_s = 0.0;   ///< total_seconds / steps
+  double load_imbalance = 0.0;        ///< max / mean of the ranks' pairs (1 = even)
+  double layer_load_imbalance = 0.0;  ///< mean over layers of max / mean pairs in the layer
+  std::int32_t local_experts = 0;     ///< rows per rank per layer
+  std::int32_t physical_experts = 0;  ///< replicas over all layers
+  std::vector<ep_rank_result> ranks;
+};
+
+namespace detail {
+
+/// The batched replay: for each serving step, the trace steps (tokens) it computes.
+inline std::vector<std::vector<std::size_t>> ep_batches(const routing_trace& trace,
+                                                        std::int32_t batch) {
+  std::vector<std::size_t> starts;
+  if (trace.steps() > 0 &&
+      (trace.sequence_starts().empty() || trace.sequence_starts().front() != 0)) {
+    starts.push_back(0);  // steps before the first marked start form a sequence of their own
+  }
+  starts.insert(starts.end(), trace.sequence_starts().begin(), trace.sequence_starts().end());
+  starts.push_back(trace.steps());
+  const std::size_t sequences = starts.size() - 1;
+  struct lane {
+    std::size_t next = 0;
+    std::size_t end = 0;
+  };
+  std::vector<lane> lanes;
+  std::size_t taken = 0;
+  std::vector<std::vector<std::size_t>> out;
+  while (true) {
+    for (lane& l : lanes) {  // a finished lane takes the next sequence
+      if (l.next == l.end && taken < sequences) {
+        l = {starts[taken], starts[taken + 1]};
+        ++taken;
+      }
+    }
+    while (lanes.size() < static_cast<std::size_t>(batch) && taken < sequences) {
+      lanes.push_back({starts[taken], starts[taken + 1]});
+      ++taken;
+    }
+    std::vector<std::size_t> step;
+    for (lane& l : lanes) {
+      if (l.next < l.end) {
+        step.push_back(l.next++);
+      }
+    }
+    if (step.empty()) {
+      return out;
+    }
+    out.push_back(std::move(step));
+  }
+}
+
+}  // namespace detail
+
+/// @brief Pairs per call of every (layer, expert) in the batched replay of `trace`
+/// (`[layers x experts]`): the load statistics the planned arms plan from. O(accesses).
+/// @throws wisp::logic_error if `batch < 1`.
+[[nodiscard]] inline std::vector<double> ep_loads(const routing_trace& trace, std::int32_t batch) {
+  WISP_EXPECTS(batch >= 1, "ep_loads: batch must be >= 1, got ", batch);
+  const auto& shape = trace.shape();
+  std::vector<double> loads(static_cast<std::size_t>(shape.layers) * shape.experts, 0.0);
+  const std::size_t steps = detail::ep_batches(trace, batch).size();
+  if (steps == 0) {
+    return loads;
+  }
+  trace.for_each_access([&](const access& a) {
+    loads[static_cast<std::size_t>(a.layer) * shape.experts + a.expert] += 1.0;
+  });
+  for (double& l : loads) {
+    l /= static_cast<double>(steps);
+  }
+  return loads;
+}
+
+namespace detail {
+
+template <eviction_policy Policy>
+ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config, ep_arm arm,
+                         const std::vector<std::vector<std::size_t>>& batches) {
+  const auto& shape = trace.shape();
+  const std::int32_t g = config.ranks;
+  const std::int32_t layers = shape.layers;
+  const std::int32_t experts = shape.experts;
+  const std::int32_t k = shape.top_k;
+  const bool planned = arm == ep_arm::eplb_lru || arm == ep_arm::wisp;
+  const std::int32_t local = planned ? config.local_experts_for(experts) : (experts + g - 1) / g;
+  WISP_EXPECTS(std::int64_t{g} * local >= experts, "simulate_ep: ranks x local_experts = ", g,
+               " x ", local, " is below experts = ", experts);
+  WISP_EXPECTS(config.total_slots >= std::int64_t{g} * k, "simulate_ep: total_slots ",
+               config.total_slots, " leaves a rank below top_k = ", k,
+               " slots (it must be at least ranks x top_k = ", std::int64_t{g} * k, ")");
+  WISP_EXPECTS(config.total_slots <= std::int64_t{g} * layers * local, "simulate_ep: total_slots ",
+               config.total_slots, " exceeds ranks x layers x local_experts = ", g, " x ", layers,
+               " x ", local, " (every row resident)");
+
+  // The placement and each rank's slots.
+  const dispatch_costs costs = config.costs.dispatch(g);
+  std::vector<std::int32_t> slots(static_cast<std::size_t>(g), config.total_slots / g);
+  for (std::int32_t r = 0; r < config.total_slots % g; ++r) {
+    ++slots[static_cast<std::size_t>(r)];
+  }
+  std::optional<expert_placement> placement;
+  if (!planned) {
+    placement = expert_placement::linear(layers, experts, g);
+  } else {
+    const std::vector<double> loads = ep_loads(trace, config.batch);
+    if (arm == ep_arm::eplb_lru) {
+      placement = eplb_placement(loads, layers, experts, g, local);
+    } else {
+      ep_plan plan = plan_placement(loads, layers, experts,
+                                    {g, local, config.total_slots, k, costs,
+                                     config.search_evaluations, config.max_load_imbalance});
+      placement = std::move(plan.placement);
+      slots = std::move(plan.rank_slots);
+    }
+  }
+  const expert_placement& p = *placement;
+  std::vector<pager<Policy>> pagers;
+  pagers.reserve(static_cast<std::size_t>(g));
+  for (std::int32_t r = 0; r < g; ++r) {
+    pager_config pc;
+    pc.layers = layers;
+    pc.experts = p.local_experts();
+    pc.top_k = k;
+    // A rank cannot use more slots than it has rows.
+    pc.capacity = std::min(slots[static_cast<std::size_t>(r)], layers * p.local_experts());
+    pc.scope = cache_scope::global;
+    pagers.emplace_back(pc);
+  }
+  std::optional<replica_chooser> chooser;
+  if (arm == ep_arm::wisp) {
+    chooser.emplace(p, costs);
+  }
+
+  ep_arm_result out;
+  out.policy = std::string(Policy::name);
+  out.local_experts = p.local_experts();
+  for (std::int32_t l = 0; l < layers; ++l) {
+    out.physical_experts += p.physical_experts(l);
+  }
+  out.ranks.resize(static_cast<std::size_t>(g));
+  for (std::int32_t r = 0; r < g; ++r) {
+    out.ranks[static_cast<std::size_t>(r)].slots = pagers[static_cast<std::size_t>(r)].capacity(0);
+  }
+
+  const auto most = static_cast<std::size_t>(config.batch) * k;
+  std::vector<std::int32_t> ids(most);
+  std::vector<std::int32_t> targets(most);
+  std::vector<std::vector<std::int32_t>> sent(static_cast<std::size_t>(g));  // local ids
+  std::vector<std::int32_t> received(static_cast<std::size_t>(g));
+  std::vector<std::int32_t> pairs(static_cast<std::size_t>(g));
+  std::vector<std::int64_t> last_token(static_cast<std::size_t>(g));
+  std::vector<std::vector<std::int64_t>> slot_key(static_cast<std::size_t>(g));  // for residency
+  for (std::int32_t r = 0; r < g; ++r) {
+    slot_key[static_cast<std::size_t>(r)].assign(
+        static_cast<std::size_t>(pagers[static_cast<std::size_t>(r)].capacity(0)), -1);
+  }
+  std::vector<std::uint64_t> layer_pairs(static_cast<std::size_t>(layers) * g, 0);
+  const double copy_seconds = config.costs.link.copy_seconds(config.costs.expert_bytes);
+  const double a2a_token_seconds = static_cast<double>(config.costs.hidden) *
+                                   config.costs.activation_bytes /
+                                   config.costs.a2a_bytes_per_second;
+
+  for (const std::vector<std::size_t>& step : batches) {
+    double step_seconds = 0.0;
+    for (auto& pg : pagers) {
+      pg.begin_step();
+    }
+    for (std::int32_t l = 0; l < layers; ++l) {
+      std::int32_t tokens = 0;
+      for (const std::size_t s : step) {
+        if (trace.has_layer(s, l)) {
+          for (std::int32_t j = 0; j < k; ++j) {
+            ids[static_cast<std::size_t>(tokens) * k + j] = trace.expert(s, l, j);
+          }
+          ++tokens;
+        }
+      }
+      const std::size_t n = static_cast<std::size_t>(tokens) * k;
+      if (arm == ep_arm::wisp) {
+        chooser->choose(l, std::span<const std::int32_t>(ids.data(), n), tokens, k,
+                        std::span<std::int32_t>(targets.data(), n));
+      } else {
+        for (std::size_t i = 0; i < n; ++i) {
+          const auto reps = p.replicas(l, ids[i]);
+          targets[i] = reps[i % reps.size()].rank;  // vLLM: position mod replica count
+        }
+      }
+      for (std::int32_t r = 0; r < g; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        sent[ur].clear();
+        received[ur] = 0;
+        pairs[ur] = 0;
+        last_token[ur] = -1;
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto r = static_cast<std::size_t>(targets[i]);
+        const std::int32_t lid = p.expert_map(targets[i], l)[static_cast<std::size_t>(ids[i])];
+        if (std::find(sent[r].begin(), sent[r].end(), lid) == sent[r].end()) {
+          sent[r].push_back(lid);
+        }
+        ++pairs[r];
+        const auto token = static_cast<std::int64_t>(i / static_cast<std::size_t>(k));
+        if (last_token[r] != token) {  // a token's pairs are contiguous
+          last_token[r] = token;
+          ++received[r];
+        }
+      }
+      double layer_seconds = 0.0;
+      for (std::int32_t r = 0; r < g; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        pager<Policy>& pg = pagers[ur];
+        std::vector<std::int32_t>& list = sent[ur];
+        std::int32_t misses = 0;
+        std::stable_partition(list.begin(), list.end(),
+                              [&](std::int32_t e) { return pg.slot_of(l, e) >= 0; });
+        const auto width = static_cast<std::size_t>(pg.capacity(0));
+        for (std::size_t first = 0; first < list.size(); first += width) {
+          const prepare_result res =
+              pg.prepare_experts(l, std::span<const std::int32_t>(
+                                        list.data() + first, std::min(width, list.size() - first)));
+          misses += res.misses;
+          for (const copy_op& op : res.copy_plan) {  // the slot's previous key was evicted
+            std::int64_t& key = slot_key[ur][static_cast<std::size_t>(op.slot)];
+            if (chooser && key >= 0) {
+              chooser->set_resident(r, static_cast<std::int32_t>(key / p.local_experts()),
+                                    static_cast<std::int32_t>(key % p.local_experts()), false);
+            }
+            key = std::int64_t{l} * p.local_experts() + op.expert;
+            if (chooser) {
+              chooser->set_resident(r, l, op.expert, true);
+            }
+          }
+        }
+        if (!list.empty()) {
+          pg.end_call(l);
+        }
+        const auto active = static_cast<std::int32_t>(list.size());
+        const double t = misses * copy_seconds + active * config.costs.expert_seconds +
+                         pairs[ur] * config.costs.token_seconds +
+                         2 * (config.costs.a2a_latency_seconds + received[ur] * a2a_token_seconds);
+        ep_rank_result& rr = out.ranks[ur];
+        rr.misses += static_cast<std::uint64_t>(misses);
+        rr.hits += static_cast<std::uint64_t>(active - misses);
+        rr.link_bytes += static_cast<std::uint64_t>(misses) * config.costs.expert_bytes;
+        rr.pairs += static_cast<std::uint64_t>(pairs[ur]);
+        rr.tokens_received += static_cast<std::uint64_t>(received[ur]);
+        rr.busy_seconds += t;
+        layer_pairs[static_cast<std::size_t>(l) * g + ur] += static_cast<std::uint64_t>(pairs[ur]);
+        layer_seconds = std::max(layer_seconds, t);
+      }
+      step_seconds += layer_seconds;
+    }
+    out.total_seconds += step_seconds;
+    ++out.steps;
+    out.tokens += step.size();
+  }
+  out.slowest_rank_step_s =
+      out.steps == 0 ? 0.0 : out.total_seconds / static_cast<double>(out.steps);
+  const auto imbalance = [g](std::span<const std::uint64_t> values) {
+    std::uint64_t most_pairs = 0;
+    std::uint64_t sum = 0;
+    for (const std::uint64_t v : values) {
+      most_pairs = std::max(most_pairs, v);
+      sum += v;
+    }
+    return sum == 0 ? 1.0 : static_cast<double>(most_pairs) * g / static_cast<double>(sum);
+  };
+  std::vector<std::uint64_t> totals;
+  for (const ep_rank_result& r : out.ranks) {
+    totals.push_back(r.pairs);
+  }
+  out.load_imbalance = imbalance(totals);
+  for (std::int32_t l = 0; l < layers; ++l) {
+    out.layer_load_imbalance +=
+        imbalance(std::span<const std::uint64_t>(layer_pairs)
+                      .subspan(static_cast<std::size_t>(l) * g, static_cast<std::size_t>(g))) /
+        layers;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// @brief Replays `trace` under `arm` (see the file comment). O(accesses x replicas + steps x
+/// layers x ranks x local_experts) plus the planner; allocates its state once. Deterministic.
+/// Separate calls may run in parallel.
+/// @throws wisp::logic_error, naming the values, on an invalid config, `total_slots` below
+///   `ranks x top_k` (a rank below top-k slots) or above what the ranks' rows can hold, or
+///   `ranks x local_experts < experts`.
+[[nodiscard]] inline ep_arm_result simulate_ep(const routing_trace& trace,
+                                               const ep_sim_config& config, ep_arm arm) {
+  config.validate();
+  const auto batches = detail::ep_batches(trace, config.batch);
+  ep_arm_result out = arm == ep_arm::ep_lru || arm == ep_arm::eplb_lru
+                          ? detail::run_ep_arm<lru>(trace, config, arm, batches)
+                          : visit_policy(config.policy, [&]<class P>(std::type_identity<P>) {
+                              return detail::run_ep_arm<P>(trace, config, arm, batches);
+                            });
+  switch (arm) {
+    case ep_arm::ep_lru:
+      out.name = "ep-lru";
+      break;
+    case ep_arm::eplb_lru:
+      out.name = "eplb-lru";
+      break;
+    case ep_arm::wisp:
+      out.name = "wisp";
+      break;
+    case ep_arm::ep_policy:
+      out.name = "ep-" + out.policy;
+      break;
+  }
+  return out;
+}
+
+}  // namespace wisp
+// ---- end wisp/sim/ep_sim.hpp -------------------------------------------------------------------
+
 // ---- begin wisp/transfer/row_layout.hpp --------------------------------------------------------
 /// @file
 /// @brief `expert_row_layout`: one expert's tensors packed into one row (weights, and block scales
@@ -15797,8 +18625,9 @@ static_assert(std::is_trivially_copyable_v<expert_row_layout>);
 /// @file
 /// @brief The `copy_engine` concept (what executes a pager's copy plan), the pieces every model
 /// shares (`copy_layout`, `plan_copy_runs`, the plan check) and `host_copy_engine`, the model
-/// that copies with `memcpy` on a worker thread and charges the modelled link of a
-/// `device_timeline`. `wisp::cuda::copy_engine` is the GPU model (a copy stream and events).
+/// that copies with `memcpy` on the executor its caller gives (by default on the calling thread)
+/// and charges the modelled link of a `device_timeline`. `wisp::cuda::copy_engine` is the GPU
+/// model (a copy stream and events).
 ///
 /// Ordering rules every model keeps (docs/cuda.md, "streams and events"):
 /// - copies run in submission order, each plan's copies after the event it was given (`after`:
@@ -15808,7 +18637,8 @@ static_assert(std::is_trivially_copyable_v<expert_row_layout>);
 ///   wait until every copy up to `e` has landed, so a kernel never reads a slot before its copy.
 /// @code
 /// wisp::device_timeline timeline(wisp::link_model{.bytes_per_second = 25e9});
-/// wisp::host_copy_engine engine(timeline);
+/// wisp::thread_pool copier(1);                          // copies beside the caller; or none
+/// wisp::host_copy_engine engine(timeline, 1024, copier.executor());
 /// wisp::copy_layout where{.masters = masters_view, .slots = slots_view, .row_bytes = bytes};
 /// auto r = pager.prepare(layer, ids, tokens, k);
 /// auto landed = engine.copy(where, r.copy_plan, engine.consumer_event());
@@ -15937,44 +18767,46 @@ struct host_copy_event {
   timeline_event modelled{};  ///< when those copies end on the modelled link
 };
 
-/// @brief The host model of `copy_engine`: a worker thread `memcpy`s the runs in order while the
-/// caller goes on; each run is charged on the caller's `device_timeline` as one copy of its bytes
-/// (the link's latency per run), so modelled times do not depend on the host's memcpy speed.
+/// @brief The host model of `copy_engine`: the runs are `memcpy`d in order by a drain task on the
+/// executor the caller gives: with the default `inline_executor` inside `copy`, with a
+/// `thread_pool`'s on a pool thread while the caller goes on. Each run is charged on the caller's
+/// `device_timeline` as one copy of its bytes (the link's latency per run), so modelled times do
+/// not depend on the host's memcpy speed or on the executor.
 ///
 /// The consumer is the calling thread: `wait` blocks it until the copies have landed, and
 /// `consumer_event()` is already satisfied in real time (the caller has finished reading when it
-/// asks), carrying only the timeline's compute progress. Memory: a queue of `queue_runs` runs
-/// allocated at construction; `copy` blocks while the queue is full and allocates nothing once
-/// the plan check has seen the largest slot tensor. Thread safety: `copy`, `wait`,
-/// `synchronize` and `stats` from one thread at a time (the owner); the worker is internal.
-/// Masters and slots must stay alive and unchanged by the caller until the copies have landed.
+/// asks), carrying only the timeline's compute progress. Order: at most one drain task runs at a
+/// time and it takes the runs in submission order, so a pool of any size keeps the order.
+/// Memory: a queue of `queue_runs` runs allocated at construction; `copy` blocks while the queue
+/// is full and allocates nothing once the plan check has seen the largest slot tensor (a drain
+/// task is one `std::function`, made once per wake-up of the executor). Thread safety: `copy`,
+/// `wait`, `synchronize` and `stats` from one thread at a time (the owner), never from a task of
+/// the executor. Masters and slots must stay alive and unchanged by the caller until the copies
+/// have landed; the executor must outlive the engine.
 class host_copy_engine {
  public:
   using event = host_copy_event;
 
-  /// Starts the worker. @throws wisp::logic_error if `queue_runs` is 0; std::bad_alloc;
-  ///   std::system_error if the thread cannot start.
-  explicit host_copy_engine(device_timeline& timeline, std::size_t queue_runs = 1024)
-      : timeline_(&timeline) {
+  /// An engine that queues up to `queue_runs` runs and copies them on `executor` (by default on
+  /// the calling thread, inside `copy`). @throws wisp::logic_error if `queue_runs` is 0;
+  ///   std::bad_alloc.
+  explicit host_copy_engine(device_timeline& timeline, std::size_t queue_runs = 1024,
+                            any_executor executor = {})
+      : timeline_(&timeline), executor_(std::move(executor)) {
     WISP_EXPECTS(queue_runs >= 1, "host_copy_engine: queue_runs must be >= 1");
     queue_.resize(queue_runs);
     runs_.resize(queue_runs);
-    worker_ = std::thread([this] { work(); });
   }
   host_copy_engine(const host_copy_engine&) = delete;
   host_copy_engine& operator=(const host_copy_engine&) = delete;
-  /// Lets the worker finish every queued copy, then joins it.
+  /// Waits until every queued copy has landed.
   ~host_copy_engine() {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    work_ready_.notify_one();
-    worker_.join();
+    std::unique_lock<std::mutex> lock(mutex_);
+    drain_ended_.wait(lock, [&] { return !draining_; });
   }
 
   /// @brief Enqueues the copies of `plan` (see `copy_engine`). O(plan.size()) plus the copies,
-  /// which run on the worker; blocks only while the queue is full.
+  /// which run on the executor; blocks only while the queue is full.
   /// @throws wisp::logic_error (nothing enqueued) if the plan does not fit `layout` (see
   ///   `detail::copy_plan_checker`) or `after.modelled` is not a valid time.
   event copy(const copy_layout& layout, copy_plan plan, event after = {}) {
@@ -16001,6 +18833,8 @@ class host_copy_engine {
     push(job{nullptr, 0, nullptr, 0, 0, 0, ticket});  // marks the plan's end
     ++stats_.plans;
     stats_.runs += runs;
+    std::unique_lock<std::mutex> lock(mutex_);
+    start_drain(lock);
     return event{ticket, modelled};
   }
 
@@ -16033,21 +18867,36 @@ class host_copy_engine {
     std::uint64_t ticket;
   };
 
+  // Queues `j`; a full queue is drained first (by the executor: at once when it is inline).
   void push(const job& j) {
     std::unique_lock<std::mutex> lock(mutex_);
-    space_.wait(lock, [&] { return tail_ - head_ < queue_.size(); });
+    if (tail_ - head_ == queue_.size()) {
+      start_drain(lock);
+      space_.wait(lock, [&] { return tail_ - head_ < queue_.size(); });
+    }
     queue_[tail_++ % queue_.size()] = j;
-    lock.unlock();
-    work_ready_.notify_one();
   }
 
-  void work() {
-    for (;;) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stop_ || head_ != tail_; });
-      if (head_ == tail_) {
-        return;  // stopped and drained
-      }
+  // Hands a drain task to the executor unless one is running (`lock` holds `mutex_`; it is
+  // released while the executor takes the task, which may run it right there).
+  void start_drain(std::unique_lock<std::mutex>& lock) {
+    if (draining_ || head_ == tail_) {
+      return;
+    }
+    draining_ = true;
+    lock.unlock();
+    try {
+      executor_.execute([this] { drain(); });
+    } catch (...) {  // the executor refused the task: copy here rather than lose the copies
+      drain();
+    }
+    lock.lock();
+  }
+
+  // Copies every queued run in order, then ends (the only task that touches the queue's head).
+  void drain() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (head_ != tail_) {
       const job j = queue_[head_ % queue_.size()];
       lock.unlock();
       for (std::size_t r = 0; r < j.rows; ++r) {
@@ -16058,31 +18907,30 @@ class host_copy_engine {
       ++head_;
       if (j.rows == 0) {
         completed_ = j.ticket;
-      }
-      lock.unlock();
-      space_.notify_one();
-      if (j.rows == 0) {
         landed_.notify_all();
       }
+      space_.notify_one();
     }
+    draining_ = false;
+    drain_ended_.notify_all();  // under the lock: the engine may go once it is released
   }
 
   device_timeline* timeline_;
+  any_executor executor_;
   detail::copy_plan_checker checker_;
   std::vector<copy_run> runs_;  // scratch of `copy`
   copy_engine_stats stats_;
   std::uint64_t submitted_ = 0;  // tickets handed out (owner thread only)
 
   std::mutex mutex_;  // guards everything below
-  std::condition_variable work_ready_;
   std::condition_variable space_;
   std::condition_variable landed_;
+  std::condition_variable drain_ended_;
   std::vector<job> queue_;  // ring buffer: [head_, tail_) pending
   std::size_t head_ = 0;
   std::size_t tail_ = 0;
   std::uint64_t completed_ = 0;  // last plan whose copies have all landed
-  bool stop_ = false;
-  std::thread worker_;  // last: starts after every member above is ready
+  bool draining_ = false;        // a drain task has been handed to the executor and not ended
 };
 static_assert(copy_engine<host_copy_engine>);
 
@@ -16401,25 +19249,24 @@ device_profile_preset_names() noexcept {
 /// In trained weights the 8 exponent bits carry about 2.6 bits of information while sign and
 /// mantissa look random, so the exponent stream is compressed and the SM stream is kept raw.
 /// @code
-/// std::vector<std::uint16_t> w = ...;                  // BF16 bit patterns
+/// std::vector<wisp::bf16> w = ...;                     // BF16 weights
 /// std::vector<std::uint8_t> sm(w.size()), ex(w.size());
 /// wisp::split_bf16(w, sm, ex);
-/// std::vector<std::uint16_t> back(w.size());
+/// std::vector<wisp::bf16> back(w.size());
 /// wisp::recover_bf16(sm, ex, back);                    // back == w, bit for bit
 /// double bits = wisp::entropy_bits(wisp::exponent_histogram(w));
 /// @endcode
 
 namespace wisp {
 
-/// @brief Exponent field of a BF16 bit pattern (bits 14..7). Branch-free, usable in kernels.
-[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_exponent(std::uint16_t bits) noexcept {
-  return static_cast<std::uint8_t>(bits >> 7);
+/// @brief Exponent field of a BF16 value (bits 14..7). Branch-free, usable in kernels.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_exponent(bf16 x) noexcept {
+  return static_cast<std::uint8_t>(x.bits >> 7);
 }
 
-/// @brief Sign and mantissa of a BF16 bit pattern in one byte: sign in bit 7, mantissa in 6..0.
-[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_sign_mantissa(
-    std::uint16_t bits) noexcept {
-  return static_cast<std::uint8_t>(((bits >> 8) & 0x80u) | (bits & 0x7Fu));
+/// @brief Sign and mantissa of a BF16 value in one byte: sign in bit 7, mantissa in 6..0.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_sign_mantissa(bf16 x) noexcept {
+  return static_cast<std::uint8_t>(((x.bits >> 8) & 0x80u) | (x.bits & 0x7Fu));
 }
 
 /// @brief Low byte of the BF16 value with sign-mantissa byte `sm` and exponent byte `exponent`:
@@ -16436,15 +19283,15 @@ namespace wisp {
   return static_cast<std::uint8_t>((sm & 0x80u) | (exponent >> 1));
 }
 
-/// @brief The element rule of recovery: the BF16 bit pattern with sign-mantissa byte `sm` and
-/// exponent byte `exponent`. Exact inverse of the two field extractors for all 65,536 patterns
-/// (±0, subnormals, ±inf and every NaN payload included). Host and CUDA recovery both build on
-/// it; it is written as two byte rules because whole vectors of bytes are what SIMD units and
-/// coalesced loads handle best.
-[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint16_t bf16_join(std::uint8_t sm,
-                                                                 std::uint8_t exponent) noexcept {
-  return static_cast<std::uint16_t>(bf16_low_byte(sm, exponent) |
-                                    (bf16_high_byte(sm, exponent) << 8));
+/// @brief The element rule of recovery: the BF16 value with sign-mantissa byte `sm` and
+/// exponent byte `exponent`. Exact inverse of the two field extractors for all 65,536 bit
+/// patterns (±0, subnormals, ±inf and every NaN payload included). Host and CUDA recovery both
+/// build on it; it is written as two byte rules because whole vectors of bytes are what SIMD
+/// units and coalesced loads handle best.
+[[nodiscard]] WISP_HOST_DEVICE constexpr bf16 bf16_join(std::uint8_t sm,
+                                                        std::uint8_t exponent) noexcept {
+  return bf16{static_cast<std::uint16_t>(bf16_low_byte(sm, exponent) |
+                                         (bf16_high_byte(sm, exponent) << 8))};
 }
 
 namespace detail {
@@ -16457,8 +19304,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
 /// `__restrict` from inlined parameters and then refuse to vectorise at -O2.
 [[gnu::noinline]] inline void recover_bf16_unchecked(const std::uint8_t* __restrict sm,
                                                      const std::uint8_t* __restrict exponents,
-                                                     std::uint16_t* __restrict out,
-                                                     std::size_t n) noexcept {
+                                                     bf16* __restrict out, std::size_t n) noexcept {
   constexpr std::size_t b = bf16_vector_block;
   std::size_t i = 0;
   for (; i + b <= n; i += b) {
@@ -16469,7 +19315,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
       high[j] = bf16_high_byte(sm[i + j], exponents[i + j]);
     }
     for (std::size_t j = 0; j < b; ++j) {
-      out[i + j] = static_cast<std::uint16_t>(low[j] | (high[j] << 8));
+      out[i + j].bits = static_cast<std::uint16_t>(low[j] | (high[j] << 8));
     }
   }
   for (; i < n; ++i) {
@@ -16478,7 +19324,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
 }
 
 /// Split of `n` values without checks (not inlined, for the same reason).
-[[gnu::noinline]] inline void split_bf16_unchecked(const std::uint16_t* __restrict values,
+[[gnu::noinline]] inline void split_bf16_unchecked(const bf16* __restrict values,
                                                    std::uint8_t* __restrict sm,
                                                    std::uint8_t* __restrict exponents,
                                                    std::size_t n) noexcept {
@@ -16500,7 +19346,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
 /// One pass, O(n); written as a plain element loop that compilers vectorise.
 /// Thread safety: distinct outputs may be filled concurrently.
 /// @throws wisp::logic_error if the three spans differ in length (nothing written).
-inline void split_bf16(std::span<const std::uint16_t> values, std::span<std::uint8_t> sm,
+inline void split_bf16(std::span<const bf16> values, std::span<std::uint8_t> sm,
                        std::span<std::uint8_t> exponents) {
   WISP_EXPECTS(sm.size() == values.size() && exponents.size() == values.size(),
                "split_bf16: ", values.size(), " values but ", sm.size(), " SM bytes and ",
@@ -16513,31 +19359,20 @@ inline void split_bf16(std::span<const std::uint16_t> values, std::span<std::uin
 /// Thread safety: disjoint output ranges may be recovered concurrently.
 /// @throws wisp::logic_error if the three spans differ in length (nothing written).
 inline void recover_bf16(std::span<const std::uint8_t> sm, std::span<const std::uint8_t> exponents,
-                         std::span<std::uint16_t> out) {
+                         std::span<bf16> out) {
   WISP_EXPECTS(sm.size() == out.size() && exponents.size() == out.size(),
                "recover_bf16: ", sm.size(), " SM bytes and ", exponents.size(),
                " exponent bytes for ", out.size(), " values");
   detail::recover_bf16_unchecked(sm.data(), exponents.data(), out.data(), out.size());
 }
 
-/// @brief BF16 bit pattern nearest to `value`, ties to even: what `torch.Tensor.to(bfloat16)`
-/// produces. NaNs stay NaNs (quiet, sign kept); infinities and overflow follow IEEE rounding.
-[[nodiscard]] constexpr std::uint16_t bf16_from_float(float value) noexcept {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
-    return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  }
-  const std::uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<std::uint16_t>((bits + rounding) >> 16);
-}
-
 /// Count of each exponent value (0..255) in a tensor or exponent stream.
 using exponent_counts = std::array<std::uint64_t, 256>;
 
 /// @brief Histogram of the exponent field of `values`. O(n). Thread safety: pure.
-[[nodiscard]] inline exponent_counts exponent_histogram(std::span<const std::uint16_t> values) {
+[[nodiscard]] inline exponent_counts exponent_histogram(std::span<const bf16> values) {
   exponent_counts counts{};
-  for (const std::uint16_t v : values) {
+  for (const bf16 v : values) {
     ++counts[bf16_exponent(v)];
   }
   return counts;
@@ -16572,7 +19407,7 @@ using exponent_counts = std::array<std::uint64_t, 256>;
 /// @file
 /// @brief What an exponent coder is (`exponent_coder`), the coder ids stored in compressed tensors,
 /// the `raw_coder` every container falls back to, and the owning type-erased `any_coder` /
-/// `coder_set` with which a program picks coders by name or id at run time.
+/// `coder_set` with which a program picks coders by label or id at run time.
 ///
 /// A coder turns a stream of exponent bytes into bytes and back. It knows nothing of BF16: the
 /// container (`compressed_bf16.hpp`) splits the tensor, cuts the exponents into E-chunks and asks
@@ -16581,7 +19416,7 @@ using exponent_counts = std::array<std::uint64_t, 256>;
 /// static_assert(wisp::exponent_coder<wisp::huffman_coder>);
 /// wisp::coder_set coders = wisp::core_coders();        // raw + huffman
 /// coders.add(wisp::zstd_coder{});                      // optional, from <wisp/compress/zstd.hpp>
-/// const wisp::any_coder& c = coders.by_name("zstd");
+/// const wisp::any_coder& c = coders.by_label("zstd");
 /// @endcode
 
 namespace wisp {
@@ -16596,34 +19431,40 @@ enum class coder_id : std::uint8_t {
   lz4 = 3,      ///< an LZ4 block, from LZ4 or LZ4HC (wisp::lz4)
 };
 
-/// The format's name of a coder id ("raw", "huffman", "zstd", "lz4"), or "unknown".
-[[nodiscard]] constexpr std::string_view coder_id_name(coder_id id) noexcept {
-  switch (id) {
-    case coder_id::raw:
-      return "raw";
-    case coder_id::huffman:
-      return "huffman";
-    case coder_id::zstd:
-      return "zstd";
-    case coder_id::lz4:
-      return "lz4";
-  }
-  return "unknown";
+/// The format's names of the coder ids: "raw", "huffman", "zstd", "lz4" (`to_string`,
+/// `from_string`; an id read from a file that is none of these prints as "unknown").
+template <>
+struct enum_names<coder_id> {
+  static constexpr std::array<enum_name<coder_id>, 4> values{{{coder_id::raw, "raw"},
+                                                              {coder_id::huffman, "huffman"},
+                                                              {coder_id::zstd, "zstd"},
+                                                              {coder_id::lz4, "lz4"}}};
+};
+
+/// @deprecated The format's name of a coder id: `to_string(id)`.
+[[deprecated("use wisp::to_string(coder_id)")]] [[nodiscard]] constexpr std::string_view
+coder_id_name(coder_id id) noexcept {
+  return to_string(id);
 }
 
 /// @brief A lossless coder of exponent byte streams.
 ///
+/// - `C::name`: the coder's family, a `static constexpr std::string_view` ("huffman", "zstd",
+///   "lz4": the name of the format it writes);
 /// - `c.id()`: the `coder_id` written beside its output;
-/// - `c.name()`: a name for people and command lines ("zstd", "lz4hc");
+/// - `c.label()`: this coder with its settings, for people and command lines: its `name`, plus
+///   the setting where it is not the default ("huffman-b7", "zstd-19", "lz4hc");
 /// - `c.encode(symbols, sink)`: appends the encoding of `symbols` to `sink`;
 /// - `c.decode(encoded, out)`: writes exactly `out.size()` symbols decoded from all of `encoded`,
 ///   or throws `wisp::format_error` (never reads or writes out of bounds, whatever the input).
+///
+/// `any_coder`, which wraps any of them at run time, has a `label()` but no static `name`.
 template <class C>
 concept exponent_coder = std::copy_constructible<C> &&
     requires(const C& c, std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink,
              std::span<std::uint8_t> out) {
   { c.id() } -> std::same_as<coder_id>;
-  { c.name() } -> std::convertible_to<std::string>;
+  { c.label() } -> std::convertible_to<std::string>;
   { c.encode(in, sink) } -> std::same_as<void>;
   { c.decode(in, out) } -> std::same_as<void>;
 };
@@ -16631,8 +19472,9 @@ concept exponent_coder = std::copy_constructible<C> &&
 /// @brief Stores exponent bytes unchanged. The container uses it for any E-chunk that another
 /// coder would not make smaller, so a compressed tensor is never much larger than the raw one.
 struct raw_coder {
+  static constexpr std::string_view name = "raw";
   [[nodiscard]] coder_id id() const noexcept { return coder_id::raw; }
-  [[nodiscard]] std::string name() const { return "raw"; }
+  [[nodiscard]] std::string label() const { return std::string(name); }
   /// Appends `symbols`. O(n).
   void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
     sink.insert(sink.end(), symbols.begin(), symbols.end());
@@ -16671,7 +19513,7 @@ class any_coder {
       : self_(std::make_shared<model<C>>(std::move(coder))) {}
 
   [[nodiscard]] coder_id id() const noexcept { return self_->id(); }
-  [[nodiscard]] std::string name() const { return self_->name(); }
+  [[nodiscard]] std::string label() const { return self_->label(); }
   void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
     self_->encode(symbols, sink);
   }
@@ -16687,7 +19529,7 @@ class any_coder {
   struct base {
     virtual ~base() = default;
     [[nodiscard]] virtual coder_id id() const noexcept = 0;
-    [[nodiscard]] virtual std::string name() const = 0;
+    [[nodiscard]] virtual std::string label() const = 0;
     virtual void encode(std::span<const std::uint8_t>, std::vector<std::uint8_t>&) const = 0;
     virtual void decode(std::span<const std::uint8_t>, std::span<std::uint8_t>) const = 0;
     [[nodiscard]] virtual any_coder fitted(const any_coder& self,
@@ -16697,7 +19539,7 @@ class any_coder {
   struct model final : base {
     explicit model(C c) : coder(std::move(c)) {}
     [[nodiscard]] coder_id id() const noexcept override { return coder.id(); }
-    [[nodiscard]] std::string name() const override { return coder.name(); }
+    [[nodiscard]] std::string label() const override { return coder.label(); }
     void encode(std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink) const override {
       coder.encode(in, sink);
     }
@@ -16718,17 +19560,17 @@ class any_coder {
 };
 static_assert(exponent_coder<any_coder>);
 
-/// @brief The coders a program has: picks an encoder by name and the decoder of a stored id.
+/// @brief The coders a program has: picks an encoder by label and the decoder of a stored id.
 /// Decoding only needs one coder per id (lz4 decodes lz4hc's output).
 /// Lookups are O(coders); thread safety: const calls may run concurrently.
 class coder_set {
  public:
   coder_set() = default;
 
-  /// Adds `coder`; a coder with the same name is replaced. @returns *this.
+  /// Adds `coder`; a coder with the same label is replaced. @returns *this.
   coder_set& add(any_coder coder) {
     for (any_coder& c : coders_) {
-      if (c.name() == coder.name()) {
+      if (c.label() == coder.label()) {
         c = std::move(coder);
         return *this;
       }
@@ -16737,14 +19579,19 @@ class coder_set {
     return *this;
   }
 
-  /// The coder called `name`. @throws wisp::logic_error listing the names there are.
-  [[nodiscard]] const any_coder& by_name(std::string_view name) const {
+  /// The coder labelled `label`. @throws wisp::logic_error listing the labels there are.
+  [[nodiscard]] const any_coder& by_label(std::string_view label) const {
     for (const any_coder& c : coders_) {
-      if (c.name() == name) {
+      if (c.label() == label) {
         return c;
       }
     }
-    WISP_FAIL(logic_error, "no exponent coder called '", name, "'; available: ", names());
+    WISP_FAIL(logic_error, "no exponent coder called '", label, "'; available: ", labels());
+  }
+  /// @deprecated `by_label`.
+  [[deprecated("use by_label")]] [[nodiscard]] const any_coder& by_name(
+      std::string_view label) const {
+    return by_label(label);
   }
 
   /// A coder that decodes `id`, or nullptr.
@@ -16760,14 +19607,16 @@ class coder_set {
   /// The coders, in the order they were added.
   [[nodiscard]] std::span<const any_coder> coders() const noexcept { return coders_; }
 
-  /// Comma-separated names.
-  [[nodiscard]] std::string names() const {
+  /// Comma-separated labels.
+  [[nodiscard]] std::string labels() const {
     std::string out;
     for (const any_coder& c : coders_) {
-      out += (out.empty() ? "" : ", ") + c.name();
+      out += (out.empty() ? "" : ", ") + c.label();
     }
     return out;
   }
+  /// @deprecated `labels`.
+  [[deprecated("use labels")]] [[nodiscard]] std::string names() const { return labels(); }
 
  private:
   std::vector<any_coder> coders_;
@@ -16776,42 +19625,22 @@ class coder_set {
 }  // namespace wisp
 // ---- end wisp/compress/exponent_coder.hpp ------------------------------------------------------
 
-// ---- begin wisp/compress/huffman.hpp -----------------------------------------------------------
+// ---- begin wisp/compress/huffman_code.hpp ------------------------------------------------------
 /// @file
-/// @brief `huffman_coder`: canonical, length-limited Huffman over the 256 exponent symbols, with a
-/// table-driven decoder that is `WISP_HOST_DEVICE`, so the same code decodes on the CPU and in a
-/// CUDA kernel.
-///
-/// Encoded layout (all integers little-endian; the symbol count comes from the container):
-/// - 0 symbols: nothing.
-/// - one distinct symbol: `00 <symbol>` (2 bytes).
-/// - otherwise: `01`, the first and the last symbol with a code `f <= l` (u8 each), then
-///   `ceil(c / 2)` bytes of 4-bit code lengths of the `c = l - f + 1` symbols from `f` (symbol
-///   `f + 2i` in the low nibble of byte i, a last odd high nibble 0; 0 = no code, at most
-///   `huffman_max_bits`; the code must be complete), the u32 sub-stream size `B` (symbols), `S =
-///   ceil(n / B)` u32 end offsets of the sub-streams relative to the data, then the data. Exponents
-///   of real weights span about 30 values, so the lengths take ~15 bytes. Sub-stream j holds
-///   symbols `[jB, min(n, (j+1)B))` as canonical codes written least-significant bit first; each
-///   ends on a byte boundary with zero padding bits.
-///
-/// Independent sub-streams are what makes decoding parallel: the host decodes four of them in
-/// lockstep (four independent dependency chains), a GPU gives each its own thread. Each table
-/// lookup decodes up to six symbols at once (the whole 11-bit window), which at ~2.6 bits per
-/// exponent is 3-4 symbols per lookup.
+/// @brief The code of `huffman_coder`: canonical, length-limited Huffman code lengths over the 256
+/// exponent symbols, their canonical codes, and the decode table a decoder (host or device) looks
+/// windows of the stream up in; `huffman_table_cache`, the table of the last code a decoder saw,
+/// which a caller keeps per decoding thread so a tensor whose E-chunks share a code builds its
+/// table once.
 /// @code
-/// wisp::huffman_coder h;
-/// std::vector<std::uint8_t> enc;
-/// h.encode(exponents, enc);
-/// std::vector<std::uint8_t> back(exponents.size());
-/// h.decode(enc, back);                                  // == exponents
+/// wisp::huffman_table_cache tables;                       // one per decoding thread
+/// auto t = tables.get(lengths);                           // built once per distinct code
 /// @endcode
 
 namespace wisp {
 
 /// Longest code, and the width of the decode table's index (2^11 entries of 8 bytes: 16 KiB).
 inline constexpr int huffman_max_bits = 11;
-/// Default symbols per sub-stream: 4 bytes of offset per 4096 symbols (0.008 bits per symbol).
-inline constexpr std::uint32_t huffman_default_block = 4096;
 
 /// @brief The decode table of one code: entry `i` is what the 11-bit window `i` (next bits of the
 /// stream, least significant first) decodes to. Trivially copyable: a kernel takes it by pointer
@@ -16823,13 +19652,12 @@ struct huffman_table {
   std::uint64_t entry[std::size_t{1} << huffman_max_bits];
 };
 
+/// Code lengths of a canonical code, one per symbol (0 = the symbol has no code).
+using huffman_lengths = std::array<std::uint8_t, 256>;
+
 namespace detail {
 
 inline constexpr std::uint32_t huffman_window_mask = (1u << huffman_max_bits) - 1;
-inline constexpr std::uint32_t huffman_max_block = std::uint32_t{1} << 24;
-
-/// Code lengths of a complete, canonical code, one per symbol (0 = absent).
-using huffman_lengths = std::array<std::uint8_t, 256>;
 
 /// Optimal code lengths for `counts`, limited to `huffman_max_bits` by halving the counts of a
 /// too-deep code until it fits (deterministic; only long-tailed histograms ever need it). Ties
@@ -16999,9 +19827,60 @@ using huffman_lengths = std::array<std::uint8_t, 256>;
   return true;
 }
 
+}  // namespace detail
+
+/// @brief The decode table of the last code a decoder saw. The E-chunks of one tensor share their
+/// code (`huffman_coder::fitted`), so a decoder that passes one cache to every chunk it decodes
+/// builds one table per tensor instead of one per chunk. Owned by the caller, one per decoding
+/// thread (`bf16_decode_scratch` holds one). Not thread-safe; a table handed out stays valid
+/// after the cache has moved on to another code (shared ownership).
+class huffman_table_cache {
+ public:
+  /// The decode table of `lengths`: the cached one when `lengths` is the last code seen (O(256)),
+  /// else a new one (O(2^11), 16 KiB), which then replaces it; nullptr (cache unchanged) if
+  /// `lengths` is not a complete code of at least two symbols with lengths in 1..11.
+  /// @throws std::bad_alloc.
+  [[nodiscard]] std::shared_ptr<const huffman_table> get(const huffman_lengths& lengths) {
+    if (table_ != nullptr && lengths == lengths_) {
+      return table_;
+    }
+    auto table = std::make_shared<huffman_table>();
+    if (!detail::build_huffman_table(lengths, *table)) {
+      return nullptr;
+    }
+    lengths_ = lengths;
+    table_ = std::move(table);
+    return table_;
+  }
+
+ private:
+  huffman_lengths lengths_{};
+  std::shared_ptr<const huffman_table> table_;
+};
+
+}  // namespace wisp
+// ---- end wisp/compress/huffman_code.hpp --------------------------------------------------------
+
+// ---- begin wisp/compress/huffman_lane.hpp ------------------------------------------------------
+/// @file
+/// @brief `huffman_lane`: the decoder of one Huffman sub-stream (see `huffman.hpp` for the
+/// encoded layout), `WISP_HOST_DEVICE`, so the host (`huffman_chunk`, four lanes in lockstep) and
+/// a CUDA kernel (one lane per thread, `wisp::cuda`'s `decode_huffman_kernel`) decode with the
+/// same code.
+/// @code
+/// // data: a chunk's sub-stream bytes; sub-stream j starts at `begin` and holds block symbols
+/// wisp::huffman_lane lane(data, data_bytes, begin, out + j * block, out + (j + 1) * block);
+/// lane.run(table);
+/// bool ok = lane.ended_cleanly(end - begin);
+/// @endcode
+
+namespace wisp {
+
 /// @brief Decoding state of one sub-stream: the next unread byte, a bit buffer, where the
 /// symbols go. All member functions are `WISP_HOST_DEVICE` and never touch memory outside
-/// `data[0, limit)` and `[out, out_end)`, whatever the bytes.
+/// `data[0, limit)` and `[out, out_end)`, whatever the bytes. Trivially copyable (a decoder keeps
+/// a copy in registers); the members are public so that a decoder running several lanes can
+/// bound their steps (`huffman_chunk` does).
 struct huffman_lane {
   const std::uint8_t* data;  ///< the chunk's data (all sub-streams)
   std::size_t limit;         ///< readable bytes of `data`; loads past it read zeros
@@ -17012,13 +19891,27 @@ struct huffman_lane {
   std::uint8_t* out;         ///< next symbol goes here
   std::uint8_t* out_end;     ///< end of this sub-stream's symbols
 
+  /// A lane at the start of the sub-stream at `offset` of `chunk_data` (`chunk_bytes` long),
+  /// writing its symbols to `[first, last)`. O(1).
+  WISP_HOST_DEVICE huffman_lane(const std::uint8_t* chunk_data, std::size_t chunk_bytes,
+                                std::size_t offset, std::uint8_t* first,
+                                std::uint8_t* last) noexcept
+      : data(chunk_data),
+        limit(chunk_bytes),
+        begin(offset),
+        next(offset),
+        buffer(0),
+        bits(0),
+        out(first),
+        out_end(last) {}
+
   /// Tops the buffer up to at least 56 bits. `Checked = false` is for callers that know the
   /// 8 bytes at `next` lie before `limit`.
   template <bool Checked = true>
   WISP_HOST_DEVICE void refill() noexcept {
     std::uint64_t word = 0;
     if (!Checked || next + 8 <= limit) {
-      word = load_le64(data + next);
+      word = detail::load_le<std::uint64_t>(data + next);
     } else {
       for (std::size_t i = 0; i < 8 && next + i < limit; ++i) {
         word |= static_cast<std::uint64_t>(data[next + i]) << (8 * i);
@@ -17038,8 +19931,8 @@ struct huffman_lane {
   WISP_HOST_DEVICE void step4(const huffman_table& t) noexcept {
     refill<Checked>();
     for (int k = 0; k < 4; ++k) {
-      const std::uint64_t e = t.entry[buffer & huffman_window_mask];
-      store_le64(out, e);  // symbols past the count are overwritten by the next window
+      const std::uint64_t e = t.entry[buffer & detail::huffman_window_mask];
+      detail::store_le<std::uint64_t>(out, e);  // symbols past the count: overwritten next window
       const unsigned used = static_cast<unsigned>(e >> 52) & 0xFu;
       out += (e >> 48) & 0xFu;
       buffer >>= used;
@@ -17053,7 +19946,7 @@ struct huffman_lane {
       if (bits < huffman_max_bits) {
         refill();
       }
-      const std::uint64_t e = t.entry[buffer & huffman_window_mask];
+      const std::uint64_t e = t.entry[buffer & detail::huffman_window_mask];
       const unsigned used = static_cast<unsigned>(e >> 56) & 0xFu;
       *out++ = static_cast<std::uint8_t>(e);
       buffer >>= used;
@@ -17071,34 +19964,6 @@ struct huffman_lane {
     *this = l;
   }
 
-  /// Little-endian 8-byte load and store at any alignment: one memory access on little-endian
-  /// hosts, bytes assembled one by one elsewhere (big-endian hosts, device code).
-#if defined(__CUDA_ARCH__)
-  static constexpr bool native_le64 = false;
-#else
-  static constexpr bool native_le64 = std::endian::native == std::endian::little;
-#endif
-  [[nodiscard]] WISP_HOST_DEVICE static std::uint64_t load_le64(const std::uint8_t* p) noexcept {
-    std::uint64_t v = 0;
-    if constexpr (native_le64) {
-      std::memcpy(&v, p, 8);
-    } else {
-      for (int i = 0; i < 8; ++i) {
-        v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-      }
-    }
-    return v;
-  }
-  WISP_HOST_DEVICE static void store_le64(std::uint8_t* p, std::uint64_t v) noexcept {
-    if constexpr (native_le64) {
-      std::memcpy(p, &v, 8);
-    } else {
-      for (int i = 0; i < 8; ++i) {
-        p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-      }
-    }
-  }
-
   /// True if the sub-stream, `size` bytes long, decoded to exactly its symbols with zero padding.
   [[nodiscard]] WISP_HOST_DEVICE bool ended_cleanly(std::size_t size) const noexcept {
     const std::uint64_t loaded_bits = static_cast<std::uint64_t>(next - begin) * 8;
@@ -17111,17 +19976,46 @@ struct huffman_lane {
   }
 };
 
-[[nodiscard]] inline std::uint32_t load_u32(const std::uint8_t* p) noexcept {
-  return static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
-         static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24;
-}
+}  // namespace wisp
+// ---- end wisp/compress/huffman_lane.hpp --------------------------------------------------------
 
-inline void append_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) {
-    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-}
+// ---- begin wisp/compress/huffman.hpp -----------------------------------------------------------
+/// @file
+/// @brief `huffman_coder`: canonical, length-limited Huffman over the 256 exponent symbols, with a
+/// table-driven decoder that is `WISP_HOST_DEVICE`, so the same code decodes on the CPU and in a
+/// CUDA kernel.
+///
+/// Encoded layout (all integers little-endian; the symbol count comes from the container):
+/// - 0 symbols: nothing.
+/// - one distinct symbol: `00 <symbol>` (2 bytes).
+/// - otherwise: `01`, the first and the last symbol with a code `f <= l` (u8 each), then
+///   `ceil(c / 2)` bytes of 4-bit code lengths of the `c = l - f + 1` symbols from `f` (symbol
+///   `f + 2i` in the low nibble of byte i, a last odd high nibble 0; 0 = no code, at most
+///   `huffman_max_bits`; the code must be complete), the u32 sub-stream size `B` (symbols), `S =
+///   ceil(n / B)` u32 end offsets of the sub-streams relative to the data, then the data. Exponents
+///   of real weights span about 30 values, so the lengths take ~15 bytes. Sub-stream j holds
+///   symbols `[jB, min(n, (j+1)B))` as canonical codes written least-significant bit first; each
+///   ends on a byte boundary with zero padding bits.
+///
+/// Independent sub-streams are what makes decoding parallel: the host decodes four of them in
+/// lockstep (four independent dependency chains), a GPU gives each its own thread
+/// (`huffman_lane.hpp`). Each table lookup decodes up to six symbols at once (the whole 11-bit
+/// window, `huffman_code.hpp`), which at ~2.6 bits per exponent is 3-4 symbols per lookup.
+/// @code
+/// wisp::huffman_coder h;
+/// std::vector<std::uint8_t> enc;
+/// h.encode(exponents, enc);
+/// std::vector<std::uint8_t> back(exponents.size());
+/// h.decode(enc, back);                                  // == exponents
+/// @endcode
 
+namespace wisp {
+
+/// Default symbols per sub-stream: 4 bytes of offset per 4096 symbols (0.008 bits per symbol).
+inline constexpr std::uint32_t huffman_default_block = 4096;
+
+namespace detail {
+inline constexpr std::uint32_t huffman_max_block = std::uint32_t{1} << 24;
 }  // namespace detail
 
 /// @brief A parsed Huffman E-chunk: its decode table, sub-stream bounds and data, ready to decode
@@ -17130,58 +20024,21 @@ inline void append_u32(std::vector<std::uint8_t>& out, std::uint32_t v) {
 /// them alive while it is used. Thread safety: const calls may run concurrently.
 class huffman_chunk {
  public:
-  /// Parses `encoded`, the encoding of `symbols` symbols. O(2^11 + sub-streams).
+  /// Parses `encoded`, the encoding of `symbols` symbols, with its own decode table.
+  /// O(2^11 + sub-streams).
   /// @throws wisp::format_error naming the problem and its byte offset within `encoded`.
   huffman_chunk(std::span<const std::uint8_t> encoded, std::size_t symbols) : symbols_(symbols) {
-    if (symbols == 0) {
-      expect(encoded.empty(), 0, "an empty Huffman E-chunk must have no bytes");
-      return;
-    }
-    expect(!encoded.empty(), 0, "Huffman E-chunk is empty");
-    if (encoded[0] == 0) {
-      expect(encoded.size() == 2, 0, "single-symbol Huffman E-chunk must be 2 bytes");
-      single_ = encoded[1];
-      return;
-    }
-    expect(encoded[0] == 1, 0, "unknown Huffman E-chunk mode " + std::to_string(encoded[0]));
-    expect(encoded.size() >= 3, 0, "truncated Huffman header");
-    const std::size_t first = encoded[1];
-    expect(first <= encoded[2], 1,
-           "Huffman code lengths from symbol " + std::to_string(first) + " to " +
-               std::to_string(encoded[2]) + " are out of order");
-    const std::size_t count = std::size_t{encoded[2]} + 1 - first;
-    const std::size_t lengths_bytes = (count + 1) / 2;
-    const std::size_t block_at = 3 + lengths_bytes;
-    expect(encoded.size() >= block_at + 4, 0, "truncated Huffman header");
-    detail::huffman_lengths lengths{};
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::uint8_t packed = encoded[3 + i / 2];
-      lengths[first + i] = static_cast<std::uint8_t>(i % 2 == 0 ? packed & 0x0Fu : packed >> 4);
-    }
-    expect(count % 2 == 0 || (encoded[block_at - 1] >> 4) == 0, block_at - 1,
-           "unused nibble of the Huffman code lengths is not zero");
-    table_ = cached_table(lengths);
-    expect(table_ != nullptr, 3,
-           "Huffman code lengths do not form a complete code of 2+ symbols up to 11 bits");
-    block_ = detail::load_u32(encoded.data() + block_at);
-    expect(block_ >= 1 && block_ <= detail::huffman_max_block, block_at,
-           "Huffman sub-stream size " + std::to_string(block_) + " is outside [1, 2^24]");
-    const std::size_t streams = (symbols + block_ - 1) / block_;
-    const std::size_t offsets_at = block_at + 4;
-    expect((encoded.size() - offsets_at) / 4 >= streams, offsets_at,
-           "truncated Huffman sub-stream offsets");
-    data_ = encoded.subspan(offsets_at + 4 * streams);
-    ends_.resize(streams);
-    std::uint32_t previous = 0;
-    for (std::size_t j = 0; j < streams; ++j) {
-      ends_[j] = detail::load_u32(encoded.data() + offsets_at + 4 * j);
-      expect(ends_[j] >= previous && ends_[j] <= data_.size(), offsets_at + 4 * j,
-             "Huffman sub-stream end " + std::to_string(ends_[j]) + " is out of order or past " +
-                 "the data (" + std::to_string(data_.size()) + " bytes)");
-      previous = ends_[j];
-    }
-    expect(previous == data_.size(), offsets_at + 4 * (streams - 1),
-           "Huffman data has " + std::to_string(data_.size() - previous) + " trailing bytes");
+    huffman_table_cache own;
+    parse(encoded, own);
+  }
+
+  /// Parses `encoded` like the other constructor, taking its decode table from `tables` (built
+  /// there on a miss): O(sub-streams) when the chunk's code is the last one `tables` saw.
+  /// @throws wisp::format_error as the other constructor.
+  huffman_chunk(std::span<const std::uint8_t> encoded, std::size_t symbols,
+                huffman_table_cache& tables)
+      : symbols_(symbols) {
+    parse(encoded, tables);
   }
 
   /// Sub-streams (0 for an empty or single-symbol chunk).
@@ -17218,13 +20075,13 @@ class huffman_chunk {
     std::size_t j = 0;
     for (; j + lanes <= ends_.size(); j += lanes) {
       // Four named lanes (not an array) so that all four states stay in registers.
-      detail::huffman_lane a = make_lane(j, out);
-      detail::huffman_lane b = make_lane(j + 1, out);
-      detail::huffman_lane c = make_lane(j + 2, out);
-      detail::huffman_lane d = make_lane(j + 3, out);
+      huffman_lane a = make_lane(j, out);
+      huffman_lane b = make_lane(j + 1, out);
+      huffman_lane c = make_lane(j + 2, out);
+      huffman_lane d = make_lane(j + 3, out);
       // Rounds of steps that no lane can overrun: a step writes at most 24 symbols and reads at
       // most 7 bytes, so the checks leave the inner loop (lanes advance at different rates).
-      auto safe_steps = [&](const detail::huffman_lane& l) -> std::size_t {
+      auto safe_steps = [&](const huffman_lane& l) -> std::size_t {
         const auto room = static_cast<std::size_t>(l.out_end - l.out);
         const std::size_t by_out = room < 32 ? 0 : (room - 32) / 24 + 1;
         const std::size_t by_in = l.next + 15 > l.limit ? 0 : (l.limit - l.next - 15) / 7 + 1;
@@ -17254,7 +20111,7 @@ class huffman_chunk {
       consume(j * block_, std::min<std::size_t>(symbols_, (j + lanes) * block_) - j * block_);
     }
     for (; j < ends_.size(); ++j) {
-      detail::huffman_lane lane = make_lane(j, out);
+      huffman_lane lane = make_lane(j, out);
       lane.run(*table_);
       check_end(lane, j);
       consume(j * block_, std::min<std::size_t>(symbols_, (j + 1) * block_) - j * block_);
@@ -17262,23 +20119,59 @@ class huffman_chunk {
   }
 
  private:
-  // The decode table of `lengths`, or nullptr if they are not a valid code. The table of the
-  // last code seen on this thread is kept: the E-chunks of one tensor share their code
-  // (`huffman_coder::fitted`), so a tensor builds its table once, not once per chunk.
-  static std::shared_ptr<const huffman_table> cached_table(const detail::huffman_lengths& lengths) {
-    thread_local detail::huffman_lengths last_lengths{};
-    thread_local std::shared_ptr<const huffman_table> last_table;
-    if (last_table != nullptr && lengths == last_lengths) {
-      return last_table;
+  // Reads the header, offsets and data bounds of `encoded` (see the constructors).
+  void parse(std::span<const std::uint8_t> encoded, huffman_table_cache& tables) {
+    if (symbols_ == 0) {
+      expect(encoded.empty(), 0, "an empty Huffman E-chunk must have no bytes");
+      return;
     }
-    auto table = std::make_shared<huffman_table>();
-    if (!detail::build_huffman_table(lengths, *table)) {
-      return nullptr;
+    expect(!encoded.empty(), 0, "Huffman E-chunk is empty");
+    if (encoded[0] == 0) {
+      expect(encoded.size() == 2, 0, "single-symbol Huffman E-chunk must be 2 bytes");
+      single_ = encoded[1];
+      return;
     }
-    last_lengths = lengths;
-    last_table = table;
-    return table;
+    expect(encoded[0] == 1, 0, "unknown Huffman E-chunk mode " + std::to_string(encoded[0]));
+    expect(encoded.size() >= 3, 0, "truncated Huffman header");
+    const std::size_t first = encoded[1];
+    expect(first <= encoded[2], 1,
+           "Huffman code lengths from symbol " + std::to_string(first) + " to " +
+               std::to_string(encoded[2]) + " are out of order");
+    const std::size_t count = std::size_t{encoded[2]} + 1 - first;
+    const std::size_t lengths_bytes = (count + 1) / 2;
+    const std::size_t block_at = 3 + lengths_bytes;
+    expect(encoded.size() >= block_at + 4, 0, "truncated Huffman header");
+    huffman_lengths lengths{};
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint8_t packed = encoded[3 + i / 2];
+      lengths[first + i] = static_cast<std::uint8_t>(i % 2 == 0 ? packed & 0x0Fu : packed >> 4);
+    }
+    expect(count % 2 == 0 || (encoded[block_at - 1] >> 4) == 0, block_at - 1,
+           "unused nibble of the Huffman code lengths is not zero");
+    table_ = tables.get(lengths);
+    expect(table_ != nullptr, 3,
+           "Huffman code lengths do not form a complete code of 2+ symbols up to 11 bits");
+    block_ = detail::load_le<std::uint32_t>(encoded.data() + block_at);
+    expect(block_ >= 1 && block_ <= detail::huffman_max_block, block_at,
+           "Huffman sub-stream size " + std::to_string(block_) + " is outside [1, 2^24]");
+    const std::size_t streams = (symbols_ + block_ - 1) / block_;
+    const std::size_t offsets_at = block_at + 4;
+    expect((encoded.size() - offsets_at) / 4 >= streams, offsets_at,
+           "truncated Huffman sub-stream offsets");
+    data_ = encoded.subspan(offsets_at + 4 * streams);
+    ends_.resize(streams);
+    std::uint32_t previous = 0;
+    for (std::size_t j = 0; j < streams; ++j) {
+      ends_[j] = detail::load_le<std::uint32_t>(encoded.data() + offsets_at + 4 * j);
+      expect(ends_[j] >= previous && ends_[j] <= data_.size(), offsets_at + 4 * j,
+             "Huffman sub-stream end " + std::to_string(ends_[j]) + " is out of order or past " +
+                 "the data (" + std::to_string(data_.size()) + " bytes)");
+      previous = ends_[j];
+    }
+    expect(previous == data_.size(), offsets_at + 4 * (streams - 1),
+           "Huffman data has " + std::to_string(data_.size() - previous) + " trailing bytes");
   }
+
   static void expect(bool ok, std::size_t offset, const std::string& what) {
     if (!ok) [[unlikely]] {
       throw format_error(offset, what);
@@ -17287,19 +20180,19 @@ class huffman_chunk {
   [[nodiscard]] std::size_t begin_of(std::size_t j) const noexcept {
     return j == 0 ? 0 : ends_[j - 1];
   }
-  [[nodiscard]] detail::huffman_lane make_lane(std::size_t j, std::span<std::uint8_t> out) const {
+  [[nodiscard]] huffman_lane make_lane(std::size_t j, std::span<std::uint8_t> out) const {
     const std::size_t first = j * block_;
     const std::size_t last = std::min(symbols_, first + block_);
-    return {data_.data(),       data_.size(),     begin_of(j), begin_of(j), 0, 0,
-            out.data() + first, out.data() + last};
+    return huffman_lane(data_.data(), data_.size(), begin_of(j), out.data() + first,
+                        out.data() + last);
   }
-  void check_end(const detail::huffman_lane& lane, std::size_t j) const {
+  void check_end(const huffman_lane& lane, std::size_t j) const {
     expect(
         lane.ended_cleanly(ends_[j] - begin_of(j)), format_error::no_offset,
         "Huffman sub-stream " + std::to_string(j) + " does not decode to exactly its " + "symbols");
   }
 
-  std::shared_ptr<const huffman_table> table_;  // 16 KiB, shared with the thread's cache
+  std::shared_ptr<const huffman_table> table_;  // 16 KiB, shared with the caller's cache
   std::size_t symbols_ = 0;
   std::uint32_t block_ = 0;
   std::uint8_t single_ = 0;
@@ -17348,7 +20241,7 @@ inline void huffman_encode(std::span<const std::uint8_t> symbols, std::uint32_t 
     const std::uint8_t high = i + 1 < count ? lengths[first + i + 1] : 0;
     sink.push_back(static_cast<std::uint8_t>(lengths[first + i] | (high << 4)));
   }
-  append_u32(sink, block);
+  append_le(sink, block, 4);
   const std::size_t streams = (symbols.size() + block - 1) / block;
   const std::size_t offsets_at = sink.size();
   sink.resize(sink.size() + 4 * streams);
@@ -17372,10 +20265,7 @@ inline void huffman_encode(std::span<const std::uint8_t> symbols, std::uint32_t 
     const std::size_t end = sink.size() - data_at;
     WISP_EXPECTS(end <= 0xFFFFFFFFu, "huffman_coder: E-chunk data of ", end,
                  " bytes exceeds 4 GiB; use more E-chunks");
-    for (int b = 0; b < 4; ++b) {
-      sink[offsets_at + 4 * j + static_cast<std::size_t>(b)] =
-          static_cast<std::uint8_t>(end >> (8 * b));
-    }
+    store_le(sink.data() + offsets_at + 4 * j, end, 4);
   }
 }
 }  // namespace detail
@@ -17387,10 +20277,11 @@ struct huffman_coder {
   /// threads) and more offset bytes.
   std::uint32_t block = huffman_default_block;
 
+  static constexpr std::string_view name = "huffman";
   [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
   /// "huffman", or "huffman-b<block>" for a sub-stream size other than the default.
-  [[nodiscard]] std::string name() const {
-    return block == huffman_default_block ? "huffman" : "huffman-b" + std::to_string(block);
+  [[nodiscard]] std::string label() const {
+    return block == huffman_default_block ? std::string(name) : "huffman-b" + std::to_string(block);
   }
 
   /// Appends the encoding of `symbols`, with a code fitted to them. O(n + 256 log 256).
@@ -17416,10 +20307,11 @@ static_assert(exponent_coder<huffman_coder>);
 /// writes the same format.
 struct fitted_huffman_coder {
   std::uint32_t block = huffman_default_block;
-  std::shared_ptr<const detail::huffman_lengths> code;  ///< null: each chunk gets its own
+  std::shared_ptr<const huffman_lengths> code;  ///< null: each chunk gets its own
 
+  static constexpr std::string_view name = "huffman";
   [[nodiscard]] coder_id id() const noexcept { return coder_id::huffman; }
-  [[nodiscard]] std::string name() const { return huffman_coder{block}.name(); }
+  [[nodiscard]] std::string label() const { return huffman_coder{block}.label(); }
   /// @throws wisp::logic_error as `huffman_coder::encode`, or if a symbol has no code.
   void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
     detail::huffman_encode(symbols, block, code.get(), sink);
@@ -17437,8 +20329,7 @@ inline fitted_huffman_coder huffman_coder::fitted(std::span<const std::uint8_t> 
   }
   fitted_huffman_coder out{block, nullptr};
   if (std::count_if(counts.begin(), counts.end(), [](std::uint64_t c) { return c != 0; }) >= 2) {
-    out.code =
-        std::make_shared<const detail::huffman_lengths>(detail::huffman_code_lengths(counts));
+    out.code = std::make_shared<const huffman_lengths>(detail::huffman_code_lengths(counts));
   }
   return out;
 }
@@ -17466,7 +20357,7 @@ static_assert(fittable_coder<huffman_coder>);
 /// wisp::compressed_bf16 z = wisp::compressed_bf16::compress(weights, wisp::huffman_coder{}, 8);
 /// std::vector<std::uint8_t> file(z.bytes().begin(), z.bytes().end());   // write it anywhere
 /// wisp::compressed_bf16 back = wisp::compressed_bf16::parse(std::move(file));
-/// std::vector<std::uint16_t> out(back.elements());
+/// std::vector<wisp::bf16> out(back.elements());
 /// back.decompress(out, wisp::core_coders());                           // == weights
 /// @endcode
 
@@ -17522,12 +20413,14 @@ struct chunk_ref {
 
 /// @brief Decodes E-chunk bytes `stored` described by `ref` into `exponents` (`ref.count` long).
 /// Use it on chunks kept apart from their record; `verify` checks the CRC first (do so for bytes
-/// that came from outside the process). O(ref.count).
+/// that came from outside the process). A Huffman chunk takes its decode table from `tables`, so
+/// a caller that decodes the chunks of one tensor with one cache builds the table once.
+/// O(ref.count).
 /// @throws wisp::logic_error on a wrong output size; wisp::format_error on a size or CRC mismatch,
 /// an unknown coder, or bytes that are not the chunk's encoding.
 inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> stored,
                            std::span<std::uint8_t> exponents, const coder_set& coders,
-                           bool verify = true) {
+                           huffman_table_cache& tables, bool verify = true) {
   WISP_EXPECTS(exponents.size() == ref.count, "decode_e_chunk: ", exponents.size(),
                " output bytes for a chunk of ", ref.count, " exponents");
   if (stored.size() != ref.bytes) {
@@ -17542,11 +20435,33 @@ inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> s
   const any_coder* coder = coders.find(ref.coder);
   if (coder == nullptr) {
     throw format_error("E-chunk coder " + std::to_string(static_cast<int>(ref.coder)) + " (" +
-                       std::string(coder_id_name(ref.coder)) +
-                       ") is not available here; coders: " + coders.names());
+                       std::string(to_string(ref.coder)) +
+                       ") is not available here; coders: " + coders.labels());
+  }
+  if (ref.coder == coder_id::huffman) {
+    huffman_chunk(stored, ref.count, tables).decode(exponents);
+    return;
   }
   coder->decode(stored, exponents);
 }
+
+/// @copydoc decode_e_chunk
+/// (With a decode table of its own: use the other overload to decode many Huffman chunks.)
+inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> stored,
+                           std::span<std::uint8_t> exponents, const coder_set& coders,
+                           bool verify = true) {
+  huffman_table_cache tables;
+  decode_e_chunk(ref, stored, exponents, coders, tables, verify);
+}
+
+/// @brief A decoder's reusable memory: exponent scratch, grown to the largest E-chunk decoded,
+/// and the Huffman decode table of the last code seen (`huffman_table_cache`). One per decoding
+/// thread, reused across chunks and tensors: steady-state decoding then allocates nothing and
+/// builds one table per tensor. Not thread-safe.
+struct bf16_decode_scratch {
+  std::vector<std::uint8_t> exponents;
+  huffman_table_cache tables;
+};
 
 /// @brief One compressed BF16 tensor: the record's bytes and its parsed chunk table.
 /// Move-only owner of the bytes; const member functions are thread-safe.
@@ -17557,8 +20472,8 @@ class compressed_bf16 {
   /// @throws wisp::logic_error if `e_chunks` is outside [1, 65536] or there are more than 2^48
   /// values.
   template <exponent_coder Coder>
-  [[nodiscard]] static compressed_bf16 compress(std::span<const std::uint16_t> values,
-                                                const Coder& coder, std::uint32_t e_chunks = 8) {
+  [[nodiscard]] static compressed_bf16 compress(std::span<const bf16> values, const Coder& coder,
+                                                std::uint32_t e_chunks = 8) {
     WISP_EXPECTS(e_chunks >= 1 && e_chunks <= wzbf::max_e_chunks, "compressed_bf16: E-chunks ",
                  e_chunks, " is outside [1, ", wzbf::max_e_chunks, "]");
     const std::uint64_t n = values.size();
@@ -17704,26 +20619,30 @@ class compressed_bf16 {
     return bytes_.size() - chunks_[0].offset;
   }
 
-  /// Decodes E-chunk `j` and recovers its elements into `out[first, first + count)`;
-  /// `exponents` is scratch of at least `count` bytes. O(count). Shards may be decoded by
-  /// different threads into one `out`.
-  /// @throws wisp::logic_error on short buffers; wisp::format_error if the chunk does not decode.
-  void decompress_chunk(std::uint32_t j, std::span<std::uint16_t> out,
-                        std::span<std::uint8_t> exponents, const coder_set& coders) const {
+  /// Decodes E-chunk `j` and recovers its elements into `out[first, first + count)`, with
+  /// `scratch` grown to the chunk. O(count). Shards may be decoded by different threads (each
+  /// with a scratch of its own) into one `out`.
+  /// @throws wisp::logic_error on a wrong output size; wisp::format_error if the chunk does not
+  /// decode.
+  void decompress_chunk(std::uint32_t j, std::span<bf16> out, bf16_decode_scratch& scratch,
+                        const coder_set& coders) const {
     const chunk_ref& r = e_chunk(j);
-    WISP_EXPECTS(out.size() == elements_ && exponents.size() >= r.count,
-                 "compressed_bf16::decompress_chunk: output of ", out.size(), " for ", elements_,
-                 " elements, scratch of ", exponents.size(), " for ", r.count);
-    const std::span<std::uint8_t> ex = exponents.first(r.count);
+    WISP_EXPECTS(out.size() == elements_, "compressed_bf16::decompress_chunk: output of ",
+                 out.size(), " for ", elements_, " elements");
+    if (scratch.exponents.size() < r.count) {
+      scratch.exponents.resize(r.count);
+    }
+    const std::span<std::uint8_t> ex = std::span(scratch.exponents).first(r.count);
     const std::uint8_t* sm = bytes_.data() + chunks_[0].offset + r.first;
     if (r.coder == coder_id::huffman && coders.find(coder_id::huffman) != nullptr) {
       // Recover each group of sub-streams while its exponents are still in L1.
-      huffman_chunk(chunk_bytes(r), r.count).decode_groups(ex, [&](std::size_t at, std::size_t n) {
-        detail::recover_bf16_unchecked(sm + at, ex.data() + at, out.data() + r.first + at, n);
-      });
+      huffman_chunk(chunk_bytes(r), r.count, scratch.tables)
+          .decode_groups(ex, [&](std::size_t at, std::size_t n) {
+            detail::recover_bf16_unchecked(sm + at, ex.data() + at, out.data() + r.first + at, n);
+          });
       return;
     }
-    decode_e_chunk(r, chunk_bytes(r), ex, coders, /*verify=*/false);
+    decode_e_chunk(r, chunk_bytes(r), ex, coders, scratch.tables, /*verify=*/false);
     detail::recover_bf16_unchecked(sm, ex.data(), out.data() + r.first, r.count);
   }
 
@@ -17731,19 +20650,17 @@ class compressed_bf16 {
   /// `scratch` grown to the largest E-chunk. O(n).
   /// @throws wisp::logic_error on a wrong output size; wisp::format_error if a chunk does not
   /// decode (then `out` holds an unspecified mix of decoded and old values).
-  void decompress(std::span<std::uint16_t> out, const coder_set& coders,
-                  std::vector<std::uint8_t>& scratch) const {
+  void decompress(std::span<bf16> out, const coder_set& coders,
+                  bf16_decode_scratch& scratch) const {
     WISP_EXPECTS(out.size() == elements_, "compressed_bf16::decompress: output of ", out.size(),
                  " for ", elements_, " elements");
-    scratch.resize(
-        std::max<std::size_t>(scratch.size(), e_chunk_range(elements_, e_chunks(), 0).second));
     for (std::uint32_t j = 0; j < e_chunks(); ++j) {
       decompress_chunk(j, out, scratch, coders);
     }
   }
   /// @copydoc decompress
-  void decompress(std::span<std::uint16_t> out, const coder_set& coders) const {
-    std::vector<std::uint8_t> scratch;
+  void decompress(std::span<bf16> out, const coder_set& coders) const {
+    bf16_decode_scratch scratch;
     decompress(out, coders, scratch);
   }
 
@@ -17751,15 +20668,13 @@ class compressed_bf16 {
   compressed_bf16() = default;
 
   static std::uint32_t get_u32(const std::vector<std::uint8_t>& b, std::size_t at) noexcept {
-    return detail::load_u32(b.data() + at);
+    return detail::load_le<std::uint32_t>(b.data() + at);
   }
   static std::uint64_t get_u64(const std::vector<std::uint8_t>& b, std::size_t at) noexcept {
-    return get_u32(b, at) | static_cast<std::uint64_t>(get_u32(b, at + 4)) << 32;
+    return detail::load_le<std::uint64_t>(b.data() + at);
   }
   void put(std::size_t at, std::uint64_t v, int width) noexcept {
-    for (int i = 0; i < width; ++i) {
-      bytes_[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
-    }
+    detail::store_le(bytes_.data() + at, v, width);
   }
   void write_header() noexcept {
     std::copy(wzbf::magic.begin(), wzbf::magic.end(), bytes_.begin());
@@ -17850,106 +20765,120 @@ struct safetensors_header {
   return 0;
 }
 
+namespace detail {
+
+[[noreturn]] inline void safetensors_fail(std::uint64_t at, const std::string& what) {
+  throw format_error(at, "safetensors: " + what);
+}
+
+/// The non-negative integer `v` (`what` names it in the error).
+[[nodiscard]] inline std::uint64_t safetensors_u64(const json_value& v, const std::string& what) {
+  std::uint64_t x = 0;
+  const char* first = v.text.data();
+  const char* last = first + v.text.size();
+  if (v.type != json_value::kind::number || std::from_chars(first, last, x).ptr != last) {
+    safetensors_fail(8, what + " is not a non-negative integer");
+  }
+  return x;
+}
+
+/// The tensor `name` of the header, `entry` its JSON object; its data must lie inside the
+/// `data_size` bytes from `data_begin` and hold exactly what its dtype and shape imply.
+[[nodiscard]] inline safetensors_tensor safetensors_entry(const std::string& name,
+                                                          const json_value& entry,
+                                                          std::uint64_t data_begin,
+                                                          std::uint64_t data_size) {
+  const std::string where = "tensor '" + name + "'";
+  const json_value* dtype = entry.find("dtype");
+  const json_value* shape = entry.find("shape");
+  const json_value* offsets = entry.find("data_offsets");
+  if (entry.type != json_value::kind::object || dtype == nullptr || shape == nullptr ||
+      offsets == nullptr || entry.members.size() != 3 || dtype->type != json_value::kind::string ||
+      shape->type != json_value::kind::array || offsets->type != json_value::kind::array ||
+      offsets->items.size() != 2) {
+    safetensors_fail(
+        8, where + " needs exactly dtype (string), shape (array), data_offsets ([begin, end])");
+  }
+  safetensors_tensor t;
+  t.name = name;
+  t.dtype = dtype->text;
+  const std::uint64_t width = safetensors_dtype_bytes(t.dtype);
+  if (width == 0) {
+    safetensors_fail(8, where + " has unknown dtype '" + t.dtype + "'");
+  }
+  std::uint64_t bytes = width;
+  for (const json_value& d : shape->items) {
+    t.shape.push_back(safetensors_u64(d, where + " shape entry"));
+    if (t.shape.back() != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / t.shape.back()) {
+      safetensors_fail(8, where + " shape overflows 64 bits");
+    }
+    bytes *= t.shape.back();
+  }
+  const std::uint64_t begin = safetensors_u64(offsets->items[0], where + " data_offsets[0]");
+  const std::uint64_t end = safetensors_u64(offsets->items[1], where + " data_offsets[1]");
+  if (begin > end || end > data_size) {
+    safetensors_fail(8, where + " data_offsets [" + std::to_string(begin) + ", " +
+                            std::to_string(end) + ") are not inside the " +
+                            std::to_string(data_size) + " data bytes");
+  }
+  if (end - begin != bytes) {
+    safetensors_fail(8, where + " holds " + std::to_string(end - begin) +
+                            " bytes but its dtype and shape need " + std::to_string(bytes));
+  }
+  t.begin = data_begin + begin;
+  t.end = data_begin + end;
+  return t;
+}
+
+}  // namespace detail
+
 /// @brief Parses the header of the safetensors file `file` (all of it, or at least the header:
 /// `file_size` is then the size of the whole file). O(header size + tensors log tensors).
 /// @throws wisp::format_error with the byte offset of the problem.
 [[nodiscard]] inline safetensors_header parse_safetensors_header(std::span<const std::uint8_t> file,
                                                                  std::uint64_t file_size) {
   constexpr std::uint64_t max_header = 100'000'000;  // the format's own limit
-  auto fail = [](std::uint64_t at, const std::string& what) {
-    throw format_error(at, "safetensors: " + what);
-  };
   if (file.size() < 8 || file_size < 8) {
-    fail(0, "shorter than the 8-byte header size");
+    detail::safetensors_fail(0, "shorter than the 8-byte header size");
   }
-  std::uint64_t n = 0;
-  for (int i = 0; i < 8; ++i) {
-    n |= static_cast<std::uint64_t>(file[static_cast<std::size_t>(i)]) << (8 * i);
-  }
+  const std::uint64_t n = detail::load_le<std::uint64_t>(file.data());
   if (n > max_header || n > file_size - 8) {
-    fail(0, "header size " + std::to_string(n) + " exceeds the file (" + std::to_string(file_size) +
-                " bytes) or the format's 100 MB limit");
+    detail::safetensors_fail(0, "header size " + std::to_string(n) + " exceeds the file (" +
+                                    std::to_string(file_size) +
+                                    " bytes) or the format's 100 MB limit");
   }
   if (n > file.size() - 8) {
-    fail(file.size(), "truncated header");
+    detail::safetensors_fail(file.size(), "truncated header");
   }
   const std::string_view json(reinterpret_cast<const char*>(file.data() + 8),
                               static_cast<std::size_t>(n));
-  const wisp::detail::json_value root = wisp::detail::json_parser(json, 8).parse_document();
-  if (root.type != wisp::detail::json_value::kind::object) {
-    fail(8, "the header is not a JSON object");
+  const detail::json_value root = detail::json_parser(json, 8).parse_document();
+  if (root.type != detail::json_value::kind::object) {
+    detail::safetensors_fail(8, "the header is not a JSON object");
   }
   safetensors_header h;
   h.data_begin = 8 + n;
-  const std::uint64_t data_size = file_size - h.data_begin;
-  auto to_u64 = [&](const wisp::detail::json_value& v, const std::string& what) {
-    std::uint64_t x = 0;
-    const char* first = v.text.data();
-    const char* last = first + v.text.size();
-    if (v.type != wisp::detail::json_value::kind::number ||
-        std::from_chars(first, last, x).ptr != last) {
-      fail(8, what + " is not a non-negative integer");
-    }
-    return x;
-  };
   for (const auto& [name, entry] : root.members) {
-    if (name == "__metadata__") {
-      bool strings = entry.type == wisp::detail::json_value::kind::object;
-      for (const auto& member : entry.members) {
-        strings &= member.value.type == wisp::detail::json_value::kind::string;
-      }
-      if (!strings) {
-        fail(8, "__metadata__ must be an object of strings");
-      }
+    if (name != "__metadata__") {
+      h.tensors.push_back(
+          detail::safetensors_entry(name, entry, h.data_begin, file_size - h.data_begin));
       continue;
     }
-    const std::string where = "tensor '" + name + "'";
-    const wisp::detail::json_value* dtype = entry.find("dtype");
-    const wisp::detail::json_value* shape = entry.find("shape");
-    const wisp::detail::json_value* offsets = entry.find("data_offsets");
-    if (entry.type != wisp::detail::json_value::kind::object || dtype == nullptr ||
-        shape == nullptr || offsets == nullptr || entry.members.size() != 3 ||
-        dtype->type != wisp::detail::json_value::kind::string ||
-        shape->type != wisp::detail::json_value::kind::array ||
-        offsets->type != wisp::detail::json_value::kind::array || offsets->items.size() != 2) {
-      fail(8, where + " needs exactly dtype (string), shape (array), data_offsets ([begin, end])");
+    bool strings = entry.type == detail::json_value::kind::object;
+    for (const auto& member : entry.members) {
+      strings &= member.value.type == detail::json_value::kind::string;
     }
-    safetensors_tensor t;
-    t.name = name;
-    t.dtype = dtype->text;
-    const std::uint64_t width = safetensors_dtype_bytes(t.dtype);
-    if (width == 0) {
-      fail(8, where + " has unknown dtype '" + t.dtype + "'");
+    if (!strings) {
+      detail::safetensors_fail(8, "__metadata__ must be an object of strings");
     }
-    std::uint64_t bytes = width;
-    for (const wisp::detail::json_value& d : shape->items) {
-      t.shape.push_back(to_u64(d, where + " shape entry"));
-      if (t.shape.back() != 0 &&
-          bytes > std::numeric_limits<std::uint64_t>::max() / t.shape.back()) {
-        fail(8, where + " shape overflows 64 bits");
-      }
-      bytes *= t.shape.back();
-    }
-    const std::uint64_t begin = to_u64(offsets->items[0], where + " data_offsets[0]");
-    const std::uint64_t end = to_u64(offsets->items[1], where + " data_offsets[1]");
-    if (begin > end || end > data_size) {
-      fail(8, where + " data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
-                  ") are not inside the " + std::to_string(data_size) + " data bytes");
-    }
-    if (end - begin != bytes) {
-      fail(8, where + " holds " + std::to_string(end - begin) + " bytes but its dtype and shape " +
-                  "need " + std::to_string(bytes));
-    }
-    t.begin = h.data_begin + begin;
-    t.end = h.data_begin + end;
-    h.tensors.push_back(std::move(t));
   }
   std::sort(h.tensors.begin(), h.tensors.end(), [](const auto& a, const auto& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.name < b.name;
   });
   for (std::size_t i = 1; i < h.tensors.size(); ++i) {
     if (h.tensors[i].begin < h.tensors[i - 1].end) {
-      fail(8, "tensors '" + h.tensors[i - 1].name + "' and '" + h.tensors[i].name + "' overlap");
+      detail::safetensors_fail(
+          8, "tensors '" + h.tensors[i - 1].name + "' and '" + h.tensors[i].name + "' overlap");
     }
   }
   return h;
@@ -18066,85 +20995,27 @@ class bf16_archive {
   /// record (`compressed_bf16::parse`), sizes consistent and nothing after the last segment.
   /// O(size). @throws wisp::format_error with the byte offset of the problem.
   [[nodiscard]] static bf16_archive parse(std::span<const std::uint8_t> bytes) {
-    auto fail = [](std::uint64_t at, const std::string& what) {
-      throw format_error(at, ".wzar: " + what);
-    };
-    auto u32 = [&](std::size_t at) { return detail::load_u32(bytes.data() + at); };
-    auto u64 = [&](std::size_t at) { return u32(at) | std::uint64_t{u32(at + 4)} << 32; };
     if (bytes.size() < 8 || !std::equal(wzar::magic.begin(), wzar::magic.end(), bytes.begin())) {
       fail(0, "not a wisp compressed archive (bad signature)");
     }
     if (bytes.size() < wzar::header_bytes) {
       fail(bytes.size(), "truncated header");
     }
-    if (detail::crc32(bytes.first(28)) != u32(28)) {
+    if (detail::crc32(bytes.first(28)) != u32(bytes, 28)) {
       fail(28, "header checksum mismatch");
     }
-    if (u32(8) != wzar::version) {
-      fail(8, "unsupported version " + std::to_string(u32(8)));
+    if (u32(bytes, 8) != wzar::version) {
+      fail(8, "unsupported version " + std::to_string(u32(bytes, 8)));
     }
-    if (u32(24) != 0) {
+    if (u32(bytes, 24) != 0) {
       fail(24, "reserved field is not zero");
     }
-    const std::uint32_t count = u32(12);
-    const std::uint64_t total = u64(16);
+    const std::uint32_t count = u32(bytes, 12);
+    const std::uint64_t total = u64(bytes, 16);
     bf16_archive a;
     std::size_t at = wzar::header_bytes;
     for (std::uint32_t i = 0; i < count; ++i) {
-      if (bytes.size() - at < wzar::descriptor_bytes) {
-        fail(at, "truncated descriptor of segment " + std::to_string(i));
-      }
-      if (detail::crc32(bytes.subspan(at, 28)) != u32(at + 28)) {
-        fail(at + 28, "descriptor checksum mismatch in segment " + std::to_string(i));
-      }
-      const std::uint8_t kind = bytes[at];
-      const std::uint32_t name_bytes = u32(at + 4);
-      const std::uint64_t stored = u64(at + 8);
-      const std::uint64_t original = u64(at + 16);
-      if (kind > 1 || bytes[at + 1] != 0 || bytes[at + 2] != 0 || bytes[at + 3] != 0) {
-        fail(at, "segment " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
-      }
-      if (name_bytes > wzar::max_name) {
-        fail(at + 4, "segment name of " + std::to_string(name_bytes) + " bytes is too long");
-      }
-      const std::size_t data = at + wzar::descriptor_bytes;
-      if (bytes.size() - data < name_bytes || bytes.size() - data - name_bytes < stored) {
-        fail(at + 8, "segment " + std::to_string(i) + " runs past the end of the archive");
-      }
-      const std::span<const std::uint8_t> name = bytes.subspan(data, name_bytes);
-      const std::span<const std::uint8_t> payload = bytes.subspan(data + name_bytes, stored);
-      std::uint32_t crc = detail::crc32(name);
-      if (kind == 0) {
-        crc = detail::crc32_update(crc, payload);
-      }
-      if (crc != u32(at + 24)) {
-        fail(at + 24, "segment " + std::to_string(i) + " checksum mismatch");
-      }
-      std::string segment_name(name.begin(), name.end());
-      if (kind == 0) {
-        if (stored != original) {
-          fail(at + 16, "raw segment " + std::to_string(i) + " stores " + std::to_string(stored) +
-                            " bytes for " + std::to_string(original));
-        }
-        a.add_raw(std::move(segment_name), payload);
-      } else {
-        compressed_bf16 t = [&] {
-          try {
-            return compressed_bf16::parse({payload.begin(), payload.end()});
-          } catch (const format_error& e) {
-            const std::uint64_t base = data + name_bytes;
-            throw format_error(e.offset() == format_error::no_offset ? base : base + e.offset(),
-                               "in segment " + std::to_string(i) + ": " + e.problem());
-          }
-        }();
-        if (2 * t.elements() != original) {
-          fail(at + 16, "compressed segment " + std::to_string(i) + " restores to " +
-                            std::to_string(2 * t.elements()) + " bytes, not " +
-                            std::to_string(original));
-        }
-        a.add_bf16(std::move(segment_name), std::move(t));
-      }
-      at = data + name_bytes + static_cast<std::size_t>(stored);
+      at = a.parse_segment(bytes, at, i);
     }
     if (at != bytes.size()) {
       fail(at, std::to_string(bytes.size() - at) + " bytes after the last segment");
@@ -18160,8 +21031,8 @@ class bf16_archive {
   [[nodiscard]] std::vector<std::uint8_t> restore(const coder_set& coders) const {
     std::vector<std::uint8_t> out;
     out.reserve(original_bytes());
-    std::vector<std::uint16_t> values;
-    std::vector<std::uint8_t> scratch;
+    std::vector<bf16> values;
+    bf16_decode_scratch scratch;
     for (const archive_segment& s : segments_) {
       if (!s.tensor) {
         out.insert(out.end(), s.raw.begin(), s.raw.end());
@@ -18169,9 +21040,10 @@ class bf16_archive {
       }
       values.resize(s.tensor->elements());
       s.tensor->decompress(values, coders, scratch);
-      for (const std::uint16_t v : values) {  // little-endian whatever the host
-        out.push_back(static_cast<std::uint8_t>(v));
-        out.push_back(static_cast<std::uint8_t>(v >> 8));
+      const std::size_t at = out.size();
+      out.resize(at + 2 * values.size());
+      for (std::size_t i = 0; i < values.size(); ++i) {  // little-endian whatever the host
+        detail::store_le(out.data() + at + 2 * i, values[i].bits);
       }
     }
     return out;
@@ -18179,19 +21051,84 @@ class bf16_archive {
 
  private:
   static void put(std::vector<std::uint8_t>& out, std::size_t at, std::uint64_t v, int width) {
-    for (int i = 0; i < width; ++i) {
-      out[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
+    detail::store_le(out.data() + at, v, width);
+  }
+  [[noreturn]] static void fail(std::uint64_t at, const std::string& what) {
+    throw format_error(at, ".wzar: " + what);
+  }
+  static std::uint32_t u32(std::span<const std::uint8_t> bytes, std::size_t at) noexcept {
+    return detail::load_le<std::uint32_t>(bytes.data() + at);
+  }
+  static std::uint64_t u64(std::span<const std::uint8_t> bytes, std::size_t at) noexcept {
+    return detail::load_le<std::uint64_t>(bytes.data() + at);
+  }
+
+  // Parses segment `i`, whose descriptor is at `at`, and appends it; returns where the next
+  // descriptor starts. @throws wisp::format_error as `parse`.
+  std::size_t parse_segment(std::span<const std::uint8_t> bytes, std::size_t at, std::uint32_t i) {
+    if (bytes.size() - at < wzar::descriptor_bytes) {
+      fail(at, "truncated descriptor of segment " + std::to_string(i));
     }
+    if (detail::crc32(bytes.subspan(at, 28)) != u32(bytes, at + 28)) {
+      fail(at + 28, "descriptor checksum mismatch in segment " + std::to_string(i));
+    }
+    const std::uint8_t kind = bytes[at];
+    const std::uint32_t name_bytes = u32(bytes, at + 4);
+    const std::uint64_t stored = u64(bytes, at + 8);
+    const std::uint64_t original = u64(bytes, at + 16);
+    if (kind > 1 || bytes[at + 1] != 0 || bytes[at + 2] != 0 || bytes[at + 3] != 0) {
+      fail(at, "segment " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
+    }
+    if (name_bytes > wzar::max_name) {
+      fail(at + 4, "segment name of " + std::to_string(name_bytes) + " bytes is too long");
+    }
+    const std::size_t data = at + wzar::descriptor_bytes;
+    if (bytes.size() - data < name_bytes || bytes.size() - data - name_bytes < stored) {
+      fail(at + 8, "segment " + std::to_string(i) + " runs past the end of the archive");
+    }
+    const std::span<const std::uint8_t> name = bytes.subspan(data, name_bytes);
+    const std::span<const std::uint8_t> payload = bytes.subspan(data + name_bytes, stored);
+    std::uint32_t crc = detail::crc32(name);
+    if (kind == 0) {
+      crc = detail::crc32_update(crc, payload);
+    }
+    if (crc != u32(bytes, at + 24)) {
+      fail(at + 24, "segment " + std::to_string(i) + " checksum mismatch");
+    }
+    std::string segment_name(name.begin(), name.end());
+    if (kind == 0) {
+      if (stored != original) {
+        fail(at + 16, "raw segment " + std::to_string(i) + " stores " + std::to_string(stored) +
+                          " bytes for " + std::to_string(original));
+      }
+      add_raw(std::move(segment_name), payload);
+    } else {
+      compressed_bf16 t = [&] {
+        try {
+          return compressed_bf16::parse({payload.begin(), payload.end()});
+        } catch (const format_error& e) {
+          const std::uint64_t base = data + name_bytes;
+          throw format_error(e.offset() == format_error::no_offset ? base : base + e.offset(),
+                             "in segment " + std::to_string(i) + ": " + e.problem());
+        }
+      }();
+      if (2 * t.elements() != original) {
+        fail(at + 16, "compressed segment " + std::to_string(i) + " restores to " +
+                          std::to_string(2 * t.elements()) + " bytes, not " +
+                          std::to_string(original));
+      }
+      add_bf16(std::move(segment_name), std::move(t));
+    }
+    return data + name_bytes + static_cast<std::size_t>(stored);
   }
   std::vector<archive_segment> segments_;
 };
 
-/// BF16 values of `bytes` read as little-endian 16-bit words (an even number of bytes).
-[[nodiscard]] inline std::vector<std::uint16_t> bf16_from_le_bytes(
-    std::span<const std::uint8_t> bytes) {
-  std::vector<std::uint16_t> values(bytes.size() / 2);
+/// BF16 values of `bytes` read as little-endian 16-bit words (a last odd byte is ignored). O(n).
+[[nodiscard]] inline std::vector<bf16> bf16_from_le_bytes(std::span<const std::uint8_t> bytes) {
+  std::vector<bf16> values(bytes.size() / 2);
   for (std::size_t i = 0; i < values.size(); ++i) {
-    values[i] = static_cast<std::uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+    values[i].bits = detail::load_le<std::uint16_t>(bytes.data() + 2 * i);
   }
   return values;
 }
@@ -18242,23 +21179,26 @@ template <exponent_coder Coder>
 /// @file
 /// @brief `compressed_expert_store`: the host masters of a MoE layer's experts held losslessly
 /// compressed (one `compressed_bf16` record per tensor), each expert either only compressed (C)
-/// or also full (F), and a pool of L `std::jthread` decoders that serve a pager's copy plan into
-/// caller-provided slot buffers: a miss on an F expert is a raw copy, a miss on a C expert moves
-/// its compressed bytes and decodes them.
+/// or also full (F), serving a pager's copy plan into caller-provided slot buffers: a miss on an F
+/// expert is a raw copy, a miss on a C expert moves its compressed bytes and decodes them, one
+/// task per E-chunk on the executor the caller gives (by default on the calling thread).
 ///
 /// What an engine needs from it: `link_bytes(e)` (what a miss of `e` moves across the link:
 /// compressed payload for C, raw bytes for F), `apply(plan, slots)` (decode or copy into the
-/// slots, in parallel over E-chunks) and the measured decode time it returns. An engine that
-/// models its link charges `link_bytes` on the copy queue and the decode on the consumer side.
-/// Slots may be pinned host memory when CUDA is present: the store never allocates them.
+/// slots, in parallel over E-chunks when the executor has threads) and the measured decode time it
+/// returns. An engine that models its link charges `link_bytes` on the copy queue and the decode
+/// on the consumer side. Slots may be pinned host memory when CUDA is present: the store never
+/// allocates them.
 /// @code
+/// wisp::thread_pool decoders(2);                       // L = 2 decoder threads, the caller's
 /// wisp::compressed_expert_store store({.experts = 64, .tensor_elements = {2048 * 1408, ...},
-///                                      .e_chunks = 8, .threads = 2}, wisp::huffman_coder{});
+///                                      .e_chunks = 8},
+///                                     wisp::huffman_coder{}, wisp::core_coders(),
+///                                     decoders.executor());
 /// for (int e = 0; e < 64; ++e) store.set_expert(e, weights_of(e));
 /// auto r = pager.prepare(layer, topk_ids, tokens, k);
-/// wisp::fetch_stats s = store.apply(r.copy_plan, slot_buffer);   // slot_buffer: [slots x
-/// elements] timeline.copy(s.link_bytes);                                    // what crossed the
-/// link
+/// wisp::fetch_stats s = store.apply(r.copy_plan, slot_buffer);  // slot_buffer: slots x elements
+/// timeline.copy(s.link_bytes);                                   // what crossed the link
 /// @endcode
 
 namespace wisp {
@@ -18268,13 +21208,18 @@ enum class expert_state : std::uint8_t {
   compressed,  ///< C: only the compressed records; a miss moves them and decodes
   full,        ///< F: also the raw BF16 bytes; a miss is a plain copy
 };
+/// "compressed", "full" (`to_string`, `from_string`).
+template <>
+struct enum_names<expert_state> {
+  static constexpr std::array<enum_name<expert_state>, 2> values{
+      {{expert_state::compressed, "compressed"}, {expert_state::full, "full"}}};
+};
 
-/// @brief Shape and decoding resources of a `compressed_expert_store`.
+/// @brief Shape of a `compressed_expert_store` (its decoder threads are the executor's).
 struct expert_store_config {
   std::int32_t experts = 0;                    ///< experts of the layer
   std::vector<std::uint64_t> tensor_elements;  ///< BF16 elements of each tensor of an expert
   std::uint32_t e_chunks = 8;                  ///< K: E-chunks per tensor (decode parallelism)
-  std::uint32_t threads = 2;                   ///< L: decoder threads; 0 decodes on the caller
 };
 
 /// @brief What one `apply` did.
@@ -18286,17 +21231,23 @@ struct fetch_stats {
   double decode_seconds = 0;     ///< wall time of the decode step, measured
 };
 
-/// @brief Compressed host masters of one MoE layer plus a decoder pool (see the file comment).
+/// @brief Compressed host masters of one MoE layer that serve copy plans (see the file comment).
 ///
-/// Thread safety: one owner. The decoder threads only ever touch the records and slot memory of
-/// the `apply` call in flight, which returns after they are done.
+/// Thread safety: one owner. The tasks it gives the executor only ever touch the records and
+/// slot memory of the `apply` call in flight, which returns after they are done; so `apply` must
+/// not be called from a task of an executor whose threads its own tasks need (a pool with no
+/// thread to spare would deadlock).
 class compressed_expert_store {
  public:
-  /// Empty store (every expert all-zero, compressed) with `config.threads` decoder threads.
+  /// Empty store (every expert all-zero, compressed) that decodes with `decoders` on `executor`
+  /// (by default on the thread that calls `apply`); the executor must outlive the store.
   /// @throws wisp::logic_error on no experts, no tensors, or K outside [1, 65536].
   compressed_expert_store(expert_store_config config, any_coder coder,
-                          coder_set decoders = core_coders())
-      : config_(std::move(config)), coder_(std::move(coder)), decoders_(std::move(decoders)) {
+                          coder_set decoders = core_coders(), any_executor executor = {})
+      : config_(std::move(config)),
+        coder_(std::move(coder)),
+        decoders_(std::move(decoders)),
+        executor_(std::move(executor)) {
     WISP_EXPECTS(config_.experts >= 1 && !config_.tensor_elements.empty(),
                  "compressed_expert_store: experts ", config_.experts, " and tensors ",
                  config_.tensor_elements.size(), " must be >= 1");
@@ -18306,25 +21257,15 @@ class compressed_expert_store {
       tensor_offset_.push_back(elements_);
       elements_ += n;
     }
-    const std::vector<std::uint16_t> zeros(elements_, 0);
+    const std::vector<bf16> zeros(elements_);
     experts_.resize(static_cast<std::size_t>(config_.experts));
     for (std::int32_t e = 0; e < config_.experts; ++e) {
       set_expert(e, zeros);
-    }
-    for (std::uint32_t i = 0; i < config_.threads; ++i) {
-      workers_.emplace_back([this](std::stop_token stop) { work(stop); });
     }
   }
 
   compressed_expert_store(const compressed_expert_store&) = delete;
   compressed_expert_store& operator=(const compressed_expert_store&) = delete;
-  /// Stops and joins the decoder threads.
-  ~compressed_expert_store() {
-    for (std::jthread& w : workers_) {
-      w.request_stop();
-    }
-    wake_.notify_all();
-  }
 
   /// BF16 elements of one expert (all its tensors, concatenated in `tensor_elements` order).
   [[nodiscard]] std::uint64_t elements_per_expert() const noexcept { return elements_; }
@@ -18333,7 +21274,7 @@ class compressed_expert_store {
 
   /// Compresses `values` (`elements_per_expert()` long) as expert `e`'s master, in `state`.
   /// O(elements). @throws wisp::logic_error on a bad id or length (the expert is unchanged).
-  void set_expert(std::int32_t e, std::span<const std::uint16_t> values,
+  void set_expert(std::int32_t e, std::span<const bf16> values,
                   expert_state state = expert_state::compressed) {
     check_expert(e);
     WISP_EXPECTS(values.size() == elements_, "compressed_expert_store::set_expert: ", values.size(),
@@ -18357,9 +21298,9 @@ class compressed_expert_store {
     check_expert(e);
     entry& x = experts_[static_cast<std::size_t>(e)];
     if (state == expert_state::compressed) {
-      std::vector<std::uint16_t>().swap(x.full);
+      std::vector<bf16>().swap(x.full);
     } else if (x.full.empty() && elements_ > 0) {
-      std::vector<std::uint16_t> full(elements_);
+      std::vector<bf16> full(elements_);
       decode(e, full);
       x.full = std::move(full);
     }
@@ -18400,26 +21341,26 @@ class compressed_expert_store {
 
   /// Writes expert `e`'s BF16 values into `out` on the calling thread. O(elements).
   /// @throws wisp::logic_error on a bad id or length; wisp::format_error if a record is corrupt.
-  void decode(std::int32_t e, std::span<std::uint16_t> out) const {
+  void decode(std::int32_t e, std::span<bf16> out) const {
     check_expert(e);
     WISP_EXPECTS(out.size() == elements_, "compressed_expert_store::decode: output of ", out.size(),
                  " for an expert of ", elements_);
-    std::vector<std::uint8_t> scratch;
+    const scratch_lease scratch(*this);
     const entry& x = experts_[static_cast<std::size_t>(e)];
     for (std::size_t t = 0; t < x.tensors.size(); ++t) {
       x.tensors[t].decompress(out.subspan(tensor_offset_[t], config_.tensor_elements[t]), decoders_,
-                              scratch);
+                              *scratch);
     }
   }
 
   /// @brief Serves a copy plan: writes each op's expert into `slots` row `op.slot` (rows of
-  /// `elements_per_expert()` values): F experts by `memcpy`, C experts by the decoder pool (one
-  /// task per E-chunk, so one expert's chunks decode in parallel). Returns once every slot is
-  /// written. O(plan x elements) work over L threads.
+  /// `elements_per_expert()` values): F experts by `memcpy`, C experts by tasks on the executor
+  /// (one per E-chunk, so one expert's chunks decode in parallel when it has threads). Returns
+  /// once every slot is written. O(plan x elements) work over the executor's threads.
   /// @throws wisp::logic_error (nothing written) on an expert or slot out of range or a slot
   ///   buffer that is not a whole number of rows; wisp::format_error if a record does not decode
   ///   (then the slots of this plan hold unspecified values).
-  fetch_stats apply(std::span<const copy_op> plan, std::span<std::uint16_t> slots) {
+  fetch_stats apply(std::span<const copy_op> plan, std::span<bf16> slots) {
     WISP_EXPECTS(elements_ > 0 && slots.size() % elements_ == 0,
                  "compressed_expert_store::apply: slot buffer of ", slots.size(),
                  " values is not a whole number of experts of ", elements_);
@@ -18432,10 +21373,93 @@ class compressed_expert_store {
     }
     fetch_stats stats;
     const auto start = std::chrono::steady_clock::now();
-    batch_.reset();
+    batch_state batch;
+    try {
+      serve(plan, slots, batch, stats);
+    } catch (...) {  // a task could not be submitted: let those submitted end before unwinding
+      batch.finish();
+      throw;
+    }
+    batch.wait();
+    stats.decode_seconds =
+        stats.decoded == 0
+            ? 0
+            : std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return stats;
+  }
+
+ private:
+  struct entry {
+    std::vector<compressed_bf16> tensors;
+    std::vector<bf16> full;  // F state: the raw values; empty in C
+    std::uint64_t payload_bytes = 0;
+  };
+  struct task {
+    const compressed_bf16* tensor;
+    std::uint32_t chunk;
+    std::span<bf16> out;
+  };
+  // The tasks of one `apply` call: how many are still running and the first error.
+  struct batch_state {
+    std::mutex mutex;
+    std::condition_variable done;
+    std::size_t pending = 0;
+    std::exception_ptr error;
+
+    // Blocks until every task submitted has finished.
+    void finish() {
+      std::unique_lock lock(mutex);
+      done.wait(lock, [this] { return pending == 0; });
+    }
+    // finish(), then rethrows the first error.
+    void wait() {
+      finish();
+      if (error) {
+        std::rethrow_exception(error);
+      }
+    }
+  };
+  // A decoder's scratch borrowed from the store for one task (or one `decode`) and returned, so
+  // that at most one scratch per thread that ever decoded exists and a steady state allocates
+  // nothing. Its Huffman table cache makes the chunks of one tensor share one decode table.
+  class scratch_lease {
+   public:
+    explicit scratch_lease(const compressed_expert_store& store) : store_(store) {
+      const std::lock_guard lock(store_.scratch_mutex_);
+      if (!store_.free_scratch_.empty()) {
+        scratch_ = std::move(store_.free_scratch_.back());
+        store_.free_scratch_.pop_back();
+      }
+      if (scratch_ == nullptr) {  // room to return it first, so that returning cannot throw
+        store_.free_scratch_.reserve(store_.scratch_count_ + 1);
+        scratch_ = std::make_unique<bf16_decode_scratch>();
+        ++store_.scratch_count_;
+      }
+    }
+    scratch_lease(const scratch_lease&) = delete;
+    scratch_lease& operator=(const scratch_lease&) = delete;
+    ~scratch_lease() {
+      const std::lock_guard lock(store_.scratch_mutex_);
+      store_.free_scratch_.push_back(std::move(scratch_));  // capacity reserved: no throw
+    }
+    bf16_decode_scratch& operator*() const noexcept { return *scratch_; }
+
+   private:
+    const compressed_expert_store& store_;
+    std::unique_ptr<bf16_decode_scratch> scratch_;
+  };
+
+  void check_expert(std::int32_t e) const {
+    WISP_EXPECTS(e >= 0 && e < config_.experts, "compressed_expert_store: expert ", e,
+                 " is outside [0, ", config_.experts, ")");
+  }
+
+  // The loop of `apply`: copies F experts, submits the E-chunks of C experts to `batch`.
+  void serve(std::span<const copy_op> plan, std::span<bf16> slots, batch_state& batch,
+             fetch_stats& stats) {
     for (const copy_op& op : plan) {
       const entry& x = experts_[static_cast<std::size_t>(op.expert)];
-      const std::span<std::uint16_t> row =
+      const std::span<bf16> row =
           slots.subspan(static_cast<std::size_t>(op.slot) * elements_, elements_);
       stats.raw_bytes += raw_bytes_per_expert();
       stats.link_bytes += link_bytes(op.expert);
@@ -18447,99 +21471,43 @@ class compressed_expert_store {
       ++stats.decoded;
       for (std::size_t t = 0; t < x.tensors.size(); ++t) {
         for (std::uint32_t j = 0; j < config_.e_chunks; ++j) {
-          submit({&x.tensors[t], j, row.subspan(tensor_offset_[t], config_.tensor_elements[t])});
+          submit(batch,
+                 {&x.tensors[t], j, row.subspan(tensor_offset_[t], config_.tensor_elements[t])});
         }
       }
     }
-    wait_all();
-    stats.decode_seconds =
-        stats.decoded == 0
-            ? 0
-            : std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return stats;
   }
 
- private:
-  struct entry {
-    std::vector<compressed_bf16> tensors;
-    std::vector<std::uint16_t> full;  // F state: the raw values; empty in C
-    std::uint64_t payload_bytes = 0;
-  };
-  struct task {
-    const compressed_bf16* tensor;
-    std::uint32_t chunk;
-    std::span<std::uint16_t> out;
-  };
-  // Tasks of the apply call in flight: a counter and the first error.
-  struct batch_state {
-    std::size_t pending = 0;
-    std::exception_ptr error;
-    void reset() {
-      pending = 0;
-      error = nullptr;
-    }
-  };
-
-  void check_expert(std::int32_t e) const {
-    WISP_EXPECTS(e >= 0 && e < config_.experts, "compressed_expert_store: expert ", e,
-                 " is outside [0, ", config_.experts, ")");
-  }
-
-  void run(const task& t, std::vector<std::uint8_t>& scratch) const {
-    const std::uint64_t count = t.tensor->e_chunk(t.chunk).count;
-    if (scratch.size() < count) {
-      scratch.resize(count);
-    }
-    t.tensor->decompress_chunk(t.chunk, t.out, scratch, decoders_);
-  }
-
-  void submit(const task& t) {
-    if (workers_.empty()) {
-      run(t, caller_scratch_);
-      return;
-    }
+  // Hands task `t` of `batch` to the executor. The task decodes with a borrowed scratch and
+  // records its error in the batch; it never throws.
+  void submit(batch_state& batch, const task& t) {
     {
-      const std::lock_guard lock(mutex_);
-      queue_.push_back(t);
-      ++batch_.pending;
+      const std::lock_guard lock(batch.mutex);
+      ++batch.pending;
     }
-    wake_.notify_one();
-  }
-
-  void wait_all() {
-    if (workers_.empty()) {
-      return;
-    }
-    std::unique_lock lock(mutex_);
-    done_.wait(lock, [this] { return batch_.pending == 0; });
-    if (batch_.error) {
-      std::rethrow_exception(std::exchange(batch_.error, nullptr));
-    }
-  }
-
-  void work(const std::stop_token& stop) {
-    std::vector<std::uint8_t> scratch;
-    std::unique_lock lock(mutex_);
-    for (;;) {
-      wake_.wait(lock, stop, [this] { return !queue_.empty(); });
-      if (stop.stop_requested()) {
-        return;
-      }
-      const task t = queue_.front();
-      queue_.pop_front();
-      lock.unlock();
+    auto run = [this, &batch, t]() noexcept {
       std::exception_ptr error;
       try {
-        run(t, scratch);
+        const scratch_lease scratch(*this);
+        t.tensor->decompress_chunk(t.chunk, t.out, *scratch, decoders_);
       } catch (...) {
         error = std::current_exception();
       }
-      lock.lock();
-      if (error && !batch_.error) {
-        batch_.error = error;
+      const std::lock_guard lock(batch.mutex);
+      if (error && !batch.error) {
+        batch.error = error;
       }
-      if (--batch_.pending == 0) {
-        done_.notify_all();
+      if (--batch.pending == 0) {
+        batch.done.notify_all();  // under the lock: `batch` may go as soon as it is released
+      }
+    };
+    try {
+      executor_.execute(run);
+    } catch (...) {  // the executor could not take the task: nothing runs it
+      const std::lock_guard lock(batch.mutex);
+      --batch.pending;
+      if (!batch.error) {
+        batch.error = std::current_exception();
       }
     }
   }
@@ -18547,23 +21515,19 @@ class compressed_expert_store {
   expert_store_config config_;
   any_coder coder_;
   coder_set decoders_;
+  any_executor executor_;
   std::uint64_t elements_ = 0;
   std::vector<std::uint64_t> tensor_offset_;
   std::vector<entry> experts_;
-  std::vector<std::uint8_t> caller_scratch_;
-
-  std::mutex mutex_;
-  std::condition_variable_any wake_;
-  std::condition_variable done_;
-  std::deque<task> queue_;
-  batch_state batch_;
-  std::vector<std::jthread> workers_;  // last: joined before the state they use is destroyed
+  mutable std::mutex scratch_mutex_;  // guards the two below
+  mutable std::vector<std::unique_ptr<bf16_decode_scratch>> free_scratch_;
+  mutable std::size_t scratch_count_ = 0;  // scratches made: free ones plus those lent out
 };
 
 }  // namespace wisp
 // ---- end wisp/compress/expert_store.hpp --------------------------------------------------------
 
-// ---- begin wisp/compress/tier_model.hpp --------------------------------------------------------
+// ---- begin wisp/tiered/tier_model.hpp ----------------------------------------------------------
 /// @file
 /// @brief The probabilistic model behind the compression-aware tiers (ZipMoE, seeds/001 §3.4 and
 /// Appendices C-D): selection probabilities fitted to rank marginals, the hit pattern of a layer
@@ -18617,15 +21581,30 @@ enum class tier : std::uint8_t {
 };
 /// Number of pools.
 inline constexpr std::size_t tier_count = 4;
-/// One letter per pool: "F", "C", "S", "E".
-[[nodiscard]] constexpr std::string_view tier_name(tier t) noexcept {
-  constexpr std::array<std::string_view, tier_count> names{"F", "C", "S", "E"};
-  return names[static_cast<std::size_t>(t)];
+/// One letter per pool: "F", "C", "S", "E" (`to_string`, `from_string`).
+template <>
+struct enum_names<tier> {
+  static constexpr std::array<enum_name<tier>, tier_count> values{
+      {{tier::full, "F"}, {tier::compressed, "C"}, {tier::sm, "S"}, {tier::e, "E"}}};
+};
+/// @deprecated One letter per pool: `to_string(t)`.
+[[deprecated("use wisp::to_string(tier)")]] [[nodiscard]] constexpr std::string_view tier_name(
+    tier t) noexcept {
+  return to_string(t);
 }
 
 /// @brief Where a requested expert was found: one of the pools, or nowhere (a miss). The pool
 /// values equal their `tier`'s.
 enum class residency : std::uint8_t { full = 0, compressed = 1, sm = 2, e = 3, miss = 4 };
+/// The pool's letter, or "miss" (`to_string`, `from_string`).
+template <>
+struct enum_names<residency> {
+  static constexpr std::array<enum_name<residency>, 5> values{{{residency::full, "F"},
+                                                               {residency::compressed, "C"},
+                                                               {residency::sm, "S"},
+                                                               {residency::e, "E"},
+                                                               {residency::miss, "miss"}}};
+};
 
 /// Experts per pool, indexed by `tier` (S_F, S_C, S_S, S_E).
 using tier_sizes = std::array<std::int32_t, tier_count>;
@@ -18802,7 +21781,7 @@ class hit_distribution {
     std::size_t first = 0;
     for (std::size_t p = 0; p < tier_count; ++p) {
       WISP_EXPECTS(sizes[p] >= 0 && first + static_cast<std::size_t>(sizes[p]) <= q.size(),
-                   "hit_distribution: pool ", tier_name(static_cast<tier>(p)), " of ", sizes[p],
+                   "hit_distribution: pool ", to_string(static_cast<tier>(p)), " of ", sizes[p],
                    " experts from rank ", first, " runs past the ", q.size(), " ranks");
       phi_[p] = poisson_binomial(q.subspan(first, static_cast<std::size_t>(sizes[p])), k);
       first += static_cast<std::size_t>(sizes[p]);
@@ -18850,7 +21829,11 @@ class hit_distribution {
   double total_ = 0.0;
 };
 
-/// @brief Profiled constants of the makespan estimate (Algorithm 3). Times in seconds.
+/// @brief The profiled durations and resources of a layer call's work (seconds), shared by the
+/// makespan estimate (Algorithm 3: `estimate_makespan`, the planner) and the cache-affinity
+/// scheduler (`schedule_layer`). The estimate does not model recovery; the scheduler takes the
+/// tensors per expert from each `layer_expert`. (`recover` comes last so that brace
+/// initialisers written for the older field orders either keep their meaning or fail to compile.)
 struct tier_costs {
   double sm_read = 0.0;        ///< u: reading one tensor's SM chunk
   double e_read = 0.0;         ///< v: reading one compressed E-chunk
@@ -18858,12 +21841,13 @@ struct tier_costs {
   std::uint32_t threads = 1;   ///< L: decode threads
   std::uint32_t e_chunks = 1;  ///< K: E-chunks per tensor
   std::uint32_t tensors = 1;   ///< n: tensors per expert
-  /// @throws wisp::logic_error naming the field if a time is negative or not finite, or a count
-  ///   is 0.
+  double recover = 0.0;        ///< r: one tensor's recovery (SM + exponents -> BF16)
+  /// @throws wisp::logic_error naming the field if a duration is negative or not finite, or a
+  ///   count is 0.
   void validate() const {
-    for (const double x : {sm_read, e_read, decode}) {
+    for (const double x : {sm_read, e_read, decode, recover}) {
       WISP_EXPECTS(std::isfinite(x) && x >= 0.0,
-                   "tier_costs: read and decode times must be finite and >= 0, got ", x);
+                   "tier_costs: durations must be finite and >= 0, got ", x);
     }
     WISP_EXPECTS(threads >= 1 && e_chunks >= 1 && tensors >= 1, "tier_costs: threads ", threads,
                  ", e_chunks ", e_chunks, " and tensors ", tensors, " must be >= 1");
@@ -18961,7 +21945,7 @@ tier_plan plan_tiers(const tier_plan_request& r, Visit&& visit) {
   std::vector<std::size_t> pools;
   for (std::size_t p = 0; p < tier_count; ++p) {
     if (r.enabled[p]) {
-      WISP_EXPECTS(r.bytes[p] > 0, "plan_tiers: pool ", tier_name(static_cast<tier>(p)),
+      WISP_EXPECTS(r.bytes[p] > 0, "plan_tiers: pool ", to_string(static_cast<tier>(p)),
                    " is enabled but an expert takes 0 bytes in it");
       pools.push_back(p);
     }
@@ -19010,9 +21994,9 @@ inline tier_plan plan_tiers(const tier_plan_request& r) {
 }
 
 }  // namespace wisp
-// ---- end wisp/compress/tier_model.hpp ----------------------------------------------------------
+// ---- end wisp/tiered/tier_model.hpp ------------------------------------------------------------
 
-// ---- begin wisp/compress/tiered_cache.hpp ------------------------------------------------------
+// ---- begin wisp/tiered/tiered_cache.hpp --------------------------------------------------------
 /// @file
 /// @brief `tiered_cache`: one MoE layer's compression-aware pools F ≺ C ≺ S ≺ E (ZipMoE, seeds/001
 /// §3.4), dispatched by a runtime frequency list.
@@ -19211,7 +22195,7 @@ class tiered_cache {
         where_(static_cast<std::size_t>(experts), residency::miss) {
     std::int64_t total = 0;
     for (std::size_t p = 0; p < tier_count; ++p) {
-      WISP_EXPECTS(config.capacity[p] >= 0, "tiered_cache: pool ", tier_name(static_cast<tier>(p)),
+      WISP_EXPECTS(config.capacity[p] >= 0, "tiered_cache: pool ", to_string(static_cast<tier>(p)),
                    " capacity ", config.capacity[p], " is negative");
       total += config.capacity[p];
     }
@@ -19358,9 +22342,9 @@ class tiered_cache {
 };
 
 }  // namespace wisp
-// ---- end wisp/compress/tiered_cache.hpp --------------------------------------------------------
+// ---- end wisp/tiered/tiered_cache.hpp ----------------------------------------------------------
 
-// ---- begin wisp/compress/affinity_scheduler.hpp ------------------------------------------------
+// ---- begin wisp/tiered/affinity_scheduler.hpp --------------------------------------------------
 /// @file
 /// @brief The cache-affinity scheduler (ZipMoE, seeds/001 §3.3 and Appendix A): the operations a
 /// layer call needs given where its experts are cached, ordered into blocks and run over one I/O
@@ -19392,33 +22376,16 @@ class tiered_cache {
 /// @code
 /// std::vector<wisp::layer_expert> call = {{.expert = 3, .where = wisp::residency::miss,
 ///                                          .tensors = 3, .execute_seconds = 1e-4}, ...};
-/// wisp::schedule_params p{.sm_read = 1e-3, .e_read = 8e-5, .decode = 2e-4, .threads = 6,
-///                         .e_chunks = 8};
+/// wisp::tier_costs p{.sm_read = 1e-3, .e_read = 8e-5, .decode = 2e-4, .threads = 6,
+///                     .e_chunks = 8};
 /// wisp::affinity_schedule s = wisp::schedule_layer(call, p);
 /// // s.makespan, s.blocks, s.ops (start, finish and thread of every operation)
 /// @endcode
 
 namespace wisp {
 
-/// @brief Durations and resources of a schedule (seconds).
-struct schedule_params {
-  double sm_read = 0.0;        ///< u: one tensor's SM chunk
-  double e_read = 0.0;         ///< v: one E-chunk
-  double decode = 0.0;         ///< c: one E-chunk
-  double recover = 0.0;        ///< r: one tensor's recovery (SM + exponents -> BF16)
-  std::uint32_t threads = 1;   ///< L decode threads
-  std::uint32_t e_chunks = 1;  ///< K E-chunks per tensor
-  /// @throws wisp::logic_error naming the value if a duration is negative or not finite, or a
-  ///   count is 0.
-  void validate() const {
-    for (const double x : {sm_read, e_read, decode, recover}) {
-      WISP_EXPECTS(std::isfinite(x) && x >= 0.0,
-                   "schedule_params: durations must be finite and >= 0, got ", x);
-    }
-    WISP_EXPECTS(threads >= 1 && e_chunks >= 1, "schedule_params: threads ", threads,
-                 " and e_chunks ", e_chunks, " must be >= 1");
-  }
-};
+/// @deprecated The scheduler's durations are `tier_costs`.
+using schedule_params [[deprecated("use wisp::tier_costs")]] = tier_costs;
 
 /// @brief One requested expert of a layer call.
 struct layer_expert {
@@ -19430,6 +22397,15 @@ struct layer_expert {
 
 /// @brief What an operation is.
 enum class op_kind : std::uint8_t { sm_read, e_read, decode, recover, execute };
+/// "sm_read", "e_read", "decode", "recover", "execute" (`to_string`, `from_string`).
+template <>
+struct enum_names<op_kind> {
+  static constexpr std::array<enum_name<op_kind>, 5> values{{{op_kind::sm_read, "sm_read"},
+                                                             {op_kind::e_read, "e_read"},
+                                                             {op_kind::decode, "decode"},
+                                                             {op_kind::recover, "recover"},
+                                                             {op_kind::execute, "execute"}}};
+};
 
 /// @brief One scheduled operation.
 struct scheduled_op {
@@ -19541,6 +22517,111 @@ struct block_profile {
 
 }  // namespace detail
 
+namespace detail {
+
+// When each task's SM chunk and each of its E-chunks (task x K + chunk) have landed.
+struct io_times {
+  std::vector<double> sm_ready;
+  std::vector<double> e_ready;
+};
+
+// The I/O thread's operations: per block, its E-chunks then its SM chunks, back to back from 0.
+inline io_times schedule_io(affinity_schedule& s, const tier_costs& p) {
+  const std::uint32_t k = p.e_chunks;
+  io_times t{std::vector<double>(s.tasks.size(), 0.0),
+             std::vector<double>(s.tasks.size() * k, 0.0)};
+  double io = 0.0;
+  for (const auto& b : s.blocks) {
+    for (const std::int32_t task : b) {
+      const layer_task& x = s.tasks[static_cast<std::size_t>(task)];
+      for (std::uint32_t j = 0; x.reads_e() && j < k; ++j) {
+        s.ops.push_back({op_kind::e_read, task, x.expert, j, -1, io, io + p.e_read});
+        io += p.e_read;
+        t.e_ready[static_cast<std::size_t>(task) * k + j] = io;
+      }
+    }
+    for (const std::int32_t task : b) {
+      const layer_task& x = s.tasks[static_cast<std::size_t>(task)];
+      if (x.reads_sm()) {
+        s.ops.push_back({op_kind::sm_read, task, x.expert, 0, -1, io, io + p.sm_read});
+        io += p.sm_read;
+        t.sm_ready[static_cast<std::size_t>(task)] = io;
+      }
+    }
+  }
+  s.io_seconds = io;
+  return t;
+}
+
+// The decodes over the L threads, tasks in priority order `order`; returns when each task's
+// recovery may start (its SM chunk and every decode done).
+inline std::vector<double> schedule_decodes(affinity_schedule& s,
+                                            const std::vector<std::int32_t>& order,
+                                            const io_times& io, const tier_costs& p) {
+  const std::uint32_t k = p.e_chunks;
+  std::vector<list_job> decodes;
+  for (const std::int32_t t : order) {
+    for (std::uint32_t j = 0; j < k; ++j) {
+      decodes.push_back({io.e_ready[static_cast<std::size_t>(t) * k + j], p.decode});
+    }
+  }
+  (void)list_schedule(decodes, p.threads);
+  std::vector<double> recover_ready(io.sm_ready);
+  for (std::size_t i = 0; i < decodes.size(); ++i) {
+    const std::int32_t t = order[i / k];
+    const list_job& d = decodes[i];
+    s.ops.push_back({op_kind::decode, t, s.tasks[static_cast<std::size_t>(t)].expert,
+                     static_cast<std::uint32_t>(i % k), d.machine, d.start, d.start + d.duration});
+    recover_ready[static_cast<std::size_t>(t)] =
+        std::max(recover_ready[static_cast<std::size_t>(t)], d.start + d.duration);
+  }
+  return recover_ready;
+}
+
+// The recoveries on one stream, then the executions one at a time: F experts first, then each
+// expert once all its tensors are recovered.
+inline void schedule_recoveries_and_executions(affinity_schedule& s,
+                                               std::span<const layer_expert> experts,
+                                               const std::vector<std::int32_t>& order,
+                                               const std::vector<double>& recover_ready,
+                                               const tier_costs& p) {
+  std::vector<list_job> recoveries;
+  for (const std::int32_t t : order) {
+    recoveries.push_back({recover_ready[static_cast<std::size_t>(t)], p.recover});
+  }
+  (void)list_schedule(recoveries, 1);
+  std::vector<double> expert_ready(experts.size(), 0.0);
+  std::vector<std::uint32_t> recovered(experts.size(), 0);
+  std::vector<std::int32_t> expert_order;
+  for (std::size_t x = 0; x < experts.size(); ++x) {
+    if (experts[x].where == residency::full) {
+      expert_order.push_back(static_cast<std::int32_t>(x));
+    }
+  }
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const layer_task& t = s.tasks[static_cast<std::size_t>(order[i])];
+    const list_job& r = recoveries[i];
+    s.ops.push_back({op_kind::recover, order[i], t.expert, 0, -1, r.start, r.start + r.duration});
+    const auto x = static_cast<std::size_t>(t.expert);
+    expert_ready[x] = std::max(expert_ready[x], r.start + r.duration);
+    if (++recovered[x] == experts[x].tensors) {
+      expert_order.push_back(t.expert);
+    }
+  }
+  std::vector<list_job> runs;
+  for (const std::int32_t x : expert_order) {
+    runs.push_back({expert_ready[static_cast<std::size_t>(x)],
+                    experts[static_cast<std::size_t>(x)].execute_seconds});
+  }
+  (void)list_schedule(runs, 1);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    s.ops.push_back({op_kind::execute, -1, expert_order[i], 0, -1, runs[i].start,
+                     runs[i].start + runs[i].duration});
+  }
+}
+
+}  // namespace detail
+
 /// @brief Runs blocks of tasks (indices into `tasks`) under the work-conserving priority policy
 /// of the file description and returns every operation's times. O(ops^2) (list scheduling by a
 /// scan). Blocks may hold a subset of the tasks (block construction simulates a block alone);
@@ -19549,98 +22630,22 @@ struct block_profile {
 inline affinity_schedule run_blocks(std::span<const layer_expert> experts,
                                     std::vector<layer_task> tasks,
                                     std::vector<std::vector<std::int32_t>> blocks,
-                                    const schedule_params& p) {
+                                    const tier_costs& p) {
   p.validate();
   affinity_schedule s;
   s.tasks = std::move(tasks);
   s.blocks = std::move(blocks);
-  const std::size_t n_tasks = s.tasks.size();
   std::vector<std::int32_t> order;  // tasks in priority order
   for (const auto& b : s.blocks) {
     for (const std::int32_t t : b) {
-      WISP_EXPECTS(t >= 0 && static_cast<std::size_t>(t) < n_tasks, "run_blocks: task ", t,
-                   " is outside [0, ", n_tasks, ")");
+      WISP_EXPECTS(t >= 0 && static_cast<std::size_t>(t) < s.tasks.size(), "run_blocks: task ", t,
+                   " is outside [0, ", s.tasks.size(), ")");
       order.push_back(t);
     }
   }
-  const std::uint32_t k = p.e_chunks;
-  // I/O: per block, E-chunks then SM chunks, back to back from 0.
-  std::vector<double> sm_ready(n_tasks, 0.0);
-  std::vector<double> e_ready(n_tasks * k, 0.0);
-  double io = 0.0;
-  for (const auto& b : s.blocks) {
-    for (const std::int32_t t : b) {
-      if (s.tasks[static_cast<std::size_t>(t)].reads_e()) {
-        for (std::uint32_t j = 0; j < k; ++j) {
-          s.ops.push_back({op_kind::e_read, t, s.tasks[static_cast<std::size_t>(t)].expert, j, -1,
-                           io, io + p.e_read});
-          io += p.e_read;
-          e_ready[static_cast<std::size_t>(t) * k + j] = io;
-        }
-      }
-    }
-    for (const std::int32_t t : b) {
-      if (s.tasks[static_cast<std::size_t>(t)].reads_sm()) {
-        s.ops.push_back({op_kind::sm_read, t, s.tasks[static_cast<std::size_t>(t)].expert, 0, -1,
-                         io, io + p.sm_read});
-        io += p.sm_read;
-        sm_ready[static_cast<std::size_t>(t)] = io;
-      }
-    }
-  }
-  s.io_seconds = io;
-  // Decodes over L threads.
-  std::vector<detail::list_job> decodes;
-  for (const std::int32_t t : order) {
-    for (std::uint32_t j = 0; j < k; ++j) {
-      decodes.push_back({e_ready[static_cast<std::size_t>(t) * k + j], p.decode});
-    }
-  }
-  (void)detail::list_schedule(decodes, p.threads);
-  std::vector<double> recover_ready(sm_ready);
-  for (std::size_t i = 0; i < decodes.size(); ++i) {
-    const std::int32_t t = order[i / k];
-    const auto& d = decodes[i];
-    s.ops.push_back({op_kind::decode, t, s.tasks[static_cast<std::size_t>(t)].expert,
-                     static_cast<std::uint32_t>(i % k), d.machine, d.start, d.start + d.duration});
-    recover_ready[static_cast<std::size_t>(t)] =
-        std::max(recover_ready[static_cast<std::size_t>(t)], d.start + d.duration);
-  }
-  // Recoveries on one stream.
-  std::vector<detail::list_job> recoveries;
-  for (const std::int32_t t : order) {
-    recoveries.push_back({recover_ready[static_cast<std::size_t>(t)], p.recover});
-  }
-  (void)detail::list_schedule(recoveries, 1);
-  std::vector<double> expert_ready(experts.size(), 0.0);
-  std::vector<std::uint32_t> recovered(experts.size(), 0);
-  std::vector<std::int32_t> expert_order;  // F experts first, then by first task in priority
-  for (std::size_t x = 0; x < experts.size(); ++x) {
-    if (experts[x].where == residency::full) {
-      expert_order.push_back(static_cast<std::int32_t>(x));
-    }
-  }
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const layer_task& t = s.tasks[static_cast<std::size_t>(order[i])];
-    const auto& r = recoveries[i];
-    s.ops.push_back({op_kind::recover, order[i], t.expert, 0, -1, r.start, r.start + r.duration});
-    const auto x = static_cast<std::size_t>(t.expert);
-    expert_ready[x] = std::max(expert_ready[x], r.start + r.duration);
-    if (++recovered[x] == experts[x].tensors) {
-      expert_order.push_back(t.expert);
-    }
-  }
-  // Executions, one at a time.
-  std::vector<detail::list_job> runs;
-  for (const std::int32_t x : expert_order) {
-    runs.push_back({expert_ready[static_cast<std::size_t>(x)],
-                    experts[static_cast<std::size_t>(x)].execute_seconds});
-  }
-  (void)detail::list_schedule(runs, 1);
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    s.ops.push_back({op_kind::execute, -1, expert_order[i], 0, -1, runs[i].start,
-                     runs[i].start + runs[i].duration});
-  }
+  const detail::io_times io = detail::schedule_io(s, p);
+  const std::vector<double> recover_ready = detail::schedule_decodes(s, order, io, p);
+  detail::schedule_recoveries_and_executions(s, experts, order, recover_ready, p);
   for (const scheduled_op& op : s.ops) {
     s.makespan = std::max(s.makespan, op.finish);
   }
@@ -19651,8 +22656,7 @@ namespace detail {
 
 inline block_profile profile_block(std::span<const layer_expert> experts,
                                    const std::vector<layer_task>& tasks,
-                                   const std::vector<std::int32_t>& block,
-                                   const schedule_params& p) {
+                                   const std::vector<std::int32_t>& block, const tier_costs& p) {
   const affinity_schedule s = run_blocks(experts, tasks, {block}, p);
   block_profile out;
   out.io_finish = s.io_seconds;
@@ -19672,7 +22676,7 @@ inline block_profile profile_block(std::span<const layer_expert> experts,
   return out;
 }
 
-inline bool compute_dominant(const block_profile& b, const schedule_params& p) {
+inline bool compute_dominant(const block_profile& b, const tier_costs& p) {
   const std::uint32_t lanes = std::min(p.threads, p.e_chunks);
   for (std::uint32_t l = 1; l <= lanes; ++l) {
     if (b.thread_finish[l - 1] - b.io_finish < l * p.e_read) {
@@ -19689,7 +22693,7 @@ inline bool compute_dominant(const block_profile& b, const schedule_params& p) {
 /// @throws wisp::logic_error on invalid params or an expert with no tensors or a negative or
 ///   non-finite execution time.
 inline affinity_schedule schedule_layer(std::span<const layer_expert> experts,
-                                        const schedule_params& p) {
+                                        const tier_costs& p) {
   p.validate();
   std::vector<layer_task> tasks = detail::tasks_of(experts);
   // Units: one expert's tasks. sigma_I and sigma_II by non-increasing execution time (stable).
@@ -19767,7 +22771,7 @@ inline affinity_schedule schedule_layer(std::span<const layer_expert> experts,
 }
 
 }  // namespace wisp
-// ---- end wisp/compress/affinity_scheduler.hpp --------------------------------------------------
+// ---- end wisp/tiered/affinity_scheduler.hpp ----------------------------------------------------
 
 // ---- begin wisp/sim/tiered_sim.hpp -------------------------------------------------------------
 /// @file
@@ -19826,20 +22830,18 @@ struct tiered_sim_config {
     return {2 * sm, sm + e, sm, e};
   }
   /// The schedule's durations.
-  [[nodiscard]] schedule_params schedule() const noexcept {
+  [[nodiscard]] tier_costs schedule() const noexcept {
     const auto n = static_cast<double>(tensor_elements);
     return {.sm_read = n / link_bytes_per_second,
             .e_read = exponent_ratio * n / e_chunks / link_bytes_per_second,
             .decode = 2.0 * n / e_chunks / decode_bytes_per_second,
-            .recover = 0.0,
             .threads = threads,
-            .e_chunks = e_chunks};
+            .e_chunks = e_chunks,
+            .tensors = tensors,
+            .recover = 0.0};
   }
   /// Algorithm 3's constants.
-  [[nodiscard]] tier_costs costs() const noexcept {
-    const schedule_params s = schedule();
-    return {s.sm_read, s.e_read, s.decode, threads, e_chunks, tensors};
-  }
+  [[nodiscard]] tier_costs costs() const noexcept { return schedule(); }
   /// @throws wisp::logic_error naming the field if a size, rate or count is out of range.
   void validate() const {
     WISP_EXPECTS(tensors >= 1 && tensor_elements >= 1 && e_chunks >= 1 && threads >= 1,
@@ -19856,7 +22858,7 @@ struct tiered_sim_config {
     std::uint64_t used = 0;
     const tier_bytes b = bytes();
     for (std::size_t p = 0; p < tier_count; ++p) {
-      WISP_EXPECTS(capacity[p] >= 0, "tiered_sim_config: pool ", tier_name(static_cast<tier>(p)),
+      WISP_EXPECTS(capacity[p] >= 0, "tiered_sim_config: pool ", to_string(static_cast<tier>(p)),
                    " capacity ", capacity[p], " is negative");
       used += static_cast<std::uint64_t>(capacity[p]) * b[p];
     }
@@ -19983,7 +22985,7 @@ inline double plain_makespan(std::int32_t hits, std::int32_t misses, double full
     tiers.emplace_back(experts, tier_config{cfg.capacity, cfg.tolerance});
     plain.emplace_back(experts, tier_config{{r.plain_capacity, 0, 0, 0}, cfg.tolerance});
   }
-  const schedule_params sp = cfg.schedule();
+  const tier_costs sp = cfg.schedule();
   const tier_costs costs = cfg.costs();
   const double full_read =
       2.0 * static_cast<double>(cfg.tensor_elements) / cfg.link_bytes_per_second;

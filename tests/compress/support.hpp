@@ -7,6 +7,7 @@
 #include <wisp/compress/compressed_bf16.hpp>
 #include <wisp/compress/exponent_coder.hpp>
 #include <wisp/compress/huffman.hpp>
+#include <wisp/core/bf16.hpp>
 #if defined(WISP_TEST_HAVE_ZSTD)
 #include <wisp/compress/zstd.hpp>
 #endif
@@ -16,28 +17,39 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <ios>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <vector>
+
+namespace wisp {
+/// How GoogleTest prints a `bf16` in a failure: its bits in hex.
+inline void PrintTo(const bf16& x, std::ostream* os) {
+  *os << "bf16{0x" << std::hex << x.bits << std::dec << "}";
+}
+}  // namespace wisp
 
 namespace wisp::test {
 
 /// `n` BF16 values drawn from N(0, sigma^2), rounded to nearest even: what a trained weight
 /// matrix looks like to the exponent coder.
-inline std::vector<std::uint16_t> gaussian_bf16(std::size_t n, float sigma, std::uint64_t seed) {
+inline std::vector<bf16> gaussian_bf16(std::size_t n, float sigma, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, sigma);
-  std::vector<std::uint16_t> out(n);
-  for (std::uint16_t& v : out) {
-    v = bf16_from_float(normal(rng));
+  std::vector<bf16> out(n);
+  for (bf16& v : out) {
+    v = to_bf16(normal(rng));
   }
   return out;
 }
 
 /// All 65,536 BF16 bit patterns, shuffled with `seed` (0: in order).
-inline std::vector<std::uint16_t> all_bf16_patterns(std::uint64_t seed) {
-  std::vector<std::uint16_t> out(65536);
-  std::iota(out.begin(), out.end(), std::uint16_t{0});
+inline std::vector<bf16> all_bf16_patterns(std::uint64_t seed) {
+  std::vector<bf16> out(65536);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i].bits = static_cast<std::uint16_t>(i);
+  }
   if (seed != 0) {
     std::mt19937_64 rng(seed);
     std::shuffle(out.begin(), out.end(), rng);

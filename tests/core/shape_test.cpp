@@ -56,26 +56,5 @@ TEST(MoeShape, KeyLayoutIsWrittenInShapeOrder) {
   EXPECT_EQ(per_layer.size(), s.experts);
 }
 
-// The pre-0.2 spellings still name the same entities (with a deprecation warning, silenced here).
-#if defined(__GNUC__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
-#endif
-static_assert(std::is_same_v<wisp::trace::routing_trace, wisp::routing_trace>);
-static_assert(std::is_same_v<wisp::reuse::reuse_histogram, wisp::reuse_histogram>);
-static_assert(std::is_same_v<wisp::alloc::model_spec, wisp::model_spec>);
-static_assert(std::is_same_v<wisp::sim::sim_config, wisp::sim_config>);
-static_assert(std::is_same_v<wisp::trace_shape, moe_shape>);
-static_assert(std::is_same_v<wisp::model_shape, moe_shape>);
-static_assert(wisp::key_layout::global(3, 5) == wisp::key_layout{wisp::cache_scope::global, 3, 5});
-static_assert(wisp::key_layout::per_layer(5, 3) ==
-              wisp::key_layout{wisp::cache_scope::per_layer, 3, 5});
-TEST(DeprecatedSpellings, StillCallTheSameFunctions) {
-  EXPECT_EQ(wisp::trace::synthetic_preset("olmoe-1b-7b").layers,
-            wisp::synthetic_preset("olmoe-1b-7b").layers);
-}
-#if defined(__GNUC__)
-#pragma GCC diagnostic pop
-#endif
 
 }  // namespace

@@ -34,8 +34,10 @@ struct device_buffer {
 
 TEST(Bf16RecoverKernel, MatchesTheHostRuleForEveryPatternLengthAndAlignment) {
   SKIP_WITHOUT_GPU();
-  std::vector<std::uint16_t> values(65536 * 3 + 13);
-  std::iota(values.begin(), values.end(), std::uint16_t{0});  // wraps: every pattern thrice
+  std::vector<wisp::bf16> values(65536 * 3 + 13);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i].bits = static_cast<std::uint16_t>(i);  // wraps: every pattern thrice
+  }
   std::shuffle(values.begin(), values.end(), std::mt19937_64(1));
   std::vector<std::uint8_t> sm(values.size()), ex(values.size());
   wisp::split_bf16(values, sm, ex);
@@ -51,7 +53,8 @@ TEST(Bf16RecoverKernel, MatchesTheHostRuleForEveryPatternLengthAndAlignment) {
       std::vector<std::uint16_t> back(n + offset + 8);
       WISP_CUDA_TRY(cudaMemcpy(back.data(), d_out.ptr, back.size() * 2, cudaMemcpyDeviceToHost));
       for (std::size_t i = 0; i < n; ++i) {
-        ASSERT_EQ(back[offset + i], values[i]) << "offset " << offset << " n " << n << " i " << i;
+        ASSERT_EQ(back[offset + i], values[i].bits)
+            << "offset " << offset << " n " << n << " i " << i;
       }
       EXPECT_EQ(back[offset + n], 0xEEEE) << "wrote past the end";
     }
@@ -65,7 +68,7 @@ TEST(HuffmanKernel, DecodesSubStreamsLikeTheHost) {
   const std::size_t n = 1'000'003;
   std::vector<std::uint8_t> symbols(n);
   for (std::uint8_t& s : symbols) {
-    s = wisp::bf16_exponent(wisp::bf16_from_float(normal(rng)));
+    s = wisp::bf16_exponent(wisp::to_bf16(normal(rng)));
   }
   std::vector<std::uint8_t> enc;
   wisp::huffman_coder{.block = 1024}.encode(symbols, enc);

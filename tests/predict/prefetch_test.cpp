@@ -1,14 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // Prefetch policies and the prefetch queue, against their definitions and a std::deque oracle.
+#include "support/enum_names.hpp"
 #include "support/expect_error.hpp"
 
 #include <wisp/predict/prefetch.hpp>
+#include <wisp/predict/right_size.hpp>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <random>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -89,6 +94,15 @@ TEST(PrefetchQueue, MatchesADequeOracle) {
   const std::vector<std::int32_t> bad{0, 6};
   expect_error([&] { queue.submit(0, 1, bad); }, "expert 6");
   expect_error([&] { queue.submit(0, 5, {}); }, "layer 5");
+}
+
+TEST(PrefetchRule, NamesBothWays) {
+  wisp::test::expect_names<wisp::prefetch_rule>({{wisp::prefetch_rule::none, "none"},
+                                                 {wisp::prefetch_rule::top_k, "top-k"},
+                                                 {wisp::prefetch_rule::percentile, "percentile"}});
+  EXPECT_EQ(wisp::from_string<wisp::prefetch_rule>("top_k"), std::nullopt);
+  wisp::test::expect_names<wisp::right_size_model>(
+      {{wisp::right_size_model::lru, "lru"}, {wisp::right_size_model::static_top, "static"}});
 }
 
 }  // namespace

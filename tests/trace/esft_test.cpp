@@ -18,7 +18,7 @@ namespace {
 
 using wisp::import_esft;
 
-std::string expect_format_error(const std::filesystem::path& dir, wisp::esft_options opt = {}) {
+std::string expect_format_error(const std::filesystem::path& dir, wisp::esft_config opt = {}) {
   try {
     (void)import_esft(dir, opt);
   } catch (const wisp::format_error& e) {

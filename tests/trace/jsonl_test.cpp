@@ -1,25 +1,30 @@
 // SPDX-License-Identifier: Apache-2.0
+#include "support/enum_names.hpp"
+
 #include <wisp/core/detail/json.hpp>
 #include <wisp/trace/jsonl.hpp>
 
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
 
 using wisp::import_jsonl;
-using wisp::jsonl_options;
+using wisp::jsonl_config;
 
-wisp::routing_trace import_text(const std::string& text, const jsonl_options& opt = {}) {
+wisp::routing_trace import_text(const std::string& text, const jsonl_config& opt = {}) {
   std::istringstream in(text);
   return import_jsonl(in, opt).trace;
 }
 
-std::string expect_format_error(const std::string& text, const jsonl_options& opt = {}) {
+std::string expect_format_error(const std::string& text, const jsonl_config& opt = {}) {
   try {
     (void)import_text(text, opt);
   } catch (const wisp::format_error& e) {
@@ -75,7 +80,7 @@ TEST(Jsonl, SortsIntoGroupTokenLayerOrder) {
       "\n"
       R"({"layer":0,"experts":[0,2],"token_idx":3,"problem_id":"b"})"
       "\n";
-  jsonl_options opt;
+  jsonl_config opt;
   opt.group_key = "problem_id";
   const auto t = import_text(text, opt);
   EXPECT_EQ(t.shape(), (wisp::moe_shape{2, 8, 2}));
@@ -94,7 +99,7 @@ TEST(Jsonl, WeightsAndExplicitShape) {
   const std::string text = R"({"layer":0,"experts":[1,0],"token_idx":0,"weights":[0.5,0.25]})"
                            "\n"
                            R"({"layer":0,"experts":[2,3],"token_idx":1,"weights":[1,0]})";
-  jsonl_options opt;
+  jsonl_config opt;
   opt.experts = 16;
   const auto t = import_text(text, opt);
   EXPECT_EQ(t.shape(), (wisp::moe_shape{1, 16, 2}));
@@ -124,7 +129,7 @@ const std::string incomplete_log = R"({"layer":0,"experts":[1,2],"token_idx":0,"
                                    "\n";
 
 wisp::imported_trace import_incomplete(wisp::incomplete_tokens policy) {
-  jsonl_options opt;
+  jsonl_config opt;
   opt.group_key = "g";
   opt.on_incomplete = policy;
   std::istringstream in(incomplete_log);
@@ -132,7 +137,7 @@ wisp::imported_trace import_incomplete(wisp::incomplete_tokens policy) {
 }
 
 TEST(Jsonl, IncompleteTokensAreAnErrorByDefault) {
-  jsonl_options opt;
+  jsonl_config opt;
   opt.group_key = "g";
   const std::string what = expect_format_error(incomplete_log, opt);
   EXPECT_NE(what.find("line 4: token 1 has no record for layer 1"), std::string::npos) << what;
@@ -171,7 +176,7 @@ TEST(Jsonl, KeepImportsTheLayersPresent) {
   want.incomplete_sequences = 2;
   EXPECT_EQ(report, want);
   // A repeated layer is corruption, not a gap: an error whatever the policy.
-  jsonl_options opt;
+  jsonl_config opt;
   opt.on_incomplete = wisp::incomplete_tokens::keep;
   const std::string what = expect_format_error(
       "{\"layer\":0,\"experts\":[1],\"token_idx\":0}\n{\"layer\":0,\"experts\":[2],\"token_idx\":"
@@ -204,7 +209,7 @@ void PrintTo(const bad_case& c, std::ostream* os) {
 class JsonlMalformed : public ::testing::TestWithParam<bad_case> {};
 
 TEST_P(JsonlMalformed, NamesTheLine) {
-  jsonl_options opt;
+  jsonl_config opt;
   opt.group_key = "g";
   const std::string what = expect_format_error(GetParam().text, opt);
   EXPECT_NE(what.find(GetParam().needle), std::string::npos) << what;
@@ -252,5 +257,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "{\"layer\":2,\"experts\":[2],\"token_idx\":0,\"g\":1}",
                  "line 1: token 0 has no record for layer 1"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+TEST(IncompleteTokens, NamesAsTheCommandLineSpellsThem) {
+  wisp::test::expect_names<wisp::incomplete_tokens>({{wisp::incomplete_tokens::error, "error"},
+                                                     {wisp::incomplete_tokens::skip, "skip"},
+                                                     {wisp::incomplete_tokens::keep, "keep"}});
+  EXPECT_EQ(wisp::from_string<wisp::incomplete_tokens>("drop"), std::nullopt);
+}
 
 }  // namespace

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // expert_row_layout against hand-packed offsets and host_expert_store's addressing;
 // plan_copy_runs against expanding the runs back; host_copy_engine against host_expert_store's
-// in-order memcpy on random plans, its modelled times against a hand-fed device_timeline, and
-// bad plans that copy nothing.
+// in-order memcpy on random plans (copying on the caller, and on pools of 1 and 3 threads), its
+// modelled times against a hand-fed device_timeline, and bad plans that copy nothing.
 #include "support/expect_error.hpp"
 
+#include <wisp/core/executor.hpp>
 #include <wisp/core/topk.hpp>
 #include <wisp/pager/host_expert_store.hpp>
 #include <wisp/transfer/copy_engine.hpp>
@@ -16,6 +17,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -158,25 +160,37 @@ std::vector<copy_op> random_plan(std::mt19937& rng, const buffers& b) {
   return plan;
 }
 
+// The executors the engine is tested on: 0 = inline (the default), else a pool of that many.
+std::unique_ptr<wisp::thread_pool> pool_of(std::uint32_t threads) {
+  return threads == 0 ? nullptr : std::make_unique<wisp::thread_pool>(threads);
+}
+wisp::any_executor executor_of(const std::unique_ptr<wisp::thread_pool>& pool) {
+  return pool ? wisp::any_executor(pool->executor()) : wisp::any_executor();
+}
+
 TEST(HostCopyEngine, EqualsInOrderMemcpyOnRandomPlans) {
-  for (const std::size_t queue : {1u, 3u, 1024u}) {
-    wisp::device_timeline timeline;
-    host_copy_engine engine(timeline, queue);
-    buffers got;
-    buffers want;
-    std::mt19937 rng(static_cast<std::uint32_t>(queue));
-    for (int call = 0; call < 300; ++call) {
-      const std::vector<copy_op> plan = random_plan(rng, got);
-      const host_copy_engine::event e = engine.copy(got.layout(), plan, engine.consumer_event());
-      want.apply_in_order(plan);
-      if (call % 7 == 0) {
-        engine.wait(e);
-        ASSERT_EQ(got.slot_mem, want.slot_mem) << "queue " << queue << " call " << call;
+  for (const std::uint32_t threads : {0u, 1u, 3u}) {
+    const auto pool = pool_of(threads);
+    for (const std::size_t queue : {1u, 3u, 1024u}) {
+      wisp::device_timeline timeline;
+      host_copy_engine engine(timeline, queue, executor_of(pool));
+      buffers got;
+      buffers want;
+      std::mt19937 rng(static_cast<std::uint32_t>(queue));
+      for (int call = 0; call < 300; ++call) {
+        const std::vector<copy_op> plan = random_plan(rng, got);
+        const host_copy_engine::event e = engine.copy(got.layout(), plan, engine.consumer_event());
+        want.apply_in_order(plan);
+        if (call % 7 == 0) {
+          engine.wait(e);
+          ASSERT_EQ(got.slot_mem, want.slot_mem)
+              << "threads " << threads << " queue " << queue << " call " << call;
+        }
       }
+      engine.synchronize();
+      EXPECT_EQ(got.slot_mem, want.slot_mem) << "threads " << threads << " queue " << queue;
+      EXPECT_EQ(got.masters, want.masters);
     }
-    engine.synchronize();
-    EXPECT_EQ(got.slot_mem, want.slot_mem) << "queue " << queue;
-    EXPECT_EQ(got.masters, want.masters);
   }
 }
 
@@ -248,18 +262,21 @@ TEST(HostCopyEngine, BadPlansThrowAndCopyNothing) {
 }
 
 TEST(HostCopyEngine, DestructorLandsEveryQueuedCopy) {
-  buffers b;
-  const std::vector<copy_op> plan{{1, 0}, {2, 1}, {30, 11}};
-  {
-    wisp::device_timeline timeline;
-    host_copy_engine engine(timeline, 1);
-    for (int i = 0; i < 50; ++i) {
-      (void)engine.copy(b.layout(), plan);
+  for (const std::uint32_t threads : {0u, 1u, 3u}) {
+    const auto pool = pool_of(threads);
+    buffers b;
+    const std::vector<copy_op> plan{{1, 0}, {2, 1}, {30, 11}};
+    {
+      wisp::device_timeline timeline;
+      host_copy_engine engine(timeline, 1, executor_of(pool));
+      for (int i = 0; i < 50; ++i) {
+        (void)engine.copy(b.layout(), plan);
+      }
     }
+    buffers want;
+    want.apply_in_order(plan);
+    EXPECT_EQ(b.slot_mem, want.slot_mem) << "threads " << threads;
   }
-  buffers want;
-  want.apply_in_order(plan);
-  EXPECT_EQ(b.slot_mem, want.slot_mem);
 }
 
 }  // namespace

@@ -14,6 +14,8 @@
 #include <wisp/compress/bf16.hpp>
 #include <wisp/compress/compressed_bf16.hpp>
 #include <wisp/compress/safetensors.hpp>
+#include <wisp/core/bf16.hpp>
+#include <wisp/core/detail/little_endian.hpp>
 #if defined(WISP_TOOL_HAVE_ZSTD)
 #include <wisp/compress/zstd.hpp>
 #endif
@@ -153,15 +155,14 @@ struct tensor_report {
   std::vector<coder_result> results;
 };
 
-tensor_report inspect_tensor(std::string name, std::string dtype,
-                             const std::vector<std::uint16_t>& values,
+tensor_report inspect_tensor(std::string name, std::string dtype, const std::vector<bf16>& values,
                              const std::vector<any_coder>& coders, const coder_set& dec,
                              std::uint32_t e_chunks) {
   tensor_report r{std::move(name), std::move(dtype), values.size(), exponent_histogram(values), {}};
-  std::vector<std::uint16_t> out(values.size());
-  std::vector<std::uint8_t> scratch;
+  std::vector<bf16> out(values.size());
+  bf16_decode_scratch scratch;
   for (const any_coder& c : coders) {
-    coder_result cr{c.name()};
+    coder_result cr{c.label()};
     auto t0 = std::chrono::steady_clock::now();
     const compressed_bf16 z = compressed_bf16::compress(values, c, e_chunks);
     cr.encode_seconds = seconds_since(t0);
@@ -173,109 +174,113 @@ tensor_report inspect_tensor(std::string name, std::string dtype,
       cr.decode_seconds = std::min(cr.decode_seconds, seconds_since(t0));
     }
     if (out != values) {
-      WISP_FAIL(error, "internal error: ", r.name, " did not round-trip with ", c.name());
+      WISP_FAIL(error, "internal error: ", r.name, " did not round-trip with ", c.label());
     }
     r.results.push_back(cr);
   }
   return r;
 }
 
-void run_inspect(const compress_options& opt) {
+// The report of every tensor --inspect looks at: the BF16 ones (and with --f32-as-bf16 the F32
+// ones rounded) of a safetensors file, or the whole raw BF16 file.
+std::vector<tensor_report> inspect_file(const compress_options& opt,
+                                        const std::vector<any_coder>& coders) {
   const std::vector<std::uint8_t> file = read_all(opt.input);
-  const std::vector<any_coder> coders = inspect_coders();
   const coder_set dec = decoders();
   std::vector<tensor_report> reports;
-  if (is_safetensors(opt)) {
-    for (const safetensors_tensor& t : parse_safetensors_header(file).tensors) {
-      const std::span<const std::uint8_t> bytes(file.data() + t.begin, t.end - t.begin);
-      if (t.dtype == "BF16") {
-        reports.push_back(
-            inspect_tensor(t.name, t.dtype, bf16_from_le_bytes(bytes), coders, dec, opt.e_chunks));
-      } else if (t.dtype == "F32" && opt.f32_as_bf16) {
-        std::vector<std::uint16_t> v(t.elements());
-        for (std::size_t i = 0; i < v.size(); ++i) {
-          std::uint32_t bits = 0;
-          for (int b = 0; b < 4; ++b) {
-            bits |= static_cast<std::uint32_t>(bytes[4 * i + static_cast<std::size_t>(b)])
-                    << (8 * b);
-          }
-          v[i] = bf16_from_float(std::bit_cast<float>(bits));
-        }
-        reports.push_back(inspect_tensor(t.name, "F32->BF16", v, coders, dec, opt.e_chunks));
-      }
-    }
-  } else {
+  if (!is_safetensors(opt)) {
     if (file.size() % 2 != 0) {
       throw format_error(file.size() - 1, opt.input + ": a raw BF16 file must have an even size");
     }
     reports.push_back(inspect_tensor(std::filesystem::path(opt.input).filename().string(), "BF16",
                                      bf16_from_le_bytes(file), coders, dec, opt.e_chunks));
+    return reports;
   }
+  for (const safetensors_tensor& t : parse_safetensors_header(file).tensors) {
+    const std::span<const std::uint8_t> bytes(file.data() + t.begin, t.end - t.begin);
+    if (t.dtype == "BF16") {
+      reports.push_back(
+          inspect_tensor(t.name, t.dtype, bf16_from_le_bytes(bytes), coders, dec, opt.e_chunks));
+    } else if (t.dtype == "F32" && opt.f32_as_bf16) {
+      std::vector<bf16> v(t.elements());
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        v[i] = to_bf16(std::bit_cast<float>(detail::load_le<std::uint32_t>(bytes.data() + 4 * i)));
+      }
+      reports.push_back(inspect_tensor(t.name, "F32->BF16", v, coders, dec, opt.e_chunks));
+    }
+  }
+  return reports;
+}
 
-  // Totals over all tensors: the histogram of every exponent, sizes and times summed.
+// Totals over all tensors: the histogram of every exponent, sizes and times summed.
+tensor_report total_of(const std::vector<tensor_report>& reports,
+                       const std::vector<any_coder>& coders) {
   tensor_report total{"(all)", "", 0, {}, {}};
   for (const any_coder& c : coders) {
-    total.results.push_back({c.name()});
+    total.results.push_back({c.label()});
   }
-  double bound_bytes = 0;  // each tensor at its own entropy
   for (const tensor_report& r : reports) {
     total.elements += r.elements;
     for (std::size_t s = 0; s < 256; ++s) {
       total.histogram[s] += r.histogram[s];
     }
-    bound_bytes += 2.0 * static_cast<double>(r.elements) * entropy_bound_ratio(r.histogram);
     for (std::size_t i = 0; i < coders.size(); ++i) {
       total.results[i].bytes += r.results[i].bytes;
       total.results[i].encode_seconds += r.results[i].encode_seconds;
       total.results[i].decode_seconds += r.results[i].decode_seconds;
     }
   }
-  auto ratio = [](const tensor_report& r, const coder_result& c) {
-    return r.elements == 0 ? 0.0 : static_cast<double>(c.bytes) / (2.0 * r.elements);
-  };
-  auto gbps = [](const tensor_report& r, double s) {
-    return s <= 0 ? 0.0 : 2.0 * static_cast<double>(r.elements) / s / 1e9;
-  };
-  const double per_tensor_bound = total.elements == 0 ? 0 : bound_bytes / (2.0 * total.elements);
+  return total;
+}
 
-  if (opt.json) {
-    auto row = [&](const tensor_report& r) {
-      nlohmann::ordered_json j;
-      j["name"] = r.name;
-      if (!r.dtype.empty()) {
-        j["dtype"] = r.dtype;
-      }
-      j["elements"] = r.elements;
-      j["exponent_entropy_bits"] = entropy_bits(r.histogram);
-      j["entropy_bound_ratio"] = entropy_bound_ratio(r.histogram);
-      for (const coder_result& c : r.results) {
-        j["coders"][c.coder] = {{"bytes", c.bytes},
-                                {"ratio", ratio(r, c)},
-                                {"encode_gbps", gbps(r, c.encode_seconds)},
-                                {"decode_gbps", gbps(r, c.decode_seconds)}};
-      }
-      return j;
-    };
-    nlohmann::ordered_json out;
-    out["file"] = opt.input;
-    out["e_chunks"] = opt.e_chunks;
-    out["tensors"] = nlohmann::ordered_json::array();
-    for (const tensor_report& r : reports) {
-      out["tensors"].push_back(row(r));
+double ratio(const tensor_report& r, const coder_result& c) {
+  return r.elements == 0 ? 0.0 : static_cast<double>(c.bytes) / (2.0 * r.elements);
+}
+double gbps(const tensor_report& r, double seconds) {
+  return seconds <= 0 ? 0.0 : 2.0 * static_cast<double>(r.elements) / seconds / 1e9;
+}
+
+void print_inspect_json(const compress_options& opt, const std::vector<tensor_report>& reports,
+                        const tensor_report& total, double per_tensor_bound) {
+  auto row = [&](const tensor_report& r) {
+    nlohmann::ordered_json j;
+    j["name"] = r.name;
+    if (!r.dtype.empty()) {
+      j["dtype"] = r.dtype;
     }
-    out["total"] = row(total);
-    out["total"]["per_tensor_entropy_bound_ratio"] = per_tensor_bound;
-    std::printf("%s\n", out.dump(2).c_str());
-    return;
+    j["elements"] = r.elements;
+    j["exponent_entropy_bits"] = entropy_bits(r.histogram);
+    j["entropy_bound_ratio"] = entropy_bound_ratio(r.histogram);
+    for (const coder_result& c : r.results) {
+      j["coders"][c.coder] = {{"bytes", c.bytes},
+                              {"ratio", ratio(r, c)},
+                              {"encode_gbps", gbps(r, c.encode_seconds)},
+                              {"decode_gbps", gbps(r, c.decode_seconds)}};
+    }
+    return j;
+  };
+  nlohmann::ordered_json out;
+  out["file"] = opt.input;
+  out["e_chunks"] = opt.e_chunks;
+  out["tensors"] = nlohmann::ordered_json::array();
+  for (const tensor_report& r : reports) {
+    out["tensors"].push_back(row(r));
   }
+  out["total"] = row(total);
+  out["total"]["per_tensor_entropy_bound_ratio"] = per_tensor_bound;
+  std::printf("%s\n", out.dump(2).c_str());
+}
+
+void print_inspect_table(const compress_options& opt, const std::vector<tensor_report>& reports,
+                         const tensor_report& total, double per_tensor_bound) {
   std::printf(
       "%s: %zu BF16 tensor(s), %llu values, K = %u E-chunks; ratio = compressed / raw, "
       "throughput in GB/s of BF16 on one thread\n",
       opt.input.c_str(), reports.size(), static_cast<unsigned long long>(total.elements),
       opt.e_chunks);
   std::printf("%-44s %10s %7s %6s", "tensor", "values", "H(exp)", "bound");
-  for (const any_coder& c : coders) {
-    std::printf(" %9s", c.name().c_str());
+  for (const coder_result& c : total.results) {
+    std::printf(" %9s", c.coder.c_str());
   }
   std::printf("\n");
   auto print_row = [&](const tensor_report& r) {
@@ -297,6 +302,22 @@ void run_inspect(const compress_options& opt) {
     std::printf(" %4.2f/%4.2f", gbps(total, c.encode_seconds), gbps(total, c.decode_seconds));
   }
   std::printf("\n");
+}
+
+void run_inspect(const compress_options& opt) {
+  const std::vector<any_coder> coders = inspect_coders();
+  const std::vector<tensor_report> reports = inspect_file(opt, coders);
+  const tensor_report total = total_of(reports, coders);
+  double bound_bytes = 0;  // each tensor at its own entropy
+  for (const tensor_report& r : reports) {
+    bound_bytes += 2.0 * static_cast<double>(r.elements) * entropy_bound_ratio(r.histogram);
+  }
+  const double per_tensor_bound = total.elements == 0 ? 0 : bound_bytes / (2.0 * total.elements);
+  if (opt.json) {
+    print_inspect_json(opt, reports, total, per_tensor_bound);
+  } else {
+    print_inspect_table(opt, reports, total, per_tensor_bound);
+  }
 }
 
 void run(const compress_options& opt) {

@@ -98,7 +98,7 @@ void print_markdown(const model_spec& m, byte_size budget, const evaluate_option
   for (const auto& [name, result] : t.results) {
     const double oracle = result.arm("oracle").seconds;
     for (const auto& a : result.arms) {
-      std::printf("| %s | %s%s | %u->%u, %u..%u | %u | %llu | %llu | %.2f | %.3f |\n", name.c_str(),
+      std::printf("| %s | %s%s | %d->%d, %d..%d | %u | %llu | %llu | %.2f | %.3f |\n", name.c_str(),
                   a.name.c_str(), a.admissible ? "" : " (below floor)", a.cap_start, a.cap_end,
                   a.cap_min, a.cap_max, a.moves,
                   static_cast<unsigned long long>(a.expert_warm_misses),

@@ -157,7 +157,7 @@ void run(const plan_options& opt) {
     return;
   }
   std::printf(
-      "model %s: %u MoE layers x %u experts, top-%u; one expert %s (a cap unit, one slot "
+      "model %s: %d MoE layers x %d experts, top-%d; one expert %s (a cap unit, one slot "
       "in every layer: %s); KV %s per token, %u-token blocks (%s)\n",
       m.name.c_str(), m.layers, m.experts, m.top_k, format_bytes(m.expert_bytes.count()).c_str(),
       format_bytes(m.cap_unit_bytes().count()).c_str(),
@@ -165,7 +165,7 @@ void run(const plan_options& opt) {
       format_bytes(m.kv_block_bytes().count()).c_str());
   std::printf(
       "budget %s; admission floor %llu sessions x %llu tokens = %llu blocks; feasible caps "
-      "[%u, %u]\n",
+      "[%d, %d]\n",
       format_bytes_and_gib(budget.count()).c_str(),
       static_cast<unsigned long long>(floor.concurrency),
       static_cast<unsigned long long>(floor.context),
@@ -176,13 +176,13 @@ void run(const plan_options& opt) {
       "s/token\n\n",
       source.c_str(), t.steps(), opt.bandwidth_gbps, opt.recompute);
   std::printf(
-      "choice: expert cap %u per layer (%s), KV %llu blocks = %llu tokens (%s), slack %llu "
+      "choice: expert cap %d per layer (%s), KV %llu blocks = %llu tokens (%s), slack %llu "
       "B; predicted latency %.6g s\n",
       c.expert_cap, format_bytes(c.expert_bytes.count()).c_str(),
       static_cast<unsigned long long>(c.kv_blocks), static_cast<unsigned long long>(c.kv_tokens),
       format_bytes(c.kv_bytes.count()).c_str(), static_cast<unsigned long long>(c.slack.count()),
       conf.predicted_seconds);
-  std::printf("engine knobs: per-layer expert cap %u, KV cache bytes %s\n\n",
+  std::printf("engine knobs: per-layer expert cap %d, KV cache bytes %s\n\n",
               conf.knobs.per_layer_expert_cap,
               format_bytes_and_gib(conf.knobs.kv_cache_bytes.count()).c_str());
   std::printf("%8s %12s %12s %10s %9s %14s\n", "cap", "kv_blocks", "kv_tokens", "miss_rate",
@@ -192,7 +192,7 @@ void run(const plan_options& opt) {
     if (p.fits) {
       std::snprintf(predicted, sizeof predicted, "%.6g", p.seconds);
     }
-    std::printf("%8u %12llu %12llu %10.4f %9s %14s\n", p.expert_cap,
+    std::printf("%8d %12llu %12llu %10.4f %9s %14s\n", p.expert_cap,
                 static_cast<unsigned long long>(p.s.kv_blocks),
                 static_cast<unsigned long long>(p.s.kv_tokens),
                 expert_curve.miss_ratio(p.expert_cap), feasibility(p), predicted);

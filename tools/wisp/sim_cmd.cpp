@@ -7,6 +7,7 @@
 #include "cli.hpp"
 #include "commands.hpp"
 #include "progress.hpp"
+#include "ranks_cmd.hpp"
 #include "timeline_cmd.hpp"
 #include "trace_source.hpp"
 
@@ -377,7 +378,16 @@ void add_sim_command(CLI::App& app) {
       "stall_s = misses x (miss-latency-us + expert-bytes / bandwidth): a serial model "
       "without prefetch or overlap.");
   auto timeline = add_timeline_options(*cmd);
-  cmd->callback([opt, timeline] {
+  auto ranks = add_ranks_options(*cmd);
+  cmd->callback([opt, timeline, ranks] {
+    if (ranks_requested(*ranks)) {
+      if (timeline_requested(*timeline)) {
+        usage_error("--ranks and --timeline are separate simulators; give one of them");
+      }
+      run_ranks(*ranks, {opt->file, opt->policies, opt->capacities, opt->scope, opt->json, opt->csv,
+                         opt->expert_bytes, opt->bandwidth_gbps, opt->miss_latency_us, opt->jobs});
+      return;
+    }
     if (!timeline_requested(*timeline)) {
       run(*opt);
       return;

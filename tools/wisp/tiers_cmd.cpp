@@ -10,7 +10,7 @@
 #include "commands.hpp"
 #include "trace_source.hpp"
 
-#include <wisp/compress/tier_model.hpp>
+#include <wisp/tiered/tier_model.hpp>
 #include <wisp/sim/tiered_sim.hpp>
 #include <wisp/trace/routing_trace.hpp>
 

@@ -193,7 +193,7 @@ void add_trace_command(CLI::App& app) {
       usage_error("--top-k applies to --format esft only (JSONL records carry their ids)");
     }
     refuse_overwriting(ia->input, ia->output);
-    const auto policy = *parse_incomplete_tokens(ia->on_incomplete);
+    const auto policy = *from_string<incomplete_tokens>(ia->on_incomplete);
     progress_bar bar("importing " + std::filesystem::path(ia->input).filename().string(), 0,
                      progress_wanted(false));
     auto report_progress = [&bar](std::uint64_t done, std::uint64_t total) {
@@ -202,14 +202,14 @@ void add_trace_command(CLI::App& app) {
     };
     imported_trace imported = [&] {
       if (esft) {
-        esft_options opt;
+        esft_config opt;
         opt.experts = experts->count() > 0 ? ia->experts : opt.experts;
         opt.top_k = top_k->count() > 0 ? ia->top_k : opt.top_k;
         opt.on_incomplete = policy;
         opt.progress = report_progress;
         return import_esft(ia->input, opt);
       }
-      jsonl_options opt;
+      jsonl_config opt;
       opt.group_key = ia->group_key;
       opt.experts = ia->experts;
       opt.on_incomplete = policy;

@@ -62,22 +62,6 @@ struct key_layout {
   std::int32_t layers = 1;   ///< L >= 1: MoE layers of the model
   std::int32_t experts = 1;  ///< E >= 1: routed experts per layer
 
-  /// Deprecated: write `key_layout{cache_scope::per_layer, layers, experts}` (this factory took
-  /// its arguments in the opposite order to `global`).
-  [[deprecated(
-      "use key_layout{cache_scope::per_layer, layers, "
-      "experts}")]] [[nodiscard]] static constexpr key_layout
-  per_layer(std::int32_t experts, std::int32_t layers = 1) noexcept {
-    return key_layout{cache_scope::per_layer, layers, experts};
-  }
-  /// Deprecated: write `key_layout{cache_scope::global, layers, experts}`.
-  [[deprecated(
-      "use key_layout{cache_scope::global, layers, "
-      "experts}")]] [[nodiscard]] static constexpr key_layout
-  global(std::int32_t layers, std::int32_t experts) noexcept {
-    return key_layout{cache_scope::global, layers, experts};
-  }
-
   /// Number of keys: `experts` (per layer) or `layers * experts` (global). O(1).
   [[nodiscard]] constexpr std::int32_t size() const noexcept {
     return scope == cache_scope::global ? layers * experts : experts;

@@ -19,8 +19,10 @@
 #include <wisp/compress/compressed_bf16.hpp>
 #include <wisp/compress/exponent_coder.hpp>
 #include <wisp/compress/safetensors.hpp>
+#include <wisp/core/bf16.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/detail/crc32.hpp>
+#include <wisp/core/detail/little_endian.hpp>
 #include <wisp/core/error.hpp>
 
 #include <algorithm>
@@ -118,85 +120,27 @@ class bf16_archive {
   /// record (`compressed_bf16::parse`), sizes consistent and nothing after the last segment.
   /// O(size). @throws wisp::format_error with the byte offset of the problem.
   [[nodiscard]] static bf16_archive parse(std::span<const std::uint8_t> bytes) {
-    auto fail = [](std::uint64_t at, const std::string& what) {
-      throw format_error(at, ".wzar: " + what);
-    };
-    auto u32 = [&](std::size_t at) { return detail::load_u32(bytes.data() + at); };
-    auto u64 = [&](std::size_t at) { return u32(at) | std::uint64_t{u32(at + 4)} << 32; };
     if (bytes.size() < 8 || !std::equal(wzar::magic.begin(), wzar::magic.end(), bytes.begin())) {
       fail(0, "not a wisp compressed archive (bad signature)");
     }
     if (bytes.size() < wzar::header_bytes) {
       fail(bytes.size(), "truncated header");
     }
-    if (detail::crc32(bytes.first(28)) != u32(28)) {
+    if (detail::crc32(bytes.first(28)) != u32(bytes, 28)) {
       fail(28, "header checksum mismatch");
     }
-    if (u32(8) != wzar::version) {
-      fail(8, "unsupported version " + std::to_string(u32(8)));
+    if (u32(bytes, 8) != wzar::version) {
+      fail(8, "unsupported version " + std::to_string(u32(bytes, 8)));
     }
-    if (u32(24) != 0) {
+    if (u32(bytes, 24) != 0) {
       fail(24, "reserved field is not zero");
     }
-    const std::uint32_t count = u32(12);
-    const std::uint64_t total = u64(16);
+    const std::uint32_t count = u32(bytes, 12);
+    const std::uint64_t total = u64(bytes, 16);
     bf16_archive a;
     std::size_t at = wzar::header_bytes;
     for (std::uint32_t i = 0; i < count; ++i) {
-      if (bytes.size() - at < wzar::descriptor_bytes) {
-        fail(at, "truncated descriptor of segment " + std::to_string(i));
-      }
-      if (detail::crc32(bytes.subspan(at, 28)) != u32(at + 28)) {
-        fail(at + 28, "descriptor checksum mismatch in segment " + std::to_string(i));
-      }
-      const std::uint8_t kind = bytes[at];
-      const std::uint32_t name_bytes = u32(at + 4);
-      const std::uint64_t stored = u64(at + 8);
-      const std::uint64_t original = u64(at + 16);
-      if (kind > 1 || bytes[at + 1] != 0 || bytes[at + 2] != 0 || bytes[at + 3] != 0) {
-        fail(at, "segment " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
-      }
-      if (name_bytes > wzar::max_name) {
-        fail(at + 4, "segment name of " + std::to_string(name_bytes) + " bytes is too long");
-      }
-      const std::size_t data = at + wzar::descriptor_bytes;
-      if (bytes.size() - data < name_bytes || bytes.size() - data - name_bytes < stored) {
-        fail(at + 8, "segment " + std::to_string(i) + " runs past the end of the archive");
-      }
-      const std::span<const std::uint8_t> name = bytes.subspan(data, name_bytes);
-      const std::span<const std::uint8_t> payload = bytes.subspan(data + name_bytes, stored);
-      std::uint32_t crc = detail::crc32(name);
-      if (kind == 0) {
-        crc = detail::crc32_update(crc, payload);
-      }
-      if (crc != u32(at + 24)) {
-        fail(at + 24, "segment " + std::to_string(i) + " checksum mismatch");
-      }
-      std::string segment_name(name.begin(), name.end());
-      if (kind == 0) {
-        if (stored != original) {
-          fail(at + 16, "raw segment " + std::to_string(i) + " stores " + std::to_string(stored) +
-                            " bytes for " + std::to_string(original));
-        }
-        a.add_raw(std::move(segment_name), payload);
-      } else {
-        compressed_bf16 t = [&] {
-          try {
-            return compressed_bf16::parse({payload.begin(), payload.end()});
-          } catch (const format_error& e) {
-            const std::uint64_t base = data + name_bytes;
-            throw format_error(e.offset() == format_error::no_offset ? base : base + e.offset(),
-                               "in segment " + std::to_string(i) + ": " + e.problem());
-          }
-        }();
-        if (2 * t.elements() != original) {
-          fail(at + 16, "compressed segment " + std::to_string(i) + " restores to " +
-                            std::to_string(2 * t.elements()) + " bytes, not " +
-                            std::to_string(original));
-        }
-        a.add_bf16(std::move(segment_name), std::move(t));
-      }
-      at = data + name_bytes + static_cast<std::size_t>(stored);
+      at = a.parse_segment(bytes, at, i);
     }
     if (at != bytes.size()) {
       fail(at, std::to_string(bytes.size() - at) + " bytes after the last segment");
@@ -212,8 +156,8 @@ class bf16_archive {
   [[nodiscard]] std::vector<std::uint8_t> restore(const coder_set& coders) const {
     std::vector<std::uint8_t> out;
     out.reserve(original_bytes());
-    std::vector<std::uint16_t> values;
-    std::vector<std::uint8_t> scratch;
+    std::vector<bf16> values;
+    bf16_decode_scratch scratch;
     for (const archive_segment& s : segments_) {
       if (!s.tensor) {
         out.insert(out.end(), s.raw.begin(), s.raw.end());
@@ -221,9 +165,10 @@ class bf16_archive {
       }
       values.resize(s.tensor->elements());
       s.tensor->decompress(values, coders, scratch);
-      for (const std::uint16_t v : values) {  // little-endian whatever the host
-        out.push_back(static_cast<std::uint8_t>(v));
-        out.push_back(static_cast<std::uint8_t>(v >> 8));
+      const std::size_t at = out.size();
+      out.resize(at + 2 * values.size());
+      for (std::size_t i = 0; i < values.size(); ++i) {  // little-endian whatever the host
+        detail::store_le(out.data() + at + 2 * i, values[i].bits);
       }
     }
     return out;
@@ -231,19 +176,84 @@ class bf16_archive {
 
  private:
   static void put(std::vector<std::uint8_t>& out, std::size_t at, std::uint64_t v, int width) {
-    for (int i = 0; i < width; ++i) {
-      out[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
+    detail::store_le(out.data() + at, v, width);
+  }
+  [[noreturn]] static void fail(std::uint64_t at, const std::string& what) {
+    throw format_error(at, ".wzar: " + what);
+  }
+  static std::uint32_t u32(std::span<const std::uint8_t> bytes, std::size_t at) noexcept {
+    return detail::load_le<std::uint32_t>(bytes.data() + at);
+  }
+  static std::uint64_t u64(std::span<const std::uint8_t> bytes, std::size_t at) noexcept {
+    return detail::load_le<std::uint64_t>(bytes.data() + at);
+  }
+
+  // Parses segment `i`, whose descriptor is at `at`, and appends it; returns where the next
+  // descriptor starts. @throws wisp::format_error as `parse`.
+  std::size_t parse_segment(std::span<const std::uint8_t> bytes, std::size_t at, std::uint32_t i) {
+    if (bytes.size() - at < wzar::descriptor_bytes) {
+      fail(at, "truncated descriptor of segment " + std::to_string(i));
     }
+    if (detail::crc32(bytes.subspan(at, 28)) != u32(bytes, at + 28)) {
+      fail(at + 28, "descriptor checksum mismatch in segment " + std::to_string(i));
+    }
+    const std::uint8_t kind = bytes[at];
+    const std::uint32_t name_bytes = u32(bytes, at + 4);
+    const std::uint64_t stored = u64(bytes, at + 8);
+    const std::uint64_t original = u64(bytes, at + 16);
+    if (kind > 1 || bytes[at + 1] != 0 || bytes[at + 2] != 0 || bytes[at + 3] != 0) {
+      fail(at, "segment " + std::to_string(i) + " has unknown kind " + std::to_string(kind));
+    }
+    if (name_bytes > wzar::max_name) {
+      fail(at + 4, "segment name of " + std::to_string(name_bytes) + " bytes is too long");
+    }
+    const std::size_t data = at + wzar::descriptor_bytes;
+    if (bytes.size() - data < name_bytes || bytes.size() - data - name_bytes < stored) {
+      fail(at + 8, "segment " + std::to_string(i) + " runs past the end of the archive");
+    }
+    const std::span<const std::uint8_t> name = bytes.subspan(data, name_bytes);
+    const std::span<const std::uint8_t> payload = bytes.subspan(data + name_bytes, stored);
+    std::uint32_t crc = detail::crc32(name);
+    if (kind == 0) {
+      crc = detail::crc32_update(crc, payload);
+    }
+    if (crc != u32(bytes, at + 24)) {
+      fail(at + 24, "segment " + std::to_string(i) + " checksum mismatch");
+    }
+    std::string segment_name(name.begin(), name.end());
+    if (kind == 0) {
+      if (stored != original) {
+        fail(at + 16, "raw segment " + std::to_string(i) + " stores " + std::to_string(stored) +
+                          " bytes for " + std::to_string(original));
+      }
+      add_raw(std::move(segment_name), payload);
+    } else {
+      compressed_bf16 t = [&] {
+        try {
+          return compressed_bf16::parse({payload.begin(), payload.end()});
+        } catch (const format_error& e) {
+          const std::uint64_t base = data + name_bytes;
+          throw format_error(e.offset() == format_error::no_offset ? base : base + e.offset(),
+                             "in segment " + std::to_string(i) + ": " + e.problem());
+        }
+      }();
+      if (2 * t.elements() != original) {
+        fail(at + 16, "compressed segment " + std::to_string(i) + " restores to " +
+                          std::to_string(2 * t.elements()) + " bytes, not " +
+                          std::to_string(original));
+      }
+      add_bf16(std::move(segment_name), std::move(t));
+    }
+    return data + name_bytes + static_cast<std::size_t>(stored);
   }
   std::vector<archive_segment> segments_;
 };
 
-/// BF16 values of `bytes` read as little-endian 16-bit words (an even number of bytes).
-[[nodiscard]] inline std::vector<std::uint16_t> bf16_from_le_bytes(
-    std::span<const std::uint8_t> bytes) {
-  std::vector<std::uint16_t> values(bytes.size() / 2);
+/// BF16 values of `bytes` read as little-endian 16-bit words (a last odd byte is ignored). O(n).
+[[nodiscard]] inline std::vector<bf16> bf16_from_le_bytes(std::span<const std::uint8_t> bytes) {
+  std::vector<bf16> values(bytes.size() / 2);
   for (std::size_t i = 0; i < values.size(); ++i) {
-    values[i] = static_cast<std::uint16_t>(bytes[2 * i] | (bytes[2 * i + 1] << 8));
+    values[i].bits = detail::load_le<std::uint16_t>(bytes.data() + 2 * i);
   }
   return values;
 }

@@ -8,20 +8,20 @@
 /// In trained weights the 8 exponent bits carry about 2.6 bits of information while sign and
 /// mantissa look random, so the exponent stream is compressed and the SM stream is kept raw.
 /// @code
-/// std::vector<std::uint16_t> w = ...;                  // BF16 bit patterns
+/// std::vector<wisp::bf16> w = ...;                     // BF16 weights
 /// std::vector<std::uint8_t> sm(w.size()), ex(w.size());
 /// wisp::split_bf16(w, sm, ex);
-/// std::vector<std::uint16_t> back(w.size());
+/// std::vector<wisp::bf16> back(w.size());
 /// wisp::recover_bf16(sm, ex, back);                    // back == w, bit for bit
 /// double bits = wisp::entropy_bits(wisp::exponent_histogram(w));
 /// @endcode
 #pragma once
 
+#include <wisp/core/bf16.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -29,15 +29,14 @@
 
 namespace wisp {
 
-/// @brief Exponent field of a BF16 bit pattern (bits 14..7). Branch-free, usable in kernels.
-[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_exponent(std::uint16_t bits) noexcept {
-  return static_cast<std::uint8_t>(bits >> 7);
+/// @brief Exponent field of a BF16 value (bits 14..7). Branch-free, usable in kernels.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_exponent(bf16 x) noexcept {
+  return static_cast<std::uint8_t>(x.bits >> 7);
 }
 
-/// @brief Sign and mantissa of a BF16 bit pattern in one byte: sign in bit 7, mantissa in 6..0.
-[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_sign_mantissa(
-    std::uint16_t bits) noexcept {
-  return static_cast<std::uint8_t>(((bits >> 8) & 0x80u) | (bits & 0x7Fu));
+/// @brief Sign and mantissa of a BF16 value in one byte: sign in bit 7, mantissa in 6..0.
+[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint8_t bf16_sign_mantissa(bf16 x) noexcept {
+  return static_cast<std::uint8_t>(((x.bits >> 8) & 0x80u) | (x.bits & 0x7Fu));
 }
 
 /// @brief Low byte of the BF16 value with sign-mantissa byte `sm` and exponent byte `exponent`:
@@ -54,15 +53,15 @@ namespace wisp {
   return static_cast<std::uint8_t>((sm & 0x80u) | (exponent >> 1));
 }
 
-/// @brief The element rule of recovery: the BF16 bit pattern with sign-mantissa byte `sm` and
-/// exponent byte `exponent`. Exact inverse of the two field extractors for all 65,536 patterns
-/// (±0, subnormals, ±inf and every NaN payload included). Host and CUDA recovery both build on
-/// it; it is written as two byte rules because whole vectors of bytes are what SIMD units and
-/// coalesced loads handle best.
-[[nodiscard]] WISP_HOST_DEVICE constexpr std::uint16_t bf16_join(std::uint8_t sm,
-                                                                 std::uint8_t exponent) noexcept {
-  return static_cast<std::uint16_t>(bf16_low_byte(sm, exponent) |
-                                    (bf16_high_byte(sm, exponent) << 8));
+/// @brief The element rule of recovery: the BF16 value with sign-mantissa byte `sm` and
+/// exponent byte `exponent`. Exact inverse of the two field extractors for all 65,536 bit
+/// patterns (±0, subnormals, ±inf and every NaN payload included). Host and CUDA recovery both
+/// build on it; it is written as two byte rules because whole vectors of bytes are what SIMD
+/// units and coalesced loads handle best.
+[[nodiscard]] WISP_HOST_DEVICE constexpr bf16 bf16_join(std::uint8_t sm,
+                                                        std::uint8_t exponent) noexcept {
+  return bf16{static_cast<std::uint16_t>(bf16_low_byte(sm, exponent) |
+                                         (bf16_high_byte(sm, exponent) << 8))};
 }
 
 namespace detail {
@@ -75,8 +74,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
 /// `__restrict` from inlined parameters and then refuse to vectorise at -O2.
 [[gnu::noinline]] inline void recover_bf16_unchecked(const std::uint8_t* __restrict sm,
                                                      const std::uint8_t* __restrict exponents,
-                                                     std::uint16_t* __restrict out,
-                                                     std::size_t n) noexcept {
+                                                     bf16* __restrict out, std::size_t n) noexcept {
   constexpr std::size_t b = bf16_vector_block;
   std::size_t i = 0;
   for (; i + b <= n; i += b) {
@@ -87,7 +85,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
       high[j] = bf16_high_byte(sm[i + j], exponents[i + j]);
     }
     for (std::size_t j = 0; j < b; ++j) {
-      out[i + j] = static_cast<std::uint16_t>(low[j] | (high[j] << 8));
+      out[i + j].bits = static_cast<std::uint16_t>(low[j] | (high[j] << 8));
     }
   }
   for (; i < n; ++i) {
@@ -96,7 +94,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
 }
 
 /// Split of `n` values without checks (not inlined, for the same reason).
-[[gnu::noinline]] inline void split_bf16_unchecked(const std::uint16_t* __restrict values,
+[[gnu::noinline]] inline void split_bf16_unchecked(const bf16* __restrict values,
                                                    std::uint8_t* __restrict sm,
                                                    std::uint8_t* __restrict exponents,
                                                    std::size_t n) noexcept {
@@ -118,7 +116,7 @@ inline constexpr std::size_t bf16_vector_block = 64;
 /// One pass, O(n); written as a plain element loop that compilers vectorise.
 /// Thread safety: distinct outputs may be filled concurrently.
 /// @throws wisp::logic_error if the three spans differ in length (nothing written).
-inline void split_bf16(std::span<const std::uint16_t> values, std::span<std::uint8_t> sm,
+inline void split_bf16(std::span<const bf16> values, std::span<std::uint8_t> sm,
                        std::span<std::uint8_t> exponents) {
   WISP_EXPECTS(sm.size() == values.size() && exponents.size() == values.size(),
                "split_bf16: ", values.size(), " values but ", sm.size(), " SM bytes and ",
@@ -131,31 +129,20 @@ inline void split_bf16(std::span<const std::uint16_t> values, std::span<std::uin
 /// Thread safety: disjoint output ranges may be recovered concurrently.
 /// @throws wisp::logic_error if the three spans differ in length (nothing written).
 inline void recover_bf16(std::span<const std::uint8_t> sm, std::span<const std::uint8_t> exponents,
-                         std::span<std::uint16_t> out) {
+                         std::span<bf16> out) {
   WISP_EXPECTS(sm.size() == out.size() && exponents.size() == out.size(),
                "recover_bf16: ", sm.size(), " SM bytes and ", exponents.size(),
                " exponent bytes for ", out.size(), " values");
   detail::recover_bf16_unchecked(sm.data(), exponents.data(), out.data(), out.size());
 }
 
-/// @brief BF16 bit pattern nearest to `value`, ties to even: what `torch.Tensor.to(bfloat16)`
-/// produces. NaNs stay NaNs (quiet, sign kept); infinities and overflow follow IEEE rounding.
-[[nodiscard]] constexpr std::uint16_t bf16_from_float(float value) noexcept {
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(value);
-  if ((bits & 0x7FFFFFFFu) > 0x7F800000u) {
-    return static_cast<std::uint16_t>((bits >> 16) | 0x40u);  // quiet NaN
-  }
-  const std::uint32_t rounding = 0x7FFFu + ((bits >> 16) & 1u);
-  return static_cast<std::uint16_t>((bits + rounding) >> 16);
-}
-
 /// Count of each exponent value (0..255) in a tensor or exponent stream.
 using exponent_counts = std::array<std::uint64_t, 256>;
 
 /// @brief Histogram of the exponent field of `values`. O(n). Thread safety: pure.
-[[nodiscard]] inline exponent_counts exponent_histogram(std::span<const std::uint16_t> values) {
+[[nodiscard]] inline exponent_counts exponent_histogram(std::span<const bf16> values) {
   exponent_counts counts{};
-  for (const std::uint16_t v : values) {
+  for (const bf16 v : values) {
     ++counts[bf16_exponent(v)];
   }
   return counts;

@@ -17,7 +17,7 @@
 /// wisp::compressed_bf16 z = wisp::compressed_bf16::compress(weights, wisp::huffman_coder{}, 8);
 /// std::vector<std::uint8_t> file(z.bytes().begin(), z.bytes().end());   // write it anywhere
 /// wisp::compressed_bf16 back = wisp::compressed_bf16::parse(std::move(file));
-/// std::vector<std::uint16_t> out(back.elements());
+/// std::vector<wisp::bf16> out(back.elements());
 /// back.decompress(out, wisp::core_coders());                           // == weights
 /// @endcode
 #pragma once
@@ -25,8 +25,10 @@
 #include <wisp/compress/bf16.hpp>
 #include <wisp/compress/exponent_coder.hpp>
 #include <wisp/compress/huffman.hpp>
+#include <wisp/core/bf16.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/detail/crc32.hpp>
+#include <wisp/core/detail/little_endian.hpp>
 #include <wisp/core/error.hpp>
 
 #include <algorithm>
@@ -91,12 +93,14 @@ struct chunk_ref {
 
 /// @brief Decodes E-chunk bytes `stored` described by `ref` into `exponents` (`ref.count` long).
 /// Use it on chunks kept apart from their record; `verify` checks the CRC first (do so for bytes
-/// that came from outside the process). O(ref.count).
+/// that came from outside the process). A Huffman chunk takes its decode table from `tables`, so
+/// a caller that decodes the chunks of one tensor with one cache builds the table once.
+/// O(ref.count).
 /// @throws wisp::logic_error on a wrong output size; wisp::format_error on a size or CRC mismatch,
 /// an unknown coder, or bytes that are not the chunk's encoding.
 inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> stored,
                            std::span<std::uint8_t> exponents, const coder_set& coders,
-                           bool verify = true) {
+                           huffman_table_cache& tables, bool verify = true) {
   WISP_EXPECTS(exponents.size() == ref.count, "decode_e_chunk: ", exponents.size(),
                " output bytes for a chunk of ", ref.count, " exponents");
   if (stored.size() != ref.bytes) {
@@ -111,11 +115,33 @@ inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> s
   const any_coder* coder = coders.find(ref.coder);
   if (coder == nullptr) {
     throw format_error("E-chunk coder " + std::to_string(static_cast<int>(ref.coder)) + " (" +
-                       std::string(coder_id_name(ref.coder)) +
-                       ") is not available here; coders: " + coders.names());
+                       std::string(to_string(ref.coder)) +
+                       ") is not available here; coders: " + coders.labels());
+  }
+  if (ref.coder == coder_id::huffman) {
+    huffman_chunk(stored, ref.count, tables).decode(exponents);
+    return;
   }
   coder->decode(stored, exponents);
 }
+
+/// @copydoc decode_e_chunk
+/// (With a decode table of its own: use the other overload to decode many Huffman chunks.)
+inline void decode_e_chunk(const chunk_ref& ref, std::span<const std::uint8_t> stored,
+                           std::span<std::uint8_t> exponents, const coder_set& coders,
+                           bool verify = true) {
+  huffman_table_cache tables;
+  decode_e_chunk(ref, stored, exponents, coders, tables, verify);
+}
+
+/// @brief A decoder's reusable memory: exponent scratch, grown to the largest E-chunk decoded,
+/// and the Huffman decode table of the last code seen (`huffman_table_cache`). One per decoding
+/// thread, reused across chunks and tensors: steady-state decoding then allocates nothing and
+/// builds one table per tensor. Not thread-safe.
+struct bf16_decode_scratch {
+  std::vector<std::uint8_t> exponents;
+  huffman_table_cache tables;
+};
 
 /// @brief One compressed BF16 tensor: the record's bytes and its parsed chunk table.
 /// Move-only owner of the bytes; const member functions are thread-safe.
@@ -126,8 +152,8 @@ class compressed_bf16 {
   /// @throws wisp::logic_error if `e_chunks` is outside [1, 65536] or there are more than 2^48
   /// values.
   template <exponent_coder Coder>
-  [[nodiscard]] static compressed_bf16 compress(std::span<const std::uint16_t> values,
-                                                const Coder& coder, std::uint32_t e_chunks = 8) {
+  [[nodiscard]] static compressed_bf16 compress(std::span<const bf16> values, const Coder& coder,
+                                                std::uint32_t e_chunks = 8) {
     WISP_EXPECTS(e_chunks >= 1 && e_chunks <= wzbf::max_e_chunks, "compressed_bf16: E-chunks ",
                  e_chunks, " is outside [1, ", wzbf::max_e_chunks, "]");
     const std::uint64_t n = values.size();
@@ -273,26 +299,30 @@ class compressed_bf16 {
     return bytes_.size() - chunks_[0].offset;
   }
 
-  /// Decodes E-chunk `j` and recovers its elements into `out[first, first + count)`;
-  /// `exponents` is scratch of at least `count` bytes. O(count). Shards may be decoded by
-  /// different threads into one `out`.
-  /// @throws wisp::logic_error on short buffers; wisp::format_error if the chunk does not decode.
-  void decompress_chunk(std::uint32_t j, std::span<std::uint16_t> out,
-                        std::span<std::uint8_t> exponents, const coder_set& coders) const {
+  /// Decodes E-chunk `j` and recovers its elements into `out[first, first + count)`, with
+  /// `scratch` grown to the chunk. O(count). Shards may be decoded by different threads (each
+  /// with a scratch of its own) into one `out`.
+  /// @throws wisp::logic_error on a wrong output size; wisp::format_error if the chunk does not
+  /// decode.
+  void decompress_chunk(std::uint32_t j, std::span<bf16> out, bf16_decode_scratch& scratch,
+                        const coder_set& coders) const {
     const chunk_ref& r = e_chunk(j);
-    WISP_EXPECTS(out.size() == elements_ && exponents.size() >= r.count,
-                 "compressed_bf16::decompress_chunk: output of ", out.size(), " for ", elements_,
-                 " elements, scratch of ", exponents.size(), " for ", r.count);
-    const std::span<std::uint8_t> ex = exponents.first(r.count);
+    WISP_EXPECTS(out.size() == elements_, "compressed_bf16::decompress_chunk: output of ",
+                 out.size(), " for ", elements_, " elements");
+    if (scratch.exponents.size() < r.count) {
+      scratch.exponents.resize(r.count);
+    }
+    const std::span<std::uint8_t> ex = std::span(scratch.exponents).first(r.count);
     const std::uint8_t* sm = bytes_.data() + chunks_[0].offset + r.first;
     if (r.coder == coder_id::huffman && coders.find(coder_id::huffman) != nullptr) {
       // Recover each group of sub-streams while its exponents are still in L1.
-      huffman_chunk(chunk_bytes(r), r.count).decode_groups(ex, [&](std::size_t at, std::size_t n) {
-        detail::recover_bf16_unchecked(sm + at, ex.data() + at, out.data() + r.first + at, n);
-      });
+      huffman_chunk(chunk_bytes(r), r.count, scratch.tables)
+          .decode_groups(ex, [&](std::size_t at, std::size_t n) {
+            detail::recover_bf16_unchecked(sm + at, ex.data() + at, out.data() + r.first + at, n);
+          });
       return;
     }
-    decode_e_chunk(r, chunk_bytes(r), ex, coders, /*verify=*/false);
+    decode_e_chunk(r, chunk_bytes(r), ex, coders, scratch.tables, /*verify=*/false);
     detail::recover_bf16_unchecked(sm, ex.data(), out.data() + r.first, r.count);
   }
 
@@ -300,19 +330,17 @@ class compressed_bf16 {
   /// `scratch` grown to the largest E-chunk. O(n).
   /// @throws wisp::logic_error on a wrong output size; wisp::format_error if a chunk does not
   /// decode (then `out` holds an unspecified mix of decoded and old values).
-  void decompress(std::span<std::uint16_t> out, const coder_set& coders,
-                  std::vector<std::uint8_t>& scratch) const {
+  void decompress(std::span<bf16> out, const coder_set& coders,
+                  bf16_decode_scratch& scratch) const {
     WISP_EXPECTS(out.size() == elements_, "compressed_bf16::decompress: output of ", out.size(),
                  " for ", elements_, " elements");
-    scratch.resize(
-        std::max<std::size_t>(scratch.size(), e_chunk_range(elements_, e_chunks(), 0).second));
     for (std::uint32_t j = 0; j < e_chunks(); ++j) {
       decompress_chunk(j, out, scratch, coders);
     }
   }
   /// @copydoc decompress
-  void decompress(std::span<std::uint16_t> out, const coder_set& coders) const {
-    std::vector<std::uint8_t> scratch;
+  void decompress(std::span<bf16> out, const coder_set& coders) const {
+    bf16_decode_scratch scratch;
     decompress(out, coders, scratch);
   }
 
@@ -320,15 +348,13 @@ class compressed_bf16 {
   compressed_bf16() = default;
 
   static std::uint32_t get_u32(const std::vector<std::uint8_t>& b, std::size_t at) noexcept {
-    return detail::load_u32(b.data() + at);
+    return detail::load_le<std::uint32_t>(b.data() + at);
   }
   static std::uint64_t get_u64(const std::vector<std::uint8_t>& b, std::size_t at) noexcept {
-    return get_u32(b, at) | static_cast<std::uint64_t>(get_u32(b, at + 4)) << 32;
+    return detail::load_le<std::uint64_t>(b.data() + at);
   }
   void put(std::size_t at, std::uint64_t v, int width) noexcept {
-    for (int i = 0; i < width; ++i) {
-      bytes_[at + static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
-    }
+    detail::store_le(bytes_.data() + at, v, width);
   }
   void write_header() noexcept {
     std::copy(wzbf::magic.begin(), wzbf::magic.end(), bytes_.begin());

@@ -2,7 +2,7 @@
 /// @file
 /// @brief What an exponent coder is (`exponent_coder`), the coder ids stored in compressed tensors,
 /// the `raw_coder` every container falls back to, and the owning type-erased `any_coder` /
-/// `coder_set` with which a program picks coders by name or id at run time.
+/// `coder_set` with which a program picks coders by label or id at run time.
 ///
 /// A coder turns a stream of exponent bytes into bytes and back. It knows nothing of BF16: the
 /// container (`compressed_bf16.hpp`) splits the tensor, cuts the exponents into E-chunks and asks
@@ -11,13 +11,15 @@
 /// static_assert(wisp::exponent_coder<wisp::huffman_coder>);
 /// wisp::coder_set coders = wisp::core_coders();        // raw + huffman
 /// coders.add(wisp::zstd_coder{});                      // optional, from <wisp/compress/zstd.hpp>
-/// const wisp::any_coder& c = coders.by_name("zstd");
+/// const wisp::any_coder& c = coders.by_label("zstd");
 /// @endcode
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/enum_names.hpp>
 #include <wisp/core/error.hpp>
 
+#include <array>
 #include <concepts>
 #include <cstddef>
 #include <cstdint>
@@ -42,34 +44,40 @@ enum class coder_id : std::uint8_t {
   lz4 = 3,      ///< an LZ4 block, from LZ4 or LZ4HC (wisp::lz4)
 };
 
-/// The format's name of a coder id ("raw", "huffman", "zstd", "lz4"), or "unknown".
-[[nodiscard]] constexpr std::string_view coder_id_name(coder_id id) noexcept {
-  switch (id) {
-    case coder_id::raw:
-      return "raw";
-    case coder_id::huffman:
-      return "huffman";
-    case coder_id::zstd:
-      return "zstd";
-    case coder_id::lz4:
-      return "lz4";
-  }
-  return "unknown";
+/// The format's names of the coder ids: "raw", "huffman", "zstd", "lz4" (`to_string`,
+/// `from_string`; an id read from a file that is none of these prints as "unknown").
+template <>
+struct enum_names<coder_id> {
+  static constexpr std::array<enum_name<coder_id>, 4> values{{{coder_id::raw, "raw"},
+                                                              {coder_id::huffman, "huffman"},
+                                                              {coder_id::zstd, "zstd"},
+                                                              {coder_id::lz4, "lz4"}}};
+};
+
+/// @deprecated The format's name of a coder id: `to_string(id)`.
+[[deprecated("use wisp::to_string(coder_id)")]] [[nodiscard]] constexpr std::string_view
+coder_id_name(coder_id id) noexcept {
+  return to_string(id);
 }
 
 /// @brief A lossless coder of exponent byte streams.
 ///
+/// - `C::name`: the coder's family, a `static constexpr std::string_view` ("huffman", "zstd",
+///   "lz4": the name of the format it writes);
 /// - `c.id()`: the `coder_id` written beside its output;
-/// - `c.name()`: a name for people and command lines ("zstd", "lz4hc");
+/// - `c.label()`: this coder with its settings, for people and command lines: its `name`, plus
+///   the setting where it is not the default ("huffman-b7", "zstd-19", "lz4hc");
 /// - `c.encode(symbols, sink)`: appends the encoding of `symbols` to `sink`;
 /// - `c.decode(encoded, out)`: writes exactly `out.size()` symbols decoded from all of `encoded`,
 ///   or throws `wisp::format_error` (never reads or writes out of bounds, whatever the input).
+///
+/// `any_coder`, which wraps any of them at run time, has a `label()` but no static `name`.
 template <class C>
 concept exponent_coder = std::copy_constructible<C> &&
     requires(const C& c, std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink,
              std::span<std::uint8_t> out) {
   { c.id() } -> std::same_as<coder_id>;
-  { c.name() } -> std::convertible_to<std::string>;
+  { c.label() } -> std::convertible_to<std::string>;
   { c.encode(in, sink) } -> std::same_as<void>;
   { c.decode(in, out) } -> std::same_as<void>;
 };
@@ -77,8 +85,9 @@ concept exponent_coder = std::copy_constructible<C> &&
 /// @brief Stores exponent bytes unchanged. The container uses it for any E-chunk that another
 /// coder would not make smaller, so a compressed tensor is never much larger than the raw one.
 struct raw_coder {
+  static constexpr std::string_view name = "raw";
   [[nodiscard]] coder_id id() const noexcept { return coder_id::raw; }
-  [[nodiscard]] std::string name() const { return "raw"; }
+  [[nodiscard]] std::string label() const { return std::string(name); }
   /// Appends `symbols`. O(n).
   void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
     sink.insert(sink.end(), symbols.begin(), symbols.end());
@@ -117,7 +126,7 @@ class any_coder {
       : self_(std::make_shared<model<C>>(std::move(coder))) {}
 
   [[nodiscard]] coder_id id() const noexcept { return self_->id(); }
-  [[nodiscard]] std::string name() const { return self_->name(); }
+  [[nodiscard]] std::string label() const { return self_->label(); }
   void encode(std::span<const std::uint8_t> symbols, std::vector<std::uint8_t>& sink) const {
     self_->encode(symbols, sink);
   }
@@ -133,7 +142,7 @@ class any_coder {
   struct base {
     virtual ~base() = default;
     [[nodiscard]] virtual coder_id id() const noexcept = 0;
-    [[nodiscard]] virtual std::string name() const = 0;
+    [[nodiscard]] virtual std::string label() const = 0;
     virtual void encode(std::span<const std::uint8_t>, std::vector<std::uint8_t>&) const = 0;
     virtual void decode(std::span<const std::uint8_t>, std::span<std::uint8_t>) const = 0;
     [[nodiscard]] virtual any_coder fitted(const any_coder& self,
@@ -143,7 +152,7 @@ class any_coder {
   struct model final : base {
     explicit model(C c) : coder(std::move(c)) {}
     [[nodiscard]] coder_id id() const noexcept override { return coder.id(); }
-    [[nodiscard]] std::string name() const override { return coder.name(); }
+    [[nodiscard]] std::string label() const override { return coder.label(); }
     void encode(std::span<const std::uint8_t> in, std::vector<std::uint8_t>& sink) const override {
       coder.encode(in, sink);
     }
@@ -164,17 +173,17 @@ class any_coder {
 };
 static_assert(exponent_coder<any_coder>);
 
-/// @brief The coders a program has: picks an encoder by name and the decoder of a stored id.
+/// @brief The coders a program has: picks an encoder by label and the decoder of a stored id.
 /// Decoding only needs one coder per id (lz4 decodes lz4hc's output).
 /// Lookups are O(coders); thread safety: const calls may run concurrently.
 class coder_set {
  public:
   coder_set() = default;
 
-  /// Adds `coder`; a coder with the same name is replaced. @returns *this.
+  /// Adds `coder`; a coder with the same label is replaced. @returns *this.
   coder_set& add(any_coder coder) {
     for (any_coder& c : coders_) {
-      if (c.name() == coder.name()) {
+      if (c.label() == coder.label()) {
         c = std::move(coder);
         return *this;
       }
@@ -183,14 +192,19 @@ class coder_set {
     return *this;
   }
 
-  /// The coder called `name`. @throws wisp::logic_error listing the names there are.
-  [[nodiscard]] const any_coder& by_name(std::string_view name) const {
+  /// The coder labelled `label`. @throws wisp::logic_error listing the labels there are.
+  [[nodiscard]] const any_coder& by_label(std::string_view label) const {
     for (const any_coder& c : coders_) {
-      if (c.name() == name) {
+      if (c.label() == label) {
         return c;
       }
     }
-    WISP_FAIL(logic_error, "no exponent coder called '", name, "'; available: ", names());
+    WISP_FAIL(logic_error, "no exponent coder called '", label, "'; available: ", labels());
+  }
+  /// @deprecated `by_label`.
+  [[deprecated("use by_label")]] [[nodiscard]] const any_coder& by_name(
+      std::string_view label) const {
+    return by_label(label);
   }
 
   /// A coder that decodes `id`, or nullptr.
@@ -206,14 +220,16 @@ class coder_set {
   /// The coders, in the order they were added.
   [[nodiscard]] std::span<const any_coder> coders() const noexcept { return coders_; }
 
-  /// Comma-separated names.
-  [[nodiscard]] std::string names() const {
+  /// Comma-separated labels.
+  [[nodiscard]] std::string labels() const {
     std::string out;
     for (const any_coder& c : coders_) {
-      out += (out.empty() ? "" : ", ") + c.name();
+      out += (out.empty() ? "" : ", ") + c.label();
     }
     return out;
   }
+  /// @deprecated `labels`.
+  [[deprecated("use labels")]] [[nodiscard]] std::string names() const { return labels(); }
 
  private:
   std::vector<any_coder> coders_;

@@ -6,8 +6,6 @@
 /// here with one readable `#error` instead of pages of template errors further down.
 #pragma once
 
-#include <wisp/core/deprecated_namespaces.hpp>  // here because every wisp header includes this one
-
 #if defined(_MSVC_LANG)
 #define WISP_DETAIL_CPLUSPLUS _MSVC_LANG
 #else

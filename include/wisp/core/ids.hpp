@@ -60,17 +60,12 @@ struct expert_tag {
 struct layer_tag {
   static constexpr const char* prefix = "layer ";
 };
-struct slot_tag {
-  static constexpr const char* prefix = "slot ";
-};
 }  // namespace detail
 
 /// Index of an expert within one MoE layer, in `[0, experts)`.
 using expert_id = strong_id<detail::expert_tag>;
 /// Index of a MoE layer, 0-based over the MoE layers only (dense layers are not counted).
 using layer_id = strong_id<detail::layer_tag>;
-/// Deprecated (no interface takes it: slots are `std::int32_t`); this alias goes in 0.3.
-using slot_id [[deprecated("slots are plain std::int32_t")]] = strong_id<detail::slot_tag>;
 
 /// @brief A number of bytes. Arithmetic is checked: a result that would wrap around throws
 /// `wisp::logic_error` naming both operands, because a wrapped byte count silently corrupts every

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/enum_names.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/ids.hpp>
 #include <wisp/core/shape.hpp>
@@ -90,6 +91,12 @@ struct model_spec {
 /// @brief How a model's attention stores KV: grouped-query (K and V per KV head) or multi-head
 /// latent attention (one compressed latent plus a decoupled RoPE key per token).
 enum class attention_kind : std::uint8_t { gqa, mla };
+/// "gqa", "mla" (as model files spell them; `to_string`, `from_string`).
+template <>
+struct enum_names<attention_kind> {
+  static constexpr std::array<enum_name<attention_kind>, 2> values{
+      {{attention_kind::gqa, "gqa"}, {attention_kind::mla, "mla"}}};
+};
 
 /// @brief The published configuration fields a `model_spec` is derived from (names follow the
 /// models' Hugging Face config.json). Literal type, so presets are compile-time constants.

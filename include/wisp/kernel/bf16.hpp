@@ -1,68 +1,21 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief `wisp::bf16`: bfloat16 storage (the upper half of an IEEE binary32) with the two
-/// conversions every kernel and host reference of wisp uses, so the host and the device turn the
-/// same floats into the same bits.
-///
-/// C++20 has no bfloat16 type and CUDA's `__nv_bfloat16` does not exist for a host compiler, so
-/// wisp carries the bits. The layout equals `__nv_bfloat16`'s (a kernel may reinterpret a
-/// `const wisp::bf16*` as `const __nv_bfloat16*`).
+/// @brief Activations of a kernel as `float` or `wisp::bf16`: `wisp::bf16` itself and its two
+/// conversions live in core (`<wisp/core/bf16.hpp>`, included here), this header adds what a
+/// kernel written over its activation type needs.
 /// @code
-/// wisp::bf16 h = wisp::to_bf16(1.5f);      // round to nearest even
-/// float f = wisp::to_float(h);              // exact: 1.5f
+/// template <class Act> Act scaled(Act x, float s) {
+///   return wisp::activation_from_float<Act>(wisp::to_float(x) * s);   // float or wisp::bf16
+/// }
 /// @endcode
 #pragma once
 
+#include <wisp/core/bf16.hpp>
 #include <wisp/core/config.hpp>
 
-#include <bit>
-#include <cstdint>
 #include <type_traits>
 
 namespace wisp {
-
-/// @brief A bfloat16 value as its 16 bits. Trivially copyable; `==` compares bits.
-struct bf16 {
-  std::uint16_t bits = 0;
-
-  friend constexpr bool operator==(const bf16&, const bf16&) = default;
-};
-static_assert(sizeof(bf16) == 2 && std::is_trivially_copyable_v<bf16>);
-
-namespace detail {
-
-WISP_HOST_DEVICE inline std::uint32_t float_bits(float f) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  return std::bit_cast<std::uint32_t>(f);
-#endif
-}
-
-WISP_HOST_DEVICE inline float bits_float(std::uint32_t u) noexcept {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  return std::bit_cast<float>(u);
-#endif
-}
-
-}  // namespace detail
-
-/// The float with the same value (exact). O(1).
-WISP_HOST_DEVICE inline float to_float(bf16 x) noexcept {
-  return detail::bits_float(static_cast<std::uint32_t>(x.bits) << 16);
-}
-
-/// `f` rounded to the nearest bfloat16, ties to even (as `__float2bfloat16_rn`); a NaN stays a
-/// (quiet) NaN with its sign. O(1), integer arithmetic only: the same bits on host and device.
-WISP_HOST_DEVICE inline bf16 to_bf16(float f) noexcept {
-  const std::uint32_t u = detail::float_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    return bf16{static_cast<std::uint16_t>((u >> 16) | 0x0040u)};
-  }
-  return bf16{static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
-}
 
 /// Identity: lets kernels written over an activation type read `float` activations too.
 WISP_HOST_DEVICE inline float to_float(float x) noexcept {

@@ -129,6 +129,8 @@ class coactivation_predictor {
   /// @throws wisp::logic_error if the pass shape differs, `target` is not in
   ///   `[pass.observed(), layers)`, or `scores.size() != experts`.
   void score(const routing_pass& pass, std::int32_t target, std::span<float> scores) const {
+    // One function on purpose: the prediction hot path (~180 ns, bench/predict), whose gather
+    // and flush share locals that stay in registers.
     check_query("coactivation_predictor::score", pass, target, scores);
     const std::size_t experts = static_cast<std::size_t>(shape_.experts);
     float* out = scores.data();

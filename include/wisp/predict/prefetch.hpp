@@ -27,9 +27,11 @@
 /// @endcode
 #pragma once
 
+#include <wisp/core/enum_names.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/predict/routing_predictor.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -46,18 +48,14 @@ enum class prefetch_rule : std::uint8_t {
   percentile,  ///< all above a score percentile, at most `limit`
 };
 
-/// The rule's name: "none", "top-k" or "percentile".
-[[nodiscard]] constexpr std::string_view to_string(prefetch_rule r) noexcept {
-  switch (r) {
-    case prefetch_rule::none:
-      return "none";
-    case prefetch_rule::top_k:
-      return "top-k";
-    case prefetch_rule::percentile:
-      return "percentile";
-  }
-  return "none";
-}
+/// The rules' names: "none", "top-k", "percentile" (`to_string`, `from_string`).
+template <>
+struct enum_names<prefetch_rule> {
+  static constexpr std::array<enum_name<prefetch_rule>, 3> values{
+      {{prefetch_rule::none, "none"},
+       {prefetch_rule::top_k, "top-k"},
+       {prefetch_rule::percentile, "percentile"}}};
+};
 
 /// @brief A prefetch policy (see the file description).
 struct prefetch_config {

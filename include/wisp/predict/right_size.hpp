@@ -32,10 +32,12 @@
 /// @endcode
 #pragma once
 
+#include <wisp/core/enum_names.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/predict/coactivation.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -49,6 +51,13 @@ namespace wisp {
 enum class right_size_model : std::uint8_t {
   lru,         ///< LRU under the independent reference model (Che's approximation)
   static_top,  ///< the `c` most frequent experts pinned
+};
+/// "lru", "static" (as `wisp predict --right-size-model` spells them; `to_string`,
+/// `from_string`).
+template <>
+struct enum_names<right_size_model> {
+  static constexpr std::array<enum_name<right_size_model>, 2> values{
+      {{right_size_model::lru, "lru"}, {right_size_model::static_top, "static"}}};
 };
 
 namespace detail {

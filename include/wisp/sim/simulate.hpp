@@ -44,9 +44,6 @@
 
 namespace wisp {
 
-/// Deprecated: the simulator takes a `moe_shape` (its `top_k` is not used; this alias goes in 0.3).
-using model_shape [[deprecated("use wisp::moe_shape")]] = moe_shape;
-
 /// Serial transfer model: every miss costs `miss_latency_us + bytes_per_expert / (gb_per_s*1e9)`.
 struct bandwidth_model {
   std::uint64_t bytes_per_expert = 0;

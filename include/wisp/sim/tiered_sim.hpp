@@ -28,9 +28,9 @@
 /// @endcode
 #pragma once
 
-#include <wisp/compress/affinity_scheduler.hpp>
-#include <wisp/compress/tier_model.hpp>
-#include <wisp/compress/tiered_cache.hpp>
+#include <wisp/tiered/affinity_scheduler.hpp>
+#include <wisp/tiered/tier_model.hpp>
+#include <wisp/tiered/tiered_cache.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
@@ -69,20 +69,18 @@ struct tiered_sim_config {
     return {2 * sm, sm + e, sm, e};
   }
   /// The schedule's durations.
-  [[nodiscard]] schedule_params schedule() const noexcept {
+  [[nodiscard]] tier_costs schedule() const noexcept {
     const auto n = static_cast<double>(tensor_elements);
     return {.sm_read = n / link_bytes_per_second,
             .e_read = exponent_ratio * n / e_chunks / link_bytes_per_second,
             .decode = 2.0 * n / e_chunks / decode_bytes_per_second,
-            .recover = 0.0,
             .threads = threads,
-            .e_chunks = e_chunks};
+            .e_chunks = e_chunks,
+            .tensors = tensors,
+            .recover = 0.0};
   }
   /// Algorithm 3's constants.
-  [[nodiscard]] tier_costs costs() const noexcept {
-    const schedule_params s = schedule();
-    return {s.sm_read, s.e_read, s.decode, threads, e_chunks, tensors};
-  }
+  [[nodiscard]] tier_costs costs() const noexcept { return schedule(); }
   /// @throws wisp::logic_error naming the field if a size, rate or count is out of range.
   void validate() const {
     WISP_EXPECTS(tensors >= 1 && tensor_elements >= 1 && e_chunks >= 1 && threads >= 1,
@@ -99,7 +97,7 @@ struct tiered_sim_config {
     std::uint64_t used = 0;
     const tier_bytes b = bytes();
     for (std::size_t p = 0; p < tier_count; ++p) {
-      WISP_EXPECTS(capacity[p] >= 0, "tiered_sim_config: pool ", tier_name(static_cast<tier>(p)),
+      WISP_EXPECTS(capacity[p] >= 0, "tiered_sim_config: pool ", to_string(static_cast<tier>(p)),
                    " capacity ", capacity[p], " is negative");
       used += static_cast<std::uint64_t>(capacity[p]) * b[p];
     }
@@ -226,7 +224,7 @@ inline double plain_makespan(std::int32_t hits, std::int32_t misses, double full
     tiers.emplace_back(experts, tier_config{cfg.capacity, cfg.tolerance});
     plain.emplace_back(experts, tier_config{{r.plain_capacity, 0, 0, 0}, cfg.tolerance});
   }
-  const schedule_params sp = cfg.schedule();
+  const tier_costs sp = cfg.schedule();
   const tier_costs costs = cfg.costs();
   const double full_read =
       2.0 * static_cast<double>(cfg.tensor_elements) / cfg.link_bytes_per_second;

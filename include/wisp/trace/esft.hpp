@@ -11,7 +11,7 @@
 /// each line begins a sequence.
 ///
 /// **Incomplete lines.** A line whose layer files disagree on its token count (a recorder that
-/// stopped early for some layers) is an error unless `esft_options::on_incomplete` says otherwise.
+/// stopped early for some layers) is an error unless `esft_config::on_incomplete` says otherwise.
 /// The files do not say which tokens a short line lacks; the importer assumes its last ones (the
 /// files agree on the line's first tokens): `skip` keeps the tokens every file holds and drops the
 /// rest, `keep` keeps every token with the layers that hold it. A line a file lacks altogether
@@ -55,7 +55,7 @@
 namespace wisp {
 
 /// @brief Parameters of the ESFT model that the text files do not record.
-struct esft_options {
+struct esft_config {
   std::int32_t experts = 64;  ///< Routed experts per layer (DeepSeek-V2-Lite: 64).
   std::int32_t top_k = 6;     ///< Ids per token and layer (DeepSeek-V2-Lite: 6).
   /// What to do with the tokens of a line whose files disagree on its token count.
@@ -64,6 +64,8 @@ struct esft_options {
   /// progress display. Empty: not called.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
+/// @deprecated The settings are `esft_config`.
+using esft_options [[deprecated("use wisp::esft_config")]] = esft_config;
 
 namespace detail {
 
@@ -79,11 +81,89 @@ struct esft_file {
   throw format_error(offset, file + " line " + std::to_string(line) + ": " + what);
 }
 
+/// Splits the tab-separated fields of `part` (at byte `at` of its file) and calls
+/// `emit(field, offset, index)` for each; returns their count. An empty field is an error.
+template <class Emit>
+std::size_t esft_fields(std::string_view part, std::uint64_t at, const std::string& name,
+                        std::size_t line_no, Emit&& emit) {
+  std::size_t count = 0;
+  std::size_t p = 0;
+  while (true) {
+    std::size_t tab = part.find('\t', p);
+    if (tab == std::string_view::npos) {
+      tab = part.size();
+    }
+    const std::string_view f = part.substr(p, tab - p);
+    if (f.empty()) {
+      esft_fail(at + p, name, line_no, "empty field (stray tab) at field " + std::to_string(count));
+    }
+    emit(f, at + p, count);
+    ++count;
+    if (tab == part.size()) {
+      break;
+    }
+    p = tab + 1;
+  }
+  return count;
+}
+
+/// Parses one line's ids and weights (the line at byte `line_off`) into `out`.
+inline void parse_esft_line(std::string_view line, std::uint64_t line_off, const std::string& name,
+                            std::size_t line_no, const esft_config& opt, esft_file& out) {
+  const auto k = static_cast<std::size_t>(opt.top_k);
+  const std::size_t split = line.find("\t\t");
+  if (split == std::string_view::npos) {
+    esft_fail(line_off, name, line_no, "missing the double tab between ids and weights");
+  }
+  const std::size_t first_id = out.ids.size();
+  const std::size_t n_ids = esft_fields(
+      line.substr(0, split), line_off, name, line_no,
+      [&](std::string_view f, std::uint64_t off, std::size_t i) {
+        std::int64_t v = 0;
+        const auto r = std::from_chars(f.data(), f.data() + f.size(), v);
+        if (r.ec != std::errc{} || r.ptr != f.data() + f.size()) {
+          esft_fail(off, name, line_no, "bad expert id '" + std::string(f) + "'");
+        }
+        if (v < 0 || v >= opt.experts) {
+          esft_fail(off, name, line_no,
+                    "expert id " + std::to_string(v) + " out of range [0, " +
+                        std::to_string(opt.experts) + ") at token " + std::to_string(i / k));
+        }
+        const std::size_t row = first_id + (i / k) * k;
+        for (std::size_t j = row; j < out.ids.size(); ++j) {
+          if (out.ids[j] == v) {
+            esft_fail(
+                off, name, line_no,
+                "expert " + std::to_string(v) + " appears twice in token " + std::to_string(i / k));
+          }
+        }
+        out.ids.push_back(static_cast<std::int32_t>(v));
+      });
+  if (n_ids % k != 0) {
+    esft_fail(line_off, name, line_no,
+              std::to_string(n_ids) + " ids is not a multiple of top_k " + std::to_string(k));
+  }
+  const std::size_t n_w =
+      esft_fields(line.substr(split + 2), line_off + split + 2, name, line_no,
+                  [&](std::string_view f, std::uint64_t off, std::size_t) {
+                    float w = 0;
+                    const auto r = std::from_chars(f.data(), f.data() + f.size(), w);
+                    if (r.ec != std::errc{} || r.ptr != f.data() + f.size() || !std::isfinite(w)) {
+                      esft_fail(off, name, line_no, "bad weight '" + std::string(f) + "'");
+                    }
+                    out.weights.push_back(w);
+                  });
+  if (n_w != n_ids) {
+    esft_fail(line_off, name, line_no,
+              std::to_string(n_w) + " weights for " + std::to_string(n_ids) + " ids");
+  }
+  out.tokens.push_back(n_ids / k);
+}
+
 /// Parses one file's text. `line` numbers in errors are 1-based.
 [[nodiscard]] inline esft_file parse_esft_file(std::string_view text, const std::string& name,
-                                               const esft_options& opt) {
+                                               const esft_config& opt) {
   esft_file out;
-  const auto k = static_cast<std::size_t>(opt.top_k);
   std::size_t pos = 0;
   std::size_t line_no = 0;
   while (pos < text.size()) {
@@ -101,74 +181,7 @@ struct esft_file {
     if (line.empty()) {
       esft_fail(line_off, name, line_no, "empty line");
     }
-    const std::size_t split = line.find("\t\t");
-    if (split == std::string_view::npos) {
-      esft_fail(line_off, name, line_no, "missing the double tab between ids and weights");
-    }
-    // Parse one tab-separated field list into numbers; returns the count.
-    auto fields = [&](std::string_view part, std::size_t base, auto&& emit) {
-      std::size_t count = 0;
-      std::size_t p = 0;
-      while (true) {
-        std::size_t tab = part.find('\t', p);
-        if (tab == std::string_view::npos) {
-          tab = part.size();
-        }
-        const std::string_view f = part.substr(p, tab - p);
-        if (f.empty()) {
-          esft_fail(line_off + base + p, name, line_no,
-                    "empty field (stray tab) at field " + std::to_string(count));
-        }
-        emit(f, line_off + base + p, count);
-        ++count;
-        if (tab == part.size()) {
-          break;
-        }
-        p = tab + 1;
-      }
-      return count;
-    };
-    const std::size_t first_id = out.ids.size();
-    const std::size_t n_ids =
-        fields(line.substr(0, split), 0, [&](std::string_view f, std::uint64_t off, std::size_t i) {
-          std::int64_t v = 0;
-          const auto r = std::from_chars(f.data(), f.data() + f.size(), v);
-          if (r.ec != std::errc{} || r.ptr != f.data() + f.size()) {
-            esft_fail(off, name, line_no, "bad expert id '" + std::string(f) + "'");
-          }
-          if (v < 0 || v >= opt.experts) {
-            esft_fail(off, name, line_no,
-                      "expert id " + std::to_string(v) + " out of range [0, " +
-                          std::to_string(opt.experts) + ") at token " + std::to_string(i / k));
-          }
-          const std::size_t row = first_id + (i / k) * k;
-          for (std::size_t j = row; j < out.ids.size(); ++j) {
-            if (out.ids[j] == v) {
-              esft_fail(off, name, line_no,
-                        "expert " + std::to_string(v) + " appears twice in token " +
-                            std::to_string(i / k));
-            }
-          }
-          out.ids.push_back(static_cast<std::int32_t>(v));
-        });
-    if (n_ids % k != 0) {
-      esft_fail(line_off, name, line_no,
-                std::to_string(n_ids) + " ids is not a multiple of top_k " + std::to_string(k));
-    }
-    const std::size_t n_w = fields(
-        line.substr(split + 2), split + 2, [&](std::string_view f, std::uint64_t off, std::size_t) {
-          float w = 0;
-          const auto r = std::from_chars(f.data(), f.data() + f.size(), w);
-          if (r.ec != std::errc{} || r.ptr != f.data() + f.size() || !std::isfinite(w)) {
-            esft_fail(off, name, line_no, "bad weight '" + std::string(f) + "'");
-          }
-          out.weights.push_back(w);
-        });
-    if (n_w != n_ids) {
-      esft_fail(line_off, name, line_no,
-                std::to_string(n_w) + " weights for " + std::to_string(n_ids) + " ids");
-    }
-    out.tokens.push_back(n_ids / k);
+    parse_esft_line(line, line_off, name, line_no, opt, out);
   }
   return out;
 }
@@ -179,7 +192,7 @@ struct esft_file {
 /// the routing were top-k over uniformly chosen experts (real routing repeats experts between
 /// neighbouring tokens more often still, so the bound is conservative).
 inline void esft_check_top_k(const std::vector<esft_file>& files,
-                             const std::vector<std::string>& names, const esft_options& opt) {
+                             const std::vector<std::string>& names, const esft_config& opt) {
   const auto k = static_cast<std::size_t>(opt.top_k);
   const auto experts = static_cast<std::size_t>(opt.experts);
   std::vector<std::uint32_t> seen(experts, 0);
@@ -230,23 +243,12 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   }
 }
 
-}  // namespace detail
-
-/// @brief Imports an ESFT expert-score folder (see the file comment).
-///
-/// Reads every `expert_weights_<L>.txt` in `dir` (L must run 1..N without gaps), validates that
-/// all files have the same number of lines and the same token count per line (unless
-/// `opt.on_incomplete` skips or keeps the tokens of lines that differ), that every id is
-/// in `[0, experts)`, that each token's k ids are distinct and that weights match ids one to one.
-/// Time O(total text), memory O(activations) (all files are parsed before the trace is built).
-/// @throws wisp::logic_error if `opt` is not a valid shape; wisp::error if the folder or a file
-///         cannot be read (naming the operating system's reason); wisp::format_error naming the
-///         file, line and problem (the offset is the byte in that file), or when `top_k` does not
-///         fit the data (see the file comment).
-[[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
-                                                const esft_options& opt = {}) {
+/// The `expert_weights_<L>.txt` files of `dir` by L, which must run 1..N without gaps.
+/// @throws wisp::error if `dir` is not a readable folder; wisp::format_error on no or missing
+/// files.
+[[nodiscard]] inline std::map<long, std::filesystem::path> esft_layer_files(
+    const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
-  moe_shape{1, opt.experts, opt.top_k}.validate();
   std::error_code ec;
   const fs::file_status status = fs::status(dir, ec);
   if (status.type() == fs::file_type::not_found) {
@@ -288,13 +290,21 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
                        dir.string() + " (found " + std::to_string(layers) +
                        " files, largest index " + std::to_string(files.rbegin()->first) + ")");
   }
+  return files;
+}
 
+/// Parses every file (in layer order, their names into `names`), reporting progress; with
+/// `on_incomplete` = error, every file must have the first's lines and tokens per line.
+[[nodiscard]] inline std::vector<esft_file> esft_read_files(
+    const std::map<long, std::filesystem::path>& files, const esft_config& opt,
+    std::vector<std::string>& names) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
   std::uint64_t total_bytes = 0;
   for (const auto& [index, path] : files) {
     total_bytes += static_cast<std::uint64_t>(fs::file_size(path, ec));
   }
-  std::vector<detail::esft_file> parsed;
-  std::vector<std::string> names;
+  std::vector<esft_file> parsed;
   parsed.reserve(files.size());
   std::uint64_t read_bytes = 0;
   for (const auto& [index, path] : files) {
@@ -302,7 +312,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
     std::ostringstream text;
     text << in.rdbuf();
     names.push_back(path.filename().string());
-    parsed.push_back(detail::parse_esft_file(text.str(), names.back(), opt));
+    parsed.push_back(parse_esft_file(text.str(), names.back(), opt));
     read_bytes += text.str().size();
     if (opt.progress) {
       opt.progress(read_bytes, total_bytes);
@@ -328,8 +338,13 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
       }
     }
   }
-  detail::esft_check_top_k(parsed, names, opt);
+  return parsed;
+}
 
+/// The trace of the parsed files: line i of every file is sequence i, its tokens the steps;
+/// tokens some files lack are skipped or kept as `opt.on_incomplete` says, and counted.
+[[nodiscard]] inline imported_trace esft_build_trace(const std::vector<esft_file>& parsed,
+                                                     const esft_config& opt) {
   // Line i of file l holds tokens_of(l, i) tokens: 0 when the file is shorter.
   std::size_t lines = 0;
   for (const auto& f : parsed) {
@@ -338,7 +353,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
   auto tokens_of = [&](std::size_t l, std::size_t i) {
     return i < parsed[l].tokens.size() ? parsed[l].tokens[i] : std::size_t{0};
   };
-  const auto L = static_cast<std::int32_t>(layers);
+  const auto L = static_cast<std::int32_t>(parsed.size());
   const auto k = static_cast<std::size_t>(opt.top_k);
   routing_trace trace({L, opt.experts, opt.top_k});
   trace.reserve(parsed.front().ids.size() / k);
@@ -390,6 +405,29 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
     }
   }
   return {std::move(trace), report};
+}
+
+}  // namespace detail
+
+/// @brief Imports an ESFT expert-score folder (see the file comment).
+///
+/// Reads every `expert_weights_<L>.txt` in `dir` (L must run 1..N without gaps), validates that
+/// all files have the same number of lines and the same token count per line (unless
+/// `opt.on_incomplete` skips or keeps the tokens of lines that differ), that every id is
+/// in `[0, experts)`, that each token's k ids are distinct and that weights match ids one to one.
+/// Time O(total text), memory O(activations) (all files are parsed before the trace is built).
+/// @throws wisp::logic_error if `opt` is not a valid shape; wisp::error if the folder or a file
+///         cannot be read (naming the operating system's reason); wisp::format_error naming the
+///         file, line and problem (the offset is the byte in that file), or when `top_k` does not
+///         fit the data (see the file comment).
+[[nodiscard]] inline imported_trace import_esft(const std::filesystem::path& dir,
+                                                const esft_config& opt = {}) {
+  moe_shape{1, opt.experts, opt.top_k}.validate();
+  const std::map<long, std::filesystem::path> files = detail::esft_layer_files(dir);
+  std::vector<std::string> names;
+  const std::vector<detail::esft_file> parsed = detail::esft_read_files(files, opt, names);
+  detail::esft_check_top_k(parsed, names, opt);
+  return detail::esft_build_trace(parsed, opt);
 }
 
 }  // namespace wisp

@@ -9,7 +9,7 @@
 /// (`routing_trace::append_partial_step`). Either way the `import_report` says how many tokens
 /// and records were dropped or kept partial, so nothing is lost silently.
 /// @code
-/// wisp::jsonl_options opt;
+/// wisp::jsonl_config opt;
 /// opt.on_incomplete = wisp::incomplete_tokens::skip;
 /// auto [trace, report] = wisp::import_jsonl("routing.jsonl", opt);
 /// if (report.dropped_tokens > 0) { /* tell the user */ }
@@ -17,8 +17,10 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/enum_names.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -33,32 +35,20 @@ enum class incomplete_tokens : std::uint8_t {
   keep,   ///< keep the token with the layers present (a partial step)
 };
 
-/// Name as used on the command line: "error", "skip", "keep".
-[[nodiscard]] constexpr std::string_view to_string(incomplete_tokens p) noexcept {
-  switch (p) {
-    case incomplete_tokens::skip:
-      return "skip";
-    case incomplete_tokens::keep:
-      return "keep";
-    case incomplete_tokens::error:
-      break;
-  }
-  return "error";
-}
+/// Names as used on the command line: "error", "skip", "keep" (`to_string`, `from_string`).
+template <>
+struct enum_names<incomplete_tokens> {
+  static constexpr std::array<enum_name<incomplete_tokens>, 3> values{
+      {{incomplete_tokens::error, "error"},
+       {incomplete_tokens::skip, "skip"},
+       {incomplete_tokens::keep, "keep"}}};
+};
 
-/// From its name; `std::nullopt` when unknown.
-[[nodiscard]] constexpr std::optional<incomplete_tokens> parse_incomplete_tokens(
-    std::string_view name) noexcept {
-  if (name == "error") {
-    return incomplete_tokens::error;
-  }
-  if (name == "skip") {
-    return incomplete_tokens::skip;
-  }
-  if (name == "keep") {
-    return incomplete_tokens::keep;
-  }
-  return std::nullopt;
+/// @deprecated From its name: `from_string<incomplete_tokens>(name)`.
+[[deprecated("use wisp::from_string<wisp::incomplete_tokens>")]] [[nodiscard]] constexpr std::
+    optional<incomplete_tokens>
+    parse_incomplete_tokens(std::string_view name) noexcept {
+  return from_string<incomplete_tokens>(name);
 }
 
 /// @brief What an import found missing and what it did about it. A *record* is one (token,

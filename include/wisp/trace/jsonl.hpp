@@ -7,14 +7,14 @@
 /// keep the order of their first appearance in the file and tokens ascend by `token_idx` within a
 /// group (gaps in `token_idx` are allowed: each distinct index is one step). Every (group, token)
 /// carries each layer at most once; a token that lacks layers is an error unless
-/// `jsonl_options::on_incomplete` says to skip or keep it (see import.hpp). Each group begins a
+/// `jsonl_config::on_incomplete` says to skip or keep it (see import.hpp). Each group begins a
 /// sequence (without a group key the whole file is one sequence). Unknown fields are skipped;
 /// `weights` is optional but must be present in all records or in none. The JSON is parsed by a
 /// small strict parser in the header (detail/json.hpp), so the core needs only the standard
 /// library.
 ///
 /// @code
-/// wisp::jsonl_options opt;
+/// wisp::jsonl_config opt;
 /// opt.group_key = "problem_id";
 /// const wisp::routing_trace trace = wisp::import_jsonl("routing.jsonl", opt).trace;
 /// @endcode
@@ -44,7 +44,7 @@
 namespace wisp {
 
 /// @brief How to read a JSONL routing log.
-struct jsonl_options {
+struct jsonl_config {
   /// Field whose value (string or number) groups records into sequences; empty: no grouping.
   std::string group_key;
   /// Experts per layer; 0 infers `max id + 1`.
@@ -61,6 +61,8 @@ struct jsonl_options {
   /// progress display. Empty: not called.
   std::function<void(std::uint64_t done, std::uint64_t total)> progress{};
 };
+/// @deprecated The settings are `jsonl_config`.
+using jsonl_options [[deprecated("use wisp::jsonl_config")]] = jsonl_config;
 
 namespace detail {
 
@@ -90,167 +92,148 @@ struct jsonl_record {
   return static_cast<std::int64_t>(v->number);
 }
 
-}  // namespace detail
-
-/// @brief Imports a JSONL routing log from `in` (see the file comment for the record format).
-/// `size` is the input's length for `opt.progress` (0 when unknown).
-/// Time O(n log n) in the number of records, memory O(file) during import.
-/// @throws wisp::format_error naming the line (and its byte offset) for malformed JSON, missing or
-///         mistyped fields, inconsistent k, ids out of range or repeated within a record, weights
-///         present in some records only, a layer given twice for a (group, token), a layer missing
-///         for one (unless `opt.on_incomplete` skips or keeps such tokens), or an empty input;
-///         wisp::logic_error if the options give an invalid shape.
-[[nodiscard]] inline imported_trace import_jsonl(std::istream& in, const jsonl_options& opt = {},
-                                                 std::uint64_t size = 0) {
-  using detail::jsonl_fail;
-  std::vector<detail::jsonl_record> records;
+// What the records read so far hold: the records, their ids and weights (flat), the groups in
+// order of first appearance, and what every record must agree on.
+struct jsonl_parsed {
+  std::vector<jsonl_record> records;
   std::vector<std::int32_t> ids;
   std::vector<float> weights;
-  std::map<std::string, std::size_t> groups;  // group value (type-tagged) -> first-appearance index
+  std::map<std::string, std::size_t> groups;  // group value (type-tagged) -> first-appearance
   std::int64_t k = -1;
   int with_weights = -1;
   std::int64_t max_layer = -1;
   std::int64_t max_id = -1;
-  std::uint64_t offset = 0;
-  std::size_t line_no = 0;
-  std::string line;
-  std::uint64_t reported = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    const std::uint64_t off = offset;
-    offset += line.size() + 1;
-    if (opt.progress && offset - reported >= (std::uint64_t{1} << 20)) {
-      reported = offset;
-      opt.progress(offset, size);
-    }
-    if (line.find_first_not_of(" \t\r") == std::string::npos) {
-      continue;  // blank line
-    }
-    wisp::detail::json_value v;
-    try {
-      v = wisp::detail::json_parser(line, off).parse_document();
-    } catch (const format_error& e) {
-      jsonl_fail(e.offset(), line_no, e.problem());
-    }
-    if (v.type != wisp::detail::json_value::kind::object) {
-      jsonl_fail(off, line_no, "record is not a JSON object");
-    }
-    detail::jsonl_record rec{};
-    rec.line = line_no;
-    rec.offset = off;
-    const std::int64_t layer =
-        detail::jsonl_int(v.find(opt.layer_key), opt.layer_key, off, line_no);
-    if (layer < 0 || layer > 1'000'000 || (opt.layers > 0 && layer >= opt.layers)) {
-      jsonl_fail(off, line_no, "layer " + std::to_string(layer) + " out of range");
-    }
-    rec.layer = static_cast<std::int32_t>(layer);
-    max_layer = std::max(max_layer, layer);
-    rec.token = detail::jsonl_int(v.find(opt.token_key), opt.token_key, off, line_no);
-    if (rec.token < 0) {
-      jsonl_fail(off, line_no, "negative " + opt.token_key);
-    }
-    std::string group_name;
-    if (!opt.group_key.empty()) {
-      const wisp::detail::json_value* g = v.find(opt.group_key);
-      if (g == nullptr) {
-        jsonl_fail(off, line_no, "missing group field \"" + opt.group_key + "\"");
-      }
-      if (g->type == wisp::detail::json_value::kind::string) {
-        group_name = "s" + g->text;
-      } else if (g->type == wisp::detail::json_value::kind::number) {
-        group_name = "n" + g->text;
-      } else {
-        jsonl_fail(off, line_no, "group field \"" + opt.group_key + "\" is not a string or number");
-      }
-    }
-    rec.group = groups.emplace(group_name, groups.size()).first->second;
+};
 
-    const wisp::detail::json_value* e = v.find(opt.experts_key);
-    if (e == nullptr || e->type != wisp::detail::json_value::kind::array) {
-      jsonl_fail(off, line_no, "missing or non-array field \"" + opt.experts_key + "\"");
-    }
-    if (e->items.empty()) {
-      jsonl_fail(off, line_no, "empty \"" + opt.experts_key + "\"");
-    }
-    if (k < 0) {
-      k = static_cast<std::int64_t>(e->items.size());
-    } else if (static_cast<std::int64_t>(e->items.size()) != k) {
-      jsonl_fail(off, line_no,
-                 std::to_string(e->items.size()) + " experts but earlier records have " +
-                     std::to_string(k));
-    }
-    rec.first = ids.size();
-    for (const auto& item : e->items) {
-      const std::int64_t id = detail::jsonl_int(&item, opt.experts_key, off, line_no);
-      if (id < 0 || id >= moe_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
-        jsonl_fail(off, line_no, "expert id " + std::to_string(id) + " out of range");
-      }
-      for (std::size_t j = rec.first; j < ids.size(); ++j) {
-        if (ids[j] == id) {
-          jsonl_fail(off, line_no, "expert " + std::to_string(id) + " appears twice");
-        }
-      }
-      ids.push_back(static_cast<std::int32_t>(id));
-      max_id = std::max(max_id, id);
-    }
-    const wisp::detail::json_value* w = v.find(opt.weights_key);
-    const bool has_w = w != nullptr && w->type != wisp::detail::json_value::kind::null;
-    if (with_weights < 0) {
-      with_weights = has_w ? 1 : 0;
-    } else if ((with_weights == 1) != has_w) {
-      jsonl_fail(off, line_no,
-                 has_w ? "has weights but earlier records do not"
-                       : "has no weights but earlier "
-                         "records do");
-    }
-    if (has_w) {
-      if (w->type != wisp::detail::json_value::kind::array ||
-          static_cast<std::int64_t>(w->items.size()) != k) {
-        jsonl_fail(
-            off, line_no,
-            "\"" + opt.weights_key + "\" must be an array of " + std::to_string(k) + " numbers");
-      }
-      for (const auto& item : w->items) {
-        if (item.type != wisp::detail::json_value::kind::number) {
-          jsonl_fail(off, line_no, "weight is not a number");
-        }
-        const auto f = static_cast<float>(item.number);
-        if (!std::isfinite(f)) {
-          jsonl_fail(off, line_no, "weight does not fit a float");
-        }
-        weights.push_back(f);
-      }
-    }
-    records.push_back(rec);
+// The group of record `v` (type-tagged so that "1" and 1 differ), or "" without grouping.
+[[nodiscard]] inline std::string jsonl_group(const json_value& v, const jsonl_config& opt,
+                                             std::uint64_t off, std::size_t line) {
+  if (opt.group_key.empty()) {
+    return {};
   }
-  if (in.bad()) {
-    WISP_FAIL(wisp::error, "reading the JSONL input failed");
+  const json_value* g = v.find(opt.group_key);
+  if (g == nullptr) {
+    jsonl_fail(off, line, "missing group field \"" + opt.group_key + "\"");
   }
-  if (records.empty()) {
-    throw format_error("JSONL input holds no records");
+  if (g->type == json_value::kind::string) {
+    return "s" + g->text;
   }
-  const auto layers = opt.layers > 0 ? opt.layers : static_cast<std::int32_t>(max_layer + 1);
-  const auto experts = opt.experts > 0 ? opt.experts : static_cast<std::int32_t>(max_id + 1);
-  if (k > experts) {
-    throw format_error("top-k " + std::to_string(k) + " exceeds the " + std::to_string(experts) +
-                       " experts");
+  if (g->type != json_value::kind::number) {
+    jsonl_fail(off, line, "group field \"" + opt.group_key + "\" is not a string or number");
   }
-  routing_trace trace({layers, experts, static_cast<std::int32_t>(k)});
+  return "n" + g->text;
+}
 
-  std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
-    if (a.group != b.group) {
-      return a.group < b.group;
+// Appends the expert ids of record `v` to `p.ids`: k of them (the first record sets k), each in
+// range and distinct.
+inline void jsonl_experts(const json_value& v, const jsonl_config& opt, std::uint64_t off,
+                          std::size_t line, jsonl_parsed& p) {
+  const json_value* e = v.find(opt.experts_key);
+  if (e == nullptr || e->type != json_value::kind::array) {
+    jsonl_fail(off, line, "missing or non-array field \"" + opt.experts_key + "\"");
+  }
+  if (e->items.empty()) {
+    jsonl_fail(off, line, "empty \"" + opt.experts_key + "\"");
+  }
+  if (p.k < 0) {
+    p.k = static_cast<std::int64_t>(e->items.size());
+  } else if (static_cast<std::int64_t>(e->items.size()) != p.k) {
+    jsonl_fail(off, line,
+               std::to_string(e->items.size()) + " experts but earlier records have " +
+                   std::to_string(p.k));
+  }
+  const std::size_t first = p.ids.size();
+  for (const auto& item : e->items) {
+    const std::int64_t id = jsonl_int(&item, opt.experts_key, off, line);
+    if (id < 0 || id >= moe_shape::max_experts || (opt.experts > 0 && id >= opt.experts)) {
+      jsonl_fail(off, line, "expert id " + std::to_string(id) + " out of range");
     }
-    if (a.token != b.token) {
-      return a.token < b.token;
+    for (std::size_t j = first; j < p.ids.size(); ++j) {
+      if (p.ids[j] == id) {
+        jsonl_fail(off, line, "expert " + std::to_string(id) + " appears twice");
+      }
     }
-    return a.layer < b.layer;
-  });
-  const auto uk = static_cast<std::size_t>(k);
+    p.ids.push_back(static_cast<std::int32_t>(id));
+    p.max_id = std::max(p.max_id, id);
+  }
+}
+
+// Appends the weights of record `v` to `p.weights`: every record has them or none does.
+inline void jsonl_weights(const json_value& v, const jsonl_config& opt, std::uint64_t off,
+                          std::size_t line, jsonl_parsed& p) {
+  const json_value* w = v.find(opt.weights_key);
+  const bool has_w = w != nullptr && w->type != json_value::kind::null;
+  if (p.with_weights < 0) {
+    p.with_weights = has_w ? 1 : 0;
+  } else if ((p.with_weights == 1) != has_w) {
+    jsonl_fail(off, line,
+               has_w ? "has weights but earlier records do not"
+                     : "has no weights but earlier "
+                       "records do");
+  }
+  if (!has_w) {
+    return;
+  }
+  if (w->type != json_value::kind::array || static_cast<std::int64_t>(w->items.size()) != p.k) {
+    jsonl_fail(
+        off, line,
+        "\"" + opt.weights_key + "\" must be an array of " + std::to_string(p.k) + " numbers");
+  }
+  for (const auto& item : w->items) {
+    if (item.type != json_value::kind::number) {
+      jsonl_fail(off, line, "weight is not a number");
+    }
+    const auto f = static_cast<float>(item.number);
+    if (!std::isfinite(f)) {
+      jsonl_fail(off, line, "weight does not fit a float");
+    }
+    p.weights.push_back(f);
+  }
+}
+
+// Parses the non-blank line `text` (number `line`, at byte `off`) as one record into `p`.
+inline void jsonl_parse_line(const std::string& text, std::uint64_t off, std::size_t line,
+                             const jsonl_config& opt, jsonl_parsed& p) {
+  json_value v;
+  try {
+    v = json_parser(text, off).parse_document();
+  } catch (const format_error& e) {
+    jsonl_fail(e.offset(), line, e.problem());
+  }
+  if (v.type != json_value::kind::object) {
+    jsonl_fail(off, line, "record is not a JSON object");
+  }
+  jsonl_record rec{};
+  rec.line = line;
+  rec.offset = off;
+  const std::int64_t layer = jsonl_int(v.find(opt.layer_key), opt.layer_key, off, line);
+  if (layer < 0 || layer > 1'000'000 || (opt.layers > 0 && layer >= opt.layers)) {
+    jsonl_fail(off, line, "layer " + std::to_string(layer) + " out of range");
+  }
+  rec.layer = static_cast<std::int32_t>(layer);
+  p.max_layer = std::max(p.max_layer, layer);
+  rec.token = jsonl_int(v.find(opt.token_key), opt.token_key, off, line);
+  if (rec.token < 0) {
+    jsonl_fail(off, line, "negative " + opt.token_key);
+  }
+  rec.group = p.groups.emplace(jsonl_group(v, opt, off, line), p.groups.size()).first->second;
+  rec.first = p.ids.size();
+  jsonl_experts(v, opt, off, line, p);
+  jsonl_weights(v, opt, off, line, p);
+  p.records.push_back(rec);
+}
+
+// The steps of the records, token by token in (group, token) order: complete tokens appended,
+// incomplete ones refused, skipped or kept as `opt.on_incomplete` says and counted in `report`.
+// `p.records` must be sorted by (group, token, layer).
+inline void jsonl_append_steps(const jsonl_parsed& p, const jsonl_config& opt, routing_trace& trace,
+                               import_report& report) {
+  const std::int32_t layers = trace.shape().layers;
+  const auto uk = static_cast<std::size_t>(p.k);
+  const std::vector<jsonl_record>& records = p.records;
   std::vector<std::int32_t> step_ids(static_cast<std::size_t>(layers) * uk);
-  std::vector<float> step_w(with_weights == 1 ? step_ids.size() : 0);
+  std::vector<float> step_w(p.with_weights == 1 ? step_ids.size() : 0);
   std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
-  import_report report;
   std::size_t current_group = records.front().group + 1;
   std::size_t incomplete_group = current_group;  // last group counted in incomplete_sequences
   for (std::size_t i = 0; i < records.size();) {
@@ -269,9 +252,9 @@ struct jsonl_record {
       }
       present[static_cast<std::size_t>(r.layer)] = 1;
       const auto at = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r.layer) * uk);
-      std::copy_n(ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk, step_ids.begin() + at);
+      std::copy_n(p.ids.begin() + static_cast<std::ptrdiff_t>(r.first), uk, step_ids.begin() + at);
       if (!step_w.empty()) {
-        std::copy_n(weights.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
+        std::copy_n(p.weights.begin() + static_cast<std::ptrdiff_t>(r.first), uk,
                     step_w.begin() + at);
       }
     }
@@ -305,6 +288,61 @@ struct jsonl_record {
       trace.append_partial_step(step_ids, present, step_w);
     }
   }
+}
+
+}  // namespace detail
+
+/// @brief Imports a JSONL routing log from `in` (see the file comment for the record format).
+/// `size` is the input's length for `opt.progress` (0 when unknown).
+/// Time O(n log n) in the number of records, memory O(file) during import.
+/// @throws wisp::format_error naming the line (and its byte offset) for malformed JSON, missing or
+///         mistyped fields, inconsistent k, ids out of range or repeated within a record, weights
+///         present in some records only, a layer given twice for a (group, token), a layer missing
+///         for one (unless `opt.on_incomplete` skips or keeps such tokens), or an empty input;
+///         wisp::logic_error if the options give an invalid shape.
+[[nodiscard]] inline imported_trace import_jsonl(std::istream& in, const jsonl_config& opt = {},
+                                                 std::uint64_t size = 0) {
+  detail::jsonl_parsed p;
+  std::uint64_t offset = 0;
+  std::size_t line_no = 0;
+  std::string line;
+  std::uint64_t reported = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::uint64_t off = offset;
+    offset += line.size() + 1;
+    if (opt.progress && offset - reported >= (std::uint64_t{1} << 20)) {
+      reported = offset;
+      opt.progress(offset, size);
+    }
+    if (line.find_first_not_of(" \t\r") != std::string::npos) {  // blank lines are skipped
+      detail::jsonl_parse_line(line, off, line_no, opt, p);
+    }
+  }
+  if (in.bad()) {
+    WISP_FAIL(wisp::error, "reading the JSONL input failed");
+  }
+  if (p.records.empty()) {
+    throw format_error("JSONL input holds no records");
+  }
+  const auto layers = opt.layers > 0 ? opt.layers : static_cast<std::int32_t>(p.max_layer + 1);
+  const auto experts = opt.experts > 0 ? opt.experts : static_cast<std::int32_t>(p.max_id + 1);
+  if (p.k > experts) {
+    throw format_error("top-k " + std::to_string(p.k) + " exceeds the " + std::to_string(experts) +
+                       " experts");
+  }
+  routing_trace trace({layers, experts, static_cast<std::int32_t>(p.k)});
+  std::stable_sort(p.records.begin(), p.records.end(), [](const auto& a, const auto& b) {
+    if (a.group != b.group) {
+      return a.group < b.group;
+    }
+    if (a.token != b.token) {
+      return a.token < b.token;
+    }
+    return a.layer < b.layer;
+  });
+  import_report report;
+  detail::jsonl_append_steps(p, opt, trace, report);
   return {std::move(trace), report};
 }
 
@@ -312,7 +350,7 @@ struct jsonl_record {
 /// the operating system's reason); wisp::format_error as the stream overload (the message names
 /// the file).
 [[nodiscard]] inline imported_trace import_jsonl(const std::filesystem::path& path,
-                                                 const jsonl_options& opt = {}) {
+                                                 const jsonl_config& opt = {}) {
   std::ifstream in = wisp::detail::open_for_reading(path);
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);

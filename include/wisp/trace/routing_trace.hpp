@@ -55,9 +55,6 @@
 
 namespace wisp {
 
-/// Deprecated spelling of `moe_shape` (the one shape type; this alias goes in 0.3).
-using trace_shape [[deprecated("use wisp::moe_shape")]] = moe_shape;
-
 /// @brief One (step, layer, expert) activation, as visited in canonical order.
 struct access {
   std::uint32_t step = 0;   ///< Forward step (token) index.

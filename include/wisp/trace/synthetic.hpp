@@ -111,6 +111,148 @@ namespace detail {
   return i;
 }
 
+/// The router of `make_synthetic_trace`: per-layer Zipf popularity over a random ranking, the
+/// co-activation links, the topics' working sets and the current one, all drawn from one
+/// generator in a fixed order (so a trace depends only on the config, the steps and the seed).
+class synthetic_router {
+ public:
+  synthetic_router(const synthetic_config& cfg, std::uint64_t seed)
+      : L_(static_cast<std::size_t>(cfg.layers)),
+        E_(static_cast<std::size_t>(cfg.experts)),
+        K_(static_cast<std::size_t>(cfg.top_k)),
+        W_(static_cast<std::size_t>(cfg.working_set)),
+        T_(static_cast<std::size_t>(cfg.topics)),
+        rng_(seed),
+        base_(L_ * E_),
+        link_(L_ * E_),
+        w_(E_),
+        topics_(T_ * L_ * W_),
+        hot_(L_ * W_),
+        in_hot_(L_ * E_, 0) {
+    // Mass of each component, quantised once. Scale 2^40 keeps sums of <= 65536 terms below 2^57.
+    constexpr double scale = 1099511627776.0;  // 2^40
+    hot_weight_ =
+        static_cast<std::uint64_t>(std::llround(cfg.locality * scale / static_cast<double>(W_)));
+    link_weight_ = static_cast<std::uint64_t>(
+        std::llround(cfg.coactivation * scale / static_cast<double>(K_)));
+    draw_popularity(cfg, 1.0 - cfg.locality - cfg.coactivation, scale);
+    for (std::size_t t = 0; t < T_; ++t) {  // each topic holds a working set per layer
+      for (std::size_t l = 0; l < L_; ++l) {
+        draw_popular(l, W_, topics_.data() + (t * L_ + l) * W_);
+      }
+    }
+  }
+
+  [[nodiscard]] xoshiro256ss& rng() noexcept { return rng_; }
+  [[nodiscard]] std::size_t topics() const noexcept { return T_; }
+
+  /// Makes topic `t`'s working sets the current ones.
+  void set_topic(std::size_t t) {
+    std::fill(in_hot_.begin(), in_hot_.end(), std::uint8_t{0});
+    std::copy_n(topics_.begin() + static_cast<std::ptrdiff_t>(t * L_ * W_), L_ * W_, hot_.begin());
+    for (std::size_t l = 0; l < L_; ++l) {
+      for (std::size_t i = 0; i < W_; ++i) {
+        in_hot_[l * E_ + hot_[l * W_ + i]] = 1;
+      }
+    }
+  }
+
+  /// Routes layer `l` of a step into `ids[l*K, (l+1)*K)` (layer l-1's ids already there): first
+  /// the drift of its working set (with probability `p_drift`), then K distinct draws.
+  void route_layer(std::size_t l, std::uint64_t p_drift, std::vector<std::int32_t>& ids) {
+    // Drift: replace one hot expert by a popular expert outside the working set.
+    if (W_ < E_ && rng_.chance(p_drift)) {
+      const std::size_t victim = static_cast<std::size_t>(rng_.below(W_));
+      std::uint64_t total = 0;
+      for (std::size_t e = 0; e < E_; ++e) {
+        w_[e] = in_hot_[l * E_ + e] != 0 ? 0 : base_[l * E_ + e];
+        total += w_[e];
+      }
+      const std::size_t e = draw_weighted(w_, total, rng_);
+      in_hot_[l * E_ + hot_[l * W_ + victim]] = 0;
+      hot_[l * W_ + victim] = static_cast<std::uint32_t>(e);
+      in_hot_[l * E_ + e] = 1;
+    }
+    std::uint64_t total = 0;
+    for (std::size_t e = 0; e < E_; ++e) {
+      w_[e] = base_[l * E_ + e] + (in_hot_[l * E_ + e] != 0 ? hot_weight_ : 0);
+    }
+    if (l > 0) {
+      for (std::size_t j = 0; j < K_; ++j) {
+        w_[link_[l * E_ + static_cast<std::size_t>(ids[(l - 1) * K_ + j])]] += link_weight_;
+      }
+    }
+    for (std::size_t e = 0; e < E_; ++e) {
+      total += w_[e];
+    }
+    for (std::size_t j = 0; j < K_; ++j) {
+      const std::size_t e = draw_weighted(w_, total, rng_);
+      ids[l * K_ + j] = static_cast<std::int32_t>(e);
+      total -= w_[e];
+      w_[e] = 0;
+    }
+  }
+
+ private:
+  // Per-layer popularity: Zipf weights over a random ranking (every expert keeps weight >= 1),
+  // then the layer's co-activation links (a random permutation).
+  void draw_popularity(const synthetic_config& cfg, double base_mass, double scale) {
+    std::vector<std::uint32_t> perm(E_);
+    for (std::size_t l = 0; l < L_; ++l) {
+      const double u = static_cast<double>(rng_.below(2001)) / 1000.0 - 1.0;
+      const double s = cfg.zipf_exponent * (1.0 + cfg.zipf_spread * u);
+      for (std::size_t e = 0; e < E_; ++e) {
+        perm[e] = static_cast<std::uint32_t>(e);
+      }
+      for (std::size_t e = E_; e > 1; --e) {  // Fisher-Yates
+        std::swap(perm[e - 1], perm[rng_.below(e)]);
+      }
+      double norm = 0;
+      for (std::size_t r = 0; r < E_; ++r) {
+        norm += 1.0 / std::pow(static_cast<double>(r + 1), s);
+      }
+      for (std::size_t r = 0; r < E_; ++r) {
+        const double p = 1.0 / std::pow(static_cast<double>(r + 1), s) / norm;
+        base_[l * E_ + perm[r]] = std::max<std::uint64_t>(
+            1, static_cast<std::uint64_t>(std::llround(p * base_mass * scale)));
+      }
+      for (std::size_t e = 0; e < E_; ++e) {
+        perm[e] = static_cast<std::uint32_t>(e);
+      }
+      for (std::size_t e = E_; e > 1; --e) {
+        std::swap(perm[e - 1], perm[rng_.below(e)]);
+      }
+      std::copy(perm.begin(), perm.end(), link_.begin() + static_cast<std::ptrdiff_t>(l * E_));
+    }
+  }
+
+  // Draws `count` distinct experts of layer l from the popularity distribution into `out`.
+  void draw_popular(std::size_t l, std::size_t count, std::uint32_t* out) {
+    std::uint64_t total = 0;
+    for (std::size_t e = 0; e < E_; ++e) {
+      w_[e] = base_[l * E_ + e];
+      total += w_[e];
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::size_t e = draw_weighted(w_, total, rng_);
+      out[i] = static_cast<std::uint32_t>(e);
+      total -= w_[e];
+      w_[e] = 0;
+    }
+  }
+
+  std::size_t L_, E_, K_, W_, T_;
+  xoshiro256ss rng_;
+  std::vector<std::uint64_t> base_;    // popularity weight of (layer, expert)
+  std::vector<std::uint32_t> link_;    // link[l*E + e]: image at layer l of expert e at l-1
+  std::vector<std::uint64_t> w_;       // draw weights of one layer (scratch)
+  std::vector<std::uint32_t> topics_;  // topic t's working set of layer l at (t*L + l)*W
+  std::vector<std::uint32_t> hot_;     // current working sets
+  std::vector<std::uint8_t> in_hot_;   // membership of `hot_`
+  std::uint64_t hot_weight_ = 0;
+  std::uint64_t link_weight_ = 0;
+};
+
 }  // namespace detail
 
 /// @brief Generates `steps` steps of synthetic routing. Deterministic in (`cfg`, `steps`, `seed`).
@@ -121,136 +263,25 @@ namespace detail {
                                                         std::size_t steps, std::uint64_t seed) {
   cfg.validate();
   WISP_EXPECTS(steps <= routing_trace::max_steps, "too many steps: ", steps);
-  const auto L = static_cast<std::size_t>(cfg.layers);
-  const auto E = static_cast<std::size_t>(cfg.experts);
-  const auto K = static_cast<std::size_t>(cfg.top_k);
-  const auto W = static_cast<std::size_t>(cfg.working_set);
-  wisp::detail::xoshiro256ss rng(seed);
-
-  // Mass of each component, quantised once. Scale 2^40 keeps sums of <= 65536 terms below 2^57.
-  constexpr double scale = 1099511627776.0;  // 2^40
-  const double base_mass = 1.0 - cfg.locality - cfg.coactivation;
-  const auto hot_weight =
-      static_cast<std::uint64_t>(std::llround(cfg.locality * scale / static_cast<double>(W)));
-  const auto link_weight =
-      static_cast<std::uint64_t>(std::llround(cfg.coactivation * scale / static_cast<double>(K)));
-
-  // Per-layer popularity: Zipf weights over a random ranking; every expert keeps weight >= 1.
-  std::vector<std::uint64_t> base(L * E);
-  std::vector<std::uint32_t> link(L * E);  // link[l*E + e]: image at layer l of expert e at l-1
-  std::vector<std::uint32_t> perm(E);
-  for (std::size_t l = 0; l < L; ++l) {
-    const double u = static_cast<double>(rng.below(2001)) / 1000.0 - 1.0;
-    const double s = cfg.zipf_exponent * (1.0 + cfg.zipf_spread * u);
-    for (std::size_t e = 0; e < E; ++e) {
-      perm[e] = static_cast<std::uint32_t>(e);
-    }
-    for (std::size_t e = E; e > 1; --e) {  // Fisher-Yates
-      std::swap(perm[e - 1], perm[rng.below(e)]);
-    }
-    double norm = 0;
-    for (std::size_t r = 0; r < E; ++r) {
-      norm += 1.0 / std::pow(static_cast<double>(r + 1), s);
-    }
-    for (std::size_t r = 0; r < E; ++r) {
-      const double p = 1.0 / std::pow(static_cast<double>(r + 1), s) / norm;
-      base[l * E + perm[r]] = std::max<std::uint64_t>(
-          1, static_cast<std::uint64_t>(std::llround(p * base_mass * scale)));
-    }
-    for (std::size_t e = 0; e < E; ++e) {
-      perm[e] = static_cast<std::uint32_t>(e);
-    }
-    for (std::size_t e = E; e > 1; --e) {
-      std::swap(perm[e - 1], perm[rng.below(e)]);
-    }
-    std::copy(perm.begin(), perm.end(), link.begin() + static_cast<std::ptrdiff_t>(l * E));
-  }
-
-  std::vector<std::uint64_t> w(E);
-  // Draws `count` distinct experts of layer l from the popularity distribution into `out`.
-  auto draw_popular = [&](std::size_t l, std::size_t count, std::uint32_t* out) {
-    std::uint64_t total = 0;
-    for (std::size_t e = 0; e < E; ++e) {
-      w[e] = base[l * E + e];
-      total += w[e];
-    }
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::size_t e = detail::draw_weighted(w, total, rng);
-      out[i] = static_cast<std::uint32_t>(e);
-      total -= w[e];
-      w[e] = 0;
-    }
-  };
-
-  // Topic pool: each topic holds a working set per layer.
-  const auto T = static_cast<std::size_t>(cfg.topics);
-  std::vector<std::uint32_t> topics(T * L * W);
-  for (std::size_t t = 0; t < T; ++t) {
-    for (std::size_t l = 0; l < L; ++l) {
-      draw_popular(l, W, topics.data() + (t * L + l) * W);
-    }
-  }
-
+  detail::synthetic_router router(cfg, seed);
+  detail::xoshiro256ss& rng = router.rng();
   const std::uint64_t p_new_sequence =
       wisp::detail::probability_threshold(1.0 / cfg.mean_sequence_length);
   const std::uint64_t p_shift = wisp::detail::probability_threshold(cfg.topic_shift_probability);
   const std::uint64_t p_drift = wisp::detail::probability_threshold(cfg.drift_rate);
-
   routing_trace trace({cfg.layers, cfg.experts, cfg.top_k});
   trace.reserve(steps);
-  std::vector<std::uint32_t> hot(L * W);       // current working sets
-  std::vector<std::uint8_t> in_hot(L * E, 0);  // membership of `hot`
-  std::vector<std::int32_t> ids(L * K);
-  std::vector<std::uint32_t> fresh(W + 1);
-  auto set_topic = [&](std::size_t t) {
-    std::fill(in_hot.begin(), in_hot.end(), std::uint8_t{0});
-    std::copy_n(topics.begin() + static_cast<std::ptrdiff_t>(t * L * W), L * W, hot.begin());
-    for (std::size_t l = 0; l < L; ++l) {
-      for (std::size_t i = 0; i < W; ++i) {
-        in_hot[l * E + hot[l * W + i]] = 1;
-      }
-    }
-  };
-
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(cfg.layers) *
+                                static_cast<std::size_t>(cfg.top_k));
   for (std::size_t step = 0; step < steps; ++step) {
     if (step == 0 || rng.chance(p_new_sequence)) {
       trace.begin_sequence();
-      set_topic(static_cast<std::size_t>(rng.below(T)));
+      router.set_topic(static_cast<std::size_t>(rng.below(router.topics())));
     } else if (rng.chance(p_shift)) {
-      set_topic(static_cast<std::size_t>(rng.below(T)));
+      router.set_topic(static_cast<std::size_t>(rng.below(router.topics())));
     }
-    for (std::size_t l = 0; l < L; ++l) {
-      // Drift: replace one hot expert by a popular expert outside the working set.
-      if (W < E && rng.chance(p_drift)) {
-        const std::size_t victim = static_cast<std::size_t>(rng.below(W));
-        std::uint64_t total = 0;
-        for (std::size_t e = 0; e < E; ++e) {
-          w[e] = in_hot[l * E + e] != 0 ? 0 : base[l * E + e];
-          total += w[e];
-        }
-        const std::size_t e = detail::draw_weighted(w, total, rng);
-        in_hot[l * E + hot[l * W + victim]] = 0;
-        hot[l * W + victim] = static_cast<std::uint32_t>(e);
-        in_hot[l * E + e] = 1;
-      }
-      std::uint64_t total = 0;
-      for (std::size_t e = 0; e < E; ++e) {
-        w[e] = base[l * E + e] + (in_hot[l * E + e] != 0 ? hot_weight : 0);
-      }
-      if (l > 0) {
-        for (std::size_t j = 0; j < K; ++j) {
-          w[link[l * E + static_cast<std::size_t>(ids[(l - 1) * K + j])]] += link_weight;
-        }
-      }
-      for (std::size_t e = 0; e < E; ++e) {
-        total += w[e];
-      }
-      for (std::size_t j = 0; j < K; ++j) {
-        const std::size_t e = detail::draw_weighted(w, total, rng);
-        ids[l * K + j] = static_cast<std::int32_t>(e);
-        total -= w[e];
-        w[e] = 0;
-      }
+    for (std::size_t l = 0; l < static_cast<std::size_t>(cfg.layers); ++l) {
+      router.route_layer(l, p_drift, ids);
     }
     trace.append_step(ids);
   }

@@ -24,6 +24,7 @@
 #include <wisp/core/config.hpp>
 #include <wisp/core/detail/crc32.hpp>
 #include <wisp/core/detail/files.hpp>
+#include <wisp/core/detail/little_endian.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
@@ -38,6 +39,7 @@
 #include <fstream>
 #include <istream>
 #include <limits>
+#include <numeric>
 #include <ostream>
 #include <span>
 #include <string>
@@ -60,20 +62,6 @@ inline constexpr std::uint32_t flag_partial = 2u;
 }  // namespace wtrace
 
 namespace detail {
-
-inline void put_le(std::vector<std::uint8_t>& out, std::uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) {
-    out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  }
-}
-
-[[nodiscard]] inline std::uint64_t get_le(const std::uint8_t* p, int bytes) noexcept {
-  std::uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) {
-    v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
-  }
-  return v;
-}
 
 /// Writes `bytes` and folds them into `crc`. @throws wisp::error if the stream fails.
 inline void write_bytes(std::ostream& out, const std::vector<std::uint8_t>& bytes,
@@ -118,17 +106,17 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   std::vector<std::uint8_t> buf;
   buf.reserve(1u << 16);
   buf.insert(buf.end(), wtrace::magic.begin(), wtrace::magic.end());
-  detail::put_le(buf, wtrace::version, 4);
-  detail::put_le(buf, flags, 4);
-  detail::put_le(buf, static_cast<std::uint32_t>(shape.layers), 4);
-  detail::put_le(buf, static_cast<std::uint32_t>(shape.experts), 4);
-  detail::put_le(buf, static_cast<std::uint32_t>(shape.top_k), 4);
-  detail::put_le(buf, id_bytes, 4);
-  detail::put_le(buf, trace.steps(), 8);
-  detail::put_le(buf, seqs, 8);
-  detail::put_le(buf, payload, 8);
-  detail::put_le(buf, detail::crc32(buf), 4);
-  detail::put_le(buf, 0, 4);
+  detail::append_le(buf, wtrace::version, 4);
+  detail::append_le(buf, flags, 4);
+  detail::append_le(buf, static_cast<std::uint32_t>(shape.layers), 4);
+  detail::append_le(buf, static_cast<std::uint32_t>(shape.experts), 4);
+  detail::append_le(buf, static_cast<std::uint32_t>(shape.top_k), 4);
+  detail::append_le(buf, id_bytes, 4);
+  detail::append_le(buf, trace.steps(), 8);
+  detail::append_le(buf, seqs, 8);
+  detail::append_le(buf, payload, 8);
+  detail::append_le(buf, detail::crc32(buf), 4);
+  detail::append_le(buf, 0, 4);
   detail::write_bytes(out, buf, nullptr);
   buf.clear();
 
@@ -141,7 +129,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
     }
   };
   for (const std::size_t s : trace.sequence_starts()) {
-    detail::put_le(buf, s, 8);
+    detail::append_le(buf, s, 8);
     flush_if_full();
   }
   if (partial) {  // bit r (LSB first) of the bitmap: row r = step * layers + layer is held
@@ -154,21 +142,21 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
                    : 0u)
               << (r % 8);
       if (r % 8 == 7 || r + 1 == rows) {
-        detail::put_le(buf, byte, 1);
+        detail::append_le(buf, byte, 1);
         byte = 0;
         flush_if_full();
       }
     }
   }
   trace.for_each_access([&](access a) {
-    detail::put_le(buf, static_cast<std::uint64_t>(a.expert), static_cast<int>(id_bytes));
+    detail::append_le(buf, static_cast<std::uint64_t>(a.expert), static_cast<int>(id_bytes));
     flush_if_full();
   });
   if (trace.has_weights()) {
     for (std::size_t s = 0; s < trace.steps(); ++s) {
       for (std::int32_t l = 0; l < shape.layers; ++l) {
         for (std::int32_t j = 0; j < shape.top_k && trace.has_layer(s, l); ++j) {
-          detail::put_le(buf, std::bit_cast<std::uint32_t>(trace.weight(s, l, j)), 4);
+          detail::append_le(buf, std::bit_cast<std::uint32_t>(trace.weight(s, l, j)), 4);
           flush_if_full();
         }
       }
@@ -176,7 +164,7 @@ inline void write_wtrace(const routing_trace& trace, std::ostream& out) {
   }
   detail::write_bytes(out, buf, &crc);
   buf.clear();
-  detail::put_le(buf, crc, 4);
+  detail::append_le(buf, crc, 4);
   detail::write_bytes(out, buf, nullptr);
 }
 
@@ -192,36 +180,51 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   }
 }
 
-/// @brief Reads one `.wtrace` trace from `in` (opened in binary mode), consuming exactly its bytes.
-///
-/// Validates magic, version, flags, shape, id width, payload size (against the counts and the
-/// bytes actually present), both CRC-32s, sequence starts (strictly increasing, `< steps`), ids
-/// (`< experts`, distinct within each row) and weights (finite).
-/// Time O(file size); memory: the payload once plus the resulting trace.
-/// @throws wisp::format_error naming the byte offset and the problem.
-[[nodiscard]] inline routing_trace read_wtrace(std::istream& in) {
-  using u64 = std::uint64_t;
-  // Bytes left in a seekable stream, or max when unknown.
-  u64 available = std::numeric_limits<u64>::max();
-  {
-    const auto here = in.tellg();
-    if (here != std::streampos(-1)) {
-      in.seekg(0, std::ios::end);
-      const auto end = in.tellg();
-      in.seekg(here);
-      if (end != std::streampos(-1) && in && end >= here) {
-        available = static_cast<u64>(end - here);
-      }
-    }
-    in.clear(in.rdstate() & ~std::ios::failbit);
-  }
+namespace detail {
 
+/// The fields of a `.wtrace` header and the payload sizes they imply (all checked by
+/// `parse_wtrace_header`).
+struct wtrace_header {
+  std::int32_t layers = 0;
+  std::int32_t experts = 0;
+  std::int32_t top_k = 0;
+  std::uint64_t id_bytes = 0;
+  std::uint64_t steps = 0;
+  std::uint64_t seqs = 0;
+  std::uint64_t payload = 0;  ///< payload bytes, the trailing CRC excluded
+  bool weights = false;
+  bool partial = false;
+  std::uint64_t rows = 0;       ///< steps x layers
+  std::uint64_t row_bytes = 0;  ///< one (step, layer) row: top_k ids (and weights)
+  std::uint64_t seq_part = 0;   ///< bytes of the sequence starts
+  std::uint64_t fixed = 0;      ///< sequence starts plus the row bitmap of a partial trace
+};
+
+/// Bytes left in a seekable stream from where it stands, or max when unknown.
+[[nodiscard]] inline std::uint64_t wtrace_bytes_left(std::istream& in) {
+  std::uint64_t available = std::numeric_limits<std::uint64_t>::max();
+  const auto here = in.tellg();
+  if (here != std::streampos(-1)) {
+    in.seekg(0, std::ios::end);
+    const auto end = in.tellg();
+    in.seekg(here);
+    if (end != std::streampos(-1) && in && end >= here) {
+      available = static_cast<std::uint64_t>(end - here);
+    }
+  }
+  in.clear(in.rdstate() & ~std::ios::failbit);
+  return available;
+}
+
+/// Reads the 64 header bytes; checks the signature, the length and the header CRC.
+[[nodiscard]] inline std::array<std::uint8_t, wtrace::header_bytes> read_wtrace_header_bytes(
+    std::istream& in) {
   std::array<std::uint8_t, wtrace::header_bytes> h{};
   in.read(reinterpret_cast<char*>(h.data()), static_cast<std::streamsize>(h.size()));
-  const auto got = static_cast<u64>(in.gcount());
+  const auto got = static_cast<std::uint64_t>(in.gcount());
   if (got < 8 || !std::equal(wtrace::magic.begin(), wtrace::magic.end(), h.begin())) {
     // Report a bad signature before a short header: a non-wtrace file is the likelier mistake.
-    const u64 n = std::min<u64>(got, 8);
+    const std::uint64_t n = std::min<std::uint64_t>(got, 8);
     if (!std::equal(h.begin(), h.begin() + static_cast<std::ptrdiff_t>(n), wtrace::magic.begin())) {
       throw format_error(0, "not a .wtrace file (bad magic)");
     }
@@ -230,11 +233,47 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   if (got < wtrace::header_bytes) {
     throw format_error(got, "truncated .wtrace header (" + std::to_string(got) + " of 64 bytes)");
   }
-  auto field = [&](std::size_t off, int bytes) { return detail::get_le(h.data() + off, bytes); };
-  const u64 header_crc = field(56, 4);
-  if (detail::crc32(std::span<const std::uint8_t>(h.data(), 56)) != header_crc) {
+  if (crc32(std::span<const std::uint8_t>(h.data(), 56)) != load_le(h.data() + 56, 4)) {
     throw format_error(56, "header checksum mismatch (corrupted header)");
   }
+  return h;
+}
+
+/// Derives the payload sizes of `w` and checks its payload size against them: every (step,
+/// layer) row holds top_k ids (and weights); a partial trace stores only the rows its bitmap
+/// marks, so its payload is checked against the bitmap once that is read.
+inline void check_wtrace_payload_size(wtrace_header& w) {
+  using u64 = std::uint64_t;
+  bool ok = true;
+  w.rows = checked_mul(w.steps, static_cast<u64>(w.layers), ok);
+  w.row_bytes = static_cast<u64>(w.top_k) * (w.id_bytes + (w.weights ? 4 : 0));
+  w.seq_part = w.seqs * 8;  // seqs <= 2^32
+  const u64 mask_part = w.partial ? w.rows / 8 + (w.rows % 8 != 0 ? 1 : 0) : 0;
+  const u64 rows_part = checked_mul(w.rows, w.row_bytes, ok);
+  w.fixed = w.seq_part + mask_part;
+  if (!ok || w.fixed + rows_part < w.fixed) {
+    throw format_error(32, "step count " + std::to_string(w.steps) + " overflows the payload size");
+  }
+  if (!w.partial && w.payload != w.fixed + rows_part) {
+    throw format_error(48, "payload size " + std::to_string(w.payload) + " does not match " +
+                               std::to_string(w.fixed + rows_part) + " implied by the header");
+  }
+  if (w.partial && (w.payload < w.fixed || w.payload - w.fixed > rows_part ||
+                    (w.payload - w.fixed) % w.row_bytes != 0)) {
+    throw format_error(48, "payload size " + std::to_string(w.payload) +
+                               " does not fit the header: sequence starts and row bitmap " +
+                               std::to_string(w.fixed) + " bytes plus a multiple of " +
+                               std::to_string(w.row_bytes) + " up to " +
+                               std::to_string(w.fixed + rows_part));
+  }
+}
+
+/// The fields of a header whose CRC matched: version, flags, shape, id width and counts are
+/// checked, and the payload size against the sizes they imply.
+[[nodiscard]] inline wtrace_header parse_wtrace_header(
+    const std::array<std::uint8_t, wtrace::header_bytes>& h) {
+  using u64 = std::uint64_t;
+  auto field = [&](std::size_t off, int bytes) { return load_le(h.data() + off, bytes); };
   if (field(8, 4) != wtrace::version) {
     throw format_error(8, "unsupported .wtrace version " + std::to_string(field(8, 4)) +
                               " (this reader knows version 1)");
@@ -243,78 +282,62 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
   if ((flags & ~u64{wtrace::flag_weights | wtrace::flag_partial}) != 0) {
     throw format_error(12, "unknown flag bits " + std::to_string(flags));
   }
-  const auto layers = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(16, 4)));
-  const auto experts = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(20, 4)));
-  const auto top_k = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(24, 4)));
-  if (layers <= 0) {
-    throw format_error(16, "layers must be positive, got " + std::to_string(layers));
+  wtrace_header w;
+  w.layers = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(16, 4)));
+  w.experts = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(20, 4)));
+  w.top_k = static_cast<std::int32_t>(static_cast<std::uint32_t>(field(24, 4)));
+  if (w.layers <= 0) {
+    throw format_error(16, "layers must be positive, got " + std::to_string(w.layers));
   }
-  if (experts <= 0 || experts > moe_shape::max_experts) {
-    throw format_error(20, "experts must be in [1, 65536], got " + std::to_string(experts));
+  if (w.experts <= 0 || w.experts > moe_shape::max_experts) {
+    throw format_error(20, "experts must be in [1, 65536], got " + std::to_string(w.experts));
   }
-  if (top_k <= 0 || top_k > experts) {
-    throw format_error(24, "top_k must be in [1, experts=" + std::to_string(experts) + "], got " +
-                               std::to_string(top_k));
+  if (w.top_k <= 0 || w.top_k > w.experts) {
+    throw format_error(24, "top_k must be in [1, experts=" + std::to_string(w.experts) + "], got " +
+                               std::to_string(w.top_k));
   }
-  const u64 id_bytes = field(28, 4);
-  const u64 want_id_bytes = experts > 256 ? 2 : 1;
-  if (id_bytes != want_id_bytes) {
-    throw format_error(28, "id width " + std::to_string(id_bytes) + " bytes, expected " +
-                               std::to_string(want_id_bytes) + " for " + std::to_string(experts) +
+  w.id_bytes = field(28, 4);
+  const u64 want_id_bytes = w.experts > 256 ? 2 : 1;
+  if (w.id_bytes != want_id_bytes) {
+    throw format_error(28, "id width " + std::to_string(w.id_bytes) + " bytes, expected " +
+                               std::to_string(want_id_bytes) + " for " + std::to_string(w.experts) +
                                " experts");
   }
   if (field(60, 4) != 0) {
     throw format_error(60, "reserved header field is not zero");
   }
-  const u64 steps = field(32, 8);
-  const u64 seqs = field(40, 8);
-  const u64 payload = field(48, 8);
-  const bool weights = (flags & wtrace::flag_weights) != 0;
-  const bool partial = (flags & wtrace::flag_partial) != 0;
-  if (steps > routing_trace::max_steps) {
-    throw format_error(32, "step count " + std::to_string(steps) + " exceeds the maximum");
+  w.steps = field(32, 8);
+  w.seqs = field(40, 8);
+  w.payload = field(48, 8);
+  w.weights = (flags & wtrace::flag_weights) != 0;
+  w.partial = (flags & wtrace::flag_partial) != 0;
+  if (w.steps > routing_trace::max_steps) {
+    throw format_error(32, "step count " + std::to_string(w.steps) + " exceeds the maximum");
   }
-  if (seqs > steps) {
-    throw format_error(40, "sequence count " + std::to_string(seqs) + " exceeds step count " +
-                               std::to_string(steps));
+  if (w.seqs > w.steps) {
+    throw format_error(40, "sequence count " + std::to_string(w.seqs) + " exceeds step count " +
+                               std::to_string(w.steps));
   }
-  // Sizes: every (step, layer) row holds top_k ids (and weights); a partial trace stores only the
-  // rows its bitmap marks, so its payload is checked against the bitmap once that is read.
-  bool ok = true;
-  const u64 rows = detail::checked_mul(steps, static_cast<u64>(layers), ok);
-  const u64 per_step = static_cast<u64>(layers) * static_cast<u64>(top_k);
-  const u64 row_bytes = static_cast<u64>(top_k) * (id_bytes + (weights ? 4 : 0));
-  const u64 seq_part = seqs * 8;  // seqs <= 2^32
-  const u64 mask_part = partial ? rows / 8 + (rows % 8 != 0 ? 1 : 0) : 0;
-  const u64 rows_part = detail::checked_mul(rows, row_bytes, ok);
-  const u64 fixed = seq_part + mask_part;
-  if (!ok || fixed + rows_part < fixed) {
-    throw format_error(32, "step count " + std::to_string(steps) + " overflows the payload size");
-  }
-  if (!partial && payload != fixed + rows_part) {
-    throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
-                               std::to_string(fixed + rows_part) + " implied by the header");
-  }
-  if (partial &&
-      (payload < fixed || payload - fixed > rows_part || (payload - fixed) % row_bytes != 0)) {
-    throw format_error(48, "payload size " + std::to_string(payload) +
-                               " does not fit the header: sequence starts and row bitmap " +
-                               std::to_string(fixed) + " bytes plus a multiple of " +
-                               std::to_string(row_bytes) + " up to " +
-                               std::to_string(fixed + rows_part));
-  }
+  check_wtrace_payload_size(w);
+  return w;
+}
+
+/// Reads the payload and its trailing CRC (checked) in bounded chunks: growth follows the data,
+/// not the header. `available` is what `wtrace_bytes_left` reported before the header.
+[[nodiscard]] inline std::vector<std::uint8_t> read_wtrace_payload(std::istream& in,
+                                                                   const wtrace_header& w,
+                                                                   std::uint64_t available) {
+  using u64 = std::uint64_t;
   const u64 rest = available == std::numeric_limits<u64>::max()
                        ? available
                        : available - std::min<u64>(available, wtrace::header_bytes);
-  if (rest < payload + 4) {
+  if (rest < w.payload + 4) {
     throw format_error(wtrace::header_bytes + rest,
-                       "truncated .wtrace file: header announces " + std::to_string(payload + 4) +
+                       "truncated .wtrace file: header announces " + std::to_string(w.payload + 4) +
                            " more bytes but only " + std::to_string(rest) + " remain");
   }
-
-  // Read the payload and trailing CRC in bounded chunks (growth follows the data, not the header).
   std::vector<std::uint8_t> body;
-  const u64 total = payload + 4;
+  const u64 total = w.payload + 4;
   if (available != std::numeric_limits<u64>::max()) {
     body.reserve(static_cast<std::size_t>(total));
   }
@@ -331,102 +354,135 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     }
   }
   const std::uint8_t* p = body.data();
-  const u64 stored_crc = detail::get_le(p + payload, 4);
-  if (detail::crc32(std::span<const std::uint8_t>(p, static_cast<std::size_t>(payload))) !=
-      stored_crc) {
-    throw format_error(wtrace::header_bytes + payload,
+  if (crc32(std::span<const std::uint8_t>(p, static_cast<std::size_t>(w.payload))) !=
+      load_le(p + w.payload, 4)) {
+    throw format_error(wtrace::header_bytes + w.payload,
                        "payload checksum mismatch (corrupted data)");
   }
+  return body;
+}
 
-  routing_trace trace({layers, experts, top_k});
-  trace.reserve(static_cast<std::size_t>(steps));
-  std::vector<std::size_t> starts(static_cast<std::size_t>(seqs));
-  for (u64 i = 0; i < seqs; ++i) {
-    const u64 s = detail::get_le(p + 8 * i, 8);
-    if (s >= steps || (i > 0 && s <= starts[i - 1])) {
+/// The sequence starts at the front of the payload `p`: strictly increasing, below the steps.
+[[nodiscard]] inline std::vector<std::size_t> read_wtrace_sequence_starts(const std::uint8_t* p,
+                                                                          const wtrace_header& w) {
+  std::vector<std::size_t> starts(static_cast<std::size_t>(w.seqs));
+  for (std::uint64_t i = 0; i < w.seqs; ++i) {
+    const std::uint64_t s = load_le(p + 8 * i, 8);
+    if (s >= w.steps || (i > 0 && s <= starts[i - 1])) {
       throw format_error(
           wtrace::header_bytes + 8 * i,
           "sequence start " + std::to_string(s) + " is not increasing or not below the step count");
     }
     starts[i] = static_cast<std::size_t>(s);
   }
-  const std::uint8_t* mask = p + seq_part;
-  auto held = [&](u64 row) { return !partial || ((mask[row / 8] >> (row % 8)) & 1u) != 0; };
-  u64 held_rows = rows;
-  if (partial) {
-    held_rows = 0;
-    for (u64 r = 0; r < rows; ++r) {
-      held_rows += held(r) ? 1 : 0;
+  return starts;
+}
+
+/// The rows a trace holds: all of them, or for a partial trace those its bitmap (at `mask`)
+/// marks, checked against the payload size.
+[[nodiscard]] inline std::uint64_t wtrace_held_rows(const std::uint8_t* mask,
+                                                    const wtrace_header& w) {
+  using u64 = std::uint64_t;
+  if (!w.partial) {
+    return w.rows;
+  }
+  u64 held = 0;
+  for (u64 r = 0; r < w.rows; ++r) {
+    held += (mask[r / 8] >> (r % 8)) & 1u;
+  }
+  if (w.rows % 8 != 0 && (mask[w.rows / 8] >> (w.rows % 8)) != 0) {
+    throw format_error(wtrace::header_bytes + w.seq_part + w.rows / 8,
+                       "row bitmap has bits set past the last row");
+  }
+  if (held == w.rows) {
+    throw format_error(12, "partial flag set but every step holds every layer");
+  }
+  if (w.fixed + held * w.row_bytes != w.payload) {
+    throw format_error(48, "payload size " + std::to_string(w.payload) + " does not match " +
+                               std::to_string(w.fixed + held * w.row_bytes) +
+                               " implied by the row bitmap");
+  }
+  return held;
+}
+
+/// Reads the ids and weights of one row of step `s`, layer `l` into `ids` and `ws` (`top_k`
+/// each), stored entry `idx` onwards: ids below the experts and distinct, weights finite.
+/// `seen` is all zero before and after.
+inline void read_wtrace_row(const std::uint8_t* p, const wtrace_header& w, std::uint64_t held_rows,
+                            std::uint64_t idx, std::uint64_t s, std::int32_t l,
+                            std::span<std::int32_t> ids, std::span<float> ws,
+                            std::vector<std::uint8_t>& seen) {
+  using u64 = std::uint64_t;
+  const u64 id_base = w.fixed;  // payload offset of the first id
+  const u64 w_base = id_base + held_rows * static_cast<u64>(w.top_k) * w.id_bytes;
+  for (std::int32_t j = 0; j < w.top_k; ++j, ++idx) {
+    const u64 off = id_base + idx * w.id_bytes;
+    const auto id = static_cast<std::int64_t>(load_le(p + off, static_cast<int>(w.id_bytes)));
+    if (id >= w.experts) {
+      throw format_error(wtrace::header_bytes + off,
+                         "expert id " + std::to_string(id) + " >= experts " +
+                             std::to_string(w.experts) + " (step " + std::to_string(s) + ")");
     }
-    if (rows % 8 != 0 && (mask[rows / 8] >> (rows % 8)) != 0) {
-      throw format_error(wtrace::header_bytes + seq_part + rows / 8,
-                         "row bitmap has bits set past the last row");
+    auto& mark = seen[static_cast<std::size_t>(id)];
+    if (mark != 0) {
+      throw format_error(wtrace::header_bytes + off,
+                         "expert " + std::to_string(id) + " appears twice in step " +
+                             std::to_string(s) + " layer " + std::to_string(l));
     }
-    if (held_rows == rows) {
-      throw format_error(12, "partial flag set but every step holds every layer");
-    }
-    if (fixed + held_rows * row_bytes != payload) {
-      throw format_error(48, "payload size " + std::to_string(payload) + " does not match " +
-                                 std::to_string(fixed + held_rows * row_bytes) +
-                                 " implied by the row bitmap");
+    mark = 1;
+    ids[static_cast<std::size_t>(j)] = static_cast<std::int32_t>(id);
+    if (w.weights) {
+      const u64 woff = w_base + idx * 4;
+      const float weight = std::bit_cast<float>(load_le<std::uint32_t>(p + woff));
+      if (!std::isfinite(weight)) {
+        throw format_error(wtrace::header_bytes + woff, "weight is not finite");
+      }
+      ws[static_cast<std::size_t>(j)] = weight;
     }
   }
-  const u64 n = held_rows * static_cast<u64>(top_k);
-  const u64 id_base = fixed;                  // payload offset of the first id
-  const u64 w_base = id_base + n * id_bytes;  // payload offset of the first weight
-  const int width = static_cast<int>(id_bytes);
-  std::vector<std::int32_t> ids(static_cast<std::size_t>(per_step));
-  std::vector<float> ws(weights ? static_cast<std::size_t>(per_step) : 0);
-  std::vector<std::uint8_t> present(static_cast<std::size_t>(layers));
-  std::vector<std::uint8_t> seen(static_cast<std::size_t>(experts), 0);
+  for (const std::int32_t id : ids) {
+    seen[static_cast<std::size_t>(id)] = 0;
+  }
+}
+
+/// The trace of a checked payload `p`: its steps, row by row, and its sequences.
+[[nodiscard]] inline routing_trace decode_wtrace_payload(const std::uint8_t* p,
+                                                         const wtrace_header& w) {
+  using u64 = std::uint64_t;
+  const std::vector<std::size_t> starts = read_wtrace_sequence_starts(p, w);
+  const std::uint8_t* mask = p + w.seq_part;
+  auto held = [&](u64 row) { return !w.partial || ((mask[row / 8] >> (row % 8)) & 1u) != 0; };
+  const u64 held_rows = wtrace_held_rows(mask, w);
+  routing_trace trace({w.layers, w.experts, w.top_k});
+  trace.reserve(static_cast<std::size_t>(w.steps));
+  const auto top_k = static_cast<std::size_t>(w.top_k);
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(w.layers) * top_k);
+  std::vector<float> ws(w.weights ? ids.size() : 0);
+  std::vector<std::uint8_t> present(static_cast<std::size_t>(w.layers));
+  std::vector<std::uint8_t> seen(static_cast<std::size_t>(w.experts), 0);
   std::size_t next_seq = 0;
   u64 idx = 0;  // index of the next stored id (and weight)
-  for (u64 s = 0; s < steps; ++s) {
+  for (u64 s = 0; s < w.steps; ++s) {
     bool any = false;
     bool all = true;
-    for (std::int32_t l = 0; l < layers; ++l) {
-      const bool row_held = held(s * static_cast<u64>(layers) + static_cast<u64>(l));
+    for (std::int32_t l = 0; l < w.layers; ++l) {
+      const bool row_held = held(s * static_cast<u64>(w.layers) + static_cast<u64>(l));
       present[static_cast<std::size_t>(l)] = row_held ? 1 : 0;
       any = any || row_held;
       all = all && row_held;
-      for (std::int32_t j = 0; j < top_k; ++j) {
-        const auto i = static_cast<std::size_t>(l * top_k + j);
-        if (!row_held) {
-          ids[i] = j;  // ignored by append_partial_step
-          continue;
-        }
-        const u64 off = id_base + idx * id_bytes;
-        const auto id = static_cast<std::int64_t>(detail::get_le(p + off, width));
-        if (id >= experts) {
-          throw format_error(wtrace::header_bytes + off,
-                             "expert id " + std::to_string(id) + " >= experts " +
-                                 std::to_string(experts) + " (step " + std::to_string(s) + ")");
-        }
-        auto& mark = seen[static_cast<std::size_t>(id)];
-        if (mark != 0) {
-          throw format_error(wtrace::header_bytes + off,
-                             "expert " + std::to_string(id) + " appears twice in step " +
-                                 std::to_string(s) + " layer " + std::to_string(l));
-        }
-        mark = 1;
-        ids[i] = static_cast<std::int32_t>(id);
-        if (weights) {
-          const u64 woff = w_base + idx * 4;
-          const float w =
-              std::bit_cast<float>(static_cast<std::uint32_t>(detail::get_le(p + woff, 4)));
-          if (!std::isfinite(w)) {
-            throw format_error(wtrace::header_bytes + woff, "weight is not finite");
-          }
-          ws[i] = w;
-        }
-        ++idx;
+      const std::size_t first = static_cast<std::size_t>(l) * top_k;
+      const std::span<std::int32_t> row(ids.data() + first, top_k);
+      if (!row_held) {
+        std::iota(row.begin(), row.end(), 0);  // ignored by append_partial_step
+        continue;
       }
-      for (std::int32_t j = 0; j < top_k && row_held; ++j) {
-        seen[static_cast<std::size_t>(ids[static_cast<std::size_t>(l * top_k + j)])] = 0;
-      }
+      read_wtrace_row(p, w, held_rows, idx, s, l, row,
+                      w.weights ? std::span<float>(ws).subspan(first, top_k) : std::span<float>{},
+                      seen);
+      idx += top_k;
     }
     if (!any) {
-      throw format_error(wtrace::header_bytes + seq_part + (s * static_cast<u64>(layers)) / 8,
+      throw format_error(wtrace::header_bytes + w.seq_part + (s * static_cast<u64>(w.layers)) / 8,
                          "step " + std::to_string(s) + " holds no layer in the row bitmap");
     }
     if (next_seq < starts.size() && starts[next_seq] == s) {
@@ -440,6 +496,22 @@ inline void write_wtrace(const routing_trace& trace, const std::filesystem::path
     }
   }
   return trace;
+}
+
+}  // namespace detail
+
+/// @brief Reads one `.wtrace` trace from `in` (opened in binary mode), consuming exactly its bytes.
+///
+/// Validates magic, version, flags, shape, id width, payload size (against the counts and the
+/// bytes actually present), both CRC-32s, sequence starts (strictly increasing, `< steps`), ids
+/// (`< experts`, distinct within each row) and weights (finite).
+/// Time O(file size); memory: the payload once plus the resulting trace.
+/// @throws wisp::format_error naming the byte offset and the problem.
+[[nodiscard]] inline routing_trace read_wtrace(std::istream& in) {
+  const std::uint64_t available = detail::wtrace_bytes_left(in);
+  const detail::wtrace_header w = detail::parse_wtrace_header(detail::read_wtrace_header_bytes(in));
+  const std::vector<std::uint8_t> body = detail::read_wtrace_payload(in, w, available);
+  return detail::decode_wtrace_payload(body.data(), w);
 }
 
 /// @brief Reads the `.wtrace` file at `path`, which must hold exactly one trace.

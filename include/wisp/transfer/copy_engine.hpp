@@ -2,8 +2,9 @@
 /// @file
 /// @brief The `copy_engine` concept (what executes a pager's copy plan), the pieces every model
 /// shares (`copy_layout`, `plan_copy_runs`, the plan check) and `host_copy_engine`, the model
-/// that copies with `memcpy` on a worker thread and charges the modelled link of a
-/// `device_timeline`. `wisp::cuda::copy_engine` is the GPU model (a copy stream and events).
+/// that copies with `memcpy` on the executor its caller gives (by default on the calling thread)
+/// and charges the modelled link of a `device_timeline`. `wisp::cuda::copy_engine` is the GPU
+/// model (a copy stream and events).
 ///
 /// Ordering rules every model keeps (docs/cuda.md, "streams and events"):
 /// - copies run in submission order, each plan's copies after the event it was given (`after`:
@@ -13,7 +14,8 @@
 ///   wait until every copy up to `e` has landed, so a kernel never reads a slot before its copy.
 /// @code
 /// wisp::device_timeline timeline(wisp::link_model{.bytes_per_second = 25e9});
-/// wisp::host_copy_engine engine(timeline);
+/// wisp::thread_pool copier(1);                          // copies beside the caller; or none
+/// wisp::host_copy_engine engine(timeline, 1024, copier.executor());
 /// wisp::copy_layout where{.masters = masters_view, .slots = slots_view, .row_bytes = bytes};
 /// auto r = pager.prepare(layer, ids, tokens, k);
 /// auto landed = engine.copy(where, r.copy_plan, engine.consumer_event());
@@ -24,6 +26,7 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/executor.hpp>
 #include <wisp/core/topk.hpp>
 #include <wisp/transfer/timeline.hpp>
 #include <wisp/vmm/expert_tensor_view.hpp>
@@ -37,7 +40,7 @@
 #include <cstring>
 #include <mutex>
 #include <span>
-#include <thread>
+#include <utility>
 #include <vector>
 
 namespace wisp {
@@ -161,44 +164,46 @@ struct host_copy_event {
   timeline_event modelled{};  ///< when those copies end on the modelled link
 };
 
-/// @brief The host model of `copy_engine`: a worker thread `memcpy`s the runs in order while the
-/// caller goes on; each run is charged on the caller's `device_timeline` as one copy of its bytes
-/// (the link's latency per run), so modelled times do not depend on the host's memcpy speed.
+/// @brief The host model of `copy_engine`: the runs are `memcpy`d in order by a drain task on the
+/// executor the caller gives: with the default `inline_executor` inside `copy`, with a
+/// `thread_pool`'s on a pool thread while the caller goes on. Each run is charged on the caller's
+/// `device_timeline` as one copy of its bytes (the link's latency per run), so modelled times do
+/// not depend on the host's memcpy speed or on the executor.
 ///
 /// The consumer is the calling thread: `wait` blocks it until the copies have landed, and
 /// `consumer_event()` is already satisfied in real time (the caller has finished reading when it
-/// asks), carrying only the timeline's compute progress. Memory: a queue of `queue_runs` runs
-/// allocated at construction; `copy` blocks while the queue is full and allocates nothing once
-/// the plan check has seen the largest slot tensor. Thread safety: `copy`, `wait`,
-/// `synchronize` and `stats` from one thread at a time (the owner); the worker is internal.
-/// Masters and slots must stay alive and unchanged by the caller until the copies have landed.
+/// asks), carrying only the timeline's compute progress. Order: at most one drain task runs at a
+/// time and it takes the runs in submission order, so a pool of any size keeps the order.
+/// Memory: a queue of `queue_runs` runs allocated at construction; `copy` blocks while the queue
+/// is full and allocates nothing once the plan check has seen the largest slot tensor (a drain
+/// task is one `std::function`, made once per wake-up of the executor). Thread safety: `copy`,
+/// `wait`, `synchronize` and `stats` from one thread at a time (the owner), never from a task of
+/// the executor. Masters and slots must stay alive and unchanged by the caller until the copies
+/// have landed; the executor must outlive the engine.
 class host_copy_engine {
  public:
   using event = host_copy_event;
 
-  /// Starts the worker. @throws wisp::logic_error if `queue_runs` is 0; std::bad_alloc;
-  ///   std::system_error if the thread cannot start.
-  explicit host_copy_engine(device_timeline& timeline, std::size_t queue_runs = 1024)
-      : timeline_(&timeline) {
+  /// An engine that queues up to `queue_runs` runs and copies them on `executor` (by default on
+  /// the calling thread, inside `copy`). @throws wisp::logic_error if `queue_runs` is 0;
+  ///   std::bad_alloc.
+  explicit host_copy_engine(device_timeline& timeline, std::size_t queue_runs = 1024,
+                            any_executor executor = {})
+      : timeline_(&timeline), executor_(std::move(executor)) {
     WISP_EXPECTS(queue_runs >= 1, "host_copy_engine: queue_runs must be >= 1");
     queue_.resize(queue_runs);
     runs_.resize(queue_runs);
-    worker_ = std::thread([this] { work(); });
   }
   host_copy_engine(const host_copy_engine&) = delete;
   host_copy_engine& operator=(const host_copy_engine&) = delete;
-  /// Lets the worker finish every queued copy, then joins it.
+  /// Waits until every queued copy has landed.
   ~host_copy_engine() {
-    {
-      const std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    work_ready_.notify_one();
-    worker_.join();
+    std::unique_lock<std::mutex> lock(mutex_);
+    drain_ended_.wait(lock, [&] { return !draining_; });
   }
 
   /// @brief Enqueues the copies of `plan` (see `copy_engine`). O(plan.size()) plus the copies,
-  /// which run on the worker; blocks only while the queue is full.
+  /// which run on the executor; blocks only while the queue is full.
   /// @throws wisp::logic_error (nothing enqueued) if the plan does not fit `layout` (see
   ///   `detail::copy_plan_checker`) or `after.modelled` is not a valid time.
   event copy(const copy_layout& layout, copy_plan plan, event after = {}) {
@@ -225,6 +230,8 @@ class host_copy_engine {
     push(job{nullptr, 0, nullptr, 0, 0, 0, ticket});  // marks the plan's end
     ++stats_.plans;
     stats_.runs += runs;
+    std::unique_lock<std::mutex> lock(mutex_);
+    start_drain(lock);
     return event{ticket, modelled};
   }
 
@@ -257,21 +264,36 @@ class host_copy_engine {
     std::uint64_t ticket;
   };
 
+  // Queues `j`; a full queue is drained first (by the executor: at once when it is inline).
   void push(const job& j) {
     std::unique_lock<std::mutex> lock(mutex_);
-    space_.wait(lock, [&] { return tail_ - head_ < queue_.size(); });
+    if (tail_ - head_ == queue_.size()) {
+      start_drain(lock);
+      space_.wait(lock, [&] { return tail_ - head_ < queue_.size(); });
+    }
     queue_[tail_++ % queue_.size()] = j;
-    lock.unlock();
-    work_ready_.notify_one();
   }
 
-  void work() {
-    for (;;) {
-      std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return stop_ || head_ != tail_; });
-      if (head_ == tail_) {
-        return;  // stopped and drained
-      }
+  // Hands a drain task to the executor unless one is running (`lock` holds `mutex_`; it is
+  // released while the executor takes the task, which may run it right there).
+  void start_drain(std::unique_lock<std::mutex>& lock) {
+    if (draining_ || head_ == tail_) {
+      return;
+    }
+    draining_ = true;
+    lock.unlock();
+    try {
+      executor_.execute([this] { drain(); });
+    } catch (...) {  // the executor refused the task: copy here rather than lose the copies
+      drain();
+    }
+    lock.lock();
+  }
+
+  // Copies every queued run in order, then ends (the only task that touches the queue's head).
+  void drain() noexcept {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (head_ != tail_) {
       const job j = queue_[head_ % queue_.size()];
       lock.unlock();
       for (std::size_t r = 0; r < j.rows; ++r) {
@@ -282,31 +304,30 @@ class host_copy_engine {
       ++head_;
       if (j.rows == 0) {
         completed_ = j.ticket;
-      }
-      lock.unlock();
-      space_.notify_one();
-      if (j.rows == 0) {
         landed_.notify_all();
       }
+      space_.notify_one();
     }
+    draining_ = false;
+    drain_ended_.notify_all();  // under the lock: the engine may go once it is released
   }
 
   device_timeline* timeline_;
+  any_executor executor_;
   detail::copy_plan_checker checker_;
   std::vector<copy_run> runs_;  // scratch of `copy`
   copy_engine_stats stats_;
   std::uint64_t submitted_ = 0;  // tickets handed out (owner thread only)
 
   std::mutex mutex_;  // guards everything below
-  std::condition_variable work_ready_;
   std::condition_variable space_;
   std::condition_variable landed_;
+  std::condition_variable drain_ended_;
   std::vector<job> queue_;  // ring buffer: [head_, tail_) pending
   std::size_t head_ = 0;
   std::size_t tail_ = 0;
   std::uint64_t completed_ = 0;  // last plan whose copies have all landed
-  bool stop_ = false;
-  std::thread worker_;  // last: starts after every member above is ready
+  bool draining_ = false;        // a drain task has been handed to the executor and not ended
 };
 static_assert(copy_engine<host_copy_engine>);
 

@@ -70,6 +70,13 @@ class ExpertCache:
         scope: ``"layer"`` (one cache per layer, buffers ``[layers, capacity, ...]``) or
             ``"global"`` (one pool over every layer's experts, buffers ``[capacity, ...]``).
         device: where the slots live; default CUDA when available, else CPU.
+        expert_map: on an expert-parallel rank, the engine's EP map (vLLM's ``expert_map``:
+            ``int[global experts]``, global id -> local row or -1, or ``int[layers, global
+            experts]``); the weights are then the rank's local rows ``[layers, local experts,
+            ...]``, ``prepare`` takes the router's global ids and the persistent ``expert_map``
+            is ``int32[layers, global experts]`` (-1 for every expert this rank does not compute).
+            ``run`` splits by expert only.
+        rank: the rank the map belongs to (for messages).
 
     ``prepare`` is not thread-safe (one engine thread per cache, like vLLM's provider).
     """
@@ -86,6 +93,8 @@ class ExpertCache:
         policy: str = "lru",
         scope: str = "layer",
         device: Optional[torch.device] = None,
+        expert_map=None,
+        rank: int = 0,
     ):
         if w13_weight.dim() < 2 or w2_weight.dim() < 2:
             raise LogicError("ExpertCache: weights must be [layers, experts, ...] tensors")
@@ -99,8 +108,12 @@ class ExpertCache:
             "cuda" if torch.cuda.is_available() else "cpu")
         cuda = self.device.type == "cuda"
         self.capacity = capacity
+        if isinstance(expert_map, torch.Tensor):
+            expert_map = expert_map.detach().to("cpu").numpy()
         self._pager = Pager(layers, experts, top_k if top_k is not None else capacity, capacity,
-                            policy=policy, scope=scope)
+                            policy=policy, scope=scope, expert_map=expert_map, rank=rank)
+        # The map's width: the global experts with an EP map, the local rows otherwise.
+        map_experts = len(self._pager.expert_map(0))
         self._global = scope == "global"
         masters = [_host_master(t, cuda) for t in (w13_weight, w2_weight, w13_scale, w2_scale)]
         self._masters = [m for m in masters if m is not None]
@@ -110,7 +123,7 @@ class ExpertCache:
         self._has_scales = (w13_scale is not None, w2_scale is not None)
         # The persistent map: updated in place, never reallocated. The pager writes each call's
         # map straight into a host mirror row (pinned on CUDA), which is then copied to the device.
-        self._map_host = torch.full((layers, experts), -1, dtype=torch.int32)
+        self._map_host = torch.full((layers, map_experts), -1, dtype=torch.int32)
         if cuda:
             self._map_host = self._map_host.pin_memory()
             self._map_copied = [None] * layers  # event of each row's last host-to-device copy
@@ -207,6 +220,9 @@ class ExpertCache:
         batch once per expert group with the map hiding the other groups, outputs summed in fp32
         (each expert loaded at most once). ``first`` is True only for the first call (add shared
         experts there)."""
+        if split == "token" and self._pager.rank is not None:
+            raise LogicError("ExpertCache.run: with an expert_map, split='expert' only (rows routed "
+                             "to other ranks have no local row)")
         if split == "token":
             outputs = []
             for i, group in enumerate(self.plan_token_groups(layer, topk_ids)):

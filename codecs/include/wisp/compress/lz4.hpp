@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace wisp {
@@ -30,8 +31,10 @@ struct lz4_coder {
   /// 0: LZ4's fast compressor ("lz4"); 1..LZ4HC_CLEVEL_MAX: LZ4HC at that level ("lz4hc").
   int hc_level = 0;
 
+  static constexpr std::string_view name = "lz4";
   [[nodiscard]] coder_id id() const noexcept { return coder_id::lz4; }
-  [[nodiscard]] std::string name() const { return hc_level == 0 ? "lz4" : "lz4hc"; }
+  /// "lz4", or "lz4hc" for LZ4HC (at any level).
+  [[nodiscard]] std::string label() const { return hc_level == 0 ? "lz4" : "lz4hc"; }
 
   /// Appends one block holding `symbols`. O(n).
   /// @throws wisp::logic_error on a level outside 0..LZ4HC_CLEVEL_MAX or an E-chunk over

@@ -22,6 +22,7 @@
 #include <new>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace wisp {
@@ -34,10 +35,11 @@ struct zstd_coder {
   /// docs/compression.md for the measured levels.
   int level = 1;
 
+  static constexpr std::string_view name = "zstd";
   [[nodiscard]] coder_id id() const noexcept { return coder_id::zstd; }
   /// "zstd", or "zstd-<level>" for a level other than the default 1.
-  [[nodiscard]] std::string name() const {
-    return level == 1 ? "zstd" : "zstd-" + std::to_string(level);
+  [[nodiscard]] std::string label() const {
+    return level == 1 ? std::string(name) : "zstd-" + std::to_string(level);
   }
 
   /// Appends one frame holding `symbols`. O(n).

@@ -57,7 +57,8 @@ __global__ void recover_bf16_kernel(const std::uint8_t* __restrict__ sm,
                                   static_cast<std::uint8_t>(ew[w] >> (16 * h)));
         const auto hi = bf16_join(static_cast<std::uint8_t>(sw[w] >> (16 * h + 8)),
                                   static_cast<std::uint8_t>(ew[w] >> (16 * h + 8)));
-        o[2 * w + h] = static_cast<std::uint32_t>(lo) | (static_cast<std::uint32_t>(hi) << 16);
+        o[2 * w + h] =
+            static_cast<std::uint32_t>(lo.bits) | (static_cast<std::uint32_t>(hi.bits) << 16);
       }
     }
     uint4* dst = reinterpret_cast<uint4*>(out) + 2 * v;
@@ -65,7 +66,7 @@ __global__ void recover_bf16_kernel(const std::uint8_t* __restrict__ sm,
     dst[1] = make_uint4(o[4], o[5], o[6], o[7]);
   }
   for (std::size_t i = vectors * recover_per_thread + first; i < n; i += stride) {
-    out[i] = bf16_join(sm[i], exponents[i]);
+    out[i] = bf16_join(sm[i], exponents[i]).bits;
   }
 }
 
@@ -82,7 +83,7 @@ __global__ void decode_huffman_kernel(const huffman_table* table, const std::uin
   const std::size_t begin = j == 0 ? 0 : ends[j - 1];
   const std::size_t first = j * block;
   const std::size_t last = first + block < symbols ? first + block : symbols;
-  wisp::detail::huffman_lane lane{data, data_bytes, begin, begin, 0, 0, out + first, out + last};
+  huffman_lane lane(data, data_bytes, begin, out + first, out + last);
   lane.run(*table);
   if (!lane.ended_cleanly(ends[j] - begin)) {
     *bad = 1;

@@ -232,6 +232,40 @@ class device_pager {
     WISP_CUDA_TRY(cudaGetLastError());
   }
 
+  /// @brief Replaces every layer's state (slot tables, LRU lists, maps, copy lists, counters)
+  /// with `from`'s: a device pager that continues where a host run of the same step left off,
+  /// e.g. caches warmed by replaying a routing history on the host (the slots must then hold the
+  /// experts `from` says they hold). Synchronous: the device is idle when it returns; graphs
+  /// captured over this pager stay valid. O(layers x (experts + capacity)) bytes copied.
+  /// @throws wisp::logic_error (nothing changed) if `from` has other layers, experts or
+  ///   capacities; wisp::cuda_error.
+  void load(const host_pager_state& from) {
+    const pager_state& h = from.state();
+    WISP_EXPECTS(h.layers == state_.layers && h.experts == state_.experts &&
+                     h.max_capacity == state_.max_capacity,
+                 "device_pager::load: a state of ", h.layers, " layers x ", h.experts, " experts (",
+                 h.max_capacity, " slots) into a pager of ", state_.layers, " x ", state_.experts,
+                 " (", state_.max_capacity, ")");
+    for (std::int32_t l = 0; l < state_.layers; ++l) {
+      WISP_EXPECTS(h.info[l].capacity == capacity_of(l), "device_pager::load: layer ", l, " has ",
+                   h.info[l].capacity, " slots in the state, ", capacity_of(l), " here");
+    }
+    const auto layers = static_cast<std::size_t>(state_.layers);
+    const std::size_t per_expert = layers * static_cast<std::size_t>(state_.experts);
+    const std::size_t per_slot = layers * static_cast<std::size_t>(state_.max_capacity);
+    const auto upload = [](void* to, const void* from_host, std::size_t bytes) {
+      WISP_CUDA_TRY(cudaMemcpy(to, from_host, bytes, cudaMemcpyHostToDevice));
+    };
+    upload(state_.slot_of, h.slot_of, per_expert * sizeof(std::int32_t));
+    upload(state_.map, h.map, per_expert * sizeof(std::int32_t));
+    upload(state_.lru, h.lru, per_slot * sizeof(std::int32_t));
+    upload(state_.shown, h.shown, per_slot * sizeof(std::int32_t));
+    upload(state_.copies, h.copies, per_slot * sizeof(copy_op));
+    upload(state_.info, h.info, layers * sizeof(pager_layer_info));
+    // Pageable uploads may return before their DMA lands; steps may run on any stream.
+    WISP_CUDA_TRY(cudaDeviceSynchronize());
+  }
+
   /// Device address of `layer`'s expert map (fixed). @throws wisp::logic_error on a bad layer.
   [[nodiscard]] const std::int32_t* map(std::int32_t layer) const {
     check_layer("map", layer);

@@ -98,62 +98,10 @@ class json_parser {
     json_value v;
     const char c = s_[i_];
     if (c == '{') {
-      v.type = json_value::kind::object;
-      ++i_;
-      skip_ws();
-      if (i_ < s_.size() && s_[i_] == '}') {
-        ++i_;
-        return v;
-      }
-      while (true) {
-        skip_ws();
-        if (i_ >= s_.size() || s_[i_] != '"') {
-          fail("expected a string key");
-        }
-        std::string key = parse_string();
-        if (v.find(key) != nullptr) {
-          fail("duplicate key \"" + key + "\"");
-        }
-        skip_ws();
-        if (i_ >= s_.size() || s_[i_] != ':') {
-          fail("expected ':' after a key");
-        }
-        ++i_;
-        json_value member = parse_value(depth + 1);
-        v.members.push_back(json_member{std::move(key), std::move(member)});
-        skip_ws();
-        if (i_ < s_.size() && s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (i_ < s_.size() && s_[i_] == '}') {
-          ++i_;
-          return v;
-        }
-        fail("expected ',' or '}' in an object");
-      }
+      return parse_object(depth);
     }
     if (c == '[') {
-      v.type = json_value::kind::array;
-      ++i_;
-      skip_ws();
-      if (i_ < s_.size() && s_[i_] == ']') {
-        ++i_;
-        return v;
-      }
-      while (true) {
-        v.items.push_back(parse_value(depth + 1));
-        skip_ws();
-        if (i_ < s_.size() && s_[i_] == ',') {
-          ++i_;
-          continue;
-        }
-        if (i_ < s_.size() && s_[i_] == ']') {
-          ++i_;
-          return v;
-        }
-        fail("expected ',' or ']' in an array");
-      }
+      return parse_array(depth);
     }
     if (c == '"') {
       v.type = json_value::kind::string;
@@ -179,6 +127,70 @@ class json_parser {
       return parse_number();
     }
     fail(std::string("unexpected character '") + c + "'");
+  }
+
+  // The object at `i_` (its '{'), members at `depth + 1`; duplicate keys are an error.
+  json_value parse_object(int depth) {
+    json_value v;
+    v.type = json_value::kind::object;
+    ++i_;
+    skip_ws();
+    if (i_ < s_.size() && s_[i_] == '}') {
+      ++i_;
+      return v;
+    }
+    while (true) {
+      skip_ws();
+      if (i_ >= s_.size() || s_[i_] != '"') {
+        fail("expected a string key");
+      }
+      std::string key = parse_string();
+      if (v.find(key) != nullptr) {
+        fail("duplicate key \"" + key + "\"");
+      }
+      skip_ws();
+      if (i_ >= s_.size() || s_[i_] != ':') {
+        fail("expected ':' after a key");
+      }
+      ++i_;
+      json_value member = parse_value(depth + 1);
+      v.members.push_back(json_member{std::move(key), std::move(member)});
+      skip_ws();
+      if (i_ < s_.size() && s_[i_] == ',') {
+        ++i_;
+        continue;
+      }
+      if (i_ < s_.size() && s_[i_] == '}') {
+        ++i_;
+        return v;
+      }
+      fail("expected ',' or '}' in an object");
+    }
+  }
+
+  // The array at `i_` (its '['), items at `depth + 1`.
+  json_value parse_array(int depth) {
+    json_value v;
+    v.type = json_value::kind::array;
+    ++i_;
+    skip_ws();
+    if (i_ < s_.size() && s_[i_] == ']') {
+      ++i_;
+      return v;
+    }
+    while (true) {
+      v.items.push_back(parse_value(depth + 1));
+      skip_ws();
+      if (i_ < s_.size() && s_[i_] == ',') {
+        ++i_;
+        continue;
+      }
+      if (i_ < s_.size() && s_[i_] == ']') {
+        ++i_;
+        return v;
+      }
+      fail("expected ',' or ']' in an array");
+    }
   }
 
   static bool digit(char c) noexcept { return c >= '0' && c <= '9'; }

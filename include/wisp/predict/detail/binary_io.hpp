@@ -5,6 +5,7 @@
 #pragma once
 
 #include <wisp/core/detail/crc32.hpp>
+#include <wisp/core/detail/little_endian.hpp>
 #include <wisp/core/error.hpp>
 
 #include <array>
@@ -41,9 +42,7 @@ class binary_writer {
  private:
   void put(std::uint64_t v, int width) {
     std::array<std::uint8_t, 8> b{};
-    for (int i = 0; i < width; ++i) {
-      b[static_cast<std::size_t>(i)] = static_cast<std::uint8_t>(v >> (8 * i));
-    }
+    store_le(b.data(), v, width);
     bytes(std::span<const std::uint8_t>(b.data(), static_cast<std::size_t>(width)));
   }
 
@@ -91,11 +90,7 @@ class binary_reader {
   std::uint64_t get(int width, const char* field) {
     std::array<std::uint8_t, 8> b{};
     bytes(std::span<std::uint8_t>(b.data(), static_cast<std::size_t>(width)), field);
-    std::uint64_t v = 0;
-    for (int i = 0; i < width; ++i) {
-      v |= static_cast<std::uint64_t>(b[static_cast<std::size_t>(i)]) << (8 * i);
-    }
-    return v;
+    return load_le(b.data(), width);
   }
 
   std::istream& in_;

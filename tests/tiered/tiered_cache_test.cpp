@@ -7,7 +7,7 @@
 
 #include <wisp/cache/lfu.hpp>
 #include <wisp/cache/lru.hpp>
-#include <wisp/compress/tiered_cache.hpp>
+#include <wisp/tiered/tiered_cache.hpp>
 
 #include <gtest/gtest.h>
 

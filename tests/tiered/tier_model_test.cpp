@@ -3,9 +3,10 @@
 // outcome, the hit-pattern distribution against every k-subset (exact, small E) and against
 // Monte-Carlo draws of the max-entropy design (E = 64, k = 6), the fitted marginals against f, the
 // makespan estimate against an op-by-op count, and the planner against exhaustive evaluation.
+#include "support/enum_names.hpp"
 #include "support/expect_error.hpp"
 
-#include <wisp/compress/tier_model.hpp>
+#include <wisp/tiered/tier_model.hpp>
 
 #include <gtest/gtest.h>
 
@@ -14,7 +15,10 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <random>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -381,6 +385,23 @@ TEST(TierModel, BadInputsNameTheOffendingValues) {
         (void)wisp::poisson_binomial(std::vector<double>{0.5, 1.5}, 2);
       },
       "q[1] = 1.5");
+}
+
+// The documented names (one letter per pool, "miss"), both ways, and what is not a name.
+TEST(TierNames, ToStringAndFromStringAreInverse) {
+  wisp::test::expect_names<wisp::tier>({{wisp::tier::full, "F"},
+                                        {wisp::tier::compressed, "C"},
+                                        {wisp::tier::sm, "S"},
+                                        {wisp::tier::e, "E"}});
+  // A residency of a pool has the pool's name.
+  wisp::test::expect_names<wisp::residency>({{wisp::residency::full, "F"},
+                                             {wisp::residency::compressed, "C"},
+                                             {wisp::residency::sm, "S"},
+                                             {wisp::residency::e, "E"},
+                                             {wisp::residency::miss, "miss"}});
+  EXPECT_EQ(wisp::from_string<wisp::tier>("miss"), std::nullopt);
+  EXPECT_EQ(wisp::from_string<wisp::tier>("f"), std::nullopt);
+  EXPECT_EQ(wisp::to_string(static_cast<wisp::tier>(9)), "unknown");
 }
 
 }  // namespace

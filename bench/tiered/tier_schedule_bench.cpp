@@ -19,11 +19,12 @@
 // --benchmark_enable_random_interleaving=true and quote the median and min-max of `error`.
 #include "../../tests/compress/real_weights.hpp"
 
-#include <wisp/compress/affinity_scheduler.hpp>
 #include <wisp/compress/bf16.hpp>
 #include <wisp/compress/compressed_bf16.hpp>
 #include <wisp/compress/huffman.hpp>
-#include <wisp/compress/tier_model.hpp>
+#include <wisp/core/bf16.hpp>
+#include <wisp/tiered/affinity_scheduler.hpp>
+#include <wisp/tiered/tier_model.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -50,7 +51,7 @@ constexpr std::uint64_t tensor_elements = 2048 * 288;
 
 // The k x n source tensors of a call and their compressed records, made once.
 struct sources {
-  std::vector<std::vector<std::uint16_t>> values;
+  std::vector<std::vector<wisp::bf16>> values;
   std::vector<wisp::compressed_bf16> records;
   std::string label;
 };
@@ -58,7 +59,7 @@ struct sources {
 const sources& call_sources() {
   static const sources s = [] {
     sources out;
-    std::vector<std::uint16_t> pool;
+    std::vector<wisp::bf16> pool;
     if (const auto path = wisp::test::real_weights_file(WISP_BENCH_SOURCE_DIR)) {
       for (const auto& m : wisp::test::real_matrices(wisp::test::read_file(*path),
                                                      [](const std::string&) { return true; })) {
@@ -70,8 +71,8 @@ const sources& call_sources() {
       std::mt19937_64 rng(1);
       std::normal_distribution<float> normal(0.0f, 0.04f);
       pool.resize(tensor_elements * top_k * n_tensors);
-      for (std::uint16_t& v : pool) {
-        v = wisp::bf16_from_float(normal(rng));
+      for (wisp::bf16& v : pool) {
+        v = wisp::to_bf16(normal(rng));
       }
       out.label = "WEIGHTS ABSENT: Gaussian stand-in";
     }
@@ -92,7 +93,7 @@ struct tensor_buffers {
   std::vector<std::uint8_t> sm;
   std::vector<std::vector<std::uint8_t>> e;
   std::vector<std::uint8_t> exponents;
-  std::vector<std::uint16_t> out;
+  std::vector<wisp::bf16> out;
 };
 
 // Yields while waiting, so that on a machine with fewer cores than threads the decoders run.
@@ -125,7 +126,7 @@ std::vector<tensor_buffers> staged_buffers() {
       buf[t].e.emplace_back(e.begin(), e.end());
     }
     buf[t].exponents.assign(tensor_elements, 0);
-    buf[t].out.assign(tensor_elements, 0);
+    buf[t].out.assign(tensor_elements, wisp::bf16{});
   }
   return buf;
 }
@@ -143,13 +144,14 @@ profiled profile_constants() {
   std::vector<tensor_buffers> buf = staged_buffers();
   std::vector<double> dec;
   std::vector<double> rec;
+  wisp::huffman_table_cache tables;
   for (int pass = 0; pass < 5; ++pass) {
     const auto t0 = clock_type::now();
     for (std::size_t t = 0; t < buf.size(); ++t) {
       for (std::uint32_t j = 0; j < k_chunks; ++j) {
         const wisp::chunk_ref& r = src.records[t].e_chunk(j);
         wisp::decode_e_chunk(r, buf[t].e[j], std::span(buf[t].exponents).subspan(r.first, r.count),
-                             coders, false);
+                             coders, tables, false);
       }
     }
     const auto t1 = clock_type::now();
@@ -222,7 +224,7 @@ double run_for_real(const wisp::affinity_schedule& s, std::vector<tensor_buffers
         std::fill(e.begin(), e.end(), std::uint8_t{0});
       }
     }
-    std::fill(b.out.begin(), b.out.end(), std::uint16_t{0});
+    std::fill(b.out.begin(), b.out.end(), wisp::bf16{});
   }
   auto source = [&](std::size_t task) { return static_cast<std::size_t>(source_of_task[task]); };
   auto record = [&](std::int32_t task) -> const wisp::compressed_bf16& {
@@ -254,6 +256,7 @@ double run_for_real(const wisp::affinity_schedule& s, std::vector<tensor_buffers
   });
   for (std::uint32_t l = 0; l < threads; ++l) {
     workers.emplace_back([&, l] {
+      wisp::huffman_table_cache tables;  // this decode thread's
       ready.count_down();
       go.wait();
       for (const wisp::scheduled_op* op : dec[l]) {
@@ -262,7 +265,7 @@ double run_for_real(const wisp::affinity_schedule& s, std::vector<tensor_buffers
         const wisp::chunk_ref& r = record(op->task).e_chunk(op->chunk);
         wisp::decode_e_chunk(r, buf[source(t)].e[op->chunk],
                              std::span(buf[source(t)].exponents).subspan(r.first, r.count), coders,
-                             false);
+                             tables, false);
         if (decoded[t].fetch_add(1, std::memory_order_acq_rel) + 1 == k_chunks) {
           decoded[t].notify_all();
         }
@@ -306,12 +309,13 @@ void BM_tier_schedule(benchmark::State& state) {
     }
   }
   e_bytes /= static_cast<double>(src.records.size() * k_chunks);
-  const wisp::schedule_params p{.sm_read = sm_bytes / link,
-                                .e_read = e_bytes / link,
-                                .decode = prof.decode,
-                                .recover = prof.recover,
-                                .threads = threads,
-                                .e_chunks = k_chunks};
+  const wisp::tier_costs p{.sm_read = sm_bytes / link,
+                           .e_read = e_bytes / link,
+                           .decode = prof.decode,
+                           .threads = threads,
+                           .e_chunks = k_chunks,
+                           .tensors = n_tensors,
+                           .recover = prof.recover};
   std::vector<wisp::layer_expert> call;
   for (std::size_t pool = 0; pool <= wisp::tier_count; ++pool) {
     const std::int32_t count = pool < wisp::tier_count ? h.hits[pool] : top_k - h.total();
@@ -341,8 +345,7 @@ void BM_tier_schedule(benchmark::State& state) {
       return;
     }
   }
-  const wisp::tier_costs costs{p.sm_read, p.e_read, p.decode, threads, k_chunks, n_tensors};
-  const double estimate = wisp::estimate_makespan(costs, top_k, h);
+  const double estimate = wisp::estimate_makespan(p, top_k, h);
   const double mean = measured / static_cast<double>(std::max<std::int64_t>(runs, 1));
   state.counters["measured_us"] = 1e6 * mean;
   state.counters["estimate_us"] = 1e6 * estimate;

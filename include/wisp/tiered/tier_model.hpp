@@ -42,6 +42,7 @@
 /// @endcode
 #pragma once
 
+#include <wisp/core/enum_names.hpp>
 #include <wisp/core/error.hpp>
 
 #include <algorithm>
@@ -64,15 +65,30 @@ enum class tier : std::uint8_t {
 };
 /// Number of pools.
 inline constexpr std::size_t tier_count = 4;
-/// One letter per pool: "F", "C", "S", "E".
-[[nodiscard]] constexpr std::string_view tier_name(tier t) noexcept {
-  constexpr std::array<std::string_view, tier_count> names{"F", "C", "S", "E"};
-  return names[static_cast<std::size_t>(t)];
+/// One letter per pool: "F", "C", "S", "E" (`to_string`, `from_string`).
+template <>
+struct enum_names<tier> {
+  static constexpr std::array<enum_name<tier>, tier_count> values{
+      {{tier::full, "F"}, {tier::compressed, "C"}, {tier::sm, "S"}, {tier::e, "E"}}};
+};
+/// @deprecated One letter per pool: `to_string(t)`.
+[[deprecated("use wisp::to_string(tier)")]] [[nodiscard]] constexpr std::string_view tier_name(
+    tier t) noexcept {
+  return to_string(t);
 }
 
 /// @brief Where a requested expert was found: one of the pools, or nowhere (a miss). The pool
 /// values equal their `tier`'s.
 enum class residency : std::uint8_t { full = 0, compressed = 1, sm = 2, e = 3, miss = 4 };
+/// The pool's letter, or "miss" (`to_string`, `from_string`).
+template <>
+struct enum_names<residency> {
+  static constexpr std::array<enum_name<residency>, 5> values{{{residency::full, "F"},
+                                                               {residency::compressed, "C"},
+                                                               {residency::sm, "S"},
+                                                               {residency::e, "E"},
+                                                               {residency::miss, "miss"}}};
+};
 
 /// Experts per pool, indexed by `tier` (S_F, S_C, S_S, S_E).
 using tier_sizes = std::array<std::int32_t, tier_count>;
@@ -249,7 +265,7 @@ class hit_distribution {
     std::size_t first = 0;
     for (std::size_t p = 0; p < tier_count; ++p) {
       WISP_EXPECTS(sizes[p] >= 0 && first + static_cast<std::size_t>(sizes[p]) <= q.size(),
-                   "hit_distribution: pool ", tier_name(static_cast<tier>(p)), " of ", sizes[p],
+                   "hit_distribution: pool ", to_string(static_cast<tier>(p)), " of ", sizes[p],
                    " experts from rank ", first, " runs past the ", q.size(), " ranks");
       phi_[p] = poisson_binomial(q.subspan(first, static_cast<std::size_t>(sizes[p])), k);
       first += static_cast<std::size_t>(sizes[p]);
@@ -297,7 +313,11 @@ class hit_distribution {
   double total_ = 0.0;
 };
 
-/// @brief Profiled constants of the makespan estimate (Algorithm 3). Times in seconds.
+/// @brief The profiled durations and resources of a layer call's work (seconds), shared by the
+/// makespan estimate (Algorithm 3: `estimate_makespan`, the planner) and the cache-affinity
+/// scheduler (`schedule_layer`). The estimate does not model recovery; the scheduler takes the
+/// tensors per expert from each `layer_expert`. (`recover` comes last so that brace
+/// initialisers written for the older field orders either keep their meaning or fail to compile.)
 struct tier_costs {
   double sm_read = 0.0;        ///< u: reading one tensor's SM chunk
   double e_read = 0.0;         ///< v: reading one compressed E-chunk
@@ -305,12 +325,13 @@ struct tier_costs {
   std::uint32_t threads = 1;   ///< L: decode threads
   std::uint32_t e_chunks = 1;  ///< K: E-chunks per tensor
   std::uint32_t tensors = 1;   ///< n: tensors per expert
-  /// @throws wisp::logic_error naming the field if a time is negative or not finite, or a count
-  ///   is 0.
+  double recover = 0.0;        ///< r: one tensor's recovery (SM + exponents -> BF16)
+  /// @throws wisp::logic_error naming the field if a duration is negative or not finite, or a
+  ///   count is 0.
   void validate() const {
-    for (const double x : {sm_read, e_read, decode}) {
+    for (const double x : {sm_read, e_read, decode, recover}) {
       WISP_EXPECTS(std::isfinite(x) && x >= 0.0,
-                   "tier_costs: read and decode times must be finite and >= 0, got ", x);
+                   "tier_costs: durations must be finite and >= 0, got ", x);
     }
     WISP_EXPECTS(threads >= 1 && e_chunks >= 1 && tensors >= 1, "tier_costs: threads ", threads,
                  ", e_chunks ", e_chunks, " and tensors ", tensors, " must be >= 1");
@@ -408,7 +429,7 @@ tier_plan plan_tiers(const tier_plan_request& r, Visit&& visit) {
   std::vector<std::size_t> pools;
   for (std::size_t p = 0; p < tier_count; ++p) {
     if (r.enabled[p]) {
-      WISP_EXPECTS(r.bytes[p] > 0, "plan_tiers: pool ", tier_name(static_cast<tier>(p)),
+      WISP_EXPECTS(r.bytes[p] > 0, "plan_tiers: pool ", to_string(static_cast<tier>(p)),
                    " is enabled but an expert takes 0 bytes in it");
       pools.push_back(p);
     }

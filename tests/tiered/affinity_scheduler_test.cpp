@@ -3,9 +3,10 @@
 // (precedences, one operation at a time per resource, durations), and Theorem 3.1 verified on
 // thousands of random small instances against the exact optimum of an exhaustive branch-and-bound
 // search, itself checked against plain enumeration of every dispatch order on tiny instances.
+#include "support/enum_names.hpp"
 #include "support/expect_error.hpp"
 
-#include <wisp/compress/affinity_scheduler.hpp>
+#include <wisp/tiered/affinity_scheduler.hpp>
 
 #include <gtest/gtest.h>
 
@@ -13,14 +14,17 @@
 #include <cmath>
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <random>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace {
 
 using wisp::layer_expert;
 using wisp::residency;
-using wisp::schedule_params;
+using wisp::tier_costs;
 
 // ------------------------------------------------------------------ the DAG, written from the
 // rules
@@ -32,7 +36,7 @@ struct node {
   std::vector<int> preds;
 };
 
-std::vector<node> dag_of(const std::vector<layer_expert>& experts, const schedule_params& p) {
+std::vector<node> dag_of(const std::vector<layer_expert>& experts, const tier_costs& p) {
   std::vector<node> g;
   for (const layer_expert& x : experts) {
     std::vector<int> exec_preds;
@@ -226,7 +230,7 @@ double enumerate_all(const std::vector<node>& g, std::uint32_t threads) {
 
 // ------------------------------------------------------------------ feasibility
 
-void expect_feasible(const std::vector<layer_expert>& experts, const schedule_params& p,
+void expect_feasible(const std::vector<layer_expert>& experts, const tier_costs& p,
                      const wisp::affinity_schedule& s) {
   const double eps = 1e-9;
   using wisp::op_kind;
@@ -331,7 +335,7 @@ void expect_feasible(const std::vector<layer_expert>& experts, const schedule_pa
 
 struct instance {
   std::vector<layer_expert> experts;
-  schedule_params params;
+  tier_costs params;
 };
 
 instance random_instance(std::mt19937_64& rng, std::size_t max_nodes) {
@@ -444,6 +448,15 @@ TEST(AffinityScheduler, BadParametersAreRefused) {
                            "expert 1 has 0 tensors");
   wisp::test::expect_error([&] { (void)wisp::schedule_layer({}, {.decode = -1.0}); }, "got -1");
   wisp::test::expect_error([&] { (void)wisp::schedule_layer({}, {.threads = 0}); }, "threads 0");
+}
+
+TEST(OpKindNames, ToStringAndFromStringAreInverse) {
+  wisp::test::expect_names<wisp::op_kind>({{wisp::op_kind::sm_read, "sm_read"},
+                                           {wisp::op_kind::e_read, "e_read"},
+                                           {wisp::op_kind::decode, "decode"},
+                                           {wisp::op_kind::recover, "recover"},
+                                           {wisp::op_kind::execute, "execute"}});
+  EXPECT_EQ(wisp::from_string<wisp::op_kind>("read"), std::nullopt);
 }
 
 }  // namespace

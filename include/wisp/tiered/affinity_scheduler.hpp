@@ -30,17 +30,19 @@
 /// @code
 /// std::vector<wisp::layer_expert> call = {{.expert = 3, .where = wisp::residency::miss,
 ///                                          .tensors = 3, .execute_seconds = 1e-4}, ...};
-/// wisp::schedule_params p{.sm_read = 1e-3, .e_read = 8e-5, .decode = 2e-4, .threads = 6,
-///                         .e_chunks = 8};
+/// wisp::tier_costs p{.sm_read = 1e-3, .e_read = 8e-5, .decode = 2e-4, .threads = 6,
+///                     .e_chunks = 8};
 /// wisp::affinity_schedule s = wisp::schedule_layer(call, p);
 /// // s.makespan, s.blocks, s.ops (start, finish and thread of every operation)
 /// @endcode
 #pragma once
 
-#include <wisp/compress/tier_model.hpp>
+#include <wisp/core/enum_names.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/tiered/tier_model.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -51,25 +53,8 @@
 
 namespace wisp {
 
-/// @brief Durations and resources of a schedule (seconds).
-struct schedule_params {
-  double sm_read = 0.0;        ///< u: one tensor's SM chunk
-  double e_read = 0.0;         ///< v: one E-chunk
-  double decode = 0.0;         ///< c: one E-chunk
-  double recover = 0.0;        ///< r: one tensor's recovery (SM + exponents -> BF16)
-  std::uint32_t threads = 1;   ///< L decode threads
-  std::uint32_t e_chunks = 1;  ///< K E-chunks per tensor
-  /// @throws wisp::logic_error naming the value if a duration is negative or not finite, or a
-  ///   count is 0.
-  void validate() const {
-    for (const double x : {sm_read, e_read, decode, recover}) {
-      WISP_EXPECTS(std::isfinite(x) && x >= 0.0,
-                   "schedule_params: durations must be finite and >= 0, got ", x);
-    }
-    WISP_EXPECTS(threads >= 1 && e_chunks >= 1, "schedule_params: threads ", threads,
-                 " and e_chunks ", e_chunks, " must be >= 1");
-  }
-};
+/// @deprecated The scheduler's durations are `tier_costs`.
+using schedule_params [[deprecated("use wisp::tier_costs")]] = tier_costs;
 
 /// @brief One requested expert of a layer call.
 struct layer_expert {
@@ -81,6 +66,15 @@ struct layer_expert {
 
 /// @brief What an operation is.
 enum class op_kind : std::uint8_t { sm_read, e_read, decode, recover, execute };
+/// "sm_read", "e_read", "decode", "recover", "execute" (`to_string`, `from_string`).
+template <>
+struct enum_names<op_kind> {
+  static constexpr std::array<enum_name<op_kind>, 5> values{{{op_kind::sm_read, "sm_read"},
+                                                             {op_kind::e_read, "e_read"},
+                                                             {op_kind::decode, "decode"},
+                                                             {op_kind::recover, "recover"},
+                                                             {op_kind::execute, "execute"}}};
+};
 
 /// @brief One scheduled operation.
 struct scheduled_op {
@@ -192,6 +186,111 @@ struct block_profile {
 
 }  // namespace detail
 
+namespace detail {
+
+// When each task's SM chunk and each of its E-chunks (task x K + chunk) have landed.
+struct io_times {
+  std::vector<double> sm_ready;
+  std::vector<double> e_ready;
+};
+
+// The I/O thread's operations: per block, its E-chunks then its SM chunks, back to back from 0.
+inline io_times schedule_io(affinity_schedule& s, const tier_costs& p) {
+  const std::uint32_t k = p.e_chunks;
+  io_times t{std::vector<double>(s.tasks.size(), 0.0),
+             std::vector<double>(s.tasks.size() * k, 0.0)};
+  double io = 0.0;
+  for (const auto& b : s.blocks) {
+    for (const std::int32_t task : b) {
+      const layer_task& x = s.tasks[static_cast<std::size_t>(task)];
+      for (std::uint32_t j = 0; x.reads_e() && j < k; ++j) {
+        s.ops.push_back({op_kind::e_read, task, x.expert, j, -1, io, io + p.e_read});
+        io += p.e_read;
+        t.e_ready[static_cast<std::size_t>(task) * k + j] = io;
+      }
+    }
+    for (const std::int32_t task : b) {
+      const layer_task& x = s.tasks[static_cast<std::size_t>(task)];
+      if (x.reads_sm()) {
+        s.ops.push_back({op_kind::sm_read, task, x.expert, 0, -1, io, io + p.sm_read});
+        io += p.sm_read;
+        t.sm_ready[static_cast<std::size_t>(task)] = io;
+      }
+    }
+  }
+  s.io_seconds = io;
+  return t;
+}
+
+// The decodes over the L threads, tasks in priority order `order`; returns when each task's
+// recovery may start (its SM chunk and every decode done).
+inline std::vector<double> schedule_decodes(affinity_schedule& s,
+                                            const std::vector<std::int32_t>& order,
+                                            const io_times& io, const tier_costs& p) {
+  const std::uint32_t k = p.e_chunks;
+  std::vector<list_job> decodes;
+  for (const std::int32_t t : order) {
+    for (std::uint32_t j = 0; j < k; ++j) {
+      decodes.push_back({io.e_ready[static_cast<std::size_t>(t) * k + j], p.decode});
+    }
+  }
+  (void)list_schedule(decodes, p.threads);
+  std::vector<double> recover_ready(io.sm_ready);
+  for (std::size_t i = 0; i < decodes.size(); ++i) {
+    const std::int32_t t = order[i / k];
+    const list_job& d = decodes[i];
+    s.ops.push_back({op_kind::decode, t, s.tasks[static_cast<std::size_t>(t)].expert,
+                     static_cast<std::uint32_t>(i % k), d.machine, d.start, d.start + d.duration});
+    recover_ready[static_cast<std::size_t>(t)] =
+        std::max(recover_ready[static_cast<std::size_t>(t)], d.start + d.duration);
+  }
+  return recover_ready;
+}
+
+// The recoveries on one stream, then the executions one at a time: F experts first, then each
+// expert once all its tensors are recovered.
+inline void schedule_recoveries_and_executions(affinity_schedule& s,
+                                               std::span<const layer_expert> experts,
+                                               const std::vector<std::int32_t>& order,
+                                               const std::vector<double>& recover_ready,
+                                               const tier_costs& p) {
+  std::vector<list_job> recoveries;
+  for (const std::int32_t t : order) {
+    recoveries.push_back({recover_ready[static_cast<std::size_t>(t)], p.recover});
+  }
+  (void)list_schedule(recoveries, 1);
+  std::vector<double> expert_ready(experts.size(), 0.0);
+  std::vector<std::uint32_t> recovered(experts.size(), 0);
+  std::vector<std::int32_t> expert_order;
+  for (std::size_t x = 0; x < experts.size(); ++x) {
+    if (experts[x].where == residency::full) {
+      expert_order.push_back(static_cast<std::int32_t>(x));
+    }
+  }
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const layer_task& t = s.tasks[static_cast<std::size_t>(order[i])];
+    const list_job& r = recoveries[i];
+    s.ops.push_back({op_kind::recover, order[i], t.expert, 0, -1, r.start, r.start + r.duration});
+    const auto x = static_cast<std::size_t>(t.expert);
+    expert_ready[x] = std::max(expert_ready[x], r.start + r.duration);
+    if (++recovered[x] == experts[x].tensors) {
+      expert_order.push_back(t.expert);
+    }
+  }
+  std::vector<list_job> runs;
+  for (const std::int32_t x : expert_order) {
+    runs.push_back({expert_ready[static_cast<std::size_t>(x)],
+                    experts[static_cast<std::size_t>(x)].execute_seconds});
+  }
+  (void)list_schedule(runs, 1);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    s.ops.push_back({op_kind::execute, -1, expert_order[i], 0, -1, runs[i].start,
+                     runs[i].start + runs[i].duration});
+  }
+}
+
+}  // namespace detail
+
 /// @brief Runs blocks of tasks (indices into `tasks`) under the work-conserving priority policy
 /// of the file description and returns every operation's times. O(ops^2) (list scheduling by a
 /// scan). Blocks may hold a subset of the tasks (block construction simulates a block alone);
@@ -200,98 +299,22 @@ struct block_profile {
 inline affinity_schedule run_blocks(std::span<const layer_expert> experts,
                                     std::vector<layer_task> tasks,
                                     std::vector<std::vector<std::int32_t>> blocks,
-                                    const schedule_params& p) {
+                                    const tier_costs& p) {
   p.validate();
   affinity_schedule s;
   s.tasks = std::move(tasks);
   s.blocks = std::move(blocks);
-  const std::size_t n_tasks = s.tasks.size();
   std::vector<std::int32_t> order;  // tasks in priority order
   for (const auto& b : s.blocks) {
     for (const std::int32_t t : b) {
-      WISP_EXPECTS(t >= 0 && static_cast<std::size_t>(t) < n_tasks, "run_blocks: task ", t,
-                   " is outside [0, ", n_tasks, ")");
+      WISP_EXPECTS(t >= 0 && static_cast<std::size_t>(t) < s.tasks.size(), "run_blocks: task ", t,
+                   " is outside [0, ", s.tasks.size(), ")");
       order.push_back(t);
     }
   }
-  const std::uint32_t k = p.e_chunks;
-  // I/O: per block, E-chunks then SM chunks, back to back from 0.
-  std::vector<double> sm_ready(n_tasks, 0.0);
-  std::vector<double> e_ready(n_tasks * k, 0.0);
-  double io = 0.0;
-  for (const auto& b : s.blocks) {
-    for (const std::int32_t t : b) {
-      if (s.tasks[static_cast<std::size_t>(t)].reads_e()) {
-        for (std::uint32_t j = 0; j < k; ++j) {
-          s.ops.push_back({op_kind::e_read, t, s.tasks[static_cast<std::size_t>(t)].expert, j, -1,
-                           io, io + p.e_read});
-          io += p.e_read;
-          e_ready[static_cast<std::size_t>(t) * k + j] = io;
-        }
-      }
-    }
-    for (const std::int32_t t : b) {
-      if (s.tasks[static_cast<std::size_t>(t)].reads_sm()) {
-        s.ops.push_back({op_kind::sm_read, t, s.tasks[static_cast<std::size_t>(t)].expert, 0, -1,
-                         io, io + p.sm_read});
-        io += p.sm_read;
-        sm_ready[static_cast<std::size_t>(t)] = io;
-      }
-    }
-  }
-  s.io_seconds = io;
-  // Decodes over L threads.
-  std::vector<detail::list_job> decodes;
-  for (const std::int32_t t : order) {
-    for (std::uint32_t j = 0; j < k; ++j) {
-      decodes.push_back({e_ready[static_cast<std::size_t>(t) * k + j], p.decode});
-    }
-  }
-  (void)detail::list_schedule(decodes, p.threads);
-  std::vector<double> recover_ready(sm_ready);
-  for (std::size_t i = 0; i < decodes.size(); ++i) {
-    const std::int32_t t = order[i / k];
-    const auto& d = decodes[i];
-    s.ops.push_back({op_kind::decode, t, s.tasks[static_cast<std::size_t>(t)].expert,
-                     static_cast<std::uint32_t>(i % k), d.machine, d.start, d.start + d.duration});
-    recover_ready[static_cast<std::size_t>(t)] =
-        std::max(recover_ready[static_cast<std::size_t>(t)], d.start + d.duration);
-  }
-  // Recoveries on one stream.
-  std::vector<detail::list_job> recoveries;
-  for (const std::int32_t t : order) {
-    recoveries.push_back({recover_ready[static_cast<std::size_t>(t)], p.recover});
-  }
-  (void)detail::list_schedule(recoveries, 1);
-  std::vector<double> expert_ready(experts.size(), 0.0);
-  std::vector<std::uint32_t> recovered(experts.size(), 0);
-  std::vector<std::int32_t> expert_order;  // F experts first, then by first task in priority
-  for (std::size_t x = 0; x < experts.size(); ++x) {
-    if (experts[x].where == residency::full) {
-      expert_order.push_back(static_cast<std::int32_t>(x));
-    }
-  }
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const layer_task& t = s.tasks[static_cast<std::size_t>(order[i])];
-    const auto& r = recoveries[i];
-    s.ops.push_back({op_kind::recover, order[i], t.expert, 0, -1, r.start, r.start + r.duration});
-    const auto x = static_cast<std::size_t>(t.expert);
-    expert_ready[x] = std::max(expert_ready[x], r.start + r.duration);
-    if (++recovered[x] == experts[x].tensors) {
-      expert_order.push_back(t.expert);
-    }
-  }
-  // Executions, one at a time.
-  std::vector<detail::list_job> runs;
-  for (const std::int32_t x : expert_order) {
-    runs.push_back({expert_ready[static_cast<std::size_t>(x)],
-                    experts[static_cast<std::size_t>(x)].execute_seconds});
-  }
-  (void)detail::list_schedule(runs, 1);
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    s.ops.push_back({op_kind::execute, -1, expert_order[i], 0, -1, runs[i].start,
-                     runs[i].start + runs[i].duration});
-  }
+  const detail::io_times io = detail::schedule_io(s, p);
+  const std::vector<double> recover_ready = detail::schedule_decodes(s, order, io, p);
+  detail::schedule_recoveries_and_executions(s, experts, order, recover_ready, p);
   for (const scheduled_op& op : s.ops) {
     s.makespan = std::max(s.makespan, op.finish);
   }
@@ -302,8 +325,7 @@ namespace detail {
 
 inline block_profile profile_block(std::span<const layer_expert> experts,
                                    const std::vector<layer_task>& tasks,
-                                   const std::vector<std::int32_t>& block,
-                                   const schedule_params& p) {
+                                   const std::vector<std::int32_t>& block, const tier_costs& p) {
   const affinity_schedule s = run_blocks(experts, tasks, {block}, p);
   block_profile out;
   out.io_finish = s.io_seconds;
@@ -323,7 +345,7 @@ inline block_profile profile_block(std::span<const layer_expert> experts,
   return out;
 }
 
-inline bool compute_dominant(const block_profile& b, const schedule_params& p) {
+inline bool compute_dominant(const block_profile& b, const tier_costs& p) {
   const std::uint32_t lanes = std::min(p.threads, p.e_chunks);
   for (std::uint32_t l = 1; l <= lanes; ++l) {
     if (b.thread_finish[l - 1] - b.io_finish < l * p.e_read) {
@@ -340,7 +362,7 @@ inline bool compute_dominant(const block_profile& b, const schedule_params& p) {
 /// @throws wisp::logic_error on invalid params or an expert with no tensors or a negative or
 ///   non-finite execution time.
 inline affinity_schedule schedule_layer(std::span<const layer_expert> experts,
-                                        const schedule_params& p) {
+                                        const tier_costs& p) {
   p.validate();
   std::vector<layer_task> tasks = detail::tasks_of(experts);
   // Units: one expert's tasks. sigma_I and sigma_II by non-increasing execution time (stable).

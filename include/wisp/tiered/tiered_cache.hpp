@@ -31,8 +31,8 @@
 
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/cache/slot_cache.hpp>
-#include <wisp/compress/tier_model.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/tiered/tier_model.hpp>
 
 #include <algorithm>
 #include <array>
@@ -213,7 +213,7 @@ class tiered_cache {
         where_(static_cast<std::size_t>(experts), residency::miss) {
     std::int64_t total = 0;
     for (std::size_t p = 0; p < tier_count; ++p) {
-      WISP_EXPECTS(config.capacity[p] >= 0, "tiered_cache: pool ", tier_name(static_cast<tier>(p)),
+      WISP_EXPECTS(config.capacity[p] >= 0, "tiered_cache: pool ", to_string(static_cast<tier>(p)),
                    " capacity ", config.capacity[p], " is negative");
       total += config.capacity[p];
     }

@@ -1,0 +1,686 @@
+// SPDX-License-Identifier: Apache-2.0
+// The arms of the GPU decode benchmark as host rules. For each layer call a rule says which rows
+// of the device's slot arena the fused-MoE kernel reads (the expert map over a view of the
+// arena, or the layer's pinned masters), which masters are copied into those rows first, and
+// what the call hit and missed. The GPU driver (decode_run.cuh) executes exactly these decisions
+// (wisp-graph's are made on the device by the same step as `device_step_rule`). Host-safe: the
+// host tests replay every rule on the ESFT trace against the host pager, llama_cpp_cache and an
+// `arena_mirror`, which checks that every routed expert is read from a row that holds its bytes.
+#pragma once
+
+#include "decode_model.hpp"
+
+#include <wisp/cache/fifo.hpp>
+#include <wisp/cache/least_stale.hpp>
+#include <wisp/cache/lfru.hpp>
+#include <wisp/cache/lfu.hpp>
+#include <wisp/cache/lru.hpp>
+#include <wisp/core/error.hpp>
+#include <wisp/core/topk.hpp>
+#include <wisp/cuda/pager_step.hpp>
+#include <wisp/pager/llama_cpp_cache.hpp>
+#include <wisp/pager/pager.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <vector>
+
+namespace wisp::bench {
+
+/// The arms, in the order the reports list them.
+enum class decode_arm : std::int32_t {
+  layer_offload,    ///< whole layers resident, the others read from pinned memory (vLLM)
+  on_demand,        ///< exactly the routed experts copied each call
+  static_hot,       ///< the history's hottest experts pinned, staging rows for the rest
+  llama_cpp_cache,  ///< llama.cpp's upstream cache: global LRU, sorted misses
+  wisp,             ///< the host pager, the trace's best policy, per-layer caches
+  wisp_graph,       ///< the device pager: step, copies and MoE of every layer in one graph
+  all_resident,     ///< every expert in device memory: the upper bound
+};
+inline constexpr std::array<decode_arm, 7> decode_arms{
+    decode_arm::layer_offload,   decode_arm::on_demand, decode_arm::static_hot,
+    decode_arm::llama_cpp_cache, decode_arm::wisp,      decode_arm::wisp_graph,
+    decode_arm::all_resident};
+
+[[nodiscard]] constexpr std::string_view arm_name(decode_arm a) noexcept {
+  constexpr std::array<std::string_view, 7> names{"layer-offload",   "on-demand", "static-hot",
+                                                  "llama.cpp-cache", "wisp",      "wisp-graph",
+                                                  "all-resident"};
+  return names[static_cast<std::size_t>(a)];
+}
+
+/// @brief One layer call as an arm decided it: the view of memory its kernel reads, the map
+/// into that view, the copies that must land first, and the counts.
+struct layer_call {
+  /// `int32[experts]`: the row (within the view) of each expert the kernel may read, else -1.
+  std::span<const std::int32_t> map;
+  /// Masters to copy before the kernel runs: master `expert` into row `slot` of the view.
+  std::span<const copy_op> copies;
+  std::int64_t first_row = 0;  ///< the view: arena rows `[first_row, first_row + rows)`
+  std::int64_t rows = 0;
+  bool masters = false;        ///< the kernel reads the layer's pinned masters (UVA) instead
+  std::int32_t hits = 0;       ///< distinct experts found in device memory
+  std::int32_t misses = 0;     ///< distinct experts that were not (copied, or read over the link)
+  std::int32_t link_rows = 0;  ///< expert rows that crossed the link for this call
+};
+
+/// One arena row's content: expert `expert` of layer `layer`.
+struct arena_row {
+  std::int64_t row = 0;
+  std::int32_t layer = 0;
+  std::int32_t expert = 0;
+};
+
+/// @brief The distinct ids of a call in first-seen order (generation stamps, no clearing).
+class distinct_ids {
+ public:
+  explicit distinct_ids(std::int32_t experts) : seen_(static_cast<std::size_t>(experts), 0) {}
+  /// @throws wisp::logic_error naming the first id outside `[0, experts)`.
+  std::span<const std::int32_t> operator()(std::span<const std::int32_t> ids) {
+    if (++generation_ == 0) {
+      std::fill(seen_.begin(), seen_.end(), 0u);
+      generation_ = 1;
+    }
+    list_.clear();
+    for (const std::int32_t id : ids) {
+      WISP_EXPECTS(id >= 0 && static_cast<std::size_t>(id) < seen_.size(), "routed id ", id,
+                   " is outside [0, ", seen_.size(), ")");
+      if (seen_[static_cast<std::size_t>(id)] != generation_) {
+        seen_[static_cast<std::size_t>(id)] = generation_;
+        list_.push_back(id);
+      }
+    }
+    return list_;
+  }
+
+ private:
+  std::vector<std::uint32_t> seen_;
+  std::uint32_t generation_ = 0;
+  std::vector<std::int32_t> list_;
+};
+
+namespace detail {
+[[nodiscard]] inline std::vector<std::int32_t> identity_map(std::int32_t experts) {
+  std::vector<std::int32_t> m(static_cast<std::size_t>(experts));
+  std::iota(m.begin(), m.end(), 0);
+  return m;
+}
+}  // namespace detail
+
+/// layer-offload (vLLM `--cpu-offload-gb`): as many whole layers resident as the budget's rows
+/// hold (`layers x capacity / experts`), the last layers (vLLM offloads parameters in model order
+/// until its offload budget is spent); the other layers' kernels read their routed experts from
+/// the pinned masters through UVA, so every routed position's row crosses the link on every
+/// call. The maps are the identity and never change.
+class offload_rule {
+ public:
+  static constexpr bool ids_on_host = false;  ///< no decision depends on the routing
+  static constexpr bool static_map = true;
+
+  offload_rule(const moe_shape& shape, std::int32_t capacity)
+      : shape_(shape),
+        resident_(static_cast<std::int32_t>(static_cast<std::int64_t>(shape.layers) * capacity /
+                                            shape.experts)),
+        identity_(detail::identity_map(shape.experts)),
+        distinct_(shape.experts) {}
+
+  void begin_token() noexcept {}
+  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
+    const auto d = static_cast<std::int32_t>(distinct_(ids).size());
+    if (resident(layer)) {
+      return {identity_, {}, first_row(layer), shape_.experts, false, d, 0, 0};
+    }
+    return {identity_, {}, 0, shape_.experts, true, 0, d, static_cast<std::int32_t>(ids.size())};
+  }
+  [[nodiscard]] bool resident(std::int32_t layer) const noexcept {
+    return layer >= shape_.layers - resident_;
+  }
+  [[nodiscard]] std::int32_t resident_layers() const noexcept { return resident_; }
+  [[nodiscard]] std::int64_t first_row(std::int32_t layer) const noexcept {
+    return static_cast<std::int64_t>(layer - (shape_.layers - resident_)) * shape_.experts;
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const {
+    std::vector<arena_row> rows;
+    for (std::int32_t l = shape_.layers - resident_; l < shape_.layers; ++l) {
+      for (std::int32_t e = 0; e < shape_.experts; ++e) {
+        rows.push_back({first_row(l) + e, l, e});
+      }
+    }
+    return rows;
+  }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept {
+    return static_cast<std::int64_t>(resident_) * shape_.experts;
+  }
+
+ private:
+  moe_shape shape_;
+  std::int32_t resident_;
+  std::vector<std::int32_t> identity_;
+  distinct_ids distinct_;
+};
+
+/// on-demand: every call copies exactly its distinct experts into `staging` rows shared by all
+/// layers (first-seen order), nothing is reused.
+class on_demand_rule {
+ public:
+  static constexpr bool ids_on_host = true;
+  static constexpr bool static_map = false;
+
+  on_demand_rule(const moe_shape& shape, std::int32_t staging)
+      : staging_(staging),
+        map_(static_cast<std::size_t>(shape.experts), -1),
+        distinct_(shape.experts) {
+    WISP_EXPECTS(staging >= shape.top_k, "on-demand: ", staging, " staging rows for top-",
+                 shape.top_k);
+  }
+  void begin_token() noexcept {}
+  layer_call call(std::int32_t, std::span<const std::int32_t> ids) {
+    for (const copy_op& c : copies_) {
+      map_[static_cast<std::size_t>(c.expert)] = -1;
+    }
+    copies_.clear();
+    const std::span<const std::int32_t> d = distinct_(ids);
+    WISP_EXPECTS(d.size() <= static_cast<std::size_t>(staging_), "on-demand: ", d.size(),
+                 " distinct experts for ", staging_, " staging rows");
+    for (const std::int32_t e : d) {
+      const auto row = static_cast<std::int32_t>(copies_.size());
+      copies_.push_back({e, row});
+      map_[static_cast<std::size_t>(e)] = row;
+    }
+    const auto n = static_cast<std::int32_t>(d.size());
+    return {map_, copies_, 0, staging_, false, 0, n, n};
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const { return {}; }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept { return staging_; }
+
+ private:
+  std::int32_t staging_;
+  std::vector<std::int32_t> map_;
+  std::vector<copy_op> copies_;
+  distinct_ids distinct_;
+};
+
+/// Counts of each expert over tokens `[begin, end)` of the routing: `[layers x experts]`.
+[[nodiscard]] inline std::vector<std::uint64_t> expert_counts(const decode_routing& r,
+                                                              std::int32_t begin,
+                                                              std::int32_t end) {
+  std::vector<std::uint64_t> counts(
+      static_cast<std::size_t>(r.shape.layers) * static_cast<std::size_t>(r.shape.experts), 0);
+  for (std::int32_t t = begin; t < end; ++t) {
+    for (std::int32_t l = 0; l < r.shape.layers; ++l) {
+      for (const std::int32_t e : r.ids_of(t, l)) {
+        ++counts[static_cast<std::size_t>(l) * static_cast<std::size_t>(r.shape.experts) +
+                 static_cast<std::size_t>(e)];
+      }
+    }
+  }
+  return counts;
+}
+
+/// static-hot: per layer, the `capacity - staging` experts routed most often in the history
+/// (`counts`, ties to the lower id) are pinned in rows `[0, hot)` of the layer's `capacity` rows,
+/// in rank order; the other experts of a call are copied into the `staging` rows after them.
+class static_hot_rule {
+ public:
+  static constexpr bool ids_on_host = true;
+  static constexpr bool static_map = false;
+
+  /// @throws wisp::logic_error if `staging` is outside `[top_k, capacity]` or `counts` has the
+  ///   wrong size.
+  static_hot_rule(const moe_shape& shape, std::int32_t capacity, std::int32_t staging,
+                  std::span<const std::uint64_t> counts)
+      : shape_(shape),
+        capacity_(capacity),
+        hot_(capacity - staging),
+        hot_row_(static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(shape.experts),
+                 -1),
+        map_(static_cast<std::size_t>(shape.experts), -1),
+        distinct_(shape.experts) {
+    WISP_EXPECTS(staging >= shape.top_k && staging <= capacity, "static-hot: staging ", staging,
+                 " must be in [top_k = ", shape.top_k, ", capacity = ", capacity, "]");
+    WISP_EXPECTS(counts.size() == hot_row_.size(), "static-hot: ", counts.size(), " counts for ",
+                 hot_row_.size(), " experts");
+    std::vector<std::int32_t> order(static_cast<std::size_t>(shape.experts));
+    for (std::int32_t l = 0; l < shape.layers; ++l) {
+      const std::uint64_t* c = counts.data() + index(l, 0);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [c](std::int32_t a, std::int32_t b) { return c[a] > c[b]; });
+      for (std::int32_t rank = 0; rank < hot_; ++rank) {
+        hot_row_[index(l, order[static_cast<std::size_t>(rank)])] = rank;
+      }
+    }
+  }
+  void begin_token() noexcept {}
+  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
+    for (const std::int32_t e : shown_) {
+      map_[static_cast<std::size_t>(e)] = -1;
+    }
+    shown_.clear();
+    copies_.clear();
+    std::int32_t hits = 0;
+    for (const std::int32_t e : distinct_(ids)) {
+      std::int32_t row = hot_row_[index(layer, e)];
+      if (row >= 0) {
+        ++hits;
+      } else {
+        row = hot_ + static_cast<std::int32_t>(copies_.size());
+        WISP_EXPECTS(row < capacity_, "static-hot: more misses in one call than ", capacity_ - hot_,
+                     " staging rows");
+        copies_.push_back({e, row});
+      }
+      map_[static_cast<std::size_t>(e)] = row;
+      shown_.push_back(e);
+    }
+    const auto misses = static_cast<std::int32_t>(copies_.size());
+    return {map_,   copies_, static_cast<std::int64_t>(layer) * capacity_, capacity_, false, hits,
+            misses, misses};
+  }
+  /// Whether `expert` of `layer` is pinned.
+  [[nodiscard]] bool hot(std::int32_t layer, std::int32_t expert) const {
+    return hot_row_[index(layer, expert)] >= 0;
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const {
+    std::vector<arena_row> rows;
+    for (std::int32_t l = 0; l < shape_.layers; ++l) {
+      for (std::int32_t e = 0; e < shape_.experts; ++e) {
+        if (const std::int32_t r = hot_row_[index(l, e)]; r >= 0) {
+          rows.push_back({static_cast<std::int64_t>(l) * capacity_ + r, l, e});
+        }
+      }
+    }
+    return rows;
+  }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept {
+    return static_cast<std::int64_t>(shape_.layers) * capacity_;
+  }
+
+ private:
+  [[nodiscard]] std::size_t index(std::int32_t layer, std::int32_t expert) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.experts) +
+           static_cast<std::size_t>(expert);
+  }
+
+  moe_shape shape_;
+  std::int32_t capacity_;
+  std::int32_t hot_;
+  std::vector<std::int32_t> hot_row_;  // [layers x experts]: pinned row, or -1
+  std::vector<std::int32_t> map_;
+  std::vector<std::int32_t> shown_;
+  std::vector<copy_op> copies_;
+  distinct_ids distinct_;
+};
+
+/// llama.cpp-cache: `wisp::llama_cpp_cache` over one global pool of `layers x capacity` rows;
+/// the map is the layer's slot map (every resident expert of the layer). A call the cache would
+/// bypass (more than 32 tokens, or more distinct experts than the pool) is refused: the
+/// benchmark decodes one token at a time and allocates no staging rows.
+class llama_rule {
+ public:
+  static constexpr bool ids_on_host = true;
+  static constexpr bool static_map = false;
+
+  llama_rule(const moe_shape& shape, std::int32_t capacity)
+      : shape_(shape),
+        pool_(shape.layers * capacity),
+        cache_({.layers = shape.layers,
+                .experts = shape.experts,
+                .top_k = shape.top_k,
+                .capacity = shape.layers * capacity,
+                .scope = cache_scope::global}) {}
+  void begin_token() noexcept {}
+  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
+    const llama_cpp_plan p =
+        cache_.plan(layer, ids, static_cast<std::int32_t>(ids.size()) / shape_.top_k);
+    WISP_EXPECTS(p.cached, "llama.cpp-cache: layer ", layer,
+                 " bypassed the cache (no staging rows are allocated)");
+    upload_runs_ += static_cast<std::uint64_t>(p.upload_runs);
+    return {p.expert_map, p.uploads, 0, pool_, false, p.hits, p.misses, p.misses};
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const { return {}; }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept { return pool_; }
+  /// Merged uploads so far (consecutive (expert, slot) pairs merged, as llama.cpp issues them).
+  [[nodiscard]] std::uint64_t upload_runs() const noexcept { return upload_runs_; }
+
+ private:
+  moe_shape shape_;
+  std::int32_t pool_;
+  llama_cpp_cache cache_;
+  std::uint64_t upload_runs_ = 0;
+};
+
+/// wisp: `pager<Policy>` with one cache of `capacity` slots per layer, in rows
+/// `[layer x capacity, (layer + 1) x capacity)`; the map shows exactly the call's experts.
+template <eviction_policy Policy>
+class pager_rule {
+ public:
+  static constexpr bool ids_on_host = true;
+  static constexpr bool static_map = false;
+
+  pager_rule(const moe_shape& shape, std::int32_t capacity)
+      : shape_(shape),
+        capacity_(capacity),
+        pager_({.layers = shape.layers,
+                .experts = shape.experts,
+                .top_k = shape.top_k,
+                .capacity = capacity}) {}
+  void begin_token() noexcept { pager_.begin_step(); }
+  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
+    const prepare_result r = pager_.prepare(
+        layer, ids, static_cast<std::int32_t>(ids.size()) / shape_.top_k, shape_.top_k);
+    return {r.expert_map, r.copy_plan, static_cast<std::int64_t>(layer) * capacity_,
+            capacity_,    false,       r.hits,
+            r.misses,     r.misses};
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const { return {}; }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept {
+    return static_cast<std::int64_t>(shape_.layers) * capacity_;
+  }
+
+ private:
+  moe_shape shape_;
+  std::int32_t capacity_;
+  pager<Policy> pager_;
+};
+
+/// wisp-graph's decisions, made on the host by the very step the device runs
+/// (`host_pager_state`, the form `device_pager` picks): per-layer LRU caches of `capacity` slots
+/// in the same rows as `pager_rule`. The GPU driver replays the history with it and loads the
+/// result into the `device_pager`, and checks the device's counters against it.
+class device_step_rule {
+ public:
+  static constexpr bool ids_on_host = false;  // on the GPU, the step reads the ids in place
+  static constexpr bool static_map = false;
+
+  device_step_rule(const moe_shape& shape, std::int32_t capacity)
+      : capacity_(capacity),
+        state_({.layers = shape.layers, .experts = shape.experts, .capacity = capacity}) {}
+  void begin_token() noexcept {}
+  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
+    const cuda::pager_step_status s = state_.step(layer, ids, cuda::step_kernel::automatic);
+    WISP_EXPECTS(s == cuda::pager_step_status::ok, "wisp-graph: the step of layer ", layer,
+                 " failed with status ", static_cast<std::int32_t>(s));
+    const cuda::pager_layer_info& info = state_.info(layer);
+    return {state_.map(layer),
+            state_.copies(layer),
+            static_cast<std::int64_t>(layer) * capacity_,
+            capacity_,
+            false,
+            info.hits,
+            info.copies,
+            info.copies};
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const { return {}; }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept {
+    return static_cast<std::int64_t>(state_.state().layers) * capacity_;
+  }
+  [[nodiscard]] const cuda::host_pager_state& state() const noexcept { return state_; }
+
+ private:
+  std::int32_t capacity_;
+  cuda::host_pager_state state_;
+};
+
+/// all-resident: every expert of layer `l` in rows `[l x experts, (l + 1) x experts)`, identity
+/// maps that never change.
+class all_resident_rule {
+ public:
+  static constexpr bool ids_on_host = false;
+  static constexpr bool static_map = true;
+
+  explicit all_resident_rule(const moe_shape& shape)
+      : shape_(shape), identity_(detail::identity_map(shape.experts)), distinct_(shape.experts) {}
+  void begin_token() noexcept {}
+  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
+    const auto d = static_cast<std::int32_t>(distinct_(ids).size());
+    return {
+        identity_, {}, static_cast<std::int64_t>(layer) * shape_.experts, shape_.experts, false, d,
+        0,         0};
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const {
+    std::vector<arena_row> rows;
+    for (std::int32_t l = 0; l < shape_.layers; ++l) {
+      for (std::int32_t e = 0; e < shape_.experts; ++e) {
+        rows.push_back({static_cast<std::int64_t>(l) * shape_.experts + e, l, e});
+      }
+    }
+    return rows;
+  }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept {
+    return static_cast<std::int64_t>(shape_.layers) * shape_.experts;
+  }
+
+ private:
+  moe_shape shape_;
+  std::vector<std::int32_t> identity_;
+  distinct_ids distinct_;
+};
+
+// ---- the arena's content -------------------------------------------------------------------
+
+/// @brief Which (layer, expert) each row of the device's slot arena holds, as the copies left
+/// it. The GPU driver keeps one for the real arena (to copy only the rows an arm needs changed)
+/// and the host tests one per replay (to check every call reads the right bytes).
+class arena_mirror {
+ public:
+  arena_mirror(std::int64_t rows, const moe_shape& shape)
+      : shape_(shape), key_(static_cast<std::size_t>(rows), -1) {}
+
+  [[nodiscard]] std::int64_t rows() const noexcept {
+    return static_cast<std::int64_t>(key_.size());
+  }
+  /// The key `layer x experts + expert` of `row`'s content, or -1.
+  [[nodiscard]] std::int64_t key(std::int64_t row) const { return key_[checked(row)]; }
+  [[nodiscard]] std::int64_t key_of(std::int32_t layer, std::int32_t expert) const noexcept {
+    return static_cast<std::int64_t>(layer) * shape_.experts + expert;
+  }
+  void load(const arena_row& r) { key_[checked(r.row)] = key_of(r.layer, r.expert); }
+  void clear() { std::fill(key_.begin(), key_.end(), -1); }
+
+  /// @brief Applies `c`'s copies of `layer`'s masters. @throws wisp::logic_error (nothing
+  /// changed) if a copy's expert or row is outside the layer or the view, or the view outside
+  /// the arena.
+  void apply(std::int32_t layer, const layer_call& c) {
+    check_view(c);
+    for (const copy_op& op : c.copies) {
+      WISP_EXPECTS(op.expert >= 0 && op.expert < shape_.experts && op.slot >= 0 && op.slot < c.rows,
+                   "layer ", layer, ": copy of expert ", op.expert, " into row ", op.slot,
+                   " of a view of ", c.rows, " rows");
+    }
+    for (const copy_op& op : c.copies) {
+      key_[static_cast<std::size_t>(c.first_row + op.slot)] = key_of(layer, op.expert);
+    }
+  }
+
+  /// @brief Empty when the kernel of `c` (run after its copies) reads every routed id of `ids`
+  /// from a row that holds that expert of `layer`; else what is wrong with the first that is not.
+  [[nodiscard]] std::string check(std::int32_t layer, const layer_call& c,
+                                  std::span<const std::int32_t> ids) const {
+    if (c.first_row < 0 || c.rows < 0 || c.first_row + c.rows > rows()) {
+      return "the view [" + std::to_string(c.first_row) + ", +" + std::to_string(c.rows) +
+             ") is outside the arena of " + std::to_string(rows()) + " rows";
+    }
+    for (const std::int32_t id : ids) {
+      const std::int32_t row = id >= 0 && static_cast<std::size_t>(id) < c.map.size()
+                                   ? c.map[static_cast<std::size_t>(id)]
+                                   : -1;
+      if (row < 0 || row >= c.rows) {
+        return "layer " + std::to_string(layer) + ": routed expert " + std::to_string(id) +
+               " is not visible in the map";
+      }
+      if (c.masters) {
+        if (row != id) {
+          return "layer " + std::to_string(layer) + ": expert " + std::to_string(id) +
+                 " is read from master row " + std::to_string(row);
+        }
+        continue;
+      }
+      const std::int64_t held = key_[static_cast<std::size_t>(c.first_row + row)];
+      if (held != key_of(layer, id)) {
+        return "layer " + std::to_string(layer) + ": expert " + std::to_string(id) +
+               " is read from arena row " + std::to_string(c.first_row + row) + ", which holds " +
+               (held < 0 ? std::string("nothing")
+                         : "expert " + std::to_string(held % shape_.experts) + " of layer " +
+                               std::to_string(held / shape_.experts));
+      }
+    }
+    return {};
+  }
+
+  /// @brief The copies that make this arena's content `target`'s, per layer: (expert, arena
+  /// row) for every row whose content differs and that `target` fills. Rows `target` leaves
+  /// empty are not touched. O(rows).
+  /// @throws wisp::logic_error if the arenas differ in size.
+  [[nodiscard]] std::vector<std::vector<copy_op>> copies_to(const arena_mirror& target) const {
+    WISP_EXPECTS(target.rows() == rows(), "arena_mirror::copies_to: ", target.rows(), " rows for ",
+                 rows());
+    std::vector<std::vector<copy_op>> out(static_cast<std::size_t>(shape_.layers));
+    for (std::size_t r = 0; r < key_.size(); ++r) {
+      const std::int64_t want = target.key_[r];
+      if (want >= 0 && want != key_[r]) {
+        out[static_cast<std::size_t>(want / shape_.experts)].push_back(
+            {static_cast<std::int32_t>(want % shape_.experts), static_cast<std::int32_t>(r)});
+      }
+    }
+    return out;
+  }
+  /// This arena after `copies_to(target)` landed. O(rows).
+  void take_from(const arena_mirror& target) {
+    for (std::size_t r = 0; r < key_.size(); ++r) {
+      if (target.key_[r] >= 0) {
+        key_[r] = target.key_[r];
+      }
+    }
+  }
+
+ private:
+  [[nodiscard]] std::size_t checked(std::int64_t row) const {
+    WISP_EXPECTS(row >= 0 && row < rows(), "arena row ", row, " is outside [0, ", rows(), ")");
+    return static_cast<std::size_t>(row);
+  }
+  void check_view(const layer_call& c) const {
+    WISP_EXPECTS(c.masters || (c.first_row >= 0 && c.rows >= 0 && c.first_row + c.rows <= rows()),
+                 "the view [", c.first_row, ", +", c.rows, ") is outside the arena of ", rows(),
+                 " rows");
+  }
+
+  moe_shape shape_;
+  std::vector<std::int64_t> key_;
+};
+
+/// What a replay's calls added up to.
+struct call_totals {
+  std::uint64_t calls = 0;
+  std::uint64_t hits = 0;       ///< distinct experts found in device memory
+  std::uint64_t misses = 0;     ///< distinct experts that were not
+  std::uint64_t link_rows = 0;  ///< expert rows across the link
+  [[nodiscard]] double hit_rate() const noexcept {
+    return hits + misses == 0 ? 0.0
+                              : static_cast<double>(hits) / static_cast<double>(hits + misses);
+  }
+  call_totals& operator+=(const layer_call& c) noexcept {
+    ++calls;
+    hits += static_cast<std::uint64_t>(c.hits);
+    misses += static_cast<std::uint64_t>(c.misses);
+    link_rows += static_cast<std::uint64_t>(c.link_rows);
+    return *this;
+  }
+};
+
+/// @brief Replays tokens `[begin, end)` of `r` through `rule` on the host, applying every call's
+/// copies to `mirror`. With `check`, every call must read the right bytes (`arena_mirror::check`).
+/// @throws wisp::logic_error naming the token and the problem.
+template <class Rule>
+call_totals replay(Rule& rule, arena_mirror& mirror, const decode_routing& r, std::int32_t begin,
+                   std::int32_t end, bool check = false) {
+  call_totals totals;
+  for (std::int32_t t = begin; t < end; ++t) {
+    rule.begin_token();
+    for (std::int32_t l = 0; l < r.shape.layers; ++l) {
+      const std::span<const std::int32_t> ids = r.ids_of(t, l);
+      const layer_call c = rule.call(l, ids);
+      mirror.apply(l, c);
+      if (check) {
+        const std::string problem = mirror.check(l, c, ids);
+        WISP_EXPECTS(problem.empty(), "token ", t, ": ", problem);
+      }
+      totals += c;
+    }
+  }
+  return totals;
+}
+
+/// An arm's arena after its preloaded rows (static-hot's pinned experts, layer-offload's
+/// resident layers, all-resident's everything).
+template <class Rule>
+arena_mirror preloaded(const Rule& rule, std::int64_t rows, const moe_shape& shape) {
+  arena_mirror m(rows, shape);
+  for (const arena_row& r : rule.preload()) {
+    m.load(r);
+  }
+  return m;
+}
+
+// ---- wisp's policy ---------------------------------------------------------------------------
+
+/// The policies the wisp arm chooses from: the online built-ins that pager serves per layer.
+inline constexpr std::array<std::string_view, 6> wisp_policy_names{
+    lru::name, lfu_history::name, lfru::name, lfu::name, fifo::name, least_stale::name};
+
+/// Calls `f(std::type_identity<Policy>{})` for the policy `name` of `wisp_policy_names`.
+/// @throws wisp::logic_error listing the names if `name` is not one of them.
+template <class F>
+decltype(auto) visit_wisp_policy(std::string_view name, F&& f) {
+  if (name == lru::name) {
+    return f(std::type_identity<lru>{});
+  }
+  if (name == lfu_history::name) {
+    return f(std::type_identity<lfu_history>{});
+  }
+  if (name == lfru::name) {
+    return f(std::type_identity<lfru>{});
+  }
+  if (name == lfu::name) {
+    return f(std::type_identity<lfu>{});
+  }
+  if (name == fifo::name) {
+    return f(std::type_identity<fifo>{});
+  }
+  WISP_EXPECTS(name == least_stale::name, "unknown wisp policy '", name,
+               "' (lru, lfu_history, lfru, lfu, fifo, least_stale)");
+  return f(std::type_identity<least_stale>{});
+}
+
+/// The policy with the fewest misses over a history, and every candidate's misses.
+struct policy_choice {
+  std::string_view name;
+  std::array<std::uint64_t, wisp_policy_names.size()> misses{};
+};
+
+/// @brief Replays tokens `[0, tokens)` through `pager_rule<P>` for every policy of
+/// `wisp_policy_names` and picks the one with the fewest misses (the first on ties): the best
+/// policy for the trace, chosen on the history the timed tokens follow. O(policies x tokens x
+/// layers x k).
+[[nodiscard]] inline policy_choice choose_wisp_policy(const decode_routing& r,
+                                                      std::int32_t capacity, std::int32_t tokens) {
+  policy_choice c;
+  for (std::size_t i = 0; i < wisp_policy_names.size(); ++i) {
+    c.misses[i] = visit_wisp_policy(wisp_policy_names[i], [&]<class P>(std::type_identity<P>) {
+      pager_rule<P> rule(r.shape, capacity);
+      arena_mirror mirror(rule.arena_rows(), r.shape);
+      return replay(rule, mirror, r, 0, tokens).misses;
+    });
+  }
+  const auto best = std::min_element(c.misses.begin(), c.misses.end());
+  c.name = wisp_policy_names[static_cast<std::size_t>(best - c.misses.begin())];
+  return c;
+}
+
+}  // namespace wisp::bench

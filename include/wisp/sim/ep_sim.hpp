@@ -1,0 +1,505 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief The expert-parallel simulator: a routing trace served by `ranks` GPUs under expert
+/// parallelism, each rank paging its own physical experts into its own device slots over its own
+/// link, replayed as a serving step sees it, for several arms with the same total device slots.
+/// docs/expert_parallel.md has the model, the constants and the measured tables.
+///
+/// **The replay.** A batch of `batch` concurrent sequences drawn from the trace's sequences in
+/// order: each step computes one token of each active sequence, and a finished sequence's place
+/// goes to the next one. Each step runs every layer in order; a layer's call routes the step's
+/// tokens (their recorded top-k), picks a rank for every (token, expert), and each rank prepares
+/// the distinct experts it was sent in its pager: one pool of its slots over all its (layer, local
+/// expert) keys (per-layer pools would hold fewer than top-k slots each at the budgets studied).
+/// A rank sent more distinct experts than its slots prepares them in groups, resident ones first.
+///
+/// **The step-time model** (every arm alike). At each layer, rank `r` takes
+/// `t_r = misses x link.copy_seconds(expert_bytes)` (copies on its own link, before the kernel)
+/// `+ active x expert_seconds + pairs x token_seconds` (compute) `+ 2 x (a2a_latency +
+/// tokens_received x hidden x activation_bytes / a2a_bandwidth)` (dispatch and combine; a token
+/// goes once to each rank it is sent to). The layer ends when its slowest rank does (the combine
+/// is a barrier), so a step takes `sum over layers of max_r t_r`; `slowest_rank_step_s` is its
+/// mean over the steps.
+///
+/// **The arms** (`ep_arm`).
+/// - `ep_lru`: vLLM's linear placement (no redundancy), `total_slots / ranks` slots per rank, LRU:
+///   expert parallelism with a per-rank LRU expert cache, what a user can assemble today.
+/// - `eplb_lru`: `eplb_placement` from the trace's load with `local_experts` rows per rank, the
+///   same even slots, LRU, and vLLM's replica choice (pair `i` of a call takes replica
+///   `i mod replicas`).
+/// - `wisp`: `plan_placement` (placement and slot split) with the same rows, `policy` on each
+///   rank, and the `replica_chooser` (`choose`, the whole call), told every rank's residency after
+///   each call.
+/// - `ep_policy`: `ep_lru` with `policy` instead of LRU: wisp's cache without its expert-parallel
+///   part, to tell the two gains apart.
+/// Both planned arms read the load of the whole trace (`ep_loads`), as a periodic rebalance would.
+#pragma once
+
+#include <wisp/cache/eviction_policy.hpp>
+#include <wisp/cache/lru.hpp>
+#include <wisp/cache/visit_policy.hpp>
+#include <wisp/core/error.hpp>
+#include <wisp/pager/pager.hpp>
+#include <wisp/parallel/placement.hpp>
+#include <wisp/parallel/planner.hpp>
+#include <wisp/parallel/replica_choice.hpp>
+#include <wisp/trace/routing_trace.hpp>
+#include <wisp/transfer/timeline.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace wisp {
+
+/// The simulator's arms (see the file comment).
+enum class ep_arm : std::uint8_t { ep_lru, eplb_lru, wisp, ep_policy };
+
+/// @brief The constants of the step-time model (see the file comment; docs/expert_parallel.md
+/// names where the simulator's defaults come from).
+struct ep_cost_model {
+  link_model link{};                  ///< each rank's host-to-device link
+  std::uint64_t expert_bytes = 0;     ///< bytes one expert copy moves
+  double expert_seconds = 0.0;        ///< compute of one expert active on a rank in a call
+  double token_seconds = 0.0;         ///< compute of one (token, expert) pair
+  std::int32_t hidden = 0;            ///< hidden size: values one token sends per rank
+  std::int32_t activation_bytes = 2;  ///< bytes per value sent (bf16)
+  double a2a_bytes_per_second = 153e9;
+  double a2a_latency_seconds = 0.0;  ///< per dispatch and per combine
+
+  /// @throws wisp::logic_error naming the field if a value is out of range.
+  void validate() const {
+    link.validate();
+    WISP_EXPECTS(std::isfinite(expert_seconds) && expert_seconds >= 0,
+                 "ep_cost_model: expert_seconds must be finite and >= 0, got ", expert_seconds);
+    WISP_EXPECTS(std::isfinite(token_seconds) && token_seconds >= 0,
+                 "ep_cost_model: token_seconds must be finite and >= 0, got ", token_seconds);
+    WISP_EXPECTS(hidden >= 0, "ep_cost_model: hidden must be >= 0, got ", hidden);
+    WISP_EXPECTS(activation_bytes >= 1, "ep_cost_model: activation_bytes must be >= 1, got ",
+                 activation_bytes);
+    WISP_EXPECTS(std::isfinite(a2a_bytes_per_second) && a2a_bytes_per_second > 0,
+                 "ep_cost_model: a2a_bytes_per_second must be finite and > 0, got ",
+                 a2a_bytes_per_second);
+    WISP_EXPECTS(std::isfinite(a2a_latency_seconds) && a2a_latency_seconds >= 0,
+                 "ep_cost_model: a2a_latency_seconds must be finite and >= 0, got ",
+                 a2a_latency_seconds);
+  }
+  /// @brief The model from hardware figures: an active expert reads its `expert_bytes` once at
+  /// `memory_bytes_per_second`; a (token, expert) pair costs `2 x expert_params` FLOPs at `flops`
+  /// (0 params: `expert_bytes / 2`, bf16 weights); the other fields as given.
+  /// @throws wisp::logic_error naming the value if a rate is not finite and > 0.
+  [[nodiscard]] static ep_cost_model from_hardware(link_model link, std::uint64_t expert_bytes,
+                                                   std::uint64_t expert_params,
+                                                   double memory_bytes_per_second, double flops,
+                                                   std::int32_t hidden, double a2a_bytes_per_second,
+                                                   double a2a_latency_seconds) {
+    WISP_EXPECTS(std::isfinite(memory_bytes_per_second) && memory_bytes_per_second > 0,
+                 "ep_cost_model: memory_bytes_per_second must be finite and > 0, got ",
+                 memory_bytes_per_second);
+    WISP_EXPECTS(std::isfinite(flops) && flops > 0,
+                 "ep_cost_model: flops must be finite and > 0, got ", flops);
+    const double params = expert_params > 0 ? static_cast<double>(expert_params)
+                                            : static_cast<double>(expert_bytes) / 2.0;
+    ep_cost_model m;
+    m.link = link;
+    m.expert_bytes = expert_bytes;
+    m.expert_seconds = static_cast<double>(expert_bytes) / memory_bytes_per_second;
+    m.token_seconds = 2.0 * params / flops;
+    m.hidden = hidden;
+    m.a2a_bytes_per_second = a2a_bytes_per_second;
+    m.a2a_latency_seconds = a2a_latency_seconds;
+    return m;
+  }
+  /// The costs the replica chooser and the planner weigh: the same link on every rank.
+  [[nodiscard]] dispatch_costs dispatch(std::int32_t ranks) const {
+    return {std::vector<double>(static_cast<std::size_t>(ranks), link.copy_seconds(expert_bytes)),
+            expert_seconds, token_seconds};
+  }
+};
+
+/// @brief What to simulate.
+struct ep_sim_config {
+  std::int32_t ranks = 1;        ///< G
+  std::int32_t batch = 16;       ///< concurrent sequences B
+  std::int32_t total_slots = 1;  ///< device slots over all ranks; every arm gets the same
+  /// Rows (physical experts) per rank per layer of the planned arms; 0: `ceil(experts / ranks)`
+  /// plus a quarter of it, rounded up (about 25% redundant experts).
+  std::int32_t local_experts = 0;
+  std::string policy = "decayed_frequency";  ///< the eviction policy of `wisp` and `ep_policy`
+  ep_cost_model costs{};
+  std::int32_t search_evaluations = 100000;  ///< the planner's search budget (`ep_plan_config`)
+  double max_load_imbalance = 1.10;          ///< the planner's load bound (`ep_plan_config`)
+
+  /// @throws wisp::logic_error naming the value unless every count is positive, the costs are
+  ///   valid, and `policy` is a built-in policy other than `belady` and `predicted_next_use`
+  ///   (they need a future or a predictor per rank).
+  void validate() const {
+    WISP_EXPECTS(ranks >= 1, "ep_sim_config: ranks must be >= 1, got ", ranks);
+    WISP_EXPECTS(batch >= 1, "ep_sim_config: batch must be >= 1, got ", batch);
+    WISP_EXPECTS(local_experts >= 0, "ep_sim_config: local_experts must be >= 0, got ",
+                 local_experts);
+    WISP_EXPECTS(search_evaluations >= 0, "ep_sim_config: search_evaluations must be >= 0, got ",
+                 search_evaluations);
+    WISP_EXPECTS(max_load_imbalance >= 1,
+                 "ep_sim_config: max_load_imbalance must be >= 1 (or infinity), got ",
+                 max_load_imbalance);
+    const std::string_view known = builtin_policy_name(policy);
+    WISP_EXPECTS(!known.empty() && known != "belady" && known != "predicted_next_use",
+                 "ep_sim_config: policy '", policy,
+                 "' is not a built-in policy the ranks can run (belady and predicted_next_use "
+                 "need a future or a predictor per rank)");
+    costs.validate();
+  }
+  /// `local_experts`, or its default for `experts` logical experts.
+  [[nodiscard]] std::int32_t local_experts_for(std::int32_t experts) const noexcept {
+    if (local_experts > 0) {
+      return local_experts;
+    }
+    const std::int32_t even = (experts + ranks - 1) / ranks;
+    return even + (even + 3) / 4;
+  }
+};
+
+/// What one rank did over the whole replay.
+struct ep_rank_result {
+  std::int32_t slots = 0;             ///< its device slots
+  std::uint64_t misses = 0;           ///< expert copies over its link
+  std::uint64_t hits = 0;             ///< active experts already resident
+  std::uint64_t link_bytes = 0;       ///< misses x expert_bytes
+  std::uint64_t pairs = 0;            ///< (token, expert) pairs it computed: its token load
+  std::uint64_t tokens_received = 0;  ///< tokens dispatched to it (once per call each)
+  double busy_seconds = 0.0;          ///< sum over layers and steps of its `t_r`
+};
+
+/// What one arm did.
+struct ep_arm_result {
+  std::string name;                   ///< "ep-lru", "eplb-lru", "wisp", "ep-" + policy
+  std::string policy;                 ///< the ranks' eviction policy
+  std::uint64_t steps = 0;            ///< serving steps (batches)
+  std::uint64_t tokens = 0;           ///< tokens served (trace steps)
+  double total_seconds = 0.0;         ///< sum over steps of the step time
+  double slowest_rank_step_s = 0.0;   ///< total_seconds / steps
+  double load_imbalance = 0.0;        ///< max / mean of the ranks' pairs (1 = even)
+  double layer_load_imbalance = 0.0;  ///< mean over layers of max / mean pairs in the layer
+  std::int32_t local_experts = 0;     ///< rows per rank per layer
+  std::int32_t physical_experts = 0;  ///< replicas over all layers
+  std::vector<ep_rank_result> ranks;
+};
+
+namespace detail {
+
+/// The batched replay: for each serving step, the trace steps (tokens) it computes.
+inline std::vector<std::vector<std::size_t>> ep_batches(const routing_trace& trace,
+                                                        std::int32_t batch) {
+  std::vector<std::size_t> starts;
+  if (trace.steps() > 0 &&
+      (trace.sequence_starts().empty() || trace.sequence_starts().front() != 0)) {
+    starts.push_back(0);  // steps before the first marked start form a sequence of their own
+  }
+  starts.insert(starts.end(), trace.sequence_starts().begin(), trace.sequence_starts().end());
+  starts.push_back(trace.steps());
+  const std::size_t sequences = starts.size() - 1;
+  struct lane {
+    std::size_t next = 0;
+    std::size_t end = 0;
+  };
+  std::vector<lane> lanes;
+  std::size_t taken = 0;
+  std::vector<std::vector<std::size_t>> out;
+  while (true) {
+    for (lane& l : lanes) {  // a finished lane takes the next sequence
+      if (l.next == l.end && taken < sequences) {
+        l = {starts[taken], starts[taken + 1]};
+        ++taken;
+      }
+    }
+    while (lanes.size() < static_cast<std::size_t>(batch) && taken < sequences) {
+      lanes.push_back({starts[taken], starts[taken + 1]});
+      ++taken;
+    }
+    std::vector<std::size_t> step;
+    for (lane& l : lanes) {
+      if (l.next < l.end) {
+        step.push_back(l.next++);
+      }
+    }
+    if (step.empty()) {
+      return out;
+    }
+    out.push_back(std::move(step));
+  }
+}
+
+}  // namespace detail
+
+/// @brief Pairs per call of every (layer, expert) in the batched replay of `trace`
+/// (`[layers x experts]`): the load statistics the planned arms plan from. O(accesses).
+/// @throws wisp::logic_error if `batch < 1`.
+[[nodiscard]] inline std::vector<double> ep_loads(const routing_trace& trace, std::int32_t batch) {
+  WISP_EXPECTS(batch >= 1, "ep_loads: batch must be >= 1, got ", batch);
+  const auto& shape = trace.shape();
+  std::vector<double> loads(static_cast<std::size_t>(shape.layers) * shape.experts, 0.0);
+  const std::size_t steps = detail::ep_batches(trace, batch).size();
+  if (steps == 0) {
+    return loads;
+  }
+  trace.for_each_access([&](const access& a) {
+    loads[static_cast<std::size_t>(a.layer) * shape.experts + a.expert] += 1.0;
+  });
+  for (double& l : loads) {
+    l /= static_cast<double>(steps);
+  }
+  return loads;
+}
+
+namespace detail {
+
+template <eviction_policy Policy>
+ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config, ep_arm arm,
+                         const std::vector<std::vector<std::size_t>>& batches) {
+  const auto& shape = trace.shape();
+  const std::int32_t g = config.ranks;
+  const std::int32_t layers = shape.layers;
+  const std::int32_t experts = shape.experts;
+  const std::int32_t k = shape.top_k;
+  const bool planned = arm == ep_arm::eplb_lru || arm == ep_arm::wisp;
+  const std::int32_t local = planned ? config.local_experts_for(experts) : (experts + g - 1) / g;
+  WISP_EXPECTS(std::int64_t{g} * local >= experts, "simulate_ep: ranks x local_experts = ", g,
+               " x ", local, " is below experts = ", experts);
+  WISP_EXPECTS(config.total_slots >= std::int64_t{g} * k, "simulate_ep: total_slots ",
+               config.total_slots, " leaves a rank below top_k = ", k,
+               " slots (it must be at least ranks x top_k = ", std::int64_t{g} * k, ")");
+  WISP_EXPECTS(config.total_slots <= std::int64_t{g} * layers * local, "simulate_ep: total_slots ",
+               config.total_slots, " exceeds ranks x layers x local_experts = ", g, " x ", layers,
+               " x ", local, " (every row resident)");
+
+  // The placement and each rank's slots.
+  const dispatch_costs costs = config.costs.dispatch(g);
+  std::vector<std::int32_t> slots(static_cast<std::size_t>(g), config.total_slots / g);
+  for (std::int32_t r = 0; r < config.total_slots % g; ++r) {
+    ++slots[static_cast<std::size_t>(r)];
+  }
+  std::optional<expert_placement> placement;
+  if (!planned) {
+    placement = expert_placement::linear(layers, experts, g);
+  } else {
+    const std::vector<double> loads = ep_loads(trace, config.batch);
+    if (arm == ep_arm::eplb_lru) {
+      placement = eplb_placement(loads, layers, experts, g, local);
+    } else {
+      ep_plan plan = plan_placement(loads, layers, experts,
+                                    {g, local, config.total_slots, k, costs,
+                                     config.search_evaluations, config.max_load_imbalance});
+      placement = std::move(plan.placement);
+      slots = std::move(plan.rank_slots);
+    }
+  }
+  const expert_placement& p = *placement;
+  std::vector<pager<Policy>> pagers;
+  pagers.reserve(static_cast<std::size_t>(g));
+  for (std::int32_t r = 0; r < g; ++r) {
+    pager_config pc;
+    pc.layers = layers;
+    pc.experts = p.local_experts();
+    pc.top_k = k;
+    // A rank cannot use more slots than it has rows.
+    pc.capacity = std::min(slots[static_cast<std::size_t>(r)], layers * p.local_experts());
+    pc.scope = cache_scope::global;
+    pagers.emplace_back(pc);
+  }
+  std::optional<replica_chooser> chooser;
+  if (arm == ep_arm::wisp) {
+    chooser.emplace(p, costs);
+  }
+
+  ep_arm_result out;
+  out.policy = std::string(Policy::name);
+  out.local_experts = p.local_experts();
+  for (std::int32_t l = 0; l < layers; ++l) {
+    out.physical_experts += p.physical_experts(l);
+  }
+  out.ranks.resize(static_cast<std::size_t>(g));
+  for (std::int32_t r = 0; r < g; ++r) {
+    out.ranks[static_cast<std::size_t>(r)].slots = pagers[static_cast<std::size_t>(r)].capacity(0);
+  }
+
+  const auto most = static_cast<std::size_t>(config.batch) * k;
+  std::vector<std::int32_t> ids(most);
+  std::vector<std::int32_t> targets(most);
+  std::vector<std::vector<std::int32_t>> sent(static_cast<std::size_t>(g));  // local ids
+  std::vector<std::int32_t> received(static_cast<std::size_t>(g));
+  std::vector<std::int32_t> pairs(static_cast<std::size_t>(g));
+  std::vector<std::int64_t> last_token(static_cast<std::size_t>(g));
+  std::vector<std::vector<std::int64_t>> slot_key(static_cast<std::size_t>(g));  // for residency
+  for (std::int32_t r = 0; r < g; ++r) {
+    slot_key[static_cast<std::size_t>(r)].assign(
+        static_cast<std::size_t>(pagers[static_cast<std::size_t>(r)].capacity(0)), -1);
+  }
+  std::vector<std::uint64_t> layer_pairs(static_cast<std::size_t>(layers) * g, 0);
+  const double copy_seconds = config.costs.link.copy_seconds(config.costs.expert_bytes);
+  const double a2a_token_seconds = static_cast<double>(config.costs.hidden) *
+                                   config.costs.activation_bytes /
+                                   config.costs.a2a_bytes_per_second;
+
+  for (const std::vector<std::size_t>& step : batches) {
+    double step_seconds = 0.0;
+    for (auto& pg : pagers) {
+      pg.begin_step();
+    }
+    for (std::int32_t l = 0; l < layers; ++l) {
+      std::int32_t tokens = 0;
+      for (const std::size_t s : step) {
+        if (trace.has_layer(s, l)) {
+          for (std::int32_t j = 0; j < k; ++j) {
+            ids[static_cast<std::size_t>(tokens) * k + j] = trace.expert(s, l, j);
+          }
+          ++tokens;
+        }
+      }
+      const std::size_t n = static_cast<std::size_t>(tokens) * k;
+      if (arm == ep_arm::wisp) {
+        chooser->choose(l, std::span<const std::int32_t>(ids.data(), n), tokens, k,
+                        std::span<std::int32_t>(targets.data(), n));
+      } else {
+        for (std::size_t i = 0; i < n; ++i) {
+          const auto reps = p.replicas(l, ids[i]);
+          targets[i] = reps[i % reps.size()].rank;  // vLLM: position mod replica count
+        }
+      }
+      for (std::int32_t r = 0; r < g; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        sent[ur].clear();
+        received[ur] = 0;
+        pairs[ur] = 0;
+        last_token[ur] = -1;
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        const auto r = static_cast<std::size_t>(targets[i]);
+        const std::int32_t lid = p.expert_map(targets[i], l)[static_cast<std::size_t>(ids[i])];
+        if (std::find(sent[r].begin(), sent[r].end(), lid) == sent[r].end()) {
+          sent[r].push_back(lid);
+        }
+        ++pairs[r];
+        const auto token = static_cast<std::int64_t>(i / static_cast<std::size_t>(k));
+        if (last_token[r] != token) {  // a token's pairs are contiguous
+          last_token[r] = token;
+          ++received[r];
+        }
+      }
+      double layer_seconds = 0.0;
+      for (std::int32_t r = 0; r < g; ++r) {
+        const auto ur = static_cast<std::size_t>(r);
+        pager<Policy>& pg = pagers[ur];
+        std::vector<std::int32_t>& list = sent[ur];
+        std::int32_t misses = 0;
+        std::stable_partition(list.begin(), list.end(),
+                              [&](std::int32_t e) { return pg.slot_of(l, e) >= 0; });
+        const auto width = static_cast<std::size_t>(pg.capacity(0));
+        for (std::size_t first = 0; first < list.size(); first += width) {
+          const prepare_result res =
+              pg.prepare_experts(l, std::span<const std::int32_t>(
+                                        list.data() + first, std::min(width, list.size() - first)));
+          misses += res.misses;
+          for (const copy_op& op : res.copy_plan) {  // the slot's previous key was evicted
+            std::int64_t& key = slot_key[ur][static_cast<std::size_t>(op.slot)];
+            if (chooser && key >= 0) {
+              chooser->set_resident(r, static_cast<std::int32_t>(key / p.local_experts()),
+                                    static_cast<std::int32_t>(key % p.local_experts()), false);
+            }
+            key = std::int64_t{l} * p.local_experts() + op.expert;
+            if (chooser) {
+              chooser->set_resident(r, l, op.expert, true);
+            }
+          }
+        }
+        if (!list.empty()) {
+          pg.end_call(l);
+        }
+        const auto active = static_cast<std::int32_t>(list.size());
+        const double t = misses * copy_seconds + active * config.costs.expert_seconds +
+                         pairs[ur] * config.costs.token_seconds +
+                         2 * (config.costs.a2a_latency_seconds + received[ur] * a2a_token_seconds);
+        ep_rank_result& rr = out.ranks[ur];
+        rr.misses += static_cast<std::uint64_t>(misses);
+        rr.hits += static_cast<std::uint64_t>(active - misses);
+        rr.link_bytes += static_cast<std::uint64_t>(misses) * config.costs.expert_bytes;
+        rr.pairs += static_cast<std::uint64_t>(pairs[ur]);
+        rr.tokens_received += static_cast<std::uint64_t>(received[ur]);
+        rr.busy_seconds += t;
+        layer_pairs[static_cast<std::size_t>(l) * g + ur] += static_cast<std::uint64_t>(pairs[ur]);
+        layer_seconds = std::max(layer_seconds, t);
+      }
+      step_seconds += layer_seconds;
+    }
+    out.total_seconds += step_seconds;
+    ++out.steps;
+    out.tokens += step.size();
+  }
+  out.slowest_rank_step_s =
+      out.steps == 0 ? 0.0 : out.total_seconds / static_cast<double>(out.steps);
+  const auto imbalance = [g](std::span<const std::uint64_t> values) {
+    std::uint64_t most_pairs = 0;
+    std::uint64_t sum = 0;
+    for (const std::uint64_t v : values) {
+      most_pairs = std::max(most_pairs, v);
+      sum += v;
+    }
+    return sum == 0 ? 1.0 : static_cast<double>(most_pairs) * g / static_cast<double>(sum);
+  };
+  std::vector<std::uint64_t> totals;
+  for (const ep_rank_result& r : out.ranks) {
+    totals.push_back(r.pairs);
+  }
+  out.load_imbalance = imbalance(totals);
+  for (std::int32_t l = 0; l < layers; ++l) {
+    out.layer_load_imbalance +=
+        imbalance(std::span<const std::uint64_t>(layer_pairs)
+                      .subspan(static_cast<std::size_t>(l) * g, static_cast<std::size_t>(g))) /
+        layers;
+  }
+  return out;
+}
+
+}  // namespace detail
+
+/// @brief Replays `trace` under `arm` (see the file comment). O(accesses x replicas + steps x
+/// layers x ranks x local_experts) plus the planner; allocates its state once. Deterministic.
+/// Separate calls may run in parallel.
+/// @throws wisp::logic_error, naming the values, on an invalid config, `total_slots` below
+///   `ranks x top_k` (a rank below top-k slots) or above what the ranks' rows can hold, or
+///   `ranks x local_experts < experts`.
+[[nodiscard]] inline ep_arm_result simulate_ep(const routing_trace& trace,
+                                               const ep_sim_config& config, ep_arm arm) {
+  config.validate();
+  const auto batches = detail::ep_batches(trace, config.batch);
+  ep_arm_result out = arm == ep_arm::ep_lru || arm == ep_arm::eplb_lru
+                          ? detail::run_ep_arm<lru>(trace, config, arm, batches)
+                          : visit_policy(config.policy, [&]<class P>(std::type_identity<P>) {
+                              return detail::run_ep_arm<P>(trace, config, arm, batches);
+                            });
+  switch (arm) {
+    case ep_arm::ep_lru:
+      out.name = "ep-lru";
+      break;
+    case ep_arm::eplb_lru:
+      out.name = "eplb-lru";
+      break;
+    case ep_arm::wisp:
+      out.name = "wisp";
+      break;
+    case ep_arm::ep_policy:
+      out.name = "ep-" + out.policy;
+      break;
+  }
+  return out;
+}
+
+}  // namespace wisp
