@@ -39,7 +39,7 @@ using any_pager =
                  core::pager<core::lfu_history>, core::pager<core::lfru>, core::pager<core::fld>,
                  core::pager<core::least_stale>, core::pager<core::decayed_frequency>,
                  core::pager<core::predicted_next_use>, core::pager<core::reuse_probability>,
-                 core::pager<core::belady>>;
+                 core::pager<core::learned_belady>, core::pager<core::belady>>;
 static_assert(std::variant_size_v<any_pager> == std::size(core::builtin_policy_names),
               "a Pager for every built-in policy, and no other");
 
@@ -144,6 +144,30 @@ class python_pager {
     return span;
   }
 
+  // `positions` as the pager reads them: None (none), an integer (the whole call's) or a 1-D
+  // array (one per row); each in [0, 2^32).
+  std::span<const std::uint32_t> positions_from(const nb::object& positions) {
+    positions_.clear();
+    if (positions.is_none()) {
+      return positions_;
+    }
+    const auto checked = [](std::int64_t value, std::size_t i) {
+      WISP_EXPECTS(value >= 0 && value <= std::numeric_limits<std::uint32_t>::max(), "positions[",
+                   i, "] = ", value, " is outside [0, 2^32)");
+      return static_cast<std::uint32_t>(value);
+    };
+    if (!nb::hasattr(positions, "__len__")) {  // an int, or a numpy integer scalar
+      positions_.push_back(checked(nb::cast<std::int64_t>(positions), 0));
+      return positions_;
+    }
+    with_values(int_vector_from(positions, "positions"), [&](const auto& values) {
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        positions_.push_back(checked(static_cast<std::int64_t>(values[i]), i));
+      }
+    });
+    return positions_;
+  }
+
  public:
   python_pager(std::int32_t layers, std::int32_t experts, std::int32_t top_k, std::int32_t capacity,
                std::string_view policy, std::string_view scope,
@@ -159,18 +183,22 @@ class python_pager {
   }
 
   prepare_snapshot prepare(std::int32_t layer, array_like topk_ids,
-                           const std::optional<array_like>& out) {
+                           const std::optional<array_like>& out, const nb::object& positions) {
     nb::ndarray<> out_holder;
     std::span<std::int32_t> map_out;
     if (out) {
       map_out = writable_int32(*out, static_cast<std::size_t>(map_size()), "out", out_holder);
     }
+    const std::span<const std::uint32_t> token_positions = positions_from(positions);
+    WISP_EXPECTS(!ep_ || token_positions.empty(),
+                 "Pager.prepare: positions are not supported with an expert_map (got ",
+                 token_positions.size(), ")");
     const core::prepare_result r =
         with_batch(topk_ids, [&](auto& pager, auto ids, std::int32_t tokens, std::int32_t k) {
           if (ep_) {  // the rank's rows of the call, then the global map
             return to_global(pager.prepare_experts(layer, ep_->select(layer, ids, tokens, k)));
           }
-          return pager.prepare(layer, ids, tokens, k);
+          return pager.prepare(layer, ids, tokens, k, token_positions);
         });
     if (!map_out.empty()) {
       std::copy(r.expert_map.begin(), r.expert_map.end(), map_out.begin());
@@ -402,7 +430,8 @@ class python_pager {
   std::vector<std::int32_t> rows_;           // prepare_experts' ids as local rows
   std::vector<std::int32_t> scratch32_;      // gathered ids of non-contiguous arrays
   std::vector<std::int64_t> scratch64_;
-  std::uintptr_t last_ids_address_ = 0;  // the ids the last prepare handed to C++ (for tests)
+  std::vector<std::uint32_t> positions_;  // the last prepare's token positions
+  std::uintptr_t last_ids_address_ = 0;   // the ids the last prepare handed to C++ (for tests)
 };
 
 nb::typed<nb::dict, nb::str, numpy_array> resize_report_dict(const core::resize_report& r) {
@@ -496,8 +525,8 @@ void bind_pager(nb::module_& m) {
       "policy is one of wisp.POLICIES ('least-stale' is accepted too) with the library's default "
       "parameters (decayed_frequency and predicted_next_use: a half-life of 256 forward passes; "
       "predicted_next_use estimates next uses from decayed routing rates, no routing predictor "
-      "attached; reuse_probability gets no token positions from the pager and ranks by each "
-      "expert's own reuse distances); scope is 'layer' (one cache per layer, capacity = slots per "
+      "attached; reuse_probability and learned_belady read the token positions given to "
+      "prepare); scope is 'layer' (one cache per layer, capacity = slots per "
       "layer) or 'global' (one pool over (layer, expert) keys). belady needs `future`: each "
       "cache's key sequence.\n\n"
       "On an expert-parallel rank, pass the engine's EP map: expert_map (vLLM's expert_map: "
@@ -518,14 +547,19 @@ void bind_pager(nb::module_& m) {
            nb::arg("future") = nb::none(), nb::arg("expert_map").none() = nb::none(),
            nb::arg("rank") = 0)
       .def("prepare", &python_pager::prepare, nb::arg("layer"), nb::arg("topk_ids"),
-           nb::arg("out").none() = nb::none(),
+           nb::arg("out").none() = nb::none(), nb::arg("positions").none() = nb::none(),
            "Makes exactly the experts of topk_ids ([tokens, k], int32 or int64, numpy or torch "
            "CPU, any strides) of `layer` resident and visible; O(tokens x k).\n\n"
            "C-contiguous ids are read in place; other layouts are gathered once into a buffer the "
            "pager reuses. `out`, if given, is a writable int32[experts] array (numpy or torch CPU) "
-           "that receives the expert map in place. Raises LogicError (nothing changed) on a bad "
-           "layer, shape or id, or a call with more distinct experts than the capacity (split it "
-           "with plan_token_groups / plan_expert_groups).")
+           "that receives the expert map in place. `positions`, if given, are the token positions "
+           "that position-aware policies read (reuse_probability, learned_belady): an int for "
+           "the whole call (decode at batch 1) or a 1-D array with one per row (each distinct "
+           "expert then carries the position of the first row routed to it; not with an "
+           "expert_map). Raises LogicError (nothing changed) on a bad layer, shape, id or "
+           "position count, or a call with more distinct experts than the capacity (split it "
+           "with plan_token_groups / "
+           "plan_expert_groups).")
       .def("prepare_experts", &python_pager::prepare_experts, nb::arg("layer"), nb::arg("experts"),
            "Makes exactly `experts` (1-D, duplicates allowed) of `layer` visible: one group of a "
            "split. Same semantics and errors as prepare over [len(experts), 1] ids.")

@@ -203,6 +203,43 @@ def test_invalidate_resize_and_stats():
         pager.resize_pool(4)
 
 
+@pytest.mark.parametrize("policy", ["reuse_probability", "learned_belady"])
+@pytest.mark.parametrize("scope", ["layer", "global"])
+def test_positions_make_the_pager_serve_as_the_simulator_replays(small_trace, policy, scope):
+    """With each call's token position (steps since its sequence began), a position-aware policy
+    in the Pager decides as wisp.simulate, which takes positions from the trace's sequences."""
+    ids = small_trace.ids()
+    starts = list(range(0, small_trace.steps, 37))
+    t = wisp.Trace.from_arrays(ids, small_trace.experts, sequence_starts=starts)
+    capacity = 6 if scope == "layer" else 20
+    pager = wisp.Pager(t.layers, t.experts, t.top_k, capacity, policy=policy, scope=scope)
+    for step in range(t.steps):
+        pager.begin_step()
+        position = step - max(s for s in starts if s <= step)
+        for layer in range(t.layers):
+            row = ids[step, layer][None, :]
+            # An int or a numpy integer for the call, or one per row: the same position each way.
+            positions = (position, np.int64(position), np.array([position]))[step % 3]
+            pager.prepare(layer, row, positions=positions)
+    [row] = wisp.simulate(t, policy, capacity, scope)
+    s = pager.stats()
+    assert (s.hits, s.misses) == (row["hits"], row["misses"])
+
+
+@pytest.mark.parametrize("positions, match", [
+    (np.array([1, 2, 3]), "positions"),  # neither 1 nor one per row (2 rows)
+    (-1, "positions\\[0\\] = -1"),
+    (np.array([0, 2**32]), "positions\\[1\\] = 4294967296"),
+])
+def test_bad_positions_raise_and_change_nothing(positions, match):
+    pager = wisp.Pager(1, 16, 2, 4, policy="learned_belady")
+    pager.prepare(0, np.array([[1, 2]]))
+    before = (pager.stats(), pager.expert_map(0).tolist())
+    with pytest.raises(wisp.LogicError, match=match):
+        pager.prepare(0, np.array([[3, 4], [5, 6]]), positions=positions)
+    assert (pager.stats(), pager.expert_map(0).tolist()) == before
+
+
 @pytest.mark.parametrize("bad, error", [
     (np.array([1, 2]), wisp.LogicError),                   # 1-D
     (np.zeros((1, 2, 2), dtype=np.int64), wisp.LogicError),  # 3-D
@@ -249,3 +286,11 @@ def test_reroute_table():
     assert table.row(1, 3) == 9 and table.table.shape == (2, 8)
     with pytest.raises(wisp.LogicError, match="already holds"):
         table.assign(0, 2, 9)
+
+
+def test_positions_are_refused_on_an_expert_parallel_rank():
+    pager = wisp.Pager(1, 4, 2, 4, expert_map=np.array([0, 1, 2, 3, -1, -1, -1, -1]), rank=0)
+    with pytest.raises(wisp.LogicError, match="positions are not supported with an expert_map"):
+        pager.prepare(0, np.array([[0, 1]]), positions=3)
+    assert pager.stats().misses == 0
+    assert pager.prepare(0, np.array([[0, 1]])).misses == 2

@@ -94,18 +94,18 @@ class Pager:
     """
     Per-layer expert paging (wisp::pager<Policy>): prepare(layer, topk_ids) makes exactly the experts of a call resident and visible, and returns the expert map and the copy plan for an unmodified fused-MoE kernel.
 
-    policy is one of wisp.POLICIES ('least-stale' is accepted too) with the library's default parameters (decayed_frequency and predicted_next_use: a half-life of 256 forward passes; predicted_next_use estimates next uses from decayed routing rates, no routing predictor attached; reuse_probability gets no token positions from the pager and ranks by each expert's own reuse distances); scope is 'layer' (one cache per layer, capacity = slots per layer) or 'global' (one pool over (layer, expert) keys). belady needs `future`: each cache's key sequence.
+    policy is one of wisp.POLICIES ('least-stale' is accepted too) with the library's default parameters (decayed_frequency and predicted_next_use: a half-life of 256 forward passes; predicted_next_use estimates next uses from decayed routing rates, no routing predictor attached; reuse_probability and learned_belady read the token positions given to prepare); scope is 'layer' (one cache per layer, capacity = slots per layer) or 'global' (one pool over (layer, expert) keys). belady needs `future`: each cache's key sequence.
 
     On an expert-parallel rank, pass the engine's EP map: expert_map (vLLM's expert_map: int[global experts], global id -> local row or -1, or one per layer as int[layers, global experts]) and rank; `experts` is then the rank's local rows. prepare takes the router's global ids, pages the rank's rows of the call and returns a global expert map (-1 for every expert the rank does not compute); copy plans name local rows; prepare_experts, slot_of, invalidate, expert_map and plan_expert_groups speak global ids; plan_token_groups is not available. Not thread-safe: one thread at a time (calls hold the GIL).
     """
 
     def __init__(self, layers: int, experts: int, top_k: int, capacity: int, policy: str = 'lru', scope: str = 'layer', layer_capacities: Sequence[int] | None = None, max_tokens: int = 0, future: Sequence[numpy.typing.ArrayLike] | None = None, expert_map: numpy.typing.ArrayLike | None = None, rank: int = 0) -> None: ...
 
-    def prepare(self, layer: int, topk_ids: numpy.typing.ArrayLike, out: numpy.typing.ArrayLike | None = None) -> PrepareResult:
+    def prepare(self, layer: int, topk_ids: numpy.typing.ArrayLike, out: numpy.typing.ArrayLike | None = None, positions: object | None = None) -> PrepareResult:
         """
         Makes exactly the experts of topk_ids ([tokens, k], int32 or int64, numpy or torch CPU, any strides) of `layer` resident and visible; O(tokens x k).
 
-        C-contiguous ids are read in place; other layouts are gathered once into a buffer the pager reuses. `out`, if given, is a writable int32[experts] array (numpy or torch CPU) that receives the expert map in place. Raises LogicError (nothing changed) on a bad layer, shape or id, or a call with more distinct experts than the capacity (split it with plan_token_groups / plan_expert_groups).
+        C-contiguous ids are read in place; other layouts are gathered once into a buffer the pager reuses. `out`, if given, is a writable int32[experts] array (numpy or torch CPU) that receives the expert map in place. `positions`, if given, are the token positions that position-aware policies read (reuse_probability, learned_belady): an int for the whole call (decode at batch 1) or a 1-D array with one per row (each distinct expert then carries the position of the first row routed to it; not with an expert_map). Raises LogicError (nothing changed) on a bad layer, shape, id or position count, or a call with more distinct experts than the capacity (split it with plan_token_groups / plan_expert_groups).
         """
 
     def prepare_experts(self, layer: int, experts: numpy.typing.ArrayLike) -> PrepareResult:

@@ -7850,6 +7850,494 @@ static_assert(eviction_policy<reuse_probability>);
 /// });  // "least-stale" and "least_stale" both select wisp::least_stale
 /// @endcode
 
+// ---- begin wisp/cache/learned_belady.hpp -------------------------------------------------------
+/// @file
+/// @brief `learned_belady`: evicts the key that Belady's offline optimum would most likely not
+/// have kept, as learned online from what the optimum did over the recent past.
+///
+/// The past is known, so the cache can compute what Belady would have done with it: OPTgen
+/// (Jain and Lin, "Back to the future: leveraging Belady's algorithm for improved cache
+/// replacement", ISCA 2016) replays each reuse interval into an occupancy vector and says whether
+/// the optimum, holding as many keys as this cache, kept the key from one access to the next. Each
+/// such verdict is a label. The policy learns from the labels twice:
+///
+/// 1. **A perceptron** (Jimenez and Teran, "Multiperspective reuse prediction", MICRO 2017) over
+///    features of an access gives it a confidence `y`, and a *class* `clamp((y + 64) / 8, 0, 15)`.
+///    The features, each a weight in one hashed table: the key; the key with its previous reuse
+///    distance; the key with the number of the last 32 passes that used it; the key with the token
+///    position (`access_context::position`); and, in global scope, the key with each expert the
+///    same token routed to at the layer before (the co-activation signal, up to 8 experts). When an
+///    access's label arrives, the weights of its features move towards it (only while the
+///    perceptron was wrong or `|y| < threshold`), so they learn which keys, in which context, the
+///    optimum keeps.
+/// 2. **Per class, how long the optimum keeps keys**: counts of labels by class and reuse distance
+///    (passes, in log-spaced bins up to `window`). For a resident key of class `c` whose layer has
+///    run `m` times since its last use, `score = (kept + 1) / (all + 2)` over the labelled reuses
+///    of class `c` at distances `> m`: the estimated probability that the optimum still holds it.
+///
+/// The victim: in each class, the least recently used unprotected key is a candidate; the one with
+/// the smallest score goes, ties to the larger layer distance (`fld`'s order, global scope), then
+/// to the least recently used. Scores are compared exactly (integer cross-products).
+///
+/// **Labels (OPTgen).** A *call* is a run of accesses with the same `(step, layer)`. Each call is
+/// one slot of an occupancy vector that counts the keys the optimum holds then (the call's own
+/// keys, and every interval it kept across the call). When a key comes back, the interval between
+/// its two calls is *kept* when every call strictly inside holds fewer keys than the cache's
+/// capacity; a kept interval adds one to each of them. An interval longer than the occupancy
+/// vector (`(window + 1) x L` calls in global scope, `window + 1` per layer) is labelled not kept
+/// as the vector drops its start. The capacity is the number of resident keys when the cache last
+/// asked for a victim (the whole key space before the first eviction). OPTgen's hits over a whole
+/// stream equal Belady's misses' complement under the simulator's call protection.
+///
+/// **Why it works.** Belady evicts the key used farthest in the future. Its per-access verdicts
+/// are a function of reuse distance *relative to what else competes for the cache*, so they adapt
+/// to the capacity and the trace without any horizon or weight to tune: the same parameters serve
+/// every trace, scope and capacity (docs/policies.md shows the measurements). The counts decay
+/// (halved every `count_half_life` passes, counted from the first one seen), so a shift of the
+/// routing (a new request) is followed.
+///
+/// Cost, with `F` features per access (4, plus up to 8 in global scope) and `Q = 16` classes:
+/// `on_insert`, `on_hit` O(F + r) where r is the reuse interval in calls (at most the occupancy
+/// vector's length: a vectorised scan), `on_erase` O(1), `victim` O(Q + p) plus O(Q x bins) when
+/// labels arrived since the last victim. Memory: O(key space) plus a weight table of
+/// `clamp(64 x key space, 2^10, 2^16)` bytes. Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::pager<wisp::learned_belady> pager({.layers = 26, .experts = 64, .top_k = 6,
+///                                          .capacity = 416, .scope = wisp::cache_scope::global});
+/// @endcode
+
+namespace wisp {
+
+/// @brief Parameters of `learned_belady`. The defaults serve every trace, scope and capacity.
+struct learned_belady_config {
+  /// Passes over which OPTgen looks back: longer reuses are labelled not kept; also the span of
+  /// the reuse-distance bins. In [1, 256].
+  std::int32_t window = 64;
+  /// The perceptron trains while `|y|` is below this (or its sign is wrong). In [1, 255].
+  std::int32_t threshold = 16;
+  /// Passes after which every label count is halved. In [1, 2^20].
+  std::int32_t count_half_life = 256;
+
+  /// @throws wisp::logic_error naming the field if a parameter is out of range.
+  void validate() const {
+    WISP_EXPECTS(window >= 1 && window <= 256, "learned_belady: window must be in [1, 256], got ",
+                 window);
+    WISP_EXPECTS(threshold >= 1 && threshold <= 255,
+                 "learned_belady: threshold must be in [1, 255], got ", threshold);
+    WISP_EXPECTS(count_half_life >= 1 && count_half_life <= (1 << 20),
+                 "learned_belady: count_half_life must be in [1, 2^20], got ", count_half_life);
+  }
+};
+
+/// @brief See the file description. Models `eviction_policy`.
+class learned_belady {
+ public:
+  static constexpr std::string_view name = "learned_belady";
+  /// Confidence classes.
+  static constexpr std::int32_t classes = 16;
+  /// Experts of the previous layer's call used as co-activation features (global scope).
+  static constexpr std::int32_t coactivation_features = 8;
+  /// Weights saturate in [weight_min, weight_max].
+  static constexpr std::int32_t weight_min = -32;
+  static constexpr std::int32_t weight_max = 31;
+
+  /// @throws wisp::logic_error on an invalid config (see `learned_belady_config::validate`).
+  explicit learned_belady(const learned_belady_config& config = {}) : config_(config) {
+    config_.validate();
+  }
+
+  /// Forgets everything; sizes for `layout`. @throws std::bad_alloc
+  void reset(const key_layout& layout) {
+    layout_ = layout;
+    const auto n = static_cast<std::size_t>(layout.size());
+    global_ = layout.scope == cache_scope::global;
+    coactivation_ = global_ && layout.experts <= 256;    // experts kept as bytes
+    bins_ = bin_of(config_.window, config_.window) + 2;  // the last bin: beyond the window
+    ring_ = static_cast<std::uint64_t>(config_.window + 1) *
+            static_cast<std::uint64_t>(global_ ? layout.layers : 1);
+    position_bits_ = std::clamp(static_cast<int>(std::bit_width(n * 64 - 1)), 10, 16);
+    keys_.assign(n, key_record{});
+    position_weights_.assign(std::size_t{1} << position_bits_, 0);
+    coactivation_weights_.assign(coactivation_ ? n * static_cast<std::size_t>(layout.experts) : 0,
+                                 0);
+    occupancy_.assign(static_cast<std::size_t>(ring_), 0);
+    kept_.assign(static_cast<std::size_t>(classes) * padded_bins, 0);
+    seen_ = kept_;
+    by_class_.reset(layout.size(), classes);
+    by_age_.reset(layout.size(), 1);
+    heads_.fill(head{});
+    nonempty_ = 0;
+    resident_ = 0;
+    capacity_ = layout.size();
+    tick_ = 0;
+    call_ = 0;
+    started_ = false;
+    call_step_ = 0;
+    call_layer_ = 0;
+    previous_experts_ = 0;
+    current_experts_ = 0;
+  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept {
+    ++resident_;
+    access(key, ctx);
+  }
+  void on_hit(cache_key key, const access_context& ctx) noexcept { access(key, ctx); }
+  void on_erase(cache_key key) noexcept {
+    --resident_;
+    const std::int32_t c = keys_[static_cast<std::size_t>(key)].klass;
+    by_class_.remove(key);
+    forget_head(c, key);
+    if (by_class_.front(c) == no_key) {
+      nonempty_ &= ~(1u << c);
+    }
+  }
+  /// Among the least recently used unprotected key of each class, the one with the smallest
+  /// score (then the larger layer distance, then the least recently used); `no_key` if every
+  /// resident key is protected.
+  [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) noexcept {
+    capacity_ = resident_;
+    cache_key best = no_key;
+    std::uint64_t best_kept = 0;
+    std::uint64_t best_seen = 1;
+    std::int32_t best_distance = 0;
+    std::uint64_t best_tick = 0;
+    for (std::uint32_t mask = nonempty_; mask != 0; mask &= mask - 1) {
+      const auto c = static_cast<std::int32_t>(std::countr_zero(mask));
+      head h = head_of(c);
+      if (is_protected(h.key)) [[unlikely]] {
+        h.key = by_class_.first_unprotected(c, is_protected);
+        if (h.key == no_key) {
+          continue;
+        }
+        h.step = keys_[static_cast<std::size_t>(h.key)].step;
+        h.tick = keys_[static_cast<std::size_t>(h.key)].tick;
+      }
+      const bool later_layer = global_ && h.key / layout_.experts > ctx.layer;
+      const std::int64_t age = std::max<std::int64_t>(
+          std::int64_t{ctx.step} - std::int64_t{h.step} - (later_layer ? 1 : 0), 0);
+      const std::size_t at =
+          static_cast<std::size_t>(c) * padded_bins + static_cast<std::size_t>(bin_of(age + 1));
+      const std::uint64_t kept = std::uint64_t{kept_[at]} + 1;
+      const std::uint64_t seen = std::uint64_t{seen_[at]} + 2;
+      const std::int32_t distance = layer_distance(h.key, ctx.layer);
+      if (best == no_key || kept * best_seen < best_kept * seen ||
+          (kept * best_seen == best_kept * seen &&
+           (distance > best_distance || (distance == best_distance && h.tick < best_tick)))) {
+        best = h.key;
+        best_kept = kept;
+        best_seen = seen;
+        best_distance = distance;
+        best_tick = h.tick;
+      }
+    }
+    return best;
+  }
+
+  /// The class `key` got at its last access (0 before any), in [0, classes).
+  [[nodiscard]] std::int32_t class_of(cache_key key) const noexcept {
+    return keys_[static_cast<std::size_t>(key)].klass;
+  }
+  /// The reuse-distance bin of a reuse `distance` passes long, in [0, bins): `distance` up to 4,
+  /// then two bins per power of two, the last bin for distances beyond `window`.
+  [[nodiscard]] std::int32_t bin_of(std::int64_t distance) const noexcept {
+    return bin_of(distance, config_.window);
+  }
+  [[nodiscard]] const learned_belady_config& config() const noexcept { return config_; }
+
+ private:
+  static constexpr std::size_t padded_bins = 32;   // >= bins for any window <= 256
+  static constexpr std::uint8_t seen_flag = 1;     // the key was accessed before
+  static constexpr std::uint8_t pending_flag = 2;  // its last access awaits its label
+  // Weights of a key record: its bias, one per reuse-distance code, one per recent-pass code.
+  static constexpr std::size_t reuse_weights = 1;    // [1, 20): codes 0..bins (bins = never)
+  static constexpr std::size_t recent_weights = 20;  // [20, 27): bit_width(passes), 0..6
+
+  // Everything about one key that one access reads and writes, in one cache line.
+  struct alignas(64) key_record {
+    std::uint64_t tick = 0;          // last access of any kind (recency)
+    std::uint32_t step = 0;          // pass of the last access (the first of its call)
+    std::uint32_t call = 0;          // its call, modulo 2^32
+    std::uint32_t usage = 0;         // bit i: used i passes before the last access
+    std::uint16_t position = 0;      // index of its position weight
+    std::int16_t confidence = 0;     // its y
+    std::uint8_t reuse = 0;          // its reuse-distance code
+    std::uint8_t recent = 0;         // its recent-passes code
+    std::uint8_t coactivations = 0;  // its co-activation features
+    std::uint8_t klass = 0;          // its class
+    std::uint8_t flags = 0;
+    std::array<std::uint8_t, coactivation_features> experts{};  // the previous layer's experts
+    std::array<std::int8_t, 27> weights{};
+  };
+  static_assert(sizeof(key_record) == 64);
+
+  // A class's least recently used key as last looked up (no_key: look again).
+  struct head {
+    cache_key key = no_key;
+    std::uint32_t step = 0;
+    std::uint64_t tick = 0;
+  };
+
+  [[nodiscard]] static std::int32_t bin_of(std::int64_t distance, std::int32_t window) noexcept {
+    if (distance > window) {
+      return bin_of(window, window) + 1;
+    }
+    if (distance <= 4) {
+      return static_cast<std::int32_t>(std::max<std::int64_t>(distance, 0));
+    }
+    const auto x = static_cast<std::uint64_t>(distance - 1);
+    const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
+    return 2 * e + static_cast<std::int32_t>((x >> (e - 1)) & 1u) + 1;
+  }
+  [[nodiscard]] std::int32_t layer_distance(cache_key key, std::int32_t layer) const noexcept {
+    if (!global_) {
+      return 0;
+    }
+    const std::int32_t layers = layout_.layers;
+    return ((key / layout_.experts - layer - 1) % layers + layers) % layers + 1;
+  }
+  // The position weight of (key, position): a splitmix64 finaliser of both, top bits.
+  [[nodiscard]] std::uint16_t position_index(cache_key key, std::uint32_t position) const noexcept {
+    std::uint64_t x =
+        (static_cast<std::uint64_t>(key) << 32) ^ std::min<std::uint32_t>(position, 1023);
+    x ^= x >> 31;
+    x *= 0x7FB5D329728EA185ull;
+    x ^= x >> 27;
+    x *= 0x81DADEF4BC2DD44Dull;
+    x ^= x >> 33;
+    return static_cast<std::uint16_t>(x >> (64 - position_bits_));
+  }
+  static void prefetch(const void* p) noexcept {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(p);
+#else
+    (void)p;
+#endif
+  }
+  head head_of(std::int32_t c) noexcept {
+    head& h = heads_[static_cast<std::size_t>(c)];
+    const cache_key front = by_class_.front(c);
+    if (h.key != front) {
+      const key_record& r = keys_[static_cast<std::size_t>(front)];
+      h = head{front, r.step, r.tick};
+    }
+    return h;
+  }
+  void forget_head(std::int32_t c, cache_key key) noexcept {
+    head& h = heads_[static_cast<std::size_t>(c)];
+    h.key = h.key == key ? no_key : h.key;
+  }
+
+  // Calls `f(weight&)` for every feature weight of key k's last access.
+  template <class F>
+  void for_each_weight(std::size_t k, F&& f) noexcept {
+    key_record& r = keys_[k];
+    f(r.weights[0]);
+    f(r.weights[reuse_weights + r.reuse]);
+    f(r.weights[recent_weights + r.recent]);
+    f(position_weights_[r.position]);
+    if (r.coactivations != 0) {
+      std::int8_t* row =
+          coactivation_weights_.data() + k * static_cast<std::size_t>(layout_.experts);
+      for (std::uint8_t i = 0; i < r.coactivations; ++i) {
+        f(row[r.experts[i]]);
+      }
+    }
+  }
+
+  // The label of key k's pending access: train the perceptron, count it by class and distance.
+  void label(std::size_t k, bool kept, std::int32_t bin) noexcept {
+    key_record& r = keys_[k];
+    r.flags &= static_cast<std::uint8_t>(~pending_flag);
+    const std::int32_t y = r.confidence;
+    if ((y >= 0) != kept || (y < 0 ? -y : y) < config_.threshold) {
+      for_each_weight(k, [kept](std::int8_t& w) {
+        w = static_cast<std::int8_t>(kept ? std::min<std::int32_t>(w + 1, weight_max)
+                                          : std::max<std::int32_t>(w - 1, weight_min));
+      });
+    }
+    // Counts over every bin <= `bin`: a label at distance d counts for every age below d.
+    const std::size_t row = static_cast<std::size_t>(r.klass) * padded_bins;
+    count(seen_.data() + row, bin, 1u);
+    count(kept_.data() + row, bin, kept ? 1u : 0u);
+  }
+  // Adds `add` to counts [0, bin]: one pass over the whole row, branch-free (vectorised).
+  static void count(std::uint32_t* row, std::int32_t bin, std::uint32_t add) noexcept {
+    for (std::size_t b = 0; b < padded_bins; ++b) {
+      row[b] += static_cast<std::int32_t>(b) <= bin ? add : 0u;
+    }
+  }
+
+  void begin_call(const access_context& ctx) noexcept {
+    const bool next_layer = started_ && ctx.step == call_step_ && ctx.layer == call_layer_ + 1;
+    first_step_ = started_ ? first_step_ : ctx.step;
+    if (started_ && ctx.step > call_step_) {
+      // Passes counted from the first one this policy saw: the same halvings whether a caller
+      // numbers passes from 0 (the simulator) or from 1 (the pager after begin_step).
+      const auto period = static_cast<std::uint32_t>(config_.count_half_life);
+      const std::uint32_t halvings =
+          (ctx.step - first_step_) / period - (call_step_ - first_step_) / period;
+      if (halvings > 0) {
+        const std::uint32_t shift = std::min<std::uint32_t>(halvings, 31);
+        for (std::size_t i = 0; i < kept_.size(); ++i) {
+          kept_[i] >>= shift;
+          seen_[i] >>= shift;
+        }
+      }
+    }
+    call_ += started_ ? 1u : 0u;
+    started_ = true;
+    call_step_ = ctx.step;
+    call_layer_ = ctx.layer;
+    occupancy_[static_cast<std::size_t>(call_ % ring_)] = 0;
+    // Accesses whose key has not come back within the occupancy vector: not kept.
+    const auto now = static_cast<std::uint32_t>(call_);
+    for (cache_key key = by_age_.front(0); key != no_key; key = by_age_.front(0)) {
+      const auto k = static_cast<std::size_t>(key);
+      if (now - keys_[k].call <= ring_) {
+        break;
+      }
+      if ((keys_[k].flags & pending_flag) != 0) {
+        label(k, false, static_cast<std::int32_t>(bins_) - 1);
+      }
+      by_age_.remove(key);
+    }
+    previous_experts_ = next_layer ? current_experts_ : 0;
+    if (next_layer) {
+      previous_ = current_;
+    }
+    current_experts_ = 0;
+  }
+
+  // OPTgen: was the interval between the call `back` calls ago and this one (both excluded) kept?
+  [[nodiscard]] bool keep_interval(std::uint32_t back) noexcept {
+    const std::size_t count = back - 1;
+    const auto start = static_cast<std::size_t>((call_ - back + 1) % ring_);
+    const std::size_t first = std::min(count, static_cast<std::size_t>(ring_) - start);
+    std::uint32_t* const occ = occupancy_.data();
+    const auto cap = static_cast<std::uint32_t>(capacity_);
+    // Segments [start, start + first) and [0, count - first): stop at the first full call.
+    const auto full = [occ, cap](std::size_t from, std::size_t to) {
+      for (std::size_t i = from; i < to; i += 16) {
+        std::uint32_t any = 0;
+        for (std::size_t j = i; j < std::min(i + 16, to); ++j) {
+          any |= occ[j] >= cap ? 1u : 0u;
+        }
+        if (any != 0) {
+          return true;
+        }
+      }
+      return false;
+    };
+    if (full(start, start + first) || full(0, count - first)) {
+      return false;
+    }
+    for (std::size_t i = start; i < start + first; ++i) {
+      ++occ[i];
+    }
+    for (std::size_t i = 0; i < count - first; ++i) {
+      ++occ[i];
+    }
+    return true;
+  }
+
+  void access(cache_key key, const access_context& ctx) noexcept {
+    if (!started_ || ctx.step != call_step_ || ctx.layer != call_layer_) [[unlikely]] {
+      begin_call(ctx);
+    }
+    const auto k = static_cast<std::size_t>(key);
+    key_record& r = keys_[k];
+    // The two position weights this access reads (the pending access's and its own) are the
+    // likeliest cache misses: start loading them now.
+    const std::uint16_t position = position_index(key, ctx.position);
+    prefetch(&position_weights_[position]);
+    prefetch(&position_weights_[r.position]);
+    r.tick = ++tick_;
+    const std::int32_t old_class = r.klass;
+    forget_head(old_class, key);
+    const bool seen = (r.flags & seen_flag) != 0;
+    const std::uint32_t back = static_cast<std::uint32_t>(call_) - r.call;
+    if (seen && back == 0) [[unlikely]] {  // again in the same call
+      move_to_class(key, old_class, old_class);
+      return;
+    }
+    ++occupancy_[static_cast<std::size_t>(call_ % ring_)];
+    const std::int64_t distance = seen ? std::int64_t{ctx.step} - std::int64_t{r.step} : -1;
+    if ((r.flags & pending_flag) != 0) {
+      label(k, keep_interval(back), bin_of(distance));
+    }
+    // This access's features, confidence and class.
+    r.usage = distance < 0 || distance >= 32 ? 1u : (r.usage << distance) | 1u;
+    r.reuse = static_cast<std::uint8_t>(distance < 0 ? static_cast<std::int32_t>(bins_)
+                                                     : bin_of(distance));
+    r.recent = static_cast<std::uint8_t>(
+        std::bit_width(static_cast<std::uint32_t>(std::popcount(r.usage))));
+    r.position = position;
+    r.coactivations = 0;
+    if (coactivation_) {
+      for (std::int32_t i = 0; i < previous_experts_; ++i) {
+        r.experts[static_cast<std::size_t>(i)] = previous_[static_cast<std::size_t>(i)];
+      }
+      r.coactivations = static_cast<std::uint8_t>(previous_experts_);
+      if (current_experts_ < coactivation_features) {
+        current_[static_cast<std::size_t>(current_experts_++)] =
+            static_cast<std::uint8_t>(key % layout_.experts);
+      }
+    }
+    std::int32_t y = 0;
+    for_each_weight(k, [&y](const std::int8_t& w) { y += w; });
+    const std::int32_t c = std::clamp((y + 64) / 8, 0, classes - 1);
+    r.confidence = static_cast<std::int16_t>(y);
+    r.klass = static_cast<std::uint8_t>(c);
+    r.flags = seen_flag | pending_flag;
+    r.step = ctx.step;
+    r.call = static_cast<std::uint32_t>(call_);
+    by_age_.move_to_back(0, key);
+    move_to_class(key, old_class, c);
+  }
+
+  void move_to_class(cache_key key, std::int32_t from, std::int32_t to) noexcept {
+    by_class_.move_to_back(to, key);  // also when `key` was in no list (an insertion)
+    if (from != to && by_class_.front(from) == no_key) {
+      nonempty_ &= ~(1u << from);
+    }
+    nonempty_ |= 1u << to;
+  }
+
+  learned_belady_config config_;
+  key_layout layout_;
+  bool global_ = false;
+  bool coactivation_ = false;  // global scope with at most 256 experts per layer
+  std::size_t bins_ = 0;       // reuse-distance bins, the last one beyond the window
+  std::uint64_t ring_ = 1;     // calls in the occupancy vector
+  int position_bits_ = 10;
+  std::vector<key_record> keys_;
+  std::vector<std::int8_t> position_weights_;      // [2^position_bits_], hashed (key, position)
+  std::vector<std::int8_t> coactivation_weights_;  // [key x experts] (global scope)
+  std::vector<std::uint32_t> occupancy_;           // [ring_]: keys the optimum holds per call
+  // [classes x padded_bins]: labels (kept / all) at distances in the bin or beyond, per class.
+  std::vector<std::uint32_t> kept_, seen_;
+  detail::key_lists by_class_;  // resident keys per class, least recent first
+  detail::key_lists by_age_;    // keys with a pending access, oldest first
+  std::array<head, classes> heads_{};
+  std::uint32_t nonempty_ = 0;  // classes with a resident key
+  std::int32_t resident_ = 0;
+  std::int32_t capacity_ = 1;  // the optimum's capacity (see the file description)
+  std::uint64_t tick_ = 0;
+  std::uint64_t call_ = 0;
+  bool started_ = false;
+  std::uint32_t call_step_ = 0;
+  std::uint32_t first_step_ = 0;  // step of the first access since reset
+  std::int32_t call_layer_ = 0;
+  std::array<std::uint8_t, coactivation_features> previous_{};  // experts of the previous layer
+  std::array<std::uint8_t, coactivation_features> current_{};   // experts of this call
+  std::int32_t previous_experts_ = 0;
+  std::int32_t current_experts_ = 0;
+};
+static_assert(eviction_policy<learned_belady>);
+
+}  // namespace wisp
+// ---- end wisp/cache/learned_belady.hpp ---------------------------------------------------------
+
 namespace wisp {
 
 /// The names of the built-in policies (each type's `P::name`), in the order tools report them.
@@ -7863,6 +8351,7 @@ inline constexpr std::string_view builtin_policy_names[] = {lru::name,
                                                             decayed_frequency::name,
                                                             predicted_next_use::name,
                                                             reuse_probability::name,
+                                                            learned_belady::name,
                                                             belady::name};
 
 /// @brief The canonical name of the built-in policy spelt `name`, reading `-` as `_`
@@ -7920,6 +8409,9 @@ decltype(auto) visit_policy(std::string_view name, F&& f) {
   if (canonical == reuse_probability::name) {
     return std::invoke(f, std::type_identity<reuse_probability>{});
   }
+  if (canonical == learned_belady::name) {
+    return std::invoke(f, std::type_identity<learned_belady>{});
+  }
   if (canonical == belady::name) {
     return std::invoke(f, std::type_identity<belady>{});
   }
@@ -7937,7 +8429,8 @@ decltype(auto) visit_policy(std::string_view name, F&& f) {
 // ---- begin wisp/cache/policies.hpp -------------------------------------------------------------
 /// @file
 /// @brief Every built-in eviction policy and the slot cache: `lru`, `fifo`, `lfu`, `lfru`, `fld`,
-/// `least_stale`, `decayed_frequency`, `predicted_next_use`, `reuse_probability`, `belady`,
+/// `least_stale`, `decayed_frequency`, `predicted_next_use`, `reuse_probability`, `learned_belady`,
+/// `belady`,
 /// `slot_cache<P>`, `per_layer_cache<P>`, and `visit_policy` (a built-in policy by name).
 
 // ---- begin wisp/cache/per_layer_cache.hpp ------------------------------------------------------
@@ -8117,6 +8610,11 @@ class slot_cache {
   ///   miss whose `on_miss` is still to come (whole-call policies report the misses after the
   ///   notes), else its slot (a caller that stores both ends with every key's slot).
   ///
+  /// `positions`, when not empty, holds one token position per key of `keys`, which must then be
+  /// distinct: the i-th access's `access_context::position` is `positions[i]` (a batch whose rows
+  /// sit at different positions; a whole-call policy's `call_events::ctx` has the first one).
+  /// Empty: every access has `ctx.position`.
+  ///
   /// Precondition: `ctx.layer` is a layer of the layout and every key is in `[0, key_space())`;
   /// violating it is undefined behaviour (check with `access_distinct` when in doubt).
   /// O(keys.size()) + policy hooks; no allocation.
@@ -8134,9 +8632,9 @@ class slot_cache {
   template <class Note, class OnMiss>
   requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
       std::invocable<OnMiss&, cache_key, std::int32_t>
-          WISP_DETAIL_ALWAYS_INLINE unchecked_call
-          access_call_unchecked(std::span<const cache_key> keys, const access_context& ctx,
-                                Note&& note, OnMiss&& on_miss);
+          WISP_DETAIL_ALWAYS_INLINE unchecked_call access_call_unchecked(
+              std::span<const cache_key> keys, const access_context& ctx, Note&& note,
+              OnMiss&& on_miss, std::span<const std::uint32_t> positions = {});
 
   /// @brief Loads `key` ahead of the call that will request it (a prefetch), outside any call:
   /// the current call and its protection are unchanged, and no access is counted.
@@ -8230,7 +8728,8 @@ class slot_cache {
                                       const char* where);
   // The accesses of a protected call, one after the other (a repeated key hits).
   template <class Visit>
-  void access_each(std::span<const cache_key> keys, const access_context& ctx, Visit& visit);
+  void access_each(std::span<const cache_key> keys, const access_context& ctx, Visit& visit,
+                   std::span<const std::uint32_t> positions = {});
   struct whole_call {
     std::size_t misses = 0;
     std::size_t from_free = 0;  // the first misses took free slots, the others evicted
@@ -8517,15 +9016,16 @@ requires std::invocable<Visit&, cache_key, const access_result&>
 
 template <eviction_policy Policy>
 template <class Visit>
-WISP_DETAIL_ALWAYS_INLINE void slot_cache<Policy>::access_each(std::span<const cache_key> keys,
-                                                               const access_context& ctx,
-                                                               Visit& visit) {
+WISP_DETAIL_ALWAYS_INLINE void slot_cache<Policy>::access_each(
+    std::span<const cache_key> keys, const access_context& ctx, Visit& visit,
+    std::span<const std::uint32_t> positions) {
   const std::uint64_t misses_before = stats_.misses;
   std::size_t i = 0;
   try {
     for (; i < keys.size(); ++i) {
       const cache_key key = keys[i];
-      const access_context each{ctx.step, ctx.layer, ctx.time + i, ctx.position};
+      const access_context each{ctx.step, ctx.layer, ctx.time + i,
+                                positions.empty() ? ctx.position : positions[i]};
       if (const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)]; slot >= 0) {
         policy_.on_hit(key, each);
         visit(key, access_result{slot, true, no_key, false});
@@ -8868,10 +9368,13 @@ requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
         WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::unchecked_call
         slot_cache<Policy>::access_call_unchecked(std::span<const cache_key> keys,
                                                   const access_context& ctx, Note&& note,
-                                                  OnMiss&& on_miss) {
+                                                  OnMiss&& on_miss,
+                                                  std::span<const std::uint32_t> positions) {
   const std::span<const cache_key> distinct = protect_call(keys, ctx, "access_distinct");
   if constexpr (call_eviction_policy<Policy>) {
-    return {distinct, access_whole_call(distinct, ctx, note, on_miss).misses};
+    access_context first = ctx;
+    first.position = positions.empty() ? ctx.position : positions[0];
+    return {distinct, access_whole_call(distinct, first, note, on_miss).misses};
   } else {
     auto report = [&on_miss](cache_key key, const access_result& r) {
       if (!r.hit) {
@@ -8879,7 +9382,7 @@ requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
       }
     };
     const std::uint64_t misses_before = stats_.misses;
-    access_each(distinct, ctx, report);
+    access_each(distinct, ctx, report, positions);
     for (std::size_t i = 0; i < distinct.size(); ++i) {
       note(i, distinct[i], key_to_slot_[static_cast<std::size_t>(distinct[i])]);
     }
@@ -9412,7 +9915,9 @@ struct pager_config {
 /// - **Policy context.** `ctx.layer` is the layer; `ctx.step` is `step()` (advance it with
 ///   `begin_step()` once per forward pass — Least-Stale and collision counts use it); `ctx.time`
 ///   counts the accesses of the cache serving the layer (so a per-layer `belady` is built from that
-///   layer's sequence of distinct experts, first-seen order, call after call).
+///   layer's sequence of distinct experts, first-seen order, call after call); `ctx.position` is
+///   the token position given to `prepare` (per expert for a batch of rows; 0 without), so that a
+///   position-aware policy serves as it simulates.
 /// - **Errors.** Invalid arguments throw `wisp::logic_error` naming the values and leave the pager
 ///   unchanged, including every previously returned result.
 /// - **Thread safety:** none; one thread at a time (like a std container).
@@ -9459,6 +9964,27 @@ class pager {
   prepare_result prepare(std::int32_t layer, std::span<const std::int64_t> topk_ids,
                          std::int32_t tokens, std::int32_t k) {
     return prepare_impl("pager::prepare", layer, topk_ids, tokens, k);
+  }
+
+  /// @brief `prepare` with the token positions that position-aware policies read
+  /// (`access_context::position`, e.g. `reuse_probability`, `learned_belady`): `positions` holds
+  /// one position for the whole call (decode at batch 1), or one per row (`tokens` entries), in
+  /// which case each distinct expert's access carries the position of the first row that routes
+  /// to it. Empty: position 0, as `prepare` without positions. Same semantics, costs and errors
+  /// as `prepare`, plus:
+  /// @throws wisp::logic_error, leaving everything unchanged, if `positions` has neither 0, 1 nor
+  ///   `tokens` entries.
+  prepare_result prepare(std::int32_t layer, std::span<const std::int32_t> topk_ids,
+                         std::int32_t tokens, std::int32_t k,
+                         std::span<const std::uint32_t> positions) {
+    return prepare_impl("pager::prepare", layer, topk_ids, tokens, k, positions);
+  }
+  /// @copydoc prepare(std::int32_t, std::span<const std::int32_t>, std::int32_t, std::int32_t,
+  /// std::span<const std::uint32_t>)
+  prepare_result prepare(std::int32_t layer, std::span<const std::int64_t> topk_ids,
+                         std::int32_t tokens, std::int32_t k,
+                         std::span<const std::uint32_t> positions) {
+    return prepare_impl("pager::prepare", layer, topk_ids, tokens, k, positions);
   }
 
   /// Makes exactly `experts` (duplicates allowed) of `layer` visible: one group of a split.
@@ -9621,7 +10147,8 @@ class pager {
  private:
   template <topk_id Id>
   prepare_result prepare_impl(const char* where, std::int32_t layer, std::span<const Id> ids,
-                              std::int32_t tokens, std::int32_t k);
+                              std::int32_t tokens, std::int32_t k,
+                              std::span<const std::uint32_t> positions = {});
   template <topk_id Id>
   [[noreturn]] void fail_over_capacity(const char* where, std::int32_t layer,
                                        std::span<const Id> ids, std::int32_t k,
@@ -9666,16 +10193,17 @@ class pager {
   std::int32_t top_k_ = 1;
   cache_scope scope_ = cache_scope::per_layer;
   std::uint32_t step_ = 0;
-  std::vector<cache_type> caches_;           // one per layer, or one (global)
-  std::vector<std::uint64_t> times_;         // per cache: accesses so far (ctx.time)
-  std::vector<std::int32_t> maps_;           // [layers x experts]: slot or -1
-  std::vector<std::int32_t> visible_;        // [layers x experts]: first visible_count_[l] used
-  std::vector<std::int32_t> visible_count_;  // per layer
-  std::vector<copy_op> copies_;              // [layers x experts]: the layer's last copy plan
-  std::vector<cache_key> keys_;              // scratch [experts]: the call's keys (ids + base)
-  protect_set seen_;                         // scratch: "expert seen" (wide calls, messages)
-  protect_set keep_;                         // scratch of prefetch: keys it must not evict
-  std::vector<copy_op> prefetch_copies_;     // [experts]: the last prefetch's copy plan
+  std::vector<cache_type> caches_;            // one per layer, or one (global)
+  std::vector<std::uint64_t> times_;          // per cache: accesses so far (ctx.time)
+  std::vector<std::int32_t> maps_;            // [layers x experts]: slot or -1
+  std::vector<std::int32_t> visible_;         // [layers x experts]: first visible_count_[l] used
+  std::vector<std::int32_t> visible_count_;   // per layer
+  std::vector<copy_op> copies_;               // [layers x experts]: the layer's last copy plan
+  std::vector<cache_key> keys_;               // scratch [experts]: the call's keys (ids + base)
+  std::vector<std::uint32_t> key_positions_;  // scratch [experts]: their positions (per-row calls)
+  protect_set seen_;                          // scratch: "expert seen" (wide calls, messages)
+  protect_set keep_;                          // scratch of prefetch: keys it must not evict
+  std::vector<copy_op> prefetch_copies_;      // [experts]: the last prefetch's copy plan
   group_planner planner_;
 };
 
@@ -9733,6 +10261,7 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   visible_count_.assign(layers, 0);
   copies_.assign(layers * experts, copy_op{});
   keys_.assign(experts, no_key);
+  key_positions_.assign(experts, 0);
   seen_ = protect_set(experts_);
   keep_ = protect_set(layout.size());
   prefetch_copies_.assign(experts, copy_op{});
@@ -9768,12 +10297,19 @@ template <eviction_policy Policy>
 template <topk_id Id>
 prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer,
                                            std::span<const Id> ids, std::int32_t tokens,
-                                           std::int32_t k) {
+                                           std::int32_t k,
+                                           std::span<const std::uint32_t> positions) {
   check_layer(where, layer);
   if (tokens < 0 || k < 1 ||
       static_cast<std::int64_t>(tokens) * k != static_cast<std::int64_t>(ids.size())) [[unlikely]] {
     detail::check_topk_shape(where, ids.size(), tokens, k);  // throws the message
   }
+  // One position per row (of more than one row) gives each distinct expert its own: the keys are
+  // then deduplicated here, so that the positions line up with them.
+  const bool per_row = positions.size() > 1;
+  WISP_EXPECTS(positions.size() <= 1 || positions.size() == static_cast<std::size_t>(tokens), where,
+               ": ", positions.size(), " positions given for ", tokens,
+               " rows (give 0, 1 or one per row)");
 
   // 1. Validate (only scratch is written until the cache call). A call of at most `capacity` ids
   //    cannot exceed the capacity, so it needs no deduplication here: the cache's bulk call
@@ -9782,8 +10318,8 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   cache_type& cache = cache_of(layer);
   const cache_key base = key_of(layer, 0);
   std::span<const cache_key> keys;
-  if (ids.size() <= static_cast<std::size_t>(cache.capacity()) && ids.size() <= keys_.size())
-      [[likely]] {
+  if (ids.size() <= static_cast<std::size_t>(cache.capacity()) && ids.size() <= keys_.size() &&
+      !per_row) [[likely]] {
     // `id | (experts - 1 - id)` has its sign bit set exactly when `id` is outside
     // [0, experts): an or-reduction without an early exit, which the compiler vectorises. The
     // cold path finds the first bad id for the message.
@@ -9822,6 +10358,9 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
         detail::fail_bad_id(where, ids, i, k, experts_);
       }
       if (seen_.insert(static_cast<cache_key>(id))) {
+        if (per_row) {
+          key_positions_[distinct] = positions[i / static_cast<std::size_t>(k)];
+        }
         keys_[distinct++] = base + static_cast<cache_key>(id);
       }
     }
@@ -9863,11 +10402,14 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
     *plan_end++ = copy_op{key - base, slot};
   };
   // The keys and the layer were checked above against the same bounds the cache would check.
-  const access_context ctx{step_, layer, time};
+  const access_context ctx{step_, layer, time, positions.empty() ? 0u : positions[0]};
+  const std::span<const std::uint32_t> key_positions =
+      per_row ? std::span<const std::uint32_t>(key_positions_.data(), keys.size())
+              : std::span<const std::uint32_t>{};
   typename cache_type::unchecked_call call;
   if constexpr (call_eviction_policy<Policy>) {
     try {
-      call = cache.access_call_unchecked(keys, ctx, show, plan_copy);
+      call = cache.access_call_unchecked(keys, ctx, show, plan_copy, key_positions);
     } catch (...) {
       // The policy broke its contract and the cache undid the call; some of its keys may have
       // been shown already: show none.
@@ -9875,7 +10417,8 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
       throw;
     }
   } else {
-    call = cache.access_call_unchecked(keys, ctx, show, plan_copy);  // shows at the end
+    call =
+        cache.access_call_unchecked(keys, ctx, show, plan_copy, key_positions);  // shows at the end
   }
   const auto misses = static_cast<std::int32_t>(call.misses);
   const std::size_t distinct = call.keys.size();

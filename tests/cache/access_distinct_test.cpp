@@ -25,7 +25,8 @@ using wisp::test::snapshot;
 
 template <class P>
 class AccessDistinct : public ::testing::Test {};
-using all_policies = ::testing::Types<lru, fifo, lfu, lfu_history, lfru, fld, least_stale, belady>;
+using all_policies =
+    ::testing::Types<lru, fifo, lfu, lfu_history, lfru, fld, least_stale, learned_belady, belady>;
 TYPED_TEST_SUITE(AccessDistinct, all_policies, wisp::test::policy_names);
 
 std::vector<cache_key> first_seen(const std::vector<cache_key>& keys) {

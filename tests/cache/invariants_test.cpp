@@ -78,7 +78,8 @@ std::vector<op> random_program(std::mt19937_64& rng, key_layout layout, std::int
 
 template <class P>
 class CacheInvariants : public ::testing::Test {};
-using all_policies = ::testing::Types<lru, fifo, lfu, lfu_history, lfru, fld, least_stale, belady>;
+using all_policies =
+    ::testing::Types<lru, fifo, lfu, lfu_history, lfru, fld, least_stale, learned_belady, belady>;
 TYPED_TEST_SUITE(CacheInvariants, all_policies, wisp::test::policy_names);
 
 TYPED_TEST(CacheInvariants, HoldUnderRandomOperations) {

@@ -3,6 +3,8 @@
 // policy's documented order) and random stream generators, shared by the cache and sim tests.
 #pragma once
 
+#include "cache/learned_belady_reference.hpp"
+
 #include <wisp/cache/policies.hpp>
 
 #include <algorithm>
@@ -116,7 +118,7 @@ inline std::vector<cache_key> keys_of(const std::vector<stream_access>& accesses
   return keys;
 }
 
-enum class rule { lru, fifo, lfu, lfu_history, lfru, fld, least_stale, belady };
+enum class rule { lru, fifo, lfu, lfu_history, lfru, fld, least_stale, learned_belady, belady };
 
 template <class P>
 constexpr rule rule_of() {
@@ -134,6 +136,8 @@ constexpr rule rule_of() {
     return rule::fld;
   if constexpr (std::is_same_v<P, least_stale>)
     return rule::least_stale;
+  if constexpr (std::is_same_v<P, learned_belady>)
+    return rule::learned_belady;
   if constexpr (std::is_same_v<P, belady>)
     return rule::belady;
 }
@@ -161,7 +165,8 @@ class reference_cache {
         layout_(layout),
         capacity_(capacity),
         future_(std::move(future)),
-        times_(std::move(times)) {}
+        times_(std::move(times)),
+        learned_(layout) {}
 
   struct entry {
     std::uint64_t inserted = 0, last = 0, count = 0, lfru_last = 0;
@@ -191,6 +196,7 @@ class reference_cache {
       e.lfru_last = ++clock_;
       ++pos_;
       r.hit = true;
+      note_learned(key, ctx);
       return r;
     }
     if (static_cast<std::int32_t>(resident_.size()) == capacity_) {
@@ -213,6 +219,7 @@ class reference_cache {
     e.lfru_last = ++clock_;
     resident_[key] = e;
     ++pos_;
+    note_learned(key, ctx);
     return r;
   }
 
@@ -237,6 +244,12 @@ class reference_cache {
   [[nodiscard]] std::size_t size() const { return resident_.size(); }
 
  private:
+  void note_learned(cache_key key, const access_context& ctx) {
+    if (rule_ == rule::learned_belady) {
+      learned_.access(key, ctx);
+    }
+  }
+
   // Order tuple: smallest evicts first.
   [[nodiscard]] std::uint64_t next_use(cache_key key) const {
     // position pos_ is the current (missing) access; resident keys are not at pos_.
@@ -281,11 +294,20 @@ class reference_cache {
         const std::uint64_t na = next_use(a), nb = next_use(b);
         return na > nb || (na == nb && a < b);
       }
+      case rule::learned_belady:  // answered by `learned_`
+        break;
     }
     return false;
   }
 
-  [[nodiscard]] cache_key victim(const access_context& ctx) const {
+  [[nodiscard]] cache_key victim(const access_context& ctx) {
+    if (rule_ == rule::learned_belady) {  // a brute force of its own, from the whole history
+      std::set<cache_key> resident;
+      for (const auto& [key, e] : resident_) {
+        resident.insert(key);
+      }
+      return learned_.victim(ctx, resident, protected_);
+    }
     cache_key best = no_key;
     const entry* best_entry = nullptr;
     for (const auto& [key, e] : resident_) {
@@ -307,6 +329,7 @@ class reference_cache {
   std::map<cache_key, entry> resident_;
   std::map<cache_key, std::uint32_t> evicted_in_;
   std::map<cache_key, std::uint64_t> history_;  // accesses of each key since the start
+  learned_belady_reference learned_;            // rule::learned_belady's own history
   std::set<cache_key> protected_;
   std::optional<std::pair<std::uint32_t, std::int32_t>> call_;
   std::uint64_t tick_ = 0, clock_ = 0;

@@ -65,7 +65,8 @@ std::vector<std::vector<cache_key>> repeat(std::vector<std::vector<cache_key>> h
 
 template <class P>
 class SlotCache : public ::testing::Test {};
-using all_policies = ::testing::Types<lru, fifo, lfu, lfu_history, lfru, fld, least_stale, belady>;
+using all_policies =
+    ::testing::Types<lru, fifo, lfu, lfu_history, lfru, fld, least_stale, learned_belady, belady>;
 TYPED_TEST_SUITE(SlotCache, all_policies, wisp::test::policy_names);
 
 // vLLM #1: cold misses, then warm hits.
@@ -244,15 +245,33 @@ TEST(LfuHistory, KeepsTheCountOfAnEvictedExpert) {
   EXPECT_EQ(fresh.policy().count(0), 1u);
 }
 
+// The victim of call `last`'s miss: from the table; learned_belady's (a learned rule with no
+// hand-derived table) from its brute-force reference replaying the same calls.
+template <class P>
+cache_key expected_victim(const victim_case& c, std::size_t last) {
+  if constexpr (std::is_same_v<P, learned_belady>) {
+    test::reference_cache ref(test::rule::learned_belady, key_layout{cache_scope::per_layer, 1, 8},
+                              c.capacity);
+    std::vector<access_result> out;
+    std::uint64_t t = 0;
+    for (std::size_t i = 0; i <= last; ++i) {
+      ref.access_call(c.calls[i], {static_cast<std::uint32_t>(i), 0, t}, out);
+      t += c.calls[i].size();
+    }
+    return out.back().evicted;
+  } else {
+    return c.expected.at(std::string(policy_name<P>()));
+  }
+}
+
 TYPED_TEST(SlotCache, VllmExpectedVictims) {
-  const std::string policy(policy_name<TypeParam>());
   for (const victim_case& c : victim_cases()) {
     SCOPED_TRACE(c.name);
     const std::size_t last =
         c.calls.size() - (std::string(c.name) == "belady_keeps_reused" ? 2 : 1);
     vllm_driver<TypeParam> d(8, c.capacity, c.calls);
     d.run(0, last);
-    const cache_key victim = c.expected.at(policy);
+    const cache_key victim = expected_victim<TypeParam>(c, last);
     const std::int32_t victim_slot = d.cache_.slot_of(victim);
     ASSERT_GE(victim_slot, 0);
     const auto r = d.run(last, last + 1);

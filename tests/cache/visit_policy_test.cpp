@@ -43,6 +43,7 @@ TEST(VisitPolicy, EveryListedNameVisitsTheTypeOfThatName) {
                                                decayed_frequency::name,
                                                predicted_next_use::name,
                                                reuse_probability::name,
+                                               learned_belady::name,
                                                belady::name};
   EXPECT_EQ(seen, expected);
 }
@@ -63,6 +64,7 @@ TEST(VisitPolicy, UnknownNamesAreRefusedBeforeVisiting) {
         "unknown policy '" + std::string(bad) +
             "' (known: lru, fifo, lfu, lfu_history, lfru, fld, "
             "least_stale, decayed_frequency, predicted_next_use, reuse_probability, "
+            "learned_belady, "
             "belady)");
     EXPECT_FALSE(called) << bad;
   }

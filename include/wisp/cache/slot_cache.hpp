@@ -178,6 +178,11 @@ class slot_cache {
   ///   miss whose `on_miss` is still to come (whole-call policies report the misses after the
   ///   notes), else its slot (a caller that stores both ends with every key's slot).
   ///
+  /// `positions`, when not empty, holds one token position per key of `keys`, which must then be
+  /// distinct: the i-th access's `access_context::position` is `positions[i]` (a batch whose rows
+  /// sit at different positions; a whole-call policy's `call_events::ctx` has the first one).
+  /// Empty: every access has `ctx.position`.
+  ///
   /// Precondition: `ctx.layer` is a layer of the layout and every key is in `[0, key_space())`;
   /// violating it is undefined behaviour (check with `access_distinct` when in doubt).
   /// O(keys.size()) + policy hooks; no allocation.
@@ -195,9 +200,9 @@ class slot_cache {
   template <class Note, class OnMiss>
   requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
       std::invocable<OnMiss&, cache_key, std::int32_t>
-          WISP_DETAIL_ALWAYS_INLINE unchecked_call
-          access_call_unchecked(std::span<const cache_key> keys, const access_context& ctx,
-                                Note&& note, OnMiss&& on_miss);
+          WISP_DETAIL_ALWAYS_INLINE unchecked_call access_call_unchecked(
+              std::span<const cache_key> keys, const access_context& ctx, Note&& note,
+              OnMiss&& on_miss, std::span<const std::uint32_t> positions = {});
 
   /// @brief Loads `key` ahead of the call that will request it (a prefetch), outside any call:
   /// the current call and its protection are unchanged, and no access is counted.
@@ -291,7 +296,8 @@ class slot_cache {
                                       const char* where);
   // The accesses of a protected call, one after the other (a repeated key hits).
   template <class Visit>
-  void access_each(std::span<const cache_key> keys, const access_context& ctx, Visit& visit);
+  void access_each(std::span<const cache_key> keys, const access_context& ctx, Visit& visit,
+                   std::span<const std::uint32_t> positions = {});
   struct whole_call {
     std::size_t misses = 0;
     std::size_t from_free = 0;  // the first misses took free slots, the others evicted

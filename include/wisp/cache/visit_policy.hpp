@@ -16,6 +16,7 @@
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/cache/fifo.hpp>
 #include <wisp/cache/fld.hpp>
+#include <wisp/cache/learned_belady.hpp>
 #include <wisp/cache/least_stale.hpp>
 #include <wisp/cache/lfru.hpp>
 #include <wisp/cache/lfu.hpp>
@@ -42,6 +43,7 @@ inline constexpr std::string_view builtin_policy_names[] = {lru::name,
                                                             decayed_frequency::name,
                                                             predicted_next_use::name,
                                                             reuse_probability::name,
+                                                            learned_belady::name,
                                                             belady::name};
 
 /// @brief The canonical name of the built-in policy spelt `name`, reading `-` as `_`
@@ -98,6 +100,9 @@ decltype(auto) visit_policy(std::string_view name, F&& f) {
   }
   if (canonical == reuse_probability::name) {
     return std::invoke(f, std::type_identity<reuse_probability>{});
+  }
+  if (canonical == learned_belady::name) {
+    return std::invoke(f, std::type_identity<learned_belady>{});
   }
   if (canonical == belady::name) {
     return std::invoke(f, std::type_identity<belady>{});

@@ -119,7 +119,9 @@ struct pager_config {
 /// - **Policy context.** `ctx.layer` is the layer; `ctx.step` is `step()` (advance it with
 ///   `begin_step()` once per forward pass — Least-Stale and collision counts use it); `ctx.time`
 ///   counts the accesses of the cache serving the layer (so a per-layer `belady` is built from that
-///   layer's sequence of distinct experts, first-seen order, call after call).
+///   layer's sequence of distinct experts, first-seen order, call after call); `ctx.position` is
+///   the token position given to `prepare` (per expert for a batch of rows; 0 without), so that a
+///   position-aware policy serves as it simulates.
 /// - **Errors.** Invalid arguments throw `wisp::logic_error` naming the values and leave the pager
 ///   unchanged, including every previously returned result.
 /// - **Thread safety:** none; one thread at a time (like a std container).
@@ -166,6 +168,27 @@ class pager {
   prepare_result prepare(std::int32_t layer, std::span<const std::int64_t> topk_ids,
                          std::int32_t tokens, std::int32_t k) {
     return prepare_impl("pager::prepare", layer, topk_ids, tokens, k);
+  }
+
+  /// @brief `prepare` with the token positions that position-aware policies read
+  /// (`access_context::position`, e.g. `reuse_probability`, `learned_belady`): `positions` holds
+  /// one position for the whole call (decode at batch 1), or one per row (`tokens` entries), in
+  /// which case each distinct expert's access carries the position of the first row that routes
+  /// to it. Empty: position 0, as `prepare` without positions. Same semantics, costs and errors
+  /// as `prepare`, plus:
+  /// @throws wisp::logic_error, leaving everything unchanged, if `positions` has neither 0, 1 nor
+  ///   `tokens` entries.
+  prepare_result prepare(std::int32_t layer, std::span<const std::int32_t> topk_ids,
+                         std::int32_t tokens, std::int32_t k,
+                         std::span<const std::uint32_t> positions) {
+    return prepare_impl("pager::prepare", layer, topk_ids, tokens, k, positions);
+  }
+  /// @copydoc prepare(std::int32_t, std::span<const std::int32_t>, std::int32_t, std::int32_t,
+  /// std::span<const std::uint32_t>)
+  prepare_result prepare(std::int32_t layer, std::span<const std::int64_t> topk_ids,
+                         std::int32_t tokens, std::int32_t k,
+                         std::span<const std::uint32_t> positions) {
+    return prepare_impl("pager::prepare", layer, topk_ids, tokens, k, positions);
   }
 
   /// Makes exactly `experts` (duplicates allowed) of `layer` visible: one group of a split.
@@ -328,7 +351,8 @@ class pager {
  private:
   template <topk_id Id>
   prepare_result prepare_impl(const char* where, std::int32_t layer, std::span<const Id> ids,
-                              std::int32_t tokens, std::int32_t k);
+                              std::int32_t tokens, std::int32_t k,
+                              std::span<const std::uint32_t> positions = {});
   template <topk_id Id>
   [[noreturn]] void fail_over_capacity(const char* where, std::int32_t layer,
                                        std::span<const Id> ids, std::int32_t k,
@@ -373,16 +397,17 @@ class pager {
   std::int32_t top_k_ = 1;
   cache_scope scope_ = cache_scope::per_layer;
   std::uint32_t step_ = 0;
-  std::vector<cache_type> caches_;           // one per layer, or one (global)
-  std::vector<std::uint64_t> times_;         // per cache: accesses so far (ctx.time)
-  std::vector<std::int32_t> maps_;           // [layers x experts]: slot or -1
-  std::vector<std::int32_t> visible_;        // [layers x experts]: first visible_count_[l] used
-  std::vector<std::int32_t> visible_count_;  // per layer
-  std::vector<copy_op> copies_;              // [layers x experts]: the layer's last copy plan
-  std::vector<cache_key> keys_;              // scratch [experts]: the call's keys (ids + base)
-  protect_set seen_;                         // scratch: "expert seen" (wide calls, messages)
-  protect_set keep_;                         // scratch of prefetch: keys it must not evict
-  std::vector<copy_op> prefetch_copies_;     // [experts]: the last prefetch's copy plan
+  std::vector<cache_type> caches_;            // one per layer, or one (global)
+  std::vector<std::uint64_t> times_;          // per cache: accesses so far (ctx.time)
+  std::vector<std::int32_t> maps_;            // [layers x experts]: slot or -1
+  std::vector<std::int32_t> visible_;         // [layers x experts]: first visible_count_[l] used
+  std::vector<std::int32_t> visible_count_;   // per layer
+  std::vector<copy_op> copies_;               // [layers x experts]: the layer's last copy plan
+  std::vector<cache_key> keys_;               // scratch [experts]: the call's keys (ids + base)
+  std::vector<std::uint32_t> key_positions_;  // scratch [experts]: their positions (per-row calls)
+  protect_set seen_;                          // scratch: "expert seen" (wide calls, messages)
+  protect_set keep_;                          // scratch of prefetch: keys it must not evict
+  std::vector<copy_op> prefetch_copies_;      // [experts]: the last prefetch's copy plan
   group_planner planner_;
 };
 

@@ -233,15 +233,16 @@ requires std::invocable<Visit&, cache_key, const access_result&>
 
 template <eviction_policy Policy>
 template <class Visit>
-WISP_DETAIL_ALWAYS_INLINE void slot_cache<Policy>::access_each(std::span<const cache_key> keys,
-                                                               const access_context& ctx,
-                                                               Visit& visit) {
+WISP_DETAIL_ALWAYS_INLINE void slot_cache<Policy>::access_each(
+    std::span<const cache_key> keys, const access_context& ctx, Visit& visit,
+    std::span<const std::uint32_t> positions) {
   const std::uint64_t misses_before = stats_.misses;
   std::size_t i = 0;
   try {
     for (; i < keys.size(); ++i) {
       const cache_key key = keys[i];
-      const access_context each{ctx.step, ctx.layer, ctx.time + i, ctx.position};
+      const access_context each{ctx.step, ctx.layer, ctx.time + i,
+                                positions.empty() ? ctx.position : positions[i]};
       if (const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)]; slot >= 0) {
         policy_.on_hit(key, each);
         visit(key, access_result{slot, true, no_key, false});
@@ -584,10 +585,13 @@ requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
         WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::unchecked_call
         slot_cache<Policy>::access_call_unchecked(std::span<const cache_key> keys,
                                                   const access_context& ctx, Note&& note,
-                                                  OnMiss&& on_miss) {
+                                                  OnMiss&& on_miss,
+                                                  std::span<const std::uint32_t> positions) {
   const std::span<const cache_key> distinct = protect_call(keys, ctx, "access_distinct");
   if constexpr (call_eviction_policy<Policy>) {
-    return {distinct, access_whole_call(distinct, ctx, note, on_miss).misses};
+    access_context first = ctx;
+    first.position = positions.empty() ? ctx.position : positions[0];
+    return {distinct, access_whole_call(distinct, first, note, on_miss).misses};
   } else {
     auto report = [&on_miss](cache_key key, const access_result& r) {
       if (!r.hit) {
@@ -595,7 +599,7 @@ requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
       }
     };
     const std::uint64_t misses_before = stats_.misses;
-    access_each(distinct, ctx, report);
+    access_each(distinct, ctx, report, positions);
     for (std::size_t i = 0; i < distinct.size(); ++i) {
       note(i, distinct[i], key_to_slot_[static_cast<std::size_t>(distinct[i])]);
     }

@@ -53,6 +53,7 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   visible_count_.assign(layers, 0);
   copies_.assign(layers * experts, copy_op{});
   keys_.assign(experts, no_key);
+  key_positions_.assign(experts, 0);
   seen_ = protect_set(experts_);
   keep_ = protect_set(layout.size());
   prefetch_copies_.assign(experts, copy_op{});
@@ -88,12 +89,19 @@ template <eviction_policy Policy>
 template <topk_id Id>
 prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer,
                                            std::span<const Id> ids, std::int32_t tokens,
-                                           std::int32_t k) {
+                                           std::int32_t k,
+                                           std::span<const std::uint32_t> positions) {
   check_layer(where, layer);
   if (tokens < 0 || k < 1 ||
       static_cast<std::int64_t>(tokens) * k != static_cast<std::int64_t>(ids.size())) [[unlikely]] {
     detail::check_topk_shape(where, ids.size(), tokens, k);  // throws the message
   }
+  // One position per row (of more than one row) gives each distinct expert its own: the keys are
+  // then deduplicated here, so that the positions line up with them.
+  const bool per_row = positions.size() > 1;
+  WISP_EXPECTS(positions.size() <= 1 || positions.size() == static_cast<std::size_t>(tokens), where,
+               ": ", positions.size(), " positions given for ", tokens,
+               " rows (give 0, 1 or one per row)");
 
   // 1. Validate (only scratch is written until the cache call). A call of at most `capacity` ids
   //    cannot exceed the capacity, so it needs no deduplication here: the cache's bulk call
@@ -102,8 +110,8 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   cache_type& cache = cache_of(layer);
   const cache_key base = key_of(layer, 0);
   std::span<const cache_key> keys;
-  if (ids.size() <= static_cast<std::size_t>(cache.capacity()) && ids.size() <= keys_.size())
-      [[likely]] {
+  if (ids.size() <= static_cast<std::size_t>(cache.capacity()) && ids.size() <= keys_.size() &&
+      !per_row) [[likely]] {
     // `id | (experts - 1 - id)` has its sign bit set exactly when `id` is outside
     // [0, experts): an or-reduction without an early exit, which the compiler vectorises. The
     // cold path finds the first bad id for the message.
@@ -142,6 +150,9 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
         detail::fail_bad_id(where, ids, i, k, experts_);
       }
       if (seen_.insert(static_cast<cache_key>(id))) {
+        if (per_row) {
+          key_positions_[distinct] = positions[i / static_cast<std::size_t>(k)];
+        }
         keys_[distinct++] = base + static_cast<cache_key>(id);
       }
     }
@@ -183,11 +194,14 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
     *plan_end++ = copy_op{key - base, slot};
   };
   // The keys and the layer were checked above against the same bounds the cache would check.
-  const access_context ctx{step_, layer, time};
+  const access_context ctx{step_, layer, time, positions.empty() ? 0u : positions[0]};
+  const std::span<const std::uint32_t> key_positions =
+      per_row ? std::span<const std::uint32_t>(key_positions_.data(), keys.size())
+              : std::span<const std::uint32_t>{};
   typename cache_type::unchecked_call call;
   if constexpr (call_eviction_policy<Policy>) {
     try {
-      call = cache.access_call_unchecked(keys, ctx, show, plan_copy);
+      call = cache.access_call_unchecked(keys, ctx, show, plan_copy, key_positions);
     } catch (...) {
       // The policy broke its contract and the cache undid the call; some of its keys may have
       // been shown already: show none.
@@ -195,7 +209,8 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
       throw;
     }
   } else {
-    call = cache.access_call_unchecked(keys, ctx, show, plan_copy);  // shows at the end
+    call =
+        cache.access_call_unchecked(keys, ctx, show, plan_copy, key_positions);  // shows at the end
   }
   const auto misses = static_cast<std::int32_t>(call.misses);
   const std::size_t distinct = call.keys.size();
