@@ -15,9 +15,11 @@ cd "$(dirname "$0")/.."
 scripts/deps.sh
 
 # A compiler cache, where there is one: every preset and the Python wheel compile through it, and
-# paths are taken relative to the checkout, so a rerun from any clone reuses what is unchanged.
+# paths are taken relative to the checkout (debug information's build folder included), so a
+# rerun from any clone reuses what is unchanged.
 if command -v ccache >/dev/null; then
-  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD"
+  export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR="$PWD" \
+    CCACHE_NOHASHDIR=1
 fi
 
 step() { printf '\n==== %s\n' "$*"; }

@@ -2,6 +2,7 @@
 // Presets: hand-computed sizes, the shipped JSON files, the embedded table and a recomputation
 // from the config fields must all agree.
 #include "support/expect_error.hpp"
+#include "support/paths.hpp"
 
 #include <wisp/alloc/model_file.hpp>
 #include <wisp/alloc/model_spec.hpp>
@@ -19,8 +20,7 @@ namespace {
 
 using wisp::model_preset;
 
-const std::filesystem::path models_dir =
-    std::filesystem::path{WISP_TEST_SOURCE_DIR} / "data" / "models";
+const std::filesystem::path models_dir = wisp::test::source_dir() / "data" / "models";
 
 // Every command that takes a model preset can also route it synthetically: one synthetic preset
 // per model preset, same name, same order, same shape.

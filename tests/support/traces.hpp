@@ -4,6 +4,8 @@
 // where the traces are always present), and then it fails.
 #pragma once
 
+#include "support/paths.hpp"
+
 #include <wisp/trace/esft.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
@@ -20,9 +22,7 @@ namespace wisp::test {
 /// The ESFT folder (DeepSeek-V2-Lite, 26 layers x 64 experts, top-6), under the traces folder
 /// the build was configured with, or the one WISP_TEST_TRACES_DIR names at run time.
 inline std::filesystem::path esft_dir() {
-  const char* overridden = std::getenv("WISP_TEST_TRACES_DIR");
-  const std::filesystem::path root = overridden != nullptr ? overridden : WISP_TEST_TRACES_DIR;
-  return root / "raw" / "esft_deepseek_v2_lite_intent";
+  return traces_dir() / "raw" / "esft_deepseek_v2_lite_intent";
 }
 
 /// True when WISP_REQUIRE_TRACES is set to anything but "" or "0".
