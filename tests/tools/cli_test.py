@@ -175,7 +175,7 @@ class CliTest(unittest.TestCase):
             self.assertEqual({p for p, _ in by},
                              {"lru", "fifo", "lfu", "lfu_history", "lfru", "fld", "least_stale",
                               "decayed_frequency", "predicted_next_use", "reuse_probability",
-                              "belady"})
+                              "learned_belady", "belady"})
             for c in caps:
                 if scope == "global":
                     expected = protected_lru_misses(calls, c)

@@ -170,13 +170,13 @@ class StrictCliTest(unittest.TestCase):
     def test_one_spelling_per_policy(self):
         help_text = re.sub(r"\s+", " ", wisp("sim", "--help").stdout)
         self.assertIn("lru, fifo, lfu, lfu_history, lfru, fld, least_stale, decayed_frequency, "
-                      "predicted_next_use, reuse_probability, belady", help_text)
+                      "predicted_next_use, reuse_probability, learned_belady, belady", help_text)
         self.assertNotIn("least-stale", help_text)
         out = json.loads(wisp("sim", self.trace, "--capacity", "16", "--json").stdout)
         self.assertEqual([r["policy"] for r in out["results"]],
                          ["lru", "fifo", "lfu", "lfu_history", "lfru", "fld", "least_stale",
                           "decayed_frequency", "predicted_next_use", "reuse_probability",
-                          "belady"])
+                          "learned_belady", "belady"])
         # The engine's spelling elsewhere is accepted as the same policy.
         dashed = json.loads(wisp("sim", self.trace, "--capacity", "16", "--policy", "least-stale",
                                  "--json").stdout)["results"]
