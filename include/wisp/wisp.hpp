@@ -48,6 +48,7 @@
 #include <wisp/cache/decayed_frequency.hpp>
 #include <wisp/cache/predicted_next_use.hpp>
 #include <wisp/cache/reuse_probability.hpp>
+#include <wisp/cache/learned_belady.hpp>
 #include <wisp/cache/visit_policy.hpp>
 #include <wisp/cache/policies.hpp>
 #include <wisp/cache/slot_cache.hpp>

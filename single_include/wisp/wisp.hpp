@@ -7838,18 +7838,6 @@ static_assert(eviction_policy<reuse_probability>);
 }  // namespace wisp
 // ---- end wisp/cache/reuse_probability.hpp ------------------------------------------------------
 
-// ---- begin wisp/cache/visit_policy.hpp ---------------------------------------------------------
-/// @file
-/// @brief Choosing a built-in eviction policy by name, in one place: `builtin_policy_names`,
-/// `builtin_policy_name` (spelling -> canonical name) and `visit_policy(name, f)`, which calls
-/// `f(std::type_identity<P>{})` with the policy type `P` so that the caller instantiates its own
-/// template once per policy (the simulator, the CLI, an engine's configuration).
-/// @code
-/// auto result = wisp::visit_policy(options.policy, [&]<class P>(std::type_identity<P>) {
-///   return run_with(wisp::per_layer_cache<P>(layout, capacity));
-/// });  // "least-stale" and "least_stale" both select wisp::least_stale
-/// @endcode
-
 // ---- begin wisp/cache/learned_belady.hpp -------------------------------------------------------
 /// @file
 /// @brief `learned_belady`: evicts the key that Belady's offline optimum would most likely not
@@ -8337,6 +8325,18 @@ static_assert(eviction_policy<learned_belady>);
 
 }  // namespace wisp
 // ---- end wisp/cache/learned_belady.hpp ---------------------------------------------------------
+
+// ---- begin wisp/cache/visit_policy.hpp ---------------------------------------------------------
+/// @file
+/// @brief Choosing a built-in eviction policy by name, in one place: `builtin_policy_names`,
+/// `builtin_policy_name` (spelling -> canonical name) and `visit_policy(name, f)`, which calls
+/// `f(std::type_identity<P>{})` with the policy type `P` so that the caller instantiates its own
+/// template once per policy (the simulator, the CLI, an engine's configuration).
+/// @code
+/// auto result = wisp::visit_policy(options.policy, [&]<class P>(std::type_identity<P>) {
+///   return run_with(wisp::per_layer_cache<P>(layout, capacity));
+/// });  // "least-stale" and "least_stale" both select wisp::least_stale
+/// @endcode
 
 namespace wisp {
 
