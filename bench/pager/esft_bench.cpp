@@ -138,8 +138,10 @@ const int registered = [] {
       {wisp::cache_scope::per_layer, {8, 16, 32}},
       {wisp::cache_scope::global, {83, 166, 208, 416, 832}},
   };
-  for (const auto& [scope, capacities] : grid) {
-    for (const std::int32_t capacity : capacities) {
+  for (const auto& cell : grid) {
+    // Not a structured binding: clang 14 cannot capture one in the lambdas below.
+    const wisp::cache_scope scope = cell.first;
+    for (const std::int32_t capacity : cell.second) {
       const std::string suffix =
           std::string("/") + scope_name(scope) + "/" + std::to_string(capacity);
       benchmark::RegisterBenchmark(("esft/llama_cpp" + suffix).c_str(),
