@@ -16,8 +16,8 @@ int main() {
   }
   wisp::coder_set decoders = wisp::core_coders();
   decoders.add(wisp::zstd_coder{}).add(wisp::lz4_coder{});
-  for (const wisp::any_coder& coder : {wisp::any_coder(wisp::zstd_coder{}),
-                                       wisp::any_coder(wisp::lz4_coder{.hc_level = 9})}) {
+  for (const wisp::any_coder& coder :
+       {wisp::any_coder(wisp::zstd_coder{}), wisp::any_coder(wisp::lz4_coder{.hc_level = 9})}) {
     const auto z = wisp::compressed_bf16::compress(weights, coder, 4);
     std::vector<wisp::bf16> back(weights.size());
     z.decompress(back, decoders);

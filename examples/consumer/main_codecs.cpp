@@ -16,8 +16,8 @@ int main() {
   }
   wisp::coder_set decoders = wisp::core_coders();
   decoders.add(wisp::zstd_coder{}).add(wisp::lz4_coder{});
-  for (const wisp::any_coder& coder : {wisp::any_coder(wisp::zstd_coder{}),
-                                       wisp::any_coder(wisp::lz4_coder{.hc_level = 9})}) {
+  for (const wisp::any_coder& coder :
+       {wisp::any_coder(wisp::zstd_coder{}), wisp::any_coder(wisp::lz4_coder{.hc_level = 9})}) {
     const auto z = wisp::compressed_bf16::compress(weights, coder, 4);
     std::vector<wisp::bf16> back(weights.size());
     z.decompress(back, decoders);
@@ -25,8 +25,8 @@ int main() {
       std::printf("consumer_codecs: %s did not restore the tensor\n", coder.label().c_str());
       return 1;
     }
-    std::printf("consumer_codecs: %s %zu -> %zu bytes\n", coder.label().c_str(),
-                2 * weights.size(), z.bytes().size());
+    std::printf("consumer_codecs: %s %zu -> %zu bytes\n", coder.label().c_str(), 2 * weights.size(),
+                z.bytes().size());
   }
   return 0;
 }

@@ -13,11 +13,11 @@ namespace wisp_python {
 
 namespace nb = nanobind;
 
-void bind_pager(nb::module_& m);  // pager.cpp: Pager, PrepareResult, groups, RerouteTable
-void bind_trace(nb::module_& m);  // trace.cpp: Trace and its readers, writers and generator
-void bind_reuse(nb::module_& m);  // reuse.cpp: profiles, miss curves, decayed and SHARDS
-void bind_sim(nb::module_& m);    // sim.cpp: trace-driven policy simulation
-void bind_alloc(nb::module_& m);  // alloc.cpp: model presets, budget plans
+void bind_pager(nb::module_& m);     // pager.cpp: Pager, PrepareResult, groups, RerouteTable
+void bind_trace(nb::module_& m);     // trace.cpp: Trace and its readers, writers and generator
+void bind_reuse(nb::module_& m);     // reuse.cpp: profiles, miss curves, decayed and SHARDS
+void bind_sim(nb::module_& m);       // sim.cpp: trace-driven policy simulation
+void bind_alloc(nb::module_& m);     // alloc.cpp: model presets, budget plans
 void bind_parallel(nb::module_& m);  // parallel.cpp: the expert-parallel simulator
 
 /// The library's name of a built-in policy given by its library or command-line name

@@ -234,8 +234,8 @@ void bind_trace(nb::module_& m) {
           [](const std::filesystem::path& path, std::int32_t experts, std::int32_t top_k,
              const std::string& on_incomplete) {
             const wisp::esft_config opt{.experts = experts,
-                                         .top_k = top_k,
-                                         .on_incomplete = parse_on_incomplete(on_incomplete)};
+                                        .top_k = top_k,
+                                        .on_incomplete = parse_on_incomplete(on_incomplete)};
             return reading(path, [&] {
               nb::gil_scoped_release unlocked;
               return imported(wisp::import_esft(path, opt));
@@ -253,13 +253,13 @@ void bind_trace(nb::module_& m) {
              std::int32_t layers, std::string layer_key, std::string experts_key,
              std::string token_key, std::string weights_key, const std::string& on_incomplete) {
             const wisp::jsonl_config opt{.group_key = std::move(group_key),
-                                          .experts = experts,
-                                          .layers = layers,
-                                          .layer_key = std::move(layer_key),
-                                          .experts_key = std::move(experts_key),
-                                          .token_key = std::move(token_key),
-                                          .weights_key = std::move(weights_key),
-                                          .on_incomplete = parse_on_incomplete(on_incomplete)};
+                                         .experts = experts,
+                                         .layers = layers,
+                                         .layer_key = std::move(layer_key),
+                                         .experts_key = std::move(experts_key),
+                                         .token_key = std::move(token_key),
+                                         .weights_key = std::move(weights_key),
+                                         .on_incomplete = parse_on_incomplete(on_incomplete)};
             return reading(path, [&] {
               nb::gil_scoped_release unlocked;
               return imported(wisp::import_jsonl(path, opt));

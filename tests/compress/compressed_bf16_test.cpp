@@ -143,7 +143,9 @@ TEST(CompressedBf16, BadArgumentsAndMissingCoders) {
 void reseal(std::vector<std::uint8_t>& b) {
   auto u32 = [&](std::size_t at) { return wisp::detail::load_le(b.data() + at, 4); };
   auto u64 = [&](std::size_t at) { return wisp::detail::load_le(b.data() + at, 8); };
-  auto put32 = [&](std::size_t at, std::uint32_t v) { wisp::detail::store_le(b.data() + at, v, 4); };
+  auto put32 = [&](std::size_t at, std::uint32_t v) {
+    wisp::detail::store_le(b.data() + at, v, 4);
+  };
   const std::uint32_t k = u32(24);
   if (k < 1 || k > wisp::wzbf::max_e_chunks || b.size() < wisp::wzbf::header_bytes(k)) {
     return;

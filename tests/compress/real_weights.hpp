@@ -6,8 +6,8 @@
 #pragma once
 
 #include <wisp/compress/bf16.hpp>
-#include <wisp/core/bf16.hpp>
 #include <wisp/compress/safetensors.hpp>
+#include <wisp/core/bf16.hpp>
 
 #include <cstdint>
 #include <cstdlib>

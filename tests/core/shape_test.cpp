@@ -56,5 +56,4 @@ TEST(MoeShape, KeyLayoutIsWrittenInShapeOrder) {
   EXPECT_EQ(per_layer.size(), s.experts);
 }
 
-
 }  // namespace

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// exp_portable against std::exp, and reference_fused_moe against a double-precision oracle, with the properties the fused-MoE
-// contract promises bit for bit: slots do not matter, hidden experts contribute nothing, a token's
-// output does not depend on its batch, and the bf16 path is the fp32 path rounded once.
+// exp_portable against std::exp, and reference_fused_moe against a double-precision oracle, with
+// the properties the fused-MoE contract promises bit for bit: slots do not matter, hidden experts
+// contribute nothing, a token's output does not depend on its batch, and the bf16 path is the fp32
+// path rounded once.
 #include "support/expect_error.hpp"
 
 #include <wisp/kernel/bf16.hpp>

@@ -10,8 +10,8 @@
 #include "commands.hpp"
 #include "trace_source.hpp"
 
-#include <wisp/tiered/tier_model.hpp>
 #include <wisp/sim/tiered_sim.hpp>
+#include <wisp/tiered/tier_model.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
 #include <CLI/CLI.hpp>

@@ -36,8 +36,8 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
-#include <wisp/core/topk.hpp>
 #include <wisp/core/expert_tensor_view.hpp>
+#include <wisp/core/topk.hpp>
 
 #include <concepts>
 #include <cstddef>

@@ -28,10 +28,10 @@
 /// @endcode
 #pragma once
 
+#include <wisp/core/error.hpp>
 #include <wisp/tiered/affinity_scheduler.hpp>
 #include <wisp/tiered/tier_model.hpp>
 #include <wisp/tiered/tiered_cache.hpp>
-#include <wisp/core/error.hpp>
 #include <wisp/trace/routing_trace.hpp>
 
 #include <algorithm>

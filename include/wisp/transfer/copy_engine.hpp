@@ -27,9 +27,9 @@
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/executor.hpp>
+#include <wisp/core/expert_tensor_view.hpp>
 #include <wisp/core/topk.hpp>
 #include <wisp/transfer/timeline.hpp>
-#include <wisp/core/expert_tensor_view.hpp>
 
 #include <algorithm>
 #include <cmath>
