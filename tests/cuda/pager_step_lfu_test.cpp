@@ -220,7 +220,7 @@ TEST(LfuHistoryStep, TiesGoToTheLeastRecentlyUsed) {
 }
 
 TEST(LfuHistoryStep, ThreadGroupsOfAnySizeComputeTheSerialResult) {
-  const std::vector<call> calls = random_calls(4, 64, 40, 1500, true, 9);
+  const std::vector<call> calls = random_calls(4, 64, 40, 400, true, 9);
   const pager_state_config config{
       .layers = 4, .experts = 64, .capacity = 24, .policy = step_policy::lfu_history};
   struct logged {
