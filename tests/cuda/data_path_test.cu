@@ -2,7 +2,7 @@
 // GPU tests of the data path (skipped without a GPU): pinned_host_store's rows and mapped
 // pointer, copy_engine against host_expert_store on random plans (batched, per run, pitched,
 // captured), its event ordering both ways, device_expert_map's buffers, and device_pager's step
-// and copy kernels against the same step run on the host.
+// (under both policies) and copy kernels against the same step run on the host.
 #include "device_array.cuh"
 #include "device_guard.hpp"
 
