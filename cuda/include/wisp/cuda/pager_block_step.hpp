@@ -58,7 +58,7 @@ WISP_HOST_DEVICE pager_step_status fail_step(const Group& g, const pager_layer_r
 /// Work O(n + capacity) in total under `lru`, O(n + capacity^2) under `lfu_history` (each
 /// unrequested resident ranked against the others, only in calls that evict), split over the
 /// group; `sync`s between its phases. No allocation. Thread safety: one group per layer at a
-/// time; the state's other layers may step concurrently.
+/// time; other layers may step concurrently, each with its own workspace.
 WISP_DETAIL_EXEC_CHECK_DISABLE
 template <thread_group Group, topk_id Id>
 WISP_HOST_DEVICE pager_step_status pager_step(const Group& g, const pager_layer_ref& s,

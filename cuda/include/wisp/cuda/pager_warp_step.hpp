@@ -40,7 +40,8 @@ namespace wisp::cuda {
 /// check them): the limits above. Bad ids and over-capacity calls fail as in `pager_step`. Work:
 /// a fixed number of warp operations (loads, one match, five ballots, one or, two syncs), no
 /// loop under `lru`; under `lfu_history` also up to `capacity` broadcasts in a call that evicts.
-/// Thread safety: one warp per layer at a time; the state's other layers may step concurrently.
+/// Thread safety: one warp per layer at a time; other layers may step concurrently, each with
+/// its own `ws.victims`.
 WISP_DETAIL_EXEC_CHECK_DISABLE
 template <class Warp, topk_id Id>
 WISP_HOST_DEVICE pager_step_status warp_pager_step(const Warp& w, const pager_layer_ref& s,
