@@ -2,7 +2,9 @@
 # Builds wisp::cuda's tests and benchmarks with nvcc for this machine's GPU, runs the tests with
 # WISP_REQUIRE_GPU=1 (a test that would skip for want of a device fails instead), then the GPU
 # benchmark (wisp_cuda_gpu_bench: the device step, the device profile, the MoE decode arms on
-# DeepSeek-V2-Lite and Qwen3-30B-A3B) and, if time is left, the host benchmark of the step.
+# DeepSeek-V2-Lite and Qwen3-30B-A3B), a budget sweep of a few arms on DeepSeek-V2-Lite at larger
+# budgets (where fewer misses leave the per-layer host sync a larger share) and, if time is left,
+# the host benchmark of the step.
 # Needs nvcc, CMake >= 3.24, Ninja, GoogleTest and Google Benchmark; no network.
 #
 # Usage: scripts/gpu_check.sh       results go to $OUT if set, else build/gpu-check/out
@@ -16,15 +18,22 @@
 #   GPU_CHECK_SECONDS  wall-clock budget of the whole script, build included (default 450); the
 #                      benchmark stops starting repetitions so that the script ends within it
 #   GPU_CHECK_COMMIT   the commit recorded in the results (default: git rev-parse, else unknown)
+#   GPU_CHECK_SWEEP_SECONDS  time kept for the budget sweep (default 90; 0 skips it)
+#   GPU_CHECK_SWEEP_BUDGETS  its budgets (default 0.75,0.9)
+#   GPU_CHECK_SWEEP_ARMS     its arms (default wisp,wisp-graph,llama.cpp-cache)
 #
-# What comes back in $OUT (at most 8 files): gpu_check.log (everything that matters, as it
+# What comes back in $OUT (at most 10 files): gpu_check.log (everything that matters, as it
 # happens), <date>-<device>-device-step.json, -device-profile.json, -moe-<model>-<budget>.json
-# (four; rewritten after every repetition, so a run cut short still leaves figures) and
-# logs.tar.gz (configure, build and test logs, the gtest XML, the benchmarks' full output).
+# (four, and one per sweep budget; rewritten after every repetition, so a run cut short still
+# leaves figures) and logs.tar.gz (configure, build and test logs, the gtest XML, the benchmarks'
+# full output).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
 budget=${GPU_CHECK_SECONDS:-450}
+sweep_seconds=${GPU_CHECK_SWEEP_SECONDS:-90}
+sweep_budgets=${GPU_CHECK_SWEEP_BUDGETS:-0.75,0.9}
+sweep_arms=${GPU_CHECK_SWEEP_ARMS:-wisp,wisp-graph,llama.cpp-cache}
 
 build=build/gpu-check
 out=${OUT:-$build/out}
@@ -125,8 +134,9 @@ else
   log "TESTS NOT BUILT"; status=1
 fi
 
-# The GPU benchmark gets what is left, less a margin for the host benchmark and packing.
-deadline=$(($(left) - 40))
+# The GPU benchmark gets what is left, less a margin for the host benchmark and packing and the
+# time kept for the sweep (which gets whatever the benchmark leaves).
+deadline=$(($(left) - 40 - sweep_seconds))
 if ((deadline < 60)); then deadline=60; fi
 log "GPU benchmark (deadline ${deadline} s for starting repetitions)"
 # 32 timed tokens per repetition: both models, both budgets and the cuBLAS arms, 5 repetitions,
@@ -140,6 +150,25 @@ bench_status=${PIPESTATUS[0]}
 if [[ $bench_status -ne 0 ]]; then
   log "GPU BENCHMARK FAILED OR A CHECK FAILED (exit $bench_status; see the JSON files' error and output_check fields)"
   status=1
+fi
+
+# The budget sweep: DeepSeek-V2-Lite only, a few arms, its own files (one per budget). Skipped
+# when too little time is left to pin the masters and run one repetition.
+sweep_deadline=$(($(left) - 40))
+if ((sweep_seconds > 0)) && ((sweep_deadline >= 45)); then
+  log "budget sweep: deepseek-v2-lite at $sweep_budgets, arms $sweep_arms (deadline ${sweep_deadline} s)"
+  timeout $((sweep_deadline + 30)) "$gpu_bench" --models deepseek-v2-lite --budgets "$sweep_budgets" \
+    --arms "$sweep_arms" --timed 32 --no-device-step --no-cublas --out-dir "$out" \
+    --file-prefix "$prefix" --traces "$TRACES_DIR" --deadline-s "$sweep_deadline" \
+    --commit "$commit" --smi-name "${smi_name:-unknown}" 2>&1 | tee "$work/gpu_bench_sweep.txt" |
+    tee -a "$out/gpu_check.log"
+  sweep_status=${PIPESTATUS[0]}
+  if [[ $sweep_status -ne 0 ]]; then
+    log "BUDGET SWEEP FAILED OR A CHECK FAILED (exit $sweep_status)"
+    status=1
+  fi
+else
+  log "budget sweep skipped (GPU_CHECK_SWEEP_SECONDS=$sweep_seconds, ${sweep_deadline} s left for it)"
 fi
 
 if [[ -x $host_bench ]] && (($(left) > 30)); then

@@ -56,6 +56,19 @@ inline constexpr std::array<decode_arm, 7> decode_arms{
   return names[static_cast<std::size_t>(a)];
 }
 
+/// The arm named `name` (as `arm_name` spells it). O(arms).
+/// @throws wisp::logic_error naming `name` and listing the arms.
+[[nodiscard]] inline decode_arm arm_named(std::string_view name) {
+  for (const decode_arm a : decode_arms) {
+    if (arm_name(a) == name) {
+      return a;
+    }
+  }
+  WISP_FAIL(logic_error, "unknown arm '", name,
+            "' (layer-offload, on-demand, static-hot, llama.cpp-cache, wisp, wisp-graph, "
+            "all-resident)");
+}
+
 /// @brief One layer call as an arm decided it: the view of memory its kernel reads, the map
 /// into that view, the copies that must land first, and the counts.
 struct layer_call {
@@ -390,18 +403,44 @@ class pager_rule {
   pager<Policy> pager_;
 };
 
+/// The device step's policy for wisp-graph when the wisp arm runs the host policy `name`, and why
+/// it differs when it does.
+struct graph_policy {
+  cuda::step_policy policy = cuda::step_policy::lru;
+  std::string note;  ///< empty when the device step makes the host policy's very decisions
+};
+
+/// The device step policy that makes the decisions of host policy `name` in per-layer scope:
+/// `lru` and `least_stale` (which evicts as `lru` per layer) run `lru`, `lfu_history` runs
+/// `lfu_history`; any other falls back to `lru`, and the note says so. O(1).
+[[nodiscard]] inline graph_policy graph_policy_for(std::string_view name) {
+  if (name == lru::name || name == least_stale::name) {
+    return {cuda::step_policy::lru, ""};
+  }
+  if (name == lfu_history::name) {
+    return {cuda::step_policy::lfu_history, ""};
+  }
+  return {cuda::step_policy::lru,
+          "the device step has no " + std::string(name) + ": wisp-graph runs lru instead"};
+}
+
 /// wisp-graph's decisions, made on the host by the very step the device runs
-/// (`host_pager_state`, the form `device_pager` picks): per-layer LRU caches of `capacity` slots
-/// in the same rows as `pager_rule`. The GPU driver replays the history with it and loads the
-/// result into the `device_pager`, and checks the device's counters against it.
+/// (`host_pager_state`, the form `device_pager` picks): per-layer caches of `capacity` slots
+/// under `policy` (LRU by default), in the same rows as `pager_rule`. The GPU driver replays the
+/// history with it and loads the result into the `device_pager`, and checks the device's counters
+/// against it.
 class device_step_rule {
  public:
   static constexpr bool ids_on_host = false;  // on the GPU, the step reads the ids in place
   static constexpr bool static_map = false;
 
-  device_step_rule(const moe_shape& shape, std::int32_t capacity)
+  device_step_rule(const moe_shape& shape, std::int32_t capacity,
+                   cuda::step_policy policy = cuda::step_policy::lru)
       : capacity_(capacity),
-        state_({.layers = shape.layers, .experts = shape.experts, .capacity = capacity}) {}
+        state_({.layers = shape.layers,
+                .experts = shape.experts,
+                .capacity = capacity,
+                .policy = policy}) {}
   void begin_token() noexcept {}
   layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
     const cuda::pager_step_status s = state_.step(layer, ids, cuda::step_kernel::automatic);

@@ -418,6 +418,8 @@ struct config_report {
   std::string routing;
   std::int32_t repetitions = 0;  ///< asked for
   std::string wisp_policy;
+  std::string wisp_graph_policy;       ///< the device step's policy (`step_policy_name`)
+  std::string wisp_graph_policy_note;  ///< why it differs from `wisp_policy`, when it does
   std::vector<std::pair<std::string, std::uint64_t>> policy_misses;  ///< over the history
   double device_memory_gbps = 0;  ///< the profile's, to put the kernels' rates in proportion
   std::vector<kernel_report> kernels;
@@ -491,6 +493,8 @@ inline void write_arm(json_writer& j, const arm_report& a) {
   j.integer("repetitions_asked", r.repetitions);
   j.text("truncated", r.truncated);
   j.text("wisp_policy", r.wisp_policy);
+  j.text("wisp_graph_policy", r.wisp_graph_policy);
+  j.text("wisp_graph_policy_note", r.wisp_graph_policy_note);
   j.open("policy_misses_over_history", '{');
   for (const auto& [name, misses] : r.policy_misses) {
     j.integer(name, misses);
@@ -559,6 +563,9 @@ inline void write_arm(json_writer& j, const arm_report& a) {
     o << "  kernel " << k.name << ": " << k.us_per_call.median << " us per layer call, " << k.gbps()
       << " GB/s of expert bytes; " << (k.error.empty() ? k.check : k.error) << "\n";
   }
+  o << "  policies: wisp " << r.wisp_policy << ", wisp-graph's device step " << r.wisp_graph_policy
+    << (r.wisp_graph_policy_note.empty() ? "" : " (") << r.wisp_graph_policy_note
+    << (r.wisp_graph_policy_note.empty() ? "" : ")") << "\n";
   if (!r.truncated.empty()) {
     o << "  TRUNCATED: " << r.truncated << "\n";
   }
@@ -615,7 +622,7 @@ inline constexpr double device_step_target_us = 2.0;
   j.text("routing", r.routing).number("hit_rate", r.hit_rate);
   j.integer("repetitions", r.repetitions);
   j.open("device_step_us", '{');
-  for (const char* name : {"block", "warp", "automatic", "empty_node"}) {
+  for (const char* name : {"block", "warp", "automatic", "warp_lfu_history", "empty_node"}) {
     j.stats(name, r.form(name));
   }
   j.close();
@@ -639,6 +646,7 @@ inline constexpr double device_step_target_us = 2.0;
       .boolean("block", under(r.form("block")))
       .boolean("warp", under(r.form("warp")))
       .boolean("automatic", under(r.form("automatic")))
+      .boolean("warp_lfu_history", under(r.form("warp_lfu_history")))
       .boolean("step_fused_into_the_router",
                r.form("fused_router_step").count > 0 && fused < device_step_target_us)
       .close();

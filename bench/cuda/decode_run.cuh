@@ -55,6 +55,8 @@ namespace wisp::bench {
 struct decode_options {
   decode_window window;
   std::vector<double> budgets{0.25, 0.5};
+  /// The arms that run, in `decode_arms` order whatever the order here (default: all).
+  std::vector<decode_arm> arms{decode_arms.begin(), decode_arms.end()};
   std::int32_t repetitions = 5;
   std::int32_t max_layers = 0;  ///< run at most this many layers (0: the model's)
   std::uint64_t host_reserve = std::uint64_t{16} << 30;
@@ -180,11 +182,14 @@ class model_bench {
     const std::int32_t staging = shape().top_k;  // one token's call
     const policy_choice choice = choose_wisp_policy(routing_, c, options_.window.history);
     r.wisp_policy = std::string(choice.name);
+    const graph_policy graph = graph_policy_for(choice.name);
+    r.wisp_graph_policy = cuda::step_policy_name(graph.policy);
+    r.wisp_graph_policy_note = graph.note;
     for (std::size_t i = 0; i < wisp_policy_names.size(); ++i) {
       r.policy_misses.emplace_back(std::string(wisp_policy_names[i]), choice.misses[i]);
     }
     const std::vector<std::uint64_t> counts = expert_counts(routing_, 0, options_.window.history);
-    budget_ = {c, staging, choice.name, counts};
+    budget_ = {c, staging, choice.name, graph.policy, counts};
 
     struct unit {
       decode_arm arm;
@@ -192,12 +197,20 @@ class model_bench {
       arm_report* report;
       double seconds = 0;
     };
+    const auto selected = [&](decode_arm a) {
+      return std::find(options_.arms.begin(), options_.arms.end(), a) != options_.arms.end();
+    };
     for (const decode_arm a : decode_arms) {
-      r.arms.push_back(new_report(a));
+      if (selected(a)) {
+        r.arms.push_back(new_report(a));
+      }
     }
     if (cublas_) {
-      r.cublas_arms.push_back(new_report(decode_arm::wisp));
-      r.cublas_arms.push_back(new_report(decode_arm::all_resident));
+      for (const decode_arm a : {decode_arm::wisp, decode_arm::all_resident}) {
+        if (selected(a)) {
+          r.cublas_arms.push_back(new_report(a));
+        }
+      }
     }
     std::vector<unit> units;
     for (arm_report& a : r.arms) {
@@ -250,6 +263,7 @@ class model_bench {
     std::int32_t capacity = 0;
     std::int32_t staging = 0;
     std::string_view policy;
+    cuda::step_policy graph_policy = cuda::step_policy::lru;
     std::vector<std::uint64_t> counts;
   };
 
@@ -762,18 +776,22 @@ class model_bench {
     }
   }
 
-  // wisp-graph: the device pager, warmed by the host step's replay of the history, and one
-  // captured graph per token (step, copy kernel, MoE kernel of every layer).
+  // wisp-graph: the device pager under the device policy closest to wisp's (`graph_policy_for`),
+  // warmed by the host step's replay of the history, and one captured graph per token (step,
+  // copy kernel, MoE kernel of every layer).
   void run_graph(arm_report& report, bool verify) {
     const decode_window& w = options_.window;
     const std::int32_t c = budget_.capacity;
-    device_step_rule rule(shape(), c);
+    device_step_rule rule(shape(), c, budget_.graph_policy);
     arena_mirror target = preloaded(rule, mirror_->rows(), shape());
     (void)replay(rule, target, routing_, 0, w.first_device_token());
     materialise(target);
     if (!graph_pager_) {
-      graph_pager_ = std::make_unique<cuda::device_pager>(cuda::pager_state_config{
-          .layers = shape().layers, .experts = shape().experts, .capacity = c});
+      graph_pager_ = std::make_unique<cuda::device_pager>(
+          cuda::pager_state_config{.layers = shape().layers,
+                                   .experts = shape().experts,
+                                   .capacity = c,
+                                   .policy = budget_.graph_policy});
     }
     graph_pager_->load(rule.state());
     const std::size_t k = static_cast<std::size_t>(shape().top_k);

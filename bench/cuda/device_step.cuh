@@ -3,6 +3,8 @@
 // names: `P` forward passes x every layer of nodes captured in one CUDA graph and replayed (new
 // routing copied in before each replay), interleaved repetitions, CUDA events. Forms:
 // - "automatic", "warp", "block": device_pager::step as it picks, forced warp, forced block;
+// - "warp_lfu_history": the forced warp step under step_policy::lfu_history (counts over the
+//   history, the policy the ESFT-routed decode picks);
 // - "empty_node": an empty kernel per node, the floor a graph node costs;
 // - "router_only": a stand-in router kernel per layer (one warp writes the layer's top-k ids, as a
 //   router leaves them); "router_then_step": that router, then the step (two nodes per layer);
@@ -127,11 +129,14 @@ struct device_step_options {
   };
   std::vector<std::unique_ptr<form>> forms;
   const auto add = [&](std::string name, bool with_pager,
-                       const std::function<void(form&, std::int32_t, std::int32_t)>& node) {
+                       const std::function<void(form&, std::int32_t, std::int32_t)>& node,
+                       cuda::step_policy policy = cuda::step_policy::lru) {
     auto f = std::make_unique<form>();
     f->name = std::move(name);
     if (with_pager) {
-      f->pager = std::make_unique<cuda::device_pager>(config);
+      cuda::pager_state_config c = config;
+      c.policy = policy;
+      f->pager = std::make_unique<cuda::device_pager>(c);
     }
     form& ref = *f;
     f->graph.capture(s, [&] {
@@ -151,6 +156,7 @@ struct device_step_options {
   add("automatic", true, step(cuda::step_kernel::automatic));
   add("warp", true, step(cuda::step_kernel::warp));
   add("block", true, step(cuda::step_kernel::block));
+  add("warp_lfu_history", true, step(cuda::step_kernel::warp), cuda::step_policy::lfu_history);
   add("empty_node", false, [&](form&, std::int32_t p, std::int32_t l) {
     detail::empty_step_kernel<<<1, 32, 0, s>>>(at(window.data(), p, l), k);
     WISP_CUDA_TRY(cudaGetLastError());

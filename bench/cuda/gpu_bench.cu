@@ -21,6 +21,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -43,7 +44,10 @@ namespace wb = wisp::bench;
 
 constexpr std::string_view usage = R"(usage: wisp_cuda_gpu_bench [options]
   --models LIST          deepseek-v2-lite,qwen3-30b-a3b (default), or tiny
-  --budgets LIST         fractions of each layer's experts (default 0.25,0.5)
+  --budgets LIST         fractions of each layer's experts (default 0.25,0.5); one JSON file
+                         per (model, budget)
+  --arms LIST            the arms that run (default all): layer-offload, on-demand, static-hot,
+                         llama.cpp-cache, wisp, wisp-graph, all-resident
   --history N --warmup N --timed N --verify N
                          the token window (default 4096, 4, 64, 2; see docs/cuda.md)
   --repetitions N        interleaved repetitions of every arm (default 5)
@@ -124,6 +128,14 @@ options parse(int argc, char** argv) {
       for (const std::string& b : split(next())) {
         o.decode.budgets.push_back(number<double>(flag, b));
       }
+    } else if (flag == "--arms") {
+      o.decode.arms.clear();
+      for (const std::string& a : split(next())) {
+        const wb::decode_arm arm = wb::arm_named(a);
+        if (std::find(o.decode.arms.begin(), o.decode.arms.end(), arm) == o.decode.arms.end()) {
+          o.decode.arms.push_back(arm);
+        }
+      }
     } else if (flag == "--history") {
       o.decode.window.history = number<std::int32_t>(flag, next());
     } else if (flag == "--warmup") {
@@ -167,6 +179,7 @@ options parse(int argc, char** argv) {
   }
   WISP_EXPECTS(o.decode.repetitions >= 1, "--repetitions must be >= 1, got ", o.decode.repetitions);
   WISP_EXPECTS(!o.decode.budgets.empty(), "--budgets is empty");
+  WISP_EXPECTS(!o.decode.arms.empty(), "--arms is empty");
   for (const double b : o.decode.budgets) {
     WISP_EXPECTS(b > 0 && b <= 1, "--budgets: ", b, " is not in (0, 1]");
   }

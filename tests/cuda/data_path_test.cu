@@ -2,7 +2,7 @@
 // GPU tests of the data path (skipped without a GPU): pinned_host_store's rows and mapped
 // pointer, copy_engine against host_expert_store on random plans (batched, per run, pitched,
 // captured), its event ordering both ways, device_expert_map's buffers, and device_pager's step
-// and copy kernels against the same step run on the host.
+// (under both policies) and copy kernels against the same step run on the host.
 #include "device_array.cuh"
 #include "device_guard.hpp"
 
@@ -310,20 +310,27 @@ std::vector<std::int32_t> all_ids(const wisp::routing_trace& t) {
 
 // Steps every call of `t` (in batches of `tokens` tokens, a bad id now and then) on the device,
 // in the form `kernel` picks, and with the block step on the host; the maps, copy lists and
-// counters must agree after each.
+// counters (and, under lfu_history, the call counts) must agree after each. With `load`, the
+// device starts from the host's state after the first half of the calls (`device_pager::load`).
 void check_device_steps(const wisp::routing_trace& t, std::int32_t capacity, std::int32_t tokens,
-                        wisp::cuda::step_kernel kernel = wisp::cuda::step_kernel::automatic) {
+                        wisp::cuda::step_kernel kernel = wisp::cuda::step_kernel::automatic,
+                        wisp::cuda::step_policy policy = wisp::cuda::step_policy::lru,
+                        bool load = false) {
   const wisp::moe_shape shape = t.shape();
   const wisp::cuda::pager_state_config config{
-      .layers = shape.layers, .experts = shape.experts, .capacity = capacity};
+      .layers = shape.layers, .experts = shape.experts, .capacity = capacity, .policy = policy};
   wisp::cuda::device_pager device(config);
   wisp::cuda::host_pager_state host(config);
   stream s;
   std::mt19937 rng(5);
   std::vector<std::int32_t> ids = all_ids(t);
   const auto k = static_cast<std::size_t>(shape.top_k);
+  const std::size_t loaded_at = load ? t.steps() / 2 : 0;
   for (std::size_t step = 0; step + static_cast<std::size_t>(tokens) <= t.steps();
        step += static_cast<std::size_t>(tokens)) {
+    if (load && step == loaded_at) {
+      device.load(host);
+    }
     for (std::int32_t l = 0; l < shape.layers; ++l) {
       std::vector<std::int32_t> call;
       for (std::size_t token = step; token < step + static_cast<std::size_t>(tokens); ++token) {
@@ -334,10 +341,13 @@ void check_device_steps(const wisp::routing_trace& t, std::int32_t capacity, std
       if (rng() % 97 == 0) {
         call[rng() % call.size()] = shape.experts + 1;
       }
+      (void)host.step(l, std::span<const std::int32_t>(call));
+      if (step < loaded_at) {
+        continue;  // the host alone, until the device loads its state
+      }
       const device_array<std::int32_t> d_call(call);
       device.step(l, d_call.data(), static_cast<std::int32_t>(call.size()), s.s, kernel);
       const wisp::cuda::pager_layer_info got = device.read_info(l, s.s);
-      (void)host.step(l, std::span<const std::int32_t>(call));
       const wisp::cuda::pager_layer_info& want = host.info(l);
       ASSERT_EQ(got.status, want.status) << "step " << step << " layer " << l;
       ASSERT_EQ(got.hits, want.hits);
@@ -352,6 +362,14 @@ void check_device_steps(const wisp::routing_trace& t, std::int32_t capacity, std
       ASSERT_TRUE(
           std::equal(copies.begin(), copies.end(), host.copies(l).begin(), host.copies(l).end()))
           << "step " << step << " layer " << l;
+      if (policy == wisp::cuda::step_policy::lfu_history) {
+        const std::vector<std::uint64_t> counts =
+            download(device.state().count + static_cast<std::size_t>(l) * shape.experts,
+                     static_cast<std::size_t>(shape.experts));
+        ASSERT_TRUE(
+            std::equal(counts.begin(), counts.end(), host.counts(l).begin(), host.counts(l).end()))
+            << "step " << step << " layer " << l;
+      }
     }
   }
 }
@@ -378,6 +396,30 @@ TEST(DevicePager, StepsEqualTheSameStepRunOnTheHost) {
   EXPECT_THROW(wide_layers.step(0, one.data(), 1, s.s, step_kernel::warp), wisp::logic_error);
   wide_layers.step(0, one.data(), 1, s.s);  // automatic: the block step
   EXPECT_EQ(wide_layers.read_info(0, s.s).calls, 1u);
+}
+
+// The lfu_history step on the device equals the host step (itself checked against
+// pager<lfu_history> in pager_step_lfu_test.cpp), in both forms, on ESFT-shaped routing.
+TEST(DevicePager, LfuHistoryStepEqualsTheHostStep) {
+  WISP_SKIP_WITHOUT_GPU();
+  using wisp::cuda::step_kernel;
+  using wisp::cuda::step_policy;
+  const auto esft_like = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 160,
+                                                    wisp::default_synthetic_seed);
+  check_device_steps(esft_like, 8, 1, step_kernel::warp, step_policy::lfu_history);
+  check_device_steps(esft_like, 16, 1, step_kernel::block, step_policy::lfu_history);
+  check_device_steps(esft_like, 16, 4, step_kernel::automatic, step_policy::lfu_history);
+  check_device_steps(esft_like, 32, 1, step_kernel::automatic, step_policy::lfu_history, true);
+  auto qwen = wisp::synthetic_preset("qwen3-30b-a3b");
+  qwen.layers = 3;
+  const auto wide = wisp::make_synthetic_trace(qwen, 200, 3);
+  check_device_steps(wide, 32, 4, step_kernel::warp, step_policy::lfu_history);
+  check_device_steps(wide, 48, 8, step_kernel::automatic, step_policy::lfu_history);
+  // A state of another policy is refused.
+  wisp::cuda::device_pager lru({.layers = 1, .experts = 8, .capacity = 2});
+  const wisp::cuda::host_pager_state by_count(
+      {.layers = 1, .experts = 8, .capacity = 2, .policy = step_policy::lfu_history});
+  EXPECT_THROW(lru.load(by_count), wisp::logic_error);
 }
 
 TEST(DevicePager, CopyKernelFillsTheSlotsFromPinnedMasters) {

@@ -413,6 +413,51 @@ TEST_P(EsftArms, WispGraphsHostMirrorEqualsPagerLru) {
   }
 }
 
+// Where the wisp arm picks lfu_history (ESFT at both budgets), wisp-graph's device step runs
+// lfu_history too, and decides exactly as the host pager: same maps, copies, hits, call by call.
+TEST_P(EsftArms, WispGraphUnderLfuHistoryEqualsPagerLfuHistory) {
+  const wisp::moe_shape s = routing_->shape;
+  const wb::graph_policy graph = wb::graph_policy_for(wisp::lfu_history::name);
+  ASSERT_EQ(graph.policy, wisp::cuda::step_policy::lfu_history);
+  ASSERT_EQ(graph.note, "");
+  wb::device_step_rule rule(s, capacity(), graph.policy);
+  wb::pager_rule<wisp::lfu_history> host(s, capacity());
+  wb::arena_mirror mirror(rule.arena_rows(), s);
+  wb::arena_mirror host_mirror(host.arena_rows(), s);
+  for (std::int32_t t = 0; t < tokens; ++t) {
+    host.begin_token();
+    for (std::int32_t l = 0; l < s.layers; ++l) {
+      const auto ids = routing_->ids_of(t, l);
+      const wb::layer_call c = rule.call(l, ids);
+      mirror.apply(l, c);
+      ASSERT_EQ(mirror.check(l, c, ids), "") << "token " << t;
+      const wb::layer_call p = host.call(l, ids);
+      host_mirror.apply(l, p);
+      ASSERT_TRUE(std::ranges::equal(c.map, p.map)) << "token " << t << " layer " << l;
+      ASSERT_TRUE(std::ranges::equal(c.copies, p.copies)) << "token " << t << " layer " << l;
+      ASSERT_EQ(c.hits, p.hits);
+      ASSERT_EQ(c.first_row, p.first_row);
+    }
+  }
+}
+
+TEST(GraphPolicy, EachHostPolicyMapsToTheDeviceStepOrSaysItFallsBack) {
+  EXPECT_EQ(wb::graph_policy_for("lru").policy, wisp::cuda::step_policy::lru);
+  EXPECT_EQ(wb::graph_policy_for("least_stale").policy, wisp::cuda::step_policy::lru);
+  EXPECT_EQ(wb::graph_policy_for("least_stale").note, "");
+  EXPECT_EQ(wb::graph_policy_for("lfu_history").policy, wisp::cuda::step_policy::lfu_history);
+  for (const std::string_view other : {"lfru", "lfu", "fifo"}) {
+    const wb::graph_policy g = wb::graph_policy_for(other);
+    EXPECT_EQ(g.policy, wisp::cuda::step_policy::lru) << other;
+    EXPECT_NE(g.note.find(std::string(other)), std::string::npos) << g.note;
+    EXPECT_NE(g.note.find("lru instead"), std::string::npos) << g.note;
+  }
+  for (const wb::decode_arm a : wb::decode_arms) {
+    EXPECT_EQ(wb::arm_named(wb::arm_name(a)), a);
+  }
+  expect_error([] { (void)wb::arm_named("wisp_graph"); }, "unknown arm 'wisp_graph'", "wisp-graph");
+}
+
 TEST_P(EsftArms, LlamaCppCacheEqualsTheCacheCallByCall) {
   const wisp::moe_shape s = routing_->shape;
   wb::llama_rule rule(s, capacity());
@@ -728,6 +773,9 @@ TEST(Reports, TheDecodeFileHoldsWhatTheIssueNames) {
   r.memory.layers = 26;
   r.capacity = 16;
   r.routing = "ESFT \"intent\"\n";
+  r.wisp_policy = "lfru";
+  r.wisp_graph_policy = "lru";
+  r.wisp_graph_policy_note = "the device step has no lfru: wisp-graph runs lru instead";
   for (const wb::decode_arm a : wb::decode_arms) {
     wb::arm_report ar;
     ar.arm = a;
@@ -745,6 +793,8 @@ TEST(Reports, TheDecodeFileHoldsWhatTheIssueNames) {
   EXPECT_EQ(doc.find("budget_fraction")->number, 0.25);
   EXPECT_EQ(doc.find("device")->text, "NVIDIA H100 80GB HBM3");
   EXPECT_EQ(doc.find("routing")->text, "ESFT \"intent\"\n");
+  EXPECT_EQ(doc.find("wisp_graph_policy")->text, "lru");
+  EXPECT_EQ(doc.find("wisp_graph_policy_note")->text, r.wisp_graph_policy_note);
   const wisp::detail::json_value* arms = doc.find("arms");
   ASSERT_NE(arms, nullptr);
   for (const char* name : {"layer-offload", "on-demand", "static-hot", "llama.cpp-cache", "wisp",
@@ -760,6 +810,9 @@ TEST(Reports, TheDecodeFileHoldsWhatTheIssueNames) {
     EXPECT_EQ(a->find("link_bytes")->number, 400);
   }
   EXPECT_NE(wb::to_table(r).find("llama.cpp-cache"), std::string::npos);
+  EXPECT_NE(wb::to_table(r).find("wisp-graph's device step lru (the device step has no lfru"),
+            std::string::npos)
+      << wb::to_table(r);
 }
 
 TEST(Reports, TheDeviceStepFileHoldsEveryForm) {
@@ -768,14 +821,14 @@ TEST(Reports, TheDeviceStepFileHoldsEveryForm) {
   r.shape = {48, 128, 8};
   for (const char* name :
        {"automatic", "warp", "block", "empty_node", "router_only", "router_then_step",
-        "fused_router_step", "launched", "host_round_trip"}) {
+        "fused_router_step", "launched", "host_round_trip", "warp_lfu_history"}) {
     r.forms.emplace_back(name, wb::summarize({1.5, 1.0, 2.5}));
   }
   r.forms[5].second = wb::summarize({3.0});  // router_then_step
   const wisp::detail::json_value doc = parse(wb::to_json(r));
   const wisp::detail::json_value* step = doc.find("device_step_us");
   ASSERT_NE(step, nullptr);
-  for (const char* name : {"block", "warp", "automatic", "empty_node"}) {
+  for (const char* name : {"block", "warp", "automatic", "warp_lfu_history", "empty_node"}) {
     ASSERT_NE(step->find(name), nullptr) << name;
     EXPECT_EQ(step->find(name)->find("median")->number, 1.5);
   }

@@ -12,7 +12,8 @@
 /// that stages the layer's slot table and LRU list in shared memory and writes them back. Both
 /// are the functions the host tests run (`<wisp/cuda/pager_step.hpp>`). A bad call cannot throw: it
 /// hides every expert, copies nothing and is recorded in the layer's `pager_layer_info`
-/// (`read_info` after a synchronisation).
+/// (`read_info` after a synchronisation). The eviction rule is the config's `step_policy`: `lru`
+/// (the default) or `lfu_history` (one more 64-bit count per expert and layer).
 /// @code
 /// wisp::cuda::device_pager pager({.layers = L, .experts = E, .capacity = 16});
 /// cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
@@ -131,6 +132,7 @@ class device_pager {
     state_.layers = config.layers;
     state_.experts = config.experts;
     state_.max_capacity = config.max_capacity();
+    state_.policy = config.policy;
     WISP_EXPECTS(step_shared_bytes() <= 48 * 1024, "device_pager: the step needs ",
                  step_shared_bytes(), " bytes of shared memory (", config.experts,
                  " experts, capacity ", state_.max_capacity, "); at most 48 KiB");
@@ -142,7 +144,9 @@ class device_pager {
     const std::size_t slot_ints = aligned(per_slot * sizeof(std::int32_t));
     const std::size_t ops = aligned(per_slot * sizeof(copy_op));
     const std::size_t infos = aligned(layers * sizeof(pager_layer_info));
-    bytes_ = 2 * ints + 2 * slot_ints + ops + infos;
+    const std::size_t counts =
+        config.policy == step_policy::lfu_history ? aligned(per_expert * sizeof(std::uint64_t)) : 0;
+    bytes_ = 2 * ints + 2 * slot_ints + ops + infos + counts;
     void* p = nullptr;
     detail::check_allocation(cudaMalloc(&p, bytes_), "device_pager: cudaMalloc", bytes_);
     memory_ = static_cast<std::byte*>(p);
@@ -158,13 +162,19 @@ class device_pager {
     state_.shown = reinterpret_cast<std::int32_t*>(take(slot_ints));
     state_.copies = reinterpret_cast<copy_op*>(take(ops));
     state_.info = reinterpret_cast<pager_layer_info*>(take(infos));
+    if (counts > 0) {
+      state_.count = reinterpret_cast<std::uint64_t*>(take(counts));
+    }
     std::vector<pager_layer_info> info(layers);
     for (std::int32_t l = 0; l < config.layers; ++l) {
       capacities_.push_back(config.capacity_of(l));
       info[static_cast<std::size_t>(l)].capacity = capacities_.back();
     }
     try {
-      WISP_CUDA_TRY(cudaMemset(memory_, 0xff, bytes_));  // slots and maps -1, lists -1
+      WISP_CUDA_TRY(cudaMemset(memory_, 0xff, bytes_ - counts));  // slots and maps -1, lists -1
+      if (counts > 0) {
+        WISP_CUDA_TRY(cudaMemset(state_.count, 0, counts));
+      }
       WISP_CUDA_TRY(cudaMemcpy(state_.info, info.data(), layers * sizeof(pager_layer_info),
                                cudaMemcpyHostToDevice));
       // Both ran on the legacy stream (a pageable upload may return before its DMA lands); the
@@ -185,8 +195,10 @@ class device_pager {
   /// `stream`, as the kernel `kernel` names: by default (`automatic`) one warp
   /// (`warp_pager_step`) for a call of at most 32 ids on a layer of at most 32 slots, a block of
   /// `step_threads` (`pager_step`) otherwise. Both leave the same state, so the form may change
-  /// from call to call. O(n + capacity) device work, one block. Capturable (the form is chosen
-  /// when the step is enqueued).
+  /// from call to call. O(n + capacity) device work under `lru` (O(n + capacity^2) for an
+  /// evicting `lfu_history` call), one block. Capturable (the form is chosen when the step is
+  /// enqueued). Thread safety: steps of one layer must be ordered (one stream); other layers may
+  /// step concurrently.
   /// @throws wisp::logic_error if `layer` is out of range, `n < 0`, `ids` is null with `n > 0`,
   ///   or `kernel` is `warp` and `n` or the layer's capacity exceeds `warp_step_limit`;
   ///   wisp::cuda_error if the launch fails.
@@ -232,13 +244,14 @@ class device_pager {
     WISP_CUDA_TRY(cudaGetLastError());
   }
 
-  /// @brief Replaces every layer's state (slot tables, LRU lists, maps, copy lists, counters)
-  /// with `from`'s: a device pager that continues where a host run of the same step left off,
-  /// e.g. caches warmed by replaying a routing history on the host (the slots must then hold the
-  /// experts `from` says they hold). Synchronous: the device is idle when it returns; graphs
-  /// captured over this pager stay valid. O(layers x (experts + capacity)) bytes copied.
-  /// @throws wisp::logic_error (nothing changed) if `from` has other layers, experts or
-  ///   capacities; wisp::cuda_error.
+  /// @brief Replaces every layer's state (slot tables, LRU lists, maps, copy lists, counters,
+  /// and the call counts under `lfu_history`) with `from`'s: a device pager that continues where a
+  /// host run of the same step left off, e.g. caches warmed by replaying a routing history on the
+  /// host (the slots must then hold the experts `from` says they hold). Synchronous: the device is
+  /// idle when it returns; graphs captured over this pager stay valid. O(layers x (experts +
+  /// capacity)) bytes copied.
+  /// @throws wisp::logic_error (nothing changed) if `from` has other layers, experts,
+  ///   capacities or another policy; wisp::cuda_error.
   void load(const host_pager_state& from) {
     const pager_state& h = from.state();
     WISP_EXPECTS(h.layers == state_.layers && h.experts == state_.experts &&
@@ -246,6 +259,9 @@ class device_pager {
                  "device_pager::load: a state of ", h.layers, " layers x ", h.experts, " experts (",
                  h.max_capacity, " slots) into a pager of ", state_.layers, " x ", state_.experts,
                  " (", state_.max_capacity, ")");
+    WISP_EXPECTS(h.policy == state_.policy, "device_pager::load: a state of policy ",
+                 step_policy_name(h.policy), " into a pager of policy ",
+                 step_policy_name(state_.policy));
     for (std::int32_t l = 0; l < state_.layers; ++l) {
       WISP_EXPECTS(h.info[l].capacity == capacity_of(l), "device_pager::load: layer ", l, " has ",
                    h.info[l].capacity, " slots in the state, ", capacity_of(l), " here");
@@ -262,6 +278,9 @@ class device_pager {
     upload(state_.shown, h.shown, per_slot * sizeof(std::int32_t));
     upload(state_.copies, h.copies, per_slot * sizeof(copy_op));
     upload(state_.info, h.info, layers * sizeof(pager_layer_info));
+    if (state_.count != nullptr) {
+      upload(state_.count, h.count, per_expert * sizeof(std::uint64_t));
+    }
     // Pageable uploads may return before their DMA lands; steps may run on any stream.
     WISP_CUDA_TRY(cudaDeviceSynchronize());
   }
@@ -289,6 +308,8 @@ class device_pager {
     WISP_CUDA_TRY(cudaStreamSynchronize(stream));
     return out;
   }
+  /// The eviction rule of every layer (the config's).
+  [[nodiscard]] step_policy policy() const noexcept { return state_.policy; }
   /// The plain state (device pointers).
   [[nodiscard]] const pager_state& state() const noexcept { return state_; }
   /// Shared memory of one step block: slot table, first positions, LRU list, shown experts,

@@ -19,7 +19,8 @@ namespace wisp::cuda {
 
 /// @brief The 32 lanes of the calling warp; every lane of it calls every operation (a 1-D block
 /// of 32 threads, or the full warp of a larger block). Each operation is one warp instruction,
-/// or a few: `reduce_or` is one on sm_80 and newer, five shuffles before.
+/// or a few: `reduce_or` is one on sm_80 and newer, five shuffles before; `broadcast` is one
+/// shuffle (two for 64 bits).
 struct device_warp {
   static constexpr std::int32_t width = 32;
 
@@ -58,6 +59,10 @@ struct device_warp {
     }
     return x;
 #endif
+  }
+  template <class T>
+  [[nodiscard]] __device__ T broadcast(const values<T>& v, std::int32_t lane) const {
+    return __shfl_sync(all, v.own, lane);
   }
   __device__ void sync() const noexcept {
     __syncwarp(all);

@@ -14,6 +14,8 @@
 /// - `w.ballot(f)`: the mask of the lanes where `f(lane)` is true (bit `lane`).
 /// - `w.match(v)`: per lane, the mask of the lanes whose `int32` value equals its own.
 /// - `w.reduce_or(v)`: the bitwise or of a `uint32` over the lanes.
+/// - `w.broadcast(v, lane)`: lane `lane`'s value of `v` (a 32- or 64-bit integer), in every lane;
+///   `lane` is the same in every lane.
 /// - `w.sync()`: memory written by any lane before it is visible to every lane after it.
 ///
 /// The rule that makes both runs equal: within one `lanes`, `each` or `ballot`, no lane reads
@@ -70,7 +72,7 @@ namespace wisp::cuda {
 /// @brief The 32 lanes of a warp run in lockstep by one host thread: every operation runs its
 /// lanes in order, 0 to 31, so a step function written for `device_warp` runs here exactly (see
 /// the file comment). `lanes`, `each` and `ballot` cost 32 calls of `f`, `match` 32 x 32
-/// comparisons, `reduce_or` 32 ors. Stateless; any thread may use its own.
+/// comparisons, `reduce_or` 32 ors, `broadcast` one read. Stateless; any thread may use its own.
 struct lockstep_warp {
   static constexpr std::int32_t width = 32;
 
@@ -123,6 +125,11 @@ struct lockstep_warp {
       out |= x;
     }
     return out;
+  }
+  template <class T>
+  [[nodiscard]] WISP_HOST_DEVICE constexpr T broadcast(const values<T>& v,
+                                                       std::int32_t lane) const {
+    return v[lane];
   }
   WISP_HOST_DEVICE constexpr void sync() const noexcept {}
 };
