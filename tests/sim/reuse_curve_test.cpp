@@ -66,7 +66,7 @@ routing_trace prefix(const routing_trace& t, std::size_t steps) {
 // (`with_access`: also per access against simulate without call protection).
 void expect_curve_equals_sim(const routing_trace& t, cache_scope scope,
                              const std::vector<std::int32_t>& capacities, bool with_access = true) {
-  const auto rscope = scope == cache_scope::global ? reuse_scope::global : reuse_scope::per_layer;
+  const auto rscope = scope == cache_scope::global ? cache_scope::global : cache_scope::per_layer;
   const miss_curve per_call{profile_trace(t, rscope).histogram};
   const miss_curve per_access{profile_trace(t, rscope, reuse_granularity::access).histogram};
   for (const std::int32_t c : capacities) {
