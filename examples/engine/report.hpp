@@ -293,7 +293,6 @@ inline std::string json(const device_summary& d) {
 inline void write_json(std::ostream& os, const comparison& c) {
   using detail::json;
   using detail::num;
-  using detail::quoted;
   os << "{\"arms\":[";
   for (std::size_t i = 0; i < c.arms.size(); ++i) {
     const arm_runs& a = c.arms[i];
