@@ -52,7 +52,7 @@ int main() {
   const auto trace = wisp::make_synthetic_trace(cfg, 100, 1);
 
   const auto profile =
-      wisp::profile_trace(trace, wisp::reuse_scope::global, wisp::reuse_granularity::access);
+      wisp::profile_trace(trace, wisp::cache_scope::global, wisp::reuse_granularity::access);
   const wisp::miss_curve curve{profile.histogram};
   expect(curve.misses(0) == trace.access_count(), "capacity 0 misses everything");
   for (std::size_t c = 1; c <= 16; ++c) {

@@ -8,6 +8,7 @@
 #include "decode_arms.hpp"
 #include "decode_model.hpp"
 
+#include <wisp/core/detail/json.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/kernel/bf16.hpp>
 #include <wisp/transfer/device_profile.hpp>
@@ -300,7 +301,7 @@ class json_writer {
   }
   json_writer& text(std::string_view key, std::string_view v) {
     item(key);
-    out_ << quote(v);
+    out_ << wisp::detail::json_quote(v);
     return *this;
   }
   json_writer& boolean(std::string_view key, bool v) {
@@ -322,25 +323,6 @@ class json_writer {
     return out_.str() + "\n";
   }
 
-  /// `s` as a JSON string literal.
-  [[nodiscard]] static std::string quote(std::string_view s) {
-    std::string out = "\"";
-    for (const char c : s) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        static constexpr char hex[] = "0123456789abcdef";
-        out += "\\u00";
-        out += hex[(c >> 4) & 0xf];
-        out += hex[c & 0xf];
-      } else {
-        out += c;
-      }
-    }
-    return out + "\"";
-  }
-
  private:
   void newline() { out_ << '\n' << std::string(2 * stack_.size(), ' '); }
   void item(std::string_view key) {
@@ -353,7 +335,7 @@ class json_writer {
     stack_.back().second = true;
     newline();
     if (stack_.back().first == '}') {
-      out_ << quote(key) << ": ";
+      out_ << wisp::detail::json_quote(key) << ": ";
     }
   }
 

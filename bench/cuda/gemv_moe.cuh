@@ -114,7 +114,7 @@ __device__ inline void lane_dots16(const bf16* const (&w)[Rows], const float* x,
 
 template <class Id>
 __device__ inline std::int32_t row_of(const combine_params<Id>& c, std::int32_t pos) {
-  return wisp::detail::visible_row(c.map, c.map_size, c.rows, c.ids[pos]);
+  return wisp::visible_row(c.map, c.map_size, c.rows, c.ids[pos]);
 }
 
 template <class Id>

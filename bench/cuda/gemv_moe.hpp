@@ -33,7 +33,7 @@ WISP_HOST_DEVICE inline float gemv_lane_dot(const bf16* w, const float* x, std::
   float acc = 0.0f;
   for (std::int32_t c = lane; c < n / gemv_chunk; c += gemv_lanes) {
     for (std::int32_t e = c * gemv_chunk; e < (c + 1) * gemv_chunk; ++e) {
-      acc = wisp::detail::fma_rn(to_float(w[e]), x[e], acc);
+      acc = wisp::fma_rn(to_float(w[e]), x[e], acc);
     }
   }
   return acc;
@@ -98,8 +98,8 @@ class gemv_moe_host {
         x_[i] = to_float(a.hidden[t * h + i]);
       }
       for (std::size_t j = 0; j < k; ++j) {
-        const std::int32_t row = wisp::detail::visible_row(a.expert_map.data(), a.expert_map.size(),
-                                                           a.experts.rows, a.topk_ids[t * k + j]);
+        const std::int32_t row = wisp::visible_row(a.expert_map.data(), a.expert_map.size(),
+                                                   a.experts.rows, a.topk_ids[t * k + j]);
         if (row < 0) {
           continue;
         }
@@ -116,9 +116,9 @@ class gemv_moe_host {
         float acc = 0.0f;
         for (std::size_t j = 0; j < k; ++j) {
           const std::size_t pos = t * k + j;
-          if (wisp::detail::visible_row(a.expert_map.data(), a.expert_map.size(), a.experts.rows,
-                                        a.topk_ids[pos]) >= 0) {
-            acc = wisp::detail::fma_rn(a.topk_weights[pos], y_[j * h + o], acc);
+          if (wisp::visible_row(a.expert_map.data(), a.expert_map.size(), a.experts.rows,
+                                a.topk_ids[pos]) >= 0) {
+            acc = wisp::fma_rn(a.topk_weights[pos], y_[j * h + o], acc);
           }
         }
         a.out[t * h + o] = to_bf16(acc);

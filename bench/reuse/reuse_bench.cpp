@@ -93,7 +93,7 @@ void exact_trace(benchmark::State& state) {
   wisp::reuse_distance_counter counter{r.key_space};
   for (auto _ : state) {
     counter.reset();
-    wisp::reuse_histogram h{{wisp::reuse_scope::global, 1, r.key_space}};
+    wisp::reuse_histogram h{{wisp::cache_scope::global, 1, r.key_space}};
     for (const auto key : r.keys) {
       h.record(counter.access(key));
     }
@@ -112,7 +112,7 @@ void naive_trace(benchmark::State& state) {
   stack.reserve(r.key_space);
   for (auto _ : state) {
     stack.clear();
-    wisp::reuse_histogram h{{wisp::reuse_scope::global, 1, r.key_space}};
+    wisp::reuse_histogram h{{wisp::cache_scope::global, 1, r.key_space}};
     for (const auto key : r.keys) {
       const auto it = std::find(stack.begin(), stack.end(), key);
       if (it == stack.end()) {
@@ -135,7 +135,7 @@ void exact_trace_per_layer(benchmark::State& state) {
   const std::uint32_t experts = 64;
   const std::uint32_t layers = r.key_space / experts;
   for (auto _ : state) {
-    wisp::scoped_reuse_counter counter{wisp::reuse_scope::per_layer, layers, experts};
+    wisp::scoped_reuse_counter counter{wisp::cache_scope::per_layer, layers, experts};
     for (const auto key : r.keys) {
       counter.access(key / experts, key % experts);
     }
@@ -150,7 +150,7 @@ void exact_large(benchmark::State& state) {
   wisp::reuse_distance_counter counter{large_keys};
   for (auto _ : state) {
     counter.reset();
-    wisp::reuse_histogram h{{wisp::reuse_scope::stream, 1, large_keys}};
+    wisp::reuse_histogram h{{wisp::cache_scope::stream, 1, large_keys}};
     for (const auto key : s) {
       h.record(counter.access(key));
     }

@@ -301,7 +301,7 @@ void baseline_lfru_scan(benchmark::State& state, wisp::cache_scope scope) {
         ("baseline/lfru_scan/" + std::string(scope_name)).c_str(),
         [scope = scope](benchmark::State& state) { baseline_lfru_scan(state, scope); })
         ->Unit(benchmark::kMillisecond);
-    for (const std::string_view policy : wisp::builtin_policies) {
+    for (const std::string_view policy : wisp::builtin_policy_names) {
       benchmark::RegisterBenchmark(
           ("sim/" + std::string(policy) + "/" + std::string(scope_name)).c_str(),
           [policy, scope = scope](benchmark::State& state) { wisp_simulate(state, policy, scope); })

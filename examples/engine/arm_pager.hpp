@@ -284,7 +284,7 @@ class planned_pager_residency : public pager_arm<Policy> {
   wisp::split choose_split(const arm_context& ctx, wisp::admission_floor& floor) override {
     floor = workload_floor(ctx.requests, 1);
     const wisp::miss_curve expert_curve{
-        wisp::profile_trace(ctx.warmup.tokens, wisp::reuse_scope::per_layer).histogram};
+        wisp::profile_trace(ctx.warmup.tokens, wisp::cache_scope::per_layer).histogram};
     std::vector<std::uint64_t> blocks;
     for (const request& r : ctx.warmup.sessions) {
       blocks.push_back(blocks_for_tokens(r.prompt.size() + idx(std::max(r.max_new_tokens, 0)),

@@ -55,7 +55,7 @@ namespace wisp_engine {
   c.exponent_ratio = real(zip.max_e_bytes()) / real(zip.sm_bytes());
   c.e_chunks = zip.e_chunks();
   c.threads = o.decode_threads;
-  c.link_bytes_per_second = o.link.bytes_per_second;
+  c.link = {.bytes_per_second = o.link.bytes_per_second, .latency_seconds = 0.0};
   c.decode_bytes_per_second = o.decode_bytes_per_second;
   c.budget_bytes = budget_bytes;
   return c;
@@ -105,7 +105,8 @@ class tiered_residency final : public residency {
     ctx.dev.page_tiered(*ctx.zip, {.schedule = schedule,
                                    .tensors = model.tensors,
                                    .sm_chunk_bytes = real(model.tensor_elements),
-                                   .e_chunk_bytes = schedule.e_read * model.link_bytes_per_second});
+                                   .e_chunk_bytes = model.exponent_ratio *
+                                                    real(model.tensor_elements) / model.e_chunks});
     f_row_.assign(idx(layers * E_), -1);
     pending_.assign(idx(layers), false);
     memory_plan m;

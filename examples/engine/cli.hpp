@@ -196,10 +196,10 @@ inline std::vector<std::string> split_list(std::string_view list) {
       o.base.policy = *p;
     } else if (a == "--prefetch") {
       const std::string_view s = value();
-      WISP_EXPECTS(s == "top-k" || s == "percentile", "--prefetch: unknown rule '", s,
+      const auto rule = wisp::from_string<wisp::prefetch_rule>(s);
+      WISP_EXPECTS(rule && *rule != wisp::prefetch_rule::none, "--prefetch: unknown rule '", s,
                    "' (valid: top-k, percentile)");
-      o.base.prefetch.rule =
-          s == "top-k" ? wisp::prefetch_rule::top_k : wisp::prefetch_rule::percentile;
+      o.base.prefetch.rule = *rule;
     } else if (a == "--decode-gbps") {
       o.base.decode_bytes_per_second = to_double(a, value(), 1e-9) * 1e9;
     } else if (a == "--tiers") {

@@ -14,6 +14,7 @@
 #include "index.hpp"
 
 #include <wisp/alloc/units.hpp>
+#include <wisp/core/detail/json.hpp>
 
 #include <algorithm>
 #include <cinttypes>
@@ -243,22 +244,6 @@ inline std::string num(double v) {
   std::snprintf(b, sizeof b, "%.6g", v);
   return b;
 }
-inline std::string quoted(const std::string& s) {
-  std::string o = "\"";
-  for (const char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char b[8];
-      std::snprintf(b, sizeof b, "\\u%04x", ch);
-      o += b;
-    } else {
-      o += ch;
-    }
-  }
-  return o + "\"";
-}
 inline std::string json(const figure& f) {
   std::string s = "{\"median\":" + num(f.median) + ",\"min\":" + num(f.min) +
                   ",\"max\":" + num(f.max) + ",\"runs\":[";
@@ -272,7 +257,7 @@ inline std::string json(const figure& f) {
   return s;
 }
 inline std::string name_of(const arm_runs* a) {
-  return a == nullptr ? "null" : quoted(a->runs.front().name);
+  return a == nullptr ? "null" : wisp::detail::json_quote(a->runs.front().name);
 }
 inline std::string json(const device_summary& d) {
   if (!d.profile) {
@@ -281,7 +266,8 @@ inline std::string json(const device_summary& d) {
   }
   const wisp::device_profile& p = *d.profile;
   std::string s =
-      "{\"name\":" + quoted(p.name) + ",\"source\":" + quoted(p.source) +
+      "{\"name\":" + wisp::detail::json_quote(p.name) +
+      ",\"source\":" + wisp::detail::json_quote(p.source) +
       ",\"device_memory_gbps\":" + num(p.device_memory_gbps) +
       ",\"peak_bf16_tflops\":" + num(p.peak_bf16_tflops) + ",\"h2d_gbps\":" + num(p.h2d_gbps) +
       ",\"copy_latency_us\":" + num(p.copy_latency_us) + ",\"launch_us\":" + num(p.launch_us) +
@@ -307,18 +293,17 @@ inline std::string json(const device_summary& d) {
 inline void write_json(std::ostream& os, const comparison& c) {
   using detail::json;
   using detail::num;
-  using detail::quoted;
   os << "{\"arms\":[";
   for (std::size_t i = 0; i < c.arms.size(); ++i) {
     const arm_runs& a = c.arms[i];
     const arm_result& r = a.runs.front();
-    os << (i ? "," : "") << "{\"name\":" << quoted(r.name);
+    os << (i ? "," : "") << "{\"name\":" << wisp::detail::json_quote(r.name);
     if (!a.spec.policy.empty() && is_pager(a.spec.kind)) {
-      os << ",\"policy\":" << quoted(r.policy);
+      os << ",\"policy\":" << wisp::detail::json_quote(r.policy);
     }
     os << ",\"upper_bound\":" << (a.spec.upper_bound ? "true" : "false")
        << ",\"budget_bytes\":" << r.budget << ",\"feasible\":" << (r.feasible ? "true" : "false")
-       << ",\"note\":" << quoted(r.note);
+       << ",\"note\":" << wisp::detail::json_quote(r.note);
     if (r.feasible) {
       char digest[32];
       std::snprintf(digest, sizeof digest, "%016" PRIx64, r.output_digest);
@@ -380,7 +365,8 @@ inline void write_json(std::ostream& os, const comparison& c) {
      << ",\"strongest_baseline\":" << detail::name_of(c.baseline)
      << ",\"strongest_prefill_baseline\":" << detail::name_of(c.prefill_baseline)
      << ",\"best_pager_policy\":"
-     << (c.best_pager == nullptr ? "null" : quoted(c.best_pager->spec.policy)) << "}\n";
+     << (c.best_pager == nullptr ? "null" : wisp::detail::json_quote(c.best_pager->spec.policy))
+     << "}\n";
 }
 
 /// @brief Writes the comparison as a table and the ratio lines.

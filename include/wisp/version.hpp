@@ -5,7 +5,7 @@
 #pragma once
 
 #define WISP_VERSION_MAJOR 0
-#define WISP_VERSION_MINOR 2
+#define WISP_VERSION_MINOR 3
 #define WISP_VERSION_PATCH 0
 
 /// One integer for preprocessor comparisons: MAJOR * 10000 + MINOR * 100 + PATCH.

@@ -19,6 +19,7 @@
 #include <wisp/core/expert_tensor_view.hpp>
 #include <wisp/core/ids.hpp>
 #include <wisp/core/model.hpp>
+#include <wisp/core/scope.hpp>
 #include <wisp/core/shape.hpp>
 #include <wisp/core/topk.hpp>
 

@@ -208,7 +208,7 @@ void bind_alloc(nb::module_& m) {
         }
         nb::gil_scoped_release unlocked;
         const wisp::reuse_profile profile =
-            wisp::profile_trace(trace, wisp::reuse_scope::per_layer);
+            wisp::profile_trace(trace, wisp::cache_scope::per_layer);
         // The KV stream: the admission floor's working set read once per decode round.
         const std::uint64_t rounds =
             std::max<std::uint64_t>(1, trace.steps() / std::max<std::uint64_t>(1, concurrency));

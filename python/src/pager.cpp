@@ -32,28 +32,11 @@ namespace {
 
 namespace core = wisp;  // pager, policies, cache_stats, reroute_table
 
-// A pager of any built-in policy (`make` builds the one `visit_policy` selects: every name of
-// `builtin_policy_names` must have its alternative here, or `make` does not compile).
-using any_pager =
-    std::variant<core::pager<core::lru>, core::pager<core::fifo>, core::pager<core::lfu>,
-                 core::pager<core::lfu_history>, core::pager<core::lfru>, core::pager<core::fld>,
-                 core::pager<core::least_stale>, core::pager<core::decayed_frequency>,
-                 core::pager<core::predicted_next_use>, core::pager<core::reuse_probability>,
-                 core::pager<core::learned_belady>, core::pager<core::belady>>;
-static_assert(std::variant_size_v<any_pager> == std::size(core::builtin_policy_names),
-              "a Pager for every built-in policy, and no other");
-
-core::cache_scope parse_scope(std::string_view scope) {
-  if (scope == "layer" || scope == "per_layer") {
-    return core::cache_scope::per_layer;
-  }
-  WISP_EXPECTS(scope == "global", "scope must be 'layer' or 'global', got '", scope, "'");
-  return core::cache_scope::global;
-}
-
-const char* scope_name(core::cache_scope scope) {
-  return scope == core::cache_scope::global ? "global" : "layer";
-}
+// A pager of any built-in policy: one alternative per type of `builtin_policy_types`, the list
+// `visit_policy` (and so `make`) selects from.
+template <class... P>
+using pager_variant = std::variant<core::pager<P>...>;
+using any_pager = core::builtin_policy_types::apply<pager_variant>;
 
 std::int32_t to_int32(std::int64_t value, const char* what) {
   WISP_EXPECTS(value >= 0 && value <= std::numeric_limits<std::int32_t>::max(), what, " = ", value,
@@ -174,8 +157,9 @@ class python_pager {
                std::optional<std::vector<std::int32_t>> layer_capacities, std::int32_t max_tokens,
                std::optional<std::vector<array_like>> future,
                const std::optional<array_like>& expert_map, std::int32_t rank)
-      : pager_(make(layers, experts, top_k, capacity, policy_name(policy), parse_scope(scope),
-                    std::move(layer_capacities), max_tokens, std::move(future))) {
+      : pager_(make(layers, experts, top_k, capacity, policy_name(policy),
+                    core::cache_scope_from_string(scope), std::move(layer_capacities), max_tokens,
+                    std::move(future))) {
     if (expert_map) {
       ep_.emplace(rank_map(*expert_map, rank, layers, experts));
       global_.assign(static_cast<std::size_t>(ep_->experts()), -1);
@@ -291,8 +275,8 @@ class python_pager {
   [[nodiscard]] std::int32_t top_k() const {
     return std::visit([](const auto& pager) { return pager.top_k(); }, pager_);
   }
-  [[nodiscard]] const char* scope() const {
-    return scope_name(std::visit([](const auto& pager) { return pager.scope(); }, pager_));
+  [[nodiscard]] std::string_view scope() const {
+    return core::to_string(std::visit([](const auto& pager) { return pager.scope(); }, pager_));
   }
   /// The library's name of the policy the pager runs (that of its type, not of the argument).
   [[nodiscard]] std::string_view policy() const {
@@ -365,7 +349,7 @@ class python_pager {
         const std::size_t caches =
             scope == core::cache_scope::global ? 1u : static_cast<std::size_t>(std::max(layers, 0));
         WISP_EXPECTS(keys.size() == caches, "future holds ", keys.size(), " sequences for ", caches,
-                     " caches (", scope_name(scope), " scope)");
+                     " caches (", core::to_string(scope), " scope)");
         return any_pager(std::in_place_type<core::pager<core::belady>>, config,
                          [&keys](std::int32_t cache) {
                            const auto& k = keys[static_cast<std::size_t>(cache)];
@@ -615,7 +599,8 @@ void bind_pager(nb::module_& m) {
       .def("__repr__", [](const python_pager& p) {
         return "Pager(layers=" + std::to_string(p.layers()) +
                ", experts=" + std::to_string(p.experts()) + ", top_k=" + std::to_string(p.top_k()) +
-               ", policy='" + std::string(p.policy()) + "', scope='" + p.scope() + "')";
+               ", policy='" + std::string(p.policy()) + "', scope='" + std::string(p.scope()) +
+               "')";
       });
 
   nb::class_<core::reroute_table>(

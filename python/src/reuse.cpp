@@ -27,15 +27,8 @@
 namespace wisp_python {
 namespace {
 
-wisp::reuse_scope trace_scope(const std::string& name) {
-  const auto scope = wisp::parse_scope(name);
-  WISP_EXPECTS(scope && *scope != wisp::reuse_scope::stream,
-               "scope must be 'layer' or 'global', got '", name, "'");
-  return *scope;
-}
-
 wisp::reuse_granularity trace_granularity(const std::string& name) {
-  const auto granularity = wisp::parse_granularity(name);
+  const auto granularity = wisp::from_string<wisp::reuse_granularity>(name);
   WISP_EXPECTS(granularity.has_value(), "granularity must be 'call' or 'access', got '", name, "'");
   return *granularity;
 }
@@ -137,7 +130,7 @@ void bind_reuse(nb::module_& m) {
       "profile",
       [](const wisp::routing_trace& trace, const std::string& scope,
          const std::string& granularity) {
-        const wisp::reuse_scope s = trace_scope(scope);
+        const wisp::cache_scope s = wisp::cache_scope_from_string(scope);
         const wisp::reuse_granularity g = trace_granularity(granularity);
         nb::gil_scoped_release unlocked;
         return wisp::profile_trace(trace, s, g);
@@ -155,7 +148,7 @@ void bind_reuse(nb::module_& m) {
       "reuse_distances",
       [](const wisp::routing_trace& trace, const std::string& scope,
          const std::string& granularity) {
-        const wisp::reuse_scope s = trace_scope(scope);
+        const wisp::cache_scope s = wisp::cache_scope_from_string(scope);
         const wisp::reuse_granularity g = trace_granularity(granularity);
         return distance_array(trace.access_count(), [&](std::uint32_t* out) {
           nb::gil_scoped_release unlocked;

@@ -34,8 +34,7 @@ void bind_sim(nb::module_& m) {
          const std::vector<std::int32_t>& capacities, const std::string& scope,
          std::uint64_t expert_bytes, double bandwidth_gbps, double miss_latency_us,
          bool protect_calls) {
-        WISP_EXPECTS(scope == "layer" || scope == "global",
-                     "scope must be 'layer' or 'global', got '", scope, "'");
+        const wisp::cache_scope cache_scope = wisp::cache_scope_from_string(scope);
         WISP_EXPECTS(bandwidth_gbps >= 0 && miss_latency_us >= 0,
                      "bandwidth_gbps and miss_latency_us must be >= 0, got ", bandwidth_gbps,
                      " and ", miss_latency_us);
@@ -44,8 +43,9 @@ void bind_sim(nb::module_& m) {
           names.push_back(policy_name(p));
         }
         wisp::sim_config config;
-        config.scope = scope == "global" ? wisp::cache_scope::global : wisp::cache_scope::per_layer;
-        config.bandwidth = {expert_bytes, bandwidth_gbps, miss_latency_us};
+        config.scope = cache_scope;
+        config.expert_bytes = expert_bytes;
+        config.link = wisp::link_model::from_gbps(bandwidth_gbps, miss_latency_us);
         config.protect_calls = protect_calls;
         std::vector<sim_row> rows;
         {
@@ -66,7 +66,8 @@ void bind_sim(nb::module_& m) {
           d["policy"] = r.policy;
           d["scope"] = scope;
           d["capacity"] = r.capacity;
-          d["total_slots"] = scope == "layer" ? r.capacity * layers : r.capacity;
+          d["total_slots"] =
+              cache_scope == wisp::cache_scope::per_layer ? r.capacity * layers : r.capacity;
           d["accesses"] = s.accesses;
           d["hits"] = s.hits;
           d["misses"] = s.misses;

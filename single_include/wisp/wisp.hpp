@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// wisp 0.2.0: header-only C++20 Mixture-of-Experts memory-management primitives.
+// wisp 0.3.0: header-only C++20 Mixture-of-Experts memory-management primitives.
 // Single-header amalgamation of the core (include/wisp/, no CUDA component). Copyright the
 // wisp authors, licensed under the Apache License, Version 2.0 (the "License"); you may
 // not use this file except in compliance with the License. You may obtain a copy at
@@ -30,7 +30,7 @@
 /// the vcpkg port read the three numbers below.
 
 #define WISP_VERSION_MAJOR 0
-#define WISP_VERSION_MINOR 2
+#define WISP_VERSION_MINOR 3
 #define WISP_VERSION_PATCH 0
 
 /// One integer for preprocessor comparisons: MAJOR * 10000 + MINOR * 100 + PATCH.
@@ -569,8 +569,10 @@ static_assert(std::is_trivially_copyable_v<expert_tensor_view>);
 /// **One type per quantity.** Layer, expert and slot ids, the expert-side counts (layers, experts,
 /// top-k) and capacities are plain `std::int32_t` everywhere (the pager, the caches, traces,
 /// kernels, the allocator's caps), so a top-k buffer from a router goes through without
-/// conversion; KV token and block counts are `std::uint64_t`; bytes are `byte_size` (or
-/// `std::uint64_t` inside hot structures); reuse distances are the reuse area's `distance_type`.
+/// conversion; KV token and block counts are `std::uint64_t`; budgets and bytes summed across
+/// components are `byte_size`, bytes in plain records, statistics and hot structures are
+/// `std::uint64_t` fields named `*_bytes` (docs/conventions.md); reuse distances are the reuse
+/// area's `distance_type`.
 /// `expert_id` and `layer_id` wrap an id only where a call takes two kinds of id next to each
 /// other and a swap would compile silently: `adapter_layout::row(adapter, expert_id)`,
 /// `routing_trace::expert(step, layer_id, j)`. They are trivially copyable, with no overhead.
@@ -980,6 +982,51 @@ static_assert(presets_consistent(), "a preset's derived sizes disagree with its 
 
 }  // namespace wisp
 // ---- end wisp/core/model.hpp -------------------------------------------------------------------
+
+// ---- begin wisp/core/scope.hpp -----------------------------------------------------------------
+/// @file
+/// @brief `wisp::cache_scope`: which keys one cache holds, the one scope vocabulary of caches,
+/// pagers, reuse histograms, the simulator, the CLI and Python.
+/// @code
+/// static_assert(wisp::to_string(wisp::cache_scope::per_layer) == "layer");
+/// static_assert(wisp::from_string<wisp::cache_scope>("global") == wisp::cache_scope::global);
+/// @endcode
+
+namespace wisp {
+
+/// @brief Which keys one cache holds. Its names (files, the command line, Python) are "layer",
+/// "global" and "stream".
+enum class cache_scope : std::uint8_t {
+  per_layer,  ///< one cache per layer, key = expert id (WiSP)
+  global,     ///< one cache over every layer, key = layer * experts + expert (SpecMD)
+  stream,     ///< one cache over a plain stream of keys (reuse histograms of non-MoE streams)
+};
+
+template <>
+struct enum_names<cache_scope> {
+  static constexpr std::array<enum_name<cache_scope>, 3> values{{
+      {cache_scope::per_layer, "layer"},
+      {cache_scope::global, "global"},
+      {cache_scope::stream, "stream"},
+  }};
+};
+
+inline std::ostream& operator<<(std::ostream& out, cache_scope scope) {
+  return out << to_string(scope);
+}
+
+/// The scope of a cache or pager from its name: "layer" or "global" ("stream" describes only
+/// histograms). O(1).
+/// @throws wisp::logic_error naming `name` when it is neither.
+[[nodiscard]] inline cache_scope cache_scope_from_string(std::string_view name) {
+  const std::optional<cache_scope> scope = from_string<cache_scope>(name);
+  WISP_EXPECTS(scope && *scope != cache_scope::stream, "scope must be 'layer' or 'global', got '",
+               name, "'");
+  return *scope;
+}
+
+}  // namespace wisp
+// ---- end wisp/core/scope.hpp -------------------------------------------------------------------
 
 // ---- begin wisp/core/topk.hpp ------------------------------------------------------------------
 /// @file
@@ -2701,7 +2748,7 @@ inline void esft_check_top_k(const std::vector<esft_file>& files,
 /// arrays, numbers, strings with escapes, true/false/null. Standard library only, so the JSONL
 /// importer, the model-file reader and the safetensors header reader stay header-only. Not a
 /// general-purpose JSON library: numbers are kept as `double`, duplicate keys are rejected, nesting
-/// is limited to 64 levels.
+/// is limited to 64 levels. `json_quote` writes a string literal the parser reads back.
 
 namespace wisp::detail {
 
@@ -3039,6 +3086,26 @@ class json_parser {
   std::uint64_t base_;
   std::size_t i_ = 0;
 };
+
+/// `s` as a JSON string literal: quotes and backslashes escaped, control characters as `\u00XX`,
+/// every other byte as is (UTF-8 passes through). O(|s|).
+[[nodiscard]] inline std::string json_quote(std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += "\\u00";
+      out += hex[(c >> 4) & 0xf];
+      out += hex[c & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out + '"';
+}
 
 }  // namespace wisp::detail
 // ---- end wisp/core/detail/json.hpp -------------------------------------------------------------
@@ -4088,7 +4155,7 @@ inline void reuse_distance_counter::rebuild_tree() noexcept {
 /// curve at capacity `c` is the total miss count when every layer has `c` slots, because
 /// `sum_l (cold_l + #{d_l > c}) = cold + #{d > c}` over the summed histogram.
 /// @code
-/// wisp::reuse_histogram h{{wisp::reuse_scope::stream, 1, 64}};
+/// wisp::reuse_histogram h{{wisp::cache_scope::stream, 1, 64}};
 /// wisp::reuse_distance_counter counter{64};
 /// for (std::uint32_t key : stream) h.record(counter.access(key));
 /// wisp::miss_curve curve{h};
@@ -4097,47 +4164,19 @@ inline void reuse_distance_counter::rebuild_tree() noexcept {
 
 namespace wisp {
 
-/// @brief Which caches a histogram describes.
-enum class reuse_scope : std::uint8_t {
-  stream,     ///< one cache over a plain stream of keys
-  global,     ///< one cache over all (layer, expert) keys: key = layer * experts + expert
-  per_layer,  ///< one cache per layer over its experts, every layer with the same capacity
-};
+/// @brief The scope a histogram describes; the one scope type is `cache_scope` (core/scope.hpp).
+using reuse_scope [[deprecated("use wisp::cache_scope")]] = cache_scope;
 
-/// Name of a scope as used in files and on the command line: "stream", "global", "layer".
-[[nodiscard]] constexpr std::string_view to_string(reuse_scope scope) noexcept {
-  switch (scope) {
-    case reuse_scope::global:
-      return "global";
-    case reuse_scope::per_layer:
-      return "layer";
-    case reuse_scope::stream:
-      break;
-  }
-  return "stream";
-}
-
-/// Scope from its name; `std::nullopt` when the name is unknown.
-[[nodiscard]] constexpr std::optional<reuse_scope> parse_scope(std::string_view name) noexcept {
-  if (name == "global") {
-    return reuse_scope::global;
-  }
-  if (name == "layer" || name == "per_layer") {
-    return reuse_scope::per_layer;
-  }
-  if (name == "stream") {
-    return reuse_scope::stream;
-  }
-  return std::nullopt;
-}
-
-inline std::ostream& operator<<(std::ostream& out, reuse_scope scope) {
-  return out << to_string(scope);
+/// @deprecated The scope named `name`: `from_string<cache_scope>(name)`.
+[[deprecated(
+    "use wisp::from_string<wisp::cache_scope>")]] [[nodiscard]] constexpr std::optional<cache_scope>
+parse_scope(std::string_view name) noexcept {
+  return from_string<cache_scope>(name);
 }
 
 /// @brief What a histogram was measured over. Histograms merge only when their shapes are equal.
 struct histogram_shape {
-  reuse_scope scope = reuse_scope::stream;
+  cache_scope scope = cache_scope::stream;
   /// Number of independent caches whose histograms are summed (layers for `per_layer`, else 1).
   std::uint32_t partitions = 1;
   /// Keys per cache (experts for `per_layer`, layers * experts for `global`); bounds distances.
@@ -4469,14 +4508,14 @@ class histogram_text_reader {
   const std::string_view scope_line = in.line("scope");
   constexpr std::string_view scope_key = "scope ";
   const auto scope = scope_line.substr(0, scope_key.size()) == scope_key
-                         ? parse_scope(scope_line.substr(scope_key.size()))
+                         ? from_string<cache_scope>(scope_line.substr(scope_key.size()))
                          : std::nullopt;
   if (!scope) {
     in.fail(in.line_start(), "expected 'scope stream|global|layer', found '", scope_line, "'");
   }
   const std::uint64_t partitions_at = in.position();
   const auto partitions = static_cast<std::uint32_t>(in.field("partitions", u32_max));
-  if (partitions == 0 || (*scope != reuse_scope::per_layer && partitions != 1)) {
+  if (partitions == 0 || (*scope != cache_scope::per_layer && partitions != 1)) {
     in.fail(partitions_at, "partitions ", partitions, " is invalid for scope ", *scope);
   }
   const auto keys = static_cast<std::uint32_t>(in.field("keys", u32_max - 1));
@@ -4547,7 +4586,7 @@ class histogram_text_reader {
 /// keys cannot evict each other, as wisp's pager and `wisp sim` run it; `access` measures every
 /// expert access on its own (the textbook LRU of Mattson et al.). See `reuse_granularity`.
 /// @code
-/// wisp::scoped_reuse_counter counter{wisp::reuse_scope::per_layer, 26, 64};
+/// wisp::scoped_reuse_counter counter{wisp::cache_scope::per_layer, 26, 64};
 /// const std::uint32_t experts[] = {17, 3};
 /// counter.access_call(0, experts);   // layer 0 asks for experts 17 and 3
 /// wisp::miss_curve curve{counter.histogram()};
@@ -4568,21 +4607,19 @@ enum class reuse_granularity : std::uint8_t {
   access,  ///< one expert access at a time, textbook LRU
 };
 
-/// Name of a granularity as used on the command line: "call", "access".
-[[nodiscard]] constexpr std::string_view to_string(reuse_granularity g) noexcept {
-  return g == reuse_granularity::call ? "call" : "access";
-}
+/// The granularities' names on the command line and in Python: "call", "access" (`to_string`,
+/// `from_string`).
+template <>
+struct enum_names<reuse_granularity> {
+  static constexpr std::array<enum_name<reuse_granularity>, 2> values{
+      {{reuse_granularity::call, "call"}, {reuse_granularity::access, "access"}}};
+};
 
-/// Granularity from its name; `std::nullopt` when the name is unknown.
-[[nodiscard]] constexpr std::optional<reuse_granularity> parse_granularity(
-    std::string_view name) noexcept {
-  if (name == "call") {
-    return reuse_granularity::call;
-  }
-  if (name == "access") {
-    return reuse_granularity::access;
-  }
-  return std::nullopt;
+/// @deprecated The granularity named `name`: `from_string<reuse_granularity>(name)`.
+[[deprecated("use wisp::from_string<wisp::reuse_granularity>")]] [[nodiscard]] constexpr std::
+    optional<reuse_granularity>
+    parse_granularity(std::string_view name) noexcept {
+  return from_string<reuse_granularity>(name);
 }
 
 /// @brief Exact reuse-distance profiling of a (layer, expert) stream in one scope.
@@ -4594,14 +4631,14 @@ class scoped_reuse_counter {
   using distance_type = reuse_distance_counter::distance_type;
 
   /// @throws wisp::logic_error if `layers` or `experts` is 0, or the scope is `stream`.
-  scoped_reuse_counter(reuse_scope scope, std::uint32_t layers, std::uint32_t experts)
+  scoped_reuse_counter(cache_scope scope, std::uint32_t layers, std::uint32_t experts)
       : layers_(layers), experts_(experts) {
     WISP_EXPECTS(layers > 0 && experts > 0, "a scoped counter needs layers and experts, got ",
                  layers, " x ", experts);
-    WISP_EXPECTS(scope != reuse_scope::stream,
+    WISP_EXPECTS(scope != cache_scope::stream,
                  "a scoped counter is global or per-layer; use reuse_distance_counter for a plain "
                  "stream");
-    if (scope == reuse_scope::global) {
+    if (scope == cache_scope::global) {
       counters_.emplace_back(std::size_t{layers} * experts);
       histogram_ = reuse_histogram{{scope, 1, layers * experts}};
     } else {
@@ -4655,7 +4692,7 @@ class scoped_reuse_counter {
     access_call(layer, experts, distances_);
   }
 
-  [[nodiscard]] reuse_scope scope() const noexcept { return histogram_.shape().scope; }
+  [[nodiscard]] cache_scope scope() const noexcept { return histogram_.shape().scope; }
   /// Histogram of every access so far (summed over layers in the per-layer scope).
   [[nodiscard]] const reuse_histogram& histogram() const noexcept { return histogram_; }
   /// Distinct keys seen by the largest single cache (global: all keys; per-layer: the busiest
@@ -4975,7 +5012,7 @@ class sampled_reuse_counter {
         seed_(mix(options.seed ^ 0x9e3779b97f4a7c15ull)),
         adjust_(options.adjust),
         counter_(key_space, expected_sampled_keys(key_space, options.rate)),
-        sample_({reuse_scope::stream, 1, 0}) {}
+        sample_({cache_scope::stream, 1, 0}) {}
 
   /// Same as `sampled_reuse_counter(key_space, shards_options{rate, seed})`.
   sampled_reuse_counter(std::size_t key_space, double rate, std::uint64_t seed = 0)
@@ -5121,7 +5158,7 @@ class sampled_reuse_counter {
 /// and the trace-independent reuse headers).
 /// @code
 /// auto trace = wisp::import_esft("shared/traces/raw/esft_deepseek_v2_lite_intent");
-/// auto profile = wisp::profile_trace(trace, wisp::reuse_scope::global);
+/// auto profile = wisp::profile_trace(trace, wisp::cache_scope::global);
 /// wisp::miss_curve curve{profile.histogram};   // == wisp sim --policy lru, per capacity
 /// @endcode
 
@@ -5142,9 +5179,9 @@ struct reuse_profile {
 /// `simulate<lru>` with `protect_calls = false`, at every capacity from 1).
 ///
 /// Complexity: O(accesses * log(keys)), memory O(layers * experts), one pass.
-/// @throws wisp::logic_error if `scope` is `reuse_scope::stream`.
+/// @throws wisp::logic_error if `scope` is `cache_scope::stream`.
 [[nodiscard]] inline reuse_profile profile_trace(
-    const routing_trace& trace, reuse_scope scope,
+    const routing_trace& trace, cache_scope scope,
     reuse_granularity granularity = reuse_granularity::call) {
   const auto& shape = trace.shape();
   scoped_reuse_counter counter{scope, static_cast<std::uint32_t>(shape.layers),
@@ -5214,12 +5251,6 @@ using cache_key = std::int32_t;
 /// nothing.
 inline constexpr cache_key no_key = -1;
 
-/// Which keys one cache holds.
-enum class cache_scope : std::uint8_t {
-  per_layer,  ///< one cache per layer, key = expert id (WiSP)
-  global,     ///< one cache over every layer, key = layer * experts + expert (SpecMD)
-};
-
 /// @brief The shape of a cache's key space: scope, number of MoE layers `L`, experts per layer `E`,
 /// written as an aggregate in that order: `key_layout{cache_scope::global, 26, 64}`.
 ///
@@ -5246,9 +5277,11 @@ struct key_layout {
     return scope == cache_scope::global ? layer * experts + expert : expert;
   }
 
-  /// @throws wisp::logic_error if `layers` or `experts` is not positive, or `layers * experts`
-  /// overflows `int32`.
+  /// @throws wisp::logic_error if `scope` is `stream` (a cache is per layer or global), `layers`
+  /// or `experts` is not positive, or `layers * experts` overflows `int32`.
   void validate() const {
+    WISP_EXPECTS(scope != cache_scope::stream,
+                 "key_layout: a cache's scope is 'layer' or 'global', got '", scope, "'");
     WISP_EXPECTS(layers >= 1, "key_layout: layers must be >= 1, got ", layers);
     WISP_EXPECTS(experts >= 1, "key_layout: experts must be >= 1, got ", experts);
     WISP_EXPECTS(
@@ -6592,7 +6625,8 @@ static_assert(eviction_policy<decayed_frequency>);
 /// used; `p = 0` gives `D = inf`). `p(k)` comes from:
 ///
 /// - **the routing predictor**, for a key whose layer is still ahead in the current pass and
-///   within `lookahead` layers of the next one to run, when a `coactivation_predictor` and the
+///   within `lookahead` layers of the next one to run, when a predictor (any `routing_predictor`:
+///   `coactivation_predictor`, `frequency_predictor`, a user's) and the
 ///   current `routing_pass` are attached (global scope): the predictor's estimate given the
 ///   experts routed so far in this pass;
 /// - **the key's decayed routing rate** otherwise: its `decayed_frequency` count over the decayed
@@ -7532,10 +7566,18 @@ class predicted_next_use {
     WISP_EXPECTS(lookahead >= 0, "predicted_next_use: lookahead must be >= 0, got ", lookahead);
   }
 
-  /// Attaches a predictor and the pass it reads (both must outlive the policy and its copies).
-  /// Returns `*this` for chaining.
-  predicted_next_use& attach(const coactivation_predictor& predictor, const routing_pass& pass) {
+  /// Attaches a predictor (any `routing_predictor`) and the pass it reads; both must outlive the
+  /// policy and its copies. Returns `*this` for chaining. O(1); the predictor is called through
+  /// one function pointer, without allocation.
+  template <routing_predictor P>
+  predicted_next_use& attach(const P& predictor, const routing_pass& pass) {
     predictor_ = &predictor;
+    score_ = [](const void* p, const routing_pass& pass, std::int32_t target,
+                std::span<float> scores) { static_cast<const P*>(p)->score(pass, target, scores); };
+    predictor_shape_ = pass.shape();
+    if constexpr (requires { predictor.shape(); }) {
+      predictor_shape_ = predictor.shape();
+    }
     pass_ = &pass;
     return *this;
   }
@@ -7556,11 +7598,10 @@ class predicted_next_use {
     scored_observed_ = -1;
     const bool predicts = predictor_ != nullptr && layout.scope == cache_scope::global;
     if (predicts) {
-      WISP_EXPECTS(predictor_->shape().layers == layout.layers &&
-                       predictor_->shape().experts == layout.experts,
-                   "predicted_next_use: the predictor's shape (", predictor_->shape(),
-                   ") does not match the cache's ", layout.layers, " layers x ", layout.experts,
-                   " experts");
+      WISP_EXPECTS(
+          predictor_shape_.layers == layout.layers && predictor_shape_.experts == layout.experts,
+          "predicted_next_use: the predictor's shape (", predictor_shape_,
+          ") does not match the cache's ", layout.layers, " layers x ", layout.experts, " experts");
     }
     scores_.assign(predicts ? static_cast<std::size_t>(lookahead_) * n / layout.layers : 0, 0.0f);
   }
@@ -7627,15 +7668,16 @@ class predicted_next_use {
     scored_observed_ = observed;
     const auto experts = static_cast<std::size_t>(layout_.experts);
     for (std::int32_t a = 0; a < lookahead_ && observed + a < layout_.layers; ++a) {
-      predictor_->score(
-          *pass_, observed + a,
-          std::span<float>(scores_.data() + static_cast<std::size_t>(a) * experts, experts));
+      score_(predictor_, *pass_, observed + a,
+             std::span<float>(scores_.data() + static_cast<std::size_t>(a) * experts, experts));
     }
   }
 
   detail::decay_clock clock_;  // counts and passes are scaled by it (see decayed_frequency)
   std::int32_t lookahead_;
-  const coactivation_predictor* predictor_ = nullptr;
+  const void* predictor_ = nullptr;  // a routing_predictor, called through score_
+  void (*score_)(const void*, const routing_pass&, std::int32_t, std::span<float>) = nullptr;
+  moe_shape predictor_shape_{};
   const routing_pass* pass_ = nullptr;
   key_layout layout_;
   std::vector<double> count_;        // every key's decayed count, scaled
@@ -8340,19 +8382,25 @@ static_assert(eviction_policy<learned_belady>);
 
 namespace wisp {
 
+/// @brief A list of policy types, for generating code over them: `P::name` for their names,
+/// `apply<T>` for `T<P...>` (a `std::variant` of pagers, say).
+template <class... P>
+struct policy_list {
+  static constexpr std::size_t size = sizeof...(P);
+  /// The names (`P::name`), in list order.
+  static constexpr std::string_view names[] = {P::name...};
+  template <template <class...> class T>
+  using apply = T<P...>;
+};
+
+/// The built-in policies, in the order tools report them: the one list that the names,
+/// `visit_policy` and the Python `Pager` are generated from.
+using builtin_policy_types =
+    policy_list<lru, fifo, lfu, lfu_history, lfru, fld, least_stale, decayed_frequency,
+                predicted_next_use, reuse_probability, learned_belady, belady>;
+
 /// The names of the built-in policies (each type's `P::name`), in the order tools report them.
-inline constexpr std::string_view builtin_policy_names[] = {lru::name,
-                                                            fifo::name,
-                                                            lfu::name,
-                                                            lfu_history::name,
-                                                            lfru::name,
-                                                            fld::name,
-                                                            least_stale::name,
-                                                            decayed_frequency::name,
-                                                            predicted_next_use::name,
-                                                            reuse_probability::name,
-                                                            learned_belady::name,
-                                                            belady::name};
+inline constexpr const auto& builtin_policy_names = builtin_policy_types::names;
 
 /// @brief The canonical name of the built-in policy spelt `name`, reading `-` as `_`
 /// ("least-stale" -> "least_stale"), or an empty view if there is none. O(number of policies).
@@ -8370,6 +8418,26 @@ inline constexpr std::string_view builtin_policy_names[] = {lru::name,
   return {};
 }
 
+namespace detail {
+template <class F, class P, class... Rest>
+decltype(auto) visit_policy_in(std::string_view canonical, std::string_view name, F& f,
+                               policy_list<P, Rest...> /*unused*/) {
+  if (canonical == P::name) {
+    return std::invoke(f, std::type_identity<P>{});
+  }
+  if constexpr (sizeof...(Rest) > 0) {
+    return visit_policy_in(canonical, name, f, policy_list<Rest...>{});
+  } else {
+    std::string known;
+    for (const std::string_view n : builtin_policy_names) {
+      known += known.empty() ? "" : ", ";
+      known += n;
+    }
+    WISP_FAIL(logic_error, "unknown policy '", name, "' (known: ", known, ")");
+  }
+}
+}  // namespace detail
+
 /// @brief Calls `f(std::type_identity<P>{})` for the built-in policy `P` spelt `name` (see
 /// `builtin_policy_name`) and returns what it returns; every policy's call must return the same
 /// type. The one name-to-type switch of the library: type erasure at the edge, the work inside
@@ -8378,49 +8446,7 @@ inline constexpr std::string_view builtin_policy_names[] = {lru::name,
 ///   calling `f`; whatever `f` throws.
 template <class F>
 decltype(auto) visit_policy(std::string_view name, F&& f) {
-  const std::string_view canonical = builtin_policy_name(name);
-  if (canonical == lru::name) {
-    return std::invoke(f, std::type_identity<lru>{});
-  }
-  if (canonical == fifo::name) {
-    return std::invoke(f, std::type_identity<fifo>{});
-  }
-  if (canonical == lfu::name) {
-    return std::invoke(f, std::type_identity<lfu>{});
-  }
-  if (canonical == lfu_history::name) {
-    return std::invoke(f, std::type_identity<lfu_history>{});
-  }
-  if (canonical == lfru::name) {
-    return std::invoke(f, std::type_identity<lfru>{});
-  }
-  if (canonical == fld::name) {
-    return std::invoke(f, std::type_identity<fld>{});
-  }
-  if (canonical == least_stale::name) {
-    return std::invoke(f, std::type_identity<least_stale>{});
-  }
-  if (canonical == decayed_frequency::name) {
-    return std::invoke(f, std::type_identity<decayed_frequency>{});
-  }
-  if (canonical == predicted_next_use::name) {
-    return std::invoke(f, std::type_identity<predicted_next_use>{});
-  }
-  if (canonical == reuse_probability::name) {
-    return std::invoke(f, std::type_identity<reuse_probability>{});
-  }
-  if (canonical == learned_belady::name) {
-    return std::invoke(f, std::type_identity<learned_belady>{});
-  }
-  if (canonical == belady::name) {
-    return std::invoke(f, std::type_identity<belady>{});
-  }
-  std::string known;
-  for (const std::string_view n : builtin_policy_names) {
-    known += known.empty() ? "" : ", ";
-    known += n;
-  }
-  WISP_FAIL(logic_error, "unknown policy '", name, "' (known: ", known, ")");
+  return detail::visit_policy_in(builtin_policy_name(name), name, f, builtin_policy_types{});
 }
 
 }  // namespace wisp
@@ -9205,91 +9231,6 @@ access_result slot_cache<Policy>::prefetch(cache_key key, const access_context& 
 }
 
 template <eviction_policy Policy>
-bool slot_cache<Policy>::invalidate(cache_key key) {
-  check_key(key, "invalidate");
-  const auto k = static_cast<std::size_t>(key);
-  const std::int32_t slot = key_to_slot_[k];
-  if (slot < 0) {
-    return false;
-  }
-  key_to_slot_[k] = -1;
-  slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
-  free_[free_size_++] = slot;
-  policy_.on_erase(key);
-  return true;
-}
-
-template <eviction_policy Policy>
-resize_report slot_cache<Policy>::resize(std::int32_t new_capacity, const access_context& ctx) {
-  const std::int32_t n = layout_.size();
-  WISP_EXPECTS(new_capacity >= 1 && new_capacity <= n, "slot_cache::resize: new capacity ",
-               new_capacity, " must be in [1, key_space = ", n, "]");
-  check_context(ctx);
-  resize_report report;
-  if (new_capacity >= capacity_) {
-    for (std::int32_t s = capacity_; s < new_capacity; ++s) {
-      free_[free_size_++] = s;
-    }
-    capacity_ = new_capacity;
-    return report;
-  }
-
-  const std::int32_t resident = size();
-  std::int32_t protected_resident = 0;
-  std::int32_t high_resident = 0;  // resident keys in slots >= new_capacity
-  for (std::int32_t s = 0; s < capacity_; ++s) {
-    const cache_key k = slot_to_key_[static_cast<std::size_t>(s)];
-    if (k != no_key) {
-      protected_resident += protect_.contains(k) ? 1 : 0;
-      high_resident += s >= new_capacity ? 1 : 0;
-    }
-  }
-  const std::int32_t to_evict = std::max(resident - new_capacity, 0);
-  WISP_EXPECTS(to_evict <= resident - protected_resident, "slot_cache::resize: shrinking from ",
-               capacity_, " to ", new_capacity, " slots must evict ", to_evict, " of ", resident,
-               " resident keys, but ", protected_resident,
-               " are protected by the current call, leaving only ", resident - protected_resident,
-               " evictable");
-  report.evicted.reserve(static_cast<std::size_t>(to_evict));
-  report.moves.reserve(static_cast<std::size_t>(high_resident));
-
-  // Feasibility was checked above and the report is reserved, so with a policy that honours its
-  // contract (a resident unprotected key whenever one exists) nothing below can fail.
-  for (std::int32_t i = 0; i < to_evict; ++i) {
-    const cache_key victim = policy_.victim(ctx, protect_.view());
-    WISP_EXPECTS(victim >= 0 && victim < n && key_to_slot_[static_cast<std::size_t>(victim)] >= 0 &&
-                     !protect_.contains(victim),
-                 "slot_cache::resize: policy ", policy_name<Policy>(), " returned victim ", victim,
-                 ", which is not a resident unprotected key");
-    evict(victim, ctx);
-    report.evicted.push_back(victim);
-  }
-
-  // Drop free slots beyond the new capacity, keeping the order of the others.
-  std::size_t kept = 0;
-  for (std::size_t i = 0; i < free_size_; ++i) {
-    if (free_[i] < new_capacity) {
-      free_[kept++] = free_[i];
-    }
-  }
-  free_size_ = kept;
-  // Relocate keys living beyond the new capacity into free low slots.
-  for (std::int32_t s = new_capacity; s < capacity_; ++s) {
-    const cache_key k = slot_to_key_[static_cast<std::size_t>(s)];
-    if (k == no_key) {
-      continue;
-    }
-    const std::int32_t to = free_[--free_size_];
-    slot_to_key_[static_cast<std::size_t>(s)] = no_key;
-    slot_to_key_[static_cast<std::size_t>(to)] = k;
-    key_to_slot_[static_cast<std::size_t>(k)] = to;
-    report.moves.push_back(slot_move{k, s, to});
-  }
-  capacity_ = new_capacity;
-  return report;
-}
-
-template <eviction_policy Policy>
 bool slot_cache<Policy>::contains(cache_key key) const {
   check_key(key, "contains");
   return key_to_slot_[static_cast<std::size_t>(key)] >= 0;
@@ -9392,6 +9333,100 @@ requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
 
 }  // namespace wisp
 // ---- end wisp/cache/detail/slot_cache.inl ------------------------------------------------------
+
+// ---- begin wisp/cache/detail/slot_cache_resize.inl ---------------------------------------------
+// slot_cache<Policy>'s changes of residency outside an access: `invalidate` and `resize`;
+// included at the end of <wisp/cache/slot_cache.hpp>.
+
+namespace wisp {
+
+template <eviction_policy Policy>
+bool slot_cache<Policy>::invalidate(cache_key key) {
+  check_key(key, "invalidate");
+  const auto k = static_cast<std::size_t>(key);
+  const std::int32_t slot = key_to_slot_[k];
+  if (slot < 0) {
+    return false;
+  }
+  key_to_slot_[k] = -1;
+  slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
+  free_[free_size_++] = slot;
+  policy_.on_erase(key);
+  return true;
+}
+
+template <eviction_policy Policy>
+resize_report slot_cache<Policy>::resize(std::int32_t new_capacity, const access_context& ctx) {
+  const std::int32_t n = layout_.size();
+  WISP_EXPECTS(new_capacity >= 1 && new_capacity <= n, "slot_cache::resize: new capacity ",
+               new_capacity, " must be in [1, key_space = ", n, "]");
+  check_context(ctx);
+  resize_report report;
+  if (new_capacity >= capacity_) {
+    for (std::int32_t s = capacity_; s < new_capacity; ++s) {
+      free_[free_size_++] = s;
+    }
+    capacity_ = new_capacity;
+    return report;
+  }
+
+  const std::int32_t resident = size();
+  std::int32_t protected_resident = 0;
+  std::int32_t high_resident = 0;  // resident keys in slots >= new_capacity
+  for (std::int32_t s = 0; s < capacity_; ++s) {
+    const cache_key k = slot_to_key_[static_cast<std::size_t>(s)];
+    if (k != no_key) {
+      protected_resident += protect_.contains(k) ? 1 : 0;
+      high_resident += s >= new_capacity ? 1 : 0;
+    }
+  }
+  const std::int32_t to_evict = std::max(resident - new_capacity, 0);
+  WISP_EXPECTS(to_evict <= resident - protected_resident, "slot_cache::resize: shrinking from ",
+               capacity_, " to ", new_capacity, " slots must evict ", to_evict, " of ", resident,
+               " resident keys, but ", protected_resident,
+               " are protected by the current call, leaving only ", resident - protected_resident,
+               " evictable");
+  report.evicted.reserve(static_cast<std::size_t>(to_evict));
+  report.moves.reserve(static_cast<std::size_t>(high_resident));
+
+  // Feasibility was checked above and the report is reserved, so with a policy that honours its
+  // contract (a resident unprotected key whenever one exists) nothing below can fail.
+  for (std::int32_t i = 0; i < to_evict; ++i) {
+    const cache_key victim = policy_.victim(ctx, protect_.view());
+    WISP_EXPECTS(victim >= 0 && victim < n && key_to_slot_[static_cast<std::size_t>(victim)] >= 0 &&
+                     !protect_.contains(victim),
+                 "slot_cache::resize: policy ", policy_name<Policy>(), " returned victim ", victim,
+                 ", which is not a resident unprotected key");
+    evict(victim, ctx);
+    report.evicted.push_back(victim);
+  }
+
+  // Drop free slots beyond the new capacity, keeping the order of the others.
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < free_size_; ++i) {
+    if (free_[i] < new_capacity) {
+      free_[kept++] = free_[i];
+    }
+  }
+  free_size_ = kept;
+  // Relocate keys living beyond the new capacity into free low slots.
+  for (std::int32_t s = new_capacity; s < capacity_; ++s) {
+    const cache_key k = slot_to_key_[static_cast<std::size_t>(s)];
+    if (k == no_key) {
+      continue;
+    }
+    const std::int32_t to = free_[--free_size_];
+    slot_to_key_[static_cast<std::size_t>(s)] = no_key;
+    slot_to_key_[static_cast<std::size_t>(to)] = k;
+    key_to_slot_[static_cast<std::size_t>(k)] = to;
+    report.moves.push_back(slot_move{k, s, to});
+  }
+  capacity_ = new_capacity;
+  return report;
+}
+
+}  // namespace wisp
+// ---- end wisp/cache/detail/slot_cache_resize.inl -----------------------------------------------
 // ---- end wisp/cache/slot_cache.hpp -------------------------------------------------------------
 
 namespace wisp {
@@ -11031,20 +11066,15 @@ enum class miss_policy : std::uint8_t {
   hybrid,      ///< copy it in, or compute it on the host (exact; see <wisp/pager/hybrid.hpp>)
 };
 
-/// The policy's name: "fetch", "drop", "substitute" or "hybrid".
-[[nodiscard]] constexpr std::string_view to_string(miss_policy p) noexcept {
-  switch (p) {
-    case miss_policy::fetch:
-      return "fetch";
-    case miss_policy::drop:
-      return "drop";
-    case miss_policy::substitute:
-      return "substitute";
-    case miss_policy::hybrid:
-      return "hybrid";
-  }
-  return "fetch";
-}
+/// The policies' names: "fetch", "drop", "substitute", "hybrid" (`to_string`, `from_string`).
+template <>
+struct enum_names<miss_policy> {
+  static constexpr std::array<enum_name<miss_policy>, 4> values{
+      {{miss_policy::fetch, "fetch"},
+       {miss_policy::drop, "drop"},
+       {miss_policy::substitute, "substitute"},
+       {miss_policy::hybrid, "hybrid"}}};
+};
 
 /// @brief Options of `rewrite_misses` / `prepare_with_misses`.
 struct miss_options {
@@ -13746,10 +13776,9 @@ struct swiglu_shape {
   }
 };
 
-namespace detail {
-
-// IEEE single-precision operations that no compiler may fuse or reorder: explicit fma, and on
-// the device the round-to-nearest intrinsics nvcc never contracts.
+/// `a * b + c` rounded once to nearest, on the host (`std::fma`) and the device (`__fmaf_rn`,
+/// which nvcc never contracts or reorders): what wisp's kernels accumulate with, so that a
+/// kernel written against it gives the same bits on both. O(1).
 WISP_HOST_DEVICE inline float fma_rn(float a, float b, float c) noexcept {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
@@ -13757,6 +13786,11 @@ WISP_HOST_DEVICE inline float fma_rn(float a, float b, float c) noexcept {
   return std::fma(a, b, c);
 #endif
 }
+
+namespace detail {
+
+// IEEE single-precision operations that no compiler may fuse or reorder: on the device the
+// round-to-nearest intrinsics nvcc never contracts.
 WISP_HOST_DEVICE inline float mul_rn(float a, float b) noexcept {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
@@ -13827,7 +13861,7 @@ WISP_HOST_DEVICE inline float exp_portable(float x) noexcept {
 WISP_HOST_DEVICE inline float swiglu_dot(const bf16* w, const float* x, std::int32_t n) noexcept {
   float acc = 0.0f;
   for (std::int32_t i = 0; i < n; ++i) {
-    acc = detail::fma_rn(to_float(w[i]), x[i], acc);
+    acc = fma_rn(to_float(w[i]), x[i], acc);
   }
   return acc;
 }
@@ -13927,8 +13961,6 @@ concept fused_moe_kernel = requires(K& kernel, const Args& args) {
   kernel(args);
 };
 
-namespace detail {
-
 /// The row a fused-MoE kernel reads for routed id `id`: `map[id]` when `id` is in
 /// `[0, map_size)` and `map[id]` is a row in `[0, rows)`, else -1 (the position contributes
 /// nothing). Host kernels reject the invalid cases up front; device kernels, which cannot throw,
@@ -13942,8 +13974,6 @@ WISP_HOST_DEVICE std::int32_t visible_row(const std::int32_t* map, std::size_t m
   const std::int32_t row = map[static_cast<std::size_t>(id)];
   return row >= 0 && static_cast<std::size_t>(row) < rows ? row : -1;
 }
-
-}  // namespace detail
 
 /// @brief Checks the shapes of `a` (spans sized for `tokens`, `top_k` and `hidden_dim`).
 /// O(1). Engines call it in debug paths; kernels may call it before launching.
@@ -14030,8 +14060,8 @@ class reference_fused_moe {
         acc_[i] = 0.0f;
       }
       for (std::size_t pos = t * k; pos < (t + 1) * k; ++pos) {
-        const std::int32_t row = detail::visible_row(a.expert_map.data(), a.expert_map.size(),
-                                                     a.experts.rows, a.topk_ids[pos]);
+        const std::int32_t row =
+            visible_row(a.expert_map.data(), a.expert_map.size(), a.experts.rows, a.topk_ids[pos]);
         if (row < 0) {
           continue;
         }
@@ -14042,7 +14072,7 @@ class reference_fused_moe {
         const float weight = a.topk_weights[pos];
         for (std::int32_t o = 0; o < shape_.hidden; ++o) {
           float& acc = acc_[static_cast<std::size_t>(o)];
-          acc = detail::fma_rn(weight, swiglu_output(w, act_.data(), shape_, o), acc);
+          acc = fma_rn(weight, swiglu_output(w, act_.data(), shape_, o), acc);
         }
       }
       for (std::size_t i = 0; i < h; ++i) {
@@ -14768,7 +14798,7 @@ class cost_model {
                                                      std::uint64_t rounds) {
   WISP_EXPECTS(working_blocks < reuse_distance_counter::cold, "working set of ", working_blocks,
                " blocks is too large for a reuse histogram");
-  reuse_histogram h{{reuse_scope::stream, 1, 0}};
+  reuse_histogram h{{cache_scope::stream, 1, 0}};
   if (working_blocks > 0) {
     h.add(reuse_distance_counter::cold, working_blocks);
     if (rounds > 1) {
@@ -14790,7 +14820,7 @@ class cost_model {
 ///
 /// Ties go to the smallest cap (the most KV headroom at the same predicted cost).
 /// @code
-/// auto profile = wisp::profile_trace(trace, wisp::reuse_scope::per_layer);
+/// auto profile = wisp::profile_trace(trace, wisp::cache_scope::per_layer);
 /// wisp::cost_model cost{spec, wisp::miss_curve{profile.histogram}, kv_curve, {}};
 /// auto conf = wisp::configure(cost, 24_GiB, {4, 8192});
 /// engine.set_expert_cap(conf.knobs.per_layer_expert_cap);
@@ -15004,7 +15034,7 @@ class split_controller {
         grid_(make_grid(spec_.top_k, max_cap_, config.grid_points)),
         expert_hist_(decayed_histogram::unit_edges(spec_.experts), config.decay),
         kv_hist_(kv_edges(spec_, budget_, grid_), config.decay),
-        expert_calls_(reuse_scope::per_layer, spec_.layers, spec_.experts) {
+        expert_calls_(cache_scope::per_layer, spec_.layers, spec_.experts) {
     params_.validate();
     config_.validate();
     WISP_EXPECTS(initial_cap >= spec_.top_k && initial_cap <= max_cap_, "initial cap ", initial_cap,
@@ -17542,8 +17572,8 @@ struct ep_plan {
 ///
 /// The input is either a range of accesses or a callable `source(f)` that calls `f(a)` for every
 /// access in order; an access is anything with `step`, `layer` and `expert` members
-/// (`wisp::access`, `wisp::access`, ...), so this header does not depend on the trace
-/// area (see `<wisp/sim/trace_sim.hpp>` for the `routing_trace` overload).
+/// (`wisp::access` or a user's own struct); `<wisp/sim/trace_sim.hpp>` has the `routing_trace`
+/// overload.
 ///
 /// **Calls.** Consecutive accesses with the same (step, layer) form one call, as one MoE layer's
 /// request in an engine: its experts are protected from each other's misses (vLLM's intra-batch
@@ -17553,34 +17583,165 @@ struct ep_plan {
 /// @code
 /// std::vector<wisp::access> stream = {{0, 0, 3}, {0, 0, 5}, {0, 1, 2}, {1, 0, 3}};
 /// wisp::sim_config cfg{.scope = wisp::cache_scope::global, .capacity = 2,
-///                           .bandwidth = {.bytes_per_expert = 9u << 20, .gb_per_s = 25.0,
-///                                         .miss_latency_us = 10.0}};
+///                      .expert_bytes = 9u << 20, .link = wisp::link_model::from_gbps(25.0, 10.0)};
 /// auto r = wisp::simulate<wisp::lru>({.layers = 2, .experts = 8}, stream, cfg);
 /// // r.stats.misses, r.bytes_moved, r.stall_seconds
 /// @endcode
 
+// ---- begin wisp/transfer/timeline.hpp ----------------------------------------------------------
+/// @file
+/// @brief A modelled device with one host-to-device link: `link_model` (what a copy costs) and
+/// `device_timeline` (an in-order copy queue and an in-order compute queue joined by events, the
+/// way a copy stream and a compute stream are joined by CUDA events).
+///
+/// Serving figures that come from this timeline do not depend on how fast the host happens to run
+/// `memcpy`: a copy of `b` bytes occupies the link for `latency + b / bandwidth` seconds, whatever
+/// moved the bytes. Compute durations are the caller's (measured on the host, or modelled).
+/// @code
+/// wisp::device_timeline t(wisp::link_model{.bytes_per_second = 25e9, .latency_seconds = 10e-6});
+/// wisp::timeline_event ready{};
+/// for (const wisp::copy_op& op : plan) ready = t.copy(expert_bytes);   // copy queue, in order
+/// t.compute(moe_seconds, ready);             // the layer's kernel waits only for its copies
+/// double tpot = t.now();
+/// @endcode
+
 namespace wisp {
 
-/// Serial transfer model: every miss costs `miss_latency_us + bytes_per_expert / (gb_per_s*1e9)`.
-struct bandwidth_model {
-  std::uint64_t bytes_per_expert = 0;
-  double gb_per_s = 0.0;         ///< host -> device bandwidth in GB/s (1e9 B/s); 0 = no transfer
-  double miss_latency_us = 0.0;  ///< fixed cost per miss (launch, sync), microseconds
+/// @brief The cost of one copy over a link: `latency_seconds + bytes / bytes_per_second`. The one
+/// link type of the timeline, the simulators and the engine; an infinite bandwidth is a link
+/// whose copies cost only their latency.
+struct link_model {
+  double bytes_per_second = 25e9;  ///< sustained bandwidth (default: a PCIe 4.0 x16 link)
+  double latency_seconds = 10e-6;  ///< fixed cost per copy (issue, DMA set-up)
 
-  /// Seconds one miss stalls. 0 when both terms are 0.
-  [[nodiscard]] constexpr double seconds_per_miss() const noexcept {
-    const double transfer =
-        gb_per_s > 0.0 ? static_cast<double>(bytes_per_expert) / (gb_per_s * 1e9) : 0.0;
-    return transfer + miss_latency_us * 1e-6;
+  /// The link of `gb_per_s` GB/s (1e9 B/s; 0: infinitely fast) and `latency_us` microseconds per
+  /// copy, the units of the command line and Python. Not validated (see `validate`).
+  [[nodiscard]] static constexpr link_model from_gbps(double gb_per_s, double latency_us) noexcept {
+    return {gb_per_s == 0.0 ? std::numeric_limits<double>::infinity() : gb_per_s * 1e9,
+            latency_us * 1e-6};
+  }
+
+  /// @throws wisp::logic_error unless the bandwidth is > 0 (infinity allowed) and the latency
+  ///   finite and >= 0.
+  void validate() const {
+    WISP_EXPECTS(!std::isnan(bytes_per_second) && bytes_per_second > 0,
+                 "link_model: bytes_per_second must be > 0, got ", bytes_per_second);
+    WISP_EXPECTS(std::isfinite(latency_seconds) && latency_seconds >= 0,
+                 "link_model: latency_seconds must be finite and >= 0, got ", latency_seconds);
+  }
+  /// Seconds one copy of `bytes` occupies the link. O(1).
+  [[nodiscard]] double copy_seconds(std::uint64_t bytes) const noexcept {
+    return latency_seconds + static_cast<double>(bytes) / bytes_per_second;
   }
 };
+
+/// @brief When an enqueued operation completes, in seconds since the timeline's start. The default
+/// event (time 0) has already happened: waiting on it never delays anything.
+struct timeline_event {
+  double time = 0;
+
+  friend constexpr bool operator==(const timeline_event&, const timeline_event&) = default;
+};
+
+/// Counters of a `device_timeline`.
+struct timeline_stats {
+  std::uint64_t copies = 0;      ///< copies enqueued
+  std::uint64_t copy_bytes = 0;  ///< bytes they moved
+  double copy_seconds = 0;       ///< time the link was busy
+  std::uint64_t computes = 0;    ///< compute operations enqueued
+  double compute_seconds = 0;    ///< time the compute queue was busy
+  double stall_seconds = 0;      ///< time the compute queue sat idle waiting for an event
+};
+
+/// @brief Two in-order queues of a modelled device: copies on the link, and compute.
+///
+/// - `copy(bytes, after)` starts when the link has finished every earlier copy and `after` has
+///   happened (e.g. the kernel that last read the destination slot: a copy never overwrites a slot
+///   before its reader is done); it ends `link.copy_seconds(bytes)` later.
+/// - `compute(seconds, waits)` starts when the compute queue has finished every earlier compute
+///   and every event of `waits` has happened; it ends `seconds` later. Time the queue spends idle
+///   because of `waits` is counted as stall.
+/// - Both return the completion event, so a caller can issue the next layer's copies before this
+///   layer's compute (double buffering) and make the next compute wait only for its own copies.
+///
+/// Every operation is O(1) plus the number of events waited on; no allocation. Deterministic: the
+/// same sequence of calls gives the same times bit for bit. Thread safety: none (one owner).
+class device_timeline {
+ public:
+  /// @throws wisp::logic_error if `link` is invalid (see `link_model::validate`).
+  explicit device_timeline(const link_model& link = {}) : link_(link) { link_.validate(); }
+
+  /// Enqueues a copy of `bytes` on the link, starting no earlier than `after`. O(1).
+  /// @throws wisp::logic_error if `after.time` is negative or not finite (nothing enqueued).
+  timeline_event copy(std::uint64_t bytes, timeline_event after = {}) {
+    check_event("device_timeline::copy", after);
+    const double start = std::max(copy_free_, after.time);
+    const double busy = link_.copy_seconds(bytes);
+    copy_free_ = start + busy;
+    ++stats_.copies;
+    stats_.copy_bytes += bytes;
+    stats_.copy_seconds += busy;
+    return {copy_free_};
+  }
+
+  /// Enqueues `seconds` of compute that starts once every event of `waits` has happened. O(waits).
+  /// @throws wisp::logic_error if `seconds` or an event's time is negative or not finite (nothing
+  ///   enqueued).
+  timeline_event compute(double seconds, std::span<const timeline_event> waits) {
+    WISP_EXPECTS(std::isfinite(seconds) && seconds >= 0,
+                 "device_timeline::compute: seconds must be finite and >= 0, got ", seconds);
+    double ready = compute_free_;
+    for (const timeline_event& e : waits) {
+      check_event("device_timeline::compute", e);
+      ready = std::max(ready, e.time);
+    }
+    stats_.stall_seconds += ready - compute_free_;
+    compute_free_ = ready + seconds;
+    ++stats_.computes;
+    stats_.compute_seconds += seconds;
+    return {compute_free_};
+  }
+  /// @copydoc compute
+  timeline_event compute(double seconds, std::initializer_list<timeline_event> waits = {}) {
+    return compute(seconds, std::span<const timeline_event>(waits.begin(), waits.size()));
+  }
+
+  /// The time both queues have finished everything enqueued so far. O(1).
+  [[nodiscard]] double now() const noexcept { return std::max(copy_free_, compute_free_); }
+  /// When the link finishes its last enqueued copy (an event a later compute can wait on).
+  [[nodiscard]] timeline_event copies_done() const noexcept { return {copy_free_}; }
+  /// When the compute queue finishes its last enqueued operation.
+  [[nodiscard]] timeline_event compute_done() const noexcept { return {compute_free_}; }
+  [[nodiscard]] const link_model& link() const noexcept { return link_; }
+  [[nodiscard]] const timeline_stats& stats() const noexcept { return stats_; }
+
+ private:
+  static void check_event(const char* where, timeline_event e) {
+    WISP_EXPECTS(std::isfinite(e.time) && e.time >= 0, where,
+                 ": event time must be finite and >= 0, got ", e.time);
+  }
+
+  link_model link_;
+  double copy_free_ = 0;
+  double compute_free_ = 0;
+  timeline_stats stats_;
+};
+
+}  // namespace wisp
+// ---- end wisp/transfer/timeline.hpp ------------------------------------------------------------
+
+namespace wisp {
 
 /// What to simulate.
 struct sim_config {
   cache_scope scope = cache_scope::per_layer;
   /// Slots per layer (per-layer scope) or in total (global scope).
   std::int32_t capacity = 1;
-  bandwidth_model bandwidth{};
+  /// Bytes one miss copies (`sim_result::bytes_moved` = misses x this).
+  std::uint64_t expert_bytes = 0;
+  /// The link every miss crosses, serially: a miss stalls `link.copy_seconds(expert_bytes)`.
+  /// Default: infinitely fast, no latency (no stall).
+  link_model link = link_model::from_gbps(0.0, 0.0);
   /// Group consecutive accesses of one (step, layer) into a protected call (default), or replay
   /// every access on its own.
   bool protect_calls = true;
@@ -17596,7 +17757,7 @@ struct sim_result {
   cache_stats stats;                   ///< accesses, hits, misses, evictions, collision misses
   std::vector<cache_stats> per_layer;  ///< the same counters per layer of the accessed expert
   std::uint64_t bytes_moved = 0;       ///< misses x bytes_per_expert
-  double stall_seconds = 0.0;          ///< misses x bandwidth.seconds_per_miss()
+  double stall_seconds = 0.0;          ///< misses x link.copy_seconds(expert_bytes)
 };
 
 namespace detail {
@@ -17657,9 +17818,6 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(moe_shape
                                                                        const Source& source,
                                                                        const sim_config& config,
                                                                        MakePolicy make_policy);
-
-/// Names of the built-in policies accepted by `simulate_named` (`wisp::builtin_policy_names`).
-inline constexpr const auto& builtin_policies = builtin_policy_names;
 
 /// @brief Type-erased entry point for tools: picks a built-in policy by name (`visit_policy`:
 /// `-` reads as `_`, so "least-stale" is `least_stale`).
@@ -17778,9 +17936,9 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(moe_shape
     replay.flush();
     result.stats = caches.stats();
   }
-  result.bytes_moved = result.stats.misses * config.bandwidth.bytes_per_expert;
+  result.bytes_moved = result.stats.misses * config.expert_bytes;
   result.stall_seconds =
-      static_cast<double>(result.stats.misses) * config.bandwidth.seconds_per_miss();
+      static_cast<double>(result.stats.misses) * config.link.copy_seconds(config.expert_bytes);
   return result;
 }
 
@@ -17935,139 +18093,6 @@ inline sim_result simulate_named(std::string_view policy, const routing_trace& t
 /// wisp::timeline_result r = wisp::simulate_timeline<wisp::least_stale>(trace, cfg);
 /// // r.tpot_seconds, r.stall_seconds, r.prefetch_precision, ...
 /// @endcode
-
-// ---- begin wisp/transfer/timeline.hpp ----------------------------------------------------------
-/// @file
-/// @brief A modelled device with one host-to-device link: `link_model` (what a copy costs) and
-/// `device_timeline` (an in-order copy queue and an in-order compute queue joined by events, the
-/// way a copy stream and a compute stream are joined by CUDA events).
-///
-/// Serving figures that come from this timeline do not depend on how fast the host happens to run
-/// `memcpy`: a copy of `b` bytes occupies the link for `latency + b / bandwidth` seconds, whatever
-/// moved the bytes. Compute durations are the caller's (measured on the host, or modelled).
-/// @code
-/// wisp::device_timeline t(wisp::link_model{.bytes_per_second = 25e9, .latency_seconds = 10e-6});
-/// wisp::timeline_event ready{};
-/// for (const wisp::copy_op& op : plan) ready = t.copy(expert_bytes);   // copy queue, in order
-/// t.compute(moe_seconds, ready);             // the layer's kernel waits only for its copies
-/// double tpot = t.now();
-/// @endcode
-
-namespace wisp {
-
-/// @brief The cost of one host-to-device copy: `latency_seconds + bytes / bytes_per_second`.
-struct link_model {
-  double bytes_per_second = 25e9;  ///< sustained bandwidth (default: a PCIe 4.0 x16 link)
-  double latency_seconds = 10e-6;  ///< fixed cost per copy (issue, DMA set-up)
-
-  /// @throws wisp::logic_error unless the bandwidth is finite and > 0 and the latency finite and
-  ///   >= 0.
-  void validate() const {
-    WISP_EXPECTS(std::isfinite(bytes_per_second) && bytes_per_second > 0,
-                 "link_model: bytes_per_second must be finite and > 0, got ", bytes_per_second);
-    WISP_EXPECTS(std::isfinite(latency_seconds) && latency_seconds >= 0,
-                 "link_model: latency_seconds must be finite and >= 0, got ", latency_seconds);
-  }
-  /// Seconds one copy of `bytes` occupies the link. O(1).
-  [[nodiscard]] double copy_seconds(std::uint64_t bytes) const noexcept {
-    return latency_seconds + static_cast<double>(bytes) / bytes_per_second;
-  }
-};
-
-/// @brief When an enqueued operation completes, in seconds since the timeline's start. The default
-/// event (time 0) has already happened: waiting on it never delays anything.
-struct timeline_event {
-  double time = 0;
-
-  friend constexpr bool operator==(const timeline_event&, const timeline_event&) = default;
-};
-
-/// Counters of a `device_timeline`.
-struct timeline_stats {
-  std::uint64_t copies = 0;      ///< copies enqueued
-  std::uint64_t copy_bytes = 0;  ///< bytes they moved
-  double copy_seconds = 0;       ///< time the link was busy
-  std::uint64_t computes = 0;    ///< compute operations enqueued
-  double compute_seconds = 0;    ///< time the compute queue was busy
-  double stall_seconds = 0;      ///< time the compute queue sat idle waiting for an event
-};
-
-/// @brief Two in-order queues of a modelled device: copies on the link, and compute.
-///
-/// - `copy(bytes, after)` starts when the link has finished every earlier copy and `after` has
-///   happened (e.g. the kernel that last read the destination slot: a copy never overwrites a slot
-///   before its reader is done); it ends `link.copy_seconds(bytes)` later.
-/// - `compute(seconds, waits)` starts when the compute queue has finished every earlier compute
-///   and every event of `waits` has happened; it ends `seconds` later. Time the queue spends idle
-///   because of `waits` is counted as stall.
-/// - Both return the completion event, so a caller can issue the next layer's copies before this
-///   layer's compute (double buffering) and make the next compute wait only for its own copies.
-///
-/// Every operation is O(1) plus the number of events waited on; no allocation. Deterministic: the
-/// same sequence of calls gives the same times bit for bit. Thread safety: none (one owner).
-class device_timeline {
- public:
-  /// @throws wisp::logic_error if `link` is invalid (see `link_model::validate`).
-  explicit device_timeline(const link_model& link = {}) : link_(link) { link_.validate(); }
-
-  /// Enqueues a copy of `bytes` on the link, starting no earlier than `after`. O(1).
-  /// @throws wisp::logic_error if `after.time` is negative or not finite (nothing enqueued).
-  timeline_event copy(std::uint64_t bytes, timeline_event after = {}) {
-    check_event("device_timeline::copy", after);
-    const double start = std::max(copy_free_, after.time);
-    const double busy = link_.copy_seconds(bytes);
-    copy_free_ = start + busy;
-    ++stats_.copies;
-    stats_.copy_bytes += bytes;
-    stats_.copy_seconds += busy;
-    return {copy_free_};
-  }
-
-  /// Enqueues `seconds` of compute that starts once every event of `waits` has happened. O(waits).
-  /// @throws wisp::logic_error if `seconds` or an event's time is negative or not finite (nothing
-  ///   enqueued).
-  timeline_event compute(double seconds, std::span<const timeline_event> waits) {
-    WISP_EXPECTS(std::isfinite(seconds) && seconds >= 0,
-                 "device_timeline::compute: seconds must be finite and >= 0, got ", seconds);
-    double ready = compute_free_;
-    for (const timeline_event& e : waits) {
-      check_event("device_timeline::compute", e);
-      ready = std::max(ready, e.time);
-    }
-    stats_.stall_seconds += ready - compute_free_;
-    compute_free_ = ready + seconds;
-    ++stats_.computes;
-    stats_.compute_seconds += seconds;
-    return {compute_free_};
-  }
-  /// @copydoc compute
-  timeline_event compute(double seconds, std::initializer_list<timeline_event> waits = {}) {
-    return compute(seconds, std::span<const timeline_event>(waits.begin(), waits.size()));
-  }
-
-  /// The time both queues have finished everything enqueued so far. O(1).
-  [[nodiscard]] double now() const noexcept { return std::max(copy_free_, compute_free_); }
-  /// When the link finishes its last enqueued copy (an event a later compute can wait on).
-  [[nodiscard]] timeline_event copies_done() const noexcept { return {copy_free_}; }
-  /// When the compute queue finishes its last enqueued operation.
-  [[nodiscard]] timeline_event compute_done() const noexcept { return {compute_free_}; }
-  [[nodiscard]] const link_model& link() const noexcept { return link_; }
-  [[nodiscard]] const timeline_stats& stats() const noexcept { return stats_; }
-
- private:
-  static void check_event(const char* where, timeline_event e) {
-    WISP_EXPECTS(std::isfinite(e.time) && e.time >= 0, where,
-                 ": event time must be finite and >= 0, got ", e.time);
-  }
-
-  link_model link_;
-  double copy_free_ = 0;
-  double compute_free_ = 0;
-  timeline_stats stats_;
-};
-
-}  // namespace wisp
-// ---- end wisp/transfer/timeline.hpp ------------------------------------------------------------
 
 namespace wisp {
 
@@ -19220,10 +19245,9 @@ inline std::size_t plan_copy_runs(copy_plan plan, std::span<copy_run> out) {
   return runs;
 }
 
-namespace detail {
-
-/// Checks layouts and plans for the copy engines; keeps the scratch that finds a slot written
-/// twice (grown to the largest slot tensor seen, so a steady state allocates nothing).
+/// @brief Checks layouts and plans for a copy engine (the host's, `wisp::cuda`'s or a user's).
+/// Keeps the scratch that finds a slot written twice, grown to the largest slot tensor seen, so
+/// a steady state allocates nothing. Not thread-safe.
 class copy_plan_checker {
  public:
   /// @throws wisp::logic_error naming the values (nothing copied) if `row_bytes` is 0 or exceeds
@@ -19265,8 +19289,6 @@ class copy_plan_checker {
   std::vector<std::uint32_t> stamps_;
   std::uint32_t generation_ = 0;
 };
-
-}  // namespace detail
 
 /// @brief Executes copy plans (see the file comment for the ordering rules).
 ///
@@ -19341,7 +19363,7 @@ class host_copy_engine {
   /// @brief Enqueues the copies of `plan` (see `copy_engine`). O(plan.size()) plus the copies,
   /// which run on the executor; blocks only while the queue is full.
   /// @throws wisp::logic_error (nothing enqueued) if the plan does not fit `layout` (see
-  ///   `detail::copy_plan_checker`) or `after.modelled` is not a valid time.
+  ///   `copy_plan_checker`) or `after.modelled` is not a valid time.
   event copy(const copy_layout& layout, copy_plan plan, event after = {}) {
     checker_.check("host_copy_engine::copy", layout, plan);
     WISP_EXPECTS(std::isfinite(after.modelled.time) && after.modelled.time >= 0,
@@ -19450,7 +19472,7 @@ class host_copy_engine {
 
   device_timeline* timeline_;
   any_executor executor_;
-  detail::copy_plan_checker checker_;
+  copy_plan_checker checker_;
   std::vector<copy_run> runs_;  // scratch of `copy`
   copy_engine_stats stats_;
   std::uint64_t submitted_ = 0;  // tickets handed out (owner thread only)
@@ -19759,23 +19781,7 @@ device_profile_preset_names() noexcept {
 /// @brief The profile as one JSON object in the file format (`moe_gbps` only when given); numbers
 /// are written so that `parse_device_profile(to_json(p)) == p`.
 [[nodiscard]] inline std::string to_json(const device_profile& p) {
-  const auto quoted = [](const std::string& s) {
-    std::string out = "\"";
-    for (const char c : s) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        static constexpr char hex[] = "0123456789abcdef";
-        out += "\\u00";
-        out += hex[(c >> 4) & 0xf];
-        out += hex[c & 0xf];
-      } else {
-        out += c;
-      }
-    }
-    return out + "\"";
-  };
+  const auto quoted = [](const std::string& s) { return detail::json_quote(s); };
   std::ostringstream o;
   o.precision(17);
   o << "{\"name\": " << quoted(p.name) << ", \"source\": " << quoted(p.source)
@@ -23336,20 +23342,21 @@ inline affinity_schedule schedule_layer(std::span<const layer_expert> experts,
 ///
 /// **Model.** A layer's experts have `tensors` tensors of `tensor_elements` BF16 values; an SM
 /// chunk is one byte per value, the compressed E-chunks `exponent_ratio` bytes per value. The
-/// slow store is read at `link_bytes_per_second` by one I/O thread (u = SM bytes / link, v = one
-/// E-chunk's bytes / link), a decode thread turns an E-chunk into exponents at
-/// `decode_bytes_per_second` of BF16 output (c), recovery is free (on the device, at memory speed)
-/// and each routed expert then executes for `execute_seconds`. The plain cache is the same
-/// frequency-ranked dispatch with only an F pool of `budget_bytes / full bytes` experts: its
-/// misses read full tensors (2 bytes per value) and need no decode; its makespan is the reads back
-/// to back with each expert executing after its own reads.
+/// slow store is read over `link` (a `link_model`: each read costs its latency plus bytes over the
+/// bandwidth) by one I/O thread (u = one SM chunk's read, v = one E-chunk's read), a decode thread
+/// turns an E-chunk into exponents at `decode_bytes_per_second` of BF16 output (c), recovery is
+/// free (on the device, at memory speed) and each routed expert then executes for
+/// `execute_seconds`. The plain cache is the same frequency-ranked dispatch with only an F pool of
+/// `budget_bytes / full bytes` experts: its misses read full tensors (2 bytes per value) and need
+/// no decode; its makespan is the reads back to back with each expert executing after its own
+/// reads.
 ///
 /// **Per call, reported.** *measured*: the makespan of Algorithm 1's schedule (exact event
 /// simulation); *estimated*: Algorithm 3 on the call's observed hit pattern; *expected* (per
 /// call, from the model): `sum_h P(h) T(h)` with q fitted to the trace's own rank marginals.
 /// @code
 /// wisp::tiered_sim_config cfg = wisp::tiered_sim_config::deepseek_v2_lite();
-/// cfg.link_bytes_per_second = 3.5e9;
+/// cfg.link = {.bytes_per_second = 3.5e9, .latency_seconds = 0.0};
 /// cfg.budget_bytes = 16 * cfg.full_bytes();
 /// cfg.capacity = wisp::plan_for_trace(trace, cfg).best.sizes;
 /// wisp::tiered_sim_result r = wisp::simulate_tiered(trace, cfg);
@@ -23365,9 +23372,9 @@ struct tiered_sim_config {
   double exponent_ratio = 0.33;                 ///< compressed E-chunk bytes per value (rho)
   std::uint32_t e_chunks = 8;                   ///< K
   std::uint32_t threads = 8;                    ///< L decode threads
-  double link_bytes_per_second = 3.5e9;         ///< the slow store's read rate
-  double decode_bytes_per_second = 2.28e9;      ///< one thread's decode rate, BF16 output bytes
-  double execute_seconds = 50e-6;               ///< p: one expert's execution
+  link_model link{.bytes_per_second = 3.5e9, .latency_seconds = 0.0};  ///< the slow store's reads
+  double decode_bytes_per_second = 2.28e9;  ///< one thread's decode rate, BF16 output bytes
+  double execute_seconds = 50e-6;           ///< p: one expert's execution
   std::uint64_t budget_bytes = 0;  ///< memory of one layer's pools (and of the plain cache)
   tier_sizes capacity{};           ///< the hierarchy's pools (e.g. from `plan_for_trace`)
   std::int32_t tolerance = 0;      ///< delta
@@ -23386,13 +23393,17 @@ struct tiered_sim_config {
   /// The schedule's durations.
   [[nodiscard]] tier_costs schedule() const noexcept {
     const auto n = static_cast<double>(tensor_elements);
-    return {.sm_read = n / link_bytes_per_second,
-            .e_read = exponent_ratio * n / e_chunks / link_bytes_per_second,
+    return {.sm_read = read_seconds(n),
+            .e_read = read_seconds(exponent_ratio * n / e_chunks),
             .decode = 2.0 * n / e_chunks / decode_bytes_per_second,
             .threads = threads,
             .e_chunks = e_chunks,
             .tensors = tensors,
             .recover = 0.0};
+  }
+  /// Seconds one read of `bytes` (fractional: an average chunk) takes over `link`.
+  [[nodiscard]] double read_seconds(double bytes) const noexcept {
+    return link.latency_seconds + bytes / link.bytes_per_second;
   }
   /// Algorithm 3's constants.
   [[nodiscard]] tier_costs costs() const noexcept { return schedule(); }
@@ -23403,10 +23414,10 @@ struct tiered_sim_config {
                  ", e_chunks ", e_chunks, " and threads ", threads, " must be >= 1");
     WISP_EXPECTS(exponent_ratio > 0.0 && exponent_ratio <= 1.0,
                  "tiered_sim_config: exponent_ratio ", exponent_ratio, " is outside (0, 1]");
-    WISP_EXPECTS(link_bytes_per_second > 0.0 && decode_bytes_per_second > 0.0 &&
-                     std::isfinite(link_bytes_per_second) && std::isfinite(decode_bytes_per_second),
-                 "tiered_sim_config: link ", link_bytes_per_second, " and decode ",
-                 decode_bytes_per_second, " B/s must be finite and > 0");
+    link.validate();
+    WISP_EXPECTS(decode_bytes_per_second > 0.0 && std::isfinite(decode_bytes_per_second),
+                 "tiered_sim_config: decode ", decode_bytes_per_second,
+                 " B/s must be finite and > 0");
     WISP_EXPECTS(std::isfinite(execute_seconds) && execute_seconds >= 0.0,
                  "tiered_sim_config: execute_seconds ", execute_seconds, " must be >= 0");
     std::uint64_t used = 0;
@@ -23541,8 +23552,7 @@ inline double plain_makespan(std::int32_t hits, std::int32_t misses, double full
   }
   const tier_costs sp = cfg.schedule();
   const tier_costs costs = cfg.costs();
-  const double full_read =
-      2.0 * static_cast<double>(cfg.tensor_elements) / cfg.link_bytes_per_second;
+  const double full_read = cfg.read_seconds(2.0 * static_cast<double>(cfg.tensor_elements));
   const auto per_value = [&](double bytes_per_value) {
     return static_cast<std::uint64_t>(std::llround(bytes_per_value * cfg.tensor_elements)) *
            cfg.tensors;

@@ -102,10 +102,10 @@ TEST(Configurator, EqualsBruteForceOnRandomCurvesAtEveryBudget) {
 TEST(Configurator, EqualsBruteForceOnARealTraceCurve) {
   const auto m = wisp::model_preset("deepseek-v2-lite");
   const auto t = wisp::make_synthetic_trace(wisp::synthetic_preset("default"), 800, 3);
-  const auto profile = wisp::profile_trace(t, wisp::reuse_scope::per_layer);
+  const auto profile = wisp::profile_trace(t, wisp::cache_scope::per_layer);
   const wisp::miss_curve ec{profile.histogram};
   // A KV stream with a smooth curve: cyclic sweeps over growing sets.
-  wisp::reuse_histogram hk{{wisp::reuse_scope::stream, 1, 0}};
+  wisp::reuse_histogram hk{{wisp::cache_scope::stream, 1, 0}};
   for (std::int32_t d = 1; d < 30000; d += 37) {
     hk.add(d, 30000 / d + 1);
   }

@@ -8,7 +8,7 @@
 #      does, install the copyright), so the options checked are the ones the port passes;
 #   3. the resulting package is laid out as vcpkg expects (share/wisp/{copyright,usage,
 #      wisp-config.cmake}, include/, nothing compiled), and examples/consumer configures against
-#      it with find_package(wisp 0.2 CONFIG REQUIRED), builds and runs.
+#      it with find_package(wisp 0.3 CONFIG REQUIRED), builds and runs.
 # With PORT_FEATURES=cuda (run only where the CUDA toolkit's CCCL exists), the consumer also builds
 # against wisp::cuda for Thrust's CPP device system; with PORT_FEATURES="zstd;lz4" against
 # wisp::zstd and wisp::lz4 (the system libraries stand in for vcpkg's zstd and lz4 ports).

@@ -115,7 +115,7 @@ TEST(DecayedHistogram, UnitBinsMatchRecursionOracle) {
 // decay = 1 with one burst: the warm curve is the exact miss curve without the cold misses.
 TEST(DecayedHistogram, NoDecayEqualsExactWarmCurve) {
   reuse_distance_counter counter{50};
-  wisp::reuse_histogram exact{{wisp::reuse_scope::stream, 1, 50}};
+  wisp::reuse_histogram exact{{wisp::cache_scope::stream, 1, 50}};
   std::mt19937_64 rng{3};
   for (int i = 0; i < 5000; ++i) {
     exact.record(counter.access(static_cast<std::uint32_t>(rng() % 50)));

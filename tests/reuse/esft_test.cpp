@@ -19,9 +19,9 @@
 
 namespace {
 
+using wisp::cache_scope;
 using wisp::miss_curve;
 using wisp::reuse_granularity;
-using wisp::reuse_scope;
 namespace oracle = wisp::testing;
 
 class EsftReuse : public ::testing::Test {
@@ -90,7 +90,7 @@ TEST_F(EsftReuse, ShapeAsDocumented) {
 
 TEST_F(EsftReuse, PerLayerScopeEqualsBruteForceAtEveryCapacity) {
   const auto profile =
-      wisp::profile_trace(*trace_, reuse_scope::per_layer, reuse_granularity::access);
+      wisp::profile_trace(*trace_, cache_scope::per_layer, reuse_granularity::access);
   const miss_curve curve{profile.histogram};
   EXPECT_EQ(curve.accesses(), trace_->access_count());
   EXPECT_EQ(profile.distinct_per_cache, 64u);
@@ -117,7 +117,7 @@ TEST_F(EsftReuse, PerLayerScopeEqualsBruteForceAtEveryCapacity) {
 }
 
 TEST_F(EsftReuse, GlobalScopeEqualsBruteForce) {
-  const auto profile = wisp::profile_trace(*trace_, reuse_scope::global, reuse_granularity::access);
+  const auto profile = wisp::profile_trace(*trace_, cache_scope::global, reuse_granularity::access);
   const miss_curve curve{profile.histogram};
   const auto stream = global_stream();
   constexpr std::uint32_t keys = 26 * 64;
@@ -134,7 +134,7 @@ TEST_F(EsftReuse, GlobalScopeEqualsBruteForce) {
   // A prefix (the first ~770 tokens): every access's distance against an explicit LRU stack, and
   // an LRU cache at every capacity.
   const std::vector<std::uint32_t> prefix(stream.begin(), stream.begin() + 20000);
-  wisp::scoped_reuse_counter counter{reuse_scope::global, 26, 64};
+  wisp::scoped_reuse_counter counter{cache_scope::global, 26, 64};
   std::vector<std::uint32_t> got;
   for (const auto key : prefix) {
     got.push_back(counter.access(key / 64, key % 64));
@@ -149,7 +149,7 @@ TEST_F(EsftReuse, GlobalScopeEqualsBruteForce) {
 TEST_F(EsftReuse, CallCurvesEqualProtectedLruInBothScopes) {
   // Per layer: a spread of capacities that hold a call (tests/sim checks every one against the
   // simulator).
-  const miss_curve layer_curve{wisp::profile_trace(*trace_, reuse_scope::per_layer).histogram};
+  const miss_curve layer_curve{wisp::profile_trace(*trace_, cache_scope::per_layer).histogram};
   const auto per_layer = layer_calls();
   for (const std::uint32_t c : {6u, 8u, 16u, 32u, 64u, 65u}) {
     std::uint64_t misses = 0;
@@ -160,12 +160,12 @@ TEST_F(EsftReuse, CallCurvesEqualProtectedLruInBothScopes) {
   }
   // The figures quoted in docs/reuse.md: 8 slots per layer, per access against per call.
   const miss_curve access_curve{
-      wisp::profile_trace(*trace_, reuse_scope::per_layer, reuse_granularity::access).histogram};
+      wisp::profile_trace(*trace_, cache_scope::per_layer, reuse_granularity::access).histogram};
   EXPECT_EQ(access_curve.misses(8), 939182u);
   EXPECT_EQ(layer_curve.misses(8), 883712u);
 
   // Global: a spread of capacities from one step's layer call up to every key.
-  const miss_curve global_curve{wisp::profile_trace(*trace_, reuse_scope::global).histogram};
+  const miss_curve global_curve{wisp::profile_trace(*trace_, cache_scope::global).histogram};
   const auto calls = global_calls();
   for (const std::uint32_t c : {6u, 156u, 416u, 1664u}) {
     ASSERT_EQ(global_curve.misses(c), oracle::protected_lru_misses(calls, 26 * 64, c))

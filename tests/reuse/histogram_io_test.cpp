@@ -16,11 +16,11 @@
 
 namespace {
 
+using wisp::cache_scope;
 using wisp::histogram_shape;
 using wisp::miss_curve;
 using wisp::reuse_distance_counter;
 using wisp::reuse_histogram;
-using wisp::reuse_scope;
 namespace oracle = wisp::testing;
 
 reuse_histogram profile(const std::vector<std::uint32_t>& stream, histogram_shape shape) {
@@ -39,7 +39,7 @@ std::vector<std::uint32_t> random_stream(std::uint32_t keys, std::size_t n, std:
 // Merge = the histogram of independent caches (e.g. two workers, each with its own LRU cache of
 // capacity c, replaying different requests): its curve is the sum of the two caches' misses.
 TEST(HistogramMerge, SumOfIndependentCaches) {
-  const histogram_shape shape{reuse_scope::stream, 1, 300};
+  const histogram_shape shape{cache_scope::stream, 1, 300};
   const auto a = random_stream(300, 8000, 1);
   const auto b = random_stream(300, 5000, 2);
   const reuse_histogram merged = wisp::merge(profile(a, shape), profile(b, shape));
@@ -56,7 +56,7 @@ TEST(HistogramMerge, SumOfIndependentCaches) {
 
 // Not the histogram of one cache replaying a then b: b's first accesses are warm there.
 TEST(HistogramMerge, IsNotConcatenation) {
-  const histogram_shape shape{reuse_scope::stream, 1, 4};
+  const histogram_shape shape{cache_scope::stream, 1, 4};
   const std::vector<std::uint32_t> a = {0, 1, 0};
   const std::vector<std::uint32_t> b = {1, 0};
   std::vector<std::uint32_t> both = a;
@@ -69,21 +69,21 @@ TEST(HistogramMerge, IsNotConcatenation) {
 }
 
 TEST(HistogramMerge, RejectsDifferentShapesAndStaysUnchanged) {
-  reuse_histogram a = profile({0, 1, 0}, {reuse_scope::global, 1, 8});
+  reuse_histogram a = profile({0, 1, 0}, {cache_scope::global, 1, 8});
   const reuse_histogram copy = a;
-  EXPECT_THROW(a.merge(profile({0, 0}, {reuse_scope::global, 1, 16})), wisp::logic_error);
-  EXPECT_THROW(a.merge(profile({0, 0}, {reuse_scope::stream, 1, 8})), wisp::logic_error);
-  EXPECT_THROW(a.merge(reuse_histogram{{reuse_scope::per_layer, 2, 8}}), wisp::logic_error);
+  EXPECT_THROW(a.merge(profile({0, 0}, {cache_scope::global, 1, 16})), wisp::logic_error);
+  EXPECT_THROW(a.merge(profile({0, 0}, {cache_scope::stream, 1, 8})), wisp::logic_error);
+  EXPECT_THROW(a.merge(reuse_histogram{{cache_scope::per_layer, 2, 8}}), wisp::logic_error);
   EXPECT_EQ(a, copy);
 }
 
 TEST(HistogramText, RoundTrip) {
   const std::vector<reuse_histogram> cases = {
-      reuse_histogram{{reuse_scope::stream, 1, 0}},
-      profile(random_stream(500, 20000, 3), {reuse_scope::global, 1, 500}),
-      profile(random_stream(64, 3000, 4), {reuse_scope::stream, 1, 64}),
+      reuse_histogram{{cache_scope::stream, 1, 0}},
+      profile(random_stream(500, 20000, 3), {cache_scope::global, 1, 500}),
+      profile(random_stream(64, 3000, 4), {cache_scope::stream, 1, 64}),
       [] {
-        reuse_histogram h{{reuse_scope::per_layer, 26, 64}};
+        reuse_histogram h{{cache_scope::per_layer, 26, 64}};
         h.add(1, 5);
         h.add(64, std::uint64_t{1} << 40);
         h.add(reuse_distance_counter::cold, 1664);
@@ -102,7 +102,7 @@ TEST(HistogramText, RoundTrip) {
 }
 
 TEST(HistogramText, ExactTextOfASmallHistogram) {
-  reuse_histogram h{{reuse_scope::per_layer, 2, 4}};
+  reuse_histogram h{{cache_scope::per_layer, 2, 4}};
   h.add(1, 3);
   h.add(4, 2);
   h.add(reuse_distance_counter::cold, 5);

@@ -17,10 +17,10 @@
 
 namespace {
 
+using wisp::cache_scope;
 using wisp::miss_curve;
 using wisp::reuse_distance_counter;
 using wisp::reuse_histogram;
-using wisp::reuse_scope;
 namespace oracle = wisp::testing;
 
 struct stream_case {
@@ -117,7 +117,7 @@ TEST_P(ReuseStream, MissCurveEqualsLruSimulationAtEveryCapacity) {
   const auto& param = GetParam();
   const auto stream = param.make();
   reuse_distance_counter counter{param.key_space, param.distinct_hint};
-  reuse_histogram histogram{{reuse_scope::stream, 1, param.key_space}};
+  reuse_histogram histogram{{cache_scope::stream, 1, param.key_space}};
   for (const auto key : stream) {
     histogram.record(counter.access(key));
   }
@@ -213,7 +213,7 @@ TEST(ReuseDistanceCounter, CallCurveEqualsProtectedLruAtEveryCapacityOfACall) {
   for (const std::uint32_t keys : {8u, 64u, 300u}) {
     const auto calls = random_calls(keys, 5000, 3 * keys);
     reuse_distance_counter counter{keys};
-    reuse_histogram histogram{{reuse_scope::stream, 1, keys}};
+    reuse_histogram histogram{{cache_scope::stream, 1, keys}};
     std::vector<std::uint32_t> out(8);
     for (const auto& call : calls) {
       counter.access_call(call, out);
@@ -282,13 +282,13 @@ TEST(ReuseDistanceCounter, MemoryDoesNotGrowWithStreamLength) {
 }
 
 TEST(MissCurve, EmptyAndColdOnly) {
-  const miss_curve empty{reuse_histogram{{reuse_scope::stream, 1, 4}}};
+  const miss_curve empty{reuse_histogram{{cache_scope::stream, 1, 4}}};
   EXPECT_EQ(empty.accesses(), 0u);
   EXPECT_EQ(empty.misses(3), 0u);
   EXPECT_EQ(empty.miss_ratio(3), 0.0);
   EXPECT_EQ(empty.capacity_for_hit_ratio(0.5), std::nullopt);
 
-  reuse_histogram h{{reuse_scope::stream, 1, 4}};
+  reuse_histogram h{{cache_scope::stream, 1, 4}};
   h.record(reuse_distance_counter::cold);
   h.record(reuse_distance_counter::cold);
   const miss_curve cold_only{h};
@@ -300,11 +300,11 @@ TEST(MissCurve, EmptyAndColdOnly) {
 }
 
 TEST(ReuseHistogram, RejectsImpossibleDistances) {
-  reuse_histogram h{{reuse_scope::stream, 1, 4}};
+  reuse_histogram h{{cache_scope::stream, 1, 4}};
   EXPECT_THROW(h.record(0), wisp::logic_error);
   EXPECT_THROW(h.record(5), wisp::logic_error);
   EXPECT_EQ(h.accesses(), 0u);
-  EXPECT_THROW(reuse_histogram({reuse_scope::per_layer, 0, 4}), wisp::logic_error);
+  EXPECT_THROW(reuse_histogram({cache_scope::per_layer, 0, 4}), wisp::logic_error);
   reuse_histogram unbounded;  // keys_per_partition 0: any distance
   unbounded.record(1000000);
   EXPECT_EQ(unbounded.max_distance(), 1000000u);
@@ -323,8 +323,8 @@ TEST(ScopedReuseCounter, PerLayerAndGlobalAgainstOracles) {
       }
     }
   }
-  wisp::scoped_reuse_counter per_layer{reuse_scope::per_layer, layers, experts};
-  wisp::scoped_reuse_counter global{reuse_scope::global, layers, experts};
+  wisp::scoped_reuse_counter per_layer{cache_scope::per_layer, layers, experts};
+  wisp::scoped_reuse_counter global{cache_scope::global, layers, experts};
   std::vector<std::vector<std::uint32_t>> layer_streams(layers);
   std::vector<std::uint32_t> global_stream;
   for (const auto& [l, e] : accesses) {
@@ -336,7 +336,7 @@ TEST(ScopedReuseCounter, PerLayerAndGlobalAgainstOracles) {
   const miss_curve layer_curve{per_layer.histogram()};
   const miss_curve global_curve{global.histogram()};
   EXPECT_EQ(per_layer.histogram().shape(),
-            (wisp::histogram_shape{reuse_scope::per_layer, layers, experts}));
+            (wisp::histogram_shape{cache_scope::per_layer, layers, experts}));
   EXPECT_EQ(per_layer.distinct_per_cache(), experts);
   EXPECT_EQ(per_layer.distinct_total(), 4u + 2 * experts);
   EXPECT_EQ(global.distinct_per_cache(), 4u + 2 * experts);
@@ -356,7 +356,7 @@ TEST(ScopedReuseCounter, PerLayerAndGlobalAgainstOracles) {
   EXPECT_THROW(global.access_call(0, bad), wisp::logic_error);
   EXPECT_EQ(global.histogram().accesses(), accesses.size());  // nothing recorded
   EXPECT_THROW(per_layer.access(0, experts), wisp::logic_error);
-  EXPECT_THROW(wisp::scoped_reuse_counter(reuse_scope::stream, 1, 1), wisp::logic_error);
+  EXPECT_THROW(wisp::scoped_reuse_counter(cache_scope::stream, 1, 1), wisp::logic_error);
 }
 
 // Calls of two experts per (step, layer): per layer and global, each scope's call curve against
@@ -365,8 +365,8 @@ TEST(ScopedReuseCounter, CallsAgainstProtectedLruInBothScopes) {
   constexpr std::uint32_t layers = 3;
   constexpr std::uint32_t experts = 12;
   std::mt19937_64 rng{21};
-  wisp::scoped_reuse_counter per_layer{reuse_scope::per_layer, layers, experts};
-  wisp::scoped_reuse_counter global{reuse_scope::global, layers, experts};
+  wisp::scoped_reuse_counter per_layer{cache_scope::per_layer, layers, experts};
+  wisp::scoped_reuse_counter global{cache_scope::global, layers, experts};
   std::vector<std::vector<std::vector<std::uint32_t>>> layer_calls(layers);
   std::vector<std::vector<std::uint32_t>> global_calls;
   for (int step = 0; step < 2000; ++step) {

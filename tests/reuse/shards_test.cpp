@@ -33,12 +33,12 @@
 
 namespace {
 
+using wisp::cache_scope;
 using wisp::mean_absolute_error;
 using wisp::miss_curve;
 using wisp::miss_ratio_curve;
 using wisp::reuse_distance_counter;
 using wisp::reuse_histogram;
-using wisp::reuse_scope;
 using wisp::sampled_reuse_counter;
 using wisp::shards_options;
 namespace oracle = wisp::testing;
@@ -50,7 +50,7 @@ struct exact_result {
 
 exact_result exact_curve(const std::vector<std::uint32_t>& stream, std::uint32_t keys) {
   reuse_distance_counter counter{keys};
-  reuse_histogram h{{reuse_scope::stream, 1, keys}};
+  reuse_histogram h{{cache_scope::stream, 1, keys}};
   for (const auto key : stream) {
     h.record(counter.access(key));
   }
@@ -154,7 +154,7 @@ TEST(Shards, SampledSubstreamHasExactDistances) {
       substream.push_back(key);
     }
   }
-  reuse_histogram want{{reuse_scope::stream, 1, 0}};
+  reuse_histogram want{{cache_scope::stream, 1, 0}};
   for (const auto d : oracle::stack_distances(substream)) {
     want.record(d);
   }

@@ -66,19 +66,18 @@ routing_trace prefix(const routing_trace& t, std::size_t steps) {
 // (`with_access`: also per access against simulate without call protection).
 void expect_curve_equals_sim(const routing_trace& t, cache_scope scope,
                              const std::vector<std::int32_t>& capacities, bool with_access = true) {
-  const auto rscope = scope == cache_scope::global ? reuse_scope::global : reuse_scope::per_layer;
-  const miss_curve per_call{profile_trace(t, rscope).histogram};
-  const miss_curve per_access{profile_trace(t, rscope, reuse_granularity::access).histogram};
+  const miss_curve per_call{profile_trace(t, scope).histogram};
+  const miss_curve per_access{profile_trace(t, scope, reuse_granularity::access).histogram};
   for (const std::int32_t c : capacities) {
     if (c >= t.shape().top_k) {  // a protected call must fit
-      const auto r = simulate<lru>(t, {scope, c, {}, /*protect_calls=*/true});
+      const auto r = simulate<lru>(t, {.scope = scope, .capacity = c, .protect_calls = true});
       ASSERT_EQ(per_call.misses(static_cast<std::uint64_t>(c)), r.stats.misses)
           << "per call, capacity " << c;
     }
     if (!with_access) {
       continue;
     }
-    const auto r = simulate<lru>(t, {scope, c, {}, /*protect_calls=*/false});
+    const auto r = simulate<lru>(t, {.scope = scope, .capacity = c, .protect_calls = false});
     ASSERT_EQ(per_access.misses(static_cast<std::uint64_t>(c)), r.stats.misses)
         << "per access, capacity " << c;
   }

@@ -64,7 +64,7 @@ TEST(Simulate, LruMissesEqualStackDistanceAtEveryCapacity) {
         for (const std::size_t d : dist)
           expected += (d == 0 || d > static_cast<std::size_t>(capacity)) ? 1 : 0;
         // pure stream replay: every access its own call
-        sim_config cfg{scope, capacity, {}, /*protect_calls=*/false};
+        sim_config cfg{.scope = scope, .capacity = capacity, .protect_calls = false};
         const auto r = simulate<lru>({layers, experts}, stream, cfg);
         ASSERT_EQ(r.stats.misses, expected)
             << "k=" << k << " capacity " << capacity << " scope "
@@ -88,9 +88,12 @@ TEST(Simulate, BeladyNeverLosesToAnyPolicy) {
       for (std::int32_t capacity = k; capacity <= max_capacity; capacity += 3) {
         for (const bool protect : {true, false}) {
           // Sequences of 5 to 9 passes: position-aware policies see positions.
-          const sim_config cfg{scope, capacity, {}, protect, {0, 5, 14, 20, 27, 33}};
+          const sim_config cfg{.scope = scope,
+                               .capacity = capacity,
+                               .protect_calls = protect,
+                               .sequence_starts = {0, 5, 14, 20, 27, 33}};
           const auto best = simulate<belady>({layers, experts}, stream, cfg);
-          for (const std::string_view name : builtin_policies) {
+          for (const std::string_view name : builtin_policy_names) {
             const auto r = simulate_named(name, {layers, experts}, stream, cfg);
             ASSERT_EQ(r.policy, name);
             ASSERT_LE(best.stats.misses, r.stats.misses)
@@ -104,9 +107,10 @@ TEST(Simulate, BeladyNeverLosesToAnyPolicy) {
 
 TEST(Simulate, ReportsBytesStallsAndPerLayerCounters) {
   const auto stream = random_stream(3, 4, 16, 2, 50);
-  sim_config cfg{cache_scope::global,
-                 12,
-                 {.bytes_per_expert = 9u << 20, .gb_per_s = 25.0, .miss_latency_us = 10.0}};
+  sim_config cfg{.scope = cache_scope::global,
+                 .capacity = 12,
+                 .expert_bytes = 9u << 20,
+                 .link = link_model::from_gbps(25.0, 10.0)};
   const auto r = simulate<least_stale>({4, 16}, stream, cfg);
   EXPECT_EQ(r.policy, "least_stale");
   EXPECT_EQ(r.bytes_moved, r.stats.misses * (9u << 20));
@@ -118,7 +122,9 @@ TEST(Simulate, ReportsBytesStallsAndPerLayerCounters) {
   EXPECT_EQ(sum, r.stats);
   EXPECT_EQ(r.stats.hits + r.stats.misses, stream.size());
   EXPECT_LE(r.stats.collision_misses, r.stats.misses);
-  EXPECT_DOUBLE_EQ(bandwidth_model{}.seconds_per_miss(), 0.0);
+  const sim_config free_link{
+      .scope = cache_scope::global, .capacity = 12, .expert_bytes = 9u << 20};
+  EXPECT_DOUBLE_EQ(simulate<least_stale>({4, 16}, stream, free_link).stall_seconds, 0.0);
 }
 
 TEST(Simulate, CallableSourceEqualsRangeSource) {
@@ -127,7 +133,7 @@ TEST(Simulate, CallableSourceEqualsRangeSource) {
     for (const access& a : stream)
       f(a);
   };
-  for (const std::string_view name : builtin_policies) {
+  for (const std::string_view name : builtin_policy_names) {
     const sim_config cfg{cache_scope::per_layer, 4};
     EXPECT_EQ(simulate_named(name, {3, 8}, stream, cfg).stats,
               simulate_named(name, {3, 8}, source, cfg).stats)

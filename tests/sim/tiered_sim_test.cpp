@@ -61,7 +61,7 @@ wisp::routing_trace model_trace(std::size_t steps, std::uint64_t seed) {
 
 wisp::tiered_sim_config config(double link, std::uint64_t budget_experts) {
   wisp::tiered_sim_config c = wisp::tiered_sim_config::deepseek_v2_lite();
-  c.link_bytes_per_second = link;
+  c.link = {.bytes_per_second = link, .latency_seconds = 0.0};
   c.budget_bytes = budget_experts * c.full_bytes();
   c.grid_step = 0.1;
   return c;

@@ -124,8 +124,8 @@ TEST(Timeline, ReducesToTheSerialModelWithoutOverlap) {
       c.link = {.bytes_per_second = 1000, .latency_seconds = 1};
       c.expert_bytes = 1000;
       const timeline_result r = simulate_timeline_named(name, t, c);
-      sim_config serial{
-          scope, c.capacity, {.bytes_per_expert = 1000, .gb_per_s = 1e-6, .miss_latency_us = 1e6}};
+      const sim_config serial{
+          .scope = scope, .capacity = c.capacity, .expert_bytes = c.expert_bytes, .link = c.link};
       const sim_result s = simulate_named(name, t, serial);
       EXPECT_EQ(r.stats.misses, s.stats.misses) << name;
       EXPECT_EQ(r.stats.hits, s.stats.hits) << name;

@@ -41,7 +41,7 @@ void add_info_command(CLI::App& app) {
         "  kernel    the fused_moe_kernel concept\n"
         "not in this tool: wisp::cuda (cuda/include/wisp/cuda/, the device side; build with "
         "WISP_ENABLE_CUDA=ON)\n\n");
-    std::printf("eviction policies: %s\n", comma_list(builtin_policies).c_str());
+    std::printf("eviction policies: %s\n", comma_list(builtin_policy_names).c_str());
     std::printf("model presets: %s\n", model_preset_names().c_str());
     std::printf("synthetic presets: %s\n", synthetic_presets_text().c_str());
     std::printf(".wtrace format version %u; imports: ESFT expert_weights folders, JSONL logs\n",

@@ -97,7 +97,7 @@ void run(const plan_options& opt) {
   require_feasible(m, budget, floor);
 
   const routing_trace t = plan_trace(opt.trace, m);
-  const miss_curve expert_curve{profile_trace(t, reuse_scope::per_layer).histogram};
+  const miss_curve expert_curve{profile_trace(t, cache_scope::per_layer).histogram};
   const std::uint64_t rounds =
       std::max<std::uint64_t>(1, t.steps() / std::max<std::uint64_t>(1, floor.concurrency));
   const cost_params params{opt.bandwidth_gbps * 1e9, opt.recompute};

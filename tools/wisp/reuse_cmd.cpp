@@ -50,7 +50,7 @@ std::vector<std::uint64_t> default_capacities(std::uint64_t distinct) {
 void print_human(const reuse_options& opt, const routing_trace& t, const reuse_profile& profile,
                  const miss_curve& curve, const std::vector<std::uint64_t>& capacities) {
   const auto& shape = t.shape();
-  const bool global = profile.histogram.shape().scope == reuse_scope::global;
+  const bool global = profile.histogram.shape().scope == cache_scope::global;
   std::printf("%s: %zu steps, %d layers x %d experts, top-%d, %llu accesses\n", opt.file.c_str(),
               t.steps(), shape.layers, shape.experts, shape.top_k,
               static_cast<unsigned long long>(curve.accesses()));
@@ -128,8 +128,8 @@ void print_json(const reuse_options& opt, const routing_trace& t, const reuse_pr
 }
 
 void run(const reuse_options& opt) {
-  const auto scope = *parse_scope(opt.scope);
-  const auto granularity = *parse_granularity(opt.granularity);
+  const auto scope = cache_scope_from_string(opt.scope);
+  const auto granularity = *from_string<reuse_granularity>(opt.granularity);
   const routing_trace t = load_trace_with_accesses(opt.file);
   const reuse_profile profile = profile_trace(t, scope, granularity);
   const miss_curve curve{profile.histogram};

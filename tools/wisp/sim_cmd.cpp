@@ -52,10 +52,10 @@ struct sim_options {
   double miss_latency_us = 0.0;
 };
 
-// The policies, by the library's names (builtin_policies), in the order they are reported.
+// The policies, by the library's names (builtin_policy_names), in the order they are reported.
 // The one place where the command turns a name into a policy: anything else is refused.
 std::string valid_policy_list() {
-  return comma_list(builtin_policies);
+  return comma_list(builtin_policy_names);
 }
 
 std::string_view policy_named(std::string_view name) {
@@ -83,7 +83,7 @@ struct counted_source {
 
 std::vector<std::string_view> checked_policies(const std::vector<std::string>& requested) {
   if (requested.empty()) {
-    return {std::begin(builtin_policies), std::end(builtin_policies)};
+    return {std::begin(builtin_policy_names), std::end(builtin_policy_names)};
   }
   std::vector<std::string_view> out;
   for (const auto& name : requested) {
@@ -196,7 +196,7 @@ void print_csv(const sim_options& opt, const routing_trace& t, const std::vector
 }
 
 void print_table(const sim_options& opt, const routing_trace& t, const std::vector<row>& rows,
-                 const bandwidth_model& bw) {
+                 const sim_config& config) {
   const auto& shape = t.shape();
   const bool global = opt.scope == "global";
   std::printf("%s: %zu steps, %d layers x %d experts, top-%d, %zu accesses\n", opt.file.c_str(),
@@ -210,12 +210,13 @@ void print_table(const sim_options& opt, const routing_trace& t, const std::vect
         "summed over layers\n",
         shape.layers);
   }
-  const bool with_model = bw.seconds_per_miss() > 0.0 || bw.bytes_per_expert > 0;
+  const double seconds_per_miss = config.link.copy_seconds(config.expert_bytes);
+  const bool with_model = seconds_per_miss > 0.0 || config.expert_bytes > 0;
   if (with_model) {
     std::printf(
         "bandwidth model: %s per expert, %.3g GB/s, %.3g us per miss -> %.3f ms stall per miss\n",
-        format_bytes(bw.bytes_per_expert).c_str(), bw.gb_per_s, bw.miss_latency_us,
-        1e3 * bw.seconds_per_miss());
+        format_bytes(config.expert_bytes).c_str(), opt.bandwidth_gbps, opt.miss_latency_us,
+        1e3 * seconds_per_miss);
   }
   std::printf(
       "collision = a miss on an expert evicted earlier in the same step (forward pass); "
@@ -307,10 +308,10 @@ void run(const sim_options& opt) {
   const std::vector<std::int32_t> capacities =
       checked_capacities(opt.capacities, global, t.shape());
 
-  const bandwidth_model bw{opt.expert_bytes, opt.bandwidth_gbps, opt.miss_latency_us};
   sim_config config;
-  config.scope = global ? cache_scope::global : cache_scope::per_layer;
-  config.bandwidth = bw;
+  config.scope = cache_scope_from_string(opt.scope);
+  config.expert_bytes = opt.expert_bytes;
+  config.link = link_model::from_gbps(opt.bandwidth_gbps, opt.miss_latency_us);
 
   // Work = accesses visited: one pass per run, two for belady (it reads the future first).
   std::uint64_t total = 0;
@@ -325,7 +326,7 @@ void run(const sim_options& opt) {
   } else if (opt.csv) {
     print_csv(opt, t, rows);
   } else {
-    print_table(opt, t, rows, bw);
+    print_table(opt, t, rows, config);
   }
 }
 

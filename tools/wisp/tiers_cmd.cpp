@@ -113,7 +113,7 @@ void run(const tiers_options& opt) {
   for (const double link : opt.link_gbps) {
     for (const std::uint32_t threads : opt.threads) {
       tiered_sim_config c = base;
-      c.link_bytes_per_second = link * 1e9;
+      c.link = {.bytes_per_second = link * 1e9, .latency_seconds = 0.0};
       c.threads = threads;
       const tier_plan plan = plan_for_trace(t, c);
       c.capacity = plan.best.sizes;

@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,9 +66,13 @@ std::vector<prefetch_setting> prefetch_settings(const timeline_options& opt) {
     base.percentile = opt.percentile;
     base.limit = opt.percentile_limit;
     base.distance = opt.distance;
-    if (rule == "none") {
+    const std::optional<prefetch_rule> parsed = from_string<prefetch_rule>(rule);
+    if (!parsed) {
+      throw logic_error("--prefetch: unknown rule '" + rule + "' (valid: none, top-k, percentile)");
+    }
+    if (*parsed == prefetch_rule::none) {
       out.push_back({base, "none"});
-    } else if (rule == "top-k") {
+    } else if (*parsed == prefetch_rule::top_k) {
       for (const double m : opt.overfetch) {
         prefetch_config c = base;
         c.rule = prefetch_rule::top_k;
@@ -76,35 +81,16 @@ std::vector<prefetch_setting> prefetch_settings(const timeline_options& opt) {
         std::snprintf(label, sizeof label, "top-k x%g", m);
         out.push_back({c, label});
       }
-    } else if (rule == "percentile") {
+    } else {
       prefetch_config c = base;
       c.rule = prefetch_rule::percentile;
       char label[48];
       std::snprintf(label, sizeof label, "percentile %g", opt.percentile);
       out.push_back({c, label});
-    } else {
-      throw logic_error("--prefetch: unknown rule '" + rule + "' (valid: none, top-k, percentile)");
     }
     out.back().config.validate();
   }
   return out;
-}
-
-miss_policy parse_miss_policy(const std::string& name) {
-  if (name == "fetch") {
-    return miss_policy::fetch;
-  }
-  if (name == "drop") {
-    return miss_policy::drop;
-  }
-  if (name == "substitute") {
-    return miss_policy::substitute;
-  }
-  if (name == "hybrid") {
-    return miss_policy::hybrid;
-  }
-  throw logic_error("--miss-policy: unknown policy '" + name +
-                    "' (valid: fetch, drop, substitute, hybrid)");
 }
 
 struct timeline_row {
@@ -252,12 +238,17 @@ void run_timeline(const timeline_options& opt, const timeline_common& common) {
   const std::vector<prefetch_setting> settings = prefetch_settings(opt);
   const routing_trace t = load_trace(common.file);
   timeline_config config;
-  config.scope = common.scope == "global" ? cache_scope::global : cache_scope::per_layer;
+  config.scope = cache_scope_from_string(common.scope);
   config.link = link_model{common.bandwidth_gbps * 1e9, common.latency_us * 1e-6};
   config.expert_bytes = common.expert_bytes;
   config.compute_per_token_seconds = opt.compute_per_token_us * 1e-6;
   config.tokens = opt.tokens;
-  config.miss = miss_options{parse_miss_policy(opt.miss_policy), opt.always_fetch_top};
+  const std::optional<miss_policy> miss = from_string<miss_policy>(opt.miss_policy);
+  if (!miss) {
+    throw logic_error("--miss-policy: unknown policy '" + opt.miss_policy +
+                      "' (valid: fetch, drop, substitute, hybrid)");
+  }
+  config.miss = miss_options{*miss, opt.always_fetch_top};
   if (config.miss.policy == miss_policy::hybrid) {
     const double transfer =
         config.link.copy_seconds(static_cast<std::uint64_t>(opt.tokens) * opt.token_bytes);

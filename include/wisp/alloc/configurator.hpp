@@ -6,7 +6,7 @@
 ///
 /// Ties go to the smallest cap (the most KV headroom at the same predicted cost).
 /// @code
-/// auto profile = wisp::profile_trace(trace, wisp::reuse_scope::per_layer);
+/// auto profile = wisp::profile_trace(trace, wisp::cache_scope::per_layer);
 /// wisp::cost_model cost{spec, wisp::miss_curve{profile.histogram}, kv_curve, {}};
 /// auto conf = wisp::configure(cost, 24_GiB, {4, 8192});
 /// engine.set_expert_cap(conf.knobs.per_layer_expert_cap);

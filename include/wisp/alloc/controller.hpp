@@ -123,7 +123,7 @@ class split_controller {
         grid_(make_grid(spec_.top_k, max_cap_, config.grid_points)),
         expert_hist_(decayed_histogram::unit_edges(spec_.experts), config.decay),
         kv_hist_(kv_edges(spec_, budget_, grid_), config.decay),
-        expert_calls_(reuse_scope::per_layer, spec_.layers, spec_.experts) {
+        expert_calls_(cache_scope::per_layer, spec_.layers, spec_.experts) {
     params_.validate();
     config_.validate();
     WISP_EXPECTS(initial_cap >= spec_.top_k && initial_cap <= max_cap_, "initial cap ", initial_cap,

@@ -140,7 +140,7 @@ class cost_model {
                                                      std::uint64_t rounds) {
   WISP_EXPECTS(working_blocks < reuse_distance_counter::cold, "working set of ", working_blocks,
                " blocks is too large for a reuse histogram");
-  reuse_histogram h{{reuse_scope::stream, 1, 0}};
+  reuse_histogram h{{cache_scope::stream, 1, 0}};
   if (working_blocks > 0) {
     h.add(reuse_distance_counter::cold, working_blocks);
     if (rounds > 1) {

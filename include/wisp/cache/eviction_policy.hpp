@@ -27,6 +27,7 @@
 #include <wisp/cache/detail/inline.hpp>
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/scope.hpp>
 
 #include <algorithm>
 #include <concepts>
@@ -46,12 +47,6 @@ using cache_key = std::int32_t;
 /// "No key": returned by `victim()` when nothing can be evicted, and by an access that evicted
 /// nothing.
 inline constexpr cache_key no_key = -1;
-
-/// Which keys one cache holds.
-enum class cache_scope : std::uint8_t {
-  per_layer,  ///< one cache per layer, key = expert id (WiSP)
-  global,     ///< one cache over every layer, key = layer * experts + expert (SpecMD)
-};
 
 /// @brief The shape of a cache's key space: scope, number of MoE layers `L`, experts per layer `E`,
 /// written as an aggregate in that order: `key_layout{cache_scope::global, 26, 64}`.
@@ -79,9 +74,11 @@ struct key_layout {
     return scope == cache_scope::global ? layer * experts + expert : expert;
   }
 
-  /// @throws wisp::logic_error if `layers` or `experts` is not positive, or `layers * experts`
-  /// overflows `int32`.
+  /// @throws wisp::logic_error if `scope` is `stream` (a cache is per layer or global), `layers`
+  /// or `experts` is not positive, or `layers * experts` overflows `int32`.
   void validate() const {
+    WISP_EXPECTS(scope != cache_scope::stream,
+                 "key_layout: a cache's scope is 'layer' or 'global', got '", scope, "'");
     WISP_EXPECTS(layers >= 1, "key_layout: layers must be >= 1, got ", layers);
     WISP_EXPECTS(experts >= 1, "key_layout: experts must be >= 1, got ", experts);
     WISP_EXPECTS(

@@ -14,7 +14,8 @@
 /// used; `p = 0` gives `D = inf`). `p(k)` comes from:
 ///
 /// - **the routing predictor**, for a key whose layer is still ahead in the current pass and
-///   within `lookahead` layers of the next one to run, when a `coactivation_predictor` and the
+///   within `lookahead` layers of the next one to run, when a predictor (any `routing_predictor`:
+///   `coactivation_predictor`, `frequency_predictor`, a user's) and the
 ///   current `routing_pass` are attached (global scope): the predictor's estimate given the
 ///   experts routed so far in this pass;
 /// - **the key's decayed routing rate** otherwise: its `decayed_frequency` count over the decayed
@@ -67,10 +68,18 @@ class predicted_next_use {
     WISP_EXPECTS(lookahead >= 0, "predicted_next_use: lookahead must be >= 0, got ", lookahead);
   }
 
-  /// Attaches a predictor and the pass it reads (both must outlive the policy and its copies).
-  /// Returns `*this` for chaining.
-  predicted_next_use& attach(const coactivation_predictor& predictor, const routing_pass& pass) {
+  /// Attaches a predictor (any `routing_predictor`) and the pass it reads; both must outlive the
+  /// policy and its copies. Returns `*this` for chaining. O(1); the predictor is called through
+  /// one function pointer, without allocation.
+  template <routing_predictor P>
+  predicted_next_use& attach(const P& predictor, const routing_pass& pass) {
     predictor_ = &predictor;
+    score_ = [](const void* p, const routing_pass& pass, std::int32_t target,
+                std::span<float> scores) { static_cast<const P*>(p)->score(pass, target, scores); };
+    predictor_shape_ = pass.shape();
+    if constexpr (requires { predictor.shape(); }) {
+      predictor_shape_ = predictor.shape();
+    }
     pass_ = &pass;
     return *this;
   }
@@ -91,11 +100,10 @@ class predicted_next_use {
     scored_observed_ = -1;
     const bool predicts = predictor_ != nullptr && layout.scope == cache_scope::global;
     if (predicts) {
-      WISP_EXPECTS(predictor_->shape().layers == layout.layers &&
-                       predictor_->shape().experts == layout.experts,
-                   "predicted_next_use: the predictor's shape (", predictor_->shape(),
-                   ") does not match the cache's ", layout.layers, " layers x ", layout.experts,
-                   " experts");
+      WISP_EXPECTS(
+          predictor_shape_.layers == layout.layers && predictor_shape_.experts == layout.experts,
+          "predicted_next_use: the predictor's shape (", predictor_shape_,
+          ") does not match the cache's ", layout.layers, " layers x ", layout.experts, " experts");
     }
     scores_.assign(predicts ? static_cast<std::size_t>(lookahead_) * n / layout.layers : 0, 0.0f);
   }
@@ -162,15 +170,16 @@ class predicted_next_use {
     scored_observed_ = observed;
     const auto experts = static_cast<std::size_t>(layout_.experts);
     for (std::int32_t a = 0; a < lookahead_ && observed + a < layout_.layers; ++a) {
-      predictor_->score(
-          *pass_, observed + a,
-          std::span<float>(scores_.data() + static_cast<std::size_t>(a) * experts, experts));
+      score_(predictor_, *pass_, observed + a,
+             std::span<float>(scores_.data() + static_cast<std::size_t>(a) * experts, experts));
     }
   }
 
   detail::decay_clock clock_;  // counts and passes are scaled by it (see decayed_frequency)
   std::int32_t lookahead_;
-  const coactivation_predictor* predictor_ = nullptr;
+  const void* predictor_ = nullptr;  // a routing_predictor, called through score_
+  void (*score_)(const void*, const routing_pass&, std::int32_t, std::span<float>) = nullptr;
+  moe_shape predictor_shape_{};
   const routing_pass* pass_ = nullptr;
   key_layout layout_;
   std::vector<double> count_;        // every key's decayed count, scaled

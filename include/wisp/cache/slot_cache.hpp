@@ -354,3 +354,4 @@ template <eviction_policy Policy>
 }  // namespace wisp
 
 #include <wisp/cache/detail/slot_cache.inl>
+#include <wisp/cache/detail/slot_cache_resize.inl>

@@ -32,19 +32,25 @@
 
 namespace wisp {
 
+/// @brief A list of policy types, for generating code over them: `P::name` for their names,
+/// `apply<T>` for `T<P...>` (a `std::variant` of pagers, say).
+template <class... P>
+struct policy_list {
+  static constexpr std::size_t size = sizeof...(P);
+  /// The names (`P::name`), in list order.
+  static constexpr std::string_view names[] = {P::name...};
+  template <template <class...> class T>
+  using apply = T<P...>;
+};
+
+/// The built-in policies, in the order tools report them: the one list that the names,
+/// `visit_policy` and the Python `Pager` are generated from.
+using builtin_policy_types =
+    policy_list<lru, fifo, lfu, lfu_history, lfru, fld, least_stale, decayed_frequency,
+                predicted_next_use, reuse_probability, learned_belady, belady>;
+
 /// The names of the built-in policies (each type's `P::name`), in the order tools report them.
-inline constexpr std::string_view builtin_policy_names[] = {lru::name,
-                                                            fifo::name,
-                                                            lfu::name,
-                                                            lfu_history::name,
-                                                            lfru::name,
-                                                            fld::name,
-                                                            least_stale::name,
-                                                            decayed_frequency::name,
-                                                            predicted_next_use::name,
-                                                            reuse_probability::name,
-                                                            learned_belady::name,
-                                                            belady::name};
+inline constexpr const auto& builtin_policy_names = builtin_policy_types::names;
 
 /// @brief The canonical name of the built-in policy spelt `name`, reading `-` as `_`
 /// ("least-stale" -> "least_stale"), or an empty view if there is none. O(number of policies).
@@ -62,6 +68,26 @@ inline constexpr std::string_view builtin_policy_names[] = {lru::name,
   return {};
 }
 
+namespace detail {
+template <class F, class P, class... Rest>
+decltype(auto) visit_policy_in(std::string_view canonical, std::string_view name, F& f,
+                               policy_list<P, Rest...> /*unused*/) {
+  if (canonical == P::name) {
+    return std::invoke(f, std::type_identity<P>{});
+  }
+  if constexpr (sizeof...(Rest) > 0) {
+    return visit_policy_in(canonical, name, f, policy_list<Rest...>{});
+  } else {
+    std::string known;
+    for (const std::string_view n : builtin_policy_names) {
+      known += known.empty() ? "" : ", ";
+      known += n;
+    }
+    WISP_FAIL(logic_error, "unknown policy '", name, "' (known: ", known, ")");
+  }
+}
+}  // namespace detail
+
 /// @brief Calls `f(std::type_identity<P>{})` for the built-in policy `P` spelt `name` (see
 /// `builtin_policy_name`) and returns what it returns; every policy's call must return the same
 /// type. The one name-to-type switch of the library: type erasure at the edge, the work inside
@@ -70,49 +96,7 @@ inline constexpr std::string_view builtin_policy_names[] = {lru::name,
 ///   calling `f`; whatever `f` throws.
 template <class F>
 decltype(auto) visit_policy(std::string_view name, F&& f) {
-  const std::string_view canonical = builtin_policy_name(name);
-  if (canonical == lru::name) {
-    return std::invoke(f, std::type_identity<lru>{});
-  }
-  if (canonical == fifo::name) {
-    return std::invoke(f, std::type_identity<fifo>{});
-  }
-  if (canonical == lfu::name) {
-    return std::invoke(f, std::type_identity<lfu>{});
-  }
-  if (canonical == lfu_history::name) {
-    return std::invoke(f, std::type_identity<lfu_history>{});
-  }
-  if (canonical == lfru::name) {
-    return std::invoke(f, std::type_identity<lfru>{});
-  }
-  if (canonical == fld::name) {
-    return std::invoke(f, std::type_identity<fld>{});
-  }
-  if (canonical == least_stale::name) {
-    return std::invoke(f, std::type_identity<least_stale>{});
-  }
-  if (canonical == decayed_frequency::name) {
-    return std::invoke(f, std::type_identity<decayed_frequency>{});
-  }
-  if (canonical == predicted_next_use::name) {
-    return std::invoke(f, std::type_identity<predicted_next_use>{});
-  }
-  if (canonical == reuse_probability::name) {
-    return std::invoke(f, std::type_identity<reuse_probability>{});
-  }
-  if (canonical == learned_belady::name) {
-    return std::invoke(f, std::type_identity<learned_belady>{});
-  }
-  if (canonical == belady::name) {
-    return std::invoke(f, std::type_identity<belady>{});
-  }
-  std::string known;
-  for (const std::string_view n : builtin_policy_names) {
-    known += known.empty() ? "" : ", ";
-    known += n;
-  }
-  WISP_FAIL(logic_error, "unknown policy '", name, "' (known: ", known, ")");
+  return detail::visit_policy_in(builtin_policy_name(name), name, f, builtin_policy_types{});
 }
 
 }  // namespace wisp

@@ -5,8 +5,10 @@
 /// **One type per quantity.** Layer, expert and slot ids, the expert-side counts (layers, experts,
 /// top-k) and capacities are plain `std::int32_t` everywhere (the pager, the caches, traces,
 /// kernels, the allocator's caps), so a top-k buffer from a router goes through without
-/// conversion; KV token and block counts are `std::uint64_t`; bytes are `byte_size` (or
-/// `std::uint64_t` inside hot structures); reuse distances are the reuse area's `distance_type`.
+/// conversion; KV token and block counts are `std::uint64_t`; budgets and bytes summed across
+/// components are `byte_size`, bytes in plain records, statistics and hot structures are
+/// `std::uint64_t` fields named `*_bytes` (docs/conventions.md); reuse distances are the reuse
+/// area's `distance_type`.
 /// `expert_id` and `layer_id` wrap an id only where a call takes two kinds of id next to each
 /// other and a swap would compile silently: `adapter_layout::row(adapter, expert_id)`,
 /// `routing_trace::expert(step, layer_id, j)`. They are trivially copyable, with no overhead.

@@ -77,8 +77,6 @@ concept fused_moe_kernel = requires(K& kernel, const Args& args) {
   kernel(args);
 };
 
-namespace detail {
-
 /// The row a fused-MoE kernel reads for routed id `id`: `map[id]` when `id` is in
 /// `[0, map_size)` and `map[id]` is a row in `[0, rows)`, else -1 (the position contributes
 /// nothing). Host kernels reject the invalid cases up front; device kernels, which cannot throw,
@@ -92,8 +90,6 @@ WISP_HOST_DEVICE std::int32_t visible_row(const std::int32_t* map, std::size_t m
   const std::int32_t row = map[static_cast<std::size_t>(id)];
   return row >= 0 && static_cast<std::size_t>(row) < rows ? row : -1;
 }
-
-}  // namespace detail
 
 /// @brief Checks the shapes of `a` (spans sized for `tokens`, `top_k` and `hidden_dim`).
 /// O(1). Engines call it in debug paths; kernels may call it before launching.

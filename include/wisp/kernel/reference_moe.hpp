@@ -77,8 +77,8 @@ class reference_fused_moe {
         acc_[i] = 0.0f;
       }
       for (std::size_t pos = t * k; pos < (t + 1) * k; ++pos) {
-        const std::int32_t row = detail::visible_row(a.expert_map.data(), a.expert_map.size(),
-                                                     a.experts.rows, a.topk_ids[pos]);
+        const std::int32_t row =
+            visible_row(a.expert_map.data(), a.expert_map.size(), a.experts.rows, a.topk_ids[pos]);
         if (row < 0) {
           continue;
         }
@@ -89,7 +89,7 @@ class reference_fused_moe {
         const float weight = a.topk_weights[pos];
         for (std::int32_t o = 0; o < shape_.hidden; ++o) {
           float& acc = acc_[static_cast<std::size_t>(o)];
-          acc = detail::fma_rn(weight, swiglu_output(w, act_.data(), shape_, o), acc);
+          acc = fma_rn(weight, swiglu_output(w, act_.data(), shape_, o), acc);
         }
       }
       for (std::size_t i = 0; i < h; ++i) {

@@ -54,10 +54,9 @@ struct swiglu_shape {
   }
 };
 
-namespace detail {
-
-// IEEE single-precision operations that no compiler may fuse or reorder: explicit fma, and on
-// the device the round-to-nearest intrinsics nvcc never contracts.
+/// `a * b + c` rounded once to nearest, on the host (`std::fma`) and the device (`__fmaf_rn`,
+/// which nvcc never contracts or reorders): what wisp's kernels accumulate with, so that a
+/// kernel written against it gives the same bits on both. O(1).
 WISP_HOST_DEVICE inline float fma_rn(float a, float b, float c) noexcept {
 #if defined(__CUDA_ARCH__)
   return __fmaf_rn(a, b, c);
@@ -65,6 +64,11 @@ WISP_HOST_DEVICE inline float fma_rn(float a, float b, float c) noexcept {
   return std::fma(a, b, c);
 #endif
 }
+
+namespace detail {
+
+// IEEE single-precision operations that no compiler may fuse or reorder: on the device the
+// round-to-nearest intrinsics nvcc never contracts.
 WISP_HOST_DEVICE inline float mul_rn(float a, float b) noexcept {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
@@ -135,7 +139,7 @@ WISP_HOST_DEVICE inline float exp_portable(float x) noexcept {
 WISP_HOST_DEVICE inline float swiglu_dot(const bf16* w, const float* x, std::int32_t n) noexcept {
   float acc = 0.0f;
   for (std::int32_t i = 0; i < n; ++i) {
-    acc = detail::fma_rn(to_float(w[i]), x[i], acc);
+    acc = fma_rn(to_float(w[i]), x[i], acc);
   }
   return acc;
 }

@@ -32,11 +32,13 @@
 /// @endcode
 #pragma once
 
+#include <wisp/core/enum_names.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/topk.hpp>
 #include <wisp/pager/pager.hpp>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstddef>
@@ -54,20 +56,15 @@ enum class miss_policy : std::uint8_t {
   hybrid,      ///< copy it in, or compute it on the host (exact; see <wisp/pager/hybrid.hpp>)
 };
 
-/// The policy's name: "fetch", "drop", "substitute" or "hybrid".
-[[nodiscard]] constexpr std::string_view to_string(miss_policy p) noexcept {
-  switch (p) {
-    case miss_policy::fetch:
-      return "fetch";
-    case miss_policy::drop:
-      return "drop";
-    case miss_policy::substitute:
-      return "substitute";
-    case miss_policy::hybrid:
-      return "hybrid";
-  }
-  return "fetch";
-}
+/// The policies' names: "fetch", "drop", "substitute", "hybrid" (`to_string`, `from_string`).
+template <>
+struct enum_names<miss_policy> {
+  static constexpr std::array<enum_name<miss_policy>, 4> values{
+      {{miss_policy::fetch, "fetch"},
+       {miss_policy::drop, "drop"},
+       {miss_policy::substitute, "substitute"},
+       {miss_policy::hybrid, "hybrid"}}};
+};
 
 /// @brief Options of `rewrite_misses` / `prepare_with_misses`.
 struct miss_options {

@@ -11,7 +11,7 @@
 /// curve at capacity `c` is the total miss count when every layer has `c` slots, because
 /// `sum_l (cold_l + #{d_l > c}) = cold + #{d > c}` over the summed histogram.
 /// @code
-/// wisp::reuse_histogram h{{wisp::reuse_scope::stream, 1, 64}};
+/// wisp::reuse_histogram h{{wisp::cache_scope::stream, 1, 64}};
 /// wisp::reuse_distance_counter counter{64};
 /// for (std::uint32_t key : stream) h.record(counter.access(key));
 /// wisp::miss_curve curve{h};
@@ -21,6 +21,7 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/scope.hpp>
 #include <wisp/reuse/reuse_distance.hpp>
 
 #include <algorithm>
@@ -34,47 +35,19 @@
 
 namespace wisp {
 
-/// @brief Which caches a histogram describes.
-enum class reuse_scope : std::uint8_t {
-  stream,     ///< one cache over a plain stream of keys
-  global,     ///< one cache over all (layer, expert) keys: key = layer * experts + expert
-  per_layer,  ///< one cache per layer over its experts, every layer with the same capacity
-};
+/// @brief The scope a histogram describes; the one scope type is `cache_scope` (core/scope.hpp).
+using reuse_scope [[deprecated("use wisp::cache_scope")]] = cache_scope;
 
-/// Name of a scope as used in files and on the command line: "stream", "global", "layer".
-[[nodiscard]] constexpr std::string_view to_string(reuse_scope scope) noexcept {
-  switch (scope) {
-    case reuse_scope::global:
-      return "global";
-    case reuse_scope::per_layer:
-      return "layer";
-    case reuse_scope::stream:
-      break;
-  }
-  return "stream";
-}
-
-/// Scope from its name; `std::nullopt` when the name is unknown.
-[[nodiscard]] constexpr std::optional<reuse_scope> parse_scope(std::string_view name) noexcept {
-  if (name == "global") {
-    return reuse_scope::global;
-  }
-  if (name == "layer" || name == "per_layer") {
-    return reuse_scope::per_layer;
-  }
-  if (name == "stream") {
-    return reuse_scope::stream;
-  }
-  return std::nullopt;
-}
-
-inline std::ostream& operator<<(std::ostream& out, reuse_scope scope) {
-  return out << to_string(scope);
+/// @deprecated The scope named `name`: `from_string<cache_scope>(name)`.
+[[deprecated(
+    "use wisp::from_string<wisp::cache_scope>")]] [[nodiscard]] constexpr std::optional<cache_scope>
+parse_scope(std::string_view name) noexcept {
+  return from_string<cache_scope>(name);
 }
 
 /// @brief What a histogram was measured over. Histograms merge only when their shapes are equal.
 struct histogram_shape {
-  reuse_scope scope = reuse_scope::stream;
+  cache_scope scope = cache_scope::stream;
   /// Number of independent caches whose histograms are summed (layers for `per_layer`, else 1).
   std::uint32_t partitions = 1;
   /// Keys per cache (experts for `per_layer`, layers * experts for `global`); bounds distances.

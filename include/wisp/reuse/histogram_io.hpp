@@ -162,14 +162,14 @@ class histogram_text_reader {
   const std::string_view scope_line = in.line("scope");
   constexpr std::string_view scope_key = "scope ";
   const auto scope = scope_line.substr(0, scope_key.size()) == scope_key
-                         ? parse_scope(scope_line.substr(scope_key.size()))
+                         ? from_string<cache_scope>(scope_line.substr(scope_key.size()))
                          : std::nullopt;
   if (!scope) {
     in.fail(in.line_start(), "expected 'scope stream|global|layer', found '", scope_line, "'");
   }
   const std::uint64_t partitions_at = in.position();
   const auto partitions = static_cast<std::uint32_t>(in.field("partitions", u32_max));
-  if (partitions == 0 || (*scope != reuse_scope::per_layer && partitions != 1)) {
+  if (partitions == 0 || (*scope != cache_scope::per_layer && partitions != 1)) {
     in.fail(partitions_at, "partitions ", partitions, " is invalid for scope ", *scope);
   }
   const auto keys = static_cast<std::uint32_t>(in.field("keys", u32_max - 1));

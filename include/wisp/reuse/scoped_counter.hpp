@@ -10,7 +10,7 @@
 /// keys cannot evict each other, as wisp's pager and `wisp sim` run it; `access` measures every
 /// expert access on its own (the textbook LRU of Mattson et al.). See `reuse_granularity`.
 /// @code
-/// wisp::scoped_reuse_counter counter{wisp::reuse_scope::per_layer, 26, 64};
+/// wisp::scoped_reuse_counter counter{wisp::cache_scope::per_layer, 26, 64};
 /// const std::uint32_t experts[] = {17, 3};
 /// counter.access_call(0, experts);   // layer 0 asks for experts 17 and 3
 /// wisp::miss_curve curve{counter.histogram()};
@@ -18,11 +18,13 @@
 #pragma once
 
 #include <wisp/core/config.hpp>
+#include <wisp/core/enum_names.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/reuse/histogram.hpp>
 #include <wisp/reuse/reuse_distance.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -45,21 +47,19 @@ enum class reuse_granularity : std::uint8_t {
   access,  ///< one expert access at a time, textbook LRU
 };
 
-/// Name of a granularity as used on the command line: "call", "access".
-[[nodiscard]] constexpr std::string_view to_string(reuse_granularity g) noexcept {
-  return g == reuse_granularity::call ? "call" : "access";
-}
+/// The granularities' names on the command line and in Python: "call", "access" (`to_string`,
+/// `from_string`).
+template <>
+struct enum_names<reuse_granularity> {
+  static constexpr std::array<enum_name<reuse_granularity>, 2> values{
+      {{reuse_granularity::call, "call"}, {reuse_granularity::access, "access"}}};
+};
 
-/// Granularity from its name; `std::nullopt` when the name is unknown.
-[[nodiscard]] constexpr std::optional<reuse_granularity> parse_granularity(
-    std::string_view name) noexcept {
-  if (name == "call") {
-    return reuse_granularity::call;
-  }
-  if (name == "access") {
-    return reuse_granularity::access;
-  }
-  return std::nullopt;
+/// @deprecated The granularity named `name`: `from_string<reuse_granularity>(name)`.
+[[deprecated("use wisp::from_string<wisp::reuse_granularity>")]] [[nodiscard]] constexpr std::
+    optional<reuse_granularity>
+    parse_granularity(std::string_view name) noexcept {
+  return from_string<reuse_granularity>(name);
 }
 
 /// @brief Exact reuse-distance profiling of a (layer, expert) stream in one scope.
@@ -71,14 +71,14 @@ class scoped_reuse_counter {
   using distance_type = reuse_distance_counter::distance_type;
 
   /// @throws wisp::logic_error if `layers` or `experts` is 0, or the scope is `stream`.
-  scoped_reuse_counter(reuse_scope scope, std::uint32_t layers, std::uint32_t experts)
+  scoped_reuse_counter(cache_scope scope, std::uint32_t layers, std::uint32_t experts)
       : layers_(layers), experts_(experts) {
     WISP_EXPECTS(layers > 0 && experts > 0, "a scoped counter needs layers and experts, got ",
                  layers, " x ", experts);
-    WISP_EXPECTS(scope != reuse_scope::stream,
+    WISP_EXPECTS(scope != cache_scope::stream,
                  "a scoped counter is global or per-layer; use reuse_distance_counter for a plain "
                  "stream");
-    if (scope == reuse_scope::global) {
+    if (scope == cache_scope::global) {
       counters_.emplace_back(std::size_t{layers} * experts);
       histogram_ = reuse_histogram{{scope, 1, layers * experts}};
     } else {
@@ -132,7 +132,7 @@ class scoped_reuse_counter {
     access_call(layer, experts, distances_);
   }
 
-  [[nodiscard]] reuse_scope scope() const noexcept { return histogram_.shape().scope; }
+  [[nodiscard]] cache_scope scope() const noexcept { return histogram_.shape().scope; }
   /// Histogram of every access so far (summed over layers in the per-layer scope).
   [[nodiscard]] const reuse_histogram& histogram() const noexcept { return histogram_; }
   /// Distinct keys seen by the largest single cache (global: all keys; per-layer: the busiest

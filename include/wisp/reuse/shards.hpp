@@ -115,7 +115,7 @@ class sampled_reuse_counter {
         seed_(mix(options.seed ^ 0x9e3779b97f4a7c15ull)),
         adjust_(options.adjust),
         counter_(key_space, expected_sampled_keys(key_space, options.rate)),
-        sample_({reuse_scope::stream, 1, 0}) {}
+        sample_({cache_scope::stream, 1, 0}) {}
 
   /// Same as `sampled_reuse_counter(key_space, shards_options{rate, seed})`.
   sampled_reuse_counter(std::size_t key_space, double rate, std::uint64_t seed = 0)

@@ -4,7 +4,7 @@
 /// and the trace-independent reuse headers).
 /// @code
 /// auto trace = wisp::import_esft("shared/traces/raw/esft_deepseek_v2_lite_intent");
-/// auto profile = wisp::profile_trace(trace, wisp::reuse_scope::global);
+/// auto profile = wisp::profile_trace(trace, wisp::cache_scope::global);
 /// wisp::miss_curve curve{profile.histogram};   // == wisp sim --policy lru, per capacity
 /// @endcode
 #pragma once
@@ -37,9 +37,9 @@ struct reuse_profile {
 /// `simulate<lru>` with `protect_calls = false`, at every capacity from 1).
 ///
 /// Complexity: O(accesses * log(keys)), memory O(layers * experts), one pass.
-/// @throws wisp::logic_error if `scope` is `reuse_scope::stream`.
+/// @throws wisp::logic_error if `scope` is `cache_scope::stream`.
 [[nodiscard]] inline reuse_profile profile_trace(
-    const routing_trace& trace, reuse_scope scope,
+    const routing_trace& trace, cache_scope scope,
     reuse_granularity granularity = reuse_granularity::call) {
   const auto& shape = trace.shape();
   scoped_reuse_counter counter{scope, static_cast<std::uint32_t>(shape.layers),

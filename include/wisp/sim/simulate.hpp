@@ -6,8 +6,8 @@
 ///
 /// The input is either a range of accesses or a callable `source(f)` that calls `f(a)` for every
 /// access in order; an access is anything with `step`, `layer` and `expert` members
-/// (`wisp::access`, `wisp::access`, ...), so this header does not depend on the trace
-/// area (see `<wisp/sim/trace_sim.hpp>` for the `routing_trace` overload).
+/// (`wisp::access` or a user's own struct); `<wisp/sim/trace_sim.hpp>` has the `routing_trace`
+/// overload.
 ///
 /// **Calls.** Consecutive accesses with the same (step, layer) form one call, as one MoE layer's
 /// request in an engine: its experts are protected from each other's misses (vLLM's intra-batch
@@ -17,8 +17,7 @@
 /// @code
 /// std::vector<wisp::access> stream = {{0, 0, 3}, {0, 0, 5}, {0, 1, 2}, {1, 0, 3}};
 /// wisp::sim_config cfg{.scope = wisp::cache_scope::global, .capacity = 2,
-///                           .bandwidth = {.bytes_per_expert = 9u << 20, .gb_per_s = 25.0,
-///                                         .miss_latency_us = 10.0}};
+///                      .expert_bytes = 9u << 20, .link = wisp::link_model::from_gbps(25.0, 10.0)};
 /// auto r = wisp::simulate<wisp::lru>({.layers = 2, .experts = 8}, stream, cfg);
 /// // r.stats.misses, r.bytes_moved, r.stall_seconds
 /// @endcode
@@ -30,6 +29,7 @@
 #include <wisp/cache/visit_policy.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/trace/routing_trace.hpp>
+#include <wisp/transfer/timeline.hpp>
 
 #include <concepts>
 #include <cstddef>
@@ -44,26 +44,16 @@
 
 namespace wisp {
 
-/// Serial transfer model: every miss costs `miss_latency_us + bytes_per_expert / (gb_per_s*1e9)`.
-struct bandwidth_model {
-  std::uint64_t bytes_per_expert = 0;
-  double gb_per_s = 0.0;         ///< host -> device bandwidth in GB/s (1e9 B/s); 0 = no transfer
-  double miss_latency_us = 0.0;  ///< fixed cost per miss (launch, sync), microseconds
-
-  /// Seconds one miss stalls. 0 when both terms are 0.
-  [[nodiscard]] constexpr double seconds_per_miss() const noexcept {
-    const double transfer =
-        gb_per_s > 0.0 ? static_cast<double>(bytes_per_expert) / (gb_per_s * 1e9) : 0.0;
-    return transfer + miss_latency_us * 1e-6;
-  }
-};
-
 /// What to simulate.
 struct sim_config {
   cache_scope scope = cache_scope::per_layer;
   /// Slots per layer (per-layer scope) or in total (global scope).
   std::int32_t capacity = 1;
-  bandwidth_model bandwidth{};
+  /// Bytes one miss copies (`sim_result::bytes_moved` = misses x this).
+  std::uint64_t expert_bytes = 0;
+  /// The link every miss crosses, serially: a miss stalls `link.copy_seconds(expert_bytes)`.
+  /// Default: infinitely fast, no latency (no stall).
+  link_model link = link_model::from_gbps(0.0, 0.0);
   /// Group consecutive accesses of one (step, layer) into a protected call (default), or replay
   /// every access on its own.
   bool protect_calls = true;
@@ -79,7 +69,7 @@ struct sim_result {
   cache_stats stats;                   ///< accesses, hits, misses, evictions, collision misses
   std::vector<cache_stats> per_layer;  ///< the same counters per layer of the accessed expert
   std::uint64_t bytes_moved = 0;       ///< misses x bytes_per_expert
-  double stall_seconds = 0.0;          ///< misses x bandwidth.seconds_per_miss()
+  double stall_seconds = 0.0;          ///< misses x link.copy_seconds(expert_bytes)
 };
 
 namespace detail {
@@ -140,9 +130,6 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(moe_shape
                                                                        const Source& source,
                                                                        const sim_config& config,
                                                                        MakePolicy make_policy);
-
-/// Names of the built-in policies accepted by `simulate_named` (`wisp::builtin_policy_names`).
-inline constexpr const auto& builtin_policies = builtin_policy_names;
 
 /// @brief Type-erased entry point for tools: picks a built-in policy by name (`visit_policy`:
 /// `-` reads as `_`, so "least-stale" is `least_stale`).

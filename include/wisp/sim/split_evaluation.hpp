@@ -184,7 +184,7 @@ inline stream_distances measure(const eval_workload& w) {
   stream_distances out;
   out.expert_ids.reserve(w.experts.access_count());
   out.expert_d.reserve(w.experts.access_count());
-  scoped_reuse_counter per_layer{reuse_scope::per_layer, static_cast<std::uint32_t>(shape.layers),
+  scoped_reuse_counter per_layer{cache_scope::per_layer, static_cast<std::uint32_t>(shape.layers),
                                  static_cast<std::uint32_t>(shape.experts)};
   std::vector<std::uint32_t> call(static_cast<std::size_t>(shape.top_k));
   std::vector<std::uint32_t> d(call.size());
@@ -213,12 +213,12 @@ inline std::pair<miss_curve, miss_curve> curves(const eval_workload& w, const st
   }
   const std::uint64_t expert_accesses = steps * shape.ids_per_step();
   const std::uint64_t kv_accesses = rounds == 0 ? 0 : w.kv.rounds[rounds - 1].end;
-  reuse_histogram he{{reuse_scope::per_layer, static_cast<std::uint32_t>(shape.layers),
+  reuse_histogram he{{cache_scope::per_layer, static_cast<std::uint32_t>(shape.layers),
                       static_cast<std::uint32_t>(shape.experts)}};
   for (std::uint64_t i = 0; i < expert_accesses; ++i) {
     he.record(d.expert_d[i]);
   }
-  reuse_histogram hk{{reuse_scope::stream, 1, 0}};
+  reuse_histogram hk{{cache_scope::stream, 1, 0}};
   for (std::uint64_t i = 0; i < kv_accesses; ++i) {
     hk.record(d.kv_d[i]);
   }

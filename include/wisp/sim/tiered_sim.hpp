@@ -7,20 +7,21 @@
 ///
 /// **Model.** A layer's experts have `tensors` tensors of `tensor_elements` BF16 values; an SM
 /// chunk is one byte per value, the compressed E-chunks `exponent_ratio` bytes per value. The
-/// slow store is read at `link_bytes_per_second` by one I/O thread (u = SM bytes / link, v = one
-/// E-chunk's bytes / link), a decode thread turns an E-chunk into exponents at
-/// `decode_bytes_per_second` of BF16 output (c), recovery is free (on the device, at memory speed)
-/// and each routed expert then executes for `execute_seconds`. The plain cache is the same
-/// frequency-ranked dispatch with only an F pool of `budget_bytes / full bytes` experts: its
-/// misses read full tensors (2 bytes per value) and need no decode; its makespan is the reads back
-/// to back with each expert executing after its own reads.
+/// slow store is read over `link` (a `link_model`: each read costs its latency plus bytes over the
+/// bandwidth) by one I/O thread (u = one SM chunk's read, v = one E-chunk's read), a decode thread
+/// turns an E-chunk into exponents at `decode_bytes_per_second` of BF16 output (c), recovery is
+/// free (on the device, at memory speed) and each routed expert then executes for
+/// `execute_seconds`. The plain cache is the same frequency-ranked dispatch with only an F pool of
+/// `budget_bytes / full bytes` experts: its misses read full tensors (2 bytes per value) and need
+/// no decode; its makespan is the reads back to back with each expert executing after its own
+/// reads.
 ///
 /// **Per call, reported.** *measured*: the makespan of Algorithm 1's schedule (exact event
 /// simulation); *estimated*: Algorithm 3 on the call's observed hit pattern; *expected* (per
 /// call, from the model): `sum_h P(h) T(h)` with q fitted to the trace's own rank marginals.
 /// @code
 /// wisp::tiered_sim_config cfg = wisp::tiered_sim_config::deepseek_v2_lite();
-/// cfg.link_bytes_per_second = 3.5e9;
+/// cfg.link = {.bytes_per_second = 3.5e9, .latency_seconds = 0.0};
 /// cfg.budget_bytes = 16 * cfg.full_bytes();
 /// cfg.capacity = wisp::plan_for_trace(trace, cfg).best.sizes;
 /// wisp::tiered_sim_result r = wisp::simulate_tiered(trace, cfg);
@@ -33,6 +34,7 @@
 #include <wisp/tiered/tier_model.hpp>
 #include <wisp/tiered/tiered_cache.hpp>
 #include <wisp/trace/routing_trace.hpp>
+#include <wisp/transfer/timeline.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -50,9 +52,9 @@ struct tiered_sim_config {
   double exponent_ratio = 0.33;                 ///< compressed E-chunk bytes per value (rho)
   std::uint32_t e_chunks = 8;                   ///< K
   std::uint32_t threads = 8;                    ///< L decode threads
-  double link_bytes_per_second = 3.5e9;         ///< the slow store's read rate
-  double decode_bytes_per_second = 2.28e9;      ///< one thread's decode rate, BF16 output bytes
-  double execute_seconds = 50e-6;               ///< p: one expert's execution
+  link_model link{.bytes_per_second = 3.5e9, .latency_seconds = 0.0};  ///< the slow store's reads
+  double decode_bytes_per_second = 2.28e9;  ///< one thread's decode rate, BF16 output bytes
+  double execute_seconds = 50e-6;           ///< p: one expert's execution
   std::uint64_t budget_bytes = 0;  ///< memory of one layer's pools (and of the plain cache)
   tier_sizes capacity{};           ///< the hierarchy's pools (e.g. from `plan_for_trace`)
   std::int32_t tolerance = 0;      ///< delta
@@ -71,13 +73,17 @@ struct tiered_sim_config {
   /// The schedule's durations.
   [[nodiscard]] tier_costs schedule() const noexcept {
     const auto n = static_cast<double>(tensor_elements);
-    return {.sm_read = n / link_bytes_per_second,
-            .e_read = exponent_ratio * n / e_chunks / link_bytes_per_second,
+    return {.sm_read = read_seconds(n),
+            .e_read = read_seconds(exponent_ratio * n / e_chunks),
             .decode = 2.0 * n / e_chunks / decode_bytes_per_second,
             .threads = threads,
             .e_chunks = e_chunks,
             .tensors = tensors,
             .recover = 0.0};
+  }
+  /// Seconds one read of `bytes` (fractional: an average chunk) takes over `link`.
+  [[nodiscard]] double read_seconds(double bytes) const noexcept {
+    return link.latency_seconds + bytes / link.bytes_per_second;
   }
   /// Algorithm 3's constants.
   [[nodiscard]] tier_costs costs() const noexcept { return schedule(); }
@@ -88,10 +94,10 @@ struct tiered_sim_config {
                  ", e_chunks ", e_chunks, " and threads ", threads, " must be >= 1");
     WISP_EXPECTS(exponent_ratio > 0.0 && exponent_ratio <= 1.0,
                  "tiered_sim_config: exponent_ratio ", exponent_ratio, " is outside (0, 1]");
-    WISP_EXPECTS(link_bytes_per_second > 0.0 && decode_bytes_per_second > 0.0 &&
-                     std::isfinite(link_bytes_per_second) && std::isfinite(decode_bytes_per_second),
-                 "tiered_sim_config: link ", link_bytes_per_second, " and decode ",
-                 decode_bytes_per_second, " B/s must be finite and > 0");
+    link.validate();
+    WISP_EXPECTS(decode_bytes_per_second > 0.0 && std::isfinite(decode_bytes_per_second),
+                 "tiered_sim_config: decode ", decode_bytes_per_second,
+                 " B/s must be finite and > 0");
     WISP_EXPECTS(std::isfinite(execute_seconds) && execute_seconds >= 0.0,
                  "tiered_sim_config: execute_seconds ", execute_seconds, " must be >= 0");
     std::uint64_t used = 0;
@@ -226,8 +232,7 @@ inline double plain_makespan(std::int32_t hits, std::int32_t misses, double full
   }
   const tier_costs sp = cfg.schedule();
   const tier_costs costs = cfg.costs();
-  const double full_read =
-      2.0 * static_cast<double>(cfg.tensor_elements) / cfg.link_bytes_per_second;
+  const double full_read = cfg.read_seconds(2.0 * static_cast<double>(cfg.tensor_elements));
   const auto per_value = [&](double bytes_per_value) {
     return static_cast<std::uint64_t>(std::llround(bytes_per_value * cfg.tensor_elements)) *
            cfg.tensors;

@@ -84,10 +84,9 @@ inline std::size_t plan_copy_runs(copy_plan plan, std::span<copy_run> out) {
   return runs;
 }
 
-namespace detail {
-
-/// Checks layouts and plans for the copy engines; keeps the scratch that finds a slot written
-/// twice (grown to the largest slot tensor seen, so a steady state allocates nothing).
+/// @brief Checks layouts and plans for a copy engine (the host's, `wisp::cuda`'s or a user's).
+/// Keeps the scratch that finds a slot written twice, grown to the largest slot tensor seen, so
+/// a steady state allocates nothing. Not thread-safe.
 class copy_plan_checker {
  public:
   /// @throws wisp::logic_error naming the values (nothing copied) if `row_bytes` is 0 or exceeds
@@ -129,8 +128,6 @@ class copy_plan_checker {
   std::vector<std::uint32_t> stamps_;
   std::uint32_t generation_ = 0;
 };
-
-}  // namespace detail
 
 /// @brief Executes copy plans (see the file comment for the ordering rules).
 ///
@@ -205,7 +202,7 @@ class host_copy_engine {
   /// @brief Enqueues the copies of `plan` (see `copy_engine`). O(plan.size()) plus the copies,
   /// which run on the executor; blocks only while the queue is full.
   /// @throws wisp::logic_error (nothing enqueued) if the plan does not fit `layout` (see
-  ///   `detail::copy_plan_checker`) or `after.modelled` is not a valid time.
+  ///   `copy_plan_checker`) or `after.modelled` is not a valid time.
   event copy(const copy_layout& layout, copy_plan plan, event after = {}) {
     checker_.check("host_copy_engine::copy", layout, plan);
     WISP_EXPECTS(std::isfinite(after.modelled.time) && after.modelled.time >= 0,
@@ -314,7 +311,7 @@ class host_copy_engine {
 
   device_timeline* timeline_;
   any_executor executor_;
-  detail::copy_plan_checker checker_;
+  copy_plan_checker checker_;
   std::vector<copy_run> runs_;  // scratch of `copy`
   copy_engine_stats stats_;
   std::uint64_t submitted_ = 0;  // tickets handed out (owner thread only)

@@ -305,23 +305,7 @@ device_profile_preset_names() noexcept {
 /// @brief The profile as one JSON object in the file format (`moe_gbps` only when given); numbers
 /// are written so that `parse_device_profile(to_json(p)) == p`.
 [[nodiscard]] inline std::string to_json(const device_profile& p) {
-  const auto quoted = [](const std::string& s) {
-    std::string out = "\"";
-    for (const char c : s) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += c;
-      } else if (static_cast<unsigned char>(c) < 0x20) {
-        static constexpr char hex[] = "0123456789abcdef";
-        out += "\\u00";
-        out += hex[(c >> 4) & 0xf];
-        out += hex[c & 0xf];
-      } else {
-        out += c;
-      }
-    }
-    return out + "\"";
-  };
+  const auto quoted = [](const std::string& s) { return detail::json_quote(s); };
   std::ostringstream o;
   o.precision(17);
   o << "{\"name\": " << quoted(p.name) << ", \"source\": " << quoted(p.source)

@@ -23,20 +23,30 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
+#include <limits>
 #include <span>
 
 namespace wisp {
 
-/// @brief The cost of one host-to-device copy: `latency_seconds + bytes / bytes_per_second`.
+/// @brief The cost of one copy over a link: `latency_seconds + bytes / bytes_per_second`. The one
+/// link type of the timeline, the simulators and the engine; an infinite bandwidth is a link
+/// whose copies cost only their latency.
 struct link_model {
   double bytes_per_second = 25e9;  ///< sustained bandwidth (default: a PCIe 4.0 x16 link)
   double latency_seconds = 10e-6;  ///< fixed cost per copy (issue, DMA set-up)
 
-  /// @throws wisp::logic_error unless the bandwidth is finite and > 0 and the latency finite and
-  ///   >= 0.
+  /// The link of `gb_per_s` GB/s (1e9 B/s; 0: infinitely fast) and `latency_us` microseconds per
+  /// copy, the units of the command line and Python. Not validated (see `validate`).
+  [[nodiscard]] static constexpr link_model from_gbps(double gb_per_s, double latency_us) noexcept {
+    return {gb_per_s == 0.0 ? std::numeric_limits<double>::infinity() : gb_per_s * 1e9,
+            latency_us * 1e-6};
+  }
+
+  /// @throws wisp::logic_error unless the bandwidth is > 0 (infinity allowed) and the latency
+  ///   finite and >= 0.
   void validate() const {
-    WISP_EXPECTS(std::isfinite(bytes_per_second) && bytes_per_second > 0,
-                 "link_model: bytes_per_second must be finite and > 0, got ", bytes_per_second);
+    WISP_EXPECTS(!std::isnan(bytes_per_second) && bytes_per_second > 0,
+                 "link_model: bytes_per_second must be > 0, got ", bytes_per_second);
     WISP_EXPECTS(std::isfinite(latency_seconds) && latency_seconds >= 0,
                  "link_model: latency_seconds must be finite and >= 0, got ", latency_seconds);
   }

@@ -96,7 +96,7 @@ int main() {
 
   // Exact per-layer LRU miss curve from one pass of stack distances, one access at a time.
   const auto profile =
-      wisp::profile_trace(trace, wisp::reuse_scope::per_layer, wisp::reuse_granularity::access);
+      wisp::profile_trace(trace, wisp::cache_scope::per_layer, wisp::reuse_granularity::access);
   const wisp::miss_curve curve{profile.histogram};
   std::printf("cold %llu, distinct per layer %zu\nmisses:",
               static_cast<unsigned long long>(curve.cold()), profile.distinct_per_cache);

@@ -34,8 +34,8 @@ int main() {
   wcfg.top_k = acfg.top_k = 2;
   const auto wtrace = wisp::make_synthetic_trace(wcfg, 200, 7);
   const auto atrace = acme::make_synthetic_trace(acfg, 200, 7);
-  const wisp::miss_curve wcurve{wisp::profile_trace(wtrace, wisp::reuse_scope::global).histogram};
-  const acme::miss_curve acurve{acme::profile_trace(atrace, acme::reuse_scope::global).histogram};
+  const wisp::miss_curve wcurve{wisp::profile_trace(wtrace, wisp::cache_scope::global).histogram};
+  const acme::miss_curve acurve{acme::profile_trace(atrace, acme::cache_scope::global).histogram};
   for (std::uint64_t c = 0; c <= 36; ++c) {
     expect(wcurve.misses(c) == acurve.misses(c), "both copies compute the same miss curve");
   }

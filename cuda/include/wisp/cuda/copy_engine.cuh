@@ -224,7 +224,7 @@ class copy_engine {
   std::vector<cudaEvent_t> events_;
   std::size_t next_event_ = 0;
   bool batch_works_ = true;
-  wisp::detail::copy_plan_checker checker_;
+  wisp::copy_plan_checker checker_;
   std::vector<copy_run> runs_;
   std::vector<void*> destinations_;
   std::vector<const void*> sources_;

@@ -77,7 +77,7 @@ fused_moe_params<Activation, Id> make_fused_moe_params(
 /// @brief Computes token `t`'s output row with the group `g` (see the file comment).
 ///
 /// Positions whose id is out of the map, or whose map entry is not a row of `experts`, are
-/// skipped (`detail::visible_row`): a kernel cannot throw. `scratch` holds
+/// skipped (`visible_row`): a kernel cannot throw. `scratch` holds
 /// `fused_moe_scratch_floats(p.shape)` floats shared by the group. O(k x H x I) work, split over
 /// the group; `sync`s between phases.
 WISP_DETAIL_EXEC_CHECK_DISABLE
@@ -100,7 +100,7 @@ WISP_HOST_DEVICE void fused_moe_token(const Group& g, const fused_moe_params<Act
     const std::size_t pos = static_cast<std::size_t>(t) * static_cast<std::size_t>(p.top_k) +
                             static_cast<std::size_t>(j);
     const std::int32_t row =
-        wisp::detail::visible_row(p.expert_map, p.map_size, p.experts.rows, p.topk_ids[pos]);
+        wisp::visible_row(p.expert_map, p.map_size, p.experts.rows, p.topk_ids[pos]);
     if (row < 0) {
       continue;  // the same decision in every rank
     }
@@ -111,7 +111,7 @@ WISP_HOST_DEVICE void fused_moe_token(const Group& g, const fused_moe_params<Act
     g.sync();
     const float weight = p.topk_weights[pos];
     for (std::int32_t o = r; o < h; o += size) {
-      acc[o] = wisp::detail::fma_rn(weight, swiglu_output(w, act, p.shape, o), acc[o]);
+      acc[o] = wisp::fma_rn(weight, swiglu_output(w, act, p.shape, o), acc[o]);
     }
     g.sync();  // `act` is rewritten by the next expert
   }

@@ -4,7 +4,7 @@
 /// arrays, numbers, strings with escapes, true/false/null. Standard library only, so the JSONL
 /// importer, the model-file reader and the safetensors header reader stay header-only. Not a
 /// general-purpose JSON library: numbers are kept as `double`, duplicate keys are rejected, nesting
-/// is limited to 64 levels.
+/// is limited to 64 levels. `json_quote` writes a string literal the parser reads back.
 #pragma once
 
 #include <wisp/core/error.hpp>
@@ -355,5 +355,25 @@ class json_parser {
   std::uint64_t base_;
   std::size_t i_ = 0;
 };
+
+/// `s` as a JSON string literal: quotes and backslashes escaped, control characters as `\u00XX`,
+/// every other byte as is (UTF-8 passes through). O(|s|).
+[[nodiscard]] inline std::string json_quote(std::string_view s) {
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += "\\u00";
+      out += hex[(c >> 4) & 0xf];
+      out += hex[c & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out + '"';
+}
 
 }  // namespace wisp::detail

@@ -108,9 +108,9 @@ requires std::invocable<MakePolicy&, std::int32_t> sim_result simulate(moe_shape
     replay.flush();
     result.stats = caches.stats();
   }
-  result.bytes_moved = result.stats.misses * config.bandwidth.bytes_per_expert;
+  result.bytes_moved = result.stats.misses * config.expert_bytes;
   result.stall_seconds =
-      static_cast<double>(result.stats.misses) * config.bandwidth.seconds_per_miss();
+      static_cast<double>(result.stats.misses) * config.link.copy_seconds(config.expert_bytes);
   return result;
 }
 
