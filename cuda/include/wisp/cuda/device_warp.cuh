@@ -14,6 +14,7 @@
 #include <wisp/cuda/warp_lanes.hpp>
 
 #include <cstdint>
+#include <utility>
 
 namespace wisp::cuda {
 
@@ -34,9 +35,11 @@ struct device_warp {
   [[nodiscard]] __device__ static std::int32_t lane() noexcept {
     return static_cast<std::int32_t>(threadIdx.x & 31u);
   }
+  // The return type is spelt out: nvcc's host pass cannot deduce a device function's, and
+  // `warp_lanes` checks it there.
   template <class F>
-  [[nodiscard]] __device__ auto lanes(F f) const {
-    return values<decltype(f(std::int32_t{0}))>{f(lane())};
+  [[nodiscard]] __device__ values<decltype(std::declval<F&>()(std::int32_t{0}))> lanes(F f) const {
+    return {f(lane())};
   }
   template <class F>
   __device__ void each(F f) const {
@@ -71,5 +74,6 @@ struct device_warp {
  private:
   static constexpr unsigned all = 0xffffffffu;
 };
+static_assert(warp_lanes<device_warp>);
 
 }  // namespace wisp::cuda

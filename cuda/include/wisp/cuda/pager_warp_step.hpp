@@ -43,7 +43,7 @@ namespace wisp::cuda {
 /// Thread safety: one warp per layer at a time; other layers may step concurrently, each with
 /// its own `ws.victims`.
 WISP_DETAIL_EXEC_CHECK_DISABLE
-template <class Warp, topk_id Id>
+template <warp_lanes Warp, topk_id Id>
 WISP_HOST_DEVICE pager_step_status warp_pager_step(const Warp& w, const pager_layer_ref& s,
                                                    const pager_workspace& ws, const Id* ids,
                                                    std::int32_t n) {

@@ -36,9 +36,29 @@
 #include <wisp/cuda/thread_group.hpp>
 
 #include <bit>
+#include <concepts>
 #include <cstdint>
 
 namespace wisp::cuda {
+
+/// @brief A warp's lanes with the interface above (`lockstep_warp`, `device_warp`, or a user's):
+/// what `warp_pager_step` and other warp step functions take. Checked in unevaluated context only,
+/// so a device-only type satisfies it in host compilation too.
+template <class W>
+concept warp_lanes = requires(const W& w, const typename W::template values<std::int32_t>& ids,
+                              const typename W::template values<std::uint32_t>& masks,
+                              const typename W::template values<std::uint64_t>& wide,
+                              bool (*predicate)(std::int32_t), void (*effect)(std::int32_t)) {
+  requires W::width == 32;
+  { w.lanes(predicate) } -> std::same_as<typename W::template values<bool>>;
+  w.each(effect);
+  { w.ballot(predicate) } -> std::same_as<std::uint32_t>;
+  { w.match(ids) } -> std::same_as<typename W::template values<std::uint32_t>>;
+  { w.reduce_or(masks) } -> std::same_as<std::uint32_t>;
+  { w.broadcast(ids, 0) } -> std::same_as<std::int32_t>;
+  { w.broadcast(wide, 0) } -> std::same_as<std::uint64_t>;
+  w.sync();
+};
 
 /// Number of set bits of `mask`. O(1).
 [[nodiscard]] WISP_HOST_DEVICE inline std::int32_t popcount32(std::uint32_t mask) noexcept {
@@ -133,5 +153,6 @@ struct lockstep_warp {
   }
   WISP_HOST_DEVICE constexpr void sync() const noexcept {}
 };
+static_assert(warp_lanes<lockstep_warp>);
 
 }  // namespace wisp::cuda
