@@ -30,8 +30,13 @@
 /// the same placement with an even split, and EPLB's replication and packing by each replica's
 /// cost when resident, (4) a first-improvement local search (a slot moved between ranks; a
 /// replica dropped, added, moved, swapped or put in place of another, each followed by slot moves)
-/// runs from each, and the best result is kept; (5) then, while evaluations are left, the best plan
-/// is perturbed by a few random moves (fixed seed) and searched again, and kept when no worse.
+/// runs from each, each descent followed by an exact step that moves every rank's replicas and
+/// slots, as a whole, to the rank where they cost least (a rank's step is affine in its own copy
+/// seconds, so this is an assignment problem, solved exactly in O(ranks^4)), and the best result
+/// is kept; (5) then, while evaluations are left, trials alternate between the best plan shaken by
+/// 1-6 random moves and a random plan (fixed seed); each is searched the same way and kept when no
+/// worse. The random restarts matter under the load bound, where few plans are admissible and
+/// the best one can be several moves from any other, each move inadmissible alone.
 /// Plans are ranked by `max_r C_r`, then the next slowest rank and so on, among those whose
 /// modelled token load is within `max_load_imbalance` of the mean (the others rank after them, by
 /// their imbalance): the replica choice follows residency, so a plan that piles resident experts on
@@ -49,6 +54,7 @@
 
 #include <wisp/core/detail/random.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/parallel/detail/pack_layer.hpp>
 #include <wisp/parallel/detail/plan_search.hpp>
 #include <wisp/parallel/placement.hpp>
 #include <wisp/parallel/replica_choice.hpp>
@@ -171,7 +177,8 @@ struct ep_plan {
 
 /// @brief Plans the placement and the budget split minimising the modelled slowest rank (see the
 /// file comment). Deterministic. O(keys log keys + replicas x (ranks + local_experts)) to build,
-/// plus at most `search_evaluations` evaluations of O(replicas) each.
+/// plus at most `search_evaluations` evaluations of O(replicas) each (and 2^26 replica visits in
+/// all), and O(ranks^4) for the exact rank assignment after each descent.
 /// @throws wisp::logic_error, naming the values, on bad loads or counts, invalid costs,
 ///   `ranks x local_experts < experts`, `min_slots < 1`, `search_evaluations < 0`, or
 ///   `total_slots` outside `[ranks x min_slots, ranks x layers x local_experts]` (a split would
@@ -320,10 +327,14 @@ struct ep_plan {
   }
   std::int32_t left = static_cast<std::int32_t>(
       std::min<std::int64_t>(config.search_evaluations, detail::search_visits / replicas));
-  const auto search = [&](detail::plan_state& st, std::int32_t cap) {
-    std::int32_t budget = std::min(cap, left);
+  const auto search = [&](detail::plan_state& st, std::int32_t most) {
+    const double bound = config.max_load_imbalance;
+    std::int32_t budget = std::min(most, left);
     const std::int32_t given = budget;
-    detail::local_search(st, config.min_slots, config.max_load_imbalance, budget);
+    detail::local_search(st, config.min_slots, bound, budget);
+    while (detail::relabel_ranks(st, config.costs.copy_seconds, bound, budget)) {
+      detail::local_search(st, config.min_slots, bound, budget);
+    }
     left -= given - budget;
   };
   // The other starts: the same placement with an even split, and EPLB's replication and packing
@@ -382,9 +393,18 @@ struct ep_plan {
   }
   detail::xoshiro256ss rng(0x5eed);
   detail::plan_score best_score = detail::score(s);
-  while (left > 0) {
-    detail::plan_state trial = s;
-    detail::perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
+  // (5) Trials alternate: the best plan shaken by a few random moves, and a random plan; each is
+  // searched and kept when no worse. The restarts matter under a tight load bound: few plans are
+  // admissible there, and another basin's can be several moves away, each inadmissible alone.
+  for (std::int64_t trial_count = 0; left > 0; ++trial_count) {
+    const bool shake = trial_count % 2 == 0;
+    detail::plan_state trial =
+        shake ? s : detail::plan_state(loads, layers, experts, g, p, config.costs);
+    if (shake) {
+      detail::perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
+    } else {
+      detail::random_plan(trial, rng, layers, config.min_slots, config.total_slots);
+    }
     --left;
     search(trial, left);
     detail::plan_score now = detail::score(trial);
