@@ -16678,18 +16678,19 @@ class replica_chooser {
 /// the same placement with an even split, and EPLB's replication and packing by each replica's
 /// cost when resident, (4) a first-improvement local search (a slot moved between ranks; a
 /// replica dropped, added, moved, swapped or put in place of another, each followed by slot moves)
-/// runs from each, each descent followed by an exact step that moves every rank's replicas and
-/// slots, as a whole, to the rank where they cost least (a rank's step is affine in its own copy
-/// seconds, so this is an assignment problem, solved exactly in O(ranks^4)), and the best result
-/// is kept; (5) then, while evaluations are left, trials alternate between the best plan shaken by
-/// 1-6 random moves and a random plan (fixed seed); each is searched the same way and kept when no
-/// worse. The random restarts matter under the load bound, where few plans are admissible and
-/// the best one can be several moves from any other, each move inadmissible alone.
-/// Plans are ranked by `max_r C_r`, then the next slowest rank and so on, among those whose
-/// modelled token load is within `max_load_imbalance` of the mean (the others rank after them, by
-/// their imbalance): the replica choice follows residency, so a plan that piles resident experts on
-/// one rank would pile tokens there. Tests compare the result with an exhaustive search over every
-/// placement and split of small instances.
+/// runs from each, and the best result is kept; the search takes plans up to a permutation of the
+/// ranks: a move that does not help is followed by an exact step that moves every rank's replicas
+/// and slots, as a whole, to the rank where they cost least (a rank's step is affine in its own
+/// copy seconds, so this is an assignment problem, solved exactly in O(ranks^4); with the same
+/// link on every rank it never applies); (5) then, while evaluations are left, trials alternate
+/// between the best plan shaken by 1-6 random moves and a random plan (fixed seed); each is
+/// searched the same way and kept when no worse. The random restarts matter under the load bound,
+/// where few plans are admissible and the best one can be several moves from any other, each move
+/// inadmissible alone. Plans are ranked by `max_r C_r`, then the next slowest rank and so on, among
+/// those whose modelled token load is within `max_load_imbalance` of the mean (the others rank
+/// after them, by their imbalance): the replica choice follows residency, so a plan that piles
+/// resident experts on one rank would pile tokens there. Tests compare the result with an
+/// exhaustive search over every placement and split of small instances.
 /// @code
 /// std::vector<double> load = wisp::ep_loads(trace, 16);  // [layers x experts], pairs per call
 /// wisp::ep_plan plan = wisp::plan_placement(load, layers, experts,
@@ -17122,10 +17123,11 @@ inline bool better(const plan_score& a, const plan_score& b, double cap) {
 /// Moves each rank's replicas and slots, as a whole, to the rank where the plan ranks best: with
 /// the rest of the plan fixed, a rank's step is affine in its link's copy seconds (slope
 /// `copies()`), so `leximax_assignment` finds the best permutation exactly. When it predicts a
-/// better plan, spends one of `budget`'s evaluations to apply and check it, and returns true
-/// when the plan improved. O(ranks^4) besides the evaluations.
+/// plan ranking before `target`, spends one of `budget`'s evaluations to apply and check it;
+/// returns true, with `target` the new score, when the plan then ranks before it. Returns false
+/// at once when every rank has the same link. O(ranks^4) and one evaluation besides.
 inline bool relabel_ranks(plan_state& s, std::span<const double> copy_seconds, double cap,
-                          std::int32_t& budget) {
+                          std::int32_t& budget, plan_score& target) {
   if (std::adjacent_find(copy_seconds.begin(), copy_seconds.end(), std::not_equal_to<>()) ==
       copy_seconds.end()) {
     return false;  // the same link everywhere: every permutation costs the same
@@ -17147,12 +17149,14 @@ inline bool relabel_ranks(plan_state& s, std::span<const double> copy_seconds, d
     back[static_cast<std::size_t>(to[j])] = static_cast<std::int32_t>(j);
   }
   std::sort(predicted.costs.begin(), predicted.costs.end(), std::greater<>());
-  if (budget <= 0 || !better(predicted, before, cap)) {
+  if (budget <= 0 || !better(predicted, target, cap)) {
     return false;
   }
   --budget;
   s.permute(to);
-  if (better(score(s), before, cap)) {
+  plan_score after = score(s);
+  if (better(after, target, cap)) {
+    target = std::move(after);
     return true;
   }
   s.permute(back);
@@ -17278,12 +17282,16 @@ inline void climb_slots(plan_state& s, std::int32_t min_slots, double cap, std::
 /// one replica of a rank `r`: drop it (when its expert has others), add a replica of its expert
 /// on another rank, move it there, swap it with one of that rank's replicas of the same layer, or
 /// put it there in place of a replica whose expert has others; each move is followed by
-/// `climb_slots`, so a replica and the slots it needs can move together. Stops when no move helps
-/// or after `budget` evaluations.
-inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std::int32_t& budget) {
+/// `climb_slots`, so a replica and the slots it needs can move together, and, when that does not
+/// help, by `relabel_ranks`: plans are searched up to a permutation of the ranks, which one
+/// replica move at a time could only cross through plans outside the load bound. Stops when no
+/// move helps or after `budget` evaluations.
+inline void local_search(plan_state& s, std::span<const double> copy_seconds,
+                         std::int32_t min_slots, double cap, std::int32_t& budget) {
   const auto g = static_cast<std::int32_t>(s.slots().size());
   plan_score best = score(s);
   climb_slots(s, min_slots, cap, budget, best);
+  relabel_ranks(s, copy_seconds, cap, budget, best);
   const auto attempt = [&](auto&& apply, auto&& undo) {
     if (budget <= 0) {
       return false;
@@ -17295,6 +17303,9 @@ inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std:
     climb_slots(s, min_slots, cap, budget, now);
     if (better(now, best, cap)) {
       best = std::move(now);
+      return true;
+    }
+    if (relabel_ranks(s, copy_seconds, cap, budget, best)) {
       return true;
     }
     undo();
@@ -17393,6 +17404,8 @@ struct ep_plan_config {
   dispatch_costs costs{};          ///< copy (per rank), expert and token seconds
   /// Plans the search may evaluate (0: the constructive plan only). Each evaluation visits every
   /// replica, and the search stops after 2^26 visits in all, so large instances evaluate fewer.
+  /// Where the ranks' copy seconds differ, a move that does not help is evaluated once more, for
+  /// the rank assignment, uncounted.
   std::int32_t search_evaluations = 100000;
   /// The largest max / mean modelled token load per rank a plan may have (plans above it rank
   /// after every plan within it); infinity: no bound.
@@ -17491,7 +17504,8 @@ struct ep_plan {
 /// @brief Plans the placement and the budget split minimising the modelled slowest rank (see the
 /// file comment). Deterministic. O(keys log keys + replicas x (ranks + local_experts)) to build,
 /// plus at most `search_evaluations` evaluations of O(replicas) each (and 2^26 replica visits in
-/// all), and O(ranks^4) for the exact rank assignment after each descent.
+/// all); where the links differ, O(ranks^4) and one more evaluation for each move that does not
+/// help (the rank assignment).
 /// @throws wisp::logic_error, naming the values, on bad loads or counts, invalid costs,
 ///   `ranks x local_experts < experts`, `min_slots < 1`, `search_evaluations < 0`, or
 ///   `total_slots` outside `[ranks x min_slots, ranks x layers x local_experts]` (a split would
@@ -17644,10 +17658,7 @@ struct ep_plan {
     const double bound = config.max_load_imbalance;
     std::int32_t budget = std::min(most, left);
     const std::int32_t given = budget;
-    detail::local_search(st, config.min_slots, bound, budget);
-    while (detail::relabel_ranks(st, config.costs.copy_seconds, bound, budget)) {
-      detail::local_search(st, config.min_slots, bound, budget);
-    }
+    detail::local_search(st, config.costs.copy_seconds, config.min_slots, bound, budget);
     left -= given - budget;
   };
   // The other starts: the same placement with an even split, and EPLB's replication and packing

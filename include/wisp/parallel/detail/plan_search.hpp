@@ -287,10 +287,11 @@ inline bool better(const plan_score& a, const plan_score& b, double cap) {
 /// Moves each rank's replicas and slots, as a whole, to the rank where the plan ranks best: with
 /// the rest of the plan fixed, a rank's step is affine in its link's copy seconds (slope
 /// `copies()`), so `leximax_assignment` finds the best permutation exactly. When it predicts a
-/// better plan, spends one of `budget`'s evaluations to apply and check it, and returns true
-/// when the plan improved. O(ranks^4) besides the evaluations.
+/// plan ranking before `target`, spends one of `budget`'s evaluations to apply and check it;
+/// returns true, with `target` the new score, when the plan then ranks before it. Returns false
+/// at once when every rank has the same link. O(ranks^4) and one evaluation besides.
 inline bool relabel_ranks(plan_state& s, std::span<const double> copy_seconds, double cap,
-                          std::int32_t& budget) {
+                          std::int32_t& budget, plan_score& target) {
   if (std::adjacent_find(copy_seconds.begin(), copy_seconds.end(), std::not_equal_to<>()) ==
       copy_seconds.end()) {
     return false;  // the same link everywhere: every permutation costs the same
@@ -312,12 +313,14 @@ inline bool relabel_ranks(plan_state& s, std::span<const double> copy_seconds, d
     back[static_cast<std::size_t>(to[j])] = static_cast<std::int32_t>(j);
   }
   std::sort(predicted.costs.begin(), predicted.costs.end(), std::greater<>());
-  if (budget <= 0 || !better(predicted, before, cap)) {
+  if (budget <= 0 || !better(predicted, target, cap)) {
     return false;
   }
   --budget;
   s.permute(to);
-  if (better(score(s), before, cap)) {
+  plan_score after = score(s);
+  if (better(after, target, cap)) {
+    target = std::move(after);
     return true;
   }
   s.permute(back);
@@ -443,12 +446,16 @@ inline void climb_slots(plan_state& s, std::int32_t min_slots, double cap, std::
 /// one replica of a rank `r`: drop it (when its expert has others), add a replica of its expert
 /// on another rank, move it there, swap it with one of that rank's replicas of the same layer, or
 /// put it there in place of a replica whose expert has others; each move is followed by
-/// `climb_slots`, so a replica and the slots it needs can move together. Stops when no move helps
-/// or after `budget` evaluations.
-inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std::int32_t& budget) {
+/// `climb_slots`, so a replica and the slots it needs can move together, and, when that does not
+/// help, by `relabel_ranks`: plans are searched up to a permutation of the ranks, which one
+/// replica move at a time could only cross through plans outside the load bound. Stops when no
+/// move helps or after `budget` evaluations.
+inline void local_search(plan_state& s, std::span<const double> copy_seconds,
+                         std::int32_t min_slots, double cap, std::int32_t& budget) {
   const auto g = static_cast<std::int32_t>(s.slots().size());
   plan_score best = score(s);
   climb_slots(s, min_slots, cap, budget, best);
+  relabel_ranks(s, copy_seconds, cap, budget, best);
   const auto attempt = [&](auto&& apply, auto&& undo) {
     if (budget <= 0) {
       return false;
@@ -460,6 +467,9 @@ inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std:
     climb_slots(s, min_slots, cap, budget, now);
     if (better(now, best, cap)) {
       best = std::move(now);
+      return true;
+    }
+    if (relabel_ranks(s, copy_seconds, cap, budget, best)) {
       return true;
     }
     undo();
