@@ -16708,13 +16708,19 @@ class replica_chooser {
 /// the same placement with an even split, and EPLB's replication and packing by each replica's
 /// cost when resident, (4) a first-improvement local search (a slot moved between ranks; a
 /// replica dropped, added, moved, swapped or put in place of another, each followed by slot moves)
-/// runs from each, and the best result is kept; (5) then, while evaluations are left, the best plan
-/// is perturbed by a few random moves (fixed seed) and searched again, and kept when no worse.
-/// Plans are ranked by `max_r C_r`, then the next slowest rank and so on, among those whose
-/// modelled token load is within `max_load_imbalance` of the mean (the others rank after them, by
-/// their imbalance): the replica choice follows residency, so a plan that piles resident experts on
-/// one rank would pile tokens there. Tests compare the result with an exhaustive search over every
-/// placement and split of small instances.
+/// runs from each, and the best result is kept; the search takes plans up to a permutation of the
+/// ranks: a move that does not help is followed by an exact step that moves every rank's replicas
+/// and slots, as a whole, to the rank where they cost least (a rank's step is affine in its own
+/// copy seconds, so this is an assignment problem, solved exactly in O(ranks^4); with the same
+/// link on every rank it never applies); (5) then, while evaluations are left, trials alternate
+/// between the best plan shaken by 1-6 random moves and a random plan (fixed seed); each is
+/// searched the same way and kept when no worse. The random restarts matter under the load bound,
+/// where few plans are admissible and the best one can be several moves from any other, each move
+/// inadmissible alone. Plans are ranked by `max_r C_r`, then the next slowest rank and so on, among
+/// those whose modelled token load is within `max_load_imbalance` of the mean (the others rank
+/// after them, by their imbalance): the replica choice follows residency, so a plan that piles
+/// resident experts on one rank would pile tokens there. Tests compare the result with an
+/// exhaustive search over every placement and split of small instances.
 /// @code
 /// std::vector<double> load = wisp::ep_loads(trace, 16);  // [layers x experts], pairs per call
 /// wisp::ep_plan plan = wisp::plan_placement(load, layers, experts,
@@ -16724,10 +16730,162 @@ class replica_chooser {
 /// // plan.placement, plan.rank_slots, plan.step_seconds
 /// @endcode
 
+// ---- begin wisp/parallel/detail/pack_layer.hpp -------------------------------------------------
+/// @file
+/// @brief Packing one layer's replicas onto ranks (internal to `<wisp/parallel/planner.hpp>`):
+/// the last step of `eplb_placement` and of the planner's balanced start.
+
+namespace wisp {
+namespace detail {
+
+/// Packs one layer's replicas (counts in `count`, weights `weight(e, n)`) onto ranks: largest
+/// weight first, each to the lightest rank with room that does not hold it yet. When every rank
+/// with room already holds the expert, another expert moves from a full rank lacking it to a rank
+/// with room lacking that one (one always exists: the full rank holds `local_experts` distinct
+/// experts, the rank with room fewer, one of them this expert).
+template <class Weight>
+void pack_layer(std::int32_t l, std::int32_t experts, std::int32_t ranks,
+                std::int32_t local_experts, std::span<const std::int32_t> count, Weight weight,
+                std::vector<std::vector<std::int32_t>>& out) {
+  struct item {
+    std::int32_t expert;
+    double weight;
+  };
+  std::vector<item> items;
+  for (std::int32_t e = 0; e < experts; ++e) {
+    for (std::int32_t i = 0; i < count[static_cast<std::size_t>(e)]; ++i) {
+      items.push_back({e, weight(e, count[static_cast<std::size_t>(e)])});
+    }
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [](const item& a, const item& b) { return a.weight > b.weight; });
+  std::vector<std::vector<std::int32_t>> on(static_cast<std::size_t>(ranks));
+  std::vector<double> total(static_cast<std::size_t>(ranks), 0.0);
+  const auto holds = [&](std::int32_t r, std::int32_t e) {
+    const auto& h = on[static_cast<std::size_t>(r)];
+    return std::find(h.begin(), h.end(), e) != h.end();
+  };
+  const auto full = [&](std::int32_t r) {
+    return static_cast<std::int32_t>(on[static_cast<std::size_t>(r)].size()) >= local_experts;
+  };
+  for (const item& it : items) {
+    std::int32_t best = -1;
+    for (std::int32_t r = 0; r < ranks; ++r) {
+      if (!full(r) && !holds(r, it.expert) &&
+          (best < 0 ||
+           total[static_cast<std::size_t>(r)] < total[static_cast<std::size_t>(best)])) {
+        best = r;
+      }
+    }
+    for (std::int32_t from = 0; from < ranks && best < 0; ++from) {
+      if (holds(from, it.expert)) {
+        continue;
+      }
+      for (std::int32_t to = 0; to < ranks && best < 0; ++to) {
+        if (full(to)) {
+          continue;
+        }
+        auto& src = on[static_cast<std::size_t>(from)];
+        for (std::size_t j = 0; j < src.size(); ++j) {
+          const std::int32_t other = src[j];
+          if (!holds(to, other)) {
+            const double w = weight(other, count[static_cast<std::size_t>(other)]);
+            src.erase(src.begin() + static_cast<std::ptrdiff_t>(j));
+            on[static_cast<std::size_t>(to)].push_back(other);
+            total[static_cast<std::size_t>(from)] -= w;
+            total[static_cast<std::size_t>(to)] += w;
+            best = from;
+            break;
+          }
+        }
+      }
+    }
+    on[static_cast<std::size_t>(best)].push_back(it.expert);
+    total[static_cast<std::size_t>(best)] += it.weight;
+  }
+  for (std::int32_t r = 0; r < ranks; ++r) {
+    for (const std::int32_t e : on[static_cast<std::size_t>(r)]) {
+      out[static_cast<std::size_t>(l) * experts + e].push_back(r);
+    }
+  }
+}
+
+}  // namespace detail
+}  // namespace wisp
+// ---- end wisp/parallel/detail/pack_layer.hpp ---------------------------------------------------
+
 // ---- begin wisp/parallel/detail/plan_search.hpp ------------------------------------------------
 /// @file
 /// @brief The planner's search (internal to `<wisp/parallel/planner.hpp>`): the plan state with
-/// its modelled step, the constructive per-layer packing, and the moves of the local search.
+/// its modelled step, the moves of the local search, the exact relabelling of ranks, and the
+/// random changes and plans of the iterated search.
+
+// ---- begin wisp/parallel/detail/rank_assignment.hpp --------------------------------------------
+/// @file
+/// @brief The planner's exact step (internal to `<wisp/parallel/planner.hpp>`): which rank each
+/// rank's plan (its replicas and slots) should run on, given what each would cost there.
+
+namespace wisp {
+namespace detail {
+
+/// @brief Assigns `n` jobs to `n` machines, job `j` on machine `m` costing `cost[j * n + m]`,
+/// minimising the largest cost, then the next largest and so on (the sorted costs in the
+/// lexicographic order; exact for the largest, and for all of them when no two costs are equal).
+/// Returns the machine of each job.
+///
+/// Edges are taken largest first; each is forbidden when a perfect matching remains without it
+/// (one augmenting path from the job it frees), and kept otherwise: an edge every remaining
+/// matching uses is in every optimum that agrees on the larger ones. O(n^4) time, O(n^2) memory.
+[[nodiscard]] inline std::vector<std::int32_t> leximax_assignment(std::span<const double> cost,
+                                                                  std::int32_t n) {
+  const auto un = static_cast<std::size_t>(n);
+  std::vector<std::uint8_t> allowed(un * un, 1);
+  std::vector<std::int32_t> machine_of(un);  // job -> machine
+  std::vector<std::int32_t> job_of(un);      // machine -> job
+  std::iota(machine_of.begin(), machine_of.end(), std::int32_t{0});
+  std::iota(job_of.begin(), job_of.end(), std::int32_t{0});
+  std::vector<std::uint8_t> seen(un);
+  // Kuhn's augmenting path from job j over allowed edges; on success job j is matched.
+  const std::function<bool(std::int32_t)> augment = [&](std::int32_t j) {
+    for (std::int32_t m = 0; m < n; ++m) {
+      const auto um = static_cast<std::size_t>(m);
+      if (!allowed[static_cast<std::size_t>(j) * un + um] || seen[um]) {
+        continue;
+      }
+      seen[um] = 1;
+      if (job_of[um] < 0 || augment(job_of[um])) {
+        job_of[um] = j;
+        machine_of[static_cast<std::size_t>(j)] = m;
+        return true;
+      }
+    }
+    return false;
+  };
+  std::vector<std::size_t> edges(un * un);
+  std::iota(edges.begin(), edges.end(), std::size_t{0});
+  std::stable_sort(edges.begin(), edges.end(),
+                   [&](std::size_t a, std::size_t b) { return cost[a] > cost[b]; });
+  for (const std::size_t edge : edges) {
+    const auto j = static_cast<std::int32_t>(edge / un);
+    const auto m = static_cast<std::int32_t>(edge % un);
+    allowed[edge] = 0;
+    if (machine_of[static_cast<std::size_t>(j)] != m) {
+      continue;  // unused: forbidding it costs nothing
+    }
+    job_of[static_cast<std::size_t>(m)] = -1;
+    std::fill(seen.begin(), seen.end(), 0);
+    if (!augment(j)) {  // every remaining matching uses it: keep it
+      allowed[edge] = 1;
+      job_of[static_cast<std::size_t>(m)] = j;
+      machine_of[static_cast<std::size_t>(j)] = m;
+    }
+  }
+  return machine_of;
+}
+
+}  // namespace detail
+}  // namespace wisp
+// ---- end wisp/parallel/detail/rank_assignment.hpp ----------------------------------------------
 
 namespace wisp {
 namespace detail {
@@ -16834,6 +16992,40 @@ class plan_state {
   std::vector<std::int32_t>& slots() noexcept { return slots_; }
   [[nodiscard]] std::span<const double> seconds() const noexcept { return seconds_; }
   [[nodiscard]] std::span<const double> tokens() const noexcept { return tokens_; }
+  /// Rank `r`'s expected copies per call at the last evaluation (the `q / n` of its experts kept
+  /// nowhere): `seconds()[r]` is affine in `copy_seconds[r]` with this slope. O(its replicas).
+  [[nodiscard]] double copies(std::int32_t r) const {
+    const auto& h = held_[static_cast<std::size_t>(r)];
+    double out = 0.0;
+    for (std::size_t i = static_cast<std::size_t>(slots_[static_cast<std::size_t>(r)]);
+         i < h.size(); ++i) {
+      if (kept_[static_cast<std::size_t>(h[i])] == 0) {
+        out += q(h[i]) / replicas(h[i]);
+      }
+    }
+    return out;
+  }
+
+  /// Moves rank `r`'s replicas and slots to rank `to[r]` (a permutation). Replica and residency
+  /// counts, and so each rank's token load and costs other than its copies, move with them.
+  void permute(std::span<const std::int32_t> to) {
+    std::vector<std::vector<std::int32_t>> held(held_.size());
+    std::vector<std::int32_t> rows(rows_.size());
+    std::vector<std::int32_t> slots(slots_.size());
+    for (std::int32_t r = 0; r < ranks_; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      const auto t = static_cast<std::size_t>(to[ur]);
+      held[t] = std::move(held_[ur]);
+      slots[t] = slots_[ur];
+      for (std::int32_t l = 0; l < layers_; ++l) {
+        rows[static_cast<std::size_t>(l) * ranks_ + t] =
+            rows_[static_cast<std::size_t>(l) * ranks_ + ur];
+      }
+    }
+    held_ = std::move(held);
+    rows_ = std::move(rows);
+    slots_ = std::move(slots);
+  }
 
   /// Cost of key `k` on rank `r` when it is kept nowhere (its copies spread over its replicas).
   [[nodiscard]] double cold_cost(std::int32_t r, std::int32_t k) const noexcept {
@@ -16921,78 +17113,6 @@ class plan_state {
   std::vector<double> tokens_;                   // per rank: token load of the last evaluate
 };
 
-/// Packs one layer's replicas (counts in `count`, weights `weight(e, n)`) onto ranks: largest
-/// weight first, each to the lightest rank with room that does not hold it yet. When every rank
-/// with room already holds the expert, another expert moves from a full rank lacking it to a rank
-/// with room lacking that one (one always exists: the full rank holds `local_experts` distinct
-/// experts, the rank with room fewer, one of them this expert).
-template <class Weight>
-void pack_layer(std::int32_t l, std::int32_t experts, std::int32_t ranks,
-                std::int32_t local_experts, std::span<const std::int32_t> count, Weight weight,
-                std::vector<std::vector<std::int32_t>>& out) {
-  struct item {
-    std::int32_t expert;
-    double weight;
-  };
-  std::vector<item> items;
-  for (std::int32_t e = 0; e < experts; ++e) {
-    for (std::int32_t i = 0; i < count[static_cast<std::size_t>(e)]; ++i) {
-      items.push_back({e, weight(e, count[static_cast<std::size_t>(e)])});
-    }
-  }
-  std::stable_sort(items.begin(), items.end(),
-                   [](const item& a, const item& b) { return a.weight > b.weight; });
-  std::vector<std::vector<std::int32_t>> on(static_cast<std::size_t>(ranks));
-  std::vector<double> total(static_cast<std::size_t>(ranks), 0.0);
-  const auto holds = [&](std::int32_t r, std::int32_t e) {
-    const auto& h = on[static_cast<std::size_t>(r)];
-    return std::find(h.begin(), h.end(), e) != h.end();
-  };
-  const auto full = [&](std::int32_t r) {
-    return static_cast<std::int32_t>(on[static_cast<std::size_t>(r)].size()) >= local_experts;
-  };
-  for (const item& it : items) {
-    std::int32_t best = -1;
-    for (std::int32_t r = 0; r < ranks; ++r) {
-      if (!full(r) && !holds(r, it.expert) &&
-          (best < 0 ||
-           total[static_cast<std::size_t>(r)] < total[static_cast<std::size_t>(best)])) {
-        best = r;
-      }
-    }
-    for (std::int32_t from = 0; from < ranks && best < 0; ++from) {
-      if (holds(from, it.expert)) {
-        continue;
-      }
-      for (std::int32_t to = 0; to < ranks && best < 0; ++to) {
-        if (full(to)) {
-          continue;
-        }
-        auto& src = on[static_cast<std::size_t>(from)];
-        for (std::size_t j = 0; j < src.size(); ++j) {
-          const std::int32_t other = src[j];
-          if (!holds(to, other)) {
-            const double w = weight(other, count[static_cast<std::size_t>(other)]);
-            src.erase(src.begin() + static_cast<std::ptrdiff_t>(j));
-            on[static_cast<std::size_t>(to)].push_back(other);
-            total[static_cast<std::size_t>(from)] -= w;
-            total[static_cast<std::size_t>(to)] += w;
-            best = from;
-            break;
-          }
-        }
-      }
-    }
-    on[static_cast<std::size_t>(best)].push_back(it.expert);
-    total[static_cast<std::size_t>(best)] += it.weight;
-  }
-  for (std::int32_t r = 0; r < ranks; ++r) {
-    for (const std::int32_t e : on[static_cast<std::size_t>(r)]) {
-      out[static_cast<std::size_t>(l) * experts + e].push_back(r);
-    }
-  }
-}
-
 /// A plan's rank in the search: admissible plans (modelled token load within `cap` of the mean)
 /// first, by their costs in the leximax order (largest first, then the next...; equal within a
 /// relative 1e-12, so lowering a rank tied with the slowest one counts as progress); the others
@@ -17028,6 +17148,79 @@ inline bool better(const plan_score& a, const plan_score& b, double cap) {
     }
   }
   return false;
+}
+
+/// Moves each rank's replicas and slots, as a whole, to the rank where the plan ranks best: with
+/// the rest of the plan fixed, a rank's step is affine in its link's copy seconds (slope
+/// `copies()`), so `leximax_assignment` finds the best permutation exactly. When it predicts a
+/// plan ranking before `target`, spends one of `budget`'s evaluations to apply and check it;
+/// returns true, with `target` the new score, when the plan then ranks before it. Returns false
+/// at once when every rank has the same link. O(ranks^4) and one evaluation besides.
+inline bool relabel_ranks(plan_state& s, std::span<const double> copy_seconds, double cap,
+                          std::int32_t& budget, plan_score& target) {
+  if (std::adjacent_find(copy_seconds.begin(), copy_seconds.end(), std::not_equal_to<>()) ==
+      copy_seconds.end()) {
+    return false;  // the same link everywhere: every permutation costs the same
+  }
+  const plan_score before = score(s);
+  const auto ug = copy_seconds.size();
+  std::vector<double> cost(ug * ug);
+  for (std::size_t j = 0; j < ug; ++j) {
+    const double copies = s.copies(static_cast<std::int32_t>(j));
+    for (std::size_t m = 0; m < ug; ++m) {
+      cost[j * ug + m] = s.seconds()[j] + copies * (copy_seconds[m] - copy_seconds[j]);
+    }
+  }
+  const std::vector<std::int32_t> to = leximax_assignment(cost, static_cast<std::int32_t>(ug));
+  plan_score predicted{before.imbalance, std::vector<double>(ug)};
+  std::vector<std::int32_t> back(ug);
+  for (std::size_t j = 0; j < ug; ++j) {
+    predicted.costs[j] = cost[j * ug + static_cast<std::size_t>(to[j])];
+    back[static_cast<std::size_t>(to[j])] = static_cast<std::int32_t>(j);
+  }
+  std::sort(predicted.costs.begin(), predicted.costs.end(), std::greater<>());
+  if (budget <= 0 || !better(predicted, target, cap)) {
+    return false;
+  }
+  --budget;
+  s.permute(to);
+  plan_score after = score(s);
+  if (better(after, target, cap)) {
+    target = std::move(after);
+    return true;
+  }
+  s.permute(back);
+  return false;
+}
+
+/// A random plan, the diversifying restart of the search: per layer each expert gets a replica on
+/// a random rank (the next one with room, cyclically, when that one is full), then each rank
+/// takes each other expert of the layer with probability 1/2 while it has rows; each rank gets
+/// `min_slots` and every other slot goes to a random rank.
+inline void random_plan(plan_state& s, xoshiro256ss& rng, std::int32_t layers,
+                        std::int32_t min_slots, std::int32_t total_slots) {
+  auto& slots = s.slots();
+  const auto g = static_cast<std::int32_t>(slots.size());
+  for (std::int32_t l = 0; l < layers; ++l) {
+    for (std::int32_t e = 0; e < s.experts(); ++e) {
+      auto r = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(g)));
+      while (!s.room(r, l)) {
+        r = (r + 1) % g;
+      }
+      s.add(r, s.key(l, e));
+    }
+    for (std::int32_t r = 0; r < g; ++r) {
+      for (std::int32_t e = 0; e < s.experts() && s.room(r, l); ++e) {
+        if (!s.holds(r, s.key(l, e)) && rng.below(2) == 0) {
+          s.add(r, s.key(l, e));
+        }
+      }
+    }
+  }
+  std::fill(slots.begin(), slots.end(), min_slots);
+  for (std::int64_t i = std::int64_t{g} * min_slots; i < total_slots; ++i) {
+    ++slots[rng.below(static_cast<std::uint64_t>(g))];
+  }
 }
 
 /// `moves` random changes to the plan: a slot moved between ranks, a replica dropped (when its
@@ -17119,12 +17312,16 @@ inline void climb_slots(plan_state& s, std::int32_t min_slots, double cap, std::
 /// one replica of a rank `r`: drop it (when its expert has others), add a replica of its expert
 /// on another rank, move it there, swap it with one of that rank's replicas of the same layer, or
 /// put it there in place of a replica whose expert has others; each move is followed by
-/// `climb_slots`, so a replica and the slots it needs can move together. Stops when no move helps
-/// or after `budget` evaluations.
-inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std::int32_t& budget) {
+/// `climb_slots`, so a replica and the slots it needs can move together, and, when that does not
+/// help, by `relabel_ranks`: plans are searched up to a permutation of the ranks, which one
+/// replica move at a time could only cross through plans outside the load bound. Stops when no
+/// move helps or after `budget` evaluations.
+inline void local_search(plan_state& s, std::span<const double> copy_seconds,
+                         std::int32_t min_slots, double cap, std::int32_t& budget) {
   const auto g = static_cast<std::int32_t>(s.slots().size());
   plan_score best = score(s);
   climb_slots(s, min_slots, cap, budget, best);
+  relabel_ranks(s, copy_seconds, cap, budget, best);
   const auto attempt = [&](auto&& apply, auto&& undo) {
     if (budget <= 0) {
       return false;
@@ -17136,6 +17333,9 @@ inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std:
     climb_slots(s, min_slots, cap, budget, now);
     if (better(now, best, cap)) {
       best = std::move(now);
+      return true;
+    }
+    if (relabel_ranks(s, copy_seconds, cap, budget, best)) {
       return true;
     }
     undo();
@@ -17234,6 +17434,8 @@ struct ep_plan_config {
   dispatch_costs costs{};          ///< copy (per rank), expert and token seconds
   /// Plans the search may evaluate (0: the constructive plan only). Each evaluation visits every
   /// replica, and the search stops after 2^26 visits in all, so large instances evaluate fewer.
+  /// Where the ranks' copy seconds differ, a move that does not help is evaluated once more, for
+  /// the rank assignment, uncounted.
   std::int32_t search_evaluations = 100000;
   /// The largest max / mean modelled token load per rank a plan may have (plans above it rank
   /// after every plan within it); infinity: no bound.
@@ -17331,7 +17533,9 @@ struct ep_plan {
 
 /// @brief Plans the placement and the budget split minimising the modelled slowest rank (see the
 /// file comment). Deterministic. O(keys log keys + replicas x (ranks + local_experts)) to build,
-/// plus at most `search_evaluations` evaluations of O(replicas) each.
+/// plus at most `search_evaluations` evaluations of O(replicas) each (and 2^26 replica visits in
+/// all); where the links differ, O(ranks^4) and one more evaluation for each move that does not
+/// help (the rank assignment).
 /// @throws wisp::logic_error, naming the values, on bad loads or counts, invalid costs,
 ///   `ranks x local_experts < experts`, `min_slots < 1`, `search_evaluations < 0`, or
 ///   `total_slots` outside `[ranks x min_slots, ranks x layers x local_experts]` (a split would
@@ -17480,10 +17684,11 @@ struct ep_plan {
   }
   std::int32_t left = static_cast<std::int32_t>(
       std::min<std::int64_t>(config.search_evaluations, detail::search_visits / replicas));
-  const auto search = [&](detail::plan_state& st, std::int32_t cap) {
-    std::int32_t budget = std::min(cap, left);
+  const auto search = [&](detail::plan_state& st, std::int32_t most) {
+    const double bound = config.max_load_imbalance;
+    std::int32_t budget = std::min(most, left);
     const std::int32_t given = budget;
-    detail::local_search(st, config.min_slots, config.max_load_imbalance, budget);
+    detail::local_search(st, config.costs.copy_seconds, config.min_slots, bound, budget);
     left -= given - budget;
   };
   // The other starts: the same placement with an even split, and EPLB's replication and packing
@@ -17542,9 +17747,18 @@ struct ep_plan {
   }
   detail::xoshiro256ss rng(0x5eed);
   detail::plan_score best_score = detail::score(s);
-  while (left > 0) {
-    detail::plan_state trial = s;
-    detail::perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
+  // (5) Trials alternate: the best plan shaken by a few random moves, and a random plan; each is
+  // searched and kept when no worse. The restarts matter under a tight load bound: few plans are
+  // admissible there, and another basin's can be several moves away, each inadmissible alone.
+  for (std::int64_t trial_count = 0; left > 0; ++trial_count) {
+    const bool shake = trial_count % 2 == 0;
+    detail::plan_state trial =
+        shake ? s : detail::plan_state(loads, layers, experts, g, p, config.costs);
+    if (shake) {
+      detail::perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
+    } else {
+      detail::random_plan(trial, rng, layers, config.min_slots, config.total_slots);
+    }
     --left;
     search(trial, left);
     detail::plan_score now = detail::score(trial);

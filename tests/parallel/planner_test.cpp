@@ -274,6 +274,46 @@ TEST(planner, within_two_percent_of_exhaustive_search) {
   }
 }
 
+// The planner's exact step against every permutation: with distinct costs the sorted costs of
+// leximax_assignment are the lexicographically least; with ties (costs from a small grid) its
+// largest cost is the least largest.
+TEST(planner, leximax_assignment_matches_every_permutation) {
+  std::mt19937 rng(24);
+  for (int round = 0; round < 300; ++round) {
+    const auto n = static_cast<std::int32_t>(1 + rng() % 6);
+    const bool ties = round % 2 == 1;
+    std::vector<double> cost(static_cast<std::size_t>(n) * n);
+    for (auto& c : cost) {
+      c = ties ? static_cast<double>(rng() % 4) : std::uniform_real_distribution<>(0, 1)(rng);
+    }
+    const auto sorted_costs = [&](const std::vector<std::int32_t>& machine_of) {
+      std::vector<double> v;
+      for (std::int32_t j = 0; j < n; ++j) {
+        v.push_back(
+            cost[static_cast<std::size_t>(j) * n + machine_of[static_cast<std::size_t>(j)]]);
+      }
+      std::sort(v.begin(), v.end(), std::greater<>());
+      return v;
+    };
+    const std::vector<std::int32_t> got = detail::leximax_assignment(cost, n);
+    std::vector<std::int32_t> sorted_got = got;
+    std::sort(sorted_got.begin(), sorted_got.end());
+    std::vector<std::int32_t> perm(static_cast<std::size_t>(n));
+    std::iota(perm.begin(), perm.end(), 0);
+    ASSERT_EQ(sorted_got, perm) << "round " << round << ": not a permutation";
+    std::vector<double> best = sorted_costs(perm);
+    do {
+      best = std::min(best, sorted_costs(perm));
+    } while (std::next_permutation(perm.begin(), perm.end()));
+    const std::vector<double> mine = sorted_costs(got);
+    if (ties) {
+      EXPECT_EQ(mine.front(), best.front()) << "round " << round;
+    } else {
+      EXPECT_EQ(mine, best) << "round " << round;
+    }
+  }
+}
+
 TEST(planner, eplb_replicates_by_load_per_replica) {
   std::mt19937 rng(23);
   for (int round = 0; round < 50; ++round) {

@@ -30,13 +30,19 @@
 /// the same placement with an even split, and EPLB's replication and packing by each replica's
 /// cost when resident, (4) a first-improvement local search (a slot moved between ranks; a
 /// replica dropped, added, moved, swapped or put in place of another, each followed by slot moves)
-/// runs from each, and the best result is kept; (5) then, while evaluations are left, the best plan
-/// is perturbed by a few random moves (fixed seed) and searched again, and kept when no worse.
-/// Plans are ranked by `max_r C_r`, then the next slowest rank and so on, among those whose
-/// modelled token load is within `max_load_imbalance` of the mean (the others rank after them, by
-/// their imbalance): the replica choice follows residency, so a plan that piles resident experts on
-/// one rank would pile tokens there. Tests compare the result with an exhaustive search over every
-/// placement and split of small instances.
+/// runs from each, and the best result is kept; the search takes plans up to a permutation of the
+/// ranks: a move that does not help is followed by an exact step that moves every rank's replicas
+/// and slots, as a whole, to the rank where they cost least (a rank's step is affine in its own
+/// copy seconds, so this is an assignment problem, solved exactly in O(ranks^4); with the same
+/// link on every rank it never applies); (5) then, while evaluations are left, trials alternate
+/// between the best plan shaken by 1-6 random moves and a random plan (fixed seed); each is
+/// searched the same way and kept when no worse. The random restarts matter under the load bound,
+/// where few plans are admissible and the best one can be several moves from any other, each move
+/// inadmissible alone. Plans are ranked by `max_r C_r`, then the next slowest rank and so on, among
+/// those whose modelled token load is within `max_load_imbalance` of the mean (the others rank
+/// after them, by their imbalance): the replica choice follows residency, so a plan that piles
+/// resident experts on one rank would pile tokens there. Tests compare the result with an
+/// exhaustive search over every placement and split of small instances.
 /// @code
 /// std::vector<double> load = wisp::ep_loads(trace, 16);  // [layers x experts], pairs per call
 /// wisp::ep_plan plan = wisp::plan_placement(load, layers, experts,
@@ -49,6 +55,7 @@
 
 #include <wisp/core/detail/random.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/parallel/detail/pack_layer.hpp>
 #include <wisp/parallel/detail/plan_search.hpp>
 #include <wisp/parallel/placement.hpp>
 #include <wisp/parallel/replica_choice.hpp>
@@ -74,6 +81,8 @@ struct ep_plan_config {
   dispatch_costs costs{};          ///< copy (per rank), expert and token seconds
   /// Plans the search may evaluate (0: the constructive plan only). Each evaluation visits every
   /// replica, and the search stops after 2^26 visits in all, so large instances evaluate fewer.
+  /// Where the ranks' copy seconds differ, a move that does not help is evaluated once more, for
+  /// the rank assignment, uncounted.
   std::int32_t search_evaluations = 100000;
   /// The largest max / mean modelled token load per rank a plan may have (plans above it rank
   /// after every plan within it); infinity: no bound.
@@ -171,7 +180,9 @@ struct ep_plan {
 
 /// @brief Plans the placement and the budget split minimising the modelled slowest rank (see the
 /// file comment). Deterministic. O(keys log keys + replicas x (ranks + local_experts)) to build,
-/// plus at most `search_evaluations` evaluations of O(replicas) each.
+/// plus at most `search_evaluations` evaluations of O(replicas) each (and 2^26 replica visits in
+/// all); where the links differ, O(ranks^4) and one more evaluation for each move that does not
+/// help (the rank assignment).
 /// @throws wisp::logic_error, naming the values, on bad loads or counts, invalid costs,
 ///   `ranks x local_experts < experts`, `min_slots < 1`, `search_evaluations < 0`, or
 ///   `total_slots` outside `[ranks x min_slots, ranks x layers x local_experts]` (a split would
@@ -320,10 +331,11 @@ struct ep_plan {
   }
   std::int32_t left = static_cast<std::int32_t>(
       std::min<std::int64_t>(config.search_evaluations, detail::search_visits / replicas));
-  const auto search = [&](detail::plan_state& st, std::int32_t cap) {
-    std::int32_t budget = std::min(cap, left);
+  const auto search = [&](detail::plan_state& st, std::int32_t most) {
+    const double bound = config.max_load_imbalance;
+    std::int32_t budget = std::min(most, left);
     const std::int32_t given = budget;
-    detail::local_search(st, config.min_slots, config.max_load_imbalance, budget);
+    detail::local_search(st, config.costs.copy_seconds, config.min_slots, bound, budget);
     left -= given - budget;
   };
   // The other starts: the same placement with an even split, and EPLB's replication and packing
@@ -382,9 +394,18 @@ struct ep_plan {
   }
   detail::xoshiro256ss rng(0x5eed);
   detail::plan_score best_score = detail::score(s);
-  while (left > 0) {
-    detail::plan_state trial = s;
-    detail::perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
+  // (5) Trials alternate: the best plan shaken by a few random moves, and a random plan; each is
+  // searched and kept when no worse. The restarts matter under a tight load bound: few plans are
+  // admissible there, and another basin's can be several moves away, each inadmissible alone.
+  for (std::int64_t trial_count = 0; left > 0; ++trial_count) {
+    const bool shake = trial_count % 2 == 0;
+    detail::plan_state trial =
+        shake ? s : detail::plan_state(loads, layers, experts, g, p, config.costs);
+    if (shake) {
+      detail::perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
+    } else {
+      detail::random_plan(trial, rng, layers, config.min_slots, config.total_slots);
+    }
     --left;
     search(trial, left);
     detail::plan_score now = detail::score(trial);

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
 /// @brief The planner's search (internal to `<wisp/parallel/planner.hpp>`): the plan state with
-/// its modelled step, the constructive per-layer packing, and the moves of the local search.
+/// its modelled step, the moves of the local search, the exact relabelling of ranks, and the
+/// random changes and plans of the iterated search.
 #pragma once
 
 #include <wisp/core/detail/random.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/parallel/detail/rank_assignment.hpp>
 #include <wisp/parallel/placement.hpp>
 #include <wisp/parallel/replica_choice.hpp>
 
@@ -13,6 +15,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <span>
 #include <utility>
@@ -123,6 +126,40 @@ class plan_state {
   std::vector<std::int32_t>& slots() noexcept { return slots_; }
   [[nodiscard]] std::span<const double> seconds() const noexcept { return seconds_; }
   [[nodiscard]] std::span<const double> tokens() const noexcept { return tokens_; }
+  /// Rank `r`'s expected copies per call at the last evaluation (the `q / n` of its experts kept
+  /// nowhere): `seconds()[r]` is affine in `copy_seconds[r]` with this slope. O(its replicas).
+  [[nodiscard]] double copies(std::int32_t r) const {
+    const auto& h = held_[static_cast<std::size_t>(r)];
+    double out = 0.0;
+    for (std::size_t i = static_cast<std::size_t>(slots_[static_cast<std::size_t>(r)]);
+         i < h.size(); ++i) {
+      if (kept_[static_cast<std::size_t>(h[i])] == 0) {
+        out += q(h[i]) / replicas(h[i]);
+      }
+    }
+    return out;
+  }
+
+  /// Moves rank `r`'s replicas and slots to rank `to[r]` (a permutation). Replica and residency
+  /// counts, and so each rank's token load and costs other than its copies, move with them.
+  void permute(std::span<const std::int32_t> to) {
+    std::vector<std::vector<std::int32_t>> held(held_.size());
+    std::vector<std::int32_t> rows(rows_.size());
+    std::vector<std::int32_t> slots(slots_.size());
+    for (std::int32_t r = 0; r < ranks_; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      const auto t = static_cast<std::size_t>(to[ur]);
+      held[t] = std::move(held_[ur]);
+      slots[t] = slots_[ur];
+      for (std::int32_t l = 0; l < layers_; ++l) {
+        rows[static_cast<std::size_t>(l) * ranks_ + t] =
+            rows_[static_cast<std::size_t>(l) * ranks_ + ur];
+      }
+    }
+    held_ = std::move(held);
+    rows_ = std::move(rows);
+    slots_ = std::move(slots);
+  }
 
   /// Cost of key `k` on rank `r` when it is kept nowhere (its copies spread over its replicas).
   [[nodiscard]] double cold_cost(std::int32_t r, std::int32_t k) const noexcept {
@@ -210,78 +247,6 @@ class plan_state {
   std::vector<double> tokens_;                   // per rank: token load of the last evaluate
 };
 
-/// Packs one layer's replicas (counts in `count`, weights `weight(e, n)`) onto ranks: largest
-/// weight first, each to the lightest rank with room that does not hold it yet. When every rank
-/// with room already holds the expert, another expert moves from a full rank lacking it to a rank
-/// with room lacking that one (one always exists: the full rank holds `local_experts` distinct
-/// experts, the rank with room fewer, one of them this expert).
-template <class Weight>
-void pack_layer(std::int32_t l, std::int32_t experts, std::int32_t ranks,
-                std::int32_t local_experts, std::span<const std::int32_t> count, Weight weight,
-                std::vector<std::vector<std::int32_t>>& out) {
-  struct item {
-    std::int32_t expert;
-    double weight;
-  };
-  std::vector<item> items;
-  for (std::int32_t e = 0; e < experts; ++e) {
-    for (std::int32_t i = 0; i < count[static_cast<std::size_t>(e)]; ++i) {
-      items.push_back({e, weight(e, count[static_cast<std::size_t>(e)])});
-    }
-  }
-  std::stable_sort(items.begin(), items.end(),
-                   [](const item& a, const item& b) { return a.weight > b.weight; });
-  std::vector<std::vector<std::int32_t>> on(static_cast<std::size_t>(ranks));
-  std::vector<double> total(static_cast<std::size_t>(ranks), 0.0);
-  const auto holds = [&](std::int32_t r, std::int32_t e) {
-    const auto& h = on[static_cast<std::size_t>(r)];
-    return std::find(h.begin(), h.end(), e) != h.end();
-  };
-  const auto full = [&](std::int32_t r) {
-    return static_cast<std::int32_t>(on[static_cast<std::size_t>(r)].size()) >= local_experts;
-  };
-  for (const item& it : items) {
-    std::int32_t best = -1;
-    for (std::int32_t r = 0; r < ranks; ++r) {
-      if (!full(r) && !holds(r, it.expert) &&
-          (best < 0 ||
-           total[static_cast<std::size_t>(r)] < total[static_cast<std::size_t>(best)])) {
-        best = r;
-      }
-    }
-    for (std::int32_t from = 0; from < ranks && best < 0; ++from) {
-      if (holds(from, it.expert)) {
-        continue;
-      }
-      for (std::int32_t to = 0; to < ranks && best < 0; ++to) {
-        if (full(to)) {
-          continue;
-        }
-        auto& src = on[static_cast<std::size_t>(from)];
-        for (std::size_t j = 0; j < src.size(); ++j) {
-          const std::int32_t other = src[j];
-          if (!holds(to, other)) {
-            const double w = weight(other, count[static_cast<std::size_t>(other)]);
-            src.erase(src.begin() + static_cast<std::ptrdiff_t>(j));
-            on[static_cast<std::size_t>(to)].push_back(other);
-            total[static_cast<std::size_t>(from)] -= w;
-            total[static_cast<std::size_t>(to)] += w;
-            best = from;
-            break;
-          }
-        }
-      }
-    }
-    on[static_cast<std::size_t>(best)].push_back(it.expert);
-    total[static_cast<std::size_t>(best)] += it.weight;
-  }
-  for (std::int32_t r = 0; r < ranks; ++r) {
-    for (const std::int32_t e : on[static_cast<std::size_t>(r)]) {
-      out[static_cast<std::size_t>(l) * experts + e].push_back(r);
-    }
-  }
-}
-
 /// A plan's rank in the search: admissible plans (modelled token load within `cap` of the mean)
 /// first, by their costs in the leximax order (largest first, then the next...; equal within a
 /// relative 1e-12, so lowering a rank tied with the slowest one counts as progress); the others
@@ -317,6 +282,79 @@ inline bool better(const plan_score& a, const plan_score& b, double cap) {
     }
   }
   return false;
+}
+
+/// Moves each rank's replicas and slots, as a whole, to the rank where the plan ranks best: with
+/// the rest of the plan fixed, a rank's step is affine in its link's copy seconds (slope
+/// `copies()`), so `leximax_assignment` finds the best permutation exactly. When it predicts a
+/// plan ranking before `target`, spends one of `budget`'s evaluations to apply and check it;
+/// returns true, with `target` the new score, when the plan then ranks before it. Returns false
+/// at once when every rank has the same link. O(ranks^4) and one evaluation besides.
+inline bool relabel_ranks(plan_state& s, std::span<const double> copy_seconds, double cap,
+                          std::int32_t& budget, plan_score& target) {
+  if (std::adjacent_find(copy_seconds.begin(), copy_seconds.end(), std::not_equal_to<>()) ==
+      copy_seconds.end()) {
+    return false;  // the same link everywhere: every permutation costs the same
+  }
+  const plan_score before = score(s);
+  const auto ug = copy_seconds.size();
+  std::vector<double> cost(ug * ug);
+  for (std::size_t j = 0; j < ug; ++j) {
+    const double copies = s.copies(static_cast<std::int32_t>(j));
+    for (std::size_t m = 0; m < ug; ++m) {
+      cost[j * ug + m] = s.seconds()[j] + copies * (copy_seconds[m] - copy_seconds[j]);
+    }
+  }
+  const std::vector<std::int32_t> to = leximax_assignment(cost, static_cast<std::int32_t>(ug));
+  plan_score predicted{before.imbalance, std::vector<double>(ug)};
+  std::vector<std::int32_t> back(ug);
+  for (std::size_t j = 0; j < ug; ++j) {
+    predicted.costs[j] = cost[j * ug + static_cast<std::size_t>(to[j])];
+    back[static_cast<std::size_t>(to[j])] = static_cast<std::int32_t>(j);
+  }
+  std::sort(predicted.costs.begin(), predicted.costs.end(), std::greater<>());
+  if (budget <= 0 || !better(predicted, target, cap)) {
+    return false;
+  }
+  --budget;
+  s.permute(to);
+  plan_score after = score(s);
+  if (better(after, target, cap)) {
+    target = std::move(after);
+    return true;
+  }
+  s.permute(back);
+  return false;
+}
+
+/// A random plan, the diversifying restart of the search: per layer each expert gets a replica on
+/// a random rank (the next one with room, cyclically, when that one is full), then each rank
+/// takes each other expert of the layer with probability 1/2 while it has rows; each rank gets
+/// `min_slots` and every other slot goes to a random rank.
+inline void random_plan(plan_state& s, xoshiro256ss& rng, std::int32_t layers,
+                        std::int32_t min_slots, std::int32_t total_slots) {
+  auto& slots = s.slots();
+  const auto g = static_cast<std::int32_t>(slots.size());
+  for (std::int32_t l = 0; l < layers; ++l) {
+    for (std::int32_t e = 0; e < s.experts(); ++e) {
+      auto r = static_cast<std::int32_t>(rng.below(static_cast<std::uint64_t>(g)));
+      while (!s.room(r, l)) {
+        r = (r + 1) % g;
+      }
+      s.add(r, s.key(l, e));
+    }
+    for (std::int32_t r = 0; r < g; ++r) {
+      for (std::int32_t e = 0; e < s.experts() && s.room(r, l); ++e) {
+        if (!s.holds(r, s.key(l, e)) && rng.below(2) == 0) {
+          s.add(r, s.key(l, e));
+        }
+      }
+    }
+  }
+  std::fill(slots.begin(), slots.end(), min_slots);
+  for (std::int64_t i = std::int64_t{g} * min_slots; i < total_slots; ++i) {
+    ++slots[rng.below(static_cast<std::uint64_t>(g))];
+  }
 }
 
 /// `moves` random changes to the plan: a slot moved between ranks, a replica dropped (when its
@@ -408,12 +446,16 @@ inline void climb_slots(plan_state& s, std::int32_t min_slots, double cap, std::
 /// one replica of a rank `r`: drop it (when its expert has others), add a replica of its expert
 /// on another rank, move it there, swap it with one of that rank's replicas of the same layer, or
 /// put it there in place of a replica whose expert has others; each move is followed by
-/// `climb_slots`, so a replica and the slots it needs can move together. Stops when no move helps
-/// or after `budget` evaluations.
-inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std::int32_t& budget) {
+/// `climb_slots`, so a replica and the slots it needs can move together, and, when that does not
+/// help, by `relabel_ranks`: plans are searched up to a permutation of the ranks, which one
+/// replica move at a time could only cross through plans outside the load bound. Stops when no
+/// move helps or after `budget` evaluations.
+inline void local_search(plan_state& s, std::span<const double> copy_seconds,
+                         std::int32_t min_slots, double cap, std::int32_t& budget) {
   const auto g = static_cast<std::int32_t>(s.slots().size());
   plan_score best = score(s);
   climb_slots(s, min_slots, cap, budget, best);
+  relabel_ranks(s, copy_seconds, cap, budget, best);
   const auto attempt = [&](auto&& apply, auto&& undo) {
     if (budget <= 0) {
       return false;
@@ -425,6 +467,9 @@ inline void local_search(plan_state& s, std::int32_t min_slots, double cap, std:
     climb_slots(s, min_slots, cap, budget, now);
     if (better(now, best, cap)) {
       best = std::move(now);
+      return true;
+    }
+    if (relabel_ranks(s, copy_seconds, cap, budget, best)) {
       return true;
     }
     undo();
