@@ -22,11 +22,11 @@
 #   GPU_CHECK_SWEEP_BUDGETS  its budgets (default 0.75,0.9)
 #   GPU_CHECK_SWEEP_ARMS     its arms (default wisp,wisp-graph,llama.cpp-cache)
 #
-# What comes back in $OUT (at most 10 files): gpu_check.log (everything that matters, as it
-# happens), <date>-<device>-device-step.json, -device-profile.json, -moe-<model>-<budget>.json
-# (four, and one per sweep budget; rewritten after every repetition, so a run cut short still
+# What comes back in $OUT (8 files, the most a device run returns): gpu_check.log (everything
+# that matters, as it happens), <date>-<device>-device-step.json, -device-profile.json,
+# -moe-<model>-<budget>.json (four; rewritten after every repetition, so a run cut short still
 # leaves figures) and logs.tar.gz (configure, build and test logs, the gtest XML, the benchmarks'
-# full output).
+# full output, and the budget sweep's -moe-deepseek-v2-lite-<budget>.json files under sweep/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 started=$SECONDS
@@ -158,7 +158,7 @@ sweep_deadline=$(($(left) - 40))
 if ((sweep_seconds > 0)) && ((sweep_deadline >= 45)); then
   log "budget sweep: deepseek-v2-lite at $sweep_budgets, arms $sweep_arms (deadline ${sweep_deadline} s)"
   timeout $((sweep_deadline + 30)) "$gpu_bench" --models deepseek-v2-lite --budgets "$sweep_budgets" \
-    --arms "$sweep_arms" --timed 32 --no-device-step --no-cublas --out-dir "$out" \
+    --arms "$sweep_arms" --timed 32 --no-device-step --no-cublas --out-dir "$work/sweep" \
     --file-prefix "$prefix" --traces "$TRACES_DIR" --deadline-s "$sweep_deadline" \
     --commit "$commit" --smi-name "${smi_name:-unknown}" 2>&1 | tee "$work/gpu_bench_sweep.txt" |
     tee -a "$out/gpu_check.log"
