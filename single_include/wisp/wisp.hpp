@@ -17822,8 +17822,9 @@ struct ep_plan {
 namespace wisp {
 
 /// @brief The cost of one copy over a link: `latency_seconds + bytes / bytes_per_second`. The one
-/// link type of the timeline, the simulators and the engine; an infinite bandwidth is a link
-/// whose copies cost only their latency.
+/// link type of the timeline, the simulators and the engine. `from_gbps(0, ...)` gives an
+/// infinitely fast link (copies cost only their latency), which the serial simulator accepts as
+/// "no transfer"; `validate`, which a modelled device's timeline calls, refuses it.
 struct link_model {
   double bytes_per_second = 25e9;  ///< sustained bandwidth (default: a PCIe 4.0 x16 link)
   double latency_seconds = 10e-6;  ///< fixed cost per copy (issue, DMA set-up)
@@ -17835,11 +17836,11 @@ struct link_model {
             latency_us * 1e-6};
   }
 
-  /// @throws wisp::logic_error unless the bandwidth is > 0 (infinity allowed) and the latency
-  ///   finite and >= 0.
+  /// @throws wisp::logic_error unless the bandwidth is finite and > 0 and the latency finite and
+  ///   >= 0.
   void validate() const {
-    WISP_EXPECTS(!std::isnan(bytes_per_second) && bytes_per_second > 0,
-                 "link_model: bytes_per_second must be > 0, got ", bytes_per_second);
+    WISP_EXPECTS(std::isfinite(bytes_per_second) && bytes_per_second > 0,
+                 "link_model: bytes_per_second must be finite and > 0, got ", bytes_per_second);
     WISP_EXPECTS(std::isfinite(latency_seconds) && latency_seconds >= 0,
                  "link_model: latency_seconds must be finite and >= 0, got ", latency_seconds);
   }
