@@ -10,7 +10,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
+#include <span>
 #include <vector>
 
 namespace {
@@ -85,6 +87,46 @@ TEST(Timeline, MatchesAHandComputedScheduleWithPrefetchInFlight) {
   EXPECT_EQ(r.total_seconds, 22);
   EXPECT_EQ(r.stall_seconds, 2 + 2 + 2 + 2 + 2 + 1 + 2 + 1);
   EXPECT_EQ(r.prefetches_useful, 2u);
+}
+
+// A predictor that knows the trace: it scores the experts the current pass routes at the target
+// layer 1 and every other 0, and counts the passes it learned (the pass being replayed).
+struct oracle_predictor {
+  const routing_trace* trace = nullptr;
+  std::size_t learned = 0;
+  void score(const routing_pass& /*pass*/, std::int32_t target, std::span<float> scores) const {
+    std::fill(scores.begin(), scores.end(), 0.0f);
+    for (std::int32_t j = 0; j < trace->shape().top_k; ++j) {
+      scores[static_cast<std::size_t>(trace->expert(learned, target, j))] = 1.0f;
+    }
+  }
+  void learn(const routing_pass& /*pass*/) { ++learned; }
+};
+static_assert(routing_predictor<oracle_predictor>);
+
+// compute 3 s per layer, every layer-1 expert prefetched from pass 0 on:
+//   each pass  L0: copy [0,2], compute [2,5]; prefetch of L1's expert [2,4]  L1: hit, [5,8]
+TEST(Timeline, TakesAnyRoutingPredictor) {
+  const routing_trace t = alternating();
+  oracle_predictor oracle{.trace = &t};
+  const timeline_result r = simulate_timeline<lru>(
+      t, hand_config(3), [](std::int32_t) { return lru{}; }, oracle);
+  EXPECT_EQ(oracle.learned, 4u);  // once per pass, after it
+  EXPECT_EQ(r.total_seconds, 32);
+  EXPECT_EQ(r.stall_seconds, 8);
+  EXPECT_EQ(r.demand_copies, 4u);
+  EXPECT_EQ(r.prefetches_started, 4u);
+  EXPECT_EQ(r.prefetches_useful, 4u);
+
+  // The config's co-activation predictor, passed in, gives the default run and leaves trained.
+  const timeline_config c = hand_config(3);
+  coactivation_predictor table(t.shape(), c.predictor);
+  const timeline_result own = simulate_timeline<lru>(
+      t, c, [](std::int32_t) { return lru{}; }, table);
+  const timeline_result made = simulate_timeline<lru>(t, c);
+  EXPECT_EQ(own.total_seconds, made.total_seconds);
+  EXPECT_EQ(own.prefetches_useful, made.prefetches_useful);
+  EXPECT_EQ(table.passes(), 4.0);
 }
 
 routing_trace random_trace(std::uint64_t seed, std::size_t steps) {

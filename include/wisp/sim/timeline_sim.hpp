@@ -34,8 +34,7 @@
 /// `<wisp/pager/miss_policy.hpp>`) rewrite each token's row before its call, using the trace's
 /// gate weights for ranks (recorded order without weights); their cost to quality is reported as
 /// the routed gate weight they dropped or moved. The trace records only the top-k, so
-/// `substitute` ranks resident experts by the co-activation predictor's score instead of the
-/// router's.
+/// `substitute` ranks resident experts by the predictor's score instead of the router's.
 ///
 /// **Hybrid misses.** With `miss_policy::hybrid` (exact, `<wisp/pager/hybrid.hpp>`), each call's
 /// misses are split by `hybrid_splitter` under `timeline_config::hybrid`: a copied miss is a
@@ -93,9 +92,11 @@ struct timeline_config {
   double compute_per_token_seconds = 0.0;  ///< per layer and token
   /// Tokens each layer computes per pass (a batch; the routing stays the trace's one token).
   std::int32_t tokens = 1;
-  prefetch_config prefetch{};       ///< `rule = none`: demand paging only
-  coactivation_config predictor{};  ///< the prefetch predictor (learned online)
-  miss_options miss{};              ///< fetch (exact) by default
+  prefetch_config prefetch{};  ///< `rule = none`: demand paging only
+  /// The co-activation predictor's settings (learned online), unless the caller passes its own
+  /// predictor to `simulate_timeline`.
+  coactivation_config predictor{};
+  miss_options miss{};  ///< fetch (exact) by default
   /// `miss.policy == hybrid`: the cost model each call's misses are split by (its `copy_seconds`
   /// is replaced by the link's copy of `expert_bytes`), and the rate of the reuse value estimator
   /// that values them (see the file description).
@@ -164,6 +165,16 @@ struct timeline_result {
 template <eviction_policy Policy, class MakePolicy>
 timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
                                   MakePolicy make_policy);
+
+/// @brief `simulate_timeline` with `predictor` (any `routing_predictor` of the trace's shape,
+/// owned by the caller) in place of a co-activation predictor built from `config.predictor`: it
+/// scores the prefetch candidates and `substitute`'s ranks, is attached to `predicted_next_use`,
+/// and learns each pass once the pass is replayed (so it may arrive trained, and leaves trained).
+/// A predictor with a `passes()` member is not asked while it reports 0 passes learned.
+/// @throws as the overload above; whatever `predictor` throws.
+template <eviction_policy Policy, routing_predictor Predictor, class MakePolicy>
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
+                                  MakePolicy make_policy, Predictor& predictor);
 
 /// @brief `simulate_timeline` with a default-constructed policy; `belady` is built from the
 /// trace's future, `predicted_next_use` gets the simulator's predictor attached.

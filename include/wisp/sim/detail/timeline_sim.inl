@@ -6,17 +6,17 @@ namespace wisp {
 namespace detail {
 
 /// The discrete-event replay behind `simulate_timeline` (see the header's description).
-template <eviction_policy Policy>
+template <eviction_policy Policy, routing_predictor Predictor>
 class timeline_replay {
  public:
   template <class MakePolicy>
   timeline_replay(const routing_trace& trace, const timeline_config& config,
-                  MakePolicy& make_policy)
+                  MakePolicy& make_policy, Predictor& predictor)
       : trace_(trace),
         config_(config),
         shape_(trace.shape()),
         global_(config.scope == cache_scope::global),
-        predictor_(shape_, config.predictor),
+        predictor_(predictor),
         pass_(shape_),
         queue_(shape_.layers, shape_.experts),
         values_(shape_.layers, shape_.experts, config.hybrid_value_rate) {
@@ -295,8 +295,10 @@ class timeline_replay {
   }
 
   void submit_prefetches(std::uint32_t step, std::int32_t target, double at) {
-    if (predictor_.passes() <= 0.0) {
-      return;  // nothing learned yet: no prediction to act on
+    if constexpr (requires { predictor_.passes(); }) {
+      if (predictor_.passes() <= 0.0) {
+        return;  // nothing learned yet: no prediction to act on
+      }
     }
     predictor_.score(pass_, target, scores_);
     candidates_.clear();
@@ -314,7 +316,7 @@ class timeline_replay {
   const timeline_config& config_;
   moe_shape shape_;
   bool global_;
-  coactivation_predictor predictor_;
+  Predictor& predictor_;  // the caller's, learned online
   routing_pass pass_;
   prefetch_queue queue_;
   std::vector<slot_cache<Policy>> caches_;     // one (global) or one per layer
@@ -367,9 +369,9 @@ inline std::vector<std::vector<cache_key>> timeline_futures(const routing_trace&
 
 }  // namespace detail
 
-template <eviction_policy Policy, class MakePolicy>
+template <eviction_policy Policy, routing_predictor Predictor, class MakePolicy>
 timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
-                                  MakePolicy make_policy) {
+                                  MakePolicy make_policy, Predictor& predictor) {
   config.validate();
   if constexpr (std::is_same_v<Policy, belady>) {
     WISP_EXPECTS(
@@ -379,8 +381,16 @@ timeline_result simulate_timeline(const routing_trace& trace, const timeline_con
         to_string(config.prefetch.rule), ") nor another miss policy than fetch (",
         to_string(config.miss.policy), ")");
   }
-  detail::timeline_replay<Policy> replay(trace, config, make_policy);
+  detail::timeline_replay<Policy, Predictor> replay(trace, config, make_policy, predictor);
   return replay.run();
+}
+
+template <eviction_policy Policy, class MakePolicy>
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
+                                  MakePolicy make_policy) {
+  config.validate();
+  coactivation_predictor predictor(trace.shape(), config.predictor);
+  return simulate_timeline<Policy>(trace, config, std::move(make_policy), predictor);
 }
 
 template <eviction_policy Policy>
