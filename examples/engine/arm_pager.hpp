@@ -352,13 +352,15 @@ class prefetch_pager_residency final : public pager_arm<Policy> {
 
  protected:
   void configure(const arm_context& ctx) override {
-    prefetcher_.emplace(ctx.model, ctx.options.prefetch);
+    const model_config& m = ctx.model;
+    prefetcher_.emplace(m, ctx.options.prefetch,
+                        wisp::coactivation_predictor({m.layers, m.experts, m.top_k}));
     prefetcher_->learn(ctx.warmup.tokens);
     copy_seconds_ = ctx.dev.timeline().link().copy_seconds(ctx.model.expert_bytes());
   }
 
  private:
-  std::optional<next_layer_prefetcher> prefetcher_;
+  std::optional<next_layer_prefetcher<wisp::coactivation_predictor>> prefetcher_;
   double copy_seconds_ = 0;  // one expert on the link
 };
 

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief Predictor-driven next-layer prefetch for the `pager+prefetch` arm: WiSP's co-activation
-/// predictor (`wisp::coactivation_predictor`) scores layer `l + 1` from the routing of layers
-/// `0 .. l` of every token of the batch, `wisp::choose_prefetch` picks the candidates, and
-/// `wisp::pager::prefetch` loads them into the cache.
+/// @brief Predictor-driven next-layer prefetch for the `pager+prefetch` arm: a routing predictor
+/// (any `wisp::routing_predictor`; the arm uses WiSP's `wisp::coactivation_predictor`) scores
+/// layer `l + 1` from the routing of layers `0 .. l` of every token of the batch,
+/// `wisp::choose_prefetch` picks the candidates, and `wisp::pager::prefetch` loads them into the
+/// cache.
 ///
 /// Demand first, on a link without priorities: the loop's link is in order, so a prefetch that
 /// is still on it when the next layer's call arrives delays that call's own copies (WiSP's
@@ -27,18 +28,22 @@
 #include <cmath>
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace wisp_engine {
 
-/// @brief Next-layer prefetch over one pager (see the file comment). Not thread-safe.
+/// @brief Next-layer prefetch over one pager, scored by `Predictor` (of the model's shape; see
+/// the file comment). Not thread-safe.
+template <wisp::routing_predictor Predictor>
 class next_layer_prefetcher {
  public:
   /// `config.rule`'s count is per batch: `k x tokens` experts times the overfetch for `top_k`.
   /// @throws wisp::logic_error on an invalid config.
-  next_layer_prefetcher(const model_config& c, const wisp::prefetch_config& config)
+  next_layer_prefetcher(const model_config& c, const wisp::prefetch_config& config,
+                        Predictor predictor)
       : shape_{c.layers, c.experts, c.top_k},
-        table_(shape_),
+        table_(std::move(predictor)),
         config_(config),
         sum_(idx(c.experts)),
         scores_(idx(c.experts)),
@@ -138,7 +143,7 @@ class next_layer_prefetcher {
   }
 
   wisp::moe_shape shape_;
-  wisp::coactivation_predictor table_;
+  Predictor table_;
   wisp::prefetch_config config_;
   std::vector<wisp::routing_pass> passes_;  // one per row of the forward
   std::size_t rows_ = 0;
