@@ -155,135 +155,125 @@ inline std::vector<std::string> split_list(std::string_view list) {
   }
   return out;
 }
-}  // namespace detail
 
-/// @brief Parses `args` (without the program name).
-/// @throws wisp::logic_error naming the flag and value on any bad input.
-[[nodiscard]] inline cli_options parse_cli(std::span<const std::string_view> args) {
-  using detail::to_double;
-  using detail::to_int;
-  cli_options o;
-  o.base.budget_bytes = 148ull << 20;
-  std::optional<double> bandwidth, latency;  // link flags override the profile's
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string_view a = args[i];
-    auto value = [&]() -> std::string_view {
-      WISP_EXPECTS(i + 1 < args.size(), "missing value after ", a);
-      return args[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      o.help = true;
-    } else if (a == "--arms") {
-      o.arms.clear();
-      for (const std::string& s : detail::split_list(value())) {
-        const auto arm = parse_arm(s);
-        WISP_EXPECTS(arm.has_value(), "--arms: unknown arm '", s, "' (valid: ", arm_list(), ")");
-        o.arms.push_back(*arm);
-      }
-    } else if (a == "--policies") {
-      o.policies.clear();
-      for (const std::string& s : detail::split_list(value())) {
-        const auto p = canonical_policy(s);
-        WISP_EXPECTS(p.has_value(), "--policies: unknown policy '", s, "' (valid: ", policy_list(),
-                     ")");
-        o.policies.push_back(*p);
-      }
-    } else if (a == "--policy") {
-      const std::string_view s = value();
-      const auto p = canonical_policy(s);
-      WISP_EXPECTS(p.has_value(), "--policy: unknown policy '", s, "' (valid: ", policy_list(),
-                   ")");
-      o.base.policy = *p;
-    } else if (a == "--prefetch") {
-      const std::string_view s = value();
-      const auto rule = wisp::from_string<wisp::prefetch_rule>(s);
-      WISP_EXPECTS(rule && *rule != wisp::prefetch_rule::none, "--prefetch: unknown rule '", s,
-                   "' (valid: top-k, percentile)");
-      o.base.prefetch.rule = *rule;
-    } else if (a == "--decode-gbps") {
-      o.base.decode_bytes_per_second = to_double(a, value(), 1e-9) * 1e9;
-    } else if (a == "--tiers") {
-      const std::vector<std::string> parts = detail::split_list(value());
-      WISP_EXPECTS(parts.size() == 4, "--tiers: need four sizes F,C,S,E, got ", parts.size());
-      o.base.tiers.emplace();
-      for (std::size_t p = 0; p < 4; ++p) {
-        (*o.base.tiers)[p] = to_int(a, parts[p], 0);
-      }
-    } else if (a == "--decode-threads") {
-      o.base.decode_threads = static_cast<std::uint32_t>(to_int(a, value(), 1));
-    } else if (a == "--overfetch") {
-      o.base.prefetch.overfetch = to_double(a, value(), 0);
-    } else if (a == "--percentile") {
-      o.base.prefetch.percentile = to_double(a, value(), 0);
-      WISP_EXPECTS(o.base.prefetch.percentile <= 100, "--percentile: ", o.base.prefetch.percentile,
-                   " is over 100");
-    } else if (a == "--budget") {
-      o.base.budget_bytes = wisp::parse_byte_size(std::string(value())).count();
-    } else if (a == "--bandwidth") {
-      bandwidth = to_double(a, value(), 1e-9);
-    } else if (a == "--latency-us") {
-      latency = to_double(a, value(), 0);
-    } else if (a == "--device") {
-      o.device = std::string(value());
-    } else if (a == "--host-compute") {
-      const std::string_view s = value();
-      WISP_EXPECTS(s == "roofline" || s == "measured", "--host-compute: unknown '", s,
-                   "' (valid: roofline, measured)");
-      o.base.host_measured = s == "measured";
-    } else if (a == "--host-thread-gflops") {
-      o.base.host_thread_flops = to_double(a, value(), 1e-9) * 1e9;
-    } else if (a == "--value-rate") {
-      o.base.value_rate = to_double(a, value(), 1e-9);
-      WISP_EXPECTS(o.base.value_rate <= 1, "--value-rate: ", o.base.value_rate,
-                   " is not in (0, 1]");
-    } else if (a == "--cap") {
-      o.base.cap = to_int(a, value(), 1);
-    } else if (a == "--hot") {
-      o.base.hot = to_int(a, value(), 0);
-    } else if (a == "--workload") {
-      o.workload = std::string(value());
-      WISP_EXPECTS(o.workload == "chat" || o.workload == "shift", "--workload: unknown '",
-                   o.workload, "' (valid: chat, shift)");
-    } else if (a == "--sessions") {
-      o.sessions = to_int(a, value(), 1);
-    } else if (a == "--max-running") {
-      o.base.max_running = to_int(a, value(), 1);
-    } else if (a == "--routing") {
-      o.routing = std::string(value());
-      if (o.routing == "trace") {
-        o.trace_file = std::string(value());
-      }
-      WISP_EXPECTS(o.routing == "synthetic" || o.routing == "model" || o.routing == "trace",
-                   "--routing: unknown '", o.routing, "' (valid: synthetic, model, trace FILE)");
-    } else if (a == "--on-incomplete") {
-      const std::string_view s = value();
-      const auto p = wisp::from_string<wisp::incomplete_tokens>(s);
-      WISP_EXPECTS(p.has_value() && *p != wisp::incomplete_tokens::keep, "--on-incomplete: '", s,
-                   "' (valid: error, skip)");
-      o.on_incomplete = *p;
-    } else if (a == "--layers") {
-      o.layers = o.model.layers = to_int(a, value(), 1);
-    } else if (a == "--experts") {
-      o.experts = o.model.experts = to_int(a, value(), 1);
-    } else if (a == "--top-k") {
-      o.top_k = o.model.top_k = to_int(a, value(), 1);
-    } else if (a == "--hidden") {
-      o.model.hidden = to_int(a, value(), 2);
-    } else if (a == "--intermediate") {
-      o.model.intermediate = to_int(a, value(), 1);
-    } else if (a == "--burst") {
-      o.base.dynamic_burst = to_int(a, value(), 1);
-    } else if (a == "--decay") {
-      o.base.controller.decay = to_double(a, value(), 0);
-      o.base.controller.validate();
-    } else if (a == "--repeat") {
-      o.repeat = to_int(a, value(), 1);
-    } else if (a == "--json") {
-      o.json = true;
-    } else {
-      WISP_FAIL(wisp::logic_error, "unknown option '", a, "' (see --help)");
+// The flags of `parse_cli`, one group each: they read their value through `value()` and return
+// whether they knew the flag.
+
+// What the arms run: the arms, their policies, prefetch and the decode, tier and host settings.
+template <class Value>
+bool parse_arm_flag(cli_options& o, std::string_view a, Value&& value) {
+  if (a == "--arms") {
+    o.arms.clear();
+    for (const std::string& s : split_list(value())) {
+      const auto arm = parse_arm(s);
+      WISP_EXPECTS(arm.has_value(), "--arms: unknown arm '", s, "' (valid: ", arm_list(), ")");
+      o.arms.push_back(*arm);
     }
+  } else if (a == "--policies") {
+    o.policies.clear();
+    for (const std::string& s : split_list(value())) {
+      const auto p = canonical_policy(s);
+      WISP_EXPECTS(p.has_value(), "--policies: unknown policy '", s, "' (valid: ", policy_list(),
+                   ")");
+      o.policies.push_back(*p);
+    }
+  } else if (a == "--policy") {
+    const std::string_view s = value();
+    const auto p = canonical_policy(s);
+    WISP_EXPECTS(p.has_value(), "--policy: unknown policy '", s, "' (valid: ", policy_list(), ")");
+    o.base.policy = *p;
+  } else if (a == "--prefetch") {
+    const std::string_view s = value();
+    const auto rule = wisp::from_string<wisp::prefetch_rule>(s);
+    WISP_EXPECTS(rule && *rule != wisp::prefetch_rule::none, "--prefetch: unknown rule '", s,
+                 "' (valid: top-k, percentile)");
+    o.base.prefetch.rule = *rule;
+  } else if (a == "--overfetch") {
+    o.base.prefetch.overfetch = to_double(a, value(), 0);
+  } else if (a == "--percentile") {
+    o.base.prefetch.percentile = to_double(a, value(), 0);
+    WISP_EXPECTS(o.base.prefetch.percentile <= 100, "--percentile: ", o.base.prefetch.percentile,
+                 " is over 100");
+  } else if (a == "--decode-gbps") {
+    o.base.decode_bytes_per_second = to_double(a, value(), 1e-9) * 1e9;
+  } else if (a == "--tiers") {
+    const std::vector<std::string> parts = split_list(value());
+    WISP_EXPECTS(parts.size() == 4, "--tiers: need four sizes F,C,S,E, got ", parts.size());
+    o.base.tiers.emplace();
+    for (std::size_t p = 0; p < 4; ++p) {
+      (*o.base.tiers)[p] = to_int(a, parts[p], 0);
+    }
+  } else if (a == "--decode-threads") {
+    o.base.decode_threads = static_cast<std::uint32_t>(to_int(a, value(), 1));
+  } else if (a == "--host-compute") {
+    const std::string_view s = value();
+    WISP_EXPECTS(s == "roofline" || s == "measured", "--host-compute: unknown '", s,
+                 "' (valid: roofline, measured)");
+    o.base.host_measured = s == "measured";
+  } else if (a == "--host-thread-gflops") {
+    o.base.host_thread_flops = to_double(a, value(), 1e-9) * 1e9;
+  } else if (a == "--value-rate") {
+    o.base.value_rate = to_double(a, value(), 1e-9);
+    WISP_EXPECTS(o.base.value_rate <= 1, "--value-rate: ", o.base.value_rate, " is not in (0, 1]");
+  } else if (a == "--cap") {
+    o.base.cap = to_int(a, value(), 1);
+  } else if (a == "--hot") {
+    o.base.hot = to_int(a, value(), 0);
+  } else if (a == "--burst") {
+    o.base.dynamic_burst = to_int(a, value(), 1);
+  } else if (a == "--decay") {
+    o.base.controller.decay = to_double(a, value(), 0);
+    o.base.controller.validate();
+  } else {
+    return false;
   }
+  return true;
+}
+
+// What is served: the model's shape, its routing and the workload.
+template <class Value>
+bool parse_model_flag(cli_options& o, std::string_view a, Value&& value) {
+  if (a == "--workload") {
+    o.workload = std::string(value());
+    WISP_EXPECTS(o.workload == "chat" || o.workload == "shift", "--workload: unknown '", o.workload,
+                 "' (valid: chat, shift)");
+  } else if (a == "--sessions") {
+    o.sessions = to_int(a, value(), 1);
+  } else if (a == "--max-running") {
+    o.base.max_running = to_int(a, value(), 1);
+  } else if (a == "--routing") {
+    o.routing = std::string(value());
+    if (o.routing == "trace") {
+      o.trace_file = std::string(value());
+    }
+    WISP_EXPECTS(o.routing == "synthetic" || o.routing == "model" || o.routing == "trace",
+                 "--routing: unknown '", o.routing, "' (valid: synthetic, model, trace FILE)");
+  } else if (a == "--on-incomplete") {
+    const std::string_view s = value();
+    const auto p = wisp::from_string<wisp::incomplete_tokens>(s);
+    WISP_EXPECTS(p.has_value() && *p != wisp::incomplete_tokens::keep, "--on-incomplete: '", s,
+                 "' (valid: error, skip)");
+    o.on_incomplete = *p;
+  } else if (a == "--layers") {
+    o.layers = o.model.layers = to_int(a, value(), 1);
+  } else if (a == "--experts") {
+    o.experts = o.model.experts = to_int(a, value(), 1);
+  } else if (a == "--top-k") {
+    o.top_k = o.model.top_k = to_int(a, value(), 1);
+  } else if (a == "--hidden") {
+    o.model.hidden = to_int(a, value(), 2);
+  } else if (a == "--intermediate") {
+    o.model.intermediate = to_int(a, value(), 1);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// The device and its link: a profile (preset or file) whose link `--bandwidth` and
+// `--latency-us` override, or the host's defaults (25 GB/s, 10 us).
+inline void set_device(cli_options& o, std::optional<double> bandwidth,
+                       std::optional<double> latency) {
   if (o.device != "host") {
     // A preset or a file (a bad one is refused naming the member and value): its link unless
     // --bandwidth / --latency-us say otherwise, and the profile then shows the link charged.
@@ -298,6 +288,41 @@ inline std::vector<std::string> split_list(std::string_view list) {
     o.base.link.latency_seconds = latency.value_or(10) * 1e-6;
   }
   o.base.link.validate();
+}
+}  // namespace detail
+
+/// @brief Parses `args` (without the program name).
+/// @throws wisp::logic_error naming the flag and value on any bad input.
+[[nodiscard]] inline cli_options parse_cli(std::span<const std::string_view> args) {
+  using detail::to_double;
+  cli_options o;
+  o.base.budget_bytes = 148ull << 20;
+  std::optional<double> bandwidth, latency;  // link flags override the profile's
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string_view a = args[i];
+    auto value = [&]() -> std::string_view {
+      WISP_EXPECTS(i + 1 < args.size(), "missing value after ", a);
+      return args[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      o.help = true;
+    } else if (a == "--budget") {
+      o.base.budget_bytes = wisp::parse_byte_size(std::string(value())).count();
+    } else if (a == "--bandwidth") {
+      bandwidth = to_double(a, value(), 1e-9);
+    } else if (a == "--latency-us") {
+      latency = to_double(a, value(), 0);
+    } else if (a == "--device") {
+      o.device = std::string(value());
+    } else if (a == "--repeat") {
+      o.repeat = detail::to_int(a, value(), 1);
+    } else if (a == "--json") {
+      o.json = true;
+    } else if (!detail::parse_arm_flag(o, a, value) && !detail::parse_model_flag(o, a, value)) {
+      WISP_FAIL(wisp::logic_error, "unknown option '", a, "' (see --help)");
+    }
+  }
+  detail::set_device(o, bandwidth, latency);
   o.base.routing = o.routing == "model" ? routing_source::model : routing_source::trace;
   return o;
 }

@@ -369,18 +369,76 @@ inline void write_json(std::ostream& os, const comparison& c) {
      << "}\n";
 }
 
+namespace detail {
+// `f` as "median [min-max]", each printed with `fmt` after scaling by `scale`.
+inline std::string format_figure(const figure& f, const char* fmt, double scale) {
+  char b[96], lo[32], hi[32];
+  std::snprintf(b, sizeof b, fmt, f.median * scale);
+  std::snprintf(lo, sizeof lo, fmt, f.min * scale);
+  std::snprintf(hi, sizeof hi, fmt, f.max * scale);
+  return std::string(b) + " [" + lo + "-" + hi + "]";
+}
+
+// The lines below the table that only some arms have: Belady's copies, decode, tiers, host
+// compute, merged uploads and prefetches.
+inline void write_arm_notes(std::FILE* out, const arm_runs& a) {
+  const arm_result& r = a.runs.front();
+  if (r.feasible && r.belady_copies >= 0) {
+    std::fprintf(out,
+                 "%s: %" PRIu64
+                 " expert copies; Belady's offline optimum on the same calls: %" PRId64 "\n",
+                 a.label().c_str(), r.expert_copies, r.belady_copies);
+  }
+  if (r.feasible && a.spec.kind == arm_kind::pager_zip) {
+    const figure host = figure_of(a, [](auto& x) { return x.host_decode_seconds; });
+    std::fprintf(out,
+                 "%s: %s over the link for %" PRIu64
+                 " experts (%.1f%% of their raw bytes); decode "
+                 "modelled %.1f ms at %g GB/s, measured on the host %.1f ms (%.2f GB/s)\n",
+                 a.label().c_str(), wisp::format_bytes(r.bytes_moved).c_str(), r.expert_copies,
+                 100.0 * real(r.bytes_moved) / real(r.raw_bytes), r.decode_seconds * 1e3,
+                 r.decode_rate / 1e9, host.median * 1e3,
+                 host.median > 0 ? real(r.host_decoded_bytes) / host.median / 1e9 : 0.0);
+  }
+  if (r.feasible && a.spec.kind == arm_kind::tiered) {
+    const auto& h = r.tier_hits;
+    std::fprintf(out,
+                 "%s: %s; experts found in F/C/S/E/nowhere %" PRIu64 "/%" PRIu64 "/%" PRIu64
+                 "/%" PRIu64 "/%" PRIu64
+                 ", %s over "
+                 "the link, decode modelled %.1f ms\n",
+                 a.label().c_str(), r.note.c_str(), h[0], h[1], h[2], h[3], h[4],
+                 wisp::format_bytes(r.bytes_moved).c_str(), r.decode_seconds * 1e3);
+  }
+  if (r.feasible && computes_on_host(a.spec.kind)) {
+    const figure host = figure_of(a, [](auto& x) { return x.host_seconds; });
+    std::fprintf(out,
+                 "%s: the host computed %" PRIu64 " experts (%" PRIu64
+                 " positions) in %.1f ms [%.1f-%.1f]; "
+                 "%" PRIu64 " copied\n",
+                 a.label().c_str(), r.host_experts, r.host_positions, host.median * 1e3,
+                 host.min * 1e3, host.max * 1e3, r.expert_copies);
+  }
+  if (r.feasible && a.spec.kind == arm_kind::llama_cpp_cache) {
+    std::fprintf(out,
+                 "%s: %" PRIu64 " experts uploaded in %" PRIu64 " merged copies, %" PRIu64
+                 " calls bypassed\n",
+                 a.label().c_str(), r.expert_copies, r.upload_runs, r.bypassed_calls);
+  }
+  if (r.feasible && a.spec.kind == arm_kind::pager_prefetch) {
+    std::fprintf(
+        out, "%s: %" PRIu64 " expert copies on demand, %" PRIu64 " prefetched (%" PRIu64 " used)\n",
+        a.label().c_str(), r.expert_copies, r.prefetch_copies, r.prefetch_useful);
+  }
+}
+}  // namespace detail
+
 /// @brief Writes the comparison as a table and the ratio lines.
 inline void write_table(std::FILE* out, const comparison& c) {
   if (c.device) {
     std::fprintf(out, "%s\n", device_line(*c.device).c_str());
   }
-  auto fig = [](const figure& f, const char* fmt, double scale) {
-    char b[96], lo[32], hi[32];
-    std::snprintf(b, sizeof b, fmt, f.median * scale);
-    std::snprintf(lo, sizeof lo, fmt, f.min * scale);
-    std::snprintf(hi, sizeof hi, fmt, f.max * scale);
-    return std::string(b) + " [" + lo + "-" + hi + "]";
-  };
+  const auto fig = detail::format_figure;
   std::fprintf(out, "\n%-26s %-22s %-22s %-22s %-22s %6s %10s %7s %11s %s\n", "arm",
                "decode tok/s [min-max]", "prefill tok/s", "TTFT s", "TPOT ms", "hit", "moved",
                "preempt", "rows/KV", "digest");
@@ -421,55 +479,7 @@ inline void write_table(std::FILE* out, const comparison& c) {
   ratios(c.baseline, "decode", [](auto& x) { return x.decode_tok_s; });
   ratios(c.prefill_baseline, "prefill", [](auto& x) { return x.prefill_tok_s; });
   for (const arm_runs& a : c.arms) {
-    const arm_result& r = a.runs.front();
-    if (r.feasible && r.belady_copies >= 0) {
-      std::fprintf(out,
-                   "%s: %" PRIu64
-                   " expert copies; Belady's offline optimum on the same calls: %" PRId64 "\n",
-                   a.label().c_str(), r.expert_copies, r.belady_copies);
-    }
-    if (r.feasible && a.spec.kind == arm_kind::pager_zip) {
-      const figure host = figure_of(a, [](auto& x) { return x.host_decode_seconds; });
-      std::fprintf(out,
-                   "%s: %s over the link for %" PRIu64
-                   " experts (%.1f%% of their raw bytes); decode "
-                   "modelled %.1f ms at %g GB/s, measured on the host %.1f ms (%.2f GB/s)\n",
-                   a.label().c_str(), wisp::format_bytes(r.bytes_moved).c_str(), r.expert_copies,
-                   100.0 * real(r.bytes_moved) / real(r.raw_bytes), r.decode_seconds * 1e3,
-                   r.decode_rate / 1e9, host.median * 1e3,
-                   host.median > 0 ? real(r.host_decoded_bytes) / host.median / 1e9 : 0.0);
-    }
-    if (r.feasible && a.spec.kind == arm_kind::tiered) {
-      const auto& h = r.tier_hits;
-      std::fprintf(out,
-                   "%s: %s; experts found in F/C/S/E/nowhere %" PRIu64 "/%" PRIu64 "/%" PRIu64
-                   "/%" PRIu64 "/%" PRIu64
-                   ", %s over "
-                   "the link, decode modelled %.1f ms\n",
-                   a.label().c_str(), r.note.c_str(), h[0], h[1], h[2], h[3], h[4],
-                   wisp::format_bytes(r.bytes_moved).c_str(), r.decode_seconds * 1e3);
-    }
-    if (r.feasible && computes_on_host(a.spec.kind)) {
-      const figure host = figure_of(a, [](auto& x) { return x.host_seconds; });
-      std::fprintf(out,
-                   "%s: the host computed %" PRIu64 " experts (%" PRIu64
-                   " positions) in %.1f ms [%.1f-%.1f]; "
-                   "%" PRIu64 " copied\n",
-                   a.label().c_str(), r.host_experts, r.host_positions, host.median * 1e3,
-                   host.min * 1e3, host.max * 1e3, r.expert_copies);
-    }
-    if (r.feasible && a.spec.kind == arm_kind::llama_cpp_cache) {
-      std::fprintf(out,
-                   "%s: %" PRIu64 " experts uploaded in %" PRIu64 " merged copies, %" PRIu64
-                   " calls bypassed\n",
-                   a.label().c_str(), r.expert_copies, r.upload_runs, r.bypassed_calls);
-    }
-    if (r.feasible && a.spec.kind == arm_kind::pager_prefetch) {
-      std::fprintf(out,
-                   "%s: %" PRIu64 " expert copies on demand, %" PRIu64 " prefetched (%" PRIu64
-                   " used)\n",
-                   a.label().c_str(), r.expert_copies, r.prefetch_copies, r.prefetch_useful);
-    }
+    detail::write_arm_notes(out, a);
   }
 }
 
