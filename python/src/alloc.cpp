@@ -66,6 +66,7 @@ struct plan_result {
 
 }  // namespace
 
+// One declarative table of the module's alloc bindings (long, but a list reads best whole).
 void bind_alloc(nb::module_& m) {
   nb::class_<wisp::model_spec>(
       m, "ModelSpec",

@@ -432,6 +432,7 @@ nb::typed<nb::dict, nb::str, numpy_array> resize_report_dict(const core::resize_
 
 }  // namespace
 
+// One declarative table of the module's pager bindings (long, but a list reads best whole).
 void bind_pager(nb::module_& m) {
   nb::class_<core::cache_stats>(m, "CacheStats",
                                 "Counters of a cache (or summed over caches): accesses, hits, "

@@ -30,6 +30,7 @@ numpy_array per_rank_u64(const wisp::ep_arm_result& a, F field) {
 
 }  // namespace
 
+// One declarative table of the module's parallel bindings (long, but a list reads best whole).
 void bind_parallel(nb::module_& m) {
   m.def(
       "_simulate_ranks",

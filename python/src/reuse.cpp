@@ -50,6 +50,7 @@ numpy_array distance_array(std::size_t n, Record&& record) {
 
 }  // namespace
 
+// One declarative table of the module's reuse bindings (long, but a list reads best whole).
 void bind_reuse(nb::module_& m) {
   m.attr("COLD") = wisp::reuse_distance_counter::cold;
 

@@ -159,6 +159,7 @@ wisp::synthetic_config synthetic_config(const std::string& preset, nb::kwargs ov
 
 }  // namespace
 
+// One declarative table of the module's trace bindings (long, but a list reads best whole).
 void bind_trace(nb::module_& m) {
   nb::class_<column_chunks>(m, "ColumnChunks", "Iterator over a trace's accesses in chunks.")
       .def(

@@ -71,15 +71,21 @@ const char* feasibility(const sweep_point& p) {
   return p.feasible ? "yes" : (p.fits ? "floor" : "budget");
 }
 
-void run(const plan_options& opt) {
-  const model_spec m = load_model(opt.model);
-  const byte_size budget = parse_byte_size(opt.budget);
-  if (opt.concurrency.has_value() != opt.context.has_value()) {
-    usage_error(
-        "--concurrency and --context go together (the admission floor is C sessions x N "
-        "tokens)");
-  }
-  const admission_floor floor{opt.concurrency.value_or(0), opt.context.value_or(0)};
+// What `run` computed, for the writers.
+struct plan_report {
+  const plan_options& opt;
+  const model_spec& m;
+  byte_size budget;
+  admission_floor floor;
+  std::string source;  // the expert stream's
+  std::size_t steps = 0;
+  const miss_curve& expert_curve;
+  const configuration& conf;
+  const std::vector<sweep_point>& points;
+};
+
+// The caps to sweep: --sweep-cap's, each in [top_k, experts], or every cap in that range.
+std::vector<std::int32_t> sweep_caps(const plan_options& opt, const model_spec& m) {
   std::vector<std::int32_t> caps;
   for (const std::int64_t c : opt.sweep_caps) {
     if (c < m.top_k || c > m.experts) {
@@ -93,69 +99,58 @@ void run(const plan_options& opt) {
       caps.push_back(c);
     }
   }
-  // Feasibility first: an infeasible request fails before any trace work.
-  require_feasible(m, budget, floor);
+  return caps;
+}
 
-  const routing_trace t = plan_trace(opt.trace, m);
-  const miss_curve expert_curve{profile_trace(t, cache_scope::per_layer).histogram};
-  const std::uint64_t rounds =
-      std::max<std::uint64_t>(1, t.steps() / std::max<std::uint64_t>(1, floor.concurrency));
-  const cost_params params{opt.bandwidth_gbps * 1e9, opt.recompute};
-  const cost_model<> cost{m, expert_curve,
-                          working_set_kv_curve(floor.blocks(m.block_tokens), rounds), params};
-  const configuration conf = configure(cost, budget, floor);
-  const auto points = sweep(cost, budget, floor, caps);
-  const split& c = conf.choice;
-  if (floor.tokens() == 0) {
-    warn(
-        "no admission floor given (--concurrency, --context): nothing keeps KV memory for "
-        "serving, and the choice leaves the KV cache ",
-        c.kv_tokens, " tokens; give the sessions you must serve at once and their length");
+void write_plan_json(const plan_report& r) {
+  const model_spec& m = r.m;
+  const split& c = r.conf.choice;
+  nlohmann::ordered_json out;
+  out["model"] = m.name;
+  out["layers"] = m.layers;
+  out["experts"] = m.experts;
+  out["top_k"] = m.top_k;
+  out["budget_bytes"] = r.budget.count();
+  out["expert_slot_bytes"] = m.expert_bytes.count();
+  out["cap_unit_bytes"] = m.cap_unit_bytes().count();
+  out["kv_bytes_per_token"] = m.kv_bytes_per_token.count();
+  out["block_tokens"] = m.block_tokens;
+  out["kv_block_bytes"] = m.kv_block_bytes().count();
+  out["floor"] = {{"concurrency", r.floor.concurrency},
+                  {"context", r.floor.context},
+                  {"blocks", r.floor.blocks(m.block_tokens)}};
+  out["feasible_caps"] = {m.top_k, r.conf.max_feasible_cap};
+  out["expert_stream"] = {{"source", r.source}, {"steps", r.steps}, {"granularity", "call"}};
+  out["bandwidth_gbps"] = r.opt.bandwidth_gbps;
+  out["recompute_s_per_token"] = r.opt.recompute;
+  out["choice"] = {{"expert_cap", c.expert_cap},
+                   {"kv_blocks", c.kv_blocks},
+                   {"kv_tokens", c.kv_tokens},
+                   {"expert_bytes", c.expert_bytes.count()},
+                   {"kv_bytes", c.kv_bytes.count()},
+                   {"slack_bytes", c.slack.count()},
+                   {"predicted_latency_s", r.conf.predicted_seconds}};
+  out["knobs"] = {{"per_layer_expert_cap", r.conf.knobs.per_layer_expert_cap},
+                  {"kv_cache_bytes", r.conf.knobs.kv_cache_bytes.count()}};
+  out["sweep"] = nlohmann::ordered_json::array();
+  for (const auto& p : r.points) {
+    out["sweep"].push_back(
+        {{"expert_cap", p.expert_cap},
+         {"kv_blocks", p.s.kv_blocks},
+         {"kv_tokens", p.s.kv_tokens},
+         {"miss_rate", r.expert_curve.miss_ratio(p.expert_cap)},
+         {"fits", p.fits},
+         {"feasible", p.feasible},
+         {"predicted_s", p.fits ? nlohmann::ordered_json(p.seconds) : nlohmann::ordered_json()}});
   }
-  const std::string source = opt.trace.empty() ? "synthetic trace of the model's shape" : opt.trace;
+  std::cout << out.dump() << '\n';
+}
 
-  if (opt.json) {
-    nlohmann::ordered_json out;
-    out["model"] = m.name;
-    out["layers"] = m.layers;
-    out["experts"] = m.experts;
-    out["top_k"] = m.top_k;
-    out["budget_bytes"] = budget.count();
-    out["expert_slot_bytes"] = m.expert_bytes.count();
-    out["cap_unit_bytes"] = m.cap_unit_bytes().count();
-    out["kv_bytes_per_token"] = m.kv_bytes_per_token.count();
-    out["block_tokens"] = m.block_tokens;
-    out["kv_block_bytes"] = m.kv_block_bytes().count();
-    out["floor"] = {{"concurrency", floor.concurrency},
-                    {"context", floor.context},
-                    {"blocks", floor.blocks(m.block_tokens)}};
-    out["feasible_caps"] = {m.top_k, conf.max_feasible_cap};
-    out["expert_stream"] = {{"source", source}, {"steps", t.steps()}, {"granularity", "call"}};
-    out["bandwidth_gbps"] = opt.bandwidth_gbps;
-    out["recompute_s_per_token"] = opt.recompute;
-    out["choice"] = {{"expert_cap", c.expert_cap},
-                     {"kv_blocks", c.kv_blocks},
-                     {"kv_tokens", c.kv_tokens},
-                     {"expert_bytes", c.expert_bytes.count()},
-                     {"kv_bytes", c.kv_bytes.count()},
-                     {"slack_bytes", c.slack.count()},
-                     {"predicted_latency_s", conf.predicted_seconds}};
-    out["knobs"] = {{"per_layer_expert_cap", conf.knobs.per_layer_expert_cap},
-                    {"kv_cache_bytes", conf.knobs.kv_cache_bytes.count()}};
-    out["sweep"] = nlohmann::ordered_json::array();
-    for (const auto& p : points) {
-      out["sweep"].push_back(
-          {{"expert_cap", p.expert_cap},
-           {"kv_blocks", p.s.kv_blocks},
-           {"kv_tokens", p.s.kv_tokens},
-           {"miss_rate", expert_curve.miss_ratio(p.expert_cap)},
-           {"fits", p.fits},
-           {"feasible", p.feasible},
-           {"predicted_s", p.fits ? nlohmann::ordered_json(p.seconds) : nlohmann::ordered_json()}});
-    }
-    std::cout << out.dump() << '\n';
-    return;
-  }
+void write_plan_text(const plan_report& r) {
+  const model_spec& m = r.m;
+  const split& c = r.conf.choice;
+  const configuration& conf = r.conf;
+  const admission_floor& floor = r.floor;
   std::printf(
       "model %s: %d MoE layers x %d experts, top-%d; one expert %s (a cap unit, one slot "
       "in every layer: %s); KV %s per token, %u-token blocks (%s)\n",
@@ -166,7 +161,7 @@ void run(const plan_options& opt) {
   std::printf(
       "budget %s; admission floor %llu sessions x %llu tokens = %llu blocks; feasible caps "
       "[%d, %d]\n",
-      format_bytes_and_gib(budget.count()).c_str(),
+      format_bytes_and_gib(r.budget.count()).c_str(),
       static_cast<unsigned long long>(floor.concurrency),
       static_cast<unsigned long long>(floor.context),
       static_cast<unsigned long long>(floor.blocks(m.block_tokens)), m.top_k,
@@ -174,7 +169,7 @@ void run(const plan_options& opt) {
   std::printf(
       "expert stream: %s, %zu steps, misses per call; bandwidth %.3g GB/s, recompute %.3g "
       "s/token\n\n",
-      source.c_str(), t.steps(), opt.bandwidth_gbps, opt.recompute);
+      r.source.c_str(), r.steps, r.opt.bandwidth_gbps, r.opt.recompute);
   std::printf(
       "choice: expert cap %d per layer (%s), KV %llu blocks = %llu tokens (%s), slack %llu "
       "B; predicted latency %.6g s\n",
@@ -187,7 +182,7 @@ void run(const plan_options& opt) {
               format_bytes_and_gib(conf.knobs.kv_cache_bytes.count()).c_str());
   std::printf("%8s %12s %12s %10s %9s %14s\n", "cap", "kv_blocks", "kv_tokens", "miss_rate",
               "feasible", "predicted_s");
-  for (const auto& p : points) {
+  for (const auto& p : r.points) {
     char predicted[32] = "-";  // a cap that does not fit has no prediction
     if (p.fits) {
       std::snprintf(predicted, sizeof predicted, "%.6g", p.seconds);
@@ -195,7 +190,53 @@ void run(const plan_options& opt) {
     std::printf("%8d %12llu %12llu %10.4f %9s %14s\n", p.expert_cap,
                 static_cast<unsigned long long>(p.s.kv_blocks),
                 static_cast<unsigned long long>(p.s.kv_tokens),
-                expert_curve.miss_ratio(p.expert_cap), feasibility(p), predicted);
+                r.expert_curve.miss_ratio(p.expert_cap), feasibility(p), predicted);
+  }
+}
+
+void run(const plan_options& opt) {
+  const model_spec m = load_model(opt.model);
+  const byte_size budget = parse_byte_size(opt.budget);
+  if (opt.concurrency.has_value() != opt.context.has_value()) {
+    usage_error(
+        "--concurrency and --context go together (the admission floor is C sessions x N "
+        "tokens)");
+  }
+  const admission_floor floor{opt.concurrency.value_or(0), opt.context.value_or(0)};
+  const std::vector<std::int32_t> caps = sweep_caps(opt, m);
+  // Feasibility first: an infeasible request fails before any trace work.
+  require_feasible(m, budget, floor);
+
+  const routing_trace t = plan_trace(opt.trace, m);
+  const miss_curve expert_curve{profile_trace(t, cache_scope::per_layer).histogram};
+  const std::uint64_t rounds =
+      std::max<std::uint64_t>(1, t.steps() / std::max<std::uint64_t>(1, floor.concurrency));
+  const cost_params params{opt.bandwidth_gbps * 1e9, opt.recompute};
+  const cost_model<> cost{m, expert_curve,
+                          working_set_kv_curve(floor.blocks(m.block_tokens), rounds), params};
+  const configuration conf = configure(cost, budget, floor);
+  const auto points = sweep(cost, budget, floor, caps);
+  if (floor.tokens() == 0) {
+    warn(
+        "no admission floor given (--concurrency, --context): nothing keeps KV memory for "
+        "serving, and the choice leaves the KV cache ",
+        conf.choice.kv_tokens,
+        " tokens; give the sessions you must serve at once and their length");
+  }
+  const plan_report report{
+      .opt = opt,
+      .m = m,
+      .budget = budget,
+      .floor = floor,
+      .source = opt.trace.empty() ? "synthetic trace of the model's shape" : opt.trace,
+      .steps = t.steps(),
+      .expert_curve = expert_curve,
+      .conf = conf,
+      .points = points};
+  if (opt.json) {
+    write_plan_json(report);
+  } else {
+    write_plan_text(report);
   }
 }
 

@@ -176,6 +176,56 @@ nlohmann::ordered_json users_json(const std::vector<user_report>& users, double 
 
 // ------------------------------------------------------------------------- run
 
+// Every predictor of `predictors` evaluated online on `t` (the co-activation table saved to
+// --save when asked).
+std::vector<row> evaluate_predictors(const std::vector<std::string>& predictors,
+                                     const routing_trace& t, const predict_options& opt) {
+  const moe_shape& shape = t.shape();
+  std::vector<row> rows;
+  for (const std::string& name : predictors) {
+    if (name == "coactivation") {
+      coactivation_predictor table(shape, opt.config);
+      evaluate_into(rows, name, t, table, opt);
+      if (!opt.save.empty()) {
+        std::ofstream out(opt.save, std::ios::binary);
+        if (!out) {
+          throw logic_error("--save: cannot open '" + opt.save + "' for writing");
+        }
+        table.save(out);
+      }
+    } else if (name == "frequency") {
+      frequency_predictor freq(shape);
+      evaluate_into(rows, name, t, freq, opt);
+    } else {
+      previous_token_predictor previous(shape);
+      evaluate_into(rows, name, t, previous, opt);
+    }
+  }
+  return rows;
+}
+
+void write_right_size_table(const std::vector<user_report>& users, const predict_options& opt,
+                            const moe_shape& shape) {
+  std::printf(
+      "\nright-sizing to a miss ratio of %.3g: caps from each user's first half, LRU replay of "
+      "the second half\n",
+      opt.right_size_target);
+  std::printf("%5s %9s %8s %8s %8s %7s %14s\n", "user", "sequences", "learn", "check", "max_cap",
+              "slots", "measured_miss");
+  std::int32_t global_cap = 0;
+  for (std::size_t u = 0; u < users.size(); ++u) {
+    const user_report& r = users[u];
+    std::printf("%5zu %9zu %8zu %8zu %8d %7lld %14.4f\n", u, r.sequences, r.learn_steps,
+                r.check_steps, r.caps.max_cap(), static_cast<long long>(r.caps.slots()),
+                r.measured_miss_ratio);
+    global_cap = std::max(global_cap, r.caps.max_cap());
+  }
+  std::printf(
+      "one cap safe for every user: %d per layer = %lld slots; per-user caps hold the slots "
+      "above\n",
+      global_cap, static_cast<long long>(global_cap) * shape.layers);
+}
+
 void run(predict_options opt) {
   const std::vector<std::string> predictors = checked_predictors(opt.predictors);
   opt.config.validate();
@@ -201,26 +251,7 @@ void run(predict_options opt) {
                       std::to_string(shape.layers));
   }
 
-  std::vector<row> rows;
-  for (const std::string& name : predictors) {
-    if (name == "coactivation") {
-      coactivation_predictor table(shape, opt.config);
-      evaluate_into(rows, name, t, table, opt);
-      if (!opt.save.empty()) {
-        std::ofstream out(opt.save, std::ios::binary);
-        if (!out) {
-          throw logic_error("--save: cannot open '" + opt.save + "' for writing");
-        }
-        table.save(out);
-      }
-    } else if (name == "frequency") {
-      frequency_predictor freq(shape);
-      evaluate_into(rows, name, t, freq, opt);
-    } else {
-      previous_token_predictor previous(shape);
-      evaluate_into(rows, name, t, previous, opt);
-    }
-  }
+  const std::vector<row> rows = evaluate_predictors(predictors, t, opt);
   std::vector<user_report> users;
   if (opt.right_size_target >= 0.0) {
     users = right_size_users(t, opt);
@@ -264,24 +295,7 @@ void run(predict_options opt) {
                 r.quality.precision, r.quality.recall);
   }
   if (!users.empty()) {
-    std::printf(
-        "\nright-sizing to a miss ratio of %.3g: caps from each user's first half, LRU replay of "
-        "the second half\n",
-        opt.right_size_target);
-    std::printf("%5s %9s %8s %8s %8s %7s %14s\n", "user", "sequences", "learn", "check", "max_cap",
-                "slots", "measured_miss");
-    std::int32_t global_cap = 0;
-    for (std::size_t u = 0; u < users.size(); ++u) {
-      const user_report& r = users[u];
-      std::printf("%5zu %9zu %8zu %8zu %8d %7lld %14.4f\n", u, r.sequences, r.learn_steps,
-                  r.check_steps, r.caps.max_cap(), static_cast<long long>(r.caps.slots()),
-                  r.measured_miss_ratio);
-      global_cap = std::max(global_cap, r.caps.max_cap());
-    }
-    std::printf(
-        "one cap safe for every user: %d per layer = %lld slots; per-user caps hold the slots "
-        "above\n",
-        global_cap, static_cast<long long>(global_cap) * shape.layers);
+    write_right_size_table(users, opt, shape);
   }
 }
 

@@ -71,8 +71,7 @@ std::string sizes_text(const tier_sizes& s) {
   return out;
 }
 
-void run(const tiers_options& opt) {
-  const routing_trace t = load_trace_with_accesses(opt.trace);
+tiered_sim_config base_config(const tiers_options& opt) {
   tiered_sim_config base;
   base.tensors = opt.tensors;
   base.tensor_elements = opt.tensor_elements;
@@ -84,31 +83,72 @@ void run(const tiers_options& opt) {
   base.tolerance = opt.tolerance;
   base.grid_step = opt.grid;
   base.enabled = parse_pools(opt.pools);
+  return base;
+}
+
+void print_header(const tiers_options& opt, const routing_trace& t) {
+  std::printf(
+      "%s: %zu steps, %d layers x %d experts, top-%d; budget %llu full experts per layer; "
+      "expert = %u x %llu BF16 values, E-chunks %u at %.3g bytes/value, decode %.3g GB/s per "
+      "thread, execution %.3g us\n\n",
+      opt.trace.c_str(), t.steps(), t.shape().layers, t.shape().experts, t.shape().top_k,
+      static_cast<unsigned long long>(opt.budget_experts), opt.tensors,
+      static_cast<unsigned long long>(opt.tensor_elements), opt.e_chunks, opt.exponent_ratio,
+      opt.decode_gbps, opt.execute_us);
+  std::printf("%8s %4s %-18s %11s", "link", "L", "pools", "expected");
+  if (!opt.plan_only) {
+    std::printf(" %11s %11s %11s %9s %11s %11s %6s", "estimated", "scheduled", "plain", "speedup",
+                "read_MB", "plain_MB", "TV");
+  }
+  std::printf("\n%8s %4s %-18s %11s", "GB/s", "", "", "ms/call");
+  if (!opt.plan_only) {
+    std::printf(" %11s %11s %11s %9s %11s %11s %6s", "ms/call", "ms/call", "ms/call", "x",
+                "per call", "per call", "");
+  }
+  std::printf("\n");
+}
+
+// The replay's figures per call, and its 8 most frequent hit patterns beside the model's.
+void add_replay(nlohmann::ordered_json& row, const tiered_sim_result& r) {
+  const double calls = static_cast<double>(r.calls);
+  row["calls"] = r.calls;
+  row["estimated_ms_per_call"] = 1e3 * r.estimated_seconds / calls;
+  row["scheduled_ms_per_call"] = 1e3 * r.measured_seconds / calls;
+  row["plain_capacity"] = r.plain_capacity;
+  row["plain_ms_per_call"] = 1e3 * r.plain_seconds / calls;
+  row["speedup"] = r.plain_seconds / r.measured_seconds;
+  row["bytes_read_per_call"] = static_cast<double>(r.bytes_read) / calls;
+  row["plain_bytes_read_per_call"] = static_cast<double>(r.plain_bytes_read) / calls;
+  row["pool_hits"] = {r.stats.pools[0].hits, r.stats.pools[1].hits, r.stats.pools[2].hits,
+                      r.stats.pools[3].hits};
+  row["misses"] = r.stats.misses;
+  row["plain_hits"] = r.plain_hits;
+  row["pattern_distance"] = r.pattern_distance();
+  nlohmann::ordered_json patterns = nlohmann::ordered_json::array();
+  std::vector<std::pair<std::uint64_t, std::array<std::int32_t, tier_count>>> top;
+  for (const auto& [h, n] : r.patterns) {
+    top.emplace_back(n, h);
+  }
+  std::sort(top.rbegin(), top.rend());
+  for (std::size_t i = 0; i < top.size() && i < 8; ++i) {
+    const auto m = r.model.find(top[i].second);
+    patterns.push_back({{"h", top[i].second},
+                        {"observed", static_cast<double>(top[i].first) / calls},
+                        {"model", m == r.model.end() ? 0.0 : m->second}});
+  }
+  row["top_patterns"] = patterns;
+}
+
+void run(const tiers_options& opt) {
+  const routing_trace t = load_trace_with_accesses(opt.trace);
+  const tiered_sim_config base = base_config(opt);
   if (opt.budget_experts > static_cast<std::uint64_t>(t.shape().experts)) {
     usage_error("--budget-experts ", opt.budget_experts, " is more than the layer's ",
                 t.shape().experts, " experts");
   }
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   if (!opt.json) {
-    std::printf(
-        "%s: %zu steps, %d layers x %d experts, top-%d; budget %llu full experts per layer; "
-        "expert = %u x %llu BF16 values, E-chunks %u at %.3g bytes/value, decode %.3g GB/s per "
-        "thread, execution %.3g us\n\n",
-        opt.trace.c_str(), t.steps(), t.shape().layers, t.shape().experts, t.shape().top_k,
-        static_cast<unsigned long long>(opt.budget_experts), opt.tensors,
-        static_cast<unsigned long long>(opt.tensor_elements), opt.e_chunks, opt.exponent_ratio,
-        opt.decode_gbps, opt.execute_us);
-    std::printf("%8s %4s %-18s %11s", "link", "L", "pools", "expected");
-    if (!opt.plan_only) {
-      std::printf(" %11s %11s %11s %9s %11s %11s %6s", "estimated", "scheduled", "plain", "speedup",
-                  "read_MB", "plain_MB", "TV");
-    }
-    std::printf("\n%8s %4s %-18s %11s", "GB/s", "", "", "ms/call");
-    if (!opt.plan_only) {
-      std::printf(" %11s %11s %11s %9s %11s %11s %6s", "ms/call", "ms/call", "ms/call", "x",
-                  "per call", "per call", "");
-    }
-    std::printf("\n");
+    print_header(opt, t);
   }
   for (const double link : opt.link_gbps) {
     for (const std::uint32_t threads : opt.threads) {
@@ -129,33 +169,8 @@ void run(const tiers_options& opt) {
                                  {"expected_ms_per_call", 1e3 * plan.best.expected_seconds}};
       if (!opt.plan_only) {
         const tiered_sim_result r = simulate_tiered(t, c);
+        add_replay(row, r);
         const double calls = static_cast<double>(r.calls);
-        row["calls"] = r.calls;
-        row["estimated_ms_per_call"] = 1e3 * r.estimated_seconds / calls;
-        row["scheduled_ms_per_call"] = 1e3 * r.measured_seconds / calls;
-        row["plain_capacity"] = r.plain_capacity;
-        row["plain_ms_per_call"] = 1e3 * r.plain_seconds / calls;
-        row["speedup"] = r.plain_seconds / r.measured_seconds;
-        row["bytes_read_per_call"] = static_cast<double>(r.bytes_read) / calls;
-        row["plain_bytes_read_per_call"] = static_cast<double>(r.plain_bytes_read) / calls;
-        row["pool_hits"] = {r.stats.pools[0].hits, r.stats.pools[1].hits, r.stats.pools[2].hits,
-                            r.stats.pools[3].hits};
-        row["misses"] = r.stats.misses;
-        row["plain_hits"] = r.plain_hits;
-        row["pattern_distance"] = r.pattern_distance();
-        nlohmann::ordered_json patterns = nlohmann::ordered_json::array();
-        std::vector<std::pair<std::uint64_t, std::array<std::int32_t, tier_count>>> top;
-        for (const auto& [h, n] : r.patterns) {
-          top.emplace_back(n, h);
-        }
-        std::sort(top.rbegin(), top.rend());
-        for (std::size_t i = 0; i < top.size() && i < 8; ++i) {
-          const auto m = r.model.find(top[i].second);
-          patterns.push_back({{"h", top[i].second},
-                              {"observed", static_cast<double>(top[i].first) / calls},
-                              {"model", m == r.model.end() ? 0.0 : m->second}});
-        }
-        row["top_patterns"] = patterns;
         if (!opt.json) {
           std::printf("%8.3g %4u %-18s %11.4f %11.4f %11.4f %11.4f %9.3f %11.2f %11.2f %6.3f\n",
                       link, threads, sizes_text(c.capacity).c_str(),

@@ -141,6 +141,8 @@ nlohmann::ordered_json row_json(const timeline_row& r, const timeline_common& co
 
 }  // namespace
 
+// One declarative table: the timeline's options, in `--help`'s order (long, but a list of
+// options reads best whole).
 std::shared_ptr<timeline_options> add_timeline_options(CLI::App& sim) {
   auto opt = std::make_shared<timeline_options>();
   auto* group = sim.add_option_group(
@@ -231,12 +233,10 @@ bool timeline_requested(const timeline_options& options) {
   return options.enabled;
 }
 
-void run_timeline(const timeline_options& opt, const timeline_common& common) {
-  if (common.bandwidth_gbps <= 0.0) {
-    throw logic_error("--timeline needs a link: give --bandwidth-gbps > 0 (and --expert-bytes)");
-  }
-  const std::vector<prefetch_setting> settings = prefetch_settings(opt);
-  const routing_trace t = load_trace(common.file);
+namespace {
+
+// The run's config (scope, link, compute, miss policy) less what the sweep varies.
+timeline_config make_timeline_config(const timeline_options& opt, const timeline_common& common) {
   timeline_config config;
   config.scope = cache_scope_from_string(common.scope);
   config.link = link_model{common.bandwidth_gbps * 1e9, common.latency_us * 1e-6};
@@ -259,6 +259,74 @@ void run_timeline(const timeline_options& opt, const timeline_common& common) {
         2 * transfer);
     config.hybrid_value_rate = opt.value_rate;
   }
+  return config;
+}
+
+void write_timeline_csv(const std::vector<timeline_row>& rows, const timeline_common& common,
+                        const timeline_options& opt) {
+  bool header = true;
+  for (const timeline_row& r : rows) {
+    const nlohmann::ordered_json j = row_json(r, common, opt);
+    std::string line;
+    if (header) {
+      for (const auto& [key, value] : j.items()) {
+        line += (line.empty() ? "" : ",") + key;
+      }
+      std::printf("%s\n", line.c_str());
+      line.clear();
+      header = false;
+    }
+    for (const auto& [key, value] : j.items()) {
+      line +=
+          (line.empty() ? "" : ",") + (value.is_string() ? value.get<std::string>() : value.dump());
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+void write_timeline_table(const std::vector<timeline_row>& rows, const routing_trace& t,
+                          const timeline_config& config, const timeline_options& opt,
+                          const timeline_common& common) {
+  const auto& shape = t.shape();
+  std::printf("%s: %zu steps, %d layers x %d experts, top-%d; scope %s\n", common.file.c_str(),
+              t.steps(), shape.layers, shape.experts, shape.top_k, common.scope.c_str());
+  std::printf(
+      "link %.3g GB/s + %.3g us per copy, %llu B per expert -> %.3f ms per copy; compute per "
+      "layer = compute_us + %.3g us x %d tokens\n\n",
+      common.bandwidth_gbps, common.latency_us,
+      static_cast<unsigned long long>(common.expert_bytes),
+      1e3 * config.link.copy_seconds(common.expert_bytes), opt.compute_per_token_us, opt.tokens);
+  if (config.miss.policy == miss_policy::hybrid) {
+    std::printf(
+        "hybrid: host %.3g GB/s, %d threads x %.3g GFLOP/s; a host expert costs %.3f ms + %.4f ms "
+        "per position (roofline), %.3f ms of transfers per call with host work\n\n",
+        opt.host_gbps, opt.host_threads, opt.host_thread_gflops, 1e3 * config.hybrid.expert_seconds,
+        1e3 * config.hybrid.position_seconds, 1e3 * config.hybrid.call_seconds);
+  }
+  std::printf("%-18s %5s %9s %-16s %10s %9s %10s %8s %8s %10s %9s %9s\n", "policy", "cap",
+              "compute", "prefetch", "misses", "prefetch", "useful", "prec", "recall", "host",
+              "stall_s", "tpot_ms");
+  for (const timeline_row& r : rows) {
+    const timeline_result& x = r.result;
+    std::printf("%-18s %5d %9.1f %-16s %10llu %9llu %10llu %8.4f %8.4f %10llu %9.3f %9.3f\n",
+                r.policy.c_str(), r.capacity, r.compute_us, r.prefetch.c_str(),
+                static_cast<unsigned long long>(x.stats.misses),
+                static_cast<unsigned long long>(x.prefetches_started),
+                static_cast<unsigned long long>(x.prefetches_useful), x.prefetch_precision,
+                x.prefetch_recall, static_cast<unsigned long long>(x.host_experts), x.stall_seconds,
+                1e3 * x.tpot_seconds);
+  }
+}
+
+}  // namespace
+
+void run_timeline(const timeline_options& opt, const timeline_common& common) {
+  if (common.bandwidth_gbps <= 0.0) {
+    throw logic_error("--timeline needs a link: give --bandwidth-gbps > 0 (and --expert-bytes)");
+  }
+  const std::vector<prefetch_setting> settings = prefetch_settings(opt);
+  const routing_trace t = load_trace(common.file);
+  timeline_config config = make_timeline_config(opt, common);
   const bool approximate =
       config.miss.policy == miss_policy::drop || config.miss.policy == miss_policy::substitute;
   if (approximate && !common.json && !common.csv) {
@@ -296,54 +364,9 @@ void run_timeline(const timeline_options& opt, const timeline_common& common) {
     return;
   }
   if (common.csv) {
-    bool header = true;
-    for (const timeline_row& r : rows) {
-      const nlohmann::ordered_json j = row_json(r, common, opt);
-      std::string line;
-      if (header) {
-        for (const auto& [key, value] : j.items()) {
-          line += (line.empty() ? "" : ",") + key;
-        }
-        std::printf("%s\n", line.c_str());
-        line.clear();
-        header = false;
-      }
-      for (const auto& [key, value] : j.items()) {
-        line += (line.empty() ? "" : ",") +
-                (value.is_string() ? value.get<std::string>() : value.dump());
-      }
-      std::printf("%s\n", line.c_str());
-    }
-    return;
-  }
-  const auto& shape = t.shape();
-  std::printf("%s: %zu steps, %d layers x %d experts, top-%d; scope %s\n", common.file.c_str(),
-              t.steps(), shape.layers, shape.experts, shape.top_k, common.scope.c_str());
-  std::printf(
-      "link %.3g GB/s + %.3g us per copy, %llu B per expert -> %.3f ms per copy; compute per "
-      "layer = compute_us + %.3g us x %d tokens\n\n",
-      common.bandwidth_gbps, common.latency_us,
-      static_cast<unsigned long long>(common.expert_bytes),
-      1e3 * config.link.copy_seconds(common.expert_bytes), opt.compute_per_token_us, opt.tokens);
-  if (config.miss.policy == miss_policy::hybrid) {
-    std::printf(
-        "hybrid: host %.3g GB/s, %d threads x %.3g GFLOP/s; a host expert costs %.3f ms + %.4f ms "
-        "per position (roofline), %.3f ms of transfers per call with host work\n\n",
-        opt.host_gbps, opt.host_threads, opt.host_thread_gflops, 1e3 * config.hybrid.expert_seconds,
-        1e3 * config.hybrid.position_seconds, 1e3 * config.hybrid.call_seconds);
-  }
-  std::printf("%-18s %5s %9s %-16s %10s %9s %10s %8s %8s %10s %9s %9s\n", "policy", "cap",
-              "compute", "prefetch", "misses", "prefetch", "useful", "prec", "recall", "host",
-              "stall_s", "tpot_ms");
-  for (const timeline_row& r : rows) {
-    const timeline_result& x = r.result;
-    std::printf("%-18s %5d %9.1f %-16s %10llu %9llu %10llu %8.4f %8.4f %10llu %9.3f %9.3f\n",
-                r.policy.c_str(), r.capacity, r.compute_us, r.prefetch.c_str(),
-                static_cast<unsigned long long>(x.stats.misses),
-                static_cast<unsigned long long>(x.prefetches_started),
-                static_cast<unsigned long long>(x.prefetches_useful), x.prefetch_precision,
-                x.prefetch_recall, static_cast<unsigned long long>(x.host_experts), x.stall_seconds,
-                1e3 * x.tpot_seconds);
+    write_timeline_csv(rows, common, opt);
+  } else {
+    write_timeline_table(rows, t, config, opt, common);
   }
 }
 

@@ -148,6 +148,8 @@ void print_stats(const routing_trace& t, const std::string& file, std::size_t wi
 
 }  // namespace
 
+// One declarative table: the subcommands of `wisp trace` and their options, in `--help`'s order
+// (long, but a list of options reads best whole).
 void add_trace_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("trace", "Import, summarise and synthesise routing traces");
   cmd->require_subcommand(1);
