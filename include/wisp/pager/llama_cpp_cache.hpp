@@ -193,6 +193,8 @@ class llama_cpp_cache {
 template <topk_id Id>
 llama_cpp_plan llama_cpp_cache::plan_impl(std::int32_t layer, std::span<const Id> ids,
                                           std::int32_t tokens) {
+  // One function on purpose: llama.cpp's plan step by step, in the order its description gives
+  // (the baseline is meant to be read against that description).
   check_layer("llama_cpp_cache::plan", layer);
   detail::check_topk_shape("llama_cpp_cache::plan", ids.size(), tokens, config_.top_k);
   detail::check_topk_ids("llama_cpp_cache::plan", ids, config_.top_k, config_.experts);

@@ -202,6 +202,8 @@ class replica_chooser {
   template <topk_id Id>
   void choose(std::int32_t layer, std::span<const Id> topk_ids, std::int32_t tokens, std::int32_t k,
               std::span<std::int32_t> ranks) {
+    // One function on purpose: the per-call hot path (bench/parallel), whose branch-free passes
+    // share the call's locals.
     detail::check_topk_shape("replica_chooser::choose", topk_ids.size(), tokens, k);
     WISP_EXPECTS(ranks.size() == topk_ids.size(), "replica_chooser::choose: ", topk_ids.size(),
                  " ids but ", ranks.size(), " outputs");
