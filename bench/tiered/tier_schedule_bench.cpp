@@ -168,53 +168,46 @@ profiled profile_constants() {
   return {dec[dec.size() / 2], rec[rec.size() / 2]};
 }
 
-// Runs `s` for real once; returns its wall-clock makespan.
-double run_for_real(const wisp::affinity_schedule& s, std::vector<tensor_buffers>& buf,
-                    const std::vector<std::int32_t>& source_of_task, double link,
-                    std::uint32_t threads) {
-  const sources& src = call_sources();
-  const wisp::coder_set coders = wisp::core_coders();
-  const std::size_t tasks = s.tasks.size();
-  // Each resource's operations in schedule order; done flags per (task, kind, chunk).
+// Each resource's operations of a schedule, in schedule order.
+struct resource_queues {
   std::vector<const wisp::scheduled_op*> io;
+  std::vector<std::vector<const wisp::scheduled_op*>> dec;  // per decode thread
   std::vector<const wisp::scheduled_op*> rec;
-  std::vector<std::vector<const wisp::scheduled_op*>> dec(threads);
+};
+
+resource_queues queues_of(const wisp::affinity_schedule& s, std::uint32_t threads) {
+  resource_queues q;
+  q.dec.resize(threads);
   for (const wisp::scheduled_op& op : s.ops) {
     switch (op.kind) {
       case wisp::op_kind::sm_read:
       case wisp::op_kind::e_read:
-        io.push_back(&op);
+        q.io.push_back(&op);
         break;
       case wisp::op_kind::decode:
-        dec[static_cast<std::size_t>(op.thread)].push_back(&op);
+        q.dec[static_cast<std::size_t>(op.thread)].push_back(&op);
         break;
       case wisp::op_kind::recover:
-        rec.push_back(&op);
+        q.rec.push_back(&op);
         break;
       case wisp::op_kind::execute:
         break;
     }
   }
   auto by_start = [](const auto* a, const auto* b) { return a->start < b->start; };
-  std::stable_sort(io.begin(), io.end(), by_start);
-  std::stable_sort(rec.begin(), rec.end(), by_start);
-  for (auto& d : dec) {
+  std::stable_sort(q.io.begin(), q.io.end(), by_start);
+  std::stable_sort(q.rec.begin(), q.rec.end(), by_start);
+  for (auto& d : q.dec) {
     std::stable_sort(d.begin(), d.end(), by_start);
   }
-  // 32-bit flags: the width futexes wait on directly (no proxy wait table).
-  std::vector<std::atomic<std::uint32_t>> sm_done(tasks);
-  std::vector<std::atomic<std::uint32_t>> e_done(tasks * k_chunks);
-  std::vector<std::atomic<std::uint32_t>> decoded(tasks);
-  for (std::size_t t = 0; t < tasks; ++t) {
-    sm_done[t] = s.tasks[t].reads_sm() ? 0 : 1;
-    for (std::uint32_t j = 0; j < k_chunks; ++j) {
-      e_done[t * k_chunks + j] = s.tasks[t].reads_e() ? 0 : 1;
-    }
-    decoded[t] = 0;
-  }
-  // What the call reads and every output start cleared, so that an operation run before its
-  // inputs cannot go unnoticed (the outputs are compared with the sources afterwards).
-  for (std::size_t t = 0; t < tasks; ++t) {
+  return q;
+}
+
+// Clears what the call reads and every output, so that an operation run before its inputs
+// cannot go unnoticed (the outputs are compared with the sources afterwards).
+void clear_call_buffers(const wisp::affinity_schedule& s, std::vector<tensor_buffers>& buf,
+                        const std::vector<std::int32_t>& source_of_task) {
+  for (std::size_t t = 0; t < s.tasks.size(); ++t) {
     tensor_buffers& b = buf[static_cast<std::size_t>(source_of_task[t])];
     if (s.tasks[t].reads_sm()) {
       std::fill(b.sm.begin(), b.sm.end(), std::uint8_t{0});
@@ -226,10 +219,101 @@ double run_for_real(const wisp::affinity_schedule& s, std::vector<tensor_buffers
     }
     std::fill(b.out.begin(), b.out.end(), wisp::bf16{});
   }
-  auto source = [&](std::size_t task) { return static_cast<std::size_t>(source_of_task[task]); };
-  auto record = [&](std::int32_t task) -> const wisp::compressed_bf16& {
-    return src.records[source(static_cast<std::size_t>(task))];
-  };
+}
+
+// One real run of a schedule: the done flags per (task, kind, chunk) and the loop of each
+// resource's thread, which waits on the flags of its operations' inputs.
+class real_run {
+ public:
+  real_run(const wisp::affinity_schedule& s, std::vector<tensor_buffers>& buf,
+           const std::vector<std::int32_t>& source_of_task, double link)
+      : buf_(buf),
+        source_of_task_(source_of_task),
+        link_(link),
+        sm_done_(s.tasks.size()),
+        e_done_(s.tasks.size() * k_chunks),
+        decoded_(s.tasks.size()) {
+    for (std::size_t t = 0; t < s.tasks.size(); ++t) {
+      sm_done_[t] = s.tasks[t].reads_sm() ? 0 : 1;
+      for (std::uint32_t j = 0; j < k_chunks; ++j) {
+        e_done_[t * k_chunks + j] = s.tasks[t].reads_e() ? 0 : 1;
+      }
+      decoded_[t] = 0;
+    }
+  }
+
+  // The I/O thread: each read paced to the link rate, then its flag raised.
+  void read(const std::vector<const wisp::scheduled_op*>& ops) {
+    for (const wisp::scheduled_op* op : ops) {
+      const auto t = static_cast<std::size_t>(op->task);
+      const wisp::compressed_bf16& z = record(op->task);
+      if (op->kind == wisp::op_kind::sm_read) {
+        paced_read(z.chunk_bytes(z.sm_chunk()), buf_[source(t)].sm, link_);
+        sm_done_[t].store(1, std::memory_order_release);
+        sm_done_[t].notify_all();
+      } else {
+        paced_read(z.chunk_bytes(z.e_chunk(op->chunk)), buf_[source(t)].e[op->chunk], link_);
+        auto& flag = e_done_[t * k_chunks + op->chunk];
+        flag.store(1, std::memory_order_release);
+        flag.notify_all();
+      }
+    }
+  }
+
+  // A decode thread: each E-chunk once it is read; the last of a tensor's chunks wakes recovery.
+  void decode(const std::vector<const wisp::scheduled_op*>& ops,
+              wisp::huffman_table_cache& tables) {
+    for (const wisp::scheduled_op* op : ops) {
+      const auto t = static_cast<std::size_t>(op->task);
+      e_done_[t * k_chunks + op->chunk].wait(0, std::memory_order_acquire);
+      const wisp::chunk_ref& r = record(op->task).e_chunk(op->chunk);
+      wisp::decode_e_chunk(r, buf_[source(t)].e[op->chunk],
+                           std::span(buf_[source(t)].exponents).subspan(r.first, r.count), coders_,
+                           tables, false);
+      if (decoded_[t].fetch_add(1, std::memory_order_acq_rel) + 1 == k_chunks) {
+        decoded_[t].notify_all();
+      }
+    }
+  }
+
+  // The recovery thread: each tensor once its SM chunk is read and its exponents decoded.
+  void recover(const std::vector<const wisp::scheduled_op*>& ops) {
+    for (const wisp::scheduled_op* op : ops) {
+      const auto t = static_cast<std::size_t>(op->task);
+      sm_done_[t].wait(0, std::memory_order_acquire);
+      for (std::uint32_t d = decoded_[t].load(std::memory_order_acquire); d != k_chunks;
+           d = decoded_[t].load(std::memory_order_acquire)) {
+        decoded_[t].wait(d, std::memory_order_acquire);
+      }
+      wisp::recover_bf16(buf_[source(t)].sm, buf_[source(t)].exponents, buf_[source(t)].out);
+    }
+  }
+
+ private:
+  std::size_t source(std::size_t task) const {
+    return static_cast<std::size_t>(source_of_task_[task]);
+  }
+  const wisp::compressed_bf16& record(std::int32_t task) const {
+    return call_sources().records[source(static_cast<std::size_t>(task))];
+  }
+
+  std::vector<tensor_buffers>& buf_;
+  const std::vector<std::int32_t>& source_of_task_;
+  double link_;
+  const wisp::coder_set coders_ = wisp::core_coders();
+  // 32-bit flags: the width futexes wait on directly (no proxy wait table).
+  std::vector<std::atomic<std::uint32_t>> sm_done_;
+  std::vector<std::atomic<std::uint32_t>> e_done_;
+  std::vector<std::atomic<std::uint32_t>> decoded_;
+};
+
+// Runs `s` for real once; returns its wall-clock makespan.
+double run_for_real(const wisp::affinity_schedule& s, std::vector<tensor_buffers>& buf,
+                    const std::vector<std::int32_t>& source_of_task, double link,
+                    std::uint32_t threads) {
+  const resource_queues q = queues_of(s, threads);
+  real_run run(s, buf, source_of_task, link);
+  clear_call_buffers(s, buf, source_of_task);
   // The clock starts once every worker is up and waiting (thread start-up is not timed).
   std::latch ready(static_cast<std::ptrdiff_t>(threads) + 2);
   std::latch go(1);
@@ -239,51 +323,20 @@ double run_for_real(const wisp::affinity_schedule& s, std::vector<tensor_buffers
   workers.emplace_back([&] {
     ready.count_down();
     go.wait();
-    for (const wisp::scheduled_op* op : io) {
-      const auto t = static_cast<std::size_t>(op->task);
-      const wisp::compressed_bf16& z = record(op->task);
-      if (op->kind == wisp::op_kind::sm_read) {
-        paced_read(z.chunk_bytes(z.sm_chunk()), buf[source(t)].sm, link);
-        sm_done[t].store(1, std::memory_order_release);
-        sm_done[t].notify_all();
-      } else {
-        paced_read(z.chunk_bytes(z.e_chunk(op->chunk)), buf[source(t)].e[op->chunk], link);
-        auto& flag = e_done[t * k_chunks + op->chunk];
-        flag.store(1, std::memory_order_release);
-        flag.notify_all();
-      }
-    }
+    run.read(q.io);
   });
   for (std::uint32_t l = 0; l < threads; ++l) {
     workers.emplace_back([&, l] {
       wisp::huffman_table_cache tables;  // this decode thread's
       ready.count_down();
       go.wait();
-      for (const wisp::scheduled_op* op : dec[l]) {
-        const auto t = static_cast<std::size_t>(op->task);
-        e_done[t * k_chunks + op->chunk].wait(0, std::memory_order_acquire);
-        const wisp::chunk_ref& r = record(op->task).e_chunk(op->chunk);
-        wisp::decode_e_chunk(r, buf[source(t)].e[op->chunk],
-                             std::span(buf[source(t)].exponents).subspan(r.first, r.count), coders,
-                             tables, false);
-        if (decoded[t].fetch_add(1, std::memory_order_acq_rel) + 1 == k_chunks) {
-          decoded[t].notify_all();
-        }
-      }
+      run.decode(q.dec[l], tables);
     });
   }
   workers.emplace_back([&] {
     ready.count_down();
     go.wait();
-    for (const wisp::scheduled_op* op : rec) {
-      const auto t = static_cast<std::size_t>(op->task);
-      sm_done[t].wait(0, std::memory_order_acquire);
-      for (std::uint32_t d = decoded[t].load(std::memory_order_acquire); d != k_chunks;
-           d = decoded[t].load(std::memory_order_acquire)) {
-        decoded[t].wait(d, std::memory_order_acquire);
-      }
-      wisp::recover_bf16(buf[source(t)].sm, buf[source(t)].exponents, buf[source(t)].out);
-    }
+    run.recover(q.rec);
     finish = clock_type::now();
   });
   ready.wait();

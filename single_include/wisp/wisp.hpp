@@ -14235,6 +14235,152 @@ namespace detail {
   return v->text;
 }
 
+/// The "config" fields of a model file, but for the expert storage.
+[[nodiscard]] inline model_config parse_model_config(const json_value& cfg,
+                                                     std::uint32_t block_tokens) {
+  model_config c;
+  c.moe_layers = json_u32(cfg, "moe_layers");
+  c.attention_layers = json_u32(cfg, "attention_layers");
+  c.experts = json_u32(cfg, "experts");
+  c.top_k = json_u32(cfg, "top_k");
+  c.shared_experts = json_u32_or(cfg, "shared_experts", 0);
+  c.hidden_size = json_u32(cfg, "hidden_size");
+  c.moe_intermediate_size = json_u32(cfg, "moe_intermediate_size");
+  c.expert_matrices = json_u32_or(cfg, "expert_matrices", 3);
+  c.dtype_bytes = json_u32_or(cfg, "dtype_bytes", 2);
+  c.block_tokens = block_tokens;
+  const std::string kind = json_string_or(cfg, "attention", "gqa");
+  if (kind == "gqa") {
+    c.attention = attention_kind::gqa;
+    c.num_key_value_heads = json_u32(cfg, "num_key_value_heads");
+    c.head_dim = json_u32(cfg, "head_dim");
+  } else if (kind == "mla") {
+    c.attention = attention_kind::mla;
+    c.kv_lora_rank = json_u32(cfg, "kv_lora_rank");
+    c.qk_rope_head_dim = json_u32(cfg, "qk_rope_head_dim");
+  } else {
+    throw format_error("model file: \"attention\" must be \"gqa\" or \"mla\", got \"" + kind +
+                       "\"");
+  }
+  return c;
+}
+
+/// The expert storage "config" gives ("expert_bytes", or "weight_bits" with its "group_size"
+/// and "scale_bytes"), or none for dense weights of dtype_bytes.
+[[nodiscard]] inline std::optional<expert_storage> parse_expert_storage(const json_value& cfg) {
+  const json_value* given_bytes = cfg.find("expert_bytes");
+  const json_value* bits = cfg.find("weight_bits");
+  if (given_bytes != nullptr && bits != nullptr) {
+    throw format_error(
+        "model file: give \"expert_bytes\" or \"weight_bits\" in \"config\", "
+        "not both");
+  }
+  if (bits == nullptr &&
+      (cfg.find("group_size") != nullptr || cfg.find("scale_bytes") != nullptr)) {
+    throw format_error(
+        "model file: \"group_size\" and \"scale_bytes\" describe quantised "
+        "weights and need \"weight_bits\"");
+  }
+  if (given_bytes == nullptr && bits == nullptr) {
+    return std::nullopt;
+  }
+  expert_storage q;
+  if (given_bytes != nullptr) {
+    q.expert_bytes =
+        json_unsigned(*given_bytes, "expert_bytes", std::numeric_limits<std::uint64_t>::max());
+    if (q.expert_bytes == 0) {
+      throw format_error("model file: \"expert_bytes\" must be positive");
+    }
+    return q;
+  }
+  q.weight_bits = json_u32(cfg, "weight_bits");
+  if (q.weight_bits == 0 || q.weight_bits > 32) {
+    throw format_error("model file: \"weight_bits\" must be in [1, 32], got " +
+                       std::to_string(q.weight_bits));
+  }
+  q.group_size = json_u32_or(cfg, "group_size", 0);
+  q.scale_bytes = json_u32_or(cfg, "scale_bytes", 2);
+  if (cfg.find("group_size") != nullptr && q.group_size == 0) {
+    throw format_error(
+        "model file: \"group_size\" must be positive (omit it for no "
+        "block scales)");
+  }
+  return q;
+}
+
+/// Checks the sizes the document's "derived" object gives, if any, against those derived from
+/// the config fields, and keeps them in `out`.
+inline void check_derived_sizes(const json_value& doc, model_file& out) {
+  const auto* derived = doc.find("derived");
+  if (derived == nullptr) {
+    return;
+  }
+  const byte_size expert = out.spec.expert_bytes;
+  const byte_size kv = out.spec.kv_bytes_per_token;
+  if (const auto* e = derived->find("expert_bytes"); e != nullptr) {
+    out.written_expert_bytes =
+        json_unsigned(*e, "expert_bytes", std::numeric_limits<std::uint64_t>::max());
+    if (*out.written_expert_bytes != expert.count()) {
+      throw format_error("model file '" + out.spec.name + "': derived expert_bytes " +
+                         std::to_string(*out.written_expert_bytes) +
+                         " disagrees with the config fields (" + std::to_string(expert.count()) +
+                         ")");
+    }
+  }
+  if (const auto* t = derived->find("kv_bytes_per_token"); t != nullptr) {
+    out.written_kv_bytes_per_token =
+        json_unsigned(*t, "kv_bytes_per_token", std::numeric_limits<std::uint64_t>::max());
+    if (*out.written_kv_bytes_per_token != kv.count()) {
+      throw format_error("model file '" + out.spec.name + "': derived kv_bytes_per_token " +
+                         std::to_string(*out.written_kv_bytes_per_token) +
+                         " disagrees with the config fields (" + std::to_string(kv.count()) + ")");
+    }
+  }
+}
+
+/// The spec of a document with a "config" object `cfg`: the sizes derived from its fields.
+inline void parse_config_form(const json_value& doc, const json_value& cfg,
+                              std::uint32_t block_tokens, model_file& out) {
+  if (cfg.type != json_value::kind::object) {
+    throw format_error("model file: \"config\" must be an object");
+  }
+  const model_config c = parse_model_config(cfg, block_tokens);
+  // Products of 32-bit fields: at most four factors below 2^32 could overflow 64 bits.
+  byte_size expert = byte_size{c.expert_matrices} * c.hidden_size * c.moe_intermediate_size;
+  expert = expert * c.dtype_bytes;
+  if (const std::optional<expert_storage> q = parse_expert_storage(cfg)) {
+    expert =
+        q->bytes(c.expert_matrices, (byte_size{c.hidden_size} * c.moe_intermediate_size).count());
+    out.storage = q;
+  }
+  const byte_size kv_values{c.attention == attention_kind::gqa
+                                ? (byte_size{2} * c.num_key_value_heads * c.head_dim).count()
+                                : std::uint64_t{c.kv_lora_rank} + c.qk_rope_head_dim};
+  const byte_size kv = kv_values * c.attention_layers * c.dtype_bytes;
+  out.spec.layers = c.moe_layers;
+  out.spec.experts = c.experts;
+  out.spec.top_k = c.top_k;
+  out.spec.expert_bytes = expert;
+  out.spec.kv_bytes_per_token = kv;
+  out.spec.block_tokens = block_tokens;
+  check_derived_sizes(doc, out);
+  out.config = c;
+}
+
+/// The spec of a document without "config": the sizes as written.
+inline void parse_sizes_form(const json_value& doc, std::uint32_t block_tokens, model_file& out) {
+  out.spec.layers = json_u32(doc, "layers");
+  out.spec.experts = json_u32(doc, "experts");
+  out.spec.top_k = json_u32(doc, "top_k");
+  out.spec.expert_bytes =
+      byte_size{json_unsigned(json_required_member(doc, "expert_bytes"), "expert_bytes",
+                              std::numeric_limits<std::uint64_t>::max())};
+  out.spec.kv_bytes_per_token =
+      byte_size{json_unsigned(json_required_member(doc, "kv_bytes_per_token"), "kv_bytes_per_token",
+                              std::numeric_limits<std::uint64_t>::max())};
+  out.spec.block_tokens = block_tokens;
+}
+
 }  // namespace detail
 
 /// @brief Parses a model description (either form, see the file comment).
@@ -14243,8 +14389,6 @@ namespace detail {
 /// that disagree with the config fields; wisp::logic_error if the resulting spec is invalid.
 [[nodiscard]] inline model_file parse_model_json(std::string_view text,
                                                  std::string_view fallback_name = "model") {
-  using detail::json_u32;
-  using detail::json_u32_or;
   const auto doc = wisp::detail::json_parser(text, 0).parse_document();
   if (doc.type != wisp::detail::json_value::kind::object) {
     throw format_error("model file: the document must be a JSON object");
@@ -14252,121 +14396,11 @@ namespace detail {
   model_file out;
   out.spec.name = detail::json_string_or(doc, "name", std::string(fallback_name));
   out.source = detail::json_string_or(doc, "source", "");
-  const std::uint32_t block_tokens = json_u32_or(doc, "block_tokens", 16);
+  const std::uint32_t block_tokens = detail::json_u32_or(doc, "block_tokens", 16);
   if (const auto* cfg = doc.find("config"); cfg != nullptr) {
-    if (cfg->type != wisp::detail::json_value::kind::object) {
-      throw format_error("model file: \"config\" must be an object");
-    }
-    model_config c;
-    c.moe_layers = json_u32(*cfg, "moe_layers");
-    c.attention_layers = json_u32(*cfg, "attention_layers");
-    c.experts = json_u32(*cfg, "experts");
-    c.top_k = json_u32(*cfg, "top_k");
-    c.shared_experts = json_u32_or(*cfg, "shared_experts", 0);
-    c.hidden_size = json_u32(*cfg, "hidden_size");
-    c.moe_intermediate_size = json_u32(*cfg, "moe_intermediate_size");
-    c.expert_matrices = json_u32_or(*cfg, "expert_matrices", 3);
-    c.dtype_bytes = json_u32_or(*cfg, "dtype_bytes", 2);
-    c.block_tokens = block_tokens;
-    const std::string kind = detail::json_string_or(*cfg, "attention", "gqa");
-    if (kind == "gqa") {
-      c.attention = attention_kind::gqa;
-      c.num_key_value_heads = json_u32(*cfg, "num_key_value_heads");
-      c.head_dim = json_u32(*cfg, "head_dim");
-    } else if (kind == "mla") {
-      c.attention = attention_kind::mla;
-      c.kv_lora_rank = json_u32(*cfg, "kv_lora_rank");
-      c.qk_rope_head_dim = json_u32(*cfg, "qk_rope_head_dim");
-    } else {
-      throw format_error("model file: \"attention\" must be \"gqa\" or \"mla\", got \"" + kind +
-                         "\"");
-    }
-    // Products of 32-bit fields: at most four factors below 2^32 could overflow 64 bits.
-    byte_size expert = byte_size{c.expert_matrices} * c.hidden_size * c.moe_intermediate_size;
-    expert = expert * c.dtype_bytes;
-    const wisp::detail::json_value* given_bytes = cfg->find("expert_bytes");
-    const wisp::detail::json_value* bits = cfg->find("weight_bits");
-    if (given_bytes != nullptr && bits != nullptr) {
-      throw format_error(
-          "model file: give \"expert_bytes\" or \"weight_bits\" in \"config\", "
-          "not both");
-    }
-    if (bits == nullptr &&
-        (cfg->find("group_size") != nullptr || cfg->find("scale_bytes") != nullptr)) {
-      throw format_error(
-          "model file: \"group_size\" and \"scale_bytes\" describe quantised "
-          "weights and need \"weight_bits\"");
-    }
-    if (given_bytes != nullptr || bits != nullptr) {
-      expert_storage q;
-      if (given_bytes != nullptr) {
-        q.expert_bytes = detail::json_unsigned(*given_bytes, "expert_bytes",
-                                               std::numeric_limits<std::uint64_t>::max());
-        if (q.expert_bytes == 0) {
-          throw format_error("model file: \"expert_bytes\" must be positive");
-        }
-      } else {
-        q.weight_bits = json_u32(*cfg, "weight_bits");
-        if (q.weight_bits == 0 || q.weight_bits > 32) {
-          throw format_error("model file: \"weight_bits\" must be in [1, 32], got " +
-                             std::to_string(q.weight_bits));
-        }
-        q.group_size = json_u32_or(*cfg, "group_size", 0);
-        q.scale_bytes = json_u32_or(*cfg, "scale_bytes", 2);
-        if (cfg->find("group_size") != nullptr && q.group_size == 0) {
-          throw format_error(
-              "model file: \"group_size\" must be positive (omit it for no "
-              "block scales)");
-        }
-      }
-      expert =
-          q.bytes(c.expert_matrices, (byte_size{c.hidden_size} * c.moe_intermediate_size).count());
-      out.storage = q;
-    }
-    const byte_size kv_values{c.attention == attention_kind::gqa
-                                  ? (byte_size{2} * c.num_key_value_heads * c.head_dim).count()
-                                  : std::uint64_t{c.kv_lora_rank} + c.qk_rope_head_dim};
-    const byte_size kv = kv_values * c.attention_layers * c.dtype_bytes;
-    out.spec.layers = c.moe_layers;
-    out.spec.experts = c.experts;
-    out.spec.top_k = c.top_k;
-    out.spec.expert_bytes = expert;
-    out.spec.kv_bytes_per_token = kv;
-    out.spec.block_tokens = block_tokens;
-    if (const auto* derived = doc.find("derived"); derived != nullptr) {
-      if (const auto* e = derived->find("expert_bytes"); e != nullptr) {
-        out.written_expert_bytes =
-            detail::json_unsigned(*e, "expert_bytes", std::numeric_limits<std::uint64_t>::max());
-        if (*out.written_expert_bytes != expert.count()) {
-          throw format_error("model file '" + out.spec.name + "': derived expert_bytes " +
-                             std::to_string(*out.written_expert_bytes) +
-                             " disagrees with the config fields (" +
-                             std::to_string(expert.count()) + ")");
-        }
-      }
-      if (const auto* t = derived->find("kv_bytes_per_token"); t != nullptr) {
-        out.written_kv_bytes_per_token = detail::json_unsigned(
-            *t, "kv_bytes_per_token", std::numeric_limits<std::uint64_t>::max());
-        if (*out.written_kv_bytes_per_token != kv.count()) {
-          throw format_error("model file '" + out.spec.name + "': derived kv_bytes_per_token " +
-                             std::to_string(*out.written_kv_bytes_per_token) +
-                             " disagrees with the config fields (" + std::to_string(kv.count()) +
-                             ")");
-        }
-      }
-    }
-    out.config = c;
+    detail::parse_config_form(doc, *cfg, block_tokens, out);
   } else {
-    out.spec.layers = json_u32(doc, "layers");
-    out.spec.experts = json_u32(doc, "experts");
-    out.spec.top_k = json_u32(doc, "top_k");
-    out.spec.expert_bytes =
-        byte_size{detail::json_unsigned(detail::json_required_member(doc, "expert_bytes"),
-                                        "expert_bytes", std::numeric_limits<std::uint64_t>::max())};
-    out.spec.kv_bytes_per_token = byte_size{
-        detail::json_unsigned(detail::json_required_member(doc, "kv_bytes_per_token"),
-                              "kv_bytes_per_token", std::numeric_limits<std::uint64_t>::max())};
-    out.spec.block_tokens = block_tokens;
+    detail::parse_sizes_form(doc, block_tokens, out);
   }
   out.spec.validate();
   return out;
@@ -17308,6 +17342,93 @@ inline void climb_slots(plan_state& s, std::int32_t min_slots, double cap, std::
   }
 }
 
+/// The ranks in the order `local_search` tries them: the slowest first, or the most loaded first
+/// while the plan `best` is above the load cap. Needs `s` evaluated.
+inline std::vector<std::int32_t> search_order(const plan_state& s, const plan_score& best,
+                                              double cap) {
+  const std::span<const double> key = best.imbalance <= cap ? s.seconds() : s.tokens();
+  std::vector<std::int32_t> order(key.size());  // one entry per rank
+  std::iota(order.begin(), order.end(), std::int32_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return key[static_cast<std::size_t>(a)] > key[static_cast<std::size_t>(b)];
+  });
+  return order;
+}
+
+/// `local_search`'s exchanges of replica `k` of rank `r` with a replica `f` of the same layer on
+/// rank `to`: `k` in place of `f` there (when `f` has others), or the two swapped. True when
+/// `attempt` kept one.
+template <class Attempt>
+bool try_exchanges(plan_state& s, std::int32_t r, std::int32_t k, std::int32_t to,
+                   Attempt& attempt) {
+  const std::int32_t layer = k / s.experts();
+  bool improved = false;
+  const std::vector<std::int32_t> theirs(s.held(to).begin(), s.held(to).end());
+  for (std::size_t j = 0; j < theirs.size() && !improved; ++j) {
+    const std::int32_t f = theirs[j];
+    if (f / s.experts() != layer) {
+      continue;
+    }
+    if (s.replicas(f) > 1) {  // k replaces f there
+      improved = attempt(
+          [&] {
+            s.remove(to, f);
+            s.add(to, k);
+          },
+          [&] {
+            s.remove(to, k);
+            s.add(to, f);
+          });
+    }
+    if (!improved && !s.holds(r, f)) {
+      improved = attempt(
+          [&] {
+            s.remove(r, k);
+            s.remove(to, f);
+            s.add(to, k);
+            s.add(r, f);
+          },
+          [&] {
+            s.remove(to, k);
+            s.remove(r, f);
+            s.add(r, k);
+            s.add(to, f);
+          });
+    }
+  }
+  return improved;
+}
+
+/// `local_search`'s moves of replica `k` of rank `r`, in order: drop it, then for each other rank
+/// add a replica there, move it there, and `try_exchanges`. True when `attempt` kept one.
+template <class Attempt>
+bool try_replica_moves(plan_state& s, std::int32_t r, std::int32_t k, Attempt& attempt) {
+  const auto g = static_cast<std::int32_t>(s.slots().size());
+  const std::int32_t layer = k / s.experts();
+  if (s.replicas(k) > 1 && attempt([&] { s.remove(r, k); }, [&] { s.add(r, k); })) {
+    return true;
+  }
+  bool improved = false;
+  for (std::int32_t to = 0; to < g && !improved; ++to) {
+    if (to == r || s.holds(to, k)) {
+      continue;
+    }
+    if (s.room(to, layer)) {
+      improved = attempt([&] { s.add(to, k); }, [&] { s.remove(to, k); }) || attempt(
+                                                                                 [&] {
+                                                                                   s.remove(r, k);
+                                                                                   s.add(to, k);
+                                                                                 },
+                                                                                 [&] {
+                                                                                   s.remove(to, k);
+                                                                                   s.add(r, k);
+                                                                                 });
+    }
+    improved = improved || try_exchanges(s, r, k, to, attempt);
+  }
+  return improved;
+}
+
 /// First-improvement local search (see `plan_score`), the slowest ranks first. A move changes
 /// one replica of a rank `r`: drop it (when its expert has others), add a replica of its expert
 /// on another rank, move it there, swap it with one of that rank's replicas of the same layer, or
@@ -17318,7 +17439,6 @@ inline void climb_slots(plan_state& s, std::int32_t min_slots, double cap, std::
 /// move helps or after `budget` evaluations.
 inline void local_search(plan_state& s, std::span<const double> copy_seconds,
                          std::int32_t min_slots, double cap, std::int32_t& budget) {
-  const auto g = static_cast<std::int32_t>(s.slots().size());
   plan_score best = score(s);
   climb_slots(s, min_slots, cap, budget, best);
   relabel_ranks(s, copy_seconds, cap, budget, best);
@@ -17346,73 +17466,12 @@ inline void local_search(plan_state& s, std::span<const double> copy_seconds,
   while (improved && budget > 0) {
     improved = false;
     s.evaluate();
-    // The slowest ranks first; the most loaded first while the plan is above the load cap.
-    const std::span<const double> key = best.imbalance <= cap ? s.seconds() : s.tokens();
-    std::vector<std::int32_t> order(static_cast<std::size_t>(g));
-    std::iota(order.begin(), order.end(), std::int32_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-      return key[static_cast<std::size_t>(a)] > key[static_cast<std::size_t>(b)];
-    });
+    const std::vector<std::int32_t> order = search_order(s, best, cap);
     for (std::size_t oi = 0; oi < order.size() && !improved; ++oi) {
       const std::int32_t r = order[oi];
       const std::vector<std::int32_t> held(s.held(r).begin(), s.held(r).end());
       for (std::size_t i = 0; i < held.size() && !improved; ++i) {
-        const std::int32_t k = held[i];
-        const std::int32_t layer = k / s.experts();
-        if (s.replicas(k) > 1 && attempt([&] { s.remove(r, k); }, [&] { s.add(r, k); })) {
-          improved = true;
-          break;
-        }
-        for (std::int32_t to = 0; to < g && !improved; ++to) {
-          if (to == r || s.holds(to, k)) {
-            continue;
-          }
-          if (s.room(to, layer)) {
-            improved =
-                attempt([&] { s.add(to, k); }, [&] { s.remove(to, k); }) || attempt(
-                                                                                [&] {
-                                                                                  s.remove(r, k);
-                                                                                  s.add(to, k);
-                                                                                },
-                                                                                [&] {
-                                                                                  s.remove(to, k);
-                                                                                  s.add(r, k);
-                                                                                });
-          }
-          const std::vector<std::int32_t> theirs(s.held(to).begin(), s.held(to).end());
-          for (std::size_t j = 0; j < theirs.size() && !improved; ++j) {
-            const std::int32_t f = theirs[j];
-            if (f / s.experts() != layer) {
-              continue;
-            }
-            if (s.replicas(f) > 1) {  // k replaces f there
-              improved = attempt(
-                  [&] {
-                    s.remove(to, f);
-                    s.add(to, k);
-                  },
-                  [&] {
-                    s.remove(to, k);
-                    s.add(to, f);
-                  });
-            }
-            if (!improved && !s.holds(r, f)) {
-              improved = attempt(
-                  [&] {
-                    s.remove(r, k);
-                    s.remove(to, f);
-                    s.add(to, k);
-                    s.add(r, f);
-                  },
-                  [&] {
-                    s.remove(to, k);
-                    s.remove(r, f);
-                    s.add(r, k);
-                    s.add(to, f);
-                  });
-            }
-          }
-        }
+        improved = try_replica_moves(s, r, held[i], attempt);
       }
     }
   }
@@ -17530,21 +17589,13 @@ struct ep_plan {
   }
   return expert_placement::from_replica_ranks(layers, experts, ranks, local_experts, ranks_of);
 }
+namespace detail {
 
-/// @brief Plans the placement and the budget split minimising the modelled slowest rank (see the
-/// file comment). Deterministic. O(keys log keys + replicas x (ranks + local_experts)) to build,
-/// plus at most `search_evaluations` evaluations of O(replicas) each (and 2^26 replica visits in
-/// all); where the links differ, O(ranks^4) and one more evaluation for each move that does not
-/// help (the rank assignment).
-/// @throws wisp::logic_error, naming the values, on bad loads or counts, invalid costs,
-///   `ranks x local_experts < experts`, `min_slots < 1`, `search_evaluations < 0`, or
-///   `total_slots` outside `[ranks x min_slots, ranks x layers x local_experts]` (a split would
-///   leave a rank below `min_slots`, or a slot with nothing to hold).
-[[nodiscard]] inline ep_plan plan_placement(std::span<const double> loads, std::int32_t layers,
-                                            std::int32_t experts, const ep_plan_config& config) {
-  constexpr const char* where = "plan_placement";
-  detail::check_loads(where, loads, layers, experts);
-  detail::check_ep_dims(where, layers, experts, config.ranks, config.local_experts);
+/// Checks `plan_placement`'s arguments; see there for what it throws.
+inline void check_plan_config(const char* where, std::span<const double> loads, std::int32_t layers,
+                              std::int32_t experts, const ep_plan_config& config) {
+  check_loads(where, loads, layers, experts);
+  check_ep_dims(where, layers, experts, config.ranks, config.local_experts);
   config.costs.validate(config.ranks);
   const std::int32_t g = config.ranks;
   const std::int32_t p = config.local_experts;
@@ -17561,25 +17612,34 @@ struct ep_plan {
                config.search_evaluations);
   WISP_EXPECTS(config.max_load_imbalance >= 1, where,
                ": max_load_imbalance must be >= 1 (or infinity), got ", config.max_load_imbalance);
+}
 
-  detail::plan_state s(loads, layers, experts, g, p, config.costs);
-  const auto keys = static_cast<std::int32_t>(loads.size());
-  const std::int32_t resident = std::min(config.total_slots, keys);
-  double mean_copy = 0.0;
-  for (const double c : config.costs.copy_seconds) {
-    mean_copy += c / g;
+/// The modelled work of each (layer, rank) while the constructive plan is built.
+class layer_work {
+ public:
+  layer_work(std::int32_t layers, std::int32_t ranks)
+      : ranks_(ranks), work_(static_cast<std::size_t>(layers) * ranks, 0.0) {}
+  double& operator()(std::int32_t l, std::int32_t r) {
+    return work_[static_cast<std::size_t>(l) * ranks_ + r];
   }
 
-  // (1) The resident set, one replica each, spread so that the ranks keep even counts.
+ private:
+  std::int32_t ranks_;
+  std::vector<double> work_;
+};
+
+/// Step (1) of `plan_placement`: the resident set, one replica each, spread so that the ranks keep
+/// even counts. Marks them in `is_resident` (one entry per key) and returns each rank's count.
+inline std::vector<std::int32_t> place_resident(plan_state& s, const ep_plan_config& config,
+                                                layer_work& work,
+                                                std::vector<std::uint8_t>& is_resident) {
+  const std::int32_t g = config.ranks;
+  const auto keys = static_cast<std::int32_t>(is_resident.size());
+  const std::int32_t resident = std::min(config.total_slots, keys);
   std::vector<std::int32_t> kept(static_cast<std::size_t>(g), 0);
-  std::vector<double> layer_work(static_cast<std::size_t>(layers) * g, 0.0);
-  const auto work = [&](std::int32_t l, std::int32_t r) -> double& {
-    return layer_work[static_cast<std::size_t>(l) * g + r];
-  };
-  std::vector<std::uint8_t> is_resident(static_cast<std::size_t>(keys), 0);
   for (std::int32_t i = 0; i < resident; ++i) {
     const std::int32_t k = s.by_q()[static_cast<std::size_t>(i)];
-    const std::int32_t l = k / experts;
+    const std::int32_t l = k / s.experts();
     std::int32_t best = -1;
     for (std::int32_t r = 0; r < g; ++r) {
       if (!s.room(r, l)) {
@@ -17599,65 +17659,77 @@ struct ep_plan {
     ++kept[static_cast<std::size_t>(best)];
     work(l, best) += s.q(k) * config.costs.expert_seconds;
   }
-  // (2) Every other expert: a first replica on the rank with the least copy work in its layer,
-  // then more replicas, the most copy work per replica first, while rows are free.
+  return kept;
+}
+
+/// Step (2) of `plan_placement` for layer `l`: every expert not resident gets a first replica on
+/// the rank with the least copy work in its layer, then more replicas, the most copy work per
+/// replica first, while rows are free.
+inline void place_cold_layer(plan_state& s, std::int32_t l, const ep_plan_config& config,
+                             double mean_copy, layer_work& work,
+                             const std::vector<std::uint8_t>& is_resident) {
+  const std::int32_t g = config.ranks;
+  const std::int32_t experts = s.experts();
   const auto cold_work = [&](std::int32_t k, std::int32_t n) {
     return (s.q(k) * (mean_copy + config.costs.expert_seconds) +
             s.load(k) * config.costs.token_seconds) /
            n;
   };
-  for (std::int32_t l = 0; l < layers; ++l) {
-    std::vector<std::int32_t> cold;
-    for (std::int32_t e = 0; e < experts; ++e) {
-      if (!is_resident[static_cast<std::size_t>(s.key(l, e))]) {
-        cold.push_back(s.key(l, e));
-      }
-    }
-    std::stable_sort(cold.begin(), cold.end(), [&](std::int32_t a, std::int32_t b) {
-      return cold_work(a, 1) > cold_work(b, 1);
-    });
-    const auto lightest = [&](std::int32_t k) {
-      std::int32_t best = -1;
-      for (std::int32_t r = 0; r < g; ++r) {
-        if (s.room(r, l) && !s.holds(r, k) && (best < 0 || work(l, r) < work(l, best))) {
-          best = r;
-        }
-      }
-      return best;
-    };
-    for (const std::int32_t k : cold) {
-      std::int32_t r = lightest(k);
-      WISP_EXPECTS(r >= 0, where, ": layer ", l, " has no free row for expert ", k % experts,
-                   " (local_experts too small)");
-      s.add(r, k);
-      work(l, r) += cold_work(k, 1);
-    }
-    while (true) {
-      std::int32_t pick = -1;
-      std::int32_t to = -1;
-      for (const std::int32_t k : cold) {
-        const std::int32_t r = lightest(k);
-        if (r >= 0 &&
-            (pick < 0 || cold_work(k, s.replicas(k)) > cold_work(pick, s.replicas(pick)))) {
-          pick = k;
-          to = r;
-        }
-      }
-      if (pick < 0) {
-        break;
-      }
-      // Its work spreads over one more replica.
-      const std::int32_t n = s.replicas(pick);
-      for (std::int32_t r = 0; r < g; ++r) {
-        if (s.holds(r, pick)) {
-          work(l, r) -= cold_work(pick, n) - cold_work(pick, n + 1);
-        }
-      }
-      s.add(to, pick);
-      work(l, to) += cold_work(pick, n + 1);
+  std::vector<std::int32_t> cold;
+  for (std::int32_t e = 0; e < experts; ++e) {
+    if (!is_resident[static_cast<std::size_t>(s.key(l, e))]) {
+      cold.push_back(s.key(l, e));
     }
   }
-  // (3) Each rank's slots: its resident experts; ranks below min_slots take from the largest.
+  std::stable_sort(cold.begin(), cold.end(), [&](std::int32_t a, std::int32_t b) {
+    return cold_work(a, 1) > cold_work(b, 1);
+  });
+  const auto lightest = [&](std::int32_t k) {
+    std::int32_t best = -1;
+    for (std::int32_t r = 0; r < g; ++r) {
+      if (s.room(r, l) && !s.holds(r, k) && (best < 0 || work(l, r) < work(l, best))) {
+        best = r;
+      }
+    }
+    return best;
+  };
+  for (const std::int32_t k : cold) {
+    std::int32_t r = lightest(k);
+    WISP_EXPECTS(r >= 0, "plan_placement: layer ", l, " has no free row for expert ", k % experts,
+                 " (local_experts too small)");
+    s.add(r, k);
+    work(l, r) += cold_work(k, 1);
+  }
+  while (true) {
+    std::int32_t pick = -1;
+    std::int32_t to = -1;
+    for (const std::int32_t k : cold) {
+      const std::int32_t r = lightest(k);
+      if (r >= 0 && (pick < 0 || cold_work(k, s.replicas(k)) > cold_work(pick, s.replicas(pick)))) {
+        pick = k;
+        to = r;
+      }
+    }
+    if (pick < 0) {
+      break;
+    }
+    // Its work spreads over one more replica.
+    const std::int32_t n = s.replicas(pick);
+    for (std::int32_t r = 0; r < g; ++r) {
+      if (s.holds(r, pick)) {
+        work(l, r) -= cold_work(pick, n) - cold_work(pick, n + 1);
+      }
+    }
+    s.add(to, pick);
+    work(l, to) += cold_work(pick, n + 1);
+  }
+}
+
+/// Step (3) of `plan_placement`: each rank's slots are its `kept` resident experts (the rest
+/// spread round-robin); ranks below min_slots take from the largest.
+inline void split_slots(plan_state& s, const ep_plan_config& config,
+                        const std::vector<std::int32_t>& kept) {
+  const std::int32_t g = config.ranks;
   auto& slots = s.slots();
   std::int32_t given = 0;
   for (std::int32_t r = 0; r < g; ++r) {
@@ -17675,98 +17747,152 @@ struct ep_plan {
       ++slots[static_cast<std::size_t>(r)];
     }
   }
-  // (4) Local search from this split and from an even one; (5) then, while evaluations are
-  // left, the best plan so far is perturbed by a few random moves and searched again, and kept
-  // when that ends better (iterated local search; a fixed seed keeps it deterministic).
-  std::int64_t replicas = 1;
+}
+
+/// Splits `config.total_slots` evenly over the ranks of `s`, the first ranks taking the rest.
+inline void split_slots_evenly(plan_state& s, const ep_plan_config& config) {
+  const std::int32_t g = config.ranks;
   for (std::int32_t r = 0; r < g; ++r) {
-    replicas += static_cast<std::int64_t>(s.held(r).size());
+    s.slots()[static_cast<std::size_t>(r)] =
+        config.total_slots / g + (r < config.total_slots % g ? 1 : 0);
   }
-  std::int32_t left = static_cast<std::int32_t>(
-      std::min<std::int64_t>(config.search_evaluations, detail::search_visits / replicas));
-  const auto search = [&](detail::plan_state& st, std::int32_t most) {
-    const double bound = config.max_load_imbalance;
-    std::int32_t budget = std::min(most, left);
-    const std::int32_t given = budget;
-    detail::local_search(st, config.costs.copy_seconds, config.min_slots, bound, budget);
-    left -= given - budget;
+}
+
+/// A start for the search: EPLB's replication and packing by each replica's cost when resident
+/// (what balances compute once everything fits), with an even split.
+inline plan_state eplb_start(std::span<const double> loads, std::int32_t layers,
+                             std::int32_t experts, const ep_plan_config& config) {
+  const std::int32_t g = config.ranks;
+  const std::int32_t p = config.local_experts;
+  plan_state balanced(loads, layers, experts, g, p, config.costs);
+  std::vector<std::vector<std::int32_t>> ranks_of(loads.size());
+  std::vector<std::int32_t> count(static_cast<std::size_t>(experts));
+  const auto kept_cost = [&](std::int32_t l, std::int32_t e, std::int32_t n) {
+    const std::int32_t k = balanced.key(l, e);
+    return (balanced.q(k) * config.costs.expert_seconds +
+            balanced.load(k) * config.costs.token_seconds) /
+           n;
   };
-  // The other starts: the same placement with an even split, and EPLB's replication and packing
-  // by each replica's cost when resident (what balances compute once everything fits).
-  const auto even_slots = [&](detail::plan_state& st) {
-    for (std::int32_t r = 0; r < g; ++r) {
-      st.slots()[static_cast<std::size_t>(r)] =
-          config.total_slots / g + (r < config.total_slots % g ? 1 : 0);
-    }
-  };
-  detail::plan_state even = s;
-  even_slots(even);
-  detail::plan_state balanced(loads, layers, experts, g, p, config.costs);
-  {
-    std::vector<std::vector<std::int32_t>> ranks_of(loads.size());
-    std::vector<std::int32_t> count(static_cast<std::size_t>(experts));
-    const auto kept_cost = [&](std::int32_t l, std::int32_t e, std::int32_t n) {
-      const std::int32_t k = balanced.key(l, e);
-      return (balanced.q(k) * config.costs.expert_seconds +
-              balanced.load(k) * config.costs.token_seconds) /
-             n;
-    };
-    for (std::int32_t l = 0; l < layers; ++l) {
-      std::fill(count.begin(), count.end(), 1);
-      const std::int64_t physical =
-          std::min<std::int64_t>(std::int64_t{g} * p, std::int64_t{g} * experts);
-      for (std::int64_t extra = physical - experts; extra > 0; --extra) {
-        std::int32_t best = -1;
-        for (std::int32_t e = 0; e < experts; ++e) {
-          if (count[static_cast<std::size_t>(e)] < g &&
-              (best < 0 || kept_cost(l, e, count[static_cast<std::size_t>(e)]) >
-                               kept_cost(l, best, count[static_cast<std::size_t>(best)]))) {
-            best = e;
-          }
+  for (std::int32_t l = 0; l < layers; ++l) {
+    std::fill(count.begin(), count.end(), 1);
+    const std::int64_t physical =
+        std::min<std::int64_t>(std::int64_t{g} * p, std::int64_t{g} * experts);
+    for (std::int64_t extra = physical - experts; extra > 0; --extra) {
+      std::int32_t best = -1;
+      for (std::int32_t e = 0; e < experts; ++e) {
+        if (count[static_cast<std::size_t>(e)] < g &&
+            (best < 0 || kept_cost(l, e, count[static_cast<std::size_t>(e)]) >
+                             kept_cost(l, best, count[static_cast<std::size_t>(best)]))) {
+          best = e;
         }
-        ++count[static_cast<std::size_t>(best)];
       }
-      detail::pack_layer(
-          l, experts, g, p, count,
-          [&](std::int32_t e, std::int32_t n) { return kept_cost(l, e, n); }, ranks_of);
+      ++count[static_cast<std::size_t>(best)];
     }
-    for (std::size_t k = 0; k < ranks_of.size(); ++k) {
-      for (const std::int32_t r : ranks_of[k]) {
-        balanced.add(r, static_cast<std::int32_t>(k));
-      }
-    }
-    even_slots(balanced);
+    pack_layer(
+        l, experts, g, p, count, [&](std::int32_t e, std::int32_t n) { return kept_cost(l, e, n); },
+        ranks_of);
   }
-  search(s, left / 3);
-  search(even, left / 2);
-  search(balanced, left);
-  for (detail::plan_state* other : {&even, &balanced}) {
-    if (detail::better(detail::score(*other), detail::score(s), config.max_load_imbalance)) {
+  for (std::size_t k = 0; k < ranks_of.size(); ++k) {
+    for (const std::int32_t r : ranks_of[k]) {
+      balanced.add(r, static_cast<std::int32_t>(k));
+    }
+  }
+  split_slots_evenly(balanced, config);
+  return balanced;
+}
+
+/// Local search on `s` with at most `most` of the `left` evaluations; takes those it used from
+/// `left`.
+inline void search_within(plan_state& s, const ep_plan_config& config, std::int32_t most,
+                          std::int32_t& left) {
+  std::int32_t budget = std::min(most, left);
+  const std::int32_t given = budget;
+  local_search(s, config.costs.copy_seconds, config.min_slots, config.max_load_imbalance, budget);
+  left -= given - budget;
+}
+
+/// Step (4) of `plan_placement`: local search from the constructive plan `s`, from it with an
+/// even split, and from EPLB's plan; `s` becomes the best of the three.
+inline void search_starts(plan_state& s, std::span<const double> loads, std::int32_t layers,
+                          std::int32_t experts, const ep_plan_config& config, std::int32_t& left) {
+  plan_state even = s;
+  split_slots_evenly(even, config);
+  plan_state balanced = eplb_start(loads, layers, experts, config);
+  search_within(s, config, left / 3, left);
+  search_within(even, config, left / 2, left);
+  search_within(balanced, config, left, left);
+  for (plan_state* other : {&even, &balanced}) {
+    if (better(score(*other), score(s), config.max_load_imbalance)) {
       s = std::move(*other);
     }
   }
-  detail::xoshiro256ss rng(0x5eed);
-  detail::plan_score best_score = detail::score(s);
-  // (5) Trials alternate: the best plan shaken by a few random moves, and a random plan; each is
-  // searched and kept when no worse. The restarts matter under a tight load bound: few plans are
-  // admissible there, and another basin's can be several moves away, each inadmissible alone.
+}
+
+/// Step (5) of `plan_placement`: while evaluations are `left`, trials alternate: the best plan
+/// shaken by a few random moves, and a random plan; each is searched and kept when no worse. The
+/// restarts matter under a tight load bound: few plans are admissible there, and another basin's
+/// can be several moves away, each inadmissible alone. A fixed seed keeps it deterministic.
+inline void search_restarts(plan_state& s, std::span<const double> loads, std::int32_t layers,
+                            std::int32_t experts, const ep_plan_config& config,
+                            std::int32_t& left) {
+  xoshiro256ss rng(0x5eed);
+  plan_score best_score = score(s);
   for (std::int64_t trial_count = 0; left > 0; ++trial_count) {
     const bool shake = trial_count % 2 == 0;
-    detail::plan_state trial =
-        shake ? s : detail::plan_state(loads, layers, experts, g, p, config.costs);
+    plan_state trial = shake ? s
+                             : plan_state(loads, layers, experts, config.ranks,
+                                          config.local_experts, config.costs);
     if (shake) {
-      detail::perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
+      perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
     } else {
-      detail::random_plan(trial, rng, layers, config.min_slots, config.total_slots);
+      random_plan(trial, rng, layers, config.min_slots, config.total_slots);
     }
     --left;
-    search(trial, left);
-    detail::plan_score now = detail::score(trial);
-    if (!detail::better(best_score, now, config.max_load_imbalance)) {  // no worse: walks plateaus
+    search_within(trial, config, left, left);
+    plan_score now = score(trial);
+    if (!better(best_score, now, config.max_load_imbalance)) {  // no worse: walks plateaus
       s = std::move(trial);
       best_score = std::move(now);
     }
   }
+}
+
+}  // namespace detail
+
+/// @brief Plans the placement and the budget split minimising the modelled slowest rank (see the
+/// file comment). Deterministic. O(keys log keys + replicas x (ranks + local_experts)) to build,
+/// plus at most `search_evaluations` evaluations of O(replicas) each (and 2^26 replica visits in
+/// all); where the links differ, O(ranks^4) and one more evaluation for each move that does not
+/// help (the rank assignment).
+/// @throws wisp::logic_error, naming the values, on bad loads or counts, invalid costs,
+///   `ranks x local_experts < experts`, `min_slots < 1`, `search_evaluations < 0`, or
+///   `total_slots` outside `[ranks x min_slots, ranks x layers x local_experts]` (a split would
+///   leave a rank below `min_slots`, or a slot with nothing to hold).
+[[nodiscard]] inline ep_plan plan_placement(std::span<const double> loads, std::int32_t layers,
+                                            std::int32_t experts, const ep_plan_config& config) {
+  detail::check_plan_config("plan_placement", loads, layers, experts, config);
+  const std::int32_t g = config.ranks;
+  detail::plan_state s(loads, layers, experts, g, config.local_experts, config.costs);
+  detail::layer_work work(layers, g);
+  std::vector<std::uint8_t> is_resident(loads.size(), 0);
+  const std::vector<std::int32_t> kept = detail::place_resident(s, config, work, is_resident);
+  double mean_copy = 0.0;
+  for (const double c : config.costs.copy_seconds) {
+    mean_copy += c / g;
+  }
+  for (std::int32_t l = 0; l < layers; ++l) {
+    detail::place_cold_layer(s, l, config, mean_copy, work, is_resident);
+  }
+  detail::split_slots(s, config, kept);
+  // Every evaluation visits each replica: the visits bound caps the evaluations.
+  std::int64_t replicas = 1;
+  for (std::int32_t r = 0; r < g; ++r) {
+    replicas += static_cast<std::int64_t>(s.held(r).size());
+  }
+  auto left = static_cast<std::int32_t>(
+      std::min<std::int64_t>(config.search_evaluations, detail::search_visits / replicas));
+  detail::search_starts(s, loads, layers, experts, config, left);
+  detail::search_restarts(s, loads, layers, experts, config, left);
   const double best = s.evaluate();
   return {s.to_placement(),
           s.slots(),
@@ -19055,9 +19181,17 @@ inline std::vector<std::vector<std::size_t>> ep_batches(const routing_trace& tra
 
 namespace detail {
 
-template <eviction_policy Policy>
-ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config, ep_arm arm,
-                         const std::vector<std::vector<std::size_t>>& batches) {
+/// The placement an arm replays under, each rank's slots and the costs it is modelled with.
+struct ep_arm_plan {
+  dispatch_costs costs;
+  expert_placement placement;
+  std::vector<std::int32_t> slots;
+};
+
+/// Checks the dimensions of `arm`'s replay and plans its placement and slots: the even split,
+/// unless the planner splits them.
+inline ep_arm_plan plan_ep_arm(const routing_trace& trace, const ep_sim_config& config,
+                               ep_arm arm) {
   const auto& shape = trace.shape();
   const std::int32_t g = config.ranks;
   const std::int32_t layers = shape.layers;
@@ -19074,7 +19208,6 @@ ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config
                config.total_slots, " exceeds ranks x layers x local_experts = ", g, " x ", layers,
                " x ", local, " (every row resident)");
 
-  // The placement and each rank's slots.
   const dispatch_costs costs = config.costs.dispatch(g);
   std::vector<std::int32_t> slots(static_cast<std::size_t>(g), config.total_slots / g);
   for (std::int32_t r = 0; r < config.total_slots % g; ++r) {
@@ -19095,170 +19228,239 @@ ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config
       slots = std::move(plan.rank_slots);
     }
   }
-  const expert_placement& p = *placement;
-  std::vector<pager<Policy>> pagers;
-  pagers.reserve(static_cast<std::size_t>(g));
-  for (std::int32_t r = 0; r < g; ++r) {
-    pager_config pc;
-    pc.layers = layers;
-    pc.experts = p.local_experts();
-    pc.top_k = k;
-    // A rank cannot use more slots than it has rows.
-    pc.capacity = std::min(slots[static_cast<std::size_t>(r)], layers * p.local_experts());
-    pc.scope = cache_scope::global;
-    pagers.emplace_back(pc);
+  return {costs, std::move(*placement), std::move(slots)};
+}
+
+/// max / mean of `values` over `g` ranks (1 when they are all 0).
+inline double pair_imbalance(std::span<const std::uint64_t> values, std::int32_t g) {
+  std::uint64_t most_pairs = 0;
+  std::uint64_t sum = 0;
+  for (const std::uint64_t v : values) {
+    most_pairs = std::max(most_pairs, v);
+    sum += v;
   }
-  std::optional<replica_chooser> chooser;
-  if (arm == ep_arm::wisp) {
-    chooser.emplace(p, costs);
+  return sum == 0 ? 1.0 : static_cast<double>(most_pairs) * g / static_cast<double>(sum);
+}
+
+/// One arm's replay: a pager per rank, the replica chooser of the wisp arm, and the buffers of a
+/// layer, allocated once; `run_step` replays one batch, `finish` gives the result.
+template <eviction_policy Policy>
+class ep_arm_replay {
+ public:
+  ep_arm_replay(const routing_trace& trace, const ep_sim_config& config, ep_arm arm,
+                const ep_arm_plan& plan)
+      : trace_(trace),
+        config_(config),
+        arm_(arm),
+        p_(plan.placement),
+        g_(config.ranks),
+        layers_(trace.shape().layers),
+        k_(trace.shape().top_k),
+        copy_seconds_(config.costs.link.copy_seconds(config.costs.expert_bytes)),
+        a2a_token_seconds_(static_cast<double>(config.costs.hidden) *
+                           config.costs.activation_bytes / config.costs.a2a_bytes_per_second) {
+    const auto ug = static_cast<std::size_t>(g_);
+    pagers_.reserve(ug);
+    for (std::int32_t r = 0; r < g_; ++r) {
+      pager_config pc;
+      pc.layers = layers_;
+      pc.experts = p_.local_experts();
+      pc.top_k = k_;
+      // A rank cannot use more slots than it has rows.
+      pc.capacity = std::min(plan.slots[static_cast<std::size_t>(r)], layers_ * p_.local_experts());
+      pc.scope = cache_scope::global;
+      pagers_.emplace_back(pc);
+    }
+    if (arm == ep_arm::wisp) {
+      chooser_.emplace(p_, plan.costs);
+    }
+    out_.policy = std::string(Policy::name);
+    out_.local_experts = p_.local_experts();
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      out_.physical_experts += p_.physical_experts(l);
+    }
+    out_.ranks.resize(ug);
+    const auto most = static_cast<std::size_t>(config.batch) * k_;
+    ids_.resize(most);
+    targets_.resize(most);
+    sent_.resize(ug);
+    received_.resize(ug);
+    pairs_.resize(ug);
+    last_token_.resize(ug);
+    slot_key_.resize(ug);
+    for (std::size_t r = 0; r < ug; ++r) {
+      out_.ranks[r].slots = pagers_[r].capacity(0);
+      slot_key_[r].assign(static_cast<std::size_t>(pagers_[r].capacity(0)), -1);
+    }
+    layer_pairs_.assign(static_cast<std::size_t>(layers_) * g_, 0);
   }
 
-  ep_arm_result out;
-  out.policy = std::string(Policy::name);
-  out.local_experts = p.local_experts();
-  for (std::int32_t l = 0; l < layers; ++l) {
-    out.physical_experts += p.physical_experts(l);
-  }
-  out.ranks.resize(static_cast<std::size_t>(g));
-  for (std::int32_t r = 0; r < g; ++r) {
-    out.ranks[static_cast<std::size_t>(r)].slots = pagers[static_cast<std::size_t>(r)].capacity(0);
-  }
-
-  const auto most = static_cast<std::size_t>(config.batch) * k;
-  std::vector<std::int32_t> ids(most);
-  std::vector<std::int32_t> targets(most);
-  std::vector<std::vector<std::int32_t>> sent(static_cast<std::size_t>(g));  // local ids
-  std::vector<std::int32_t> received(static_cast<std::size_t>(g));
-  std::vector<std::int32_t> pairs(static_cast<std::size_t>(g));
-  std::vector<std::int64_t> last_token(static_cast<std::size_t>(g));
-  std::vector<std::vector<std::int64_t>> slot_key(static_cast<std::size_t>(g));  // for residency
-  for (std::int32_t r = 0; r < g; ++r) {
-    slot_key[static_cast<std::size_t>(r)].assign(
-        static_cast<std::size_t>(pagers[static_cast<std::size_t>(r)].capacity(0)), -1);
-  }
-  std::vector<std::uint64_t> layer_pairs(static_cast<std::size_t>(layers) * g, 0);
-  const double copy_seconds = config.costs.link.copy_seconds(config.costs.expert_bytes);
-  const double a2a_token_seconds = static_cast<double>(config.costs.hidden) *
-                                   config.costs.activation_bytes /
-                                   config.costs.a2a_bytes_per_second;
-
-  for (const std::vector<std::size_t>& step : batches) {
+  /// Replays the batch of sequences `step`.
+  void run_step(const std::vector<std::size_t>& step) {
     double step_seconds = 0.0;
-    for (auto& pg : pagers) {
+    for (auto& pg : pagers_) {
       pg.begin_step();
     }
-    for (std::int32_t l = 0; l < layers; ++l) {
-      std::int32_t tokens = 0;
-      for (const std::size_t s : step) {
-        if (trace.has_layer(s, l)) {
-          for (std::int32_t j = 0; j < k; ++j) {
-            ids[static_cast<std::size_t>(tokens) * k + j] = trace.expert(s, l, j);
-          }
-          ++tokens;
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      route_layer(step, l);
+      step_seconds += serve_layer(l);
+    }
+    out_.total_seconds += step_seconds;
+    ++out_.steps;
+    out_.tokens += step.size();
+  }
+
+  /// The result of the steps run so far.
+  ep_arm_result finish() {
+    out_.slowest_rank_step_s =
+        out_.steps == 0 ? 0.0 : out_.total_seconds / static_cast<double>(out_.steps);
+    std::vector<std::uint64_t> totals;
+    for (const ep_rank_result& r : out_.ranks) {
+      totals.push_back(r.pairs);
+    }
+    out_.load_imbalance = pair_imbalance(totals, g_);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      out_.layer_load_imbalance += pair_imbalance(std::span<const std::uint64_t>(layer_pairs_)
+                                                      .subspan(static_cast<std::size_t>(l) * g_,
+                                                               static_cast<std::size_t>(g_)),
+                                                  g_) /
+                                   layers_;
+    }
+    return out_;
+  }
+
+ private:
+  /// Gathers the experts of `step` at layer `l`, chooses the rank serving each pair, and counts
+  /// what each rank is sent: its local ids, tokens and pairs.
+  void route_layer(const std::vector<std::size_t>& step, std::int32_t l) {
+    std::int32_t tokens = 0;
+    for (const std::size_t s : step) {
+      if (trace_.has_layer(s, l)) {
+        for (std::int32_t j = 0; j < k_; ++j) {
+          ids_[static_cast<std::size_t>(tokens) * k_ + j] = trace_.expert(s, l, j);
         }
+        ++tokens;
       }
-      const std::size_t n = static_cast<std::size_t>(tokens) * k;
-      if (arm == ep_arm::wisp) {
-        chooser->choose(l, std::span<const std::int32_t>(ids.data(), n), tokens, k,
-                        std::span<std::int32_t>(targets.data(), n));
-      } else {
-        for (std::size_t i = 0; i < n; ++i) {
-          const auto reps = p.replicas(l, ids[i]);
-          targets[i] = reps[i % reps.size()].rank;  // vLLM: position mod replica count
-        }
-      }
-      for (std::int32_t r = 0; r < g; ++r) {
-        const auto ur = static_cast<std::size_t>(r);
-        sent[ur].clear();
-        received[ur] = 0;
-        pairs[ur] = 0;
-        last_token[ur] = -1;
-      }
+    }
+    const std::size_t n = static_cast<std::size_t>(tokens) * k_;
+    if (arm_ == ep_arm::wisp) {
+      chooser_->choose(l, std::span<const std::int32_t>(ids_.data(), n), tokens, k_,
+                       std::span<std::int32_t>(targets_.data(), n));
+    } else {
       for (std::size_t i = 0; i < n; ++i) {
-        const auto r = static_cast<std::size_t>(targets[i]);
-        const std::int32_t lid = p.expert_map(targets[i], l)[static_cast<std::size_t>(ids[i])];
-        if (std::find(sent[r].begin(), sent[r].end(), lid) == sent[r].end()) {
-          sent[r].push_back(lid);
+        const auto reps = p_.replicas(l, ids_[i]);
+        targets_[i] = reps[i % reps.size()].rank;  // vLLM: position mod replica count
+      }
+    }
+    for (std::size_t r = 0; r < static_cast<std::size_t>(g_); ++r) {
+      sent_[r].clear();
+      received_[r] = 0;
+      pairs_[r] = 0;
+      last_token_[r] = -1;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(targets_[i]);
+      const std::int32_t lid = p_.expert_map(targets_[i], l)[static_cast<std::size_t>(ids_[i])];
+      if (std::find(sent_[r].begin(), sent_[r].end(), lid) == sent_[r].end()) {
+        sent_[r].push_back(lid);
+      }
+      ++pairs_[r];
+      const auto token = static_cast<std::int64_t>(i / static_cast<std::size_t>(k_));
+      if (last_token_[r] != token) {  // a token's pairs are contiguous
+        last_token_[r] = token;
+        ++received_[r];
+      }
+    }
+  }
+
+  /// Rank `r` pages in what it was sent at layer `l`, resident experts first, a pager's width at
+  /// a time; the chooser learns each change of residency. Returns the misses.
+  std::int32_t page_rank(std::int32_t r, std::int32_t l) {
+    const auto ur = static_cast<std::size_t>(r);
+    pager<Policy>& pg = pagers_[ur];
+    std::vector<std::int32_t>& list = sent_[ur];
+    std::int32_t misses = 0;
+    std::stable_partition(list.begin(), list.end(),
+                          [&](std::int32_t e) { return pg.slot_of(l, e) >= 0; });
+    const auto width = static_cast<std::size_t>(pg.capacity(0));
+    for (std::size_t first = 0; first < list.size(); first += width) {
+      const prepare_result res = pg.prepare_experts(
+          l,
+          std::span<const std::int32_t>(list.data() + first, std::min(width, list.size() - first)));
+      misses += res.misses;
+      for (const copy_op& op : res.copy_plan) {  // the slot's previous key was evicted
+        std::int64_t& key = slot_key_[ur][static_cast<std::size_t>(op.slot)];
+        if (chooser_ && key >= 0) {
+          chooser_->set_resident(r, static_cast<std::int32_t>(key / p_.local_experts()),
+                                 static_cast<std::int32_t>(key % p_.local_experts()), false);
         }
-        ++pairs[r];
-        const auto token = static_cast<std::int64_t>(i / static_cast<std::size_t>(k));
-        if (last_token[r] != token) {  // a token's pairs are contiguous
-          last_token[r] = token;
-          ++received[r];
+        key = std::int64_t{l} * p_.local_experts() + op.expert;
+        if (chooser_) {
+          chooser_->set_resident(r, l, op.expert, true);
         }
       }
-      double layer_seconds = 0.0;
-      for (std::int32_t r = 0; r < g; ++r) {
-        const auto ur = static_cast<std::size_t>(r);
-        pager<Policy>& pg = pagers[ur];
-        std::vector<std::int32_t>& list = sent[ur];
-        std::int32_t misses = 0;
-        std::stable_partition(list.begin(), list.end(),
-                              [&](std::int32_t e) { return pg.slot_of(l, e) >= 0; });
-        const auto width = static_cast<std::size_t>(pg.capacity(0));
-        for (std::size_t first = 0; first < list.size(); first += width) {
-          const prepare_result res =
-              pg.prepare_experts(l, std::span<const std::int32_t>(
-                                        list.data() + first, std::min(width, list.size() - first)));
-          misses += res.misses;
-          for (const copy_op& op : res.copy_plan) {  // the slot's previous key was evicted
-            std::int64_t& key = slot_key[ur][static_cast<std::size_t>(op.slot)];
-            if (chooser && key >= 0) {
-              chooser->set_resident(r, static_cast<std::int32_t>(key / p.local_experts()),
-                                    static_cast<std::int32_t>(key % p.local_experts()), false);
-            }
-            key = std::int64_t{l} * p.local_experts() + op.expert;
-            if (chooser) {
-              chooser->set_resident(r, l, op.expert, true);
-            }
-          }
-        }
-        if (!list.empty()) {
-          pg.end_call(l);
-        }
-        const auto active = static_cast<std::int32_t>(list.size());
-        const double t = misses * copy_seconds + active * config.costs.expert_seconds +
-                         pairs[ur] * config.costs.token_seconds +
-                         2 * (config.costs.a2a_latency_seconds + received[ur] * a2a_token_seconds);
-        ep_rank_result& rr = out.ranks[ur];
-        rr.misses += static_cast<std::uint64_t>(misses);
-        rr.hits += static_cast<std::uint64_t>(active - misses);
-        rr.link_bytes += static_cast<std::uint64_t>(misses) * config.costs.expert_bytes;
-        rr.pairs += static_cast<std::uint64_t>(pairs[ur]);
-        rr.tokens_received += static_cast<std::uint64_t>(received[ur]);
-        rr.busy_seconds += t;
-        layer_pairs[static_cast<std::size_t>(l) * g + ur] += static_cast<std::uint64_t>(pairs[ur]);
-        layer_seconds = std::max(layer_seconds, t);
-      }
-      step_seconds += layer_seconds;
     }
-    out.total_seconds += step_seconds;
-    ++out.steps;
-    out.tokens += step.size();
-  }
-  out.slowest_rank_step_s =
-      out.steps == 0 ? 0.0 : out.total_seconds / static_cast<double>(out.steps);
-  const auto imbalance = [g](std::span<const std::uint64_t> values) {
-    std::uint64_t most_pairs = 0;
-    std::uint64_t sum = 0;
-    for (const std::uint64_t v : values) {
-      most_pairs = std::max(most_pairs, v);
-      sum += v;
+    if (!list.empty()) {
+      pg.end_call(l);
     }
-    return sum == 0 ? 1.0 : static_cast<double>(most_pairs) * g / static_cast<double>(sum);
-  };
-  std::vector<std::uint64_t> totals;
-  for (const ep_rank_result& r : out.ranks) {
-    totals.push_back(r.pairs);
+    return misses;
   }
-  out.load_imbalance = imbalance(totals);
-  for (std::int32_t l = 0; l < layers; ++l) {
-    out.layer_load_imbalance +=
-        imbalance(std::span<const std::uint64_t>(layer_pairs)
-                      .subspan(static_cast<std::size_t>(l) * g, static_cast<std::size_t>(g))) /
-        layers;
+
+  /// Every rank serves what `route_layer` sent it at layer `l`; returns the slowest rank's
+  /// modelled seconds.
+  double serve_layer(std::int32_t l) {
+    double layer_seconds = 0.0;
+    for (std::int32_t r = 0; r < g_; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      const std::int32_t misses = page_rank(r, l);
+      const auto active = static_cast<std::int32_t>(sent_[ur].size());
+      const double t = misses * copy_seconds_ + active * config_.costs.expert_seconds +
+                       pairs_[ur] * config_.costs.token_seconds +
+                       2 * (config_.costs.a2a_latency_seconds + received_[ur] * a2a_token_seconds_);
+      ep_rank_result& rr = out_.ranks[ur];
+      rr.misses += static_cast<std::uint64_t>(misses);
+      rr.hits += static_cast<std::uint64_t>(active - misses);
+      rr.link_bytes += static_cast<std::uint64_t>(misses) * config_.costs.expert_bytes;
+      rr.pairs += static_cast<std::uint64_t>(pairs_[ur]);
+      rr.tokens_received += static_cast<std::uint64_t>(received_[ur]);
+      rr.busy_seconds += t;
+      layer_pairs_[static_cast<std::size_t>(l) * g_ + ur] += static_cast<std::uint64_t>(pairs_[ur]);
+      layer_seconds = std::max(layer_seconds, t);
+    }
+    return layer_seconds;
   }
-  return out;
+
+  const routing_trace& trace_;
+  const ep_sim_config& config_;
+  ep_arm arm_;
+  const expert_placement& p_;
+  std::int32_t g_;
+  std::int32_t layers_;
+  std::int32_t k_;
+  double copy_seconds_;       // one expert's copy over the link
+  double a2a_token_seconds_;  // one token's activation over the all-to-all
+  std::vector<pager<Policy>> pagers_;
+  std::optional<replica_chooser> chooser_;
+  ep_arm_result out_;
+  std::vector<std::int32_t> ids_;                    // the layer's experts, k per token
+  std::vector<std::int32_t> targets_;                // the rank serving each pair
+  std::vector<std::vector<std::int32_t>> sent_;      // per rank: local ids
+  std::vector<std::int32_t> received_;               // per rank: tokens
+  std::vector<std::int32_t> pairs_;                  // per rank
+  std::vector<std::int64_t> last_token_;             // per rank
+  std::vector<std::vector<std::int64_t>> slot_key_;  // per rank and slot: its key, for residency
+  std::vector<std::uint64_t> layer_pairs_;           // per layer and rank
+};
+
+template <eviction_policy Policy>
+ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config, ep_arm arm,
+                         const std::vector<std::vector<std::size_t>>& batches) {
+  const ep_arm_plan plan = plan_ep_arm(trace, config, arm);
+  ep_arm_replay<Policy> replay(trace, config, arm, plan);
+  for (const std::vector<std::size_t>& step : batches) {
+    replay.run_step(step);
+  }
+  return replay.finish();
 }
 
 }  // namespace detail

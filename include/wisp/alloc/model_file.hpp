@@ -134,6 +134,152 @@ namespace detail {
   return v->text;
 }
 
+/// The "config" fields of a model file, but for the expert storage.
+[[nodiscard]] inline model_config parse_model_config(const json_value& cfg,
+                                                     std::uint32_t block_tokens) {
+  model_config c;
+  c.moe_layers = json_u32(cfg, "moe_layers");
+  c.attention_layers = json_u32(cfg, "attention_layers");
+  c.experts = json_u32(cfg, "experts");
+  c.top_k = json_u32(cfg, "top_k");
+  c.shared_experts = json_u32_or(cfg, "shared_experts", 0);
+  c.hidden_size = json_u32(cfg, "hidden_size");
+  c.moe_intermediate_size = json_u32(cfg, "moe_intermediate_size");
+  c.expert_matrices = json_u32_or(cfg, "expert_matrices", 3);
+  c.dtype_bytes = json_u32_or(cfg, "dtype_bytes", 2);
+  c.block_tokens = block_tokens;
+  const std::string kind = json_string_or(cfg, "attention", "gqa");
+  if (kind == "gqa") {
+    c.attention = attention_kind::gqa;
+    c.num_key_value_heads = json_u32(cfg, "num_key_value_heads");
+    c.head_dim = json_u32(cfg, "head_dim");
+  } else if (kind == "mla") {
+    c.attention = attention_kind::mla;
+    c.kv_lora_rank = json_u32(cfg, "kv_lora_rank");
+    c.qk_rope_head_dim = json_u32(cfg, "qk_rope_head_dim");
+  } else {
+    throw format_error("model file: \"attention\" must be \"gqa\" or \"mla\", got \"" + kind +
+                       "\"");
+  }
+  return c;
+}
+
+/// The expert storage "config" gives ("expert_bytes", or "weight_bits" with its "group_size"
+/// and "scale_bytes"), or none for dense weights of dtype_bytes.
+[[nodiscard]] inline std::optional<expert_storage> parse_expert_storage(const json_value& cfg) {
+  const json_value* given_bytes = cfg.find("expert_bytes");
+  const json_value* bits = cfg.find("weight_bits");
+  if (given_bytes != nullptr && bits != nullptr) {
+    throw format_error(
+        "model file: give \"expert_bytes\" or \"weight_bits\" in \"config\", "
+        "not both");
+  }
+  if (bits == nullptr &&
+      (cfg.find("group_size") != nullptr || cfg.find("scale_bytes") != nullptr)) {
+    throw format_error(
+        "model file: \"group_size\" and \"scale_bytes\" describe quantised "
+        "weights and need \"weight_bits\"");
+  }
+  if (given_bytes == nullptr && bits == nullptr) {
+    return std::nullopt;
+  }
+  expert_storage q;
+  if (given_bytes != nullptr) {
+    q.expert_bytes =
+        json_unsigned(*given_bytes, "expert_bytes", std::numeric_limits<std::uint64_t>::max());
+    if (q.expert_bytes == 0) {
+      throw format_error("model file: \"expert_bytes\" must be positive");
+    }
+    return q;
+  }
+  q.weight_bits = json_u32(cfg, "weight_bits");
+  if (q.weight_bits == 0 || q.weight_bits > 32) {
+    throw format_error("model file: \"weight_bits\" must be in [1, 32], got " +
+                       std::to_string(q.weight_bits));
+  }
+  q.group_size = json_u32_or(cfg, "group_size", 0);
+  q.scale_bytes = json_u32_or(cfg, "scale_bytes", 2);
+  if (cfg.find("group_size") != nullptr && q.group_size == 0) {
+    throw format_error(
+        "model file: \"group_size\" must be positive (omit it for no "
+        "block scales)");
+  }
+  return q;
+}
+
+/// Checks the sizes the document's "derived" object gives, if any, against those derived from
+/// the config fields, and keeps them in `out`.
+inline void check_derived_sizes(const json_value& doc, model_file& out) {
+  const auto* derived = doc.find("derived");
+  if (derived == nullptr) {
+    return;
+  }
+  const byte_size expert = out.spec.expert_bytes;
+  const byte_size kv = out.spec.kv_bytes_per_token;
+  if (const auto* e = derived->find("expert_bytes"); e != nullptr) {
+    out.written_expert_bytes =
+        json_unsigned(*e, "expert_bytes", std::numeric_limits<std::uint64_t>::max());
+    if (*out.written_expert_bytes != expert.count()) {
+      throw format_error("model file '" + out.spec.name + "': derived expert_bytes " +
+                         std::to_string(*out.written_expert_bytes) +
+                         " disagrees with the config fields (" + std::to_string(expert.count()) +
+                         ")");
+    }
+  }
+  if (const auto* t = derived->find("kv_bytes_per_token"); t != nullptr) {
+    out.written_kv_bytes_per_token =
+        json_unsigned(*t, "kv_bytes_per_token", std::numeric_limits<std::uint64_t>::max());
+    if (*out.written_kv_bytes_per_token != kv.count()) {
+      throw format_error("model file '" + out.spec.name + "': derived kv_bytes_per_token " +
+                         std::to_string(*out.written_kv_bytes_per_token) +
+                         " disagrees with the config fields (" + std::to_string(kv.count()) + ")");
+    }
+  }
+}
+
+/// The spec of a document with a "config" object `cfg`: the sizes derived from its fields.
+inline void parse_config_form(const json_value& doc, const json_value& cfg,
+                              std::uint32_t block_tokens, model_file& out) {
+  if (cfg.type != json_value::kind::object) {
+    throw format_error("model file: \"config\" must be an object");
+  }
+  const model_config c = parse_model_config(cfg, block_tokens);
+  // Products of 32-bit fields: at most four factors below 2^32 could overflow 64 bits.
+  byte_size expert = byte_size{c.expert_matrices} * c.hidden_size * c.moe_intermediate_size;
+  expert = expert * c.dtype_bytes;
+  if (const std::optional<expert_storage> q = parse_expert_storage(cfg)) {
+    expert =
+        q->bytes(c.expert_matrices, (byte_size{c.hidden_size} * c.moe_intermediate_size).count());
+    out.storage = q;
+  }
+  const byte_size kv_values{c.attention == attention_kind::gqa
+                                ? (byte_size{2} * c.num_key_value_heads * c.head_dim).count()
+                                : std::uint64_t{c.kv_lora_rank} + c.qk_rope_head_dim};
+  const byte_size kv = kv_values * c.attention_layers * c.dtype_bytes;
+  out.spec.layers = c.moe_layers;
+  out.spec.experts = c.experts;
+  out.spec.top_k = c.top_k;
+  out.spec.expert_bytes = expert;
+  out.spec.kv_bytes_per_token = kv;
+  out.spec.block_tokens = block_tokens;
+  check_derived_sizes(doc, out);
+  out.config = c;
+}
+
+/// The spec of a document without "config": the sizes as written.
+inline void parse_sizes_form(const json_value& doc, std::uint32_t block_tokens, model_file& out) {
+  out.spec.layers = json_u32(doc, "layers");
+  out.spec.experts = json_u32(doc, "experts");
+  out.spec.top_k = json_u32(doc, "top_k");
+  out.spec.expert_bytes =
+      byte_size{json_unsigned(json_required_member(doc, "expert_bytes"), "expert_bytes",
+                              std::numeric_limits<std::uint64_t>::max())};
+  out.spec.kv_bytes_per_token =
+      byte_size{json_unsigned(json_required_member(doc, "kv_bytes_per_token"), "kv_bytes_per_token",
+                              std::numeric_limits<std::uint64_t>::max())};
+  out.spec.block_tokens = block_tokens;
+}
+
 }  // namespace detail
 
 /// @brief Parses a model description (either form, see the file comment).
@@ -142,8 +288,6 @@ namespace detail {
 /// that disagree with the config fields; wisp::logic_error if the resulting spec is invalid.
 [[nodiscard]] inline model_file parse_model_json(std::string_view text,
                                                  std::string_view fallback_name = "model") {
-  using detail::json_u32;
-  using detail::json_u32_or;
   const auto doc = wisp::detail::json_parser(text, 0).parse_document();
   if (doc.type != wisp::detail::json_value::kind::object) {
     throw format_error("model file: the document must be a JSON object");
@@ -151,121 +295,11 @@ namespace detail {
   model_file out;
   out.spec.name = detail::json_string_or(doc, "name", std::string(fallback_name));
   out.source = detail::json_string_or(doc, "source", "");
-  const std::uint32_t block_tokens = json_u32_or(doc, "block_tokens", 16);
+  const std::uint32_t block_tokens = detail::json_u32_or(doc, "block_tokens", 16);
   if (const auto* cfg = doc.find("config"); cfg != nullptr) {
-    if (cfg->type != wisp::detail::json_value::kind::object) {
-      throw format_error("model file: \"config\" must be an object");
-    }
-    model_config c;
-    c.moe_layers = json_u32(*cfg, "moe_layers");
-    c.attention_layers = json_u32(*cfg, "attention_layers");
-    c.experts = json_u32(*cfg, "experts");
-    c.top_k = json_u32(*cfg, "top_k");
-    c.shared_experts = json_u32_or(*cfg, "shared_experts", 0);
-    c.hidden_size = json_u32(*cfg, "hidden_size");
-    c.moe_intermediate_size = json_u32(*cfg, "moe_intermediate_size");
-    c.expert_matrices = json_u32_or(*cfg, "expert_matrices", 3);
-    c.dtype_bytes = json_u32_or(*cfg, "dtype_bytes", 2);
-    c.block_tokens = block_tokens;
-    const std::string kind = detail::json_string_or(*cfg, "attention", "gqa");
-    if (kind == "gqa") {
-      c.attention = attention_kind::gqa;
-      c.num_key_value_heads = json_u32(*cfg, "num_key_value_heads");
-      c.head_dim = json_u32(*cfg, "head_dim");
-    } else if (kind == "mla") {
-      c.attention = attention_kind::mla;
-      c.kv_lora_rank = json_u32(*cfg, "kv_lora_rank");
-      c.qk_rope_head_dim = json_u32(*cfg, "qk_rope_head_dim");
-    } else {
-      throw format_error("model file: \"attention\" must be \"gqa\" or \"mla\", got \"" + kind +
-                         "\"");
-    }
-    // Products of 32-bit fields: at most four factors below 2^32 could overflow 64 bits.
-    byte_size expert = byte_size{c.expert_matrices} * c.hidden_size * c.moe_intermediate_size;
-    expert = expert * c.dtype_bytes;
-    const wisp::detail::json_value* given_bytes = cfg->find("expert_bytes");
-    const wisp::detail::json_value* bits = cfg->find("weight_bits");
-    if (given_bytes != nullptr && bits != nullptr) {
-      throw format_error(
-          "model file: give \"expert_bytes\" or \"weight_bits\" in \"config\", "
-          "not both");
-    }
-    if (bits == nullptr &&
-        (cfg->find("group_size") != nullptr || cfg->find("scale_bytes") != nullptr)) {
-      throw format_error(
-          "model file: \"group_size\" and \"scale_bytes\" describe quantised "
-          "weights and need \"weight_bits\"");
-    }
-    if (given_bytes != nullptr || bits != nullptr) {
-      expert_storage q;
-      if (given_bytes != nullptr) {
-        q.expert_bytes = detail::json_unsigned(*given_bytes, "expert_bytes",
-                                               std::numeric_limits<std::uint64_t>::max());
-        if (q.expert_bytes == 0) {
-          throw format_error("model file: \"expert_bytes\" must be positive");
-        }
-      } else {
-        q.weight_bits = json_u32(*cfg, "weight_bits");
-        if (q.weight_bits == 0 || q.weight_bits > 32) {
-          throw format_error("model file: \"weight_bits\" must be in [1, 32], got " +
-                             std::to_string(q.weight_bits));
-        }
-        q.group_size = json_u32_or(*cfg, "group_size", 0);
-        q.scale_bytes = json_u32_or(*cfg, "scale_bytes", 2);
-        if (cfg->find("group_size") != nullptr && q.group_size == 0) {
-          throw format_error(
-              "model file: \"group_size\" must be positive (omit it for no "
-              "block scales)");
-        }
-      }
-      expert =
-          q.bytes(c.expert_matrices, (byte_size{c.hidden_size} * c.moe_intermediate_size).count());
-      out.storage = q;
-    }
-    const byte_size kv_values{c.attention == attention_kind::gqa
-                                  ? (byte_size{2} * c.num_key_value_heads * c.head_dim).count()
-                                  : std::uint64_t{c.kv_lora_rank} + c.qk_rope_head_dim};
-    const byte_size kv = kv_values * c.attention_layers * c.dtype_bytes;
-    out.spec.layers = c.moe_layers;
-    out.spec.experts = c.experts;
-    out.spec.top_k = c.top_k;
-    out.spec.expert_bytes = expert;
-    out.spec.kv_bytes_per_token = kv;
-    out.spec.block_tokens = block_tokens;
-    if (const auto* derived = doc.find("derived"); derived != nullptr) {
-      if (const auto* e = derived->find("expert_bytes"); e != nullptr) {
-        out.written_expert_bytes =
-            detail::json_unsigned(*e, "expert_bytes", std::numeric_limits<std::uint64_t>::max());
-        if (*out.written_expert_bytes != expert.count()) {
-          throw format_error("model file '" + out.spec.name + "': derived expert_bytes " +
-                             std::to_string(*out.written_expert_bytes) +
-                             " disagrees with the config fields (" +
-                             std::to_string(expert.count()) + ")");
-        }
-      }
-      if (const auto* t = derived->find("kv_bytes_per_token"); t != nullptr) {
-        out.written_kv_bytes_per_token = detail::json_unsigned(
-            *t, "kv_bytes_per_token", std::numeric_limits<std::uint64_t>::max());
-        if (*out.written_kv_bytes_per_token != kv.count()) {
-          throw format_error("model file '" + out.spec.name + "': derived kv_bytes_per_token " +
-                             std::to_string(*out.written_kv_bytes_per_token) +
-                             " disagrees with the config fields (" + std::to_string(kv.count()) +
-                             ")");
-        }
-      }
-    }
-    out.config = c;
+    detail::parse_config_form(doc, *cfg, block_tokens, out);
   } else {
-    out.spec.layers = json_u32(doc, "layers");
-    out.spec.experts = json_u32(doc, "experts");
-    out.spec.top_k = json_u32(doc, "top_k");
-    out.spec.expert_bytes =
-        byte_size{detail::json_unsigned(detail::json_required_member(doc, "expert_bytes"),
-                                        "expert_bytes", std::numeric_limits<std::uint64_t>::max())};
-    out.spec.kv_bytes_per_token = byte_size{
-        detail::json_unsigned(detail::json_required_member(doc, "kv_bytes_per_token"),
-                              "kv_bytes_per_token", std::numeric_limits<std::uint64_t>::max())};
-    out.spec.block_tokens = block_tokens;
+    detail::parse_sizes_form(doc, block_tokens, out);
   }
   out.spec.validate();
   return out;

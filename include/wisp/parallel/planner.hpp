@@ -177,21 +177,13 @@ struct ep_plan {
   }
   return expert_placement::from_replica_ranks(layers, experts, ranks, local_experts, ranks_of);
 }
+namespace detail {
 
-/// @brief Plans the placement and the budget split minimising the modelled slowest rank (see the
-/// file comment). Deterministic. O(keys log keys + replicas x (ranks + local_experts)) to build,
-/// plus at most `search_evaluations` evaluations of O(replicas) each (and 2^26 replica visits in
-/// all); where the links differ, O(ranks^4) and one more evaluation for each move that does not
-/// help (the rank assignment).
-/// @throws wisp::logic_error, naming the values, on bad loads or counts, invalid costs,
-///   `ranks x local_experts < experts`, `min_slots < 1`, `search_evaluations < 0`, or
-///   `total_slots` outside `[ranks x min_slots, ranks x layers x local_experts]` (a split would
-///   leave a rank below `min_slots`, or a slot with nothing to hold).
-[[nodiscard]] inline ep_plan plan_placement(std::span<const double> loads, std::int32_t layers,
-                                            std::int32_t experts, const ep_plan_config& config) {
-  constexpr const char* where = "plan_placement";
-  detail::check_loads(where, loads, layers, experts);
-  detail::check_ep_dims(where, layers, experts, config.ranks, config.local_experts);
+/// Checks `plan_placement`'s arguments; see there for what it throws.
+inline void check_plan_config(const char* where, std::span<const double> loads, std::int32_t layers,
+                              std::int32_t experts, const ep_plan_config& config) {
+  check_loads(where, loads, layers, experts);
+  check_ep_dims(where, layers, experts, config.ranks, config.local_experts);
   config.costs.validate(config.ranks);
   const std::int32_t g = config.ranks;
   const std::int32_t p = config.local_experts;
@@ -208,25 +200,34 @@ struct ep_plan {
                config.search_evaluations);
   WISP_EXPECTS(config.max_load_imbalance >= 1, where,
                ": max_load_imbalance must be >= 1 (or infinity), got ", config.max_load_imbalance);
+}
 
-  detail::plan_state s(loads, layers, experts, g, p, config.costs);
-  const auto keys = static_cast<std::int32_t>(loads.size());
-  const std::int32_t resident = std::min(config.total_slots, keys);
-  double mean_copy = 0.0;
-  for (const double c : config.costs.copy_seconds) {
-    mean_copy += c / g;
+/// The modelled work of each (layer, rank) while the constructive plan is built.
+class layer_work {
+ public:
+  layer_work(std::int32_t layers, std::int32_t ranks)
+      : ranks_(ranks), work_(static_cast<std::size_t>(layers) * ranks, 0.0) {}
+  double& operator()(std::int32_t l, std::int32_t r) {
+    return work_[static_cast<std::size_t>(l) * ranks_ + r];
   }
 
-  // (1) The resident set, one replica each, spread so that the ranks keep even counts.
+ private:
+  std::int32_t ranks_;
+  std::vector<double> work_;
+};
+
+/// Step (1) of `plan_placement`: the resident set, one replica each, spread so that the ranks keep
+/// even counts. Marks them in `is_resident` (one entry per key) and returns each rank's count.
+inline std::vector<std::int32_t> place_resident(plan_state& s, const ep_plan_config& config,
+                                                layer_work& work,
+                                                std::vector<std::uint8_t>& is_resident) {
+  const std::int32_t g = config.ranks;
+  const auto keys = static_cast<std::int32_t>(is_resident.size());
+  const std::int32_t resident = std::min(config.total_slots, keys);
   std::vector<std::int32_t> kept(static_cast<std::size_t>(g), 0);
-  std::vector<double> layer_work(static_cast<std::size_t>(layers) * g, 0.0);
-  const auto work = [&](std::int32_t l, std::int32_t r) -> double& {
-    return layer_work[static_cast<std::size_t>(l) * g + r];
-  };
-  std::vector<std::uint8_t> is_resident(static_cast<std::size_t>(keys), 0);
   for (std::int32_t i = 0; i < resident; ++i) {
     const std::int32_t k = s.by_q()[static_cast<std::size_t>(i)];
-    const std::int32_t l = k / experts;
+    const std::int32_t l = k / s.experts();
     std::int32_t best = -1;
     for (std::int32_t r = 0; r < g; ++r) {
       if (!s.room(r, l)) {
@@ -246,65 +247,77 @@ struct ep_plan {
     ++kept[static_cast<std::size_t>(best)];
     work(l, best) += s.q(k) * config.costs.expert_seconds;
   }
-  // (2) Every other expert: a first replica on the rank with the least copy work in its layer,
-  // then more replicas, the most copy work per replica first, while rows are free.
+  return kept;
+}
+
+/// Step (2) of `plan_placement` for layer `l`: every expert not resident gets a first replica on
+/// the rank with the least copy work in its layer, then more replicas, the most copy work per
+/// replica first, while rows are free.
+inline void place_cold_layer(plan_state& s, std::int32_t l, const ep_plan_config& config,
+                             double mean_copy, layer_work& work,
+                             const std::vector<std::uint8_t>& is_resident) {
+  const std::int32_t g = config.ranks;
+  const std::int32_t experts = s.experts();
   const auto cold_work = [&](std::int32_t k, std::int32_t n) {
     return (s.q(k) * (mean_copy + config.costs.expert_seconds) +
             s.load(k) * config.costs.token_seconds) /
            n;
   };
-  for (std::int32_t l = 0; l < layers; ++l) {
-    std::vector<std::int32_t> cold;
-    for (std::int32_t e = 0; e < experts; ++e) {
-      if (!is_resident[static_cast<std::size_t>(s.key(l, e))]) {
-        cold.push_back(s.key(l, e));
-      }
-    }
-    std::stable_sort(cold.begin(), cold.end(), [&](std::int32_t a, std::int32_t b) {
-      return cold_work(a, 1) > cold_work(b, 1);
-    });
-    const auto lightest = [&](std::int32_t k) {
-      std::int32_t best = -1;
-      for (std::int32_t r = 0; r < g; ++r) {
-        if (s.room(r, l) && !s.holds(r, k) && (best < 0 || work(l, r) < work(l, best))) {
-          best = r;
-        }
-      }
-      return best;
-    };
-    for (const std::int32_t k : cold) {
-      std::int32_t r = lightest(k);
-      WISP_EXPECTS(r >= 0, where, ": layer ", l, " has no free row for expert ", k % experts,
-                   " (local_experts too small)");
-      s.add(r, k);
-      work(l, r) += cold_work(k, 1);
-    }
-    while (true) {
-      std::int32_t pick = -1;
-      std::int32_t to = -1;
-      for (const std::int32_t k : cold) {
-        const std::int32_t r = lightest(k);
-        if (r >= 0 &&
-            (pick < 0 || cold_work(k, s.replicas(k)) > cold_work(pick, s.replicas(pick)))) {
-          pick = k;
-          to = r;
-        }
-      }
-      if (pick < 0) {
-        break;
-      }
-      // Its work spreads over one more replica.
-      const std::int32_t n = s.replicas(pick);
-      for (std::int32_t r = 0; r < g; ++r) {
-        if (s.holds(r, pick)) {
-          work(l, r) -= cold_work(pick, n) - cold_work(pick, n + 1);
-        }
-      }
-      s.add(to, pick);
-      work(l, to) += cold_work(pick, n + 1);
+  std::vector<std::int32_t> cold;
+  for (std::int32_t e = 0; e < experts; ++e) {
+    if (!is_resident[static_cast<std::size_t>(s.key(l, e))]) {
+      cold.push_back(s.key(l, e));
     }
   }
-  // (3) Each rank's slots: its resident experts; ranks below min_slots take from the largest.
+  std::stable_sort(cold.begin(), cold.end(), [&](std::int32_t a, std::int32_t b) {
+    return cold_work(a, 1) > cold_work(b, 1);
+  });
+  const auto lightest = [&](std::int32_t k) {
+    std::int32_t best = -1;
+    for (std::int32_t r = 0; r < g; ++r) {
+      if (s.room(r, l) && !s.holds(r, k) && (best < 0 || work(l, r) < work(l, best))) {
+        best = r;
+      }
+    }
+    return best;
+  };
+  for (const std::int32_t k : cold) {
+    std::int32_t r = lightest(k);
+    WISP_EXPECTS(r >= 0, "plan_placement: layer ", l, " has no free row for expert ", k % experts,
+                 " (local_experts too small)");
+    s.add(r, k);
+    work(l, r) += cold_work(k, 1);
+  }
+  while (true) {
+    std::int32_t pick = -1;
+    std::int32_t to = -1;
+    for (const std::int32_t k : cold) {
+      const std::int32_t r = lightest(k);
+      if (r >= 0 && (pick < 0 || cold_work(k, s.replicas(k)) > cold_work(pick, s.replicas(pick)))) {
+        pick = k;
+        to = r;
+      }
+    }
+    if (pick < 0) {
+      break;
+    }
+    // Its work spreads over one more replica.
+    const std::int32_t n = s.replicas(pick);
+    for (std::int32_t r = 0; r < g; ++r) {
+      if (s.holds(r, pick)) {
+        work(l, r) -= cold_work(pick, n) - cold_work(pick, n + 1);
+      }
+    }
+    s.add(to, pick);
+    work(l, to) += cold_work(pick, n + 1);
+  }
+}
+
+/// Step (3) of `plan_placement`: each rank's slots are its `kept` resident experts (the rest
+/// spread round-robin); ranks below min_slots take from the largest.
+inline void split_slots(plan_state& s, const ep_plan_config& config,
+                        const std::vector<std::int32_t>& kept) {
+  const std::int32_t g = config.ranks;
   auto& slots = s.slots();
   std::int32_t given = 0;
   for (std::int32_t r = 0; r < g; ++r) {
@@ -322,98 +335,152 @@ struct ep_plan {
       ++slots[static_cast<std::size_t>(r)];
     }
   }
-  // (4) Local search from this split and from an even one; (5) then, while evaluations are
-  // left, the best plan so far is perturbed by a few random moves and searched again, and kept
-  // when that ends better (iterated local search; a fixed seed keeps it deterministic).
-  std::int64_t replicas = 1;
+}
+
+/// Splits `config.total_slots` evenly over the ranks of `s`, the first ranks taking the rest.
+inline void split_slots_evenly(plan_state& s, const ep_plan_config& config) {
+  const std::int32_t g = config.ranks;
   for (std::int32_t r = 0; r < g; ++r) {
-    replicas += static_cast<std::int64_t>(s.held(r).size());
+    s.slots()[static_cast<std::size_t>(r)] =
+        config.total_slots / g + (r < config.total_slots % g ? 1 : 0);
   }
-  std::int32_t left = static_cast<std::int32_t>(
-      std::min<std::int64_t>(config.search_evaluations, detail::search_visits / replicas));
-  const auto search = [&](detail::plan_state& st, std::int32_t most) {
-    const double bound = config.max_load_imbalance;
-    std::int32_t budget = std::min(most, left);
-    const std::int32_t given = budget;
-    detail::local_search(st, config.costs.copy_seconds, config.min_slots, bound, budget);
-    left -= given - budget;
+}
+
+/// A start for the search: EPLB's replication and packing by each replica's cost when resident
+/// (what balances compute once everything fits), with an even split.
+inline plan_state eplb_start(std::span<const double> loads, std::int32_t layers,
+                             std::int32_t experts, const ep_plan_config& config) {
+  const std::int32_t g = config.ranks;
+  const std::int32_t p = config.local_experts;
+  plan_state balanced(loads, layers, experts, g, p, config.costs);
+  std::vector<std::vector<std::int32_t>> ranks_of(loads.size());
+  std::vector<std::int32_t> count(static_cast<std::size_t>(experts));
+  const auto kept_cost = [&](std::int32_t l, std::int32_t e, std::int32_t n) {
+    const std::int32_t k = balanced.key(l, e);
+    return (balanced.q(k) * config.costs.expert_seconds +
+            balanced.load(k) * config.costs.token_seconds) /
+           n;
   };
-  // The other starts: the same placement with an even split, and EPLB's replication and packing
-  // by each replica's cost when resident (what balances compute once everything fits).
-  const auto even_slots = [&](detail::plan_state& st) {
-    for (std::int32_t r = 0; r < g; ++r) {
-      st.slots()[static_cast<std::size_t>(r)] =
-          config.total_slots / g + (r < config.total_slots % g ? 1 : 0);
-    }
-  };
-  detail::plan_state even = s;
-  even_slots(even);
-  detail::plan_state balanced(loads, layers, experts, g, p, config.costs);
-  {
-    std::vector<std::vector<std::int32_t>> ranks_of(loads.size());
-    std::vector<std::int32_t> count(static_cast<std::size_t>(experts));
-    const auto kept_cost = [&](std::int32_t l, std::int32_t e, std::int32_t n) {
-      const std::int32_t k = balanced.key(l, e);
-      return (balanced.q(k) * config.costs.expert_seconds +
-              balanced.load(k) * config.costs.token_seconds) /
-             n;
-    };
-    for (std::int32_t l = 0; l < layers; ++l) {
-      std::fill(count.begin(), count.end(), 1);
-      const std::int64_t physical =
-          std::min<std::int64_t>(std::int64_t{g} * p, std::int64_t{g} * experts);
-      for (std::int64_t extra = physical - experts; extra > 0; --extra) {
-        std::int32_t best = -1;
-        for (std::int32_t e = 0; e < experts; ++e) {
-          if (count[static_cast<std::size_t>(e)] < g &&
-              (best < 0 || kept_cost(l, e, count[static_cast<std::size_t>(e)]) >
-                               kept_cost(l, best, count[static_cast<std::size_t>(best)]))) {
-            best = e;
-          }
+  for (std::int32_t l = 0; l < layers; ++l) {
+    std::fill(count.begin(), count.end(), 1);
+    const std::int64_t physical =
+        std::min<std::int64_t>(std::int64_t{g} * p, std::int64_t{g} * experts);
+    for (std::int64_t extra = physical - experts; extra > 0; --extra) {
+      std::int32_t best = -1;
+      for (std::int32_t e = 0; e < experts; ++e) {
+        if (count[static_cast<std::size_t>(e)] < g &&
+            (best < 0 || kept_cost(l, e, count[static_cast<std::size_t>(e)]) >
+                             kept_cost(l, best, count[static_cast<std::size_t>(best)]))) {
+          best = e;
         }
-        ++count[static_cast<std::size_t>(best)];
       }
-      detail::pack_layer(
-          l, experts, g, p, count,
-          [&](std::int32_t e, std::int32_t n) { return kept_cost(l, e, n); }, ranks_of);
+      ++count[static_cast<std::size_t>(best)];
     }
-    for (std::size_t k = 0; k < ranks_of.size(); ++k) {
-      for (const std::int32_t r : ranks_of[k]) {
-        balanced.add(r, static_cast<std::int32_t>(k));
-      }
-    }
-    even_slots(balanced);
+    pack_layer(
+        l, experts, g, p, count, [&](std::int32_t e, std::int32_t n) { return kept_cost(l, e, n); },
+        ranks_of);
   }
-  search(s, left / 3);
-  search(even, left / 2);
-  search(balanced, left);
-  for (detail::plan_state* other : {&even, &balanced}) {
-    if (detail::better(detail::score(*other), detail::score(s), config.max_load_imbalance)) {
+  for (std::size_t k = 0; k < ranks_of.size(); ++k) {
+    for (const std::int32_t r : ranks_of[k]) {
+      balanced.add(r, static_cast<std::int32_t>(k));
+    }
+  }
+  split_slots_evenly(balanced, config);
+  return balanced;
+}
+
+/// Local search on `s` with at most `most` of the `left` evaluations; takes those it used from
+/// `left`.
+inline void search_within(plan_state& s, const ep_plan_config& config, std::int32_t most,
+                          std::int32_t& left) {
+  std::int32_t budget = std::min(most, left);
+  const std::int32_t given = budget;
+  local_search(s, config.costs.copy_seconds, config.min_slots, config.max_load_imbalance, budget);
+  left -= given - budget;
+}
+
+/// Step (4) of `plan_placement`: local search from the constructive plan `s`, from it with an
+/// even split, and from EPLB's plan; `s` becomes the best of the three.
+inline void search_starts(plan_state& s, std::span<const double> loads, std::int32_t layers,
+                          std::int32_t experts, const ep_plan_config& config, std::int32_t& left) {
+  plan_state even = s;
+  split_slots_evenly(even, config);
+  plan_state balanced = eplb_start(loads, layers, experts, config);
+  search_within(s, config, left / 3, left);
+  search_within(even, config, left / 2, left);
+  search_within(balanced, config, left, left);
+  for (plan_state* other : {&even, &balanced}) {
+    if (better(score(*other), score(s), config.max_load_imbalance)) {
       s = std::move(*other);
     }
   }
-  detail::xoshiro256ss rng(0x5eed);
-  detail::plan_score best_score = detail::score(s);
-  // (5) Trials alternate: the best plan shaken by a few random moves, and a random plan; each is
-  // searched and kept when no worse. The restarts matter under a tight load bound: few plans are
-  // admissible there, and another basin's can be several moves away, each inadmissible alone.
+}
+
+/// Step (5) of `plan_placement`: while evaluations are `left`, trials alternate: the best plan
+/// shaken by a few random moves, and a random plan; each is searched and kept when no worse. The
+/// restarts matter under a tight load bound: few plans are admissible there, and another basin's
+/// can be several moves away, each inadmissible alone. A fixed seed keeps it deterministic.
+inline void search_restarts(plan_state& s, std::span<const double> loads, std::int32_t layers,
+                            std::int32_t experts, const ep_plan_config& config,
+                            std::int32_t& left) {
+  xoshiro256ss rng(0x5eed);
+  plan_score best_score = score(s);
   for (std::int64_t trial_count = 0; left > 0; ++trial_count) {
     const bool shake = trial_count % 2 == 0;
-    detail::plan_state trial =
-        shake ? s : detail::plan_state(loads, layers, experts, g, p, config.costs);
+    plan_state trial = shake ? s
+                             : plan_state(loads, layers, experts, config.ranks,
+                                          config.local_experts, config.costs);
     if (shake) {
-      detail::perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
+      perturb(trial, rng, config.min_slots, 1 + static_cast<std::int32_t>(rng.below(6)));
     } else {
-      detail::random_plan(trial, rng, layers, config.min_slots, config.total_slots);
+      random_plan(trial, rng, layers, config.min_slots, config.total_slots);
     }
     --left;
-    search(trial, left);
-    detail::plan_score now = detail::score(trial);
-    if (!detail::better(best_score, now, config.max_load_imbalance)) {  // no worse: walks plateaus
+    search_within(trial, config, left, left);
+    plan_score now = score(trial);
+    if (!better(best_score, now, config.max_load_imbalance)) {  // no worse: walks plateaus
       s = std::move(trial);
       best_score = std::move(now);
     }
   }
+}
+
+}  // namespace detail
+
+/// @brief Plans the placement and the budget split minimising the modelled slowest rank (see the
+/// file comment). Deterministic. O(keys log keys + replicas x (ranks + local_experts)) to build,
+/// plus at most `search_evaluations` evaluations of O(replicas) each (and 2^26 replica visits in
+/// all); where the links differ, O(ranks^4) and one more evaluation for each move that does not
+/// help (the rank assignment).
+/// @throws wisp::logic_error, naming the values, on bad loads or counts, invalid costs,
+///   `ranks x local_experts < experts`, `min_slots < 1`, `search_evaluations < 0`, or
+///   `total_slots` outside `[ranks x min_slots, ranks x layers x local_experts]` (a split would
+///   leave a rank below `min_slots`, or a slot with nothing to hold).
+[[nodiscard]] inline ep_plan plan_placement(std::span<const double> loads, std::int32_t layers,
+                                            std::int32_t experts, const ep_plan_config& config) {
+  detail::check_plan_config("plan_placement", loads, layers, experts, config);
+  const std::int32_t g = config.ranks;
+  detail::plan_state s(loads, layers, experts, g, config.local_experts, config.costs);
+  detail::layer_work work(layers, g);
+  std::vector<std::uint8_t> is_resident(loads.size(), 0);
+  const std::vector<std::int32_t> kept = detail::place_resident(s, config, work, is_resident);
+  double mean_copy = 0.0;
+  for (const double c : config.costs.copy_seconds) {
+    mean_copy += c / g;
+  }
+  for (std::int32_t l = 0; l < layers; ++l) {
+    detail::place_cold_layer(s, l, config, mean_copy, work, is_resident);
+  }
+  detail::split_slots(s, config, kept);
+  // Every evaluation visits each replica: the visits bound caps the evaluations.
+  std::int64_t replicas = 1;
+  for (std::int32_t r = 0; r < g; ++r) {
+    replicas += static_cast<std::int64_t>(s.held(r).size());
+  }
+  auto left = static_cast<std::int32_t>(
+      std::min<std::int64_t>(config.search_evaluations, detail::search_visits / replicas));
+  detail::search_starts(s, loads, layers, experts, config, left);
+  detail::search_restarts(s, loads, layers, experts, config, left);
   const double best = s.evaluate();
   return {s.to_placement(),
           s.slots(),

@@ -262,9 +262,17 @@ inline std::vector<std::vector<std::size_t>> ep_batches(const routing_trace& tra
 
 namespace detail {
 
-template <eviction_policy Policy>
-ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config, ep_arm arm,
-                         const std::vector<std::vector<std::size_t>>& batches) {
+/// The placement an arm replays under, each rank's slots and the costs it is modelled with.
+struct ep_arm_plan {
+  dispatch_costs costs;
+  expert_placement placement;
+  std::vector<std::int32_t> slots;
+};
+
+/// Checks the dimensions of `arm`'s replay and plans its placement and slots: the even split,
+/// unless the planner splits them.
+inline ep_arm_plan plan_ep_arm(const routing_trace& trace, const ep_sim_config& config,
+                               ep_arm arm) {
   const auto& shape = trace.shape();
   const std::int32_t g = config.ranks;
   const std::int32_t layers = shape.layers;
@@ -281,7 +289,6 @@ ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config
                config.total_slots, " exceeds ranks x layers x local_experts = ", g, " x ", layers,
                " x ", local, " (every row resident)");
 
-  // The placement and each rank's slots.
   const dispatch_costs costs = config.costs.dispatch(g);
   std::vector<std::int32_t> slots(static_cast<std::size_t>(g), config.total_slots / g);
   for (std::int32_t r = 0; r < config.total_slots % g; ++r) {
@@ -302,170 +309,239 @@ ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config
       slots = std::move(plan.rank_slots);
     }
   }
-  const expert_placement& p = *placement;
-  std::vector<pager<Policy>> pagers;
-  pagers.reserve(static_cast<std::size_t>(g));
-  for (std::int32_t r = 0; r < g; ++r) {
-    pager_config pc;
-    pc.layers = layers;
-    pc.experts = p.local_experts();
-    pc.top_k = k;
-    // A rank cannot use more slots than it has rows.
-    pc.capacity = std::min(slots[static_cast<std::size_t>(r)], layers * p.local_experts());
-    pc.scope = cache_scope::global;
-    pagers.emplace_back(pc);
+  return {costs, std::move(*placement), std::move(slots)};
+}
+
+/// max / mean of `values` over `g` ranks (1 when they are all 0).
+inline double pair_imbalance(std::span<const std::uint64_t> values, std::int32_t g) {
+  std::uint64_t most_pairs = 0;
+  std::uint64_t sum = 0;
+  for (const std::uint64_t v : values) {
+    most_pairs = std::max(most_pairs, v);
+    sum += v;
   }
-  std::optional<replica_chooser> chooser;
-  if (arm == ep_arm::wisp) {
-    chooser.emplace(p, costs);
+  return sum == 0 ? 1.0 : static_cast<double>(most_pairs) * g / static_cast<double>(sum);
+}
+
+/// One arm's replay: a pager per rank, the replica chooser of the wisp arm, and the buffers of a
+/// layer, allocated once; `run_step` replays one batch, `finish` gives the result.
+template <eviction_policy Policy>
+class ep_arm_replay {
+ public:
+  ep_arm_replay(const routing_trace& trace, const ep_sim_config& config, ep_arm arm,
+                const ep_arm_plan& plan)
+      : trace_(trace),
+        config_(config),
+        arm_(arm),
+        p_(plan.placement),
+        g_(config.ranks),
+        layers_(trace.shape().layers),
+        k_(trace.shape().top_k),
+        copy_seconds_(config.costs.link.copy_seconds(config.costs.expert_bytes)),
+        a2a_token_seconds_(static_cast<double>(config.costs.hidden) *
+                           config.costs.activation_bytes / config.costs.a2a_bytes_per_second) {
+    const auto ug = static_cast<std::size_t>(g_);
+    pagers_.reserve(ug);
+    for (std::int32_t r = 0; r < g_; ++r) {
+      pager_config pc;
+      pc.layers = layers_;
+      pc.experts = p_.local_experts();
+      pc.top_k = k_;
+      // A rank cannot use more slots than it has rows.
+      pc.capacity = std::min(plan.slots[static_cast<std::size_t>(r)], layers_ * p_.local_experts());
+      pc.scope = cache_scope::global;
+      pagers_.emplace_back(pc);
+    }
+    if (arm == ep_arm::wisp) {
+      chooser_.emplace(p_, plan.costs);
+    }
+    out_.policy = std::string(Policy::name);
+    out_.local_experts = p_.local_experts();
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      out_.physical_experts += p_.physical_experts(l);
+    }
+    out_.ranks.resize(ug);
+    const auto most = static_cast<std::size_t>(config.batch) * k_;
+    ids_.resize(most);
+    targets_.resize(most);
+    sent_.resize(ug);
+    received_.resize(ug);
+    pairs_.resize(ug);
+    last_token_.resize(ug);
+    slot_key_.resize(ug);
+    for (std::size_t r = 0; r < ug; ++r) {
+      out_.ranks[r].slots = pagers_[r].capacity(0);
+      slot_key_[r].assign(static_cast<std::size_t>(pagers_[r].capacity(0)), -1);
+    }
+    layer_pairs_.assign(static_cast<std::size_t>(layers_) * g_, 0);
   }
 
-  ep_arm_result out;
-  out.policy = std::string(Policy::name);
-  out.local_experts = p.local_experts();
-  for (std::int32_t l = 0; l < layers; ++l) {
-    out.physical_experts += p.physical_experts(l);
-  }
-  out.ranks.resize(static_cast<std::size_t>(g));
-  for (std::int32_t r = 0; r < g; ++r) {
-    out.ranks[static_cast<std::size_t>(r)].slots = pagers[static_cast<std::size_t>(r)].capacity(0);
-  }
-
-  const auto most = static_cast<std::size_t>(config.batch) * k;
-  std::vector<std::int32_t> ids(most);
-  std::vector<std::int32_t> targets(most);
-  std::vector<std::vector<std::int32_t>> sent(static_cast<std::size_t>(g));  // local ids
-  std::vector<std::int32_t> received(static_cast<std::size_t>(g));
-  std::vector<std::int32_t> pairs(static_cast<std::size_t>(g));
-  std::vector<std::int64_t> last_token(static_cast<std::size_t>(g));
-  std::vector<std::vector<std::int64_t>> slot_key(static_cast<std::size_t>(g));  // for residency
-  for (std::int32_t r = 0; r < g; ++r) {
-    slot_key[static_cast<std::size_t>(r)].assign(
-        static_cast<std::size_t>(pagers[static_cast<std::size_t>(r)].capacity(0)), -1);
-  }
-  std::vector<std::uint64_t> layer_pairs(static_cast<std::size_t>(layers) * g, 0);
-  const double copy_seconds = config.costs.link.copy_seconds(config.costs.expert_bytes);
-  const double a2a_token_seconds = static_cast<double>(config.costs.hidden) *
-                                   config.costs.activation_bytes /
-                                   config.costs.a2a_bytes_per_second;
-
-  for (const std::vector<std::size_t>& step : batches) {
+  /// Replays the batch of sequences `step`.
+  void run_step(const std::vector<std::size_t>& step) {
     double step_seconds = 0.0;
-    for (auto& pg : pagers) {
+    for (auto& pg : pagers_) {
       pg.begin_step();
     }
-    for (std::int32_t l = 0; l < layers; ++l) {
-      std::int32_t tokens = 0;
-      for (const std::size_t s : step) {
-        if (trace.has_layer(s, l)) {
-          for (std::int32_t j = 0; j < k; ++j) {
-            ids[static_cast<std::size_t>(tokens) * k + j] = trace.expert(s, l, j);
-          }
-          ++tokens;
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      route_layer(step, l);
+      step_seconds += serve_layer(l);
+    }
+    out_.total_seconds += step_seconds;
+    ++out_.steps;
+    out_.tokens += step.size();
+  }
+
+  /// The result of the steps run so far.
+  ep_arm_result finish() {
+    out_.slowest_rank_step_s =
+        out_.steps == 0 ? 0.0 : out_.total_seconds / static_cast<double>(out_.steps);
+    std::vector<std::uint64_t> totals;
+    for (const ep_rank_result& r : out_.ranks) {
+      totals.push_back(r.pairs);
+    }
+    out_.load_imbalance = pair_imbalance(totals, g_);
+    for (std::int32_t l = 0; l < layers_; ++l) {
+      out_.layer_load_imbalance += pair_imbalance(std::span<const std::uint64_t>(layer_pairs_)
+                                                      .subspan(static_cast<std::size_t>(l) * g_,
+                                                               static_cast<std::size_t>(g_)),
+                                                  g_) /
+                                   layers_;
+    }
+    return out_;
+  }
+
+ private:
+  /// Gathers the experts of `step` at layer `l`, chooses the rank serving each pair, and counts
+  /// what each rank is sent: its local ids, tokens and pairs.
+  void route_layer(const std::vector<std::size_t>& step, std::int32_t l) {
+    std::int32_t tokens = 0;
+    for (const std::size_t s : step) {
+      if (trace_.has_layer(s, l)) {
+        for (std::int32_t j = 0; j < k_; ++j) {
+          ids_[static_cast<std::size_t>(tokens) * k_ + j] = trace_.expert(s, l, j);
         }
+        ++tokens;
       }
-      const std::size_t n = static_cast<std::size_t>(tokens) * k;
-      if (arm == ep_arm::wisp) {
-        chooser->choose(l, std::span<const std::int32_t>(ids.data(), n), tokens, k,
-                        std::span<std::int32_t>(targets.data(), n));
-      } else {
-        for (std::size_t i = 0; i < n; ++i) {
-          const auto reps = p.replicas(l, ids[i]);
-          targets[i] = reps[i % reps.size()].rank;  // vLLM: position mod replica count
-        }
-      }
-      for (std::int32_t r = 0; r < g; ++r) {
-        const auto ur = static_cast<std::size_t>(r);
-        sent[ur].clear();
-        received[ur] = 0;
-        pairs[ur] = 0;
-        last_token[ur] = -1;
-      }
+    }
+    const std::size_t n = static_cast<std::size_t>(tokens) * k_;
+    if (arm_ == ep_arm::wisp) {
+      chooser_->choose(l, std::span<const std::int32_t>(ids_.data(), n), tokens, k_,
+                       std::span<std::int32_t>(targets_.data(), n));
+    } else {
       for (std::size_t i = 0; i < n; ++i) {
-        const auto r = static_cast<std::size_t>(targets[i]);
-        const std::int32_t lid = p.expert_map(targets[i], l)[static_cast<std::size_t>(ids[i])];
-        if (std::find(sent[r].begin(), sent[r].end(), lid) == sent[r].end()) {
-          sent[r].push_back(lid);
+        const auto reps = p_.replicas(l, ids_[i]);
+        targets_[i] = reps[i % reps.size()].rank;  // vLLM: position mod replica count
+      }
+    }
+    for (std::size_t r = 0; r < static_cast<std::size_t>(g_); ++r) {
+      sent_[r].clear();
+      received_[r] = 0;
+      pairs_[r] = 0;
+      last_token_[r] = -1;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto r = static_cast<std::size_t>(targets_[i]);
+      const std::int32_t lid = p_.expert_map(targets_[i], l)[static_cast<std::size_t>(ids_[i])];
+      if (std::find(sent_[r].begin(), sent_[r].end(), lid) == sent_[r].end()) {
+        sent_[r].push_back(lid);
+      }
+      ++pairs_[r];
+      const auto token = static_cast<std::int64_t>(i / static_cast<std::size_t>(k_));
+      if (last_token_[r] != token) {  // a token's pairs are contiguous
+        last_token_[r] = token;
+        ++received_[r];
+      }
+    }
+  }
+
+  /// Rank `r` pages in what it was sent at layer `l`, resident experts first, a pager's width at
+  /// a time; the chooser learns each change of residency. Returns the misses.
+  std::int32_t page_rank(std::int32_t r, std::int32_t l) {
+    const auto ur = static_cast<std::size_t>(r);
+    pager<Policy>& pg = pagers_[ur];
+    std::vector<std::int32_t>& list = sent_[ur];
+    std::int32_t misses = 0;
+    std::stable_partition(list.begin(), list.end(),
+                          [&](std::int32_t e) { return pg.slot_of(l, e) >= 0; });
+    const auto width = static_cast<std::size_t>(pg.capacity(0));
+    for (std::size_t first = 0; first < list.size(); first += width) {
+      const prepare_result res = pg.prepare_experts(
+          l,
+          std::span<const std::int32_t>(list.data() + first, std::min(width, list.size() - first)));
+      misses += res.misses;
+      for (const copy_op& op : res.copy_plan) {  // the slot's previous key was evicted
+        std::int64_t& key = slot_key_[ur][static_cast<std::size_t>(op.slot)];
+        if (chooser_ && key >= 0) {
+          chooser_->set_resident(r, static_cast<std::int32_t>(key / p_.local_experts()),
+                                 static_cast<std::int32_t>(key % p_.local_experts()), false);
         }
-        ++pairs[r];
-        const auto token = static_cast<std::int64_t>(i / static_cast<std::size_t>(k));
-        if (last_token[r] != token) {  // a token's pairs are contiguous
-          last_token[r] = token;
-          ++received[r];
+        key = std::int64_t{l} * p_.local_experts() + op.expert;
+        if (chooser_) {
+          chooser_->set_resident(r, l, op.expert, true);
         }
       }
-      double layer_seconds = 0.0;
-      for (std::int32_t r = 0; r < g; ++r) {
-        const auto ur = static_cast<std::size_t>(r);
-        pager<Policy>& pg = pagers[ur];
-        std::vector<std::int32_t>& list = sent[ur];
-        std::int32_t misses = 0;
-        std::stable_partition(list.begin(), list.end(),
-                              [&](std::int32_t e) { return pg.slot_of(l, e) >= 0; });
-        const auto width = static_cast<std::size_t>(pg.capacity(0));
-        for (std::size_t first = 0; first < list.size(); first += width) {
-          const prepare_result res =
-              pg.prepare_experts(l, std::span<const std::int32_t>(
-                                        list.data() + first, std::min(width, list.size() - first)));
-          misses += res.misses;
-          for (const copy_op& op : res.copy_plan) {  // the slot's previous key was evicted
-            std::int64_t& key = slot_key[ur][static_cast<std::size_t>(op.slot)];
-            if (chooser && key >= 0) {
-              chooser->set_resident(r, static_cast<std::int32_t>(key / p.local_experts()),
-                                    static_cast<std::int32_t>(key % p.local_experts()), false);
-            }
-            key = std::int64_t{l} * p.local_experts() + op.expert;
-            if (chooser) {
-              chooser->set_resident(r, l, op.expert, true);
-            }
-          }
-        }
-        if (!list.empty()) {
-          pg.end_call(l);
-        }
-        const auto active = static_cast<std::int32_t>(list.size());
-        const double t = misses * copy_seconds + active * config.costs.expert_seconds +
-                         pairs[ur] * config.costs.token_seconds +
-                         2 * (config.costs.a2a_latency_seconds + received[ur] * a2a_token_seconds);
-        ep_rank_result& rr = out.ranks[ur];
-        rr.misses += static_cast<std::uint64_t>(misses);
-        rr.hits += static_cast<std::uint64_t>(active - misses);
-        rr.link_bytes += static_cast<std::uint64_t>(misses) * config.costs.expert_bytes;
-        rr.pairs += static_cast<std::uint64_t>(pairs[ur]);
-        rr.tokens_received += static_cast<std::uint64_t>(received[ur]);
-        rr.busy_seconds += t;
-        layer_pairs[static_cast<std::size_t>(l) * g + ur] += static_cast<std::uint64_t>(pairs[ur]);
-        layer_seconds = std::max(layer_seconds, t);
-      }
-      step_seconds += layer_seconds;
     }
-    out.total_seconds += step_seconds;
-    ++out.steps;
-    out.tokens += step.size();
-  }
-  out.slowest_rank_step_s =
-      out.steps == 0 ? 0.0 : out.total_seconds / static_cast<double>(out.steps);
-  const auto imbalance = [g](std::span<const std::uint64_t> values) {
-    std::uint64_t most_pairs = 0;
-    std::uint64_t sum = 0;
-    for (const std::uint64_t v : values) {
-      most_pairs = std::max(most_pairs, v);
-      sum += v;
+    if (!list.empty()) {
+      pg.end_call(l);
     }
-    return sum == 0 ? 1.0 : static_cast<double>(most_pairs) * g / static_cast<double>(sum);
-  };
-  std::vector<std::uint64_t> totals;
-  for (const ep_rank_result& r : out.ranks) {
-    totals.push_back(r.pairs);
+    return misses;
   }
-  out.load_imbalance = imbalance(totals);
-  for (std::int32_t l = 0; l < layers; ++l) {
-    out.layer_load_imbalance +=
-        imbalance(std::span<const std::uint64_t>(layer_pairs)
-                      .subspan(static_cast<std::size_t>(l) * g, static_cast<std::size_t>(g))) /
-        layers;
+
+  /// Every rank serves what `route_layer` sent it at layer `l`; returns the slowest rank's
+  /// modelled seconds.
+  double serve_layer(std::int32_t l) {
+    double layer_seconds = 0.0;
+    for (std::int32_t r = 0; r < g_; ++r) {
+      const auto ur = static_cast<std::size_t>(r);
+      const std::int32_t misses = page_rank(r, l);
+      const auto active = static_cast<std::int32_t>(sent_[ur].size());
+      const double t = misses * copy_seconds_ + active * config_.costs.expert_seconds +
+                       pairs_[ur] * config_.costs.token_seconds +
+                       2 * (config_.costs.a2a_latency_seconds + received_[ur] * a2a_token_seconds_);
+      ep_rank_result& rr = out_.ranks[ur];
+      rr.misses += static_cast<std::uint64_t>(misses);
+      rr.hits += static_cast<std::uint64_t>(active - misses);
+      rr.link_bytes += static_cast<std::uint64_t>(misses) * config_.costs.expert_bytes;
+      rr.pairs += static_cast<std::uint64_t>(pairs_[ur]);
+      rr.tokens_received += static_cast<std::uint64_t>(received_[ur]);
+      rr.busy_seconds += t;
+      layer_pairs_[static_cast<std::size_t>(l) * g_ + ur] += static_cast<std::uint64_t>(pairs_[ur]);
+      layer_seconds = std::max(layer_seconds, t);
+    }
+    return layer_seconds;
   }
-  return out;
+
+  const routing_trace& trace_;
+  const ep_sim_config& config_;
+  ep_arm arm_;
+  const expert_placement& p_;
+  std::int32_t g_;
+  std::int32_t layers_;
+  std::int32_t k_;
+  double copy_seconds_;       // one expert's copy over the link
+  double a2a_token_seconds_;  // one token's activation over the all-to-all
+  std::vector<pager<Policy>> pagers_;
+  std::optional<replica_chooser> chooser_;
+  ep_arm_result out_;
+  std::vector<std::int32_t> ids_;                    // the layer's experts, k per token
+  std::vector<std::int32_t> targets_;                // the rank serving each pair
+  std::vector<std::vector<std::int32_t>> sent_;      // per rank: local ids
+  std::vector<std::int32_t> received_;               // per rank: tokens
+  std::vector<std::int32_t> pairs_;                  // per rank
+  std::vector<std::int64_t> last_token_;             // per rank
+  std::vector<std::vector<std::int64_t>> slot_key_;  // per rank and slot: its key, for residency
+  std::vector<std::uint64_t> layer_pairs_;           // per layer and rank
+};
+
+template <eviction_policy Policy>
+ep_arm_result run_ep_arm(const routing_trace& trace, const ep_sim_config& config, ep_arm arm,
+                         const std::vector<std::vector<std::size_t>>& batches) {
+  const ep_arm_plan plan = plan_ep_arm(trace, config, arm);
+  ep_arm_replay<Policy> replay(trace, config, arm, plan);
+  for (const std::vector<std::size_t>& step : batches) {
+    replay.run_step(step);
+  }
+  return replay.finish();
 }
 
 }  // namespace detail

@@ -225,14 +225,8 @@ inline std::pair<miss_curve, miss_curve> curves(const eval_workload& w, const st
   return {miss_curve{he}, miss_curve{hk}};
 }
 
-}  // namespace detail
-
-/// @brief Runs every arm on `w` (see the file comment). Deterministic.
-/// Complexity: O(accesses) per adaptive arm plus O(E * curve) for the fixed arms.
-/// @throws wisp::infeasible_error if no split meets the floor (`concurrency x context` of the
-/// workload's sessions); wisp::logic_error on invalid parameters.
-[[nodiscard]] inline eval_result evaluate(const model_spec& m, const eval_workload& w,
-                                          const eval_params& p) {
+/// Checks `evaluate`'s arguments; see there for what it throws.
+inline void check_evaluation(const model_spec& m, const eval_workload& w, const eval_params& p) {
   m.validate();
   p.costs.validate();
   p.controller.validate();
@@ -244,158 +238,187 @@ inline std::pair<miss_curve, miss_curve> curves(const eval_workload& w, const st
   WISP_EXPECTS(w.kv.block_tokens == m.block_tokens, "the workload's block size differs");
   WISP_EXPECTS(w.experts.steps() == w.kv.decode_tokens,
                "the expert stream must hold one step per decoded token");
+}
 
-  eval_result out;
-  out.workload = w.name;
-  out.floor = w.floor;
-  out.max_feasible_cap = max_feasible_cap(m, p.budget, out.floor);
+/// Warm seconds under `c` of the split of `budget` with `cap` experts per layer.
+inline double warm_seconds(const model_spec& m, byte_size budget, const cost_model<>& c,
+                           std::int32_t cap) {
+  const split s = make_split(m, budget, cap);
+  return (c.expert_misses(cap) - static_cast<double>(c.expert_curve().cold())) *
+             c.expert_miss_seconds() +
+         (c.kv_misses(s.kv_blocks) - static_cast<double>(c.kv_curve().cold())) *
+             c.kv_miss_seconds();
+}
 
-  const auto dist = detail::measure(w);
-  // Named curves, not structured bindings: the lambdas below use them, and clang before 16
-  // cannot capture a structured binding.
-  const auto whole = detail::curves(w, dist, w.kv.rounds.size());
-  const miss_curve& expert_curve = whole.first;
-  const miss_curve& kv_curve = whole.second;
-  const cost_model<> cost{m, expert_curve, kv_curve, p.costs};
-  auto warm_seconds = [&](const cost_model<>& c, std::int32_t cap) {
-    const split s = make_split(m, p.budget, cap);
-    return (c.expert_misses(cap) - static_cast<double>(c.expert_curve().cold())) *
-               c.expert_miss_seconds() +
-           (c.kv_misses(s.kv_blocks) - static_cast<double>(c.kv_curve().cold())) *
-               c.kv_miss_seconds();
-  };
+/// The arm `name` that keeps `cap` experts per layer throughout, measured on `cost`'s curves.
+inline arm_result fixed_arm(const model_spec& m, byte_size budget, const admission_floor& floor,
+                            const cost_model<>& cost, std::string name, std::int32_t cap) {
+  arm_result a;
+  a.name = std::move(name);
+  a.cap_start = a.cap_end = a.cap_min = a.cap_max = cap;
+  const split s = make_split(m, budget, cap);
+  a.admissible = floor.admits(m, s);
+  a.expert_warm_misses = cost.expert_curve().misses(cap) - cost.expert_curve().cold();
+  a.kv_warm_misses = cost.kv_curve().misses(s.kv_blocks) - cost.kv_curve().cold();
+  a.seconds = warm_seconds(m, budget, cost, cap);
+  return a;
+}
+
+/// Flux-prop's cap: the smallest that keeps `p.flux_hit_fraction` of the warm expert reuse,
+/// clamped to [top_k, by_budget].
+inline std::int32_t flux_cap(const model_spec& m, const miss_curve& expert_curve,
+                             const eval_params& p, std::int32_t by_budget) {
+  std::int32_t flux = m.experts;
+  const double warm_total = static_cast<double>(expert_curve.accesses() - expert_curve.cold());
   for (std::int32_t c = m.top_k; c <= m.experts; ++c) {
-    out.fixed_seconds.push_back(m.expert_pool_bytes(c) <= p.budget
-                                    ? warm_seconds(cost, c)
-                                    : std::numeric_limits<double>::quiet_NaN());
+    const double warm_hits = static_cast<double>(expert_curve.accesses() - expert_curve.misses(c));
+    if (warm_hits >= p.flux_hit_fraction * warm_total) {
+      flux = c;
+      break;
+    }
   }
-  auto fixed_arm = [&](std::string name, std::int32_t cap) {
-    arm_result a;
-    a.name = std::move(name);
-    a.cap_start = a.cap_end = a.cap_min = a.cap_max = cap;
-    const split s = make_split(m, p.budget, cap);
-    a.admissible = out.floor.admits(m, s);
-    a.expert_warm_misses = expert_curve.misses(cap) - expert_curve.cold();
-    a.kv_warm_misses = kv_curve.misses(s.kv_blocks) - kv_curve.cold();
-    a.seconds = warm_seconds(cost, cap);
-    return a;
-  };
+  return std::clamp(flux, m.top_k, by_budget);
+}
 
-  // Per-workflow (or global) oracle: the configurator on the whole workload is exactly that.
+/// Adds the fixed arms to `out`: the oracle (the configurator on the whole workload), the
+/// MV-WSA configurator on a representative prefix, 50-50 and Flux-prop. Returns 50-50's cap.
+inline std::int32_t add_fixed_arms(eval_result& out, const model_spec& m, const eval_workload& w,
+                                   const eval_params& p, const stream_distances& dist,
+                                   const cost_model<>& cost) {
   const configuration oracle = configure(cost, p.budget, out.floor);
-  out.arms.push_back(fixed_arm("oracle", oracle.choice.expert_cap));
+  out.arms.push_back(fixed_arm(m, p.budget, out.floor, cost, "oracle", oracle.choice.expert_cap));
 
-  // MV-WSA configurator on a representative prefix.
   const auto prefix_rounds =
       std::max<std::size_t>(1, static_cast<std::size_t>(p.representative_fraction *
                                                         static_cast<double>(w.kv.rounds.size())));
-  const auto prefix = detail::curves(w, dist, std::min(prefix_rounds, w.kv.rounds.size()));
+  const auto prefix = curves(w, dist, std::min(prefix_rounds, w.kv.rounds.size()));
   const configuration offline =
       configure(cost_model<>{m, prefix.first, prefix.second, p.costs}, p.budget, out.floor);
-  out.arms.push_back(fixed_arm("mv-wsa-configurator", offline.choice.expert_cap));
+  out.arms.push_back(
+      fixed_arm(m, p.budget, out.floor, cost, "mv-wsa-configurator", offline.choice.expert_cap));
 
-  // 50-50 and Flux-prop.
   const std::int32_t by_budget =
       static_cast<std::int32_t>(std::min<std::uint64_t>(m.experts, p.budget / m.cap_unit_bytes()));
   WISP_EXPECTS(by_budget >= m.top_k, "the budget cannot hold top_k experts per layer");
   const std::int32_t half = std::clamp<std::int32_t>(
       static_cast<std::int32_t>((byte_size{p.budget.count() / 2}) / m.cap_unit_bytes()), m.top_k,
       by_budget);
-  out.arms.push_back(fixed_arm("50-50", half));
-  std::int32_t flux = m.experts;
-  {
-    const double warm_total = static_cast<double>(expert_curve.accesses() - expert_curve.cold());
-    for (std::int32_t c = m.top_k; c <= m.experts; ++c) {
-      const double warm_hits =
-          static_cast<double>(expert_curve.accesses() - expert_curve.misses(c));
-      if (warm_hits >= p.flux_hit_fraction * warm_total) {
-        flux = c;
-        break;
-      }
-    }
-    flux = std::clamp(flux, m.top_k, by_budget);
+  out.arms.push_back(fixed_arm(m, p.budget, out.floor, cost, "50-50", half));
+  out.arms.push_back(fixed_arm(m, p.budget, out.floor, cost, "flux-prop",
+                               flux_cap(m, cost.expert_curve(), p, by_budget)));
+  return half;
+}
+
+/// An adaptive arm: replays the workload with resizable LRU pools from `start` experts per
+/// layer; after each round `on_round(round index, round, its expert distances, its KV distances,
+/// current split)` returns the next split.
+template <class OnRound>
+arm_result replay_arm(const model_spec& m, const eval_workload& w, const stream_distances& dist,
+                      byte_size budget, const admission_floor& floor, const cost_model<>& cost,
+                      std::int32_t start, std::string name, OnRound&& on_round) {
+  arm_result a;
+  a.name = std::move(name);
+  a.adaptive = true;
+  split current = make_split(m, budget, start);
+  a.cap_start = a.cap_min = a.cap_max = start;
+  std::vector<lru_pool> layers;
+  for (std::int32_t l = 0; l < m.layers; ++l) {
+    layers.emplace_back(m.experts, current.expert_cap);
   }
-  out.arms.push_back(fixed_arm("flux-prop", flux));
+  lru_pool kv{std::max<std::uint32_t>(w.kv.blocks, 1), current.kv_blocks};
+  std::uint64_t cursor = 0;
+  const std::uint64_t per_step = w.experts.shape().ids_per_step();
+  const auto k = static_cast<std::uint64_t>(w.experts.shape().top_k);
+  std::vector<std::uint32_t> call(k);
+  std::vector<std::uint8_t> hit(k);
+  for (std::size_t r = 0; r < w.kv.rounds.size(); ++r) {
+    const kv_round& round = w.kv.rounds[r];
+    const std::uint64_t begin = cursor;
+    const std::uint64_t end = cursor + std::uint64_t{round.decode_tokens} * per_step;
+    for (std::uint64_t i = begin; i < end; i += k) {  // one (step, layer) call at a time
+      const auto layer = static_cast<std::size_t>((i / k) % m.layers);
+      std::copy_n(dist.expert_ids.begin() + static_cast<std::ptrdiff_t>(i), k, call.begin());
+      layers[layer].access_call(call, hit);
+      for (std::uint64_t j = 0; j < k; ++j) {
+        if (hit[j] == 0 && dist.expert_d[i + j] != reuse_distance_counter::cold) {
+          ++a.expert_warm_misses;
+        }
+      }
+    }
+    cursor = end;
+    for (std::uint64_t i = round.begin; i < round.end; ++i) {
+      if (!kv.access(w.kv.accesses[i]) && dist.kv_d[i] != reuse_distance_counter::cold) {
+        ++a.kv_warm_misses;
+      }
+    }
+    a.admissible = a.admissible && floor.admits(m, current);
+    const split next =
+        on_round(r, round, std::span(dist.expert_d).subspan(begin, end - begin),
+                 std::span(dist.kv_d).subspan(round.begin, round.end - round.begin), current);
+    if (next != current) {
+      ++a.moves;
+      for (auto& layer : layers) {
+        layer.set_capacity(next.expert_cap);
+      }
+      kv.set_capacity(next.kv_blocks);
+      current = next;
+      a.cap_min = std::min(a.cap_min, current.expert_cap);
+      a.cap_max = std::max(a.cap_max, current.expert_cap);
+    }
+  }
+  a.cap_end = current.expert_cap;
+  a.seconds = static_cast<double>(a.expert_warm_misses) * cost.expert_miss_seconds() +
+              static_cast<double>(a.kv_warm_misses) * cost.kv_miss_seconds();
+  return a;
+}
 
-  // Adaptive arms: replay with resizable LRU pools. `decide(round, current)` returns the next cap.
+}  // namespace detail
+
+/// @brief Runs every arm on `w` (see the file comment). Deterministic.
+/// Complexity: O(accesses) per adaptive arm plus O(E * curve) for the fixed arms.
+/// @throws wisp::infeasible_error if no split meets the floor (`concurrency x context` of the
+/// workload's sessions); wisp::logic_error on invalid parameters.
+[[nodiscard]] inline eval_result evaluate(const model_spec& m, const eval_workload& w,
+                                          const eval_params& p) {
+  detail::check_evaluation(m, w, p);
+  eval_result out;
+  out.workload = w.name;
+  out.floor = w.floor;
+  out.max_feasible_cap = max_feasible_cap(m, p.budget, out.floor);
+
+  const auto dist = detail::measure(w);
+  const auto whole = detail::curves(w, dist, w.kv.rounds.size());
+  const cost_model<> cost{m, whole.first, whole.second, p.costs};
+  for (std::int32_t c = m.top_k; c <= m.experts; ++c) {
+    out.fixed_seconds.push_back(m.expert_pool_bytes(c) <= p.budget
+                                    ? detail::warm_seconds(m, p.budget, cost, c)
+                                    : std::numeric_limits<double>::quiet_NaN());
+  }
+  const std::int32_t half = detail::add_fixed_arms(out, m, w, p, dist, cost);
+
+  // Adaptive arms, from 50-50's cap or the largest feasible one.
   const std::int32_t start = std::min(half, out.max_feasible_cap);
-  auto replay = [&](std::string name, auto&& on_round) {
-    arm_result a;
-    a.name = std::move(name);
-    a.adaptive = true;
-    split current = make_split(m, p.budget, start);
-    a.cap_start = a.cap_min = a.cap_max = start;
-    std::vector<detail::lru_pool> layers;
-    for (std::int32_t l = 0; l < m.layers; ++l) {
-      layers.emplace_back(m.experts, current.expert_cap);
-    }
-    detail::lru_pool kv{std::max<std::uint32_t>(w.kv.blocks, 1), current.kv_blocks};
-    std::uint64_t cursor = 0;
-    const std::uint64_t per_step = shape.ids_per_step();
-    const auto k = static_cast<std::uint64_t>(shape.top_k);
-    std::vector<std::uint32_t> call(k);
-    std::vector<std::uint8_t> hit(k);
-    for (std::size_t r = 0; r < w.kv.rounds.size(); ++r) {
-      const kv_round& round = w.kv.rounds[r];
-      const std::uint64_t begin = cursor;
-      const std::uint64_t end = cursor + std::uint64_t{round.decode_tokens} * per_step;
-      for (std::uint64_t i = begin; i < end; i += k) {  // one (step, layer) call at a time
-        const auto layer = static_cast<std::size_t>((i / k) % m.layers);
-        std::copy_n(dist.expert_ids.begin() + static_cast<std::ptrdiff_t>(i), k, call.begin());
-        layers[layer].access_call(call, hit);
-        for (std::uint64_t j = 0; j < k; ++j) {
-          if (hit[j] == 0 && dist.expert_d[i + j] != reuse_distance_counter::cold) {
-            ++a.expert_warm_misses;
-          }
-        }
-      }
-      cursor = end;
-      for (std::uint64_t i = round.begin; i < round.end; ++i) {
-        if (!kv.access(w.kv.accesses[i]) && dist.kv_d[i] != reuse_distance_counter::cold) {
-          ++a.kv_warm_misses;
-        }
-      }
-      a.admissible = a.admissible && out.floor.admits(m, current);
-      const split next =
-          on_round(r, round, std::span(dist.expert_d).subspan(begin, end - begin),
-                   std::span(dist.kv_d).subspan(round.begin, round.end - round.begin), current);
-      if (next != current) {
-        ++a.moves;
-        for (auto& layer : layers) {
-          layer.set_capacity(next.expert_cap);
-        }
-        kv.set_capacity(next.kv_blocks);
-        current = next;
-        a.cap_min = std::min(a.cap_min, current.expert_cap);
-        a.cap_max = std::max(a.cap_max, current.expert_cap);
-      }
-    }
-    a.cap_end = current.expert_cap;
-    a.seconds = static_cast<double>(a.expert_warm_misses) * cost.expert_miss_seconds() +
-                static_cast<double>(a.kv_warm_misses) * cost.kv_miss_seconds();
-    return a;
-  };
-
   split_controller controller{m, p.budget, out.floor, p.costs, p.controller, start};
   out.arms.push_back(
-      replay("mv-wsa-online", [&](std::size_t, const kv_round&, std::span<const std::uint32_t> ed,
-                                  std::span<const std::uint32_t> kd, const split&) {
-        for (const auto d : ed) {
-          controller.record_expert(d);
-        }
-        for (const auto d : kd) {
-          controller.record_kv(d);
-        }
-        const auto decision = controller.end_burst();
-        if (decision.moves()) {
-          controller.commit(decision);
-        }
-        return controller.current();
-      }));
-
-  out.arms.push_back(
-      replay("dual-resize", [&](std::size_t, const kv_round& round, std::span<const std::uint32_t>,
-                                std::span<const std::uint32_t>, const split& current) {
+      detail::replay_arm(m, w, dist, p.budget, out.floor, cost, start, "mv-wsa-online",
+                         [&](std::size_t, const kv_round&, std::span<const std::uint32_t> ed,
+                             std::span<const std::uint32_t> kd, const split&) {
+                           for (const auto d : ed) {
+                             controller.record_expert(d);
+                           }
+                           for (const auto d : kd) {
+                             controller.record_kv(d);
+                           }
+                           const auto decision = controller.end_burst();
+                           if (decision.moves()) {
+                             controller.commit(decision);
+                           }
+                           return controller.current();
+                         }));
+  out.arms.push_back(detail::replay_arm(
+      m, w, dist, p.budget, out.floor, cost, start, "dual-resize",
+      [&](std::size_t, const kv_round& round, std::span<const std::uint32_t>,
+          std::span<const std::uint32_t>, const split& current) {
         const auto plan =
             plan_dual_resize(m, p.budget, out.floor, current, round.working_blocks, p.dual);
         return plan.empty() ? current : plan.to;

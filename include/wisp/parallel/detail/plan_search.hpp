@@ -442,6 +442,93 @@ inline void climb_slots(plan_state& s, std::int32_t min_slots, double cap, std::
   }
 }
 
+/// The ranks in the order `local_search` tries them: the slowest first, or the most loaded first
+/// while the plan `best` is above the load cap. Needs `s` evaluated.
+inline std::vector<std::int32_t> search_order(const plan_state& s, const plan_score& best,
+                                              double cap) {
+  const std::span<const double> key = best.imbalance <= cap ? s.seconds() : s.tokens();
+  std::vector<std::int32_t> order(key.size());  // one entry per rank
+  std::iota(order.begin(), order.end(), std::int32_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    return key[static_cast<std::size_t>(a)] > key[static_cast<std::size_t>(b)];
+  });
+  return order;
+}
+
+/// `local_search`'s exchanges of replica `k` of rank `r` with a replica `f` of the same layer on
+/// rank `to`: `k` in place of `f` there (when `f` has others), or the two swapped. True when
+/// `attempt` kept one.
+template <class Attempt>
+bool try_exchanges(plan_state& s, std::int32_t r, std::int32_t k, std::int32_t to,
+                   Attempt& attempt) {
+  const std::int32_t layer = k / s.experts();
+  bool improved = false;
+  const std::vector<std::int32_t> theirs(s.held(to).begin(), s.held(to).end());
+  for (std::size_t j = 0; j < theirs.size() && !improved; ++j) {
+    const std::int32_t f = theirs[j];
+    if (f / s.experts() != layer) {
+      continue;
+    }
+    if (s.replicas(f) > 1) {  // k replaces f there
+      improved = attempt(
+          [&] {
+            s.remove(to, f);
+            s.add(to, k);
+          },
+          [&] {
+            s.remove(to, k);
+            s.add(to, f);
+          });
+    }
+    if (!improved && !s.holds(r, f)) {
+      improved = attempt(
+          [&] {
+            s.remove(r, k);
+            s.remove(to, f);
+            s.add(to, k);
+            s.add(r, f);
+          },
+          [&] {
+            s.remove(to, k);
+            s.remove(r, f);
+            s.add(r, k);
+            s.add(to, f);
+          });
+    }
+  }
+  return improved;
+}
+
+/// `local_search`'s moves of replica `k` of rank `r`, in order: drop it, then for each other rank
+/// add a replica there, move it there, and `try_exchanges`. True when `attempt` kept one.
+template <class Attempt>
+bool try_replica_moves(plan_state& s, std::int32_t r, std::int32_t k, Attempt& attempt) {
+  const auto g = static_cast<std::int32_t>(s.slots().size());
+  const std::int32_t layer = k / s.experts();
+  if (s.replicas(k) > 1 && attempt([&] { s.remove(r, k); }, [&] { s.add(r, k); })) {
+    return true;
+  }
+  bool improved = false;
+  for (std::int32_t to = 0; to < g && !improved; ++to) {
+    if (to == r || s.holds(to, k)) {
+      continue;
+    }
+    if (s.room(to, layer)) {
+      improved = attempt([&] { s.add(to, k); }, [&] { s.remove(to, k); }) || attempt(
+                                                                                 [&] {
+                                                                                   s.remove(r, k);
+                                                                                   s.add(to, k);
+                                                                                 },
+                                                                                 [&] {
+                                                                                   s.remove(to, k);
+                                                                                   s.add(r, k);
+                                                                                 });
+    }
+    improved = improved || try_exchanges(s, r, k, to, attempt);
+  }
+  return improved;
+}
+
 /// First-improvement local search (see `plan_score`), the slowest ranks first. A move changes
 /// one replica of a rank `r`: drop it (when its expert has others), add a replica of its expert
 /// on another rank, move it there, swap it with one of that rank's replicas of the same layer, or
@@ -452,7 +539,6 @@ inline void climb_slots(plan_state& s, std::int32_t min_slots, double cap, std::
 /// move helps or after `budget` evaluations.
 inline void local_search(plan_state& s, std::span<const double> copy_seconds,
                          std::int32_t min_slots, double cap, std::int32_t& budget) {
-  const auto g = static_cast<std::int32_t>(s.slots().size());
   plan_score best = score(s);
   climb_slots(s, min_slots, cap, budget, best);
   relabel_ranks(s, copy_seconds, cap, budget, best);
@@ -480,73 +566,12 @@ inline void local_search(plan_state& s, std::span<const double> copy_seconds,
   while (improved && budget > 0) {
     improved = false;
     s.evaluate();
-    // The slowest ranks first; the most loaded first while the plan is above the load cap.
-    const std::span<const double> key = best.imbalance <= cap ? s.seconds() : s.tokens();
-    std::vector<std::int32_t> order(static_cast<std::size_t>(g));
-    std::iota(order.begin(), order.end(), std::int32_t{0});
-    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-      return key[static_cast<std::size_t>(a)] > key[static_cast<std::size_t>(b)];
-    });
+    const std::vector<std::int32_t> order = search_order(s, best, cap);
     for (std::size_t oi = 0; oi < order.size() && !improved; ++oi) {
       const std::int32_t r = order[oi];
       const std::vector<std::int32_t> held(s.held(r).begin(), s.held(r).end());
       for (std::size_t i = 0; i < held.size() && !improved; ++i) {
-        const std::int32_t k = held[i];
-        const std::int32_t layer = k / s.experts();
-        if (s.replicas(k) > 1 && attempt([&] { s.remove(r, k); }, [&] { s.add(r, k); })) {
-          improved = true;
-          break;
-        }
-        for (std::int32_t to = 0; to < g && !improved; ++to) {
-          if (to == r || s.holds(to, k)) {
-            continue;
-          }
-          if (s.room(to, layer)) {
-            improved =
-                attempt([&] { s.add(to, k); }, [&] { s.remove(to, k); }) || attempt(
-                                                                                [&] {
-                                                                                  s.remove(r, k);
-                                                                                  s.add(to, k);
-                                                                                },
-                                                                                [&] {
-                                                                                  s.remove(to, k);
-                                                                                  s.add(r, k);
-                                                                                });
-          }
-          const std::vector<std::int32_t> theirs(s.held(to).begin(), s.held(to).end());
-          for (std::size_t j = 0; j < theirs.size() && !improved; ++j) {
-            const std::int32_t f = theirs[j];
-            if (f / s.experts() != layer) {
-              continue;
-            }
-            if (s.replicas(f) > 1) {  // k replaces f there
-              improved = attempt(
-                  [&] {
-                    s.remove(to, f);
-                    s.add(to, k);
-                  },
-                  [&] {
-                    s.remove(to, k);
-                    s.add(to, f);
-                  });
-            }
-            if (!improved && !s.holds(r, f)) {
-              improved = attempt(
-                  [&] {
-                    s.remove(r, k);
-                    s.remove(to, f);
-                    s.add(to, k);
-                    s.add(r, f);
-                  },
-                  [&] {
-                    s.remove(to, k);
-                    s.remove(r, f);
-                    s.add(r, k);
-                    s.add(to, f);
-                  });
-            }
-          }
-        }
+        improved = try_replica_moves(s, r, held[i], attempt);
       }
     }
   }
