@@ -11402,6 +11402,8 @@ class llama_cpp_cache {
 template <topk_id Id>
 llama_cpp_plan llama_cpp_cache::plan_impl(std::int32_t layer, std::span<const Id> ids,
                                           std::int32_t tokens) {
+  // One function on purpose: llama.cpp's plan step by step, in the order its description gives
+  // (the baseline is meant to be read against that description).
   check_layer("llama_cpp_cache::plan", layer);
   detail::check_topk_shape("llama_cpp_cache::plan", ids.size(), tokens, config_.top_k);
   detail::check_topk_ids("llama_cpp_cache::plan", ids, config_.top_k, config_.experts);
@@ -16490,6 +16492,8 @@ class replica_chooser {
   template <topk_id Id>
   void choose(std::int32_t layer, std::span<const Id> topk_ids, std::int32_t tokens, std::int32_t k,
               std::span<std::int32_t> ranks) {
+    // One function on purpose: the per-call hot path (bench/parallel), whose branch-free passes
+    // share the call's locals.
     detail::check_topk_shape("replica_chooser::choose", topk_ids.size(), tokens, k);
     WISP_EXPECTS(ranks.size() == topk_ids.size(), "replica_chooser::choose: ", topk_ids.size(),
                  " ids but ", ranks.size(), " outputs");
@@ -18413,8 +18417,7 @@ inline sim_result simulate_named(std::string_view policy, const routing_trace& t
 /// `<wisp/pager/miss_policy.hpp>`) rewrite each token's row before its call, using the trace's
 /// gate weights for ranks (recorded order without weights); their cost to quality is reported as
 /// the routed gate weight they dropped or moved. The trace records only the top-k, so
-/// `substitute` ranks resident experts by the co-activation predictor's score instead of the
-/// router's.
+/// `substitute` ranks resident experts by the predictor's score instead of the router's.
 ///
 /// **Hybrid misses.** With `miss_policy::hybrid` (exact, `<wisp/pager/hybrid.hpp>`), each call's
 /// misses are split by `hybrid_splitter` under `timeline_config::hybrid`: a copied miss is a
@@ -18448,9 +18451,11 @@ struct timeline_config {
   double compute_per_token_seconds = 0.0;  ///< per layer and token
   /// Tokens each layer computes per pass (a batch; the routing stays the trace's one token).
   std::int32_t tokens = 1;
-  prefetch_config prefetch{};       ///< `rule = none`: demand paging only
-  coactivation_config predictor{};  ///< the prefetch predictor (learned online)
-  miss_options miss{};              ///< fetch (exact) by default
+  prefetch_config prefetch{};  ///< `rule = none`: demand paging only
+  /// The co-activation predictor's settings (learned online), unless the caller passes its own
+  /// predictor to `simulate_timeline`.
+  coactivation_config predictor{};
+  miss_options miss{};  ///< fetch (exact) by default
   /// `miss.policy == hybrid`: the cost model each call's misses are split by (its `copy_seconds`
   /// is replaced by the link's copy of `expert_bytes`), and the rate of the reuse value estimator
   /// that values them (see the file description).
@@ -18520,6 +18525,16 @@ template <eviction_policy Policy, class MakePolicy>
 timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
                                   MakePolicy make_policy);
 
+/// @brief `simulate_timeline` with `predictor` (any `routing_predictor` of the trace's shape,
+/// owned by the caller) in place of a co-activation predictor built from `config.predictor`: it
+/// scores the prefetch candidates and `substitute`'s ranks, is attached to `predicted_next_use`,
+/// and learns each pass once the pass is replayed (so it may arrive trained, and leaves trained).
+/// A predictor with a `passes()` member is not asked while it reports 0 passes learned.
+/// @throws as the overload above; whatever `predictor` throws.
+template <eviction_policy Policy, routing_predictor Predictor, class MakePolicy>
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
+                                  MakePolicy make_policy, Predictor& predictor);
+
 /// @brief `simulate_timeline` with a default-constructed policy; `belady` is built from the
 /// trace's future, `predicted_next_use` gets the simulator's predictor attached.
 template <eviction_policy Policy>
@@ -18540,17 +18555,17 @@ namespace wisp {
 namespace detail {
 
 /// The discrete-event replay behind `simulate_timeline` (see the header's description).
-template <eviction_policy Policy>
+template <eviction_policy Policy, routing_predictor Predictor>
 class timeline_replay {
  public:
   template <class MakePolicy>
   timeline_replay(const routing_trace& trace, const timeline_config& config,
-                  MakePolicy& make_policy)
+                  MakePolicy& make_policy, Predictor& predictor)
       : trace_(trace),
         config_(config),
         shape_(trace.shape()),
         global_(config.scope == cache_scope::global),
-        predictor_(shape_, config.predictor),
+        predictor_(predictor),
         pass_(shape_),
         queue_(shape_.layers, shape_.experts),
         values_(shape_.layers, shape_.experts, config.hybrid_value_rate) {
@@ -18829,8 +18844,10 @@ class timeline_replay {
   }
 
   void submit_prefetches(std::uint32_t step, std::int32_t target, double at) {
-    if (predictor_.passes() <= 0.0) {
-      return;  // nothing learned yet: no prediction to act on
+    if constexpr (requires { predictor_.passes(); }) {
+      if (predictor_.passes() <= 0.0) {
+        return;  // nothing learned yet: no prediction to act on
+      }
     }
     predictor_.score(pass_, target, scores_);
     candidates_.clear();
@@ -18848,7 +18865,7 @@ class timeline_replay {
   const timeline_config& config_;
   moe_shape shape_;
   bool global_;
-  coactivation_predictor predictor_;
+  Predictor& predictor_;  // the caller's, learned online
   routing_pass pass_;
   prefetch_queue queue_;
   std::vector<slot_cache<Policy>> caches_;     // one (global) or one per layer
@@ -18901,9 +18918,9 @@ inline std::vector<std::vector<cache_key>> timeline_futures(const routing_trace&
 
 }  // namespace detail
 
-template <eviction_policy Policy, class MakePolicy>
+template <eviction_policy Policy, routing_predictor Predictor, class MakePolicy>
 timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
-                                  MakePolicy make_policy) {
+                                  MakePolicy make_policy, Predictor& predictor) {
   config.validate();
   if constexpr (std::is_same_v<Policy, belady>) {
     WISP_EXPECTS(
@@ -18913,8 +18930,16 @@ timeline_result simulate_timeline(const routing_trace& trace, const timeline_con
         to_string(config.prefetch.rule), ") nor another miss policy than fetch (",
         to_string(config.miss.policy), ")");
   }
-  detail::timeline_replay<Policy> replay(trace, config, make_policy);
+  detail::timeline_replay<Policy, Predictor> replay(trace, config, make_policy, predictor);
   return replay.run();
+}
+
+template <eviction_policy Policy, class MakePolicy>
+timeline_result simulate_timeline(const routing_trace& trace, const timeline_config& config,
+                                  MakePolicy make_policy) {
+  config.validate();
+  coactivation_predictor predictor(trace.shape(), config.predictor);
+  return simulate_timeline<Policy>(trace, config, std::move(make_policy), predictor);
 }
 
 template <eviction_policy Policy>
