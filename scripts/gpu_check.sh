@@ -134,6 +134,22 @@ else
   log "TESTS NOT BUILT"; status=1
 fi
 
+# run_bench LABEL NAME SECONDS ARGS...: the GPU benchmark with ARGS (and the traces, commit and
+# device name) under `timeout SECONDS`, its output in $work/NAME.txt and the log; a non-zero exit
+# (a part or a check failed: the JSON files' error and output_check fields say which) is logged
+# under LABEL and fails the script.
+run_bench() {
+  local label=$1 name=$2 seconds=$3
+  shift 3
+  timeout "$seconds" "$gpu_bench" "$@" --traces "$TRACES_DIR" --commit "$commit" \
+    --smi-name "${smi_name:-unknown}" 2>&1 | tee "$work/$name.txt" | tee -a "$out/gpu_check.log"
+  local rc=${PIPESTATUS[0]}
+  if [[ $rc -ne 0 ]]; then
+    log "$label FAILED OR A CHECK FAILED (exit $rc; see the JSON files' error and output_check fields)"
+    status=1
+  fi
+}
+
 # The GPU benchmark gets what is left, less a margin for the host benchmark and packing and the
 # time kept for the sweep (which gets whatever the benchmark leaves).
 deadline=$(($(left) - 40 - sweep_seconds))
@@ -142,31 +158,17 @@ log "GPU benchmark (deadline ${deadline} s for starting repetitions)"
 # 32 timed tokens per repetition: both models, both budgets and the cuBLAS arms, 5 repetitions,
 # fit the budget (an H200 took 140 s for all of it at 16 tokens); the default 64 is for runs of
 # one model (docs/cuda.md).
-timeout $((deadline + 45)) "$gpu_bench" --timed 32 --out-dir "$out" --file-prefix "$prefix" \
-  --write-profile "$out/${prefix}device-profile.json" --traces "$TRACES_DIR" --deadline-s "$deadline" \
-  --commit "$commit" --smi-name "${smi_name:-unknown}" 2>&1 | tee "$work/gpu_bench.txt" |
-  tee -a "$out/gpu_check.log"
-bench_status=${PIPESTATUS[0]}
-if [[ $bench_status -ne 0 ]]; then
-  log "GPU BENCHMARK FAILED OR A CHECK FAILED (exit $bench_status; see the JSON files' error and output_check fields)"
-  status=1
-fi
+run_bench "GPU BENCHMARK" gpu_bench $((deadline + 45)) --timed 32 --out-dir "$out" \
+  --file-prefix "$prefix" --write-profile "$out/${prefix}device-profile.json" --deadline-s "$deadline"
 
 # The budget sweep: DeepSeek-V2-Lite only, a few arms, its own files (one per budget). Skipped
 # when too little time is left to pin the masters and run one repetition.
 sweep_deadline=$(($(left) - 40))
 if ((sweep_seconds > 0)) && ((sweep_deadline >= 45)); then
   log "budget sweep: deepseek-v2-lite at $sweep_budgets, arms $sweep_arms (deadline ${sweep_deadline} s)"
-  timeout $((sweep_deadline + 30)) "$gpu_bench" --models deepseek-v2-lite --budgets "$sweep_budgets" \
-    --arms "$sweep_arms" --timed 32 --no-device-step --no-cublas --out-dir "$work/sweep" \
-    --file-prefix "$prefix" --traces "$TRACES_DIR" --deadline-s "$sweep_deadline" \
-    --commit "$commit" --smi-name "${smi_name:-unknown}" 2>&1 | tee "$work/gpu_bench_sweep.txt" |
-    tee -a "$out/gpu_check.log"
-  sweep_status=${PIPESTATUS[0]}
-  if [[ $sweep_status -ne 0 ]]; then
-    log "BUDGET SWEEP FAILED OR A CHECK FAILED (exit $sweep_status)"
-    status=1
-  fi
+  run_bench "BUDGET SWEEP" gpu_bench_sweep $((sweep_deadline + 30)) --models deepseek-v2-lite \
+    --budgets "$sweep_budgets" --arms "$sweep_arms" --timed 32 --no-device-step --no-cublas \
+    --out-dir "$work/sweep" --file-prefix "$prefix" --deadline-s "$sweep_deadline"
 else
   log "budget sweep skipped (GPU_CHECK_SWEEP_SECONDS=$sweep_seconds, ${sweep_deadline} s left for it)"
 fi

@@ -385,6 +385,16 @@ struct kernel_report {
   }
 };
 
+/// @brief Pinned host-to-device bandwidth of one expert row (`row_bytes`), both ways the arms
+/// copy: DMA (`cudaMemcpyAsync`, what the host arms' copy engine issues) and the device pager's
+/// copy kernel reading the row through unified addressing (what `wisp-graph` runs). Each is the
+/// row over (time of a row-sized copy - time of a 4 KiB one), medians; 0 when not measured.
+struct link_rates {
+  std::size_t row_bytes = 0;
+  double dma_gbps = 0;
+  double uva_copy_kernel_gbps = 0;
+};
+
 /// One (model, budget): what the JSON file of that pair holds.
 struct config_report {
   std::string model;
@@ -404,6 +414,7 @@ struct config_report {
   std::string wisp_graph_policy_note;  ///< why it differs from `wisp_policy`, when it does
   std::vector<std::pair<std::string, std::uint64_t>> policy_misses;  ///< over the history
   double device_memory_gbps = 0;  ///< the profile's, to put the kernels' rates in proportion
+  link_rates link;                ///< measured once per run, to put the arms' copies in proportion
   std::vector<kernel_report> kernels;
   std::vector<arm_report> arms;
   std::vector<arm_report> cublas_arms;  ///< arms run again with the cuBLAS kernel
@@ -482,6 +493,11 @@ inline void write_arm(json_writer& j, const arm_report& a) {
     j.integer(name, misses);
   }
   j.close();
+  j.open("link", '{')
+      .integer("row_bytes", r.link.row_bytes)
+      .number("dma_h2d_gbps", r.link.dma_gbps)
+      .number("uva_copy_kernel_gbps", r.link.uva_copy_kernel_gbps)
+      .close();
   j.open("kernels", '{');
   for (const kernel_report& k : r.kernels) {
     j.open(k.name, '{');
@@ -544,6 +560,11 @@ inline void write_arm(json_writer& j, const arm_report& a) {
   for (const kernel_report& k : r.kernels) {
     o << "  kernel " << k.name << ": " << k.us_per_call.median << " us per layer call, " << k.gbps()
       << " GB/s of expert bytes; " << (k.error.empty() ? k.check : k.error) << "\n";
+  }
+  if (r.link.row_bytes > 0) {
+    o << "  link, one " << static_cast<double>(r.link.row_bytes) / (1 << 20)
+      << " MiB row from pinned memory: DMA " << r.link.dma_gbps << " GB/s, UVA copy kernel "
+      << r.link.uva_copy_kernel_gbps << " GB/s\n";
   }
   o << "  policies: wisp " << r.wisp_policy << ", wisp-graph's device step " << r.wisp_graph_policy
     << (r.wisp_graph_policy_note.empty() ? "" : " (") << r.wisp_graph_policy_note

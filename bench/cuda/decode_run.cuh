@@ -69,6 +69,7 @@ struct decode_options {
   std::string command;
   std::string commit;
   double device_memory_gbps = 0;  ///< measured, to put the kernels' rates in proportion
+  link_rates link;                ///< measured, to put the arms' copies in proportion
 };
 
 namespace detail {
@@ -886,6 +887,7 @@ class model_bench {
     r.routing = routing_.source;
     r.repetitions = options_.repetitions;
     r.device_memory_gbps = options_.device_memory_gbps;
+    r.link = options_.link;
     r.kernels = kernels_;
     return r;
   }

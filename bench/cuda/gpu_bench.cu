@@ -2,7 +2,9 @@
 // wisp_cuda_gpu_bench: the GPU benchmark of wisp::cuda (docs/cuda.md). In order:
 // 1. the device pager step per layer in a CUDA graph (block, warp, automatic, an empty node, the
 //    levers) -> <out>/<prefix>device-step.json;
-// 2. with --write-profile FILE, the device profile wisp-engine --device reads, from measurements;
+// 2. the link: one expert row from pinned memory by DMA and by the wisp-graph arm's copy kernel
+//    (in every decode file); with --write-profile FILE, the device profile wisp-engine --device
+//    reads, from measurements;
 // 3. the MoE part of decode on real-shaped models (DeepSeek-V2-Lite routed by ESFT, Qwen3-30B-A3B
 //    by the synthetic router), masters in pinned memory, every arm at each budget, interleaved
 //    repetitions -> <out>/<prefix>moe-<model>-<budget>.json, rewritten after every repetition.
@@ -292,6 +294,20 @@ int main(int argc, char** argv) {
     attempt("the device memory measurement",
             [&] { device_memory = wb::measure_device_memory_gbps(); });
     o.decode.device_memory_gbps = device_memory.median;
+    // Both ways the arms copy one DeepSeek-V2-Lite expert row over the link: DMA and the
+    // wisp-graph arm's copy kernel (reported in every decode file beside each other).
+    const std::size_t link_row = wb::decode_model_named("deepseek-v2-lite").expert_bytes();
+    std::optional<wb::link_figures> dma;
+    attempt("the link measurement", [&] {
+      dma = wb::measure_h2d(link_row);
+      const wb::link_figures uva = wb::measure_uva_copy_kernel(link_row);
+      o.decode.link = {link_row, dma->gbps.median, uva.gbps.median};
+      std::printf(
+          "link, one %.2f MiB row from pinned memory: DMA %.2f GB/s (%.2f-%.2f), UVA copy "
+          "kernel %.2f GB/s (%.2f-%.2f)\n",
+          static_cast<double>(link_row) / (1 << 20), dma->gbps.median, dma->gbps.min, dma->gbps.max,
+          uva.gbps.median, uva.gbps.min, uva.gbps.max);
+    });
     attempt("the device profile", [&] {
       if (o.profile.empty()) {
         return;
@@ -303,10 +319,12 @@ int main(int argc, char** argv) {
       m.smi_name = o.decode.smi_name;
       m.commit = o.decode.commit;
       m.command = command;
+      WISP_EXPECTS(dma.has_value(),
+                   "the profile's h2d_gbps comes from the link measurement, "
+                   "which failed");
       const wb::decode_model deepseek = wb::decode_model_named("deepseek-v2-lite");
-      const wb::link_figures link = wb::measure_h2d(deepseek.expert_bytes());
-      m.h2d_gbps = link.gbps.median;
-      m.copy_latency_us = link.latency_us.median;
+      m.h2d_gbps = dma->gbps.median;
+      m.copy_latency_us = dma->latency_us.median;
       m.device_memory_gbps = device_memory.median;
       m.launch_us = step->form("empty_node").median;
       const wb::decode_routing routing = wb::routing_from_trace(

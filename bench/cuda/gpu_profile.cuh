@@ -3,6 +3,9 @@
 // - h2d_gbps, copy_latency_us: single cudaMemcpyAsync copies from pinned memory, each between
 //   two events: 4 KiB copies give the latency, expert-row copies the bandwidth
 //   (row / (time - latency));
+// - the UVA copy kernel (not in the profile; in each decode file's `link`, beside the DMA
+//   figure): the device pager's copy kernel (`device_pager::copy`, as the wisp-graph arm runs it)
+//   reading the same row from mapped pinned memory, timed the same way;
 // - device_memory_gbps: a 16-byte-vector copy kernel over 1 GiB, bytes read plus written;
 // - moe_gbps: the GEMV fused-MoE kernel at batch 1 on one layer of the model's shape, every
 //   expert resident, routed by the model's synthetic router: k expert rows per call over the
@@ -19,6 +22,8 @@
 #include "gemv_moe.cuh"
 #include "gpu_support.cuh"
 
+#include <wisp/cuda/device_pager.cuh>
+#include <wisp/cuda/pinned_host_store.cuh>
 #include <wisp/cuda/runtime.cuh>
 
 #include <cuda_runtime_api.h>
@@ -36,7 +41,39 @@
 
 namespace wisp::bench {
 
+/// Pinned host-to-device copies: the latency of a small copy and the bandwidth of large ones.
+struct link_figures {
+  summary latency_us;
+  summary gbps;
+};
+
 namespace detail {
+
+// The figures of `time_copy(bytes)` (seconds of one copy): after three warm-ups of each size,
+// `small_reps` copies of 4 KiB (or `large_bytes` if less) give the latency, `large_reps` of
+// `large_bytes` the bandwidth, large_bytes / (time - latency).
+template <class TimeCopy>
+link_figures time_link(TimeCopy& time_copy, std::size_t large_bytes, std::int32_t small_reps,
+                       std::int32_t large_reps) {
+  const std::size_t small = std::min<std::size_t>(4096, large_bytes);
+  for (int i = 0; i < 3; ++i) {
+    (void)time_copy(small);
+    (void)time_copy(large_bytes);
+  }
+  std::vector<double> latency;
+  for (std::int32_t i = 0; i < small_reps; ++i) {
+    latency.push_back(time_copy(small) * 1e6);
+  }
+  link_figures f;
+  f.latency_us = summarize(latency);
+  std::vector<double> gbps;
+  for (std::int32_t i = 0; i < large_reps; ++i) {
+    const double seconds = time_copy(large_bytes) - f.latency_us.median * 1e-6;
+    gbps.push_back(seconds > 0 ? static_cast<double>(large_bytes) / seconds / 1e9 : 0.0);
+  }
+  f.gbps = summarize(gbps);
+  return f;
+}
 
 template <class Chunk>
 __global__ void copy_chunks_kernel(const Chunk* from, Chunk* to, std::size_t n) {
@@ -47,12 +84,6 @@ __global__ void copy_chunks_kernel(const Chunk* from, Chunk* to, std::size_t n) 
 }
 
 }  // namespace detail
-
-/// Pinned host-to-device copies: the latency of a small copy and the bandwidth of large ones.
-struct link_figures {
-  summary latency_us;
-  summary gbps;
-};
 
 /// @brief Times `small_reps` copies of 4 KiB and `large_reps` copies of `large_bytes` from pinned
 /// memory, one at a time between two events. @throws wisp::cuda_error, wisp::out_of_memory.
@@ -72,24 +103,38 @@ struct link_figures {
     WISP_CUDA_TRY(cudaStreamSynchronize(stream.get()));
     return detail::elapsed_seconds(start, stop);
   };
-  constexpr std::size_t small = 4096;
-  for (int i = 0; i < 3; ++i) {  // warm-up
-    (void)time_copy(small);
-    (void)time_copy(large_bytes);
-  }
-  std::vector<double> latency;
-  for (std::int32_t i = 0; i < small_reps; ++i) {
-    latency.push_back(time_copy(small) * 1e6);
-  }
-  link_figures f;
-  f.latency_us = summarize(latency);
-  std::vector<double> gbps;
-  for (std::int32_t i = 0; i < large_reps; ++i) {
-    const double seconds = time_copy(large_bytes) - f.latency_us.median * 1e-6;
-    gbps.push_back(seconds > 0 ? static_cast<double>(large_bytes) / seconds / 1e9 : 0.0);
-  }
-  f.gbps = summarize(gbps);
-  return f;
+  return detail::time_link(time_copy, large_bytes, small_reps, large_reps);
+}
+
+/// @brief Times the device pager's copy kernel (`device_pager::copy`, the wisp-graph arm's copy)
+/// reading one row of `row_bytes` from mapped pinned memory (`pinned_host_store`) into device
+/// memory: `small_reps` copies of its first 4 KiB give the latency, `large_reps` of the whole row
+/// the bandwidth (row / (time - latency)), one launch at a time between two events, as
+/// `measure_h2d` times DMA. @throws wisp::cuda_error, wisp::out_of_memory.
+[[nodiscard]] inline link_figures measure_uva_copy_kernel(std::size_t row_bytes,
+                                                          std::int32_t small_reps = 50,
+                                                          std::int32_t large_reps = 20) {
+  detail::cuda_stream stream;
+  detail::cuda_event start;
+  detail::cuda_event stop;
+  const cuda::pinned_host_store master(1, expert_row_layout({row_bytes}));
+  std::memset(master.row(0).data(), 1, master.row(0).size());
+  const std::size_t stride = master.layout().row_bytes();
+  detail::device_array<std::byte> slot(stride, "measure_uva_copy_kernel: cudaMalloc");
+  // One step on an empty cache of one slot lists one copy (expert 0 to slot 0); every copy
+  // below replays that list.
+  cuda::device_pager pager({.layers = 1, .experts = 1, .capacity = 1});
+  detail::device_array<std::int32_t> id(1, "measure_uva_copy_kernel: cudaMalloc");
+  WISP_CUDA_TRY(cudaMemsetAsync(id.data(), 0, sizeof(std::int32_t), stream.get()));
+  pager.step(0, id.data(), 1, stream.get());
+  const auto time_copy = [&](std::size_t bytes) {
+    WISP_CUDA_TRY(cudaEventRecord(start.get(), stream.get()));
+    pager.copy(0, master.device_view(), {slot.data(), 1, stride}, bytes, stream.get());
+    WISP_CUDA_TRY(cudaEventRecord(stop.get(), stream.get()));
+    WISP_CUDA_TRY(cudaStreamSynchronize(stream.get()));
+    return detail::elapsed_seconds(start, stop);
+  };
+  return detail::time_link(time_copy, row_bytes, small_reps, large_reps);
 }
 
 /// @brief GB/s of a device-to-device copy kernel over `bytes` (bytes read plus written).

@@ -429,7 +429,10 @@ TEST(DevicePager, CopyKernelFillsTheSlotsFromPinnedMasters) {
   const std::int32_t layers = 3;
   const std::int32_t experts = t.shape().experts;
   const std::int32_t capacity = 8;
-  for (const std::size_t row : {std::size_t{200}, std::size_t{256}}) {  // bytes, 16-byte chunks
+  // Bytes and 16-byte chunks, rows within one tile of the kernel (256 threads x 8 chunks) and of
+  // several, the last one partial.
+  for (const std::size_t row :
+       {std::size_t{200}, std::size_t{256}, std::size_t{70001}, std::size_t{98320}}) {
     wisp::cuda::device_pager device({.layers = layers, .experts = experts, .capacity = capacity});
     wisp::cuda::host_pager_state host({.layers = layers, .experts = experts, .capacity = capacity});
     std::vector<std::unique_ptr<wisp::cuda::pinned_host_store>> masters;

@@ -352,6 +352,27 @@ class EsftArms : public ::testing::TestWithParam<double> {
     wb::arena_mirror mirror = wb::preloaded(rule, rows, routing_->shape);
     return wb::replay(rule, mirror, *routing_, 0, tokens, true);
   }
+  // Replays wisp-graph's host mirror of the device step (`rule`), with the mirror check on every
+  // call, against `host(layer, ids)`, the host side's decision for the same call (a layer_call;
+  // layer 0 starts a token): every map, copy list, hit count and view must be equal.
+  template <class Host>
+  void expect_graph_rule_equals(wb::device_step_rule& rule, Host host) const {
+    const wisp::moe_shape s = routing_->shape;
+    wb::arena_mirror mirror(rule.arena_rows(), s);
+    for (std::int32_t t = 0; t < tokens; ++t) {
+      for (std::int32_t l = 0; l < s.layers; ++l) {
+        const auto ids = routing_->ids_of(t, l);
+        const wb::layer_call c = rule.call(l, ids);
+        mirror.apply(l, c);
+        ASSERT_EQ(mirror.check(l, c, ids), "") << "token " << t;
+        const wb::layer_call p = host(l, ids);
+        ASSERT_TRUE(std::ranges::equal(c.map, p.map)) << "token " << t << " layer " << l;
+        ASSERT_TRUE(std::ranges::equal(c.copies, p.copies)) << "token " << t << " layer " << l;
+        ASSERT_EQ(c.hits, p.hits) << "token " << t << " layer " << l;
+        ASSERT_EQ(c.first_row, p.first_row) << "token " << t << " layer " << l;
+      }
+    }
+  }
   static constexpr std::int32_t tokens = 1000;
   static std::unique_ptr<wb::decode_routing> routing_;
 };
@@ -397,20 +418,18 @@ TEST_P(EsftArms, WispGraphsHostMirrorEqualsPagerLru) {
   wb::device_step_rule rule(s, capacity());
   wisp::pager<wisp::lru> pager(
       {.layers = s.layers, .experts = s.experts, .top_k = s.top_k, .capacity = capacity()});
-  wb::arena_mirror mirror(rule.arena_rows(), s);
-  for (std::int32_t t = 0; t < tokens; ++t) {
-    pager.begin_step();
-    for (std::int32_t l = 0; l < s.layers; ++l) {
-      const auto ids = routing_->ids_of(t, l);
-      const wb::layer_call c = rule.call(l, ids);
-      mirror.apply(l, c);
-      ASSERT_EQ(mirror.check(l, c, ids), "") << "token " << t;
-      const wisp::prepare_result p = pager.prepare(l, ids, 1, s.top_k);
-      ASSERT_TRUE(std::ranges::equal(c.map, p.expert_map)) << "token " << t << " layer " << l;
-      ASSERT_TRUE(std::ranges::equal(c.copies, p.copy_plan)) << "token " << t << " layer " << l;
-      ASSERT_EQ(c.hits, p.hits);
+  expect_graph_rule_equals(rule, [&](std::int32_t l, std::span<const std::int32_t> ids) {
+    if (l == 0) {
+      pager.begin_step();
     }
-  }
+    const wisp::prepare_result p = pager.prepare(l, ids, 1, s.top_k);
+    wb::layer_call c;
+    c.map = p.expert_map;
+    c.copies = p.copy_plan;
+    c.first_row = static_cast<std::int64_t>(l) * capacity();
+    c.hits = p.hits;
+    return c;
+  });
 }
 
 // Where the wisp arm picks lfu_history (ESFT at both budgets), wisp-graph's device step runs
@@ -422,23 +441,15 @@ TEST_P(EsftArms, WispGraphUnderLfuHistoryEqualsPagerLfuHistory) {
   ASSERT_EQ(graph.note, "");
   wb::device_step_rule rule(s, capacity(), graph.policy);
   wb::pager_rule<wisp::lfu_history> host(s, capacity());
-  wb::arena_mirror mirror(rule.arena_rows(), s);
   wb::arena_mirror host_mirror(host.arena_rows(), s);
-  for (std::int32_t t = 0; t < tokens; ++t) {
-    host.begin_token();
-    for (std::int32_t l = 0; l < s.layers; ++l) {
-      const auto ids = routing_->ids_of(t, l);
-      const wb::layer_call c = rule.call(l, ids);
-      mirror.apply(l, c);
-      ASSERT_EQ(mirror.check(l, c, ids), "") << "token " << t;
-      const wb::layer_call p = host.call(l, ids);
-      host_mirror.apply(l, p);
-      ASSERT_TRUE(std::ranges::equal(c.map, p.map)) << "token " << t << " layer " << l;
-      ASSERT_TRUE(std::ranges::equal(c.copies, p.copies)) << "token " << t << " layer " << l;
-      ASSERT_EQ(c.hits, p.hits);
-      ASSERT_EQ(c.first_row, p.first_row);
+  expect_graph_rule_equals(rule, [&](std::int32_t l, std::span<const std::int32_t> ids) {
+    if (l == 0) {
+      host.begin_token();
     }
-  }
+    const wb::layer_call p = host.call(l, ids);
+    host_mirror.apply(l, p);
+    return p;
+  });
 }
 
 TEST(GraphPolicy, EachHostPolicyMapsToTheDeviceStepOrSaysItFallsBack) {
@@ -788,8 +799,16 @@ TEST(Reports, TheDecodeFileHoldsWhatTheIssueNames) {
     ar.totals.link_rows = 4;
     r.arms.push_back(ar);
   }
+  r.link = {17301504, 55.45, 48.8};
   const wisp::detail::json_value doc = parse(wb::to_json(r));
   EXPECT_EQ(doc.find("model")->text, "deepseek-v2-lite");
+  const wisp::detail::json_value* link = doc.find("link");
+  ASSERT_NE(link, nullptr);
+  EXPECT_EQ(link->find("row_bytes")->number, 17301504);
+  EXPECT_EQ(link->find("dma_h2d_gbps")->number, 55.45);
+  EXPECT_EQ(link->find("uva_copy_kernel_gbps")->number, 48.8);
+  EXPECT_NE(wb::to_table(r).find("DMA 55.45 GB/s, UVA copy kernel 48.80 GB/s"), std::string::npos)
+      << wb::to_table(r);
   EXPECT_EQ(doc.find("budget_fraction")->number, 0.25);
   EXPECT_EQ(doc.find("device")->text, "NVIDIA H100 80GB HBM3");
   EXPECT_EQ(doc.find("routing")->text, "ESFT \"intent\"\n");

@@ -28,6 +28,7 @@
 #include <filesystem>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -208,8 +209,9 @@ TEST(FusedMoeBlock, SkipsPositionsOutsideTheMapInsteadOfReadingThem) {
 
 TEST(CopyListRule, CopiesWhatHostExpertStoreApplies) {
   const wisp::moe_shape ts = routing().shape();
-  // 40-byte rows take the byte path, 48-byte rows the 16-byte path.
-  for (const std::size_t row_bytes : {40u, 48u}) {
+  // 40- and 403-byte rows take the byte path, 48- and 400-byte rows the 16-byte path (400 bytes:
+  // a row of several tiles when the groups have few lanes).
+  for (const std::size_t row_bytes : {40u, 48u, 400u, 403u}) {
     const std::int32_t capacity = 8;
     wisp::cuda::host_pager_state device(
         {.layers = ts.layers, .experts = ts.experts, .capacity = capacity});
@@ -234,10 +236,14 @@ TEST(CopyListRule, CopiesWhatHostExpertStoreApplies) {
                                                static_cast<std::size_t>(ts.experts), row_bytes};
         const wisp::expert_tensor_view slots{g.slot(0).data(), static_cast<std::size_t>(capacity),
                                              row_bytes};
-        const std::size_t workers = 1 + s % 7;  // any split of the work copies the same bytes
-        for (std::size_t w = 0; w < workers; ++w) {
-          wisp::cuda::copy_listed_rows(list.data(), static_cast<std::int32_t>(list.size()), masters,
-                                       slots, row_bytes, w, workers);
+        // Any split of the work copies the same bytes.
+        const std::size_t groups = 1 + s % 7;
+        const std::size_t lanes = 1 + s % 3;
+        for (std::size_t g = 0; g < groups; ++g) {
+          for (std::size_t lane = 0; lane < lanes; ++lane) {
+            wisp::cuda::copy_listed_rows(list.data(), static_cast<std::int32_t>(list.size()),
+                                         masters, slots, row_bytes, g, groups, lane, lanes);
+          }
         }
         want[static_cast<std::size_t>(l)].apply(list);
         for (const std::int32_t e : device.shown(l)) {
@@ -254,6 +260,70 @@ TEST(CopyListRule, CopiesWhatHostExpertStoreApplies) {
       }
     }
   }
+}
+
+TEST(CopyListRule, EqualsRowByRowMemcpyAndSkipsBadEntries) {
+  // The textbook copy: memcpy of each valid entry's row; the rest of every slot row (and its
+  // stride padding) untouched. Rows of 0 to 4099 bytes (byte and 16-byte paths, rows of one and
+  // of many tiles, partial tiles), splits from one lane to 64 groups of 256, and lists with
+  // entries outside either tensor.
+  std::mt19937 rng(3);
+  for (const std::size_t row_bytes : {0u, 1u, 15u, 16u, 48u, 1000u, 4112u, 4099u}) {
+    for (const auto& [groups, lanes] :
+         std::vector<std::pair<std::size_t, std::size_t>>{{1, 1}, {3, 5}, {7, 32}, {64, 256}}) {
+      constexpr std::size_t expert_rows = 10;
+      constexpr std::size_t slot_rows = 6;
+      const std::size_t stride = (row_bytes + 16 + 15) / 16 * 16;  // padding past each row
+      std::vector<std::byte> master_bytes(expert_rows * stride);
+      for (std::byte& b : master_bytes) {
+        b = static_cast<std::byte>(rng());
+      }
+      std::vector<std::byte> slot_bytes(slot_rows * stride);
+      for (std::byte& b : slot_bytes) {
+        b = static_cast<std::byte>(rng());
+      }
+      // Distinct slots (a step never lists one twice), and three bad entries.
+      std::vector<wisp::copy_op> list = {{3, 5}, {-1, 0}, {9, 1}, {10, 2}, {0, 4}, {2, 6}, {7, 3}};
+      std::vector<std::byte> want = slot_bytes;
+      for (const wisp::copy_op& op : list) {
+        if (op.expert >= 0 && op.expert < static_cast<std::int32_t>(expert_rows) && op.slot >= 0 &&
+            op.slot < static_cast<std::int32_t>(slot_rows)) {
+          std::memcpy(want.data() + static_cast<std::size_t>(op.slot) * stride,
+                      master_bytes.data() + static_cast<std::size_t>(op.expert) * stride,
+                      row_bytes);
+        }
+      }
+      const wisp::expert_tensor_view masters{master_bytes.data(), expert_rows, stride};
+      const wisp::expert_tensor_view slots{slot_bytes.data(), slot_rows, stride};
+      for (std::size_t g = 0; g < groups; ++g) {
+        for (std::size_t lane = 0; lane < lanes; ++lane) {
+          wisp::cuda::copy_listed_rows(list.data(), static_cast<std::int32_t>(list.size()), masters,
+                                       slots, row_bytes, g, groups, lane, lanes);
+        }
+      }
+      ASSERT_EQ(slot_bytes, want) << "row bytes " << row_bytes << ", " << groups << " groups of "
+                                  << lanes << " lanes";
+      // A count of 0 or less copies nothing.
+      for (const std::int32_t count : {0, -3}) {
+        wisp::cuda::copy_listed_rows(list.data(), count, masters, {want.data(), slot_rows, stride},
+                                     row_bytes, 0, 1, 0, 1);
+      }
+      ASSERT_EQ(slot_bytes, want);
+    }
+  }
+}
+
+TEST(CopyListRule, GroupsCoverEveryTileUpToTheResidentOnes) {
+  using wisp::cuda::copy_groups;
+  constexpr std::size_t tile = 256 * wisp::cuda::copy_unroll * 16;  // bytes per tile
+  EXPECT_EQ(copy_groups(0, 0, 256, 1000), 1u);
+  EXPECT_EQ(copy_groups(4, 0, 256, 1000), 1u);
+  EXPECT_EQ(copy_groups(1, 1, 256, 1000), 1u);
+  EXPECT_EQ(copy_groups(1, tile, 256, 1000), 1u);
+  EXPECT_EQ(copy_groups(3, tile + 1, 256, 1000), 6u);
+  EXPECT_EQ(copy_groups(32, 17 * tile, 256, 1056), 544u);
+  EXPECT_EQ(copy_groups(32, 18 * tile, 256, 528), 528u);
+  EXPECT_EQ(copy_groups(32, 18 * tile, 256, 0), 1u);
 }
 
 }  // namespace

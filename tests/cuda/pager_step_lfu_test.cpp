@@ -6,8 +6,8 @@
 // (capacities 8, 16, 32; skipped without the trace), on random streams (uniform and skewed ids,
 // calls of 1 to 32 ids with repeats, capacities on both sides of the warp's 32 slots), and with
 // failed calls in between.
+#include "esft_suite.hpp"
 #include "host_thread_group.hpp"
-#include "support/traces.hpp"
 
 #include <wisp/cache/lfu.hpp>
 #include <wisp/cuda/pager_step.hpp>
@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -165,18 +164,7 @@ std::vector<call> random_calls(std::int32_t layers, std::int32_t experts, std::i
   return calls;
 }
 
-class EsftLfuHistoryStep : public ::testing::TestWithParam<std::int32_t> {
- protected:
-  static void SetUpTestSuite() {
-    if (auto esft = wisp::test::esft_trace()) {
-      trace_ = std::make_unique<wisp::routing_trace>(std::move(*esft));
-    }
-  }
-  static void TearDownTestSuite() { trace_.reset(); }
-  void SetUp() override { WISP_TEST_NEEDS_TRACE(trace_ != nullptr); }
-  static std::unique_ptr<wisp::routing_trace> trace_;
-};
-std::unique_ptr<wisp::routing_trace> EsftLfuHistoryStep::trace_;
+class EsftLfuHistoryStep : public wisp::cuda::testing::esft_suite {};
 
 TEST_P(EsftLfuHistoryStep, EqualsPagerLfuHistoryOnEveryCall) {
   const wisp::moe_shape shape = trace_->shape();
@@ -217,6 +205,63 @@ TEST(LfuHistoryStep, TiesGoToTheLeastRecentlyUsed) {
   EXPECT_EQ(d.copies(0)[0].expert, 2);
   EXPECT_EQ(d.copies(0)[0].slot, 1);  // 0's slot: the free list gave slot 1 first
   EXPECT_EQ(d.counts(0)[0], 1u);      // an evicted expert keeps its count
+}
+
+TEST(LfuHistoryStep, CountsAboveTwoToThe32CompareByBothHalves) {
+  // 0 [2^32 + 5] and 1 [7] fill both slots (0 least recent); 2 evicts 1 [8], the lower count,
+  // not 0, whose low half (6) is the lower.
+  host_pager_state d(
+      {.layers = 1, .experts = 4, .capacity = 2, .policy = step_policy::lfu_history});
+  d.state().count[0] = (std::uint64_t{1} << 32u) + 5u;
+  d.state().count[1] = 7;
+  for (const std::int32_t e : {0, 1, 2}) {
+    const std::int32_t ids[] = {e};
+    ASSERT_EQ(d.step(0, std::span<const std::int32_t>(ids), step_kernel::warp),
+              pager_step_status::ok);
+  }
+  ASSERT_EQ(d.copies(0).size(), 1u);
+  EXPECT_EQ(d.copies(0)[0].expert, 2);
+  EXPECT_EQ(d.copies(0)[0].slot, 0);  // 1's slot (the free list gave 0 slot 1, 1 slot 0)
+  EXPECT_EQ(d.map(0)[1], -1);
+  EXPECT_EQ(d.counts(0)[0], (std::uint64_t{1} << 32u) + 6u);
+}
+
+TEST(LfuHistoryStep, WarpEqualsBlockOnCountsAcrossTwoToThe32) {
+  // Counts that start with high halves 0, 1 and 2^32 - 1 and low halves 0, 5 and 2^32 - 1 (many
+  // ties in either half): the warp form's two-stage min against the block form's 64-bit order,
+  // call by call.
+  for (const std::int32_t capacity : {2, 8, 32}) {
+    const pager_state_config config{
+        .layers = 1, .experts = 48, .capacity = capacity, .policy = step_policy::lfu_history};
+    host_pager_state block(config);
+    host_pager_state warp(config);
+    std::mt19937 rng(static_cast<std::uint32_t>(capacity));
+    constexpr std::uint64_t highs[] = {0, 1, 0xffffffffu};
+    constexpr std::uint64_t lows[] = {0, 5, 0xffffffffu};
+    for (std::int32_t e = 0; e < config.experts; ++e) {
+      const std::uint64_t c = (highs[rng() % 3] << 32u) | lows[rng() % 3];
+      block.state().count[e] = c;
+      warp.state().count[e] = c;
+    }
+    const std::int32_t max_ids = capacity < 12 ? capacity : 12;
+    std::size_t copied = 0;
+    const std::vector<call> calls = random_calls(1, 48, max_ids, 1500, false, 23);
+    for (std::size_t i = 0; i < calls.size(); ++i) {
+      const std::span<const std::int32_t> ids(calls[i].ids);
+      ASSERT_EQ(block.step(0, ids, step_kernel::block), warp.step(0, ids, step_kernel::warp))
+          << "capacity " << capacity << " call " << i;
+      const auto same = [](auto a, auto b) {
+        return std::equal(a.begin(), a.end(), b.begin(), b.end());
+      };
+      ASSERT_TRUE(same(block.copies(0), warp.copies(0)))
+          << "capacity " << capacity << " call " << i;
+      ASSERT_TRUE(same(block.map(0), warp.map(0))) << "capacity " << capacity << " call " << i;
+      ASSERT_TRUE(same(block.counts(0), warp.counts(0)))
+          << "capacity " << capacity << " call " << i;
+      copied += warp.copies(0).size();
+    }
+    EXPECT_GT(copied, static_cast<std::size_t>(capacity) * 10u) << "too few evictions";
+  }
 }
 
 TEST(LfuHistoryStep, ThreadGroupsOfAnySizeComputeTheSerialResult) {

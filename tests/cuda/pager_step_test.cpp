@@ -4,9 +4,9 @@
 // expert maps, copy lists and shown experts, call by call, on the real ESFT trace (capacities 8,
 // 16, 32; skipped without the trace) and on synthetic traces (always), with batched calls, failed
 // calls, int64 ids, and with 3 and 32 threads per group.
+#include "esft_suite.hpp"
 #include "host_thread_group.hpp"
 #include "support/expect_error.hpp"
-#include "support/traces.hpp"
 
 #include <wisp/cache/least_stale.hpp>
 #include <wisp/cache/lru.hpp>
@@ -22,7 +22,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <memory>
 #include <random>
 #include <span>
 #include <string>
@@ -151,18 +150,7 @@ std::size_t replay(const wisp::routing_trace& t, std::int32_t capacity, std::siz
   return failed;
 }
 
-class EsftPagerStep : public ::testing::TestWithParam<std::int32_t> {
- protected:
-  static void SetUpTestSuite() {
-    if (auto esft = wisp::test::esft_trace()) {
-      trace_ = std::make_unique<wisp::routing_trace>(std::move(*esft));
-    }
-  }
-  static void TearDownTestSuite() { trace_.reset(); }
-  void SetUp() override { WISP_TEST_NEEDS_TRACE(trace_ != nullptr); }
-  static std::unique_ptr<wisp::routing_trace> trace_;
-};
-std::unique_ptr<wisp::routing_trace> EsftPagerStep::trace_;
+class EsftPagerStep : public wisp::cuda::testing::esft_suite {};
 
 TEST_P(EsftPagerStep, EqualsPagerLruAndLeastStaleOnEveryCall) {
   EXPECT_EQ(replay(*trace_, GetParam(), trace_->steps(), 1), 0u);

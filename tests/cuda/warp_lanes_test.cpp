@@ -26,6 +26,12 @@ TEST(LockstepWarp, VotesEqualTheirDefinitions) {
     const std::uint32_t any = w.reduce_or(w.lanes([&](std::int32_t i) -> std::uint32_t {
       return v[i] >= 0 && v[i] < 32 ? std::uint32_t{1} << v[i] : 0u;
     }));
+    // Wide values too (above 2^31, where a signed comparison would differ).
+    const auto wide = w.lanes([&](std::int32_t i) -> std::uint32_t {
+      return static_cast<std::uint32_t>(v[i]) * 0x9e3779b9u;
+    });
+    const std::uint32_t least = w.reduce_min(wide);
+    std::uint32_t want_least = wide[0];
     std::uint32_t want_any = 0;
     for (std::int32_t i = 0; i < 32; ++i) {
       std::uint32_t want_same = 0;
@@ -37,6 +43,7 @@ TEST(LockstepWarp, VotesEqualTheirDefinitions) {
       ASSERT_EQ(same[i], want_same) << "lane " << i;
       ASSERT_TRUE(wisp::cuda::has_lane(same[i], i));
       ASSERT_EQ(wisp::cuda::has_lane(odd, i), v[i] % 2 != 0);
+      want_least = wide[i] < want_least ? wide[i] : want_least;
       if (v[i] >= 0 && v[i] < 32) {
         want_any |= std::uint32_t{1} << v[i];
       }
@@ -48,6 +55,7 @@ TEST(LockstepWarp, VotesEqualTheirDefinitions) {
       ASSERT_EQ(wisp::cuda::lowest_lane(same[i]), first);
     }
     ASSERT_EQ(any, want_any);
+    ASSERT_EQ(least, want_least);
   }
 }
 

@@ -104,9 +104,8 @@ template <class Op>
 __global__ void copy_list_kernel(const Op* list, const pager_layer_info* info,
                                  expert_tensor_view masters, expert_tensor_view slots,
                                  std::size_t row_bytes) {
-  copy_listed_rows(list, info->copies, masters, slots, row_bytes,
-                   static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x,
-                   static_cast<std::size_t>(gridDim.x) * blockDim.x);
+  copy_listed_rows(list, info->copies, masters, slots, row_bytes, blockIdx.x, gridDim.x,
+                   threadIdx.x, blockDim.x);
 }
 
 }  // namespace detail
@@ -177,6 +176,15 @@ class device_pager {
       }
       WISP_CUDA_TRY(cudaMemcpy(state_.info, info.data(), layers * sizeof(pager_layer_info),
                                cudaMemcpyHostToDevice));
+      // The copy kernel's grid: as many blocks as the device holds at once.
+      int device = 0;
+      int sms = 0;
+      int per_sm = 0;
+      WISP_CUDA_TRY(cudaGetDevice(&device));
+      WISP_CUDA_TRY(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+      WISP_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &per_sm, detail::copy_list_kernel<copy_op>, static_cast<int>(copy_threads), 0));
+      copy_blocks_ = static_cast<std::size_t>(sms) * static_cast<std::size_t>(per_sm);
       // Both ran on the legacy stream (a pageable upload may return before its DMA lands); the
       // steps may run on any stream.
       WISP_CUDA_TRY(cudaDeviceSynchronize());
@@ -222,8 +230,9 @@ class device_pager {
 
   /// @brief Enqueues the copy kernel of `layer`'s last copy list on `stream`: `row_bytes` bytes
   /// of master row `e` (`masters`: device-accessible, e.g. `pinned_host_store::device_view()`)
-  /// to slot row `s` (`slots`) per entry. The grid is sized for a full list, the work for the
-  /// list the step left. Capturable.
+  /// to slot row `s` (`slots`) per entry. The grid is sized for a full list (one block per tile
+  /// of `copy_listed_rows`), at most the copy blocks the device holds at once (measured at
+  /// construction); the work for the list the step left. Capturable.
   /// @throws wisp::logic_error on a bad layer, `row_bytes` larger than a row stride, or fewer
   ///   slot rows than the layer's capacity; wisp::cuda_error if the launch fails.
   void copy(std::int32_t layer, const expert_tensor_view& masters, const expert_tensor_view& slots,
@@ -236,9 +245,8 @@ class device_pager {
     WISP_EXPECTS(slots.rows >= static_cast<std::size_t>(capacity),
                  "device_pager::copy: ", slots.rows, " slot rows for a layer of ", capacity,
                  " slots");
-    const std::size_t chunks = static_cast<std::size_t>(capacity) * ((row_bytes + 15) / 16);
-    const std::size_t blocks = (chunks + copy_threads - 1) / copy_threads;
-    const auto grid = static_cast<unsigned>(blocks < 1 ? 1 : blocks > 1024 ? 1024 : blocks);
+    const auto grid = static_cast<unsigned>(
+        copy_groups(static_cast<std::size_t>(capacity), row_bytes, copy_threads, copy_blocks_));
     detail::copy_list_kernel<<<grid, copy_threads, 0, stream>>>(copies(layer), info(layer), masters,
                                                                 slots, row_bytes);
     WISP_CUDA_TRY(cudaGetLastError());
@@ -334,6 +342,7 @@ class device_pager {
   std::byte* memory_ = nullptr;
   std::size_t bytes_ = 0;
   std::vector<std::int32_t> capacities_;  // per layer, host copy of info[l].capacity
+  std::size_t copy_blocks_ = 1;           // copy-kernel blocks resident on the device at once
 };
 
 }  // namespace wisp::cuda

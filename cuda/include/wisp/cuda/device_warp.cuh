@@ -20,8 +20,8 @@ namespace wisp::cuda {
 
 /// @brief The 32 lanes of the calling warp; every lane of it calls every operation (a 1-D block
 /// of 32 threads, or the full warp of a larger block). Each operation is one warp instruction,
-/// or a few: `reduce_or` is one on sm_80 and newer, five shuffles before; `broadcast` is one
-/// shuffle (two for 64 bits).
+/// or a few: `reduce_or` and `reduce_min` are one on sm_80 and newer, five shuffles before;
+/// `broadcast` is one shuffle (two for 64 bits).
 struct device_warp {
   static constexpr std::int32_t width = 32;
 
@@ -59,6 +59,18 @@ struct device_warp {
     std::uint32_t x = v.own;
     for (unsigned d = 16; d > 0; d >>= 1) {
       x |= __shfl_xor_sync(all, x, d);
+    }
+    return x;
+#endif
+  }
+  [[nodiscard]] __device__ std::uint32_t reduce_min(const values<std::uint32_t>& v) const {
+#if __CUDA_ARCH__ >= 800
+    return __reduce_min_sync(all, v.own);
+#else
+    std::uint32_t x = v.own;
+    for (unsigned d = 16; d > 0; d >>= 1) {
+      const std::uint32_t y = __shfl_xor_sync(all, x, d);
+      x = y < x ? y : x;
     }
     return x;
 #endif

@@ -23,11 +23,11 @@ namespace wisp::cuda {
 /// call's slot table entries splits hits from misses; an or over the hits' slots tells each LRU
 /// position whether the call requests its expert; the unrequested ones, ranked, are the
 /// victims and the survivors: in LRU order under `lru`; by (count, LRU position) under
-/// `lfu_history`, each lane counting the candidates below it over one broadcast per resident
-/// position. The longest dependency chain is two rounds of loads (the ids and the layer's state,
-/// then the slot table and count entries they name) and a handful of votes (plus the `resident`
-/// broadcasts of a call that evicts by count), with a warp sync between the state's reads and
-/// its writes and one to hand the victims' slots to the misses.
+/// `lfu_history`, where each victim is the least key left, found by a warp min over the counts'
+/// 32-bit halves and a ballot. The longest dependency chain is two rounds of loads (the ids and
+/// the layer's state, then the slot table and count entries they name) and a handful of votes
+/// (plus two or three per victim of a call that evicts by count), with a warp sync between the
+/// state's reads and its writes and one to hand the victims' slots to the misses.
 ///
 /// @param w    the warp (`lockstep_warp` on the host, `device_warp` in a kernel); every lane
 ///             calls the step
@@ -39,7 +39,8 @@ namespace wisp::cuda {
 /// Preconditions (unchecked, as in a kernel; `device_pager::step` and `host_pager_state::step`
 /// check them): the limits above. Bad ids and over-capacity calls fail as in `pager_step`. Work:
 /// a fixed number of warp operations (loads, one match, five ballots, one or, two syncs), no
-/// loop under `lru`; under `lfu_history` also up to `capacity` broadcasts in a call that evicts.
+/// loop under `lru`; under `lfu_history` a call that evicts `v` experts also takes one ballot,
+/// then per victim a min and a ballot (and one more min when a count reaches 2^32).
 /// Thread safety: one warp per layer at a time; other layers may step concurrently, each with
 /// its own `ws.victims`.
 WISP_DETAIL_EXEC_CHECK_DISABLE
@@ -125,18 +126,36 @@ WISP_HOST_DEVICE pager_step_status warp_pager_step(const Warp& w, const pager_la
   const std::int32_t free_slots = capacity - resident;
   const std::int32_t from_free = misses < free_slots ? misses : free_slots;
   const std::int32_t evicting = misses - from_free;
-  // Each unrequested expert's rank among the unrequested ones: in LRU order under `lru`; by
-  // (count, LRU position) under `lfu_history`, counted over one broadcast per resident position,
-  // and only when the call evicts. The `evicting` lowest ranks are the victims, in rank order.
+  // Each unrequested expert's rank among the unrequested ones: in LRU order under `lru`. Under
+  // `lfu_history`, and only when the call evicts, the `evicting` victims are picked one by one,
+  // each the least (count, LRU position) of those left: a min over the low halves of the counts
+  // (after one over the high halves when some count reaches 2^32), then the lowest lane that
+  // holds it; the others keep a rank of `evicting`. The `evicting` lowest ranks are the victims,
+  // in rank order.
   auto rank = w.lanes([&](std::int32_t i) { return popcount32(unrequested & lanes_below(i)); });
   if (by_count && evicting > 0) {
-    rank = w.lanes([](std::int32_t) { return std::int32_t{0}; });
-    for (std::int32_t j = 0; j < resident; ++j) {
-      const std::uint64_t c = w.broadcast(lru_count, j);
-      const bool other = has_lane(unrequested, j);
-      rank = w.lanes([&](std::int32_t i) {
-        return rank[i] + (other && (c < lru_count[i] || (c == lru_count[i] && j < i)) ? 1 : 0);
-      });
+    rank = w.lanes([&](std::int32_t) { return evicting; });
+    const auto high =
+        w.lanes([&](std::int32_t i) { return static_cast<std::uint32_t>(lru_count[i] >> 32u); });
+    const auto low =
+        w.lanes([&](std::int32_t i) { return static_cast<std::uint32_t>(lru_count[i]); });
+    const bool wide =
+        w.ballot([&](std::int32_t i) { return has_lane(unrequested, i) && high[i] != 0; }) != 0;
+    constexpr std::uint32_t none = ~std::uint32_t{0};
+    std::uint32_t left = unrequested;  // never empty here: evicting <= popcount(unrequested)
+    for (std::int32_t r = 0; r < evicting; ++r) {
+      std::uint32_t least_high = 0;
+      if (wide) {
+        least_high = w.reduce_min(
+            w.lanes([&](std::int32_t i) { return has_lane(left, i) ? high[i] : none; }));
+      }
+      const auto tied = [&](std::int32_t i) { return has_lane(left, i) && high[i] == least_high; };
+      const std::uint32_t least_low =
+          w.reduce_min(w.lanes([&](std::int32_t i) { return tied(i) ? low[i] : none; }));
+      const std::int32_t victim =
+          lowest_lane(w.ballot([&](std::int32_t i) { return tied(i) && low[i] == least_low; }));
+      left &= ~(std::uint32_t{1} << static_cast<std::uint32_t>(victim));
+      rank = w.lanes([&](std::int32_t i) { return i == victim ? r : rank[i]; });
     }
   }
   const std::uint32_t victims =

@@ -14,6 +14,7 @@
 /// - `w.ballot(f)`: the mask of the lanes where `f(lane)` is true (bit `lane`).
 /// - `w.match(v)`: per lane, the mask of the lanes whose `int32` value equals its own.
 /// - `w.reduce_or(v)`: the bitwise or of a `uint32` over the lanes.
+/// - `w.reduce_min(v)`: the least `uint32` over the lanes.
 /// - `w.broadcast(v, lane)`: lane `lane`'s value of `v` (a 32- or 64-bit integer), in every lane;
 ///   `lane` is the same in every lane.
 /// - `w.sync()`: memory written by any lane before it is visible to every lane after it.
@@ -55,6 +56,7 @@ concept warp_lanes = requires(const W& w, const typename W::template values<std:
   { w.ballot(predicate) } -> std::same_as<std::uint32_t>;
   { w.match(ids) } -> std::same_as<typename W::template values<std::uint32_t>>;
   { w.reduce_or(masks) } -> std::same_as<std::uint32_t>;
+  { w.reduce_min(masks) } -> std::same_as<std::uint32_t>;
   { w.broadcast(ids, 0) } -> std::same_as<std::int32_t>;
   { w.broadcast(wide, 0) } -> std::same_as<std::uint64_t>;
   w.sync();
@@ -92,7 +94,8 @@ concept warp_lanes = requires(const W& w, const typename W::template values<std:
 /// @brief The 32 lanes of a warp run in lockstep by one host thread: every operation runs its
 /// lanes in order, 0 to 31, so a step function written for `device_warp` runs here exactly (see
 /// the file comment). `lanes`, `each` and `ballot` cost 32 calls of `f`, `match` 32 x 32
-/// comparisons, `reduce_or` 32 ors, `broadcast` one read. Stateless; any thread may use its own.
+/// comparisons, `reduce_or` 32 ors, `reduce_min` 32 comparisons, `broadcast` one read. Stateless;
+/// any thread may use its own.
 struct lockstep_warp {
   static constexpr std::int32_t width = 32;
 
@@ -143,6 +146,14 @@ struct lockstep_warp {
     std::uint32_t out = 0;
     for (const std::uint32_t x : v.at) {
       out |= x;
+    }
+    return out;
+  }
+  [[nodiscard]] WISP_HOST_DEVICE constexpr std::uint32_t reduce_min(
+      const values<std::uint32_t>& v) const {
+    std::uint32_t out = v[0];
+    for (const std::uint32_t x : v.at) {
+      out = x < out ? x : out;
     }
     return out;
   }
