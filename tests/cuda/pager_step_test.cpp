@@ -328,6 +328,40 @@ TEST(PagerStep, ThreadGroupsOfAnySizeComputeTheSerialResult) {
   }
 }
 
+// The device pager built from a host pager's config holds the host pager's layers, experts and
+// per-layer capacities, and decides as it does (LRU, one call per token of a synthetic trace).
+TEST(PagerStep, FromPagerMirrorsTheHostPagersConfig) {
+  wisp::pager_config host = wisp::pager_config::for_shape({3, 16, 2}, 4);
+  host.layer_capacities = {2, 5, 16};
+  const pager_state_config c =
+      pager_state_config::from_pager(host, wisp::cuda::step_policy::lfu_history);
+  EXPECT_EQ(c.layers, 3);
+  EXPECT_EQ(c.experts, 16);
+  EXPECT_EQ(c.policy, wisp::cuda::step_policy::lfu_history);
+  for (std::int32_t l = 0; l < 3; ++l) {
+    EXPECT_EQ(c.capacity_of(l), host.layer_capacities[static_cast<std::size_t>(l)]);
+  }
+
+  const wisp::routing_trace t = wisp::make_synthetic_trace(
+      wisp::synthetic_config{.layers = 3, .experts = 16, .top_k = 2}, 200, 5);
+  wisp::pager<wisp::lru> pager(host);
+  host_pager_state device(pager_state_config::from_pager(host));
+  for (std::size_t s = 0; s < t.steps(); ++s) {
+    pager.begin_step();
+    for (std::int32_t l = 0; l < 3; ++l) {
+      const std::vector<std::int32_t> ids = layer_ids(t, s, 1, l);
+      const wisp::prepare_result want = pager.prepare(l, ids, 1, 2);
+      ASSERT_EQ(device.step(l, std::span<const std::int32_t>(ids)), pager_step_status::ok);
+      ASSERT_TRUE(same_call(want, view_of(device, l))) << "step " << s << " layer " << l;
+    }
+  }
+
+  host.scope = wisp::cache_scope::global;
+  host.layer_capacities.clear();
+  expect_error([&] { (void)pager_state_config::from_pager(host); },
+               "the device step keeps one cache per layer; the host pager's scope is global");
+}
+
 TEST(PagerStep, ConfigurationAndLayerErrorsAreNamed) {
   expect_error([] { host_pager_state(pager_state_config{.layers = 0}); }, "layers 0");
   expect_error([] { host_pager_state(pager_state_config{.experts = 4, .capacity = 5}); },

@@ -8,8 +8,10 @@
 
 #include <wisp/core/config.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/core/scope.hpp>
 #include <wisp/core/topk.hpp>
 
+#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -117,6 +119,35 @@ struct pager_state_config {
     }
     WISP_EXPECTS(policy == step_policy::lru || policy == step_policy::lfu_history,
                  "pager_state_config: unknown step policy ", static_cast<std::int32_t>(policy));
+  }
+  /// @brief The device pager that mirrors a host pager of config `host` under `policy`: its
+  /// layers, experts and per-layer capacities. `host` is a `wisp::pager_config`, or any type with
+  /// its members `layers`, `experts`, `capacity`, `layer_capacities` and `scope` (cuda/ does not
+  /// include the pager area). The result is validated; `top_k` has no counterpart here, since the
+  /// device step reports a call over its capacity instead of refusing it. O(layers).
+  /// @throws wisp::logic_error if `host.scope` is not `cache_scope::per_layer` (the device step
+  ///   keeps one cache per layer), and as `validate`.
+  template <class HostConfig>
+  requires requires(const HostConfig& h) {
+    { h.layers } -> std::convertible_to<std::int32_t>;
+    { h.experts } -> std::convertible_to<std::int32_t>;
+    { h.capacity } -> std::convertible_to<std::int32_t>;
+    { h.layer_capacities } -> std::convertible_to<const std::vector<std::int32_t>&>;
+    { h.scope } -> std::convertible_to<cache_scope>;
+  }
+  [[nodiscard]] static pager_state_config from_pager(const HostConfig& host,
+                                                     step_policy policy = step_policy::lru) {
+    WISP_EXPECTS(host.scope == cache_scope::per_layer,
+                 "pager_state_config::from_pager: the device step keeps one cache per layer; the "
+                 "host pager's scope is ",
+                 to_string(host.scope));
+    pager_state_config c{.layers = host.layers,
+                         .experts = host.experts,
+                         .capacity = host.capacity,
+                         .layer_capacities = host.layer_capacities,
+                         .policy = policy};
+    c.validate();
+    return c;
   }
   /// Slots of layer `l` (unchecked).
   [[nodiscard]] std::int32_t capacity_of(std::int32_t l) const {
