@@ -23,11 +23,8 @@ routing_trace tiny(const std::vector<std::vector<std::int32_t>>& sequences) {
   routing_trace t({1, 4, 1});
   for (const auto& s : sequences) {
     t.begin_sequence();
-    for (const std::int32_t e : s) {
-      // A row of its own (not a span over `e`): g++ 12 at -O3 reports a false -Warray-bounds in
-      // the row's duplicate check when it sees a one-element object.
-      const std::vector<std::int32_t> row{e};
-      t.append_step(row);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      t.append_step(std::span(s).subspan(i, 1));
     }
   }
   return t;

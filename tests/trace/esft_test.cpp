@@ -160,8 +160,9 @@ std::string esft_line(std::size_t tokens, std::size_t k, std::size_t experts, st
     std::iota(pool.begin(), pool.end(), std::size_t{0});
     for (std::size_t j = 0; j < k; ++j) {
       std::swap(pool[j], pool[j + rng() % (experts - j)]);
-      ids += (ids.empty() ? "" : "\t") + std::to_string(pool[j]);
-      weights += (weights.empty() ? "" : "\t") + std::string("0.1");
+      ids += (ids.empty() ? "" : "\t");
+      ids += std::to_string(pool[j]);
+      weights += (weights.empty() ? "0.1" : "\t0.1");
     }
   }
   return ids + "\t\t" + weights + "\n";

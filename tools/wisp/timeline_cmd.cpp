@@ -277,8 +277,10 @@ void write_timeline_csv(const std::vector<timeline_row>& rows, const timeline_co
       header = false;
     }
     for (const auto& [key, value] : j.items()) {
-      line +=
-          (line.empty() ? "" : ",") + (value.is_string() ? value.get<std::string>() : value.dump());
+      if (!line.empty()) {
+        line += ',';
+      }
+      line += value.is_string() ? value.get<std::string>() : value.dump();
     }
     std::printf("%s\n", line.c_str());
   }
