@@ -1449,11 +1449,11 @@ class routing_trace {
                    ": expert id ", id, " out of range [0, ", shape_.experts, ")");
     }
     if (r.size() <= 32) {
-      for (std::size_t a = 1; a < r.size(); ++a) {
-        for (std::size_t b = 0; b < a; ++b) {
-          WISP_EXPECTS(r[a] != r[b], "step ", steps_, " layer ", layer, ": expert ", r[a],
-                       " chosen twice");
-        }
+      // Iterators, not indices: g++ 12 at -O3 warns (-Warray-bounds) on the indexed form when a
+      // caller's row has one element.
+      for (auto id = r.begin(); id != r.end(); ++id) {
+        WISP_EXPECTS(std::find(r.begin(), id, *id) == id, "step ", steps_, " layer ", layer,
+                     ": expert ", *id, " chosen twice");
       }
     } else {
       std::vector<std::int32_t> sorted(r.begin(), r.end());
@@ -5715,6 +5715,128 @@ static_assert(eviction_policy<fifo>);
 /// @brief The LFU policies: `lfu` (counts while resident) and `lfu_history` (counts over the
 /// whole history, as SpecMD defines LFU). vLLM's frequency/recency score is `lfru` (lfru.hpp).
 
+// ---- begin wisp/cache/detail/frequency_classes.hpp ---------------------------------------------
+/// @file
+/// @brief Internal: keys grouped by an access count into classes kept in increasing count order,
+/// each class a list in the order its keys joined it (the O(1) LFU structure of Shah, Mitra and
+/// Matani, 2010). Every operation O(1); allocation-free after `reset`.
+
+namespace wisp::detail {
+
+/// Since a key joins a class only by insertion (at the lowest count) or by one more access (into
+/// the class right after its own), the classes stay sorted without a search, and a class's front
+/// is its key whose last access is oldest. Class nodes are recycled through a free list.
+class frequency_classes {
+ public:
+  /// A class node (an index); `end()` closes the list.
+  using class_id = std::int32_t;
+
+  /// Empties every class; sizes for keys in `[0, key_space)`. @throws std::bad_alloc
+  void reset(std::int32_t key_space) {
+    const auto n = static_cast<std::size_t>(key_space);
+    class_of_.assign(n, none);
+    // Class nodes 0..n: at most n are in use, plus the one `promote` creates before it frees one.
+    classes_.assign(n + 2, node{});
+    end_ = static_cast<class_id>(n + 1);
+    classes_[static_cast<std::size_t>(end_)] = {0, end_, end_};
+    free_.resize(n + 1);
+    for (std::size_t i = 0; i <= n; ++i) {
+      free_[i] = static_cast<class_id>(n - i);  // the top of the stack is 0, then 1, 2, ...
+    }
+    free_size_ = n + 1;
+    members_.reset(key_space, static_cast<std::int32_t>(n + 1));
+  }
+
+  /// Adds `key` (in no class) to the back of the class of `count`, which must not exceed the
+  /// lowest count present (a new key ranks first).
+  void insert_lowest(cache_key key, std::uint64_t count) noexcept {
+    const class_id head = first();
+    join(key, head != end_ && count_of_class(head) == count ? head : new_class_after(end_, count));
+  }
+
+  /// Moves `key` (in a class) to the back of the class of `count`, which must exceed its class's
+  /// count and not exceed the next class's (one more access).
+  void promote(cache_key key, std::uint64_t count) noexcept {
+    const class_id from = class_of_[static_cast<std::size_t>(key)];
+    const class_id next = classes_[static_cast<std::size_t>(from)].next;
+    const class_id to =
+        next != end_ && count_of_class(next) == count ? next : new_class_after(from, count);
+    members_.remove(key);
+    join(key, to);
+    release_if_empty(from);
+  }
+
+  /// Removes `key` from its class; no-op if it is in none.
+  void erase(cache_key key) noexcept {
+    const class_id c = class_of_[static_cast<std::size_t>(key)];
+    if (c == none) {
+      return;
+    }
+    members_.remove(key);
+    class_of_[static_cast<std::size_t>(key)] = none;
+    release_if_empty(c);
+  }
+
+  /// The lowest-count class, or `end()` when every class is empty.
+  [[nodiscard]] class_id first() const noexcept {
+    return classes_[static_cast<std::size_t>(end_)].next;
+  }
+  /// The class after `c` in increasing count order, or `end()`.
+  [[nodiscard]] class_id next(class_id c) const noexcept {
+    return classes_[static_cast<std::size_t>(c)].next;
+  }
+  [[nodiscard]] class_id end() const noexcept { return end_; }
+  [[nodiscard]] std::uint64_t count_of_class(class_id c) const noexcept {
+    return classes_[static_cast<std::size_t>(c)].count;
+  }
+  /// The first key of class `c`, from the front, that `is_protected` rejects; `no_key` if none.
+  /// O(1 + protected keys skipped).
+  [[nodiscard]] cache_key first_unprotected(class_id c,
+                                            protected_keys is_protected) const noexcept {
+    return members_.first_unprotected(c, is_protected);
+  }
+
+ private:
+  static constexpr class_id none = -1;
+  struct node {
+    std::uint64_t count = 0;
+    class_id prev = -1;
+    class_id next = -1;
+  };
+
+  class_id new_class_after(class_id at, std::uint64_t count) noexcept {
+    const class_id c = free_[--free_size_];  // never empty here (see reset)
+    const class_id next = classes_[static_cast<std::size_t>(at)].next;
+    classes_[static_cast<std::size_t>(c)] = {count, at, next};
+    classes_[static_cast<std::size_t>(at)].next = c;
+    classes_[static_cast<std::size_t>(next)].prev = c;
+    return c;
+  }
+  void release_if_empty(class_id c) noexcept {
+    if (members_.front(c) != no_key) {
+      return;
+    }
+    const node& n = classes_[static_cast<std::size_t>(c)];
+    classes_[static_cast<std::size_t>(n.prev)].next = n.next;
+    classes_[static_cast<std::size_t>(n.next)].prev = n.prev;
+    free_[free_size_++] = c;
+  }
+  void join(cache_key key, class_id c) noexcept {
+    members_.push_back(c, key);
+    class_of_[static_cast<std::size_t>(key)] = c;
+  }
+
+  std::vector<class_id> class_of_;  // key -> its class node, none if in no class
+  std::vector<node> classes_;       // class nodes, a list sorted by count through end_
+  std::vector<class_id> free_;      // unused class nodes, a stack of free_size_ entries
+  std::size_t free_size_ = 0;
+  key_lists members_;  // one list per class node, in joining order
+  class_id end_ = 0;
+};
+
+}  // namespace wisp::detail
+// ---- end wisp/cache/detail/frequency_classes.hpp -----------------------------------------------
+
 // ---- begin wisp/cache/detail/key_heap.hpp ------------------------------------------------------
 /// @file
 /// @brief Internal: an indexed binary min-heap over dense keys with a two-word priority, ties
@@ -5867,24 +5989,78 @@ class key_heap {
 // ---- end wisp/cache/detail/key_heap.hpp --------------------------------------------------------
 
 namespace wisp {
-namespace detail {
 
-/// @brief The LFU family's mechanics: an indexed binary heap on (count, last access).
-/// `WholeHistory` says whether a key's count survives its eviction.
-template <bool WholeHistory>
-class basic_lfu {
+/// @brief Least frequently used, counting while resident ("in-cache LFU"): evicts the resident
+/// key with the fewest accesses since it was last inserted (the count restarts at 1 when an
+/// evicted key comes back); ties go to the least recently used. Compare `lfu_history`.
+///
+/// Keys are grouped by count into classes in increasing order, each in order of last access (the
+/// O(1) LFU structure): an insertion joins the lowest class and a hit moves a key into the next
+/// one, so no operation searches. `on_insert`, `on_hit`, `on_erase`: O(1). `victim`: O(1 + p),
+/// p = protected keys ahead of the answer. Allocation-free after `reset`. Not thread-safe.
+class lfu {
  public:
+  static constexpr std::string_view name = "lfu";
+
+  /// Forgets every key and every count; sizes for `layout.size()` keys. @throws std::bad_alloc
+  void reset(const key_layout& layout) {
+    classes_.reset(layout.size());
+    count_.assign(static_cast<std::size_t>(layout.size()), 0);
+  }
+  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
+    count_[static_cast<std::size_t>(key)] = 1;
+    classes_.insert_lowest(key, 1);
+  }
+  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
+    classes_.promote(key, ++count_[static_cast<std::size_t>(key)]);
+  }
+  void on_erase(cache_key key) noexcept { classes_.erase(key); }
+  /// The unprotected resident key with the smallest (count, last access), or `no_key`.
+  [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
+                                 protected_keys is_protected) const noexcept {
+    for (auto c = classes_.first(); c != classes_.end(); c = classes_.next(c)) {
+      if (const cache_key k = classes_.first_unprotected(c, is_protected); k != no_key) {
+        return k;
+      }
+    }
+    return no_key;
+  }
+  /// The count `key` is ranked by: its accesses since its last insertion (an evicted key shows
+  /// the count it left with). 0 for a key never seen.
+  [[nodiscard]] std::uint64_t count(cache_key key) const noexcept {
+    return count_[static_cast<std::size_t>(key)];
+  }
+
+ private:
+  detail::frequency_classes classes_;  // resident keys by count, least recently used first
+  std::vector<std::uint64_t> count_;
+};
+static_assert(eviction_policy<lfu>);
+
+/// @brief Least frequently used over the whole history ("perfect LFU", SpecMD's LFU): evicts the
+/// resident key with the fewest accesses since `reset`, counting the accesses made while it was
+/// evicted too; ties go to the least recently used. Unlike `lfu`, an expert that was popular
+/// keeps its rank when it comes back, at the cost of one counter per key for the whole run.
+///
+/// A returning key re-enters at its old count, anywhere in the order, so the classes of `lfu`
+/// would need a search: an indexed binary heap on (count, last access) instead.
+/// `on_insert`, `on_hit`, `on_erase`: O(log n). `victim`: O(1 + p), p = protected keys above the
+/// answer in the heap. Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout{wisp::cache_scope::global, 26, 64},
+/// 208);
+/// @endcode
+class lfu_history {
+ public:
+  static constexpr std::string_view name = "lfu_history";
+
   /// Forgets every key and every count; sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
     heap_.reset(layout.size());
     count_.assign(static_cast<std::size_t>(layout.size()), 0);
     tick_ = 0;
   }
-  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
-    std::uint64_t& count = count_[static_cast<std::size_t>(key)];
-    count = WholeHistory ? count + 1 : 1;
-    heap_.set(key, {count, ++tick_});
-  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept { on_hit(key, ctx); }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
     const std::uint64_t count = ++count_[static_cast<std::size_t>(key)];
     heap_.set(key, {count, ++tick_});
@@ -5895,46 +6071,15 @@ class basic_lfu {
                                  protected_keys is_protected) noexcept {
     return heap_.min_unprotected(is_protected);
   }
-  /// The count `key` is ranked by: its accesses since `reset` with `WholeHistory`, else since
-  /// its last insertion (an evicted key shows the count it left with). 0 for a key never seen.
+  /// The count `key` is ranked by: its accesses since `reset`. 0 for a key never seen.
   [[nodiscard]] std::uint64_t count(cache_key key) const noexcept {
     return count_[static_cast<std::size_t>(key)];
   }
 
  private:
-  key_heap heap_;
+  detail::key_heap heap_;
   std::vector<std::uint64_t> count_;
   std::uint64_t tick_ = 0;
-};
-
-}  // namespace detail
-
-/// @brief Least frequently used, counting while resident ("in-cache LFU"): evicts the resident
-/// key with the fewest accesses since it was last inserted (the count restarts at 1 when an
-/// evicted key comes back); ties go to the least recently used. Compare `lfu_history`.
-///
-/// An indexed binary heap on (count, last access). `on_insert`, `on_hit`, `on_erase`: O(log n).
-/// `victim`: O(1 + p), p = protected keys above the answer in the heap. Allocation-free after
-/// `reset`. Not thread-safe.
-class lfu : public detail::basic_lfu<false> {
- public:
-  static constexpr std::string_view name = "lfu";
-};
-static_assert(eviction_policy<lfu>);
-
-/// @brief Least frequently used over the whole history ("perfect LFU", SpecMD's LFU): evicts the
-/// resident key with the fewest accesses since `reset`, counting the accesses made while it was
-/// evicted too; ties go to the least recently used. Unlike `lfu`, an expert that was popular
-/// keeps its rank when it comes back, at the cost of one counter per key for the whole run.
-///
-/// Same structure and costs as `lfu`. Allocation-free after `reset`. Not thread-safe.
-/// @code
-/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout{wisp::cache_scope::global, 26, 64},
-/// 208);
-/// @endcode
-class lfu_history : public detail::basic_lfu<true> {
- public:
-  static constexpr std::string_view name = "lfu_history";
 };
 static_assert(eviction_policy<lfu_history>);
 
@@ -6001,16 +6146,7 @@ class lfru {
     const auto n = static_cast<std::size_t>(layout.size());
     freq_.assign(n, 0);
     last_.assign(n, 0);
-    class_of_.assign(n, no_class);
-    // Class nodes 0..n: at most n are in use, plus the one `on_hit` creates before it frees one.
-    classes_.assign(n + 2, freq_class{});
-    sentinel_ = static_cast<std::int32_t>(n + 1);
-    classes_[static_cast<std::size_t>(sentinel_)] = {0, sentinel_, sentinel_};
-    free_.resize(n + 1);
-    for (std::size_t i = 0; i <= n; ++i) {
-      free_[i] = static_cast<std::int32_t>(n - i);  // pop_back hands out 0, 1, 2, ...
-    }
-    members_.reset(layout.size(), static_cast<std::int32_t>(n + 1));
+    classes_.reset(layout.size());
     recency_.reset(layout.size(), 1);
     clock_ = 0;
   }
@@ -6018,36 +6154,17 @@ class lfru {
     const auto k = static_cast<std::size_t>(key);
     freq_[k] = 1;
     last_[k] = ++clock_;
-    const std::int32_t head = classes_[static_cast<std::size_t>(sentinel_)].next;
-    const std::int32_t c = head != sentinel_ && classes_[static_cast<std::size_t>(head)].freq == 1
-                               ? head
-                               : new_class_after(sentinel_, 1);
-    join(key, c);
+    classes_.insert_lowest(key, 1);
     recency_.push_back(0, key);
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
     const auto k = static_cast<std::size_t>(key);
-    const std::uint64_t f = ++freq_[k];
+    classes_.promote(key, ++freq_[k]);
     last_[k] = ++clock_;
-    const std::int32_t from = class_of_[k];
-    const std::int32_t next = classes_[static_cast<std::size_t>(from)].next;
-    const std::int32_t to = next != sentinel_ && classes_[static_cast<std::size_t>(next)].freq == f
-                                ? next
-                                : new_class_after(from, f);
-    members_.remove(key);
-    join(key, to);
-    release_if_empty(from);
     recency_.move_to_back(0, key);
   }
   void on_erase(cache_key key) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    const std::int32_t c = class_of_[k];
-    if (c == no_class) {
-      return;
-    }
-    members_.remove(key);
-    class_of_[k] = no_class;
-    release_if_empty(c);
+    classes_.erase(key);
     recency_.remove(key);
   }
   /// The unprotected resident key with the lowest score, or `no_key`.
@@ -6059,15 +6176,14 @@ class lfru {
     }
     const std::uint64_t max_age = age(oldest);  // no resident key is older
     cache_key best = no_key;
-    for (std::int32_t c = classes_[static_cast<std::size_t>(sentinel_)].next; c != sentinel_;
-         c = classes_[static_cast<std::size_t>(c)].next) {
-      const std::uint64_t f = classes_[static_cast<std::size_t>(c)].freq;
+    for (auto c = classes_.first(); c != classes_.end(); c = classes_.next(c)) {
+      const std::uint64_t f = classes_.count_of_class(c);
       // Every key from this class on scores at least f / max_age: stop once that is worse.
       if (best != no_key && detail::multiply(f, age(best)) >
                                 detail::multiply(freq_[static_cast<std::size_t>(best)], max_age)) {
         break;
       }
-      const cache_key candidate = members_.first_unprotected(c, is_protected);
+      const cache_key candidate = classes_.first_unprotected(c, is_protected);
       if (candidate != no_key && (best == no_key || before(candidate, best))) {
         best = candidate;
       }
@@ -6084,13 +6200,6 @@ class lfru {
   [[nodiscard]] std::uint64_t clock() const noexcept { return clock_; }
 
  private:
-  static constexpr std::int32_t no_class = -1;
-  struct freq_class {
-    std::uint64_t freq = 0;
-    std::int32_t prev = -1;
-    std::int32_t next = -1;
-  };
-
   [[nodiscard]] std::uint64_t age(cache_key key) const noexcept {
     return clock_ - last_[static_cast<std::size_t>(key)] + 1;
   }
@@ -6101,37 +6210,11 @@ class lfru {
     return lhs < rhs ||
            (lhs == rhs && last_[static_cast<std::size_t>(a)] < last_[static_cast<std::size_t>(b)]);
   }
-  std::int32_t new_class_after(std::int32_t at, std::uint64_t freq) noexcept {
-    const std::int32_t c = free_.back();  // reserved in reset: never empty here
-    free_.pop_back();
-    const std::int32_t next = classes_[static_cast<std::size_t>(at)].next;
-    classes_[static_cast<std::size_t>(c)] = {freq, at, next};
-    classes_[static_cast<std::size_t>(at)].next = c;
-    classes_[static_cast<std::size_t>(next)].prev = c;
-    return c;
-  }
-  void release_if_empty(std::int32_t c) noexcept {
-    if (members_.front(c) != no_key) {
-      return;
-    }
-    const freq_class& node = classes_[static_cast<std::size_t>(c)];
-    classes_[static_cast<std::size_t>(node.prev)].next = node.next;
-    classes_[static_cast<std::size_t>(node.next)].prev = node.prev;
-    free_.push_back(c);  // capacity reserved in reset
-  }
-  void join(cache_key key, std::int32_t c) noexcept {
-    members_.push_back(c, key);
-    class_of_[static_cast<std::size_t>(key)] = c;
-  }
 
   std::vector<std::uint64_t> freq_;
   std::vector<std::uint64_t> last_;
-  std::vector<std::int32_t> class_of_;  // key -> its class node, no_class if not resident
-  std::vector<freq_class> classes_;     // class nodes, a list sorted by freq through sentinel_
-  std::vector<std::int32_t> free_;      // unused class nodes
-  detail::key_lists members_;           // one list per class node, oldest `last` first
-  detail::key_lists recency_;           // every resident key, oldest `last` first
-  std::int32_t sentinel_ = 0;
+  detail::frequency_classes classes_;  // resident keys by freq, each class oldest `last` first
+  detail::key_lists recency_;          // every resident key, oldest `last` first
   std::uint64_t clock_ = 0;
 };
 static_assert(eviction_policy<lfru>);

@@ -3,6 +3,7 @@
 /// @brief `lfru`: vLLM's frequency/recency policy, without its per-miss scan.
 #pragma once
 
+#include <wisp/cache/detail/frequency_classes.hpp>
 #include <wisp/cache/detail/key_lists.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 
@@ -67,16 +68,7 @@ class lfru {
     const auto n = static_cast<std::size_t>(layout.size());
     freq_.assign(n, 0);
     last_.assign(n, 0);
-    class_of_.assign(n, no_class);
-    // Class nodes 0..n: at most n are in use, plus the one `on_hit` creates before it frees one.
-    classes_.assign(n + 2, freq_class{});
-    sentinel_ = static_cast<std::int32_t>(n + 1);
-    classes_[static_cast<std::size_t>(sentinel_)] = {0, sentinel_, sentinel_};
-    free_.resize(n + 1);
-    for (std::size_t i = 0; i <= n; ++i) {
-      free_[i] = static_cast<std::int32_t>(n - i);  // pop_back hands out 0, 1, 2, ...
-    }
-    members_.reset(layout.size(), static_cast<std::int32_t>(n + 1));
+    classes_.reset(layout.size());
     recency_.reset(layout.size(), 1);
     clock_ = 0;
   }
@@ -84,36 +76,17 @@ class lfru {
     const auto k = static_cast<std::size_t>(key);
     freq_[k] = 1;
     last_[k] = ++clock_;
-    const std::int32_t head = classes_[static_cast<std::size_t>(sentinel_)].next;
-    const std::int32_t c = head != sentinel_ && classes_[static_cast<std::size_t>(head)].freq == 1
-                               ? head
-                               : new_class_after(sentinel_, 1);
-    join(key, c);
+    classes_.insert_lowest(key, 1);
     recency_.push_back(0, key);
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
     const auto k = static_cast<std::size_t>(key);
-    const std::uint64_t f = ++freq_[k];
+    classes_.promote(key, ++freq_[k]);
     last_[k] = ++clock_;
-    const std::int32_t from = class_of_[k];
-    const std::int32_t next = classes_[static_cast<std::size_t>(from)].next;
-    const std::int32_t to = next != sentinel_ && classes_[static_cast<std::size_t>(next)].freq == f
-                                ? next
-                                : new_class_after(from, f);
-    members_.remove(key);
-    join(key, to);
-    release_if_empty(from);
     recency_.move_to_back(0, key);
   }
   void on_erase(cache_key key) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    const std::int32_t c = class_of_[k];
-    if (c == no_class) {
-      return;
-    }
-    members_.remove(key);
-    class_of_[k] = no_class;
-    release_if_empty(c);
+    classes_.erase(key);
     recency_.remove(key);
   }
   /// The unprotected resident key with the lowest score, or `no_key`.
@@ -125,15 +98,14 @@ class lfru {
     }
     const std::uint64_t max_age = age(oldest);  // no resident key is older
     cache_key best = no_key;
-    for (std::int32_t c = classes_[static_cast<std::size_t>(sentinel_)].next; c != sentinel_;
-         c = classes_[static_cast<std::size_t>(c)].next) {
-      const std::uint64_t f = classes_[static_cast<std::size_t>(c)].freq;
+    for (auto c = classes_.first(); c != classes_.end(); c = classes_.next(c)) {
+      const std::uint64_t f = classes_.count_of_class(c);
       // Every key from this class on scores at least f / max_age: stop once that is worse.
       if (best != no_key && detail::multiply(f, age(best)) >
                                 detail::multiply(freq_[static_cast<std::size_t>(best)], max_age)) {
         break;
       }
-      const cache_key candidate = members_.first_unprotected(c, is_protected);
+      const cache_key candidate = classes_.first_unprotected(c, is_protected);
       if (candidate != no_key && (best == no_key || before(candidate, best))) {
         best = candidate;
       }
@@ -150,13 +122,6 @@ class lfru {
   [[nodiscard]] std::uint64_t clock() const noexcept { return clock_; }
 
  private:
-  static constexpr std::int32_t no_class = -1;
-  struct freq_class {
-    std::uint64_t freq = 0;
-    std::int32_t prev = -1;
-    std::int32_t next = -1;
-  };
-
   [[nodiscard]] std::uint64_t age(cache_key key) const noexcept {
     return clock_ - last_[static_cast<std::size_t>(key)] + 1;
   }
@@ -167,37 +132,11 @@ class lfru {
     return lhs < rhs ||
            (lhs == rhs && last_[static_cast<std::size_t>(a)] < last_[static_cast<std::size_t>(b)]);
   }
-  std::int32_t new_class_after(std::int32_t at, std::uint64_t freq) noexcept {
-    const std::int32_t c = free_.back();  // reserved in reset: never empty here
-    free_.pop_back();
-    const std::int32_t next = classes_[static_cast<std::size_t>(at)].next;
-    classes_[static_cast<std::size_t>(c)] = {freq, at, next};
-    classes_[static_cast<std::size_t>(at)].next = c;
-    classes_[static_cast<std::size_t>(next)].prev = c;
-    return c;
-  }
-  void release_if_empty(std::int32_t c) noexcept {
-    if (members_.front(c) != no_key) {
-      return;
-    }
-    const freq_class& node = classes_[static_cast<std::size_t>(c)];
-    classes_[static_cast<std::size_t>(node.prev)].next = node.next;
-    classes_[static_cast<std::size_t>(node.next)].prev = node.prev;
-    free_.push_back(c);  // capacity reserved in reset
-  }
-  void join(cache_key key, std::int32_t c) noexcept {
-    members_.push_back(c, key);
-    class_of_[static_cast<std::size_t>(key)] = c;
-  }
 
   std::vector<std::uint64_t> freq_;
   std::vector<std::uint64_t> last_;
-  std::vector<std::int32_t> class_of_;  // key -> its class node, no_class if not resident
-  std::vector<freq_class> classes_;     // class nodes, a list sorted by freq through sentinel_
-  std::vector<std::int32_t> free_;      // unused class nodes
-  detail::key_lists members_;           // one list per class node, oldest `last` first
-  detail::key_lists recency_;           // every resident key, oldest `last` first
-  std::int32_t sentinel_ = 0;
+  detail::frequency_classes classes_;  // resident keys by freq, each class oldest `last` first
+  detail::key_lists recency_;          // every resident key, oldest `last` first
   std::uint64_t clock_ = 0;
 };
 static_assert(eviction_policy<lfru>);

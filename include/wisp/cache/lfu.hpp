@@ -4,6 +4,7 @@
 /// whole history, as SpecMD defines LFU). vLLM's frequency/recency score is `lfru` (lfru.hpp).
 #pragma once
 
+#include <wisp/cache/detail/frequency_classes.hpp>
 #include <wisp/cache/detail/key_heap.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 
@@ -13,24 +14,78 @@
 #include <vector>
 
 namespace wisp {
-namespace detail {
 
-/// @brief The LFU family's mechanics: an indexed binary heap on (count, last access).
-/// `WholeHistory` says whether a key's count survives its eviction.
-template <bool WholeHistory>
-class basic_lfu {
+/// @brief Least frequently used, counting while resident ("in-cache LFU"): evicts the resident
+/// key with the fewest accesses since it was last inserted (the count restarts at 1 when an
+/// evicted key comes back); ties go to the least recently used. Compare `lfu_history`.
+///
+/// Keys are grouped by count into classes in increasing order, each in order of last access (the
+/// O(1) LFU structure): an insertion joins the lowest class and a hit moves a key into the next
+/// one, so no operation searches. `on_insert`, `on_hit`, `on_erase`: O(1). `victim`: O(1 + p),
+/// p = protected keys ahead of the answer. Allocation-free after `reset`. Not thread-safe.
+class lfu {
  public:
+  static constexpr std::string_view name = "lfu";
+
+  /// Forgets every key and every count; sizes for `layout.size()` keys. @throws std::bad_alloc
+  void reset(const key_layout& layout) {
+    classes_.reset(layout.size());
+    count_.assign(static_cast<std::size_t>(layout.size()), 0);
+  }
+  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
+    count_[static_cast<std::size_t>(key)] = 1;
+    classes_.insert_lowest(key, 1);
+  }
+  void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
+    classes_.promote(key, ++count_[static_cast<std::size_t>(key)]);
+  }
+  void on_erase(cache_key key) noexcept { classes_.erase(key); }
+  /// The unprotected resident key with the smallest (count, last access), or `no_key`.
+  [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
+                                 protected_keys is_protected) const noexcept {
+    for (auto c = classes_.first(); c != classes_.end(); c = classes_.next(c)) {
+      if (const cache_key k = classes_.first_unprotected(c, is_protected); k != no_key) {
+        return k;
+      }
+    }
+    return no_key;
+  }
+  /// The count `key` is ranked by: its accesses since its last insertion (an evicted key shows
+  /// the count it left with). 0 for a key never seen.
+  [[nodiscard]] std::uint64_t count(cache_key key) const noexcept {
+    return count_[static_cast<std::size_t>(key)];
+  }
+
+ private:
+  detail::frequency_classes classes_;  // resident keys by count, least recently used first
+  std::vector<std::uint64_t> count_;
+};
+static_assert(eviction_policy<lfu>);
+
+/// @brief Least frequently used over the whole history ("perfect LFU", SpecMD's LFU): evicts the
+/// resident key with the fewest accesses since `reset`, counting the accesses made while it was
+/// evicted too; ties go to the least recently used. Unlike `lfu`, an expert that was popular
+/// keeps its rank when it comes back, at the cost of one counter per key for the whole run.
+///
+/// A returning key re-enters at its old count, anywhere in the order, so the classes of `lfu`
+/// would need a search: an indexed binary heap on (count, last access) instead.
+/// `on_insert`, `on_hit`, `on_erase`: O(log n). `victim`: O(1 + p), p = protected keys above the
+/// answer in the heap. Allocation-free after `reset`. Not thread-safe.
+/// @code
+/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout{wisp::cache_scope::global, 26, 64},
+/// 208);
+/// @endcode
+class lfu_history {
+ public:
+  static constexpr std::string_view name = "lfu_history";
+
   /// Forgets every key and every count; sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
     heap_.reset(layout.size());
     count_.assign(static_cast<std::size_t>(layout.size()), 0);
     tick_ = 0;
   }
-  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
-    std::uint64_t& count = count_[static_cast<std::size_t>(key)];
-    count = WholeHistory ? count + 1 : 1;
-    heap_.set(key, {count, ++tick_});
-  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept { on_hit(key, ctx); }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
     const std::uint64_t count = ++count_[static_cast<std::size_t>(key)];
     heap_.set(key, {count, ++tick_});
@@ -41,46 +96,15 @@ class basic_lfu {
                                  protected_keys is_protected) noexcept {
     return heap_.min_unprotected(is_protected);
   }
-  /// The count `key` is ranked by: its accesses since `reset` with `WholeHistory`, else since
-  /// its last insertion (an evicted key shows the count it left with). 0 for a key never seen.
+  /// The count `key` is ranked by: its accesses since `reset`. 0 for a key never seen.
   [[nodiscard]] std::uint64_t count(cache_key key) const noexcept {
     return count_[static_cast<std::size_t>(key)];
   }
 
  private:
-  key_heap heap_;
+  detail::key_heap heap_;
   std::vector<std::uint64_t> count_;
   std::uint64_t tick_ = 0;
-};
-
-}  // namespace detail
-
-/// @brief Least frequently used, counting while resident ("in-cache LFU"): evicts the resident
-/// key with the fewest accesses since it was last inserted (the count restarts at 1 when an
-/// evicted key comes back); ties go to the least recently used. Compare `lfu_history`.
-///
-/// An indexed binary heap on (count, last access). `on_insert`, `on_hit`, `on_erase`: O(log n).
-/// `victim`: O(1 + p), p = protected keys above the answer in the heap. Allocation-free after
-/// `reset`. Not thread-safe.
-class lfu : public detail::basic_lfu<false> {
- public:
-  static constexpr std::string_view name = "lfu";
-};
-static_assert(eviction_policy<lfu>);
-
-/// @brief Least frequently used over the whole history ("perfect LFU", SpecMD's LFU): evicts the
-/// resident key with the fewest accesses since `reset`, counting the accesses made while it was
-/// evicted too; ties go to the least recently used. Unlike `lfu`, an expert that was popular
-/// keeps its rank when it comes back, at the cost of one counter per key for the whole run.
-///
-/// Same structure and costs as `lfu`. Allocation-free after `reset`. Not thread-safe.
-/// @code
-/// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout{wisp::cache_scope::global, 26, 64},
-/// 208);
-/// @endcode
-class lfu_history : public detail::basic_lfu<true> {
- public:
-  static constexpr std::string_view name = "lfu_history";
 };
 static_assert(eviction_policy<lfu_history>);
 
