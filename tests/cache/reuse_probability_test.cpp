@@ -153,6 +153,71 @@ TEST(ReuseProbability, MatchesItsReferenceInBothScopes) {
   }
 }
 
+// Token positions that change within a pass (a batch with one position per row), victims asked at
+// another position than the access that follows (a pass then counted inside their horizon),
+// random protection: every victim must be the scan of the resident keys by the public `score`,
+// ties to the least recently used. This checks when the policy's heap is rescored against the
+// rule it caches.
+TEST(ReuseProbability, VictimIsTheLeastScoreWhenPositionsChangeWithinAPass) {
+  const reuse_probability_config config{
+      .horizon = 3, .max_distance = 6, .positions = 8, .position_weight = 0.9};
+  const std::int32_t keys = 12;
+  const std::size_t capacity = 5;
+  for (std::uint64_t seed = 1; seed <= 16; ++seed) {
+    std::mt19937_64 rng(seed);
+    reuse_probability policy(config);
+    policy.reset(key_layout{cache_scope::per_layer, 1, keys});
+    protect_set protect(keys);
+    std::set<cache_key> resident;
+    std::map<cache_key, std::uint64_t> last;
+    std::uint64_t tick = 0;
+    std::uint32_t step = 0;
+    std::size_t victims = 0;
+    for (std::uint64_t i = 0; i < 4000; ++i) {
+      step += rng() % 2 == 0 ? 1u : 0u;
+      const access_context ctx{step, 0, i, static_cast<std::uint32_t>(rng() % 4)};
+      const auto key = static_cast<cache_key>(rng() % keys);
+      if (resident.count(key) != 0) {
+        policy.on_hit(key, ctx);
+      } else {
+        if (resident.size() == capacity) {
+          protect.clear();
+          for (const cache_key k : resident) {
+            if (rng() % 4 == 0) {
+              protect.insert(k);
+            }
+          }
+          access_context asked = ctx;
+          asked.position = rng() % 2 == 0 ? ctx.position : static_cast<std::uint32_t>(rng() % 4);
+          cache_key expected = no_key;
+          for (const cache_key k : resident) {
+            if (protect.contains(k)) {
+              continue;
+            }
+            const double s = policy.score(k, asked);
+            if (expected == no_key || s < policy.score(expected, asked) ||
+                (s == policy.score(expected, asked) && last[k] < last[expected])) {
+              expected = k;
+            }
+          }
+          const cache_key got = policy.victim(asked, protect.view());
+          ASSERT_EQ(got, expected) << "seed " << seed << " access " << i;
+          if (got == no_key) {
+            continue;  // every resident key protected: the access is skipped
+          }
+          ++victims;
+          policy.on_erase(got);
+          resident.erase(got);
+        }
+        policy.on_insert(key, ctx);
+        resident.insert(key);
+      }
+      last[key] = ++tick;
+    }
+    EXPECT_GT(victims, 1000u);
+  }
+}
+
 TEST(ReuseProbability, RejectsBadParameters) {
   expect_error([] { reuse_probability({.horizon = 0}); }, "horizon must be in [1, 4096], got 0");
   expect_error([] { reuse_probability({.max_distance = 0}); }, "max_distance", "got 0");

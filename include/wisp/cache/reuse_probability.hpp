@@ -29,21 +29,30 @@
 /// used. Without positions (`ctx.position` always 0, as from the pager), the profile is never
 /// consulted beyond position 0 and the policy ranks by its own-reuse estimate alone.
 ///
-/// Cost: `on_insert`, `on_hit` O(1); `on_erase` O(1); `victim` O(r x (max_distance + horizon))
-/// for r resident keys (a scan, fine for a per-layer cache of tens of slots; slow for a global
-/// cache of hundreds). Memory: `keys x (max_distance + 2 + positions)` 32-bit counters. Not
-/// thread-safe; allocation-free after `reset`.
+/// **How it is fast.** A key's score changes only when the key is used, when the pass or the token
+/// position changes, or when a pass at a position inside the horizon is counted. So the resident
+/// keys sit in a binary heap ordered by `(score, last use)`, scored for one `(pass, position)`: a
+/// used key is rescored in place, and the first `victim` at a new pass or position rescores every
+/// resident key and rebuilds the heap in O(r). Each key keeps its reuse distances as suffix counts
+/// (`at_least[d]`: recorded distances `>= d`), so its own-reuse estimate is two reads.
+///
+/// Cost, for r resident keys, distances up to `max_distance` = D and `horizon` = h:
+/// `on_insert`, `on_hit` O(D + h + log r); `on_erase` O(log r); `victim` O(1 + p) (p protected keys
+/// above the answer in the heap), plus O(r x h) once per pass and token position (per-row positions
+/// of a batch pay it at every change of position). Memory: `keys x (D + 2 + positions)` 32-bit
+/// counters. Not thread-safe; allocation-free after `reset`.
 /// @code
 /// wisp::per_layer_cache<wisp::reuse_probability> caches(26, 64, 21);
 /// // ctx.position = the token's index in its sequence (wisp::sim fills it from the trace)
 /// @endcode
 #pragma once
 
-#include <wisp/cache/detail/resident_keys.hpp>
+#include <wisp/cache/detail/key_heap.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/error.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -89,27 +98,29 @@ class reuse_probability {
   void reset(const key_layout& layout) {
     keys_ = static_cast<std::size_t>(layout.size());
     bins_ = static_cast<std::size_t>(config_.max_distance) + 2;
-    reuse_.assign(keys_ * bins_, 0);
+    at_least_.assign(keys_ * bins_, 0);
     used_.assign(keys_ * static_cast<std::size_t>(config_.positions), 0);
     passes_.assign(static_cast<std::size_t>(config_.positions), 0);
     last_step_.assign(keys_, never);
     last_.assign(keys_, 0);
-    resident_.reset(keys_);
+    heap_.reset(layout.size());
     tick_ = 0;
     step_ = never;
+    scored_ = false;
   }
-  void on_insert(cache_key key, const access_context& ctx) noexcept {
-    resident_.insert(key);
-    record(key, ctx);
-  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
   void on_hit(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
-  void on_erase(cache_key key) noexcept { resident_.erase(key); }  // the histories stay
+  void on_erase(cache_key key) noexcept { heap_.erase(key); }  // the histories stay
   /// The unprotected resident key with the smallest `score`, then the least recently used; or
   /// `no_key`.
-  [[nodiscard]] cache_key victim(const access_context& ctx,
-                                 protected_keys is_protected) const noexcept {
-    return resident_.least(
-        is_protected, [&](cache_key k) { return score(k, ctx); }, last_);
+  [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) noexcept {
+    if (!scored_ || ctx.step != scored_step_ || ctx.position != scored_position_) {
+      scored_ = true;
+      scored_step_ = ctx.step;
+      scored_position_ = ctx.position;
+      heap_.rebuild([this](cache_key k) { return priority(k); });
+    }
+    return heap_.min_unprotected(is_protected);
   }
 
   /// The estimated probability that `key` is used within `horizon` passes after `ctx.step`
@@ -133,17 +144,35 @@ class reuse_probability {
       step_ = step;
       if (profiled) {
         ++passes_[position];
+        // A pass counted inside the scored horizon changes every key's profile.
+        scored_ = scored_ && (position <= scored_position_ ||
+                              position > std::size_t{scored_position_} +
+                                             static_cast<std::size_t>(config_.horizon));
       }
     }
     if (last_step_[k] != never && step > last_step_[k]) {
       const auto d = std::min(static_cast<std::size_t>(step - last_step_[k]), bins_ - 1);
-      ++reuse_[k * bins_ + d];
+      std::uint32_t* const row = at_least_.data() + k * bins_;
+      for (std::size_t i = 0; i <= d; ++i) {
+        ++row[i];
+      }
     }
     if (profiled && step != last_step_[k]) {
       ++used_[position * keys_ + k];
     }
     last_step_[k] = step;
     last_[k] = ++tick_;
+    // Inserted or moved in the heap: rescored in place while the heap is for this pass.
+    scored_ = scored_ && ctx.step == scored_step_;
+    heap_.set(key, scored_ ? priority(key) : detail::heap_priority{});
+  }
+  // The heap order: (score at the scored pass and position, last use). A score is never -0.0, so
+  // its bits order as the doubles do.
+  [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
+    access_context at;
+    at.step = scored_step_;
+    at.position = scored_position_;
+    return {std::bit_cast<std::uint64_t>(score(key, at)), last_[static_cast<std::size_t>(key)]};
   }
   // P(next use < a + horizon | next use >= a), a = passes since the last use + 1.
   [[nodiscard]] double own_reuse(std::size_t k, std::uint32_t step) const noexcept {
@@ -154,15 +183,10 @@ class reuse_probability {
     if (a > static_cast<std::size_t>(config_.max_distance)) {
       return 0.0;
     }
-    const std::uint32_t* row = reuse_.data() + k * bins_;
+    const std::uint32_t* row = at_least_.data() + k * bins_;
     const std::size_t soon = std::min(a + static_cast<std::size_t>(config_.horizon), bins_ - 1);
-    std::uint64_t within = 0;
-    std::uint64_t all = 0;
-    for (std::size_t d = a; d < bins_; ++d) {
-      all += row[d];
-      within += d < soon ? row[d] : 0u;
-    }
-    return all == 0 ? 0.0 : static_cast<double>(within) / static_cast<double>(all);
+    const std::uint32_t all = row[a];  // recorded distances >= a
+    return all == 0 ? 0.0 : static_cast<double>(all - row[soon]) / static_cast<double>(all);
   }
   // 1 - prod over the next `horizon` profiled positions of (1 - used / passes).
   [[nodiscard]] double profile(std::size_t k, std::uint32_t position) const noexcept {
@@ -181,14 +205,17 @@ class reuse_probability {
   reuse_probability_config config_;
   std::size_t keys_ = 0;
   std::size_t bins_ = 0;
-  std::vector<std::uint32_t> reuse_;     // [key x (max_distance + 2)] reuse-distance counts
+  std::vector<std::uint32_t> at_least_;  // [key x (max_distance + 2)] recorded distances >= d
   std::vector<std::uint32_t> used_;      // [position x key] passes at the position that used it
   std::vector<std::uint32_t> passes_;    // [position] passes seen at the position
   std::vector<std::int64_t> last_step_;  // [key] pass of the last use, or `never`
   std::vector<std::uint64_t> last_;      // [key] tick of the last use (ties)
-  detail::resident_keys resident_;
+  detail::key_heap heap_;  // resident keys by priority(); exact while scored_
   std::uint64_t tick_ = 0;
   std::int64_t step_ = never;  // the pass of the last access
+  bool scored_ = false;        // every resident key's place is for the scored pass and position
+  std::uint32_t scored_step_ = 0;
+  std::uint32_t scored_position_ = 0;
 };
 static_assert(eviction_policy<reuse_probability>);
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
 /// @brief Internal: an indexed binary min-heap over dense keys with a two-word priority, ties
-/// broken by the smaller key. push/update/erase O(log n); allocation-free after `reset`.
+/// broken by the smaller key. push/update/erase O(log n), rebuild O(n); allocation-free after
+/// `reset`.
 #pragma once
 
 #include <wisp/cache/eviction_policy.hpp>
@@ -74,6 +75,18 @@ class key_heap {
       place(i, moved);
       sift_up(i);
       sift_down(pos_[static_cast<std::size_t>(moved)]);
+    }
+  }
+
+  /// Gives every key in the heap the priority `priority(key)` and restores the heap order
+  /// (Floyd's bottom-up construction). O(n) calls of `priority` and O(n) sift steps.
+  template <class Priority>
+  void rebuild(Priority&& priority) noexcept {
+    for (const cache_key key : heap_) {
+      prio_[static_cast<std::size_t>(key)] = priority(key);
+    }
+    for (std::size_t i = heap_.size() / 2; i-- > 0;) {
+      sift_down(i);
     }
   }
 
