@@ -5840,7 +5840,8 @@ class frequency_classes {
 // ---- begin wisp/cache/detail/key_heap.hpp ------------------------------------------------------
 /// @file
 /// @brief Internal: an indexed binary min-heap over dense keys with a two-word priority, ties
-/// broken by the smaller key. push/update/erase O(log n); allocation-free after `reset`.
+/// broken by the smaller key. push/update/erase O(log n), rebuild O(n); allocation-free after
+/// `reset`.
 
 namespace wisp::detail {
 
@@ -5870,6 +5871,8 @@ class key_heap {
     return pos_[static_cast<std::size_t>(key)] != npos;
   }
   [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
+  /// The keys in heap order (the smallest first, the rest unordered). O(1).
+  [[nodiscard]] std::span<const cache_key> keys() const noexcept { return heap_; }
 
   /// Inserts `key` (absent) or changes its priority (present). O(log n).
   void set(cache_key key, heap_priority prio) noexcept {
@@ -5908,12 +5911,26 @@ class key_heap {
     }
   }
 
+  /// Gives every key in the heap the priority `priority(key)` and restores the heap order
+  /// (Floyd's bottom-up construction). O(n) calls of `priority` and O(n) sift steps.
+  template <class Priority>
+  void rebuild(Priority&& priority) noexcept {
+    for (const cache_key key : heap_) {
+      prio_[static_cast<std::size_t>(key)] = priority(key);
+    }
+    for (std::size_t i = heap_.size() / 2; i-- > 0;) {
+      sift_down(i);
+    }
+  }
+
   /// The smallest key (by priority, then key) with `!is_protected(key)`, or `no_key`.
   /// O(1 + p), p = protected keys that sit above it in the heap (a search of the protected region
-  /// around the root; the answer has only protected ancestors).
-  [[nodiscard]] cache_key min_unprotected(protected_keys is_protected) noexcept {
-    if (heap_.empty()) {
-      return no_key;
+  /// around the root; the answer has only protected ancestors). `is_protected` is a
+  /// `protected_keys` or any predicate on the heap's keys.
+  template <class IsProtected>
+  [[nodiscard]] cache_key min_unprotected(const IsProtected& is_protected) noexcept {
+    if (heap_.empty() || !is_protected(heap_[0])) {
+      return heap_.empty() ? no_key : heap_[0];
     }
     cache_key best = no_key;
     stack_.clear();
@@ -6623,8 +6640,6 @@ class decayed_frequency {
     heap_.reset(layout.size());
     count_.assign(static_cast<std::size_t>(layout.size()), 0.0);
     last_.assign(static_cast<std::size_t>(layout.size()), 0);
-    resident_.clear();
-    resident_.reserve(static_cast<std::size_t>(layout.size()));
     tick_ = 0;
     clock_.reset();
   }
@@ -6666,25 +6681,17 @@ class decayed_frequency {
     if (shift == 0) {
       return;
     }
-    resident_.clear();
-    for (std::size_t k = 0; k < count_.size(); ++k) {
-      count_[k] = std::ldexp(count_[k], -shift);
-      if (heap_.contains(static_cast<cache_key>(k))) {
-        resident_.push_back(static_cast<cache_key>(k));
-      }
+    for (double& c : count_) {
+      c = std::ldexp(c, -shift);
     }
     // Counts that became equal (or 0) may have changed order: rebuild the heap.
-    heap_.reset(static_cast<std::int32_t>(count_.size()));
-    for (const cache_key k : resident_) {
-      heap_.set(k, priority(k));
-    }
+    heap_.rebuild([this](cache_key k) { return priority(k); });
   }
 
   detail::decay_clock clock_;
   detail::key_heap heap_;            // resident keys by (scaled count, last access)
   std::vector<double> count_;        // every key's count, scaled by clock_
   std::vector<std::uint64_t> last_;  // every key's last access tick
-  std::vector<cache_key> resident_;  // scratch of a rescale
   std::uint64_t tick_ = 0;
 };
 static_assert(eviction_policy<decayed_frequency>);
@@ -6721,9 +6728,20 @@ static_assert(eviction_policy<decayed_frequency>);
 ///
 /// The attached predictor and pass are read, never written: their owner observes each layer's
 /// routing into the pass before that layer's cache call and learns complete passes (the timeline
-/// simulator does). `victim` scans the resident keys: O(n) plus, once per (pass, layer), a score
-/// of the `lookahead` layers ahead (O(lookahead x window x top_k x E)). Other hooks O(1).
-/// Allocation-free after `reset`. Not thread-safe.
+/// simulator does).
+///
+/// **How it is fast.** The keys of one layer share `d`, and `D` falls as the count rises, so the
+/// farthest key of a layer is its least-counted one (ties: least recently used; the order of the
+/// counts does not change as they decay). Each layer's resident keys sit in a heap by
+/// `(count, last use)`, as in `decayed_frequency`; `victim` compares `D` of each layer's top,
+/// and scans only the layers whose `p` comes from the predictor. (A scan of every key could prefer
+/// the less recently used of two keys whose different counts round to the same `D`; this takes
+/// the smaller count.)
+///
+/// Cost, L layers (1 in per-layer scope): `on_insert`, `on_hit`, `on_erase` O(log n); `victim`
+/// O(L + p) plus the resident keys of the `lookahead` predicted layers, and, once per (pass,
+/// layer), a score of those layers (O(lookahead x window x top_k x E)). Allocation-free after
+/// `reset`. Not thread-safe.
 /// @code
 /// wisp::coactivation_predictor table(shape);
 /// wisp::routing_pass pass(shape);
@@ -6731,72 +6749,6 @@ static_assert(eviction_policy<decayed_frequency>);
 ///     wisp::key_layout{wisp::cache_scope::global, 26, 64}, 546,
 ///     wisp::predicted_next_use(256.0).attach(table, pass));
 /// @endcode
-
-// ---- begin wisp/cache/detail/resident_keys.hpp -------------------------------------------------
-/// @file
-/// @brief Internal: the resident keys of a policy that picks its victim by scanning them (the
-/// scoring policies): a dense array plus each key's index in it, so that inserting and erasing a
-/// key cost O(1) and a scan touches resident keys only.
-
-namespace wisp::detail {
-
-class resident_keys {
- public:
-  /// Empties the set and sizes it for keys `[0, keys)`. @throws std::bad_alloc
-  void reset(std::size_t keys) {
-    index_.assign(keys, absent);
-    keys_.clear();
-    keys_.reserve(keys);  // insert never allocates
-  }
-  void insert(cache_key key) noexcept {
-    index_[static_cast<std::size_t>(key)] = static_cast<std::uint32_t>(keys_.size());
-    keys_.push_back(key);
-  }
-  /// Removes `key` if present (its place goes to the last key).
-  void erase(cache_key key) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    const std::uint32_t i = index_[k];
-    if (i == absent) {
-      return;
-    }
-    const cache_key moved = keys_.back();
-    keys_[i] = moved;
-    index_[static_cast<std::size_t>(moved)] = i;
-    keys_.pop_back();
-    index_[k] = absent;
-  }
-
-  /// The unprotected key with the smallest `rank(key)`, ties to the smaller `last[key]` (the
-  /// least recently used); `no_key` if every key is protected. O(size) calls of `rank`.
-  template <class Rank>
-  [[nodiscard]] cache_key least(protected_keys is_protected, Rank rank,
-                                std::span<const std::uint64_t> last) const {
-    cache_key best = no_key;
-    double best_rank = 0.0;
-    for (const cache_key key : keys_) {
-      if (is_protected(key)) {
-        continue;
-      }
-      const double r = rank(key);
-      if (best == no_key || r < best_rank ||
-          (r == best_rank &&
-           last[static_cast<std::size_t>(key)] < last[static_cast<std::size_t>(best)])) {
-        best = key;
-        best_rank = r;
-      }
-    }
-    return best;
-  }
-
- private:
-  static constexpr std::uint32_t absent = ~std::uint32_t{0};
-
-  std::vector<std::uint32_t> index_;  // [key] position in keys_, or `absent`
-  std::vector<cache_key> keys_;       // resident keys, unordered
-};
-
-}  // namespace wisp::detail
-// ---- end wisp/cache/detail/resident_keys.hpp ---------------------------------------------------
 
 // ---- begin wisp/predict/coactivation.hpp -------------------------------------------------------
 /// @file
@@ -7673,7 +7625,11 @@ class predicted_next_use {
     const auto n = static_cast<std::size_t>(layout.size());
     count_.assign(n, 0.0);
     last_.assign(n, 0);
-    resident_.reset(n);
+    heaps_.resize(layout.scope == cache_scope::global ? static_cast<std::size_t>(layout.layers)
+                                                      : 1u);
+    for (detail::key_heap& heap : heaps_) {
+      heap.reset(layout.experts);  // the layer's keys by expert
+    }
     passes_ = 0.0;
     tick_ = 0;
     clock_.reset();
@@ -7688,30 +7644,58 @@ class predicted_next_use {
     }
     scores_.assign(predicts ? static_cast<std::size_t>(lookahead_) * n / layout.layers : 0, 0.0f);
   }
-  void on_insert(cache_key key, const access_context& ctx) noexcept {
-    resident_.insert(key);
-    bump(key, ctx);
-  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
   void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
-  void on_erase(cache_key key) noexcept { resident_.erase(key); }
-  /// The unprotected resident key with the largest predicted next-use distance, or `no_key`.
+  void on_erase(cache_key key) noexcept { heap_of(key).erase(key % layout_.experts); }
+  /// The unprotected resident key with the largest predicted next-use distance (then the least
+  /// recently used), or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) {
     refresh_scores(ctx);
-    return resident_.least(  // the farthest first
-        is_protected, [&](cache_key key) { return -distance(key, ctx.layer); }, last_);
+    cache_key best = no_key;
+    double best_distance = 0.0;
+    const auto consider = [&](cache_key key, std::int32_t key_layer) {
+      const double d = distance(key, key_layer, ctx.layer);
+      if (best == no_key || d > best_distance ||
+          (d == best_distance &&
+           last_[static_cast<std::size_t>(key)] < last_[static_cast<std::size_t>(best)])) {
+        best = key;
+        best_distance = d;
+      }
+    };
+    for (std::size_t h = 0; h < heaps_.size(); ++h) {
+      const std::int32_t layer = heaps_.size() == 1 ? ctx.layer : static_cast<std::int32_t>(h);
+      const cache_key base = heaps_.size() == 1 ? 0 : layer * layout_.experts;
+      if (heaps_.size() > 1 && predicted(layer, ctx.layer)) {  // p per key: every key
+        for (const cache_key expert : heaps_[h].keys()) {
+          if (!is_protected(base + expert)) {
+            consider(base + expert, layer);
+          }
+        }
+        continue;
+      }
+      const cache_key expert = heaps_[h].min_unprotected(
+          [&](cache_key e) { return is_protected(base + e); });  // the layer's farthest
+      if (expert != no_key) {
+        consider(base + expert, layer);
+      }
+    }
+    return best;
   }
 
   /// The predicted next-use distance `D(key)` (layer executions) with layer `layer` executing.
   /// Uses the predictor's scores as of the last `victim` call.
   [[nodiscard]] double distance(cache_key key, std::int32_t layer) const noexcept {
-    const std::int32_t layers = layout_.layers;
-    const std::int32_t key_layer = layout_.layer_of(key, layer);
-    const std::int32_t d = ((key_layer - layer - 1) % layers + layers) % layers + 1;
-    const double p = probability(key, key_layer, layer);
-    return p <= 0.0 ? std::numeric_limits<double>::infinity() : d + layers * (1.0 / p - 1.0);
+    return distance(key, layout_.layer_of(key, layer), layer);
   }
 
  private:
+  [[nodiscard]] double distance(cache_key key, std::int32_t key_layer,
+                                std::int32_t layer) const noexcept {
+    const std::int32_t layers = layout_.layers;
+    const std::int32_t d = key_layer > layer ? key_layer - layer : key_layer - layer + layers;
+    const double p = probability(key, key_layer, layer);
+    return p <= 0.0 ? std::numeric_limits<double>::infinity() : d + layers * (1.0 / p - 1.0);
+  }
   void bump(cache_key key, const access_context& ctx) noexcept {
     if (!clock_.at(ctx.step)) {
       if (const int shift = clock_.advance(ctx.step); shift != 0) {
@@ -7719,22 +7703,39 @@ class predicted_next_use {
           c = std::ldexp(c, -shift);
         }
         passes_ = std::ldexp(passes_, -shift);
+        // Counts that became equal (or 0) may have changed order: rebuild the heaps.
+        for (std::size_t h = 0; h < heaps_.size(); ++h) {
+          const auto base = static_cast<cache_key>(h) * layout_.experts;
+          heaps_[h].rebuild([&](cache_key e) { return priority(base + e); });
+        }
       }
       passes_ += clock_.weight();  // a new pass
     }
     const auto k = static_cast<std::size_t>(key);
     count_[k] += clock_.weight();
     last_[k] = ++tick_;
+    heap_of(key).set(key % layout_.experts, priority(key));
+  }
+  [[nodiscard]] detail::key_heap& heap_of(cache_key key) noexcept {
+    return heaps_[heaps_.size() == 1 ? 0u : static_cast<std::size_t>(key / layout_.experts)];
+  }
+  // Non-negative doubles order as their bit patterns.
+  [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    return {std::bit_cast<std::uint64_t>(count_[k]), last_[k]};
+  }
+  // Whether keys of `key_layer` take `p` from the predictor while `layer` executes.
+  [[nodiscard]] bool predicted(std::int32_t key_layer, std::int32_t layer) const noexcept {
+    const std::int32_t ahead = key_layer - scored_observed_;  // 0 = the next layer to observe
+    return !scores_.empty() && scored_observed_ >= 0 && key_layer > layer && ahead >= 0 &&
+           ahead < lookahead_;
   }
   [[nodiscard]] double probability(cache_key key, std::int32_t key_layer,
                                    std::int32_t layer) const noexcept {
-    if (!scores_.empty() && scored_observed_ >= 0 && key_layer > layer) {
-      const std::int32_t ahead = key_layer - scored_observed_;  // 0 = the next layer to observe
-      if (ahead >= 0 && ahead < lookahead_) {
-        const auto experts = static_cast<std::size_t>(layout_.experts);
-        const std::size_t expert = static_cast<std::size_t>(key) % experts;
-        return scores_[static_cast<std::size_t>(ahead) * experts + expert];
-      }
+    if (predicted(key_layer, layer)) {
+      const auto experts = static_cast<std::size_t>(layout_.experts);
+      const std::size_t expert = static_cast<std::size_t>(key) % experts;
+      return scores_[static_cast<std::size_t>(key_layer - scored_observed_) * experts + expert];
     }
     return passes_ > 0.0 ? count_[static_cast<std::size_t>(key)] / passes_ : 0.0;
   }
@@ -7765,7 +7766,7 @@ class predicted_next_use {
   key_layout layout_;
   std::vector<double> count_;        // every key's decayed count, scaled
   std::vector<std::uint64_t> last_;  // every key's last access tick
-  detail::resident_keys resident_;
+  std::vector<detail::key_heap> heaps_;  // per layer (one in per-layer scope): by (count, last)
   std::vector<float> scores_;  // [lookahead x experts]: predicted probabilities
   double passes_ = 0.0;        // decayed passes seen, scaled
   std::uint64_t tick_ = 0;
@@ -7808,10 +7809,18 @@ static_assert(eviction_policy<predicted_next_use>);
 /// used. Without positions (`ctx.position` always 0, as from the pager), the profile is never
 /// consulted beyond position 0 and the policy ranks by its own-reuse estimate alone.
 ///
-/// Cost: `on_insert`, `on_hit` O(1); `on_erase` O(1); `victim` O(r x (max_distance + horizon))
-/// for r resident keys (a scan, fine for a per-layer cache of tens of slots; slow for a global
-/// cache of hundreds). Memory: `keys x (max_distance + 2 + positions)` 32-bit counters. Not
-/// thread-safe; allocation-free after `reset`.
+/// **How it is fast.** A key's score changes only when the key is used, when the pass or the token
+/// position changes, or when a pass at a position inside the horizon is counted. So the resident
+/// keys sit in a binary heap ordered by `(score, last use)`, scored for one `(pass, position)`: a
+/// used key is rescored in place, and the first `victim` at a new pass or position rescores every
+/// resident key and rebuilds the heap in O(r). Each key keeps its reuse distances as suffix counts
+/// (`at_least[d]`: recorded distances `>= d`), so its own-reuse estimate is two reads.
+///
+/// Cost, for r resident keys, distances up to `max_distance` = D and `horizon` = h:
+/// `on_insert`, `on_hit` O(D + h + log r); `on_erase` O(log r); `victim` O(1 + p) (p protected keys
+/// above the answer in the heap), plus O(r x h) once per pass and token position (per-row positions
+/// of a batch pay it at every change of position). Memory: `keys x (D + 2 + positions)` 32-bit
+/// counters. Not thread-safe; allocation-free after `reset`.
 /// @code
 /// wisp::per_layer_cache<wisp::reuse_probability> caches(26, 64, 21);
 /// // ctx.position = the token's index in its sequence (wisp::sim fills it from the trace)
@@ -7857,27 +7866,29 @@ class reuse_probability {
   void reset(const key_layout& layout) {
     keys_ = static_cast<std::size_t>(layout.size());
     bins_ = static_cast<std::size_t>(config_.max_distance) + 2;
-    reuse_.assign(keys_ * bins_, 0);
+    at_least_.assign(keys_ * bins_, 0);
     used_.assign(keys_ * static_cast<std::size_t>(config_.positions), 0);
     passes_.assign(static_cast<std::size_t>(config_.positions), 0);
     last_step_.assign(keys_, never);
     last_.assign(keys_, 0);
-    resident_.reset(keys_);
+    heap_.reset(layout.size());
     tick_ = 0;
     step_ = never;
+    scored_ = false;
   }
-  void on_insert(cache_key key, const access_context& ctx) noexcept {
-    resident_.insert(key);
-    record(key, ctx);
-  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
   void on_hit(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
-  void on_erase(cache_key key) noexcept { resident_.erase(key); }  // the histories stay
+  void on_erase(cache_key key) noexcept { heap_.erase(key); }  // the histories stay
   /// The unprotected resident key with the smallest `score`, then the least recently used; or
   /// `no_key`.
-  [[nodiscard]] cache_key victim(const access_context& ctx,
-                                 protected_keys is_protected) const noexcept {
-    return resident_.least(
-        is_protected, [&](cache_key k) { return score(k, ctx); }, last_);
+  [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) noexcept {
+    if (!scored_ || ctx.step != scored_step_ || ctx.position != scored_position_) {
+      scored_ = true;
+      scored_step_ = ctx.step;
+      scored_position_ = ctx.position;
+      heap_.rebuild([this](cache_key k) { return priority(k); });
+    }
+    return heap_.min_unprotected(is_protected);
   }
 
   /// The estimated probability that `key` is used within `horizon` passes after `ctx.step`
@@ -7901,17 +7912,35 @@ class reuse_probability {
       step_ = step;
       if (profiled) {
         ++passes_[position];
+        // A pass counted inside the scored horizon changes every key's profile.
+        scored_ = scored_ && (position <= scored_position_ ||
+                              position > std::size_t{scored_position_} +
+                                             static_cast<std::size_t>(config_.horizon));
       }
     }
     if (last_step_[k] != never && step > last_step_[k]) {
       const auto d = std::min(static_cast<std::size_t>(step - last_step_[k]), bins_ - 1);
-      ++reuse_[k * bins_ + d];
+      std::uint32_t* const row = at_least_.data() + k * bins_;
+      for (std::size_t i = 0; i <= d; ++i) {
+        ++row[i];
+      }
     }
     if (profiled && step != last_step_[k]) {
       ++used_[position * keys_ + k];
     }
     last_step_[k] = step;
     last_[k] = ++tick_;
+    // Inserted or moved in the heap: rescored in place while the heap is for this pass.
+    scored_ = scored_ && ctx.step == scored_step_;
+    heap_.set(key, scored_ ? priority(key) : detail::heap_priority{});
+  }
+  // The heap order: (score at the scored pass and position, last use). A score is never -0.0, so
+  // its bits order as the doubles do.
+  [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
+    access_context at;
+    at.step = scored_step_;
+    at.position = scored_position_;
+    return {std::bit_cast<std::uint64_t>(score(key, at)), last_[static_cast<std::size_t>(key)]};
   }
   // P(next use < a + horizon | next use >= a), a = passes since the last use + 1.
   [[nodiscard]] double own_reuse(std::size_t k, std::uint32_t step) const noexcept {
@@ -7922,15 +7951,10 @@ class reuse_probability {
     if (a > static_cast<std::size_t>(config_.max_distance)) {
       return 0.0;
     }
-    const std::uint32_t* row = reuse_.data() + k * bins_;
+    const std::uint32_t* row = at_least_.data() + k * bins_;
     const std::size_t soon = std::min(a + static_cast<std::size_t>(config_.horizon), bins_ - 1);
-    std::uint64_t within = 0;
-    std::uint64_t all = 0;
-    for (std::size_t d = a; d < bins_; ++d) {
-      all += row[d];
-      within += d < soon ? row[d] : 0u;
-    }
-    return all == 0 ? 0.0 : static_cast<double>(within) / static_cast<double>(all);
+    const std::uint32_t all = row[a];  // recorded distances >= a
+    return all == 0 ? 0.0 : static_cast<double>(all - row[soon]) / static_cast<double>(all);
   }
   // 1 - prod over the next `horizon` profiled positions of (1 - used / passes).
   [[nodiscard]] double profile(std::size_t k, std::uint32_t position) const noexcept {
@@ -7949,14 +7973,17 @@ class reuse_probability {
   reuse_probability_config config_;
   std::size_t keys_ = 0;
   std::size_t bins_ = 0;
-  std::vector<std::uint32_t> reuse_;     // [key x (max_distance + 2)] reuse-distance counts
+  std::vector<std::uint32_t> at_least_;  // [key x (max_distance + 2)] recorded distances >= d
   std::vector<std::uint32_t> used_;      // [position x key] passes at the position that used it
   std::vector<std::uint32_t> passes_;    // [position] passes seen at the position
   std::vector<std::int64_t> last_step_;  // [key] pass of the last use, or `never`
   std::vector<std::uint64_t> last_;      // [key] tick of the last use (ties)
-  detail::resident_keys resident_;
+  detail::key_heap heap_;  // resident keys by priority(); exact while scored_
   std::uint64_t tick_ = 0;
   std::int64_t step_ = never;  // the pass of the last access
+  bool scored_ = false;        // every resident key's place is for the scored pass and position
+  std::uint32_t scored_step_ = 0;
+  std::uint32_t scored_position_ = 0;
 };
 static_assert(eviction_policy<reuse_probability>);
 

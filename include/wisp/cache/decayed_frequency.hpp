@@ -62,8 +62,6 @@ class decayed_frequency {
     heap_.reset(layout.size());
     count_.assign(static_cast<std::size_t>(layout.size()), 0.0);
     last_.assign(static_cast<std::size_t>(layout.size()), 0);
-    resident_.clear();
-    resident_.reserve(static_cast<std::size_t>(layout.size()));
     tick_ = 0;
     clock_.reset();
   }
@@ -105,25 +103,17 @@ class decayed_frequency {
     if (shift == 0) {
       return;
     }
-    resident_.clear();
-    for (std::size_t k = 0; k < count_.size(); ++k) {
-      count_[k] = std::ldexp(count_[k], -shift);
-      if (heap_.contains(static_cast<cache_key>(k))) {
-        resident_.push_back(static_cast<cache_key>(k));
-      }
+    for (double& c : count_) {
+      c = std::ldexp(c, -shift);
     }
     // Counts that became equal (or 0) may have changed order: rebuild the heap.
-    heap_.reset(static_cast<std::int32_t>(count_.size()));
-    for (const cache_key k : resident_) {
-      heap_.set(k, priority(k));
-    }
+    heap_.rebuild([this](cache_key k) { return priority(k); });
   }
 
   detail::decay_clock clock_;
   detail::key_heap heap_;            // resident keys by (scaled count, last access)
   std::vector<double> count_;        // every key's count, scaled by clock_
   std::vector<std::uint64_t> last_;  // every key's last access tick
-  std::vector<cache_key> resident_;  // scratch of a rescale
   std::uint64_t tick_ = 0;
 };
 static_assert(eviction_policy<decayed_frequency>);

@@ -27,9 +27,20 @@
 ///
 /// The attached predictor and pass are read, never written: their owner observes each layer's
 /// routing into the pass before that layer's cache call and learns complete passes (the timeline
-/// simulator does). `victim` scans the resident keys: O(n) plus, once per (pass, layer), a score
-/// of the `lookahead` layers ahead (O(lookahead x window x top_k x E)). Other hooks O(1).
-/// Allocation-free after `reset`. Not thread-safe.
+/// simulator does).
+///
+/// **How it is fast.** The keys of one layer share `d`, and `D` falls as the count rises, so the
+/// farthest key of a layer is its least-counted one (ties: least recently used; the order of the
+/// counts does not change as they decay). Each layer's resident keys sit in a heap by
+/// `(count, last use)`, as in `decayed_frequency`; `victim` compares `D` of each layer's top,
+/// and scans only the layers whose `p` comes from the predictor. (A scan of every key could prefer
+/// the less recently used of two keys whose different counts round to the same `D`; this takes
+/// the smaller count.)
+///
+/// Cost, L layers (1 in per-layer scope): `on_insert`, `on_hit`, `on_erase` O(log n); `victim`
+/// O(L + p) plus the resident keys of the `lookahead` predicted layers, and, once per (pass,
+/// layer), a score of those layers (O(lookahead x window x top_k x E)). Allocation-free after
+/// `reset`. Not thread-safe.
 /// @code
 /// wisp::coactivation_predictor table(shape);
 /// wisp::routing_pass pass(shape);
@@ -40,12 +51,13 @@
 #pragma once
 
 #include <wisp/cache/detail/decay_clock.hpp>
-#include <wisp/cache/detail/resident_keys.hpp>
+#include <wisp/cache/detail/key_heap.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/predict/coactivation.hpp>
 #include <wisp/predict/routing_predictor.hpp>
 
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -92,7 +104,11 @@ class predicted_next_use {
     const auto n = static_cast<std::size_t>(layout.size());
     count_.assign(n, 0.0);
     last_.assign(n, 0);
-    resident_.reset(n);
+    heaps_.resize(layout.scope == cache_scope::global ? static_cast<std::size_t>(layout.layers)
+                                                      : 1u);
+    for (detail::key_heap& heap : heaps_) {
+      heap.reset(layout.experts);  // the layer's keys by expert
+    }
     passes_ = 0.0;
     tick_ = 0;
     clock_.reset();
@@ -107,30 +123,58 @@ class predicted_next_use {
     }
     scores_.assign(predicts ? static_cast<std::size_t>(lookahead_) * n / layout.layers : 0, 0.0f);
   }
-  void on_insert(cache_key key, const access_context& ctx) noexcept {
-    resident_.insert(key);
-    bump(key, ctx);
-  }
+  void on_insert(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
   void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
-  void on_erase(cache_key key) noexcept { resident_.erase(key); }
-  /// The unprotected resident key with the largest predicted next-use distance, or `no_key`.
+  void on_erase(cache_key key) noexcept { heap_of(key).erase(key % layout_.experts); }
+  /// The unprotected resident key with the largest predicted next-use distance (then the least
+  /// recently used), or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) {
     refresh_scores(ctx);
-    return resident_.least(  // the farthest first
-        is_protected, [&](cache_key key) { return -distance(key, ctx.layer); }, last_);
+    cache_key best = no_key;
+    double best_distance = 0.0;
+    const auto consider = [&](cache_key key, std::int32_t key_layer) {
+      const double d = distance(key, key_layer, ctx.layer);
+      if (best == no_key || d > best_distance ||
+          (d == best_distance &&
+           last_[static_cast<std::size_t>(key)] < last_[static_cast<std::size_t>(best)])) {
+        best = key;
+        best_distance = d;
+      }
+    };
+    for (std::size_t h = 0; h < heaps_.size(); ++h) {
+      const std::int32_t layer = heaps_.size() == 1 ? ctx.layer : static_cast<std::int32_t>(h);
+      const cache_key base = heaps_.size() == 1 ? 0 : layer * layout_.experts;
+      if (heaps_.size() > 1 && predicted(layer, ctx.layer)) {  // p per key: every key
+        for (const cache_key expert : heaps_[h].keys()) {
+          if (!is_protected(base + expert)) {
+            consider(base + expert, layer);
+          }
+        }
+        continue;
+      }
+      const cache_key expert = heaps_[h].min_unprotected(
+          [&](cache_key e) { return is_protected(base + e); });  // the layer's farthest
+      if (expert != no_key) {
+        consider(base + expert, layer);
+      }
+    }
+    return best;
   }
 
   /// The predicted next-use distance `D(key)` (layer executions) with layer `layer` executing.
   /// Uses the predictor's scores as of the last `victim` call.
   [[nodiscard]] double distance(cache_key key, std::int32_t layer) const noexcept {
-    const std::int32_t layers = layout_.layers;
-    const std::int32_t key_layer = layout_.layer_of(key, layer);
-    const std::int32_t d = ((key_layer - layer - 1) % layers + layers) % layers + 1;
-    const double p = probability(key, key_layer, layer);
-    return p <= 0.0 ? std::numeric_limits<double>::infinity() : d + layers * (1.0 / p - 1.0);
+    return distance(key, layout_.layer_of(key, layer), layer);
   }
 
  private:
+  [[nodiscard]] double distance(cache_key key, std::int32_t key_layer,
+                                std::int32_t layer) const noexcept {
+    const std::int32_t layers = layout_.layers;
+    const std::int32_t d = key_layer > layer ? key_layer - layer : key_layer - layer + layers;
+    const double p = probability(key, key_layer, layer);
+    return p <= 0.0 ? std::numeric_limits<double>::infinity() : d + layers * (1.0 / p - 1.0);
+  }
   void bump(cache_key key, const access_context& ctx) noexcept {
     if (!clock_.at(ctx.step)) {
       if (const int shift = clock_.advance(ctx.step); shift != 0) {
@@ -138,22 +182,39 @@ class predicted_next_use {
           c = std::ldexp(c, -shift);
         }
         passes_ = std::ldexp(passes_, -shift);
+        // Counts that became equal (or 0) may have changed order: rebuild the heaps.
+        for (std::size_t h = 0; h < heaps_.size(); ++h) {
+          const auto base = static_cast<cache_key>(h) * layout_.experts;
+          heaps_[h].rebuild([&](cache_key e) { return priority(base + e); });
+        }
       }
       passes_ += clock_.weight();  // a new pass
     }
     const auto k = static_cast<std::size_t>(key);
     count_[k] += clock_.weight();
     last_[k] = ++tick_;
+    heap_of(key).set(key % layout_.experts, priority(key));
+  }
+  [[nodiscard]] detail::key_heap& heap_of(cache_key key) noexcept {
+    return heaps_[heaps_.size() == 1 ? 0u : static_cast<std::size_t>(key / layout_.experts)];
+  }
+  // Non-negative doubles order as their bit patterns.
+  [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    return {std::bit_cast<std::uint64_t>(count_[k]), last_[k]};
+  }
+  // Whether keys of `key_layer` take `p` from the predictor while `layer` executes.
+  [[nodiscard]] bool predicted(std::int32_t key_layer, std::int32_t layer) const noexcept {
+    const std::int32_t ahead = key_layer - scored_observed_;  // 0 = the next layer to observe
+    return !scores_.empty() && scored_observed_ >= 0 && key_layer > layer && ahead >= 0 &&
+           ahead < lookahead_;
   }
   [[nodiscard]] double probability(cache_key key, std::int32_t key_layer,
                                    std::int32_t layer) const noexcept {
-    if (!scores_.empty() && scored_observed_ >= 0 && key_layer > layer) {
-      const std::int32_t ahead = key_layer - scored_observed_;  // 0 = the next layer to observe
-      if (ahead >= 0 && ahead < lookahead_) {
-        const auto experts = static_cast<std::size_t>(layout_.experts);
-        const std::size_t expert = static_cast<std::size_t>(key) % experts;
-        return scores_[static_cast<std::size_t>(ahead) * experts + expert];
-      }
+    if (predicted(key_layer, layer)) {
+      const auto experts = static_cast<std::size_t>(layout_.experts);
+      const std::size_t expert = static_cast<std::size_t>(key) % experts;
+      return scores_[static_cast<std::size_t>(key_layer - scored_observed_) * experts + expert];
     }
     return passes_ > 0.0 ? count_[static_cast<std::size_t>(key)] / passes_ : 0.0;
   }
@@ -184,7 +245,7 @@ class predicted_next_use {
   key_layout layout_;
   std::vector<double> count_;        // every key's decayed count, scaled
   std::vector<std::uint64_t> last_;  // every key's last access tick
-  detail::resident_keys resident_;
+  std::vector<detail::key_heap> heaps_;  // per layer (one in per-layer scope): by (count, last)
   std::vector<float> scores_;  // [lookahead x experts]: predicted probabilities
   double passes_ = 0.0;        // decayed passes seen, scaled
   std::uint64_t tick_ = 0;

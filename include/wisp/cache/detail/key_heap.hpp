@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -40,6 +41,8 @@ class key_heap {
     return pos_[static_cast<std::size_t>(key)] != npos;
   }
   [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
+  /// The keys in heap order (the smallest first, the rest unordered). O(1).
+  [[nodiscard]] std::span<const cache_key> keys() const noexcept { return heap_; }
 
   /// Inserts `key` (absent) or changes its priority (present). O(log n).
   void set(cache_key key, heap_priority prio) noexcept {
@@ -92,10 +95,12 @@ class key_heap {
 
   /// The smallest key (by priority, then key) with `!is_protected(key)`, or `no_key`.
   /// O(1 + p), p = protected keys that sit above it in the heap (a search of the protected region
-  /// around the root; the answer has only protected ancestors).
-  [[nodiscard]] cache_key min_unprotected(protected_keys is_protected) noexcept {
-    if (heap_.empty()) {
-      return no_key;
+  /// around the root; the answer has only protected ancestors). `is_protected` is a
+  /// `protected_keys` or any predicate on the heap's keys.
+  template <class IsProtected>
+  [[nodiscard]] cache_key min_unprotected(const IsProtected& is_protected) noexcept {
+    if (heap_.empty() || !is_protected(heap_[0])) {
+      return heap_.empty() ? no_key : heap_[0];
     }
     cache_key best = no_key;
     stack_.clear();
