@@ -32,10 +32,11 @@
 /// **How it is fast.** The keys of one layer share `d`, and `D` falls as the count rises, so the
 /// farthest key of a layer is its least-counted one (ties: least recently used; the order of the
 /// counts does not change as they decay). Each layer's resident keys sit in a heap by
-/// `(count, last use)`, as in `decayed_frequency`; `victim` compares `D` of each layer's top,
-/// and scans only the layers whose `p` comes from the predictor. (A scan of every key could prefer
-/// the less recently used of two keys whose different counts round to the same `D`; this takes
-/// the smaller count.)
+/// `(count, last use)`, as in `decayed_frequency`; `victim` compares `D` of each layer's top
+/// (kept from one victim to the next until that layer's heap, the executing layer or the pass
+/// changes), and scans only the layers whose `p` comes from the predictor. (A scan of every key
+/// could prefer the less recently used of two keys whose different counts round to the same `D`;
+/// this takes the smaller count.)
 ///
 /// Cost, L layers (1 in per-layer scope): `on_insert`, `on_hit`, `on_erase` O(log n); `victim`
 /// O(L + p) plus the resident keys of the `lookahead` predicted layers, and, once per (pass,
@@ -109,6 +110,8 @@ class predicted_next_use {
     for (detail::key_heap& heap : heaps_) {
       heap.reset(layout.experts);  // the layer's keys by expert
     }
+    farthest_.assign(heaps_.size(), farthest{});
+    farthest_layer_ = -1;
     passes_ = 0.0;
     tick_ = 0;
     clock_.reset();
@@ -130,10 +133,14 @@ class predicted_next_use {
   /// recently used), or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) {
     refresh_scores(ctx);
+    if (ctx.layer != farthest_layer_ || passes_ != farthest_passes_) {
+      forget_farthest();
+      farthest_layer_ = ctx.layer;
+      farthest_passes_ = passes_;
+    }
     cache_key best = no_key;
     double best_distance = 0.0;
-    const auto consider = [&](cache_key key, std::int32_t key_layer) {
-      const double d = distance(key, key_layer, ctx.layer);
+    const auto consider = [&](cache_key key, double d) {
       if (best == no_key || d > best_distance ||
           (d == best_distance &&
            last_[static_cast<std::size_t>(key)] < last_[static_cast<std::size_t>(best)])) {
@@ -147,15 +154,24 @@ class predicted_next_use {
       if (heaps_.size() > 1 && predicted(layer, ctx.layer)) {  // p per key: every key
         for (const cache_key expert : heaps_[h].keys()) {
           if (!is_protected(base + expert)) {
-            consider(base + expert, layer);
+            consider(base + expert, distance(base + expert, layer, ctx.layer));
           }
         }
         continue;
       }
-      const cache_key expert = heaps_[h].min_unprotected(
-          [&](cache_key e) { return is_protected(base + e); });  // the layer's farthest
+      const std::span<const cache_key> keys = heaps_[h].keys();
+      if (!keys.empty() && !is_protected(base + keys[0])) {  // the layer's farthest: its top
+        farthest& f = farthest_[h];
+        if (f.expert != keys[0]) {
+          f = farthest{keys[0], distance(base + keys[0], layer, ctx.layer)};
+        }
+        consider(base + f.expert, f.distance);
+        continue;
+      }
+      const cache_key expert =
+          heaps_[h].min_unprotected([&](cache_key e) { return is_protected(base + e); });
       if (expert != no_key) {
-        consider(base + expert, layer);
+        consider(base + expert, distance(base + expert, layer, ctx.layer));
       }
     }
     return best;
@@ -182,6 +198,7 @@ class predicted_next_use {
           c = std::ldexp(c, -shift);
         }
         passes_ = std::ldexp(passes_, -shift);
+        forget_farthest();
         // Counts that became equal (or 0) may have changed order: rebuild the heaps.
         for (std::size_t h = 0; h < heaps_.size(); ++h) {
           const auto base = static_cast<cache_key>(h) * layout_.experts;
@@ -194,9 +211,18 @@ class predicted_next_use {
     count_[k] += clock_.weight();
     last_[k] = ++tick_;
     heap_of(key).set(key % layout_.experts, priority(key));
+    farthest_[heap_index(key)].expert = no_key;
+  }
+  [[nodiscard]] std::size_t heap_index(cache_key key) const noexcept {
+    return heaps_.size() == 1 ? 0u : static_cast<std::size_t>(key / layout_.experts);
   }
   [[nodiscard]] detail::key_heap& heap_of(cache_key key) noexcept {
-    return heaps_[heaps_.size() == 1 ? 0u : static_cast<std::size_t>(key / layout_.experts)];
+    return heaps_[heap_index(key)];
+  }
+  void forget_farthest() noexcept {
+    for (farthest& f : farthest_) {
+      f.expert = no_key;
+    }
   }
   // Non-negative doubles order as their bit patterns.
   [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
@@ -243,9 +269,17 @@ class predicted_next_use {
   moe_shape predictor_shape_{};
   const routing_pass* pass_ = nullptr;
   key_layout layout_;
-  std::vector<double> count_;        // every key's decayed count, scaled
-  std::vector<std::uint64_t> last_;  // every key's last access tick
+  std::vector<double> count_;            // every key's decayed count, scaled
+  std::vector<std::uint64_t> last_;      // every key's last access tick
   std::vector<detail::key_heap> heaps_;  // per layer (one in per-layer scope): by (count, last)
+  // Per heap: its top and the top's D, while the executing layer and passes_ stay as noted.
+  struct farthest {
+    cache_key expert = no_key;
+    double distance = 0.0;
+  };
+  std::vector<farthest> farthest_;
+  std::int32_t farthest_layer_ = -1;
+  double farthest_passes_ = 0.0;
   std::vector<float> scores_;  // [lookahead x experts]: predicted probabilities
   double passes_ = 0.0;        // decayed passes seen, scaled
   std::uint64_t tick_ = 0;

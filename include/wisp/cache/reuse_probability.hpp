@@ -210,7 +210,7 @@ class reuse_probability {
   std::vector<std::uint32_t> passes_;    // [position] passes seen at the position
   std::vector<std::int64_t> last_step_;  // [key] pass of the last use, or `never`
   std::vector<std::uint64_t> last_;      // [key] tick of the last use (ties)
-  detail::key_heap heap_;  // resident keys by priority(); exact while scored_
+  detail::key_heap heap_;                // resident keys by priority(); exact while scored_
   std::uint64_t tick_ = 0;
   std::int64_t step_ = never;  // the pass of the last access
   bool scored_ = false;        // every resident key's place is for the scored pass and position
