@@ -220,61 +220,28 @@ TEST(PredictedNextUse, MatchesItsReferenceWithAndWithoutAPredictor) {
 TEST(PredictedNextUse, VictimIsTheFarthestKeyWhateverTheOrderOfAccesses) {
   const std::int32_t layers = 3, experts = 5;
   const key_layout layout{cache_scope::global, layers, experts};
-  const std::size_t capacity = 6;
   for (std::uint64_t seed = 1; seed <= 8; ++seed) {
     std::mt19937_64 rng(seed);
     predicted_next_use policy(2.0);
     policy.reset(layout);
-    protect_set protect(layout.size());
-    std::set<cache_key> resident;
-    std::map<cache_key, std::uint64_t> last;
-    std::uint64_t tick = 0;
     std::uint32_t step = 0;
     std::int32_t layer = 0;
-    std::size_t victims = 0;
-    for (std::uint64_t i = 0; i < 3000; ++i) {
+    const auto next = [&](std::uint64_t i) {
       if (rng() % 3 == 0) {  // the next layer (and pass), or the same one again
         layer = (layer + 1) % layers;
         step += layer == 0 ? 1u : 0u;
       }
-      const access_context ctx{step, layer, i};
-      const auto key = static_cast<cache_key>(rng() % static_cast<std::uint64_t>(layout.size()));
-      if (resident.count(key) != 0) {
-        policy.on_hit(key, ctx);
-      } else {
-        if (resident.size() == capacity) {
-          protect.clear();
-          for (const cache_key k : resident) {
-            if (rng() % 4 == 0) {
-              protect.insert(k);
-            }
-          }
-          cache_key expected = no_key;
-          for (const cache_key k : resident) {
-            if (protect.contains(k)) {
-              continue;
-            }
-            const double d = policy.distance(k, layer);
-            if (expected == no_key || d > policy.distance(expected, layer) ||
-                (d == policy.distance(expected, layer) && last[k] < last[expected])) {
-              expected = k;
-            }
-          }
-          const cache_key got = policy.victim(ctx, protect.view());
-          ASSERT_EQ(got, expected) << "seed " << seed << " access " << i;
-          if (got == no_key) {
-            continue;  // every resident key protected: the access is skipped
-          }
-          ++victims;
-          policy.on_erase(got);
-          resident.erase(got);
-        }
-        policy.on_insert(key, ctx);
-        resident.insert(key);
-      }
-      last[key] = ++tick;
-    }
-    EXPECT_GT(victims, 500u);
+      return access_context{step, layer, i};
+    };
+    const auto ask = [](const access_context& ctx) { return ctx; };
+    const auto rank = [&](cache_key k, const access_context& ctx) {
+      return -policy.distance(k, ctx.layer);  // the farthest first
+    };
+    const test::hook_run run =
+        test::drive_hooks(policy, layout.size(), 6, rng, 3000, next, ask, rank);
+    ASSERT_EQ(run.mismatch, -1) << "seed " << seed << ": victim " << run.got << ", expected "
+                                << run.expected;
+    EXPECT_GT(run.victims, 500u);
   }
 }
 

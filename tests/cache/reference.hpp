@@ -364,4 +364,75 @@ struct policy_names {
   }
 };
 
+/// What `drive_hooks` saw: the victims taken, and the first access whose victim differed from the
+/// rank's (`mismatch`, -1 if none; the run stops there).
+struct hook_run {
+  std::size_t victims = 0;
+  std::int64_t mismatch = -1;
+  cache_key expected = no_key;
+  cache_key got = no_key;
+};
+
+/// Drives a policy's hooks directly, without a cache, with `accesses` random keys of
+/// `[0, key_space)`: the i-th access has context `next(i)`; a resident key is a hit; another, with
+/// `capacity` keys resident, first takes a victim in context `ask(ctx)` under random protection,
+/// which must be the unprotected resident key with the smallest `rank(key, asked)`, ties to the
+/// least recently used. Exercises orders of hooks that no simulator makes.
+template <class Policy, class Next, class Ask, class Rank>
+hook_run drive_hooks(Policy& policy, std::int32_t key_space, std::size_t capacity,
+                     std::mt19937_64& rng, std::uint64_t accesses, Next next, Ask ask, Rank rank) {
+  protect_set protect(key_space);
+  std::set<cache_key> resident;
+  std::map<cache_key, std::uint64_t> last;
+  std::uint64_t tick = 0;
+  hook_run run;
+  for (std::uint64_t i = 0; i < accesses; ++i) {
+    const access_context ctx = next(i);
+    const auto key = static_cast<cache_key>(rng() % static_cast<std::uint64_t>(key_space));
+    if (resident.count(key) != 0) {
+      policy.on_hit(key, ctx);
+      last[key] = ++tick;
+      continue;
+    }
+    if (resident.size() == capacity) {
+      protect.clear();
+      for (const cache_key k : resident) {
+        if (rng() % 4 == 0) {
+          protect.insert(k);
+        }
+      }
+      const access_context asked = ask(ctx);
+      cache_key expected = no_key;
+      double best = 0.0;
+      for (const cache_key k : resident) {
+        if (protect.contains(k)) {
+          continue;
+        }
+        const double r = rank(k, asked);
+        if (expected == no_key || r < best || (r == best && last[k] < last[expected])) {
+          expected = k;
+          best = r;
+        }
+      }
+      const cache_key got = policy.victim(asked, protect.view());
+      if (got != expected) {
+        run.mismatch = static_cast<std::int64_t>(i);
+        run.expected = expected;
+        run.got = got;
+        return run;
+      }
+      if (got == no_key) {
+        continue;  // every resident key protected: the access is skipped
+      }
+      ++run.victims;
+      policy.on_erase(got);
+      resident.erase(got);
+    }
+    policy.on_insert(key, ctx);
+    resident.insert(key);
+    last[key] = ++tick;
+  }
+  return run;
+}
+
 }  // namespace wisp::test

@@ -162,59 +162,24 @@ TEST(ReuseProbability, VictimIsTheLeastScoreWhenPositionsChangeWithinAPass) {
   const reuse_probability_config config{
       .horizon = 3, .max_distance = 6, .positions = 8, .position_weight = 0.9};
   const std::int32_t keys = 12;
-  const std::size_t capacity = 5;
   for (std::uint64_t seed = 1; seed <= 16; ++seed) {
     std::mt19937_64 rng(seed);
     reuse_probability policy(config);
     policy.reset(key_layout{cache_scope::per_layer, 1, keys});
-    protect_set protect(keys);
-    std::set<cache_key> resident;
-    std::map<cache_key, std::uint64_t> last;
-    std::uint64_t tick = 0;
     std::uint32_t step = 0;
-    std::size_t victims = 0;
-    for (std::uint64_t i = 0; i < 4000; ++i) {
+    const auto next = [&](std::uint64_t i) {
       step += rng() % 2 == 0 ? 1u : 0u;
-      const access_context ctx{step, 0, i, static_cast<std::uint32_t>(rng() % 4)};
-      const auto key = static_cast<cache_key>(rng() % keys);
-      if (resident.count(key) != 0) {
-        policy.on_hit(key, ctx);
-      } else {
-        if (resident.size() == capacity) {
-          protect.clear();
-          for (const cache_key k : resident) {
-            if (rng() % 4 == 0) {
-              protect.insert(k);
-            }
-          }
-          access_context asked = ctx;
-          asked.position = rng() % 2 == 0 ? ctx.position : static_cast<std::uint32_t>(rng() % 4);
-          cache_key expected = no_key;
-          for (const cache_key k : resident) {
-            if (protect.contains(k)) {
-              continue;
-            }
-            const double s = policy.score(k, asked);
-            if (expected == no_key || s < policy.score(expected, asked) ||
-                (s == policy.score(expected, asked) && last[k] < last[expected])) {
-              expected = k;
-            }
-          }
-          const cache_key got = policy.victim(asked, protect.view());
-          ASSERT_EQ(got, expected) << "seed " << seed << " access " << i;
-          if (got == no_key) {
-            continue;  // every resident key protected: the access is skipped
-          }
-          ++victims;
-          policy.on_erase(got);
-          resident.erase(got);
-        }
-        policy.on_insert(key, ctx);
-        resident.insert(key);
-      }
-      last[key] = ++tick;
-    }
-    EXPECT_GT(victims, 1000u);
+      return access_context{step, 0, i, static_cast<std::uint32_t>(rng() % 4)};
+    };
+    const auto ask = [&](access_context ctx) {
+      ctx.position = rng() % 2 == 0 ? ctx.position : static_cast<std::uint32_t>(rng() % 4);
+      return ctx;
+    };
+    const auto rank = [&](cache_key k, const access_context& ctx) { return policy.score(k, ctx); };
+    const test::hook_run run = test::drive_hooks(policy, keys, 5, rng, 4000, next, ask, rank);
+    ASSERT_EQ(run.mismatch, -1) << "seed " << seed << ": victim " << run.got << ", expected "
+                                << run.expected;
+    EXPECT_GT(run.victims, 1000u);
   }
 }
 
