@@ -124,7 +124,7 @@ class reuse_probability {
   }
 
   /// The estimated probability that `key` is used within `horizon` passes after `ctx.step`
-  /// (see the file description), in [0, 1]. O(max_distance + horizon).
+  /// (see the file description), in [0, 1]. O(horizon).
   [[nodiscard]] double score(cache_key key, const access_context& ctx) const noexcept {
     const double w = config_.position_weight;
     return (1.0 - w) * own_reuse(static_cast<std::size_t>(key), ctx.step) +
