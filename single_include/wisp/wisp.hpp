@@ -5747,17 +5747,16 @@ class frequency_classes {
     members_.reset(key_space, static_cast<std::int32_t>(n + 1));
   }
 
-  /// Adds `key` (in no class) to the back of the class of `count`, which must not exceed the
-  /// lowest count present (a new key ranks first).
-  void insert_lowest(cache_key key, std::uint64_t count) noexcept {
+  /// Adds `key` (in no class) to the back of the class of count 1, the lowest there can be.
+  void insert(cache_key key) noexcept {
     const class_id head = first();
-    join(key, head != end_ && count_of_class(head) == count ? head : new_class_after(end_, count));
+    join(key, head != end_ && count_of_class(head) == 1 ? head : new_class_after(end_, 1));
   }
 
-  /// Moves `key` (in a class) to the back of the class of `count`, which must exceed its class's
-  /// count and not exceed the next class's (one more access).
-  void promote(cache_key key, std::uint64_t count) noexcept {
+  /// Moves `key` (in a class) to the back of the class of one more (one more access).
+  void promote(cache_key key) noexcept {
     const class_id from = class_of_[static_cast<std::size_t>(key)];
+    const std::uint64_t count = count_of_class(from) + 1;
     const class_id next = classes_[static_cast<std::size_t>(from)].next;
     const class_id to =
         next != end_ && count_of_class(next) == count ? next : new_class_after(from, count);
@@ -5788,6 +5787,10 @@ class frequency_classes {
   [[nodiscard]] class_id end() const noexcept { return end_; }
   [[nodiscard]] std::uint64_t count_of_class(class_id c) const noexcept {
     return classes_[static_cast<std::size_t>(c)].count;
+  }
+  /// The count of `key`, which must be in a class: 1 plus its promotions since its insertion.
+  [[nodiscard]] std::uint64_t count_of(cache_key key) const noexcept {
+    return count_of_class(class_of_[static_cast<std::size_t>(key)]);
   }
   /// The first key of class `c`, from the front, that `is_protected` rejects; `no_key` if none.
   /// O(1 + protected keys skipped).
@@ -5929,8 +5932,11 @@ class key_heap {
   /// `protected_keys` or any predicate on the heap's keys.
   template <class IsProtected>
   [[nodiscard]] cache_key min_unprotected(const IsProtected& is_protected) noexcept {
-    if (heap_.empty() || !is_protected(heap_[0])) {
-      return heap_.empty() ? no_key : heap_[0];
+    if (heap_.empty()) {
+      return no_key;
+    }
+    if (!is_protected(heap_[0])) {
+      return heap_[0];  // the usual case: no search
     }
     cache_key best = no_key;
     stack_.clear();
@@ -6026,10 +6032,11 @@ class lfu {
   }
   void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
     count_[static_cast<std::size_t>(key)] = 1;
-    classes_.insert_lowest(key, 1);
+    classes_.insert(key);
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
-    classes_.promote(key, ++count_[static_cast<std::size_t>(key)]);
+    ++count_[static_cast<std::size_t>(key)];
+    classes_.promote(key);
   }
   void on_erase(cache_key key) noexcept { classes_.erase(key); }
   /// The unprotected resident key with the smallest (count, last access), or `no_key`.
@@ -6160,24 +6167,19 @@ class lfru {
   /// Forgets every key and restarts the clock; sizes for `layout.size()` keys.
   /// @throws std::bad_alloc
   void reset(const key_layout& layout) {
-    const auto n = static_cast<std::size_t>(layout.size());
-    freq_.assign(n, 0);
-    last_.assign(n, 0);
+    last_.assign(static_cast<std::size_t>(layout.size()), 0);
     classes_.reset(layout.size());
     recency_.reset(layout.size(), 1);
     clock_ = 0;
   }
   void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    freq_[k] = 1;
-    last_[k] = ++clock_;
-    classes_.insert_lowest(key, 1);
+    last_[static_cast<std::size_t>(key)] = ++clock_;
+    classes_.insert(key);
     recency_.push_back(0, key);
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    classes_.promote(key, ++freq_[k]);
-    last_[k] = ++clock_;
+    classes_.promote(key);
+    last_[static_cast<std::size_t>(key)] = ++clock_;
     recency_.move_to_back(0, key);
   }
   void on_erase(cache_key key) noexcept {
@@ -6196,8 +6198,8 @@ class lfru {
     for (auto c = classes_.first(); c != classes_.end(); c = classes_.next(c)) {
       const std::uint64_t f = classes_.count_of_class(c);
       // Every key from this class on scores at least f / max_age: stop once that is worse.
-      if (best != no_key && detail::multiply(f, age(best)) >
-                                detail::multiply(freq_[static_cast<std::size_t>(best)], max_age)) {
+      if (best != no_key &&
+          detail::multiply(f, age(best)) > detail::multiply(classes_.count_of(best), max_age)) {
         break;
       }
       const cache_key candidate = classes_.first_unprotected(c, is_protected);
@@ -6210,8 +6212,7 @@ class lfru {
 
   /// Current score of a resident key (for reports and tests).
   [[nodiscard]] double score(cache_key key) const noexcept {
-    return static_cast<double>(freq_[static_cast<std::size_t>(key)]) /
-           static_cast<double>(age(key));
+    return static_cast<double>(classes_.count_of(key)) / static_cast<double>(age(key));
   }
   /// The clock: number of accesses seen since `reset`.
   [[nodiscard]] std::uint64_t clock() const noexcept { return clock_; }
@@ -6222,13 +6223,12 @@ class lfru {
   }
   // a evicts before b: freq_a / age_a < freq_b / age_b, then older last access.
   [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
-    const detail::wide_product lhs = detail::multiply(freq_[static_cast<std::size_t>(a)], age(b));
-    const detail::wide_product rhs = detail::multiply(freq_[static_cast<std::size_t>(b)], age(a));
+    const detail::wide_product lhs = detail::multiply(classes_.count_of(a), age(b));
+    const detail::wide_product rhs = detail::multiply(classes_.count_of(b), age(a));
     return lhs < rhs ||
            (lhs == rhs && last_[static_cast<std::size_t>(a)] < last_[static_cast<std::size_t>(b)]);
   }
 
-  std::vector<std::uint64_t> freq_;
   std::vector<std::uint64_t> last_;
   detail::frequency_classes classes_;  // resident keys by freq, each class oldest `last` first
   detail::key_lists recency_;          // every resident key, oldest `last` first

@@ -88,10 +88,13 @@ TEST(FrequencyClasses, FirstUnprotectedMatchesBruteForceLfu) {
       resident.erase(key);
     } else if (const auto it = resident.find(key); it != resident.end()) {
       it->second = {it->second.first + 1, ++tick};
-      classes.promote(key, it->second.first);
+      classes.promote(key);
     } else {
       resident[key] = {1, ++tick};
-      classes.insert_lowest(key, 1);
+      classes.insert(key);
+    }
+    if (resident.contains(key)) {
+      ASSERT_EQ(classes.count_of(key), resident.at(key).first) << "op " << op;
     }
     protect.clear();
     for (std::uint64_t p = rng() % 8; p > 0; --p) {

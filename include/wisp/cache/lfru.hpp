@@ -65,24 +65,19 @@ class lfru {
   /// Forgets every key and restarts the clock; sizes for `layout.size()` keys.
   /// @throws std::bad_alloc
   void reset(const key_layout& layout) {
-    const auto n = static_cast<std::size_t>(layout.size());
-    freq_.assign(n, 0);
-    last_.assign(n, 0);
+    last_.assign(static_cast<std::size_t>(layout.size()), 0);
     classes_.reset(layout.size());
     recency_.reset(layout.size(), 1);
     clock_ = 0;
   }
   void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    freq_[k] = 1;
-    last_[k] = ++clock_;
-    classes_.insert_lowest(key, 1);
+    last_[static_cast<std::size_t>(key)] = ++clock_;
+    classes_.insert(key);
     recency_.push_back(0, key);
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    classes_.promote(key, ++freq_[k]);
-    last_[k] = ++clock_;
+    classes_.promote(key);
+    last_[static_cast<std::size_t>(key)] = ++clock_;
     recency_.move_to_back(0, key);
   }
   void on_erase(cache_key key) noexcept {
@@ -101,8 +96,8 @@ class lfru {
     for (auto c = classes_.first(); c != classes_.end(); c = classes_.next(c)) {
       const std::uint64_t f = classes_.count_of_class(c);
       // Every key from this class on scores at least f / max_age: stop once that is worse.
-      if (best != no_key && detail::multiply(f, age(best)) >
-                                detail::multiply(freq_[static_cast<std::size_t>(best)], max_age)) {
+      if (best != no_key &&
+          detail::multiply(f, age(best)) > detail::multiply(classes_.count_of(best), max_age)) {
         break;
       }
       const cache_key candidate = classes_.first_unprotected(c, is_protected);
@@ -115,8 +110,7 @@ class lfru {
 
   /// Current score of a resident key (for reports and tests).
   [[nodiscard]] double score(cache_key key) const noexcept {
-    return static_cast<double>(freq_[static_cast<std::size_t>(key)]) /
-           static_cast<double>(age(key));
+    return static_cast<double>(classes_.count_of(key)) / static_cast<double>(age(key));
   }
   /// The clock: number of accesses seen since `reset`.
   [[nodiscard]] std::uint64_t clock() const noexcept { return clock_; }
@@ -127,13 +121,12 @@ class lfru {
   }
   // a evicts before b: freq_a / age_a < freq_b / age_b, then older last access.
   [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
-    const detail::wide_product lhs = detail::multiply(freq_[static_cast<std::size_t>(a)], age(b));
-    const detail::wide_product rhs = detail::multiply(freq_[static_cast<std::size_t>(b)], age(a));
+    const detail::wide_product lhs = detail::multiply(classes_.count_of(a), age(b));
+    const detail::wide_product rhs = detail::multiply(classes_.count_of(b), age(a));
     return lhs < rhs ||
            (lhs == rhs && last_[static_cast<std::size_t>(a)] < last_[static_cast<std::size_t>(b)]);
   }
 
-  std::vector<std::uint64_t> freq_;
   std::vector<std::uint64_t> last_;
   detail::frequency_classes classes_;  // resident keys by freq, each class oldest `last` first
   detail::key_lists recency_;          // every resident key, oldest `last` first

@@ -34,10 +34,11 @@ class lfu {
   }
   void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
     count_[static_cast<std::size_t>(key)] = 1;
-    classes_.insert_lowest(key, 1);
+    classes_.insert(key);
   }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
-    classes_.promote(key, ++count_[static_cast<std::size_t>(key)]);
+    ++count_[static_cast<std::size_t>(key)];
+    classes_.promote(key);
   }
   void on_erase(cache_key key) noexcept { classes_.erase(key); }
   /// The unprotected resident key with the smallest (count, last access), or `no_key`.

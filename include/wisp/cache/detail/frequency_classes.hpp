@@ -38,17 +38,16 @@ class frequency_classes {
     members_.reset(key_space, static_cast<std::int32_t>(n + 1));
   }
 
-  /// Adds `key` (in no class) to the back of the class of `count`, which must not exceed the
-  /// lowest count present (a new key ranks first).
-  void insert_lowest(cache_key key, std::uint64_t count) noexcept {
+  /// Adds `key` (in no class) to the back of the class of count 1, the lowest there can be.
+  void insert(cache_key key) noexcept {
     const class_id head = first();
-    join(key, head != end_ && count_of_class(head) == count ? head : new_class_after(end_, count));
+    join(key, head != end_ && count_of_class(head) == 1 ? head : new_class_after(end_, 1));
   }
 
-  /// Moves `key` (in a class) to the back of the class of `count`, which must exceed its class's
-  /// count and not exceed the next class's (one more access).
-  void promote(cache_key key, std::uint64_t count) noexcept {
+  /// Moves `key` (in a class) to the back of the class of one more (one more access).
+  void promote(cache_key key) noexcept {
     const class_id from = class_of_[static_cast<std::size_t>(key)];
+    const std::uint64_t count = count_of_class(from) + 1;
     const class_id next = classes_[static_cast<std::size_t>(from)].next;
     const class_id to =
         next != end_ && count_of_class(next) == count ? next : new_class_after(from, count);
@@ -79,6 +78,10 @@ class frequency_classes {
   [[nodiscard]] class_id end() const noexcept { return end_; }
   [[nodiscard]] std::uint64_t count_of_class(class_id c) const noexcept {
     return classes_[static_cast<std::size_t>(c)].count;
+  }
+  /// The count of `key`, which must be in a class: 1 plus its promotions since its insertion.
+  [[nodiscard]] std::uint64_t count_of(cache_key key) const noexcept {
+    return count_of_class(class_of_[static_cast<std::size_t>(key)]);
   }
   /// The first key of class `c`, from the front, that `is_protected` rejects; `no_key` if none.
   /// O(1 + protected keys skipped).

@@ -99,8 +99,11 @@ class key_heap {
   /// `protected_keys` or any predicate on the heap's keys.
   template <class IsProtected>
   [[nodiscard]] cache_key min_unprotected(const IsProtected& is_protected) noexcept {
-    if (heap_.empty() || !is_protected(heap_[0])) {
-      return heap_.empty() ? no_key : heap_[0];
+    if (heap_.empty()) {
+      return no_key;
+    }
+    if (!is_protected(heap_[0])) {
+      return heap_[0];  // the usual case: no search
     }
     cache_key best = no_key;
     stack_.clear();
