@@ -121,7 +121,7 @@ class hybrid_pager_residency final : public pager_arm<Policy> {
   std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
                                     std::int32_t tokens) override {
     wisp::pager<Policy>& pager = *this->pager_;
-    distinct_experts(ids, this->seen_, this->experts_);
+    this->begin_call(layer, ids, tokens);
     split_.begin_call(ids, tokens);
     const std::int32_t cap = pager.capacity(layer);
     const double miss = split_.costs().miss_seconds();
@@ -153,12 +153,12 @@ class hybrid_pager_residency final : public pager_arm<Policy> {
         }
       }
       if (!device_.empty()) {
-        this->keep(n++, layer, pager.prepare_experts(layer, device_));
+        this->keep(n++, layer, this->prepare_group(layer, device_));
       }
     } else {
       this->split_resident(layer, ids, tokens);
       if (!this->resident_.empty()) {
-        this->keep(n++, layer, pager.prepare_experts(layer, this->resident_));
+        this->keep(n++, layer, this->prepare_group(layer, this->resident_));
       }
       const std::size_t chunk = this->miss_chunk(layer);
       for (std::size_t i = 0; i < this->missing_.size(); i += chunk) {
@@ -171,7 +171,7 @@ class hybrid_pager_residency final : public pager_arm<Policy> {
             device_, host_, loss);
         loss = loss.subspan(std::min(loss.size(), idx(copies)));
         if (!device_.empty()) {
-          this->keep(n++, layer, pager.prepare_experts(layer, device_));
+          this->keep(n++, layer, this->prepare_group(layer, device_));
         }
         copied_.insert(copied_.end(), device_.begin(), device_.end());
       }

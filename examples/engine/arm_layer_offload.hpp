@@ -46,7 +46,9 @@ class layer_offload_residency final : public residency {
     return m;
   }
 
-  void begin_forward(std::int32_t tokens, bool /*warm*/) override { wide_ = tokens * K_ >= E_; }
+  void begin_forward(std::span<const std::uint32_t> row_positions, bool /*warm*/) override {
+    wide_ = count(row_positions) * K_ >= E_;
+  }
 
   std::span<const row_copy> ahead(std::int32_t layer, const link_window& /*window*/) override {
     if (layer < resident_ || !wide_) {

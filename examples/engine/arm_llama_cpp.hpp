@@ -56,7 +56,7 @@ class llama_cpp_residency final : public residency {
     return m;
   }
 
-  void begin_forward(std::int32_t /*tokens*/, bool warm) override {
+  void begin_forward(std::span<const std::uint32_t> /*row_positions*/, bool warm) override {
     if (!warm && !evaluating_) {  // the evaluation's counters start after the warm-up
       warmup_ = cache_->stats();
       evaluating_ = true;

@@ -81,6 +81,7 @@ class pager_arm : public residency {
     }
     resizer_.emplace(*pager_, ctx, floor, split);
     seen_.assign(idx(E_), 0);
+    expert_positions_.assign(idx(E_), 0);
     configure(ctx);
     memory_plan m;
     m.kv_blocks = split.kv_blocks;
@@ -89,29 +90,30 @@ class pager_arm : public residency {
     return m;
   }
 
-  void begin_forward(std::int32_t /*tokens*/, bool warm) override {
+  void begin_forward(std::span<const std::uint32_t> row_positions, bool warm) override {
     pager_->begin_step();
+    row_positions_ = row_positions;
     warm_ = warm;
   }
 
   std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
                                     std::int32_t tokens) override {
-    distinct_experts(ids, seen_, experts_);
+    begin_call(layer, ids, tokens);
     std::size_t n = 0;
     if (count(experts_) <= pager_->capacity(layer)) {
-      keep(n++, layer, pager_->prepare(layer, ids, tokens, K_));
+      keep(n++, layer, pager_->prepare(layer, ids, tokens, K_, row_positions_));
     } else {
       // Each expert once: the resident ones in one launch, then the misses in chunks of k (or
       // half the cap, if smaller), so (with LRU) a chunk's copies evict rows the previous chunk
       // does not read and overlap its compute.
       split_resident(layer, ids, tokens);
       if (!resident_.empty()) {
-        keep(n++, layer, pager_->prepare_experts(layer, resident_));
+        keep(n++, layer, prepare_group(layer, resident_));
       }
       const std::size_t chunk = miss_chunk(layer);
       for (std::size_t i = 0; i < missing_.size(); i += chunk) {
         const std::size_t len = std::min(chunk, missing_.size() - i);
-        keep(n++, layer, pager_->prepare_experts(layer, std::span(missing_).subspan(i, len)));
+        keep(n++, layer, prepare_group(layer, std::span(missing_).subspan(i, len)));
       }
     }
     return launches(layer, n);
@@ -146,6 +148,27 @@ class pager_arm : public residency {
         (pager_->slot_of(layer, e) >= 0 ? resident_ : missing_).push_back(e);
       }
     }
+  }
+  /// A layer call of `tokens` rows routed `ids` starts: its distinct experts into `experts_`, and
+  /// each one's position (that of the first row routing to it) for `prepare_group`.
+  /// @throws wisp::logic_error if `begin_forward` gave another number of rows.
+  void begin_call(std::int32_t layer, std::span<const std::int32_t> ids, std::int32_t tokens) {
+    WISP_EXPECTS(count(row_positions_) == tokens, "pager arm: layer ", layer, " has ", tokens,
+                 " rows but begin_forward gave ", row_positions_.size(), " row positions");
+    distinct_experts(ids, seen_, experts_);
+    for (std::size_t i = ids.size(); i-- > 0;) {  // backwards: the first row's write stands
+      at(expert_positions_, ids[i]) = row_positions_[i / idx(K_)];
+    }
+  }
+  /// Prepares `experts` (distinct experts of the call `begin_call` started) as one launch, each
+  /// accessed at the position of the first row routing to it, as `prepare` gives a call's
+  /// experts.
+  wisp::prepare_result prepare_group(std::int32_t layer, std::span<const std::int32_t> experts) {
+    group_positions_.clear();
+    for (const std::int32_t e : experts) {
+      group_positions_.push_back(at(expert_positions_, e));
+    }
+    return pager_->prepare(layer, experts, count(experts), 1, group_positions_);
   }
   /// Misses per launch of a wide call: `min(k, cap / 2)`, at least 1.
   [[nodiscard]] std::size_t miss_chunk(std::int32_t layer) const {
@@ -187,6 +210,7 @@ class pager_arm : public residency {
   std::optional<pager_resizer<Policy>> resizer_;
   std::vector<std::uint8_t> seen_;
   std::vector<std::int32_t> experts_, resident_, missing_;
+  std::span<const std::uint32_t> row_positions_;  // of the current forward, from begin_forward
 
  private:
   void grow(std::size_t i) {
@@ -199,6 +223,8 @@ class pager_arm : public residency {
   std::vector<std::vector<row_copy>> copies_;
   std::vector<std::uint8_t> host_;
   std::vector<moe_launch> launches_;
+  std::vector<std::uint32_t> expert_positions_;  // [E]: see begin_call
+  std::vector<std::uint32_t> group_positions_;   // scratch of prepare_group
 };
 
 /// @brief `pager`: at a fixed cap it records every call (warm-up included) and, at the end,
@@ -207,8 +233,8 @@ class pager_arm : public residency {
 template <class Policy>
 class pager_residency final : public pager_arm<Policy> {
  public:
-  void begin_forward(std::int32_t tokens, bool warm) override {
-    pager_arm<Policy>::begin_forward(tokens, warm);
+  void begin_forward(std::span<const std::uint32_t> row_positions, bool warm) override {
+    pager_arm<Policy>::begin_forward(row_positions, warm);
     if (record_) {
       calls_.push_back(-1);  // a forward starts
     }
@@ -329,10 +355,10 @@ class dynamic_pager_residency final : public planned_pager_residency<Policy> {
 template <class Policy>
 class prefetch_pager_residency final : public pager_arm<Policy> {
  public:
-  void begin_forward(std::int32_t tokens, bool warm) override {
-    pager_arm<Policy>::begin_forward(tokens, warm);
+  void begin_forward(std::span<const std::uint32_t> row_positions, bool warm) override {
+    pager_arm<Policy>::begin_forward(row_positions, warm);
     if (!warm) {
-      prefetcher_->begin_forward(tokens);
+      prefetcher_->begin_forward(count(row_positions));
     }
   }
   std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,

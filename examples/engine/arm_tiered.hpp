@@ -119,7 +119,7 @@ class tiered_residency final : public residency {
     return m;
   }
 
-  void begin_forward(std::int32_t /*tokens*/, bool warm) override {
+  void begin_forward(std::span<const std::uint32_t> /*row_positions*/, bool warm) override {
     warm_ = warm;
     ++step_;
   }

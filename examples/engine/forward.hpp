@@ -51,9 +51,11 @@ class dense_forward {
   void begin(const batch_plan& plan, kv_block_pool& kv) {
     kv_ = &kv;
     rows_.clear();
+    row_positions_.clear();
     for (session* s : plan.sessions) {
       for (std::int32_t p = s->kv_len; p < s->len(); ++p) {
         rows_.push_back({s, p});
+        row_positions_.push_back(static_cast<std::uint32_t>(p));
       }
     }
     history_ = 0;
@@ -71,6 +73,10 @@ class dense_forward {
     positions_.resize(T * K * H);
   }
   [[nodiscard]] std::int32_t tokens() const noexcept { return count(rows_); }
+  /// Each row's token position in its session, in row order (`tokens()` entries).
+  [[nodiscard]] std::span<const std::uint32_t> row_positions() const noexcept {
+    return row_positions_;
+  }
 
   // What each op reads and computes, for a device profile's roofline (device.hpp). Weights are
   // BF16 (2 bytes), activations and KV fp32 (4 bytes), as the engine holds them.
@@ -272,6 +278,7 @@ class dense_forward {
   cpu_reference_moe kernel_;
   kv_block_pool* kv_ = nullptr;
   std::vector<row> rows_;
+  std::vector<std::uint32_t> row_positions_;  // rows_[r].pos, as the arms read them
   std::vector<float> x_, norm_, qkv_, attn_, moe_, gates_, scores_, logits_, rlogits_, probs_;
   std::vector<float> positions_;  // [T x k x H] expert outputs of the MoE positions
   std::vector<std::int32_t> ids_;

@@ -51,7 +51,7 @@ class serving_loop {
   void replay(const warmup_log& log) {
     const std::int32_t K = w_.cfg.top_k;
     for (const warmup_log::forward& f : log.forwards) {
-      arm_.begin_forward(f.tokens, true);
+      arm_.begin_forward(f.row_positions, true);
       for (std::int32_t l = 0; l < w_.cfg.layers; ++l) {
         fill(l, arm_.ahead(l, {}));
         for (const moe_launch& launch : arm_.layer(l, f.layer(l, K), f.tokens)) {
@@ -132,7 +132,7 @@ class serving_loop {
     dense_.begin(plan, kv);
     const std::int32_t T = dense_.tokens();
     const std::int32_t K = w_.cfg.top_k;
-    arm_.begin_forward(T, false);
+    arm_.begin_forward(dense_.row_positions(), false);
     const double start = dev_.compute_free();
     issue(0, arm_.ahead(0, {start, start}), {start});  // issued as the forward starts
     dev_.compute(compute_op::embed, [&] {
@@ -140,7 +140,8 @@ class serving_loop {
       return dense_.embed_work();
     });
     if (record_ != nullptr) {
-      record_->forwards.push_back({T, {}});
+      const std::span<const std::uint32_t> positions = dense_.row_positions();
+      record_->forwards.push_back({T, {}, {positions.begin(), positions.end()}});
     }
     for (std::int32_t l = 0; l < w_.cfg.layers; ++l) {
       dev_.compute(compute_op::attention, [&] {

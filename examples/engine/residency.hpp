@@ -8,7 +8,7 @@
 /// run time, and the loop is compiled once instead of once per arm and policy). Per forward:
 ///
 /// ```
-/// begin_forward(tokens, warm)              // once
+/// begin_forward(row_positions, warm)       // once
 /// ahead(0, window)                         // copies of layer 0 known before its routing
 /// for each layer l:
 ///   launches = layer(l, ids, tokens)       // after the router: the launches of l's MoE
@@ -71,7 +71,8 @@ struct moe_launch {
 struct warmup_log {
   struct forward {
     std::int32_t tokens = 0;
-    std::vector<std::int32_t> ids;  ///< `[layers x tokens x k]`
+    std::vector<std::int32_t> ids;             ///< `[layers x tokens x k]`
+    std::vector<std::uint32_t> row_positions;  ///< `[tokens]`: each row's position in its session
     [[nodiscard]] std::span<const std::int32_t> layer(std::int32_t l, std::int32_t k) const {
       const std::size_t n = idx(tokens) * idx(k);
       return std::span<const std::int32_t>(ids).subspan(idx(l) * n, n);
@@ -132,8 +133,10 @@ class residency {
   /// Reserves the arm's rows on `ctx.dev` and fills what starts resident (untimed).
   /// @throws wisp::infeasible_error when the arm does not fit the budget beside the KV floor.
   virtual memory_plan setup(const arm_context& ctx) = 0;
-  /// A forward of `tokens` rows starts; `warm` during the warm-up replay (copies untimed).
-  virtual void begin_forward(std::int32_t /*tokens*/, bool /*warm*/) {}
+  /// A forward starts: `row_positions` holds each row's token position in its session, in row
+  /// order (the forward has `row_positions.size()` rows; the view is valid until the forward's
+  /// last `layer` call); `warm` during the warm-up replay (copies untimed).
+  virtual void begin_forward(std::span<const std::uint32_t> /*row_positions*/, bool /*warm*/) {}
   /// Copies of `layer` that do not depend on its routing (or predict it), issued one layer early,
   /// during `window` (both 0 in the warm-up replay, where copies are untimed).
   virtual std::span<const row_copy> ahead(std::int32_t /*layer*/, const link_window& /*window*/) {

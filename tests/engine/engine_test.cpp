@@ -10,8 +10,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -272,6 +274,147 @@ TEST(EngineArms, FailedDynamicResizeStepKeepsThePreviousSplit) {
     EXPECT_EQ(next.from_kv, failed.from_kv);
     EXPECT_TRUE(next.applied);
     EXPECT_EQ(r.resizes, r.resize_log.size() - 1);
+  }
+}
+
+// ------------------------------------------------ token positions reach the pager's policy
+
+// Every access a `logging_lru` saw, as (expert, token position), across every copy of it.
+std::vector<std::pair<wisp::cache_key, std::uint32_t>> logged_accesses;
+
+// `wisp::lru` that logs the position of each access it is handed.
+class logging_lru {
+ public:
+  static constexpr std::string_view name = "logging_lru";
+  void reset(const wisp::key_layout& layout) { lru_.reset(layout); }
+  void on_insert(wisp::cache_key key, const wisp::access_context& ctx) {
+    logged_accesses.emplace_back(key, ctx.position);
+    lru_.on_insert(key, ctx);
+  }
+  void on_hit(wisp::cache_key key, const wisp::access_context& ctx) {
+    logged_accesses.emplace_back(key, ctx.position);
+    lru_.on_hit(key, ctx);
+  }
+  void on_erase(wisp::cache_key key) { lru_.on_erase(key); }
+  [[nodiscard]] wisp::cache_key victim(const wisp::access_context& ctx,
+                                       wisp::protected_keys is_protected) const {
+    return lru_.victim(ctx, is_protected);
+  }
+
+ private:
+  wisp::lru lru_;
+};
+
+// Forwards every call to `inner` and checks, per layer call, that the policy saw each expert it
+// was handed at the position of the first row routed to it (the pager's rule for a batch). Keeps
+// every row position the loop gave, warm-up and serving apart.
+class position_checking_arm final : public residency {
+ public:
+  position_checking_arm(residency& inner, std::int32_t k, bool every_expert)
+      : inner_(inner), k_(static_cast<std::size_t>(k)), every_expert_(every_expert) {}
+
+  memory_plan setup(const arm_context& ctx) override { return inner_.setup(ctx); }
+  void begin_forward(std::span<const std::uint32_t> row_positions, bool warm) override {
+    auto& all = warm ? warm_positions : served_positions;
+    all.insert(all.end(), row_positions.begin(), row_positions.end());
+    rows_ = row_positions;
+    inner_.begin_forward(row_positions, warm);
+  }
+  std::span<const row_copy> ahead(std::int32_t layer, const link_window& window) override {
+    return inner_.ahead(layer, window);
+  }
+  std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
+                                    std::int32_t tokens) override {
+    std::map<wisp::cache_key, std::uint32_t> first;  // expert -> its first row's position
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      first.emplace(ids[i], rows_[i / k_]);  // keeps the first
+    }
+    const std::size_t before = logged_accesses.size();
+    const std::span<const moe_launch> launches = inner_.layer(layer, ids, tokens);
+    std::map<wisp::cache_key, std::uint32_t> seen;
+    for (std::size_t i = before; i < logged_accesses.size(); ++i) {
+      EXPECT_TRUE(seen.insert(logged_accesses[i]).second) << "expert accessed twice in a call";
+    }
+    if (every_expert_) {
+      EXPECT_EQ(seen, first) << "layer " << layer << ", " << tokens << " rows";
+    } else {  // some experts were computed by the host, not prepared
+      for (const auto& [expert, position] : seen) {
+        const auto it = first.find(expert);
+        EXPECT_TRUE(it != first.end() && it->second == position)
+            << "layer " << layer << ", expert " << expert << " at position " << position;
+      }
+    }
+    widest = std::max(widest, first.size());
+    return launches;
+  }
+  [[nodiscard]] bool host_sync(std::int32_t layer) const override {
+    return inner_.host_sync(layer);
+  }
+  void between_forwards(barrier_context& ctx) override { inner_.between_forwards(ctx); }
+  void finish(arm_result& result) override { inner_.finish(result); }
+
+  std::vector<std::uint32_t> warm_positions, served_positions;
+  std::size_t widest = 0;  // most distinct experts of one call
+
+ private:
+  residency& inner_;
+  std::size_t k_;
+  bool every_expert_;
+  std::span<const std::uint32_t> rows_;
+};
+
+// The positions each session computes once (no preemption): [0, prompt + generated - 1), sorted.
+std::vector<std::uint32_t> positions_of(const std::vector<request>& requests) {
+  std::vector<std::uint32_t> out;
+  for (const request& r : requests) {
+    const std::size_t n = r.prompt.size() + static_cast<std::size_t>(r.max_new_tokens) - 1;
+    for (std::uint32_t p = 0; p < n; ++p) {
+      out.push_back(p);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// The loop hands each forward's row positions to the arm (warm-up replay and serving), and the
+// pager arms pass them on: each expert of a call is accessed at the position of the first row
+// routed to it, in a call that fits the cap and in the launches of a split (prefill) call.
+TEST(EngineArms, PagerArmsHandThePolicyEachExpertAtItsFirstRowsPosition) {
+  const fixture f;
+  for (const arm_kind kind : {arm_kind::pager, arm_kind::pager_hybrid}) {
+    SCOPED_TRACE(std::string(arm_name(kind)));
+    engine_options o = f.options(kind);
+    o.cap = f.cfg.top_k + 2;  // prefills have more distinct experts: they are split
+    const warmup_log warm = record_warmup(f.weights, f.wl, o);
+    std::unique_ptr<residency> inner;
+    if (kind == arm_kind::pager) {
+      inner = std::make_unique<pager_residency<logging_lru>>();
+    } else {
+      inner = std::make_unique<hybrid_pager_residency<logging_lru>>();
+    }
+    position_checking_arm arm(*inner, f.cfg.top_k, kind == arm_kind::pager);
+    device dev(f.weights, o.link, charges_of(o));
+    const arm_context ctx{f.cfg,
+                          o,
+                          alloc_spec(f.cfg),
+                          wisp::byte_size{o.budget_bytes},
+                          workload_floor(f.wl.evaluated, o.max_running),
+                          f.wl.evaluated,
+                          warm,
+                          dev};
+    const memory_plan m = arm.setup(ctx);
+    serving_loop loop(f.weights, o, dev, arm, &f.wl.trace);
+    logged_accesses.clear();
+    loop.replay(warm);
+    arm_result res;
+    loop.serve(f.wl.evaluated, m.kv_blocks, res);
+    EXPECT_EQ(res.preemptions, 0u);
+    EXPECT_GT(arm.widest, static_cast<std::size_t>(o.cap));
+    EXPECT_FALSE(logged_accesses.empty());
+    std::sort(arm.warm_positions.begin(), arm.warm_positions.end());
+    std::sort(arm.served_positions.begin(), arm.served_positions.end());
+    EXPECT_EQ(arm.warm_positions, positions_of(f.wl.warmup));
+    EXPECT_EQ(arm.served_positions, positions_of(f.wl.evaluated));
   }
 }
 
