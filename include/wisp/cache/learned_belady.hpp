@@ -173,14 +173,14 @@ class learned_belady {
         h.step = keys_[static_cast<std::size_t>(h.key)].step;
         h.tick = keys_[static_cast<std::size_t>(h.key)].tick;
       }
-      const bool later_layer = global_ && h.key / layout_.experts > ctx.layer;
+      const std::int32_t key_layer = global_ ? h.key / layout_.experts : ctx.layer;
       const std::int64_t age = std::max<std::int64_t>(
-          std::int64_t{ctx.step} - std::int64_t{h.step} - (later_layer ? 1 : 0), 0);
+          std::int64_t{ctx.step} - std::int64_t{h.step} - (key_layer > ctx.layer ? 1 : 0), 0);
       const std::size_t at =
           static_cast<std::size_t>(c) * padded_bins + static_cast<std::size_t>(bin_of(age + 1));
       const std::uint64_t kept = std::uint64_t{kept_[at]} + 1;
       const std::uint64_t seen = std::uint64_t{seen_[at]} + 2;
-      const std::int32_t distance = layer_distance(h.key, ctx.layer);
+      const std::int32_t distance = global_ ? layer_distance(key_layer, ctx.layer) : 0;
       if (best == no_key || kept * best_seen < best_kept * seen ||
           (kept * best_seen == best_kept * seen &&
            (distance > best_distance || (distance == best_distance && h.tick < best_tick)))) {
@@ -249,12 +249,11 @@ class learned_belady {
     const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
     return 2 * e + static_cast<std::int32_t>((x >> (e - 1)) & 1u) + 1;
   }
-  [[nodiscard]] std::int32_t layer_distance(cache_key key, std::int32_t layer) const noexcept {
-    if (!global_) {
-      return 0;
-    }
-    const std::int32_t layers = layout_.layers;
-    return ((key / layout_.experts - layer - 1) % layers + layers) % layers + 1;
+  // Layers from `layer` forward to `key_layer`'s next execution, in [1, layers] (global scope).
+  [[nodiscard]] std::int32_t layer_distance(std::int32_t key_layer,
+                                            std::int32_t layer) const noexcept {
+    const std::int32_t d = key_layer - layer - 1;  // in [-layers, layers - 2]
+    return (d < 0 ? d + layout_.layers : d) + 1;
   }
   // The position weight of (key, position): a splitmix64 finaliser of both, top bits.
   [[nodiscard]] std::uint16_t position_index(cache_key key, std::uint32_t position) const noexcept {
@@ -375,19 +374,27 @@ class learned_belady {
     const auto start = static_cast<std::size_t>((call_ - back + 1) % ring_);
     const std::size_t first = std::min(count, static_cast<std::size_t>(ring_) - start);
     std::uint32_t* const occ = occupancy_.data();
-    const auto cap = static_cast<std::uint32_t>(capacity_);
-    // Segments [start, start + first) and [0, count - first): stop at the first full call.
+    // An occupancy counts keys, so it is below 2^31 and compares as a signed integer, which SSE2
+    // compares 4 at a time.
+    const std::int32_t cap = capacity_;
+    // Segments [start, start + first) and [0, count - first): stop at the first full call, looking
+    // 16 calls at a time (a fixed count the compiler vectorises).
     const auto full = [occ, cap](std::size_t from, std::size_t to) {
-      for (std::size_t i = from; i < to; i += 16) {
-        std::uint32_t any = 0;
-        for (std::size_t j = i; j < std::min(i + 16, to); ++j) {
-          any |= occ[j] >= cap ? 1u : 0u;
+      std::size_t i = from;
+      for (; i + 16 <= to; i += 16) {
+        std::int32_t any = 0;
+        for (std::size_t j = 0; j < 16; ++j) {
+          any |= static_cast<std::int32_t>(occ[i + j]) >= cap ? 1 : 0;
         }
         if (any != 0) {
           return true;
         }
       }
-      return false;
+      std::int32_t any = 0;
+      for (; i < to; ++i) {
+        any |= static_cast<std::int32_t>(occ[i]) >= cap ? 1 : 0;
+      }
+      return any != 0;
     };
     if (full(start, start + first) || full(0, count - first)) {
       return false;
