@@ -34,7 +34,7 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
                         when it does not fit the budget (the upper bound)
   --policies P,Q,...    eviction policies of the pager arm, one arm each (default: lru,fifo,lfu,
                         lfu_history,lfru,fld,least_stale,decayed_frequency,predicted_next_use,
-                        reuse_probability; least-stale is accepted too)
+                        reuse_probability,learned_belady; least-stale is accepted too)
   --policy NAME         policy of pager+plan, pager+dynamic, pager+prefetch, pager+zip and
                         pager+hybrid (default lru)
   --host-compute HOW    cpu-experts and pager+hybrid: host experts charged by the profile's host

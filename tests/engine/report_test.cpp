@@ -98,6 +98,22 @@ cli_options parse(std::vector<std::string_view> args) {
   return parse_cli(args);
 }
 
+// The help's default `--policies` is the parser's: every pager policy, in order.
+TEST(EngineCli, HelpListsEveryDefaultPolicy) {
+  std::string listed(usage);
+  const std::string_view head = "eviction policies of the pager arm, one arm each (default: ";
+  const std::size_t from = listed.find(head);
+  ASSERT_NE(from, std::string::npos);
+  listed = listed.substr(from + head.size());
+  listed = listed.substr(0, listed.find(';'));
+  std::erase_if(listed, [](char c) { return c == ' ' || c == '\n'; });
+  std::string expected;
+  for (const std::string& p : all_policies()) {
+    expected += (expected.empty() ? "" : ",") + p;
+  }
+  EXPECT_EQ(listed, expected);
+}
+
 TEST(EngineCli, ParsesEveryFlag) {
   const cli_options o = parse({"--arms",
                                "full,pager",
