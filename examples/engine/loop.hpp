@@ -54,7 +54,7 @@ class serving_loop {
       arm_.begin_forward(f.row_positions, true);
       for (std::int32_t l = 0; l < w_.cfg.layers; ++l) {
         fill(l, arm_.ahead(l, {}));
-        for (const moe_launch& launch : arm_.layer(l, f.layer(l, K), f.tokens)) {
+        for (const moe_launch& launch : arm_.layer(l, f.layer(l, K), f.tokens())) {
           fill(l, launch.copies);
         }
       }
@@ -141,7 +141,7 @@ class serving_loop {
     });
     if (record_ != nullptr) {
       const std::span<const std::uint32_t> positions = dense_.row_positions();
-      record_->forwards.push_back({T, {}, {positions.begin(), positions.end()}});
+      record_->forwards.push_back({{positions.begin(), positions.end()}, {}});
     }
     for (std::int32_t l = 0; l < w_.cfg.layers; ++l) {
       dev_.compute(compute_op::attention, [&] {

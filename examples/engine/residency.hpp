@@ -70,11 +70,12 @@ struct moe_launch {
 /// @brief The routing the warm-up sessions produced, forward by forward.
 struct warmup_log {
   struct forward {
-    std::int32_t tokens = 0;
+    std::vector<std::uint32_t> row_positions;  ///< each row's position in its session
     std::vector<std::int32_t> ids;             ///< `[layers x tokens x k]`
-    std::vector<std::uint32_t> row_positions;  ///< `[tokens]`: each row's position in its session
+    /// The forward's rows, one per position.
+    [[nodiscard]] std::int32_t tokens() const { return count(row_positions); }
     [[nodiscard]] std::span<const std::int32_t> layer(std::int32_t l, std::int32_t k) const {
-      const std::size_t n = idx(tokens) * idx(k);
+      const std::size_t n = idx(tokens()) * idx(k);
       return std::span<const std::int32_t>(ids).subspan(idx(l) * n, n);
     }
   };
