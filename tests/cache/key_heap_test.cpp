@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The internal ordered structures of the frequency policies against brute force: `key_heap`
-// (lfu_history, decayed_frequency, belady) and `frequency_classes` (lfu, lfru), on random
-// operations with random protection.
+// (decayed_frequency, predicted_next_use, reuse_probability, belady) and `frequency_classes`
+// (lfu, lfu_history, lfru), on random operations with random protection.
 #include <wisp/cache/detail/frequency_classes.hpp>
 #include <wisp/cache/detail/key_heap.hpp>
 #include <wisp/cache/eviction_policy.hpp>
@@ -13,6 +13,7 @@
 #include <optional>
 #include <random>
 #include <tuple>
+#include <vector>
 
 namespace {
 
@@ -46,7 +47,7 @@ TEST(KeyHeap, MinUnprotectedMatchesBruteForceUnderRandomOperations) {
       const auto key = static_cast<cache_key>(rng() % keys);
       // Few distinct priorities, so that ties (broken by the smaller key) are common.
       const heap_priority prio{rng() % 4, rng() % 3};
-      switch (rng() % 4) {
+      switch (rng() % 5) {
         case 0:
         case 1:
           heap.set(key, prio);
@@ -56,6 +57,17 @@ TEST(KeyHeap, MinUnprotectedMatchesBruteForceUnderRandomOperations) {
           heap.erase(key);
           entries.erase(key);
           break;
+        case 3: {  // every key rescored at once, as the decaying policies do
+          const std::uint64_t salt = rng();
+          const auto rescore = [salt](cache_key k) {
+            return heap_priority{(salt >> (k % 32)) % 4, static_cast<std::uint64_t>(k) % 3};
+          };
+          heap.rebuild(rescore);
+          for (auto& [k, p] : entries) {
+            p = rescore(k);
+          }
+          break;
+        }
         default:
           protect.clear();
           for (std::uint64_t p = rng() % 12; p > 0; --p) {
@@ -67,31 +79,47 @@ TEST(KeyHeap, MinUnprotectedMatchesBruteForceUnderRandomOperations) {
       const std::optional<cache_key> expected = brute_min(entries, protect);
       ASSERT_EQ(heap.min_unprotected(protect.view()), expected.value_or(no_key))
           << "trial " << trial << " op " << op;
+      if (!entries.empty()) {  // the top is the smallest of all
+        ASSERT_EQ(heap.keys()[0], *brute_min(entries, protect_set(keys)));
+      }
+      // The whole order: protecting the smallest keys one by one must name every key in turn
+      // (a key below a larger unprotected ancestor would be skipped).
+      protect_set smaller(keys);
+      for (std::size_t rank = 0; rank < entries.size(); ++rank) {
+        const cache_key next = heap.min_unprotected(smaller.view());
+        ASSERT_EQ(next, *brute_min(entries, smaller)) << "trial " << trial << " op " << op;
+        smaller.insert(next);
+      }
     }
   }
 }
 
-// frequency_classes used as lfu uses it: the victim is the first unprotected key of the lowest
-// count, the least recently moved first.
-TEST(FrequencyClasses, FirstUnprotectedMatchesBruteForceLfu) {
+// frequency_classes used as lfu and lfu_history use it: the victim is the first unprotected key
+// of the lowest count, the least recently moved first. With `whole_history`, a count survives
+// the key's erasure and the key comes back at it plus one (lfu_history); otherwise at 1 (lfu).
+void check_against_brute_force_lfu(bool whole_history) {
   constexpr std::int32_t keys = 30;
   std::mt19937_64 rng(11);
   detail::frequency_classes classes;
   classes.reset(keys);
   std::map<cache_key, std::pair<std::uint64_t, std::uint64_t>> resident;  // key -> (count, tick)
+  std::vector<std::uint64_t> history(keys, 0);
   std::uint64_t tick = 0;
   protect_set protect(keys);
   for (int op = 0; op < 20000; ++op) {
     const auto key = static_cast<cache_key>(rng() % keys);
+    const auto k = static_cast<std::size_t>(key);
     if (rng() % 5 == 0) {
       classes.erase(key);
       resident.erase(key);
     } else if (const auto it = resident.find(key); it != resident.end()) {
+      ++history[k];
       it->second = {it->second.first + 1, ++tick};
       classes.promote(key);
     } else {
-      resident[key] = {1, ++tick};
-      classes.insert(key);
+      const std::uint64_t count = whole_history ? ++history[k] : 1;
+      resident[key] = {count, ++tick};
+      classes.insert(key, count);
     }
     if (resident.contains(key)) {
       ASSERT_EQ(classes.count_of(key), resident.at(key).first) << "op " << op;
@@ -101,17 +129,22 @@ TEST(FrequencyClasses, FirstUnprotectedMatchesBruteForceLfu) {
       protect.insert(static_cast<cache_key>(rng() % keys));
     }
     std::optional<cache_key> expected;
-    for (const auto& [k, rank] : resident) {
-      if (!protect.contains(k) && (!expected || rank < resident.at(*expected))) {
-        expected = k;
+    for (const auto& [r, rank] : resident) {
+      if (!protect.contains(r) && (!expected || rank < resident.at(*expected))) {
+        expected = r;
       }
     }
-    cache_key got = no_key;
-    for (auto c = classes.first(); c != classes.end() && got == no_key; c = classes.next(c)) {
-      got = classes.first_unprotected(c, protect.view());
-    }
-    ASSERT_EQ(got, expected.value_or(no_key)) << "op " << op;
+    ASSERT_EQ(classes.lowest_unprotected(protect.view()), expected.value_or(no_key))
+        << "op " << op;
   }
+}
+
+TEST(FrequencyClasses, LowestUnprotectedMatchesBruteForceLfu) {
+  check_against_brute_force_lfu(false);
+}
+
+TEST(FrequencyClasses, LowestUnprotectedMatchesBruteForceLfuHistory) {
+  check_against_brute_force_lfu(true);
 }
 
 }  // namespace

@@ -5,7 +5,6 @@
 #pragma once
 
 #include <wisp/cache/detail/frequency_classes.hpp>
-#include <wisp/cache/detail/key_heap.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 
 #include <cstddef>
@@ -44,12 +43,7 @@ class lfu {
   /// The unprotected resident key with the smallest (count, last access), or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
                                  protected_keys is_protected) const noexcept {
-    for (auto c = classes_.first(); c != classes_.end(); c = classes_.next(c)) {
-      if (const cache_key k = classes_.first_unprotected(c, is_protected); k != no_key) {
-        return k;
-      }
-    }
-    return no_key;
+    return classes_.lowest_unprotected(is_protected);
   }
   /// The count `key` is ranked by: its accesses since its last insertion (an evicted key shows
   /// the count it left with). 0 for a key never seen.
@@ -68,10 +62,12 @@ static_assert(eviction_policy<lfu>);
 /// evicted too; ties go to the least recently used. Unlike `lfu`, an expert that was popular
 /// keeps its rank when it comes back, at the cost of one counter per key for the whole run.
 ///
-/// A returning key re-enters at its old count, anywhere in the order, so the classes of `lfu`
-/// would need a search: an indexed binary heap on (count, last access) instead.
-/// `on_insert`, `on_hit`, `on_erase`: O(log n). `victim`: O(1 + p), p = protected keys above the
-/// answer in the heap. Allocation-free after `reset`. Not thread-safe.
+/// The same classes as `lfu`, keyed by the whole-history count: a hit moves a key into the next
+/// class (O(1)); a returning key re-enters at its old count plus one, found by a walk from the
+/// lowest class. `on_hit`, `on_erase`: O(1). `on_insert`: O(1 + c), c = classes of a lower count
+/// (few: the keys evicted are the least counted, so they come back near the bottom). `victim`:
+/// O(1 + p), p = protected keys ahead of the answer. Allocation-free after `reset`. Not
+/// thread-safe.
 /// @code
 /// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout{wisp::cache_scope::global, 26, 64},
 /// 208);
@@ -82,20 +78,21 @@ class lfu_history {
 
   /// Forgets every key and every count; sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
-    heap_.reset(layout.size());
+    classes_.reset(layout.size());
     count_.assign(static_cast<std::size_t>(layout.size()), 0);
-    tick_ = 0;
   }
-  void on_insert(cache_key key, const access_context& ctx) noexcept { on_hit(key, ctx); }
+  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
+    classes_.insert(key, ++count_[static_cast<std::size_t>(key)]);
+  }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
-    const std::uint64_t count = ++count_[static_cast<std::size_t>(key)];
-    heap_.set(key, {count, ++tick_});
+    ++count_[static_cast<std::size_t>(key)];
+    classes_.promote(key);
   }
-  void on_erase(cache_key key) noexcept { heap_.erase(key); }
+  void on_erase(cache_key key) noexcept { classes_.erase(key); }  // the count stays
   /// The unprotected resident key with the smallest (count, last access), or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
-                                 protected_keys is_protected) noexcept {
-    return heap_.min_unprotected(is_protected);
+                                 protected_keys is_protected) const noexcept {
+    return classes_.lowest_unprotected(is_protected);
   }
   /// The count `key` is ranked by: its accesses since `reset`. 0 for a key never seen.
   [[nodiscard]] std::uint64_t count(cache_key key) const noexcept {
@@ -103,9 +100,8 @@ class lfu_history {
   }
 
  private:
-  detail::key_heap heap_;
-  std::vector<std::uint64_t> count_;
-  std::uint64_t tick_ = 0;
+  detail::frequency_classes classes_;  // resident keys by count, least recently used first
+  std::vector<std::uint64_t> count_;   // every key's count, resident or not
 };
 static_assert(eviction_policy<lfu_history>);
 

@@ -2,7 +2,8 @@
 /// @file
 /// @brief Internal: keys grouped by an access count into classes kept in increasing count order,
 /// each class a list in the order its keys joined it (the O(1) LFU structure of Shah, Mitra and
-/// Matani, 2010). Every operation O(1); allocation-free after `reset`.
+/// Matani, 2010). Every operation O(1) but an insertion above count 1; allocation-free after
+/// `reset`.
 #pragma once
 
 #include <wisp/cache/detail/key_lists.hpp>
@@ -14,9 +15,10 @@
 
 namespace wisp::detail {
 
-/// Since a key joins a class only by insertion (at the lowest count) or by one more access (into
-/// the class right after its own), the classes stay sorted without a search, and a class's front
-/// is its key whose last access is oldest. Class nodes are recycled through a free list.
+/// A key joins a class by one more access (into the class right after its own: O(1)) or by
+/// insertion at a given count (a walk from the lowest class, O(1) at count 1), so the classes stay
+/// sorted, and a class's front is its key whose last access is oldest. Class nodes are recycled
+/// through a free list.
 class frequency_classes {
  public:
   /// A class node (an index); `end()` closes the list.
@@ -38,10 +40,16 @@ class frequency_classes {
     members_.reset(key_space, static_cast<std::int32_t>(n + 1));
   }
 
-  /// Adds `key` (in no class) to the back of the class of count 1, the lowest there can be.
-  void insert(cache_key key) noexcept {
-    const class_id head = first();
-    join(key, head != end_ && count_of_class(head) == 1 ? head : new_class_after(end_, 1));
+  /// Adds `key` (in no class) to the back of the class of `count` (>= 1), created if needed.
+  /// O(1 + classes of a lower count), a walk from the lowest class: O(1) for `count == 1`.
+  void insert(cache_key key, std::uint64_t count = 1) noexcept {
+    class_id before = end_;
+    class_id c = first();
+    while (c != end_ && count_of_class(c) < count) {
+      before = c;
+      c = next(c);
+    }
+    join(key, c != end_ && count_of_class(c) == count ? c : new_class_after(before, count));
   }
 
   /// Moves `key` (in a class) to the back of the class of one more (one more access).
@@ -88,6 +96,16 @@ class frequency_classes {
   [[nodiscard]] cache_key first_unprotected(class_id c,
                                             protected_keys is_protected) const noexcept {
     return members_.first_unprotected(c, is_protected);
+  }
+  /// The front-most unprotected key of the lowest class that has one (the LFU victim); `no_key`
+  /// if every key is protected. O(1 + protected keys skipped).
+  [[nodiscard]] cache_key lowest_unprotected(protected_keys is_protected) const noexcept {
+    for (class_id c = first(); c != end_; c = next(c)) {
+      if (const cache_key k = first_unprotected(c, is_protected); k != no_key) {
+        return k;
+      }
+    }
+    return no_key;
   }
 
  private:
