@@ -10,7 +10,9 @@
 
 #include <array>
 #include <map>
+#include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -306,6 +308,51 @@ TEST(SlotCacheLfru, ScoresMatchVllm) {
   EXPECT_DOUBLE_EQ(cache.policy().score(0), 11.0 / 52.0);
   EXPECT_DOUBLE_EQ(cache.policy().score(1), 51.0);
   EXPECT_EQ(cache.policy().clock(), 62u);
+}
+
+// lfru compares scores by exact 128-bit products. Both ways of computing one (the compiler's
+// 128-bit integer, the portable 32-bit halves) against products known in closed form.
+TEST(SlotCacheLfru, WideProductsAreExact) {
+  using detail::multiply;
+  using detail::multiply_halves;
+  using detail::wide_product;
+  constexpr std::uint64_t max = ~std::uint64_t{0};
+  // (2^64 - 1)^2 = 2^128 - 2^65 + 1; (2^32)^2 = 2^64; (2^64 - 1) * 2 = 2^65 - 2.
+  const std::array<std::tuple<std::uint64_t, std::uint64_t, wide_product>, 5> known{{
+      {max, max, {max - 1, 1}},
+      {std::uint64_t{1} << 32, std::uint64_t{1} << 32, {1, 0}},
+      {max, 2, {1, max - 1}},
+      {0, max, {0, 0}},
+      {123456789, 987654321, {0, 121932631112635269ull}},
+  }};
+  for (const auto& [a, b, product] : known) {
+    EXPECT_EQ(multiply(a, b), product) << a << " * " << b;
+    EXPECT_EQ(multiply_halves(a, b), product) << a << " * " << b;
+  }
+  // Random factors: (a * b) / b == a, checked by long division of the 128-bit product.
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 10000; ++i) {
+    const std::uint64_t a = rng() >> (rng() % 64);
+    const std::uint64_t b = (rng() >> (rng() % 64)) | 1u;
+    const wide_product p = multiply(a, b);
+    ASSERT_EQ(multiply_halves(a, b), p) << a << " * " << b;
+    std::uint64_t quotient = 0;
+    std::uint64_t remainder = 0;  // < b throughout
+    for (int bit = 127; bit >= 0; --bit) {
+      const std::uint64_t next = bit >= 64 ? (p.high >> (bit - 64)) & 1u : (p.low >> bit) & 1u;
+      const bool carry = (remainder >> 63) != 0;
+      remainder = (remainder << 1) | next;
+      const bool take = carry || remainder >= b;
+      remainder -= take ? b : 0;
+      if (bit < 64) {
+        quotient |= static_cast<std::uint64_t>(take) << bit;
+      } else {
+        ASSERT_FALSE(take) << a << " * " << b << ": quotient over 64 bits";
+      }
+    }
+    ASSERT_EQ(quotient, a) << a << " * " << b;
+    ASSERT_EQ(remainder, 0u) << a << " * " << b;
+  }
 }
 
 // vLLM #11/#12: invalidate frees the slot; no-op when absent.
