@@ -33,8 +33,7 @@ class key_heap {
     heap_.reserve(static_cast<std::size_t>(key_space));
     pos_.assign(static_cast<std::size_t>(key_space), npos);
     prio_.assign(static_cast<std::size_t>(key_space), heap_priority{});
-    stack_.clear();
-    stack_.reserve(static_cast<std::size_t>(key_space));
+    stack_.resize(static_cast<std::size_t>(key_space));
   }
 
   [[nodiscard]] bool contains(cache_key key) const noexcept {
@@ -105,12 +104,14 @@ class key_heap {
     if (!is_protected(heap_[0])) {
       return heap_[0];  // the usual case: no search
     }
+    // Every position is pushed at most once, so the stack (sized to the key space) never
+    // overflows.
     cache_key best = no_key;
-    stack_.clear();
-    stack_.push_back(0);
-    while (!stack_.empty()) {
-      const std::size_t i = stack_.back();
-      stack_.pop_back();
+    std::size_t* const stack = stack_.data();
+    std::size_t top = 0;
+    stack[top++] = 0;
+    while (top > 0) {
+      const std::size_t i = stack[--top];
       const cache_key k = heap_[i];
       if (!is_protected(k)) {
         if (best == no_key || before(k, best)) {
@@ -119,7 +120,7 @@ class key_heap {
         continue;  // its descendants are not smaller
       }
       for (std::size_t c = 2 * i + 1; c <= 2 * i + 2 && c < heap_.size(); ++c) {
-        stack_.push_back(c);
+        stack[top++] = c;
       }
     }
     return best;
@@ -172,7 +173,7 @@ class key_heap {
   std::vector<cache_key> heap_;
   std::vector<std::size_t> pos_;
   std::vector<heap_priority> prio_;
-  std::vector<std::size_t> stack_;  // scratch for min_unprotected, reserved to key_space
+  std::vector<std::size_t> stack_;  // scratch for min_unprotected: key_space positions
 };
 
 }  // namespace wisp::detail
