@@ -134,8 +134,7 @@ void check_against_brute_force_lfu(bool whole_history) {
         expected = r;
       }
     }
-    ASSERT_EQ(classes.lowest_unprotected(protect.view()), expected.value_or(no_key))
-        << "op " << op;
+    ASSERT_EQ(classes.lowest_unprotected(protect.view()), expected.value_or(no_key)) << "op " << op;
   }
 }
 
