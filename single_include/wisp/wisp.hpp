@@ -5719,13 +5719,15 @@ static_assert(eviction_policy<fifo>);
 /// @file
 /// @brief Internal: keys grouped by an access count into classes kept in increasing count order,
 /// each class a list in the order its keys joined it (the O(1) LFU structure of Shah, Mitra and
-/// Matani, 2010). Every operation O(1); allocation-free after `reset`.
+/// Matani, 2010). Every operation O(1) but an insertion above count 1; allocation-free after
+/// `reset`.
 
 namespace wisp::detail {
 
-/// Since a key joins a class only by insertion (at the lowest count) or by one more access (into
-/// the class right after its own), the classes stay sorted without a search, and a class's front
-/// is its key whose last access is oldest. Class nodes are recycled through a free list.
+/// A key joins a class by one more access (into the class right after its own: O(1)) or by
+/// insertion at a given count (a walk from the lowest class, O(1) at count 1), so the classes stay
+/// sorted, and a class's front is its key whose last access is oldest. Class nodes are recycled
+/// through a free list.
 class frequency_classes {
  public:
   /// A class node (an index); `end()` closes the list.
@@ -5747,10 +5749,16 @@ class frequency_classes {
     members_.reset(key_space, static_cast<std::int32_t>(n + 1));
   }
 
-  /// Adds `key` (in no class) to the back of the class of count 1, the lowest there can be.
-  void insert(cache_key key) noexcept {
-    const class_id head = first();
-    join(key, head != end_ && count_of_class(head) == 1 ? head : new_class_after(end_, 1));
+  /// Adds `key` (in no class) to the back of the class of `count` (>= 1), created if needed.
+  /// O(1 + classes of a lower count), a walk from the lowest class: O(1) for `count == 1`.
+  void insert(cache_key key, std::uint64_t count = 1) noexcept {
+    class_id before = end_;
+    class_id c = first();
+    while (c != end_ && count_of_class(c) < count) {
+      before = c;
+      c = next(c);
+    }
+    join(key, c != end_ && count_of_class(c) == count ? c : new_class_after(before, count));
   }
 
   /// Moves `key` (in a class) to the back of the class of one more (one more access).
@@ -5798,6 +5806,16 @@ class frequency_classes {
                                             protected_keys is_protected) const noexcept {
     return members_.first_unprotected(c, is_protected);
   }
+  /// The front-most unprotected key of the lowest class that has one (the LFU victim); `no_key`
+  /// if every key is protected. O(1 + protected keys skipped).
+  [[nodiscard]] cache_key lowest_unprotected(protected_keys is_protected) const noexcept {
+    for (class_id c = first(); c != end_; c = next(c)) {
+      if (const cache_key k = first_unprotected(c, is_protected); k != no_key) {
+        return k;
+      }
+    }
+    return no_key;
+  }
 
  private:
   static constexpr class_id none = -1;
@@ -5840,177 +5858,6 @@ class frequency_classes {
 }  // namespace wisp::detail
 // ---- end wisp/cache/detail/frequency_classes.hpp -----------------------------------------------
 
-// ---- begin wisp/cache/detail/key_heap.hpp ------------------------------------------------------
-/// @file
-/// @brief Internal: an indexed binary min-heap over dense keys with a two-word priority, ties
-/// broken by the smaller key. push/update/erase O(log n), rebuild O(n); allocation-free after
-/// `reset`.
-
-namespace wisp::detail {
-
-/// Lexicographic priority; the smallest one is at the top of a `key_heap`.
-struct heap_priority {
-  std::uint64_t major = 0;
-  std::uint64_t minor = 0;
-  friend constexpr auto operator<=>(const heap_priority&, const heap_priority&) = default;
-  // Spelled out: nvcc 13 leaves the == implied by a defaulted <=> undefined.
-  friend constexpr bool operator==(const heap_priority& x, const heap_priority& y) noexcept {
-    return x.major == y.major && x.minor == y.minor;
-  }
-};
-
-class key_heap {
- public:
-  void reset(std::int32_t key_space) {
-    heap_.clear();
-    heap_.reserve(static_cast<std::size_t>(key_space));
-    pos_.assign(static_cast<std::size_t>(key_space), npos);
-    prio_.assign(static_cast<std::size_t>(key_space), heap_priority{});
-    stack_.clear();
-    stack_.reserve(static_cast<std::size_t>(key_space));
-  }
-
-  [[nodiscard]] bool contains(cache_key key) const noexcept {
-    return pos_[static_cast<std::size_t>(key)] != npos;
-  }
-  [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
-  /// The keys in heap order (the smallest first, the rest unordered). O(1).
-  [[nodiscard]] std::span<const cache_key> keys() const noexcept { return heap_; }
-
-  /// Inserts `key` (absent) or changes its priority (present). O(log n).
-  void set(cache_key key, heap_priority prio) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    if (pos_[k] == npos) {
-      prio_[k] = prio;
-      pos_[k] = heap_.size();
-      heap_.push_back(key);  // capacity reserved in reset: no allocation
-      sift_up(pos_[k]);
-      return;
-    }
-    const heap_priority old = prio_[k];
-    prio_[k] = prio;
-    if (prio < old) {
-      sift_up(pos_[k]);
-    } else {
-      sift_down(pos_[k]);
-    }
-  }
-
-  /// Removes `key` if present. O(log n).
-  void erase(cache_key key) noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    const std::size_t i = pos_[k];
-    if (i == npos) {
-      return;
-    }
-    const std::size_t last = heap_.size() - 1;
-    pos_[k] = npos;
-    const cache_key moved = heap_[last];
-    heap_.pop_back();
-    if (i != last) {
-      place(i, moved);
-      sift_up(i);
-      sift_down(pos_[static_cast<std::size_t>(moved)]);
-    }
-  }
-
-  /// Gives every key in the heap the priority `priority(key)` and restores the heap order
-  /// (Floyd's bottom-up construction). O(n) calls of `priority` and O(n) sift steps.
-  template <class Priority>
-  void rebuild(Priority&& priority) noexcept {
-    for (const cache_key key : heap_) {
-      prio_[static_cast<std::size_t>(key)] = priority(key);
-    }
-    for (std::size_t i = heap_.size() / 2; i-- > 0;) {
-      sift_down(i);
-    }
-  }
-
-  /// The smallest key (by priority, then key) with `!is_protected(key)`, or `no_key`.
-  /// O(1 + p), p = protected keys that sit above it in the heap (a search of the protected region
-  /// around the root; the answer has only protected ancestors). `is_protected` is a
-  /// `protected_keys` or any predicate on the heap's keys.
-  template <class IsProtected>
-  [[nodiscard]] cache_key min_unprotected(const IsProtected& is_protected) noexcept {
-    if (heap_.empty()) {
-      return no_key;
-    }
-    if (!is_protected(heap_[0])) {
-      return heap_[0];  // the usual case: no search
-    }
-    cache_key best = no_key;
-    stack_.clear();
-    stack_.push_back(0);
-    while (!stack_.empty()) {
-      const std::size_t i = stack_.back();
-      stack_.pop_back();
-      const cache_key k = heap_[i];
-      if (!is_protected(k)) {
-        if (best == no_key || before(k, best)) {
-          best = k;
-        }
-        continue;  // its descendants are not smaller
-      }
-      for (std::size_t c = 2 * i + 1; c <= 2 * i + 2 && c < heap_.size(); ++c) {
-        stack_.push_back(c);
-      }
-    }
-    return best;
-  }
-
- private:
-  static constexpr std::size_t npos = ~std::size_t{0};
-
-  [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
-    const heap_priority& pa = prio_[static_cast<std::size_t>(a)];
-    const heap_priority& pb = prio_[static_cast<std::size_t>(b)];
-    return pa < pb || (pa == pb && a < b);
-  }
-  void place(std::size_t i, cache_key key) noexcept {
-    heap_[i] = key;
-    pos_[static_cast<std::size_t>(key)] = i;
-  }
-  void sift_up(std::size_t i) noexcept {
-    const cache_key key = heap_[i];
-    while (i > 0) {
-      const std::size_t parent = (i - 1) / 2;
-      if (!before(key, heap_[parent])) {
-        break;
-      }
-      place(i, heap_[parent]);
-      i = parent;
-    }
-    place(i, key);
-  }
-  void sift_down(std::size_t i) noexcept {
-    const cache_key key = heap_[i];
-    const std::size_t n = heap_.size();
-    while (true) {
-      std::size_t child = 2 * i + 1;
-      if (child >= n) {
-        break;
-      }
-      if (child + 1 < n && before(heap_[child + 1], heap_[child])) {
-        ++child;
-      }
-      if (!before(heap_[child], key)) {
-        break;
-      }
-      place(i, heap_[child]);
-      i = child;
-    }
-    place(i, key);
-  }
-
-  std::vector<cache_key> heap_;
-  std::vector<std::size_t> pos_;
-  std::vector<heap_priority> prio_;
-  std::vector<std::size_t> stack_;  // scratch for min_unprotected, reserved to key_space
-};
-
-}  // namespace wisp::detail
-// ---- end wisp/cache/detail/key_heap.hpp --------------------------------------------------------
-
 namespace wisp {
 
 /// @brief Least frequently used, counting while resident ("in-cache LFU"): evicts the resident
@@ -6042,12 +5889,7 @@ class lfu {
   /// The unprotected resident key with the smallest (count, last access), or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
                                  protected_keys is_protected) const noexcept {
-    for (auto c = classes_.first(); c != classes_.end(); c = classes_.next(c)) {
-      if (const cache_key k = classes_.first_unprotected(c, is_protected); k != no_key) {
-        return k;
-      }
-    }
-    return no_key;
+    return classes_.lowest_unprotected(is_protected);
   }
   /// The count `key` is ranked by: its accesses since its last insertion (an evicted key shows
   /// the count it left with). 0 for a key never seen.
@@ -6066,10 +5908,12 @@ static_assert(eviction_policy<lfu>);
 /// evicted too; ties go to the least recently used. Unlike `lfu`, an expert that was popular
 /// keeps its rank when it comes back, at the cost of one counter per key for the whole run.
 ///
-/// A returning key re-enters at its old count, anywhere in the order, so the classes of `lfu`
-/// would need a search: an indexed binary heap on (count, last access) instead.
-/// `on_insert`, `on_hit`, `on_erase`: O(log n). `victim`: O(1 + p), p = protected keys above the
-/// answer in the heap. Allocation-free after `reset`. Not thread-safe.
+/// The same classes as `lfu`, keyed by the whole-history count: a hit moves a key into the next
+/// class (O(1)); a returning key re-enters at its old count plus one, found by a walk from the
+/// lowest class. `on_hit`, `on_erase`: O(1). `on_insert`: O(1 + c), c = classes of a lower count
+/// (few: the keys evicted are the least counted, so they come back near the bottom). `victim`:
+/// O(1 + p), p = protected keys ahead of the answer. Allocation-free after `reset`. Not
+/// thread-safe.
 /// @code
 /// wisp::slot_cache<wisp::lfu_history> cache(wisp::key_layout{wisp::cache_scope::global, 26, 64},
 /// 208);
@@ -6080,20 +5924,21 @@ class lfu_history {
 
   /// Forgets every key and every count; sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
-    heap_.reset(layout.size());
+    classes_.reset(layout.size());
     count_.assign(static_cast<std::size_t>(layout.size()), 0);
-    tick_ = 0;
   }
-  void on_insert(cache_key key, const access_context& ctx) noexcept { on_hit(key, ctx); }
+  void on_insert(cache_key key, const access_context& /*ctx*/) noexcept {
+    classes_.insert(key, ++count_[static_cast<std::size_t>(key)]);
+  }
   void on_hit(cache_key key, const access_context& /*ctx*/) noexcept {
-    const std::uint64_t count = ++count_[static_cast<std::size_t>(key)];
-    heap_.set(key, {count, ++tick_});
+    ++count_[static_cast<std::size_t>(key)];
+    classes_.promote(key);
   }
-  void on_erase(cache_key key) noexcept { heap_.erase(key); }
+  void on_erase(cache_key key) noexcept { classes_.erase(key); }  // the count stays
   /// The unprotected resident key with the smallest (count, last access), or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& /*ctx*/,
-                                 protected_keys is_protected) noexcept {
-    return heap_.min_unprotected(is_protected);
+                                 protected_keys is_protected) const noexcept {
+    return classes_.lowest_unprotected(is_protected);
   }
   /// The count `key` is ranked by: its accesses since `reset`. 0 for a key never seen.
   [[nodiscard]] std::uint64_t count(cache_key key) const noexcept {
@@ -6101,9 +5946,8 @@ class lfu_history {
   }
 
  private:
-  detail::key_heap heap_;
-  std::vector<std::uint64_t> count_;
-  std::uint64_t tick_ = 0;
+  detail::frequency_classes classes_;  // resident keys by count, least recently used first
+  std::vector<std::uint64_t> count_;   // every key's count, resident or not
 };
 static_assert(eviction_policy<lfu_history>);
 
@@ -6117,7 +5961,7 @@ static_assert(eviction_policy<lfu_history>);
 namespace wisp {
 namespace detail {
 
-/// Exact 128-bit product of two 64-bit values, compared lexicographically (portable: no __int128).
+/// Exact 128-bit product of two 64-bit values, compared lexicographically.
 struct wide_product {
   std::uint64_t high = 0;
   std::uint64_t low = 0;
@@ -6128,7 +5972,8 @@ struct wide_product {
   }
 };
 
-[[nodiscard]] constexpr wide_product multiply(std::uint64_t a, std::uint64_t b) noexcept {
+/// `a * b` from 32-bit halves: the portable product, for compilers without a 128-bit integer.
+[[nodiscard]] constexpr wide_product multiply_halves(std::uint64_t a, std::uint64_t b) noexcept {
   const std::uint64_t a_lo = a & 0xffffffffu;
   const std::uint64_t a_hi = a >> 32;
   const std::uint64_t b_lo = b & 0xffffffffu;
@@ -6139,6 +5984,18 @@ struct wide_product {
   const std::uint64_t hi_hi = a_hi * b_hi;
   const std::uint64_t cross = (lo_lo >> 32) + (hi_lo & 0xffffffffu) + lo_hi;
   return wide_product{hi_hi + (hi_lo >> 32) + (cross >> 32), (cross << 32) | (lo_lo & 0xffffffffu)};
+}
+
+/// `a * b`, exact: one multiply instruction where the compiler has a 128-bit integer (g++ and
+/// clang on 64-bit targets), `multiply_halves` elsewhere.
+[[nodiscard]] constexpr wide_product multiply(std::uint64_t a, std::uint64_t b) noexcept {
+#if defined(__SIZEOF_INT128__)
+  __extension__ typedef unsigned __int128 uint128;  // __extension__: no -Wpedantic warning
+  const uint128 p = static_cast<uint128>(a) * b;
+  return wide_product{static_cast<std::uint64_t>(p >> 64), static_cast<std::uint64_t>(p)};
+#else
+  return multiply_halves(a, b);
+#endif
 }
 
 }  // namespace detail
@@ -6195,16 +6052,17 @@ class lfru {
     }
     const std::uint64_t max_age = age(oldest);  // no resident key is older
     cache_key best = no_key;
+    detail::wide_product best_times_max_age;  // freq(best) * max_age, set with best
     for (auto c = classes_.first(); c != classes_.end(); c = classes_.next(c)) {
       const std::uint64_t f = classes_.count_of_class(c);
       // Every key from this class on scores at least f / max_age: stop once that is worse.
-      if (best != no_key &&
-          detail::multiply(f, age(best)) > detail::multiply(classes_.count_of(best), max_age)) {
+      if (best != no_key && detail::multiply(f, age(best)) > best_times_max_age) {
         break;
       }
       const cache_key candidate = classes_.first_unprotected(c, is_protected);
       if (candidate != no_key && (best == no_key || before(candidate, best))) {
         best = candidate;
+        best_times_max_age = detail::multiply(f, max_age);
       }
     }
     return best;
@@ -6422,6 +6280,178 @@ static_assert(eviction_policy<fld>);
 // ---- begin wisp/cache/belady.hpp ---------------------------------------------------------------
 /// @file
 /// @brief `belady`: the offline optimum (MIN), built from the whole future access sequence.
+
+// ---- begin wisp/cache/detail/key_heap.hpp ------------------------------------------------------
+/// @file
+/// @brief Internal: an indexed binary min-heap over dense keys with a two-word priority, ties
+/// broken by the smaller key. push/update/erase O(log n), rebuild O(n); allocation-free after
+/// `reset`.
+
+namespace wisp::detail {
+
+/// Lexicographic priority; the smallest one is at the top of a `key_heap`.
+struct heap_priority {
+  std::uint64_t major = 0;
+  std::uint64_t minor = 0;
+  friend constexpr auto operator<=>(const heap_priority&, const heap_priority&) = default;
+  // Spelled out: nvcc 13 leaves the == implied by a defaulted <=> undefined.
+  friend constexpr bool operator==(const heap_priority& x, const heap_priority& y) noexcept {
+    return x.major == y.major && x.minor == y.minor;
+  }
+};
+
+class key_heap {
+ public:
+  void reset(std::int32_t key_space) {
+    heap_.clear();
+    heap_.reserve(static_cast<std::size_t>(key_space));
+    pos_.assign(static_cast<std::size_t>(key_space), npos);
+    prio_.assign(static_cast<std::size_t>(key_space), heap_priority{});
+    stack_.resize(static_cast<std::size_t>(key_space));
+  }
+
+  [[nodiscard]] bool contains(cache_key key) const noexcept {
+    return pos_[static_cast<std::size_t>(key)] != npos;
+  }
+  [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
+  /// The keys in heap order (the smallest first, the rest unordered). O(1).
+  [[nodiscard]] std::span<const cache_key> keys() const noexcept { return heap_; }
+
+  /// Inserts `key` (absent) or changes its priority (present). O(log n).
+  void set(cache_key key, heap_priority prio) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    if (pos_[k] == npos) {
+      prio_[k] = prio;
+      pos_[k] = heap_.size();
+      heap_.push_back(key);  // capacity reserved in reset: no allocation
+      sift_up(pos_[k]);
+      return;
+    }
+    const heap_priority old = prio_[k];
+    prio_[k] = prio;
+    if (prio < old) {
+      sift_up(pos_[k]);
+    } else {
+      sift_down(pos_[k]);
+    }
+  }
+
+  /// Removes `key` if present. O(log n).
+  void erase(cache_key key) noexcept {
+    const auto k = static_cast<std::size_t>(key);
+    const std::size_t i = pos_[k];
+    if (i == npos) {
+      return;
+    }
+    const std::size_t last = heap_.size() - 1;
+    pos_[k] = npos;
+    const cache_key moved = heap_[last];
+    heap_.pop_back();
+    if (i != last) {
+      place(i, moved);
+      sift_up(i);
+      sift_down(pos_[static_cast<std::size_t>(moved)]);
+    }
+  }
+
+  /// Gives every key in the heap the priority `priority(key)` and restores the heap order
+  /// (Floyd's bottom-up construction). O(n) calls of `priority` and O(n) sift steps.
+  template <class Priority>
+  void rebuild(Priority&& priority) noexcept {
+    for (const cache_key key : heap_) {
+      prio_[static_cast<std::size_t>(key)] = priority(key);
+    }
+    for (std::size_t i = heap_.size() / 2; i-- > 0;) {
+      sift_down(i);
+    }
+  }
+
+  /// The smallest key (by priority, then key) with `!is_protected(key)`, or `no_key`.
+  /// O(1 + p), p = protected keys that sit above it in the heap (a search of the protected region
+  /// around the root; the answer has only protected ancestors). `is_protected` is a
+  /// `protected_keys` or any predicate on the heap's keys.
+  template <class IsProtected>
+  [[nodiscard]] cache_key min_unprotected(const IsProtected& is_protected) noexcept {
+    if (heap_.empty()) {
+      return no_key;
+    }
+    if (!is_protected(heap_[0])) {
+      return heap_[0];  // the usual case: no search
+    }
+    // Every position is pushed at most once, so the stack (sized to the key space) never
+    // overflows.
+    cache_key best = no_key;
+    std::size_t* const stack = stack_.data();
+    std::size_t top = 0;
+    stack[top++] = 0;
+    while (top > 0) {
+      const std::size_t i = stack[--top];
+      const cache_key k = heap_[i];
+      if (!is_protected(k)) {
+        if (best == no_key || before(k, best)) {
+          best = k;
+        }
+        continue;  // its descendants are not smaller
+      }
+      for (std::size_t c = 2 * i + 1; c <= 2 * i + 2 && c < heap_.size(); ++c) {
+        stack[top++] = c;
+      }
+    }
+    return best;
+  }
+
+ private:
+  static constexpr std::size_t npos = ~std::size_t{0};
+
+  [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
+    const heap_priority& pa = prio_[static_cast<std::size_t>(a)];
+    const heap_priority& pb = prio_[static_cast<std::size_t>(b)];
+    return pa < pb || (pa == pb && a < b);
+  }
+  void place(std::size_t i, cache_key key) noexcept {
+    heap_[i] = key;
+    pos_[static_cast<std::size_t>(key)] = i;
+  }
+  void sift_up(std::size_t i) noexcept {
+    const cache_key key = heap_[i];
+    while (i > 0) {
+      const std::size_t parent = (i - 1) / 2;
+      if (!before(key, heap_[parent])) {
+        break;
+      }
+      place(i, heap_[parent]);
+      i = parent;
+    }
+    place(i, key);
+  }
+  void sift_down(std::size_t i) noexcept {
+    const cache_key key = heap_[i];
+    const std::size_t n = heap_.size();
+    while (true) {
+      std::size_t child = 2 * i + 1;
+      if (child >= n) {
+        break;
+      }
+      if (child + 1 < n && before(heap_[child + 1], heap_[child])) {
+        ++child;
+      }
+      if (!before(heap_[child], key)) {
+        break;
+      }
+      place(i, heap_[child]);
+      i = child;
+    }
+    place(i, key);
+  }
+
+  std::vector<cache_key> heap_;
+  std::vector<std::size_t> pos_;
+  std::vector<heap_priority> prio_;
+  std::vector<std::size_t> stack_;  // scratch for min_unprotected: key_space positions
+};
+
+}  // namespace wisp::detail
+// ---- end wisp/cache/detail/key_heap.hpp --------------------------------------------------------
 
 namespace wisp {
 
