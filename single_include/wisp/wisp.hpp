@@ -5462,12 +5462,28 @@ struct call_events {
 /// misses, `victim` followed by `on_erase` of it, then `on_insert`. It must not allocate. The
 /// cache checks every victim (a resident, unprotected key, each at most once) and throws
 /// `wisp::logic_error` otherwise, its maps and counters unchanged (the policy's state is then
-/// unspecified). `wisp::lru` provides it: one pass over its list per call.
+/// unspecified). `wisp::lru` provides it: one pass over its list per call; its victims are proven
+/// by its tests against the per-access events, so an optimised build (`NDEBUG`) does not check
+/// them.
 template <class P>
 concept call_eviction_policy = eviction_policy<P> && requires(P& policy, const call_events& call) {
   { policy.on_call(call) }
   noexcept;
 };
+
+namespace detail {
+/// True for wisp's own whole-call policies (each specialises it beside its definition): their
+/// `on_call` victims are proven by their tests, so a cache checks them in debug builds only.
+template <class P>
+inline constexpr bool trusted_call_victims = false;
+/// Whether a cache checks the victims of `P::on_call`: always for a user's policy.
+template <class P>
+#ifdef NDEBUG
+inline constexpr bool checks_call_victims = !trusted_call_victims<P>;
+#else
+inline constexpr bool checks_call_victims = true;
+#endif
+}  // namespace detail
 
 /// The policy's `P::name` (a `std::string_view`-convertible static member) if it has one, else
 /// `"custom"`. Used for test names and reports.
@@ -5671,6 +5687,11 @@ class lru {
   detail::key_lists order_;  // front = least recently used
 };
 static_assert(call_eviction_policy<lru>);
+
+namespace detail {
+template <>
+inline constexpr bool trusted_call_victims<lru> = true;  // tests: cache/whole_call_test.cpp
+}  // namespace detail
 
 }  // namespace wisp
 // ---- end wisp/cache/lru.hpp --------------------------------------------------------------------
@@ -9273,37 +9294,40 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   policy_.on_call(call_events{keys, std::span<const std::int32_t>(before, n),
                               std::span<cache_key>(victims, misses - from_free), ctx,
                               protect_.view()});
-  // The misses in order: the j-th takes a popped free slot or the slot of the j-th victim, which
-  // is checked first (and unmapped, so a victim named twice fails the second time).
+  // The misses in order: the j-th takes a popped free slot or the slot of the j-th victim. A
+  // victim is checked first (and unmapped, so a victim named twice fails the second time) unless
+  // the policy is one of wisp's own whole-call policies, whose victims their tests prove against
+  // the per-access events (debug builds check those too).
   const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
   std::uint64_t* const evicted_in = evicted_in_.data();
   cache_key* const slot_to_key = slot_to_key_.data();
-  const std::int32_t* const free_top = free_.data() + free_size_ - 1;
-  std::uint64_t* const victim_marks = victim_marks_.data();
-  const std::size_t key_space = key_to_slot_.size();
-  const protected_keys is_protected = protect_.view();
   std::uint64_t collisions = 0;
-  for (std::size_t j = 0; j < misses; ++j) {
-    std::int32_t slot;
-    if (j < from_free) {
-      slot = free_top[-static_cast<std::ptrdiff_t>(j)];
-    } else {
-      const cache_key victim = victims[j - from_free];
-      const auto v = static_cast<std::size_t>(victim);
-      if (v >= key_space || key_to_slot[v] < 0 || is_protected(victim)) [[unlikely]] {
-        fail_call_victim(victim, from_free, j);
-      }
-      slot = key_to_slot[v];
-      key_to_slot[v] = -1;
-      victim_marks[j - from_free] = evicted_in[v];
-      evicted_in[v] = mark;
-    }
-    const cache_key key = missed[j];
+  const auto place = [&](cache_key key, std::int32_t slot) {
     const auto k = static_cast<std::size_t>(key);
     collisions += evicted_in[k] == mark ? 1u : 0u;
     key_to_slot[k] = slot;
     slot_to_key[static_cast<std::size_t>(slot)] = key;
     on_miss(key, slot);
+  };
+  const std::int32_t* const free_top = free_.data() + free_size_ - 1;
+  for (std::size_t j = 0; j < from_free; ++j) {
+    place(missed[j], free_top[-static_cast<std::ptrdiff_t>(j)]);
+  }
+  const cache_key* const evicting = missed + from_free;
+  for (std::size_t j = 0; j < misses - from_free; ++j) {
+    const cache_key victim = victims[j];
+    const auto v = static_cast<std::size_t>(victim);
+    if constexpr (detail::checks_call_victims<Policy>) {
+      if (v >= key_to_slot_.size() || key_to_slot[v] < 0 || protect_.contains(victim))
+          [[unlikely]] {
+        fail_call_victim(victim, from_free, from_free + j);
+      }
+      victim_marks_[j] = evicted_in[v];
+    }
+    const std::int32_t slot = key_to_slot[v];
+    key_to_slot[v] = -1;
+    evicted_in[v] = mark;
+    place(evicting[j], slot);
   }
   free_size_ -= from_free;
   stats_.accesses += n;

@@ -59,6 +59,15 @@ struct on_call_may_throw : per_access_lru {
 };
 static_assert(!call_eviction_policy<on_call_may_throw>);
 
+// A user's whole-call policy has its victims checked by the cache in every build; wisp's `lru`,
+// whose `on_call` this file proves against the per-access events, only in debug builds.
+static_assert(wisp::detail::checks_call_victims<corrupt_on_call<bad_victim::missing>>);
+#ifdef NDEBUG
+static_assert(!wisp::detail::checks_call_victims<lru>);
+#else
+static_assert(wisp::detail::checks_call_victims<lru>);
+#endif
+
 /// Random keys for one call: mostly from a hot set, sometimes repeated.
 std::vector<cache_key> random_call(std::mt19937& rng, std::int32_t key_space, std::int32_t size,
                                    bool allow_repeats) {

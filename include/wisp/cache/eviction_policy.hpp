@@ -259,12 +259,28 @@ struct call_events {
 /// misses, `victim` followed by `on_erase` of it, then `on_insert`. It must not allocate. The
 /// cache checks every victim (a resident, unprotected key, each at most once) and throws
 /// `wisp::logic_error` otherwise, its maps and counters unchanged (the policy's state is then
-/// unspecified). `wisp::lru` provides it: one pass over its list per call.
+/// unspecified). `wisp::lru` provides it: one pass over its list per call; its victims are proven
+/// by its tests against the per-access events, so an optimised build (`NDEBUG`) does not check
+/// them.
 template <class P>
 concept call_eviction_policy = eviction_policy<P> && requires(P& policy, const call_events& call) {
   { policy.on_call(call) }
   noexcept;
 };
+
+namespace detail {
+/// True for wisp's own whole-call policies (each specialises it beside its definition): their
+/// `on_call` victims are proven by their tests, so a cache checks them in debug builds only.
+template <class P>
+inline constexpr bool trusted_call_victims = false;
+/// Whether a cache checks the victims of `P::on_call`: always for a user's policy.
+template <class P>
+#ifdef NDEBUG
+inline constexpr bool checks_call_victims = !trusted_call_victims<P>;
+#else
+inline constexpr bool checks_call_victims = true;
+#endif
+}  // namespace detail
 
 /// The policy's `P::name` (a `std::string_view`-convertible static member) if it has one, else
 /// `"custom"`. Used for test names and reports.

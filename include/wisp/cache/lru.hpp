@@ -50,4 +50,9 @@ class lru {
 };
 static_assert(call_eviction_policy<lru>);
 
+namespace detail {
+template <>
+inline constexpr bool trusted_call_victims<lru> = true;  // tests: cache/whole_call_test.cpp
+}  // namespace detail
+
 }  // namespace wisp
