@@ -8843,6 +8843,13 @@ class slot_cache {
   /// sit at different positions; a whole-call policy's `call_events::ctx` has the first one).
   /// Empty: every access has `ctx.position`.
   ///
+  /// `scratch`, when not empty, is where a whole-call policy's call keeps its working arrays:
+  /// three of `scratch.size() / 3` entries each, used only during the call (a call of more keys
+  /// than that uses the cache's own). Components that run many caches on one thread, such as
+  /// `pager` with one cache per layer, give all of them one scratch, so that their calls touch
+  /// the same few cache lines instead of each cache's own. It must not be in use by another
+  /// call at the same time.
+  ///
   /// Precondition: `ctx.layer` is a layer of the layout and every key is in `[0, key_space())`;
   /// violating it is undefined behaviour (check with `access_distinct` when in doubt).
   /// O(keys.size()) + policy hooks; no allocation.
@@ -8862,7 +8869,8 @@ class slot_cache {
       std::invocable<OnMiss&, cache_key, std::int32_t>
           WISP_DETAIL_ALWAYS_INLINE unchecked_call access_call_unchecked(
               std::span<const cache_key> keys, const access_context& ctx, Note&& note,
-              OnMiss&& on_miss, std::span<const std::uint32_t> positions = {});
+              OnMiss&& on_miss, std::span<const std::uint32_t> positions = {},
+              std::span<std::int32_t> scratch = {});
 
   /// @brief Loads `key` ahead of the call that will request it (a prefetch), outside any call:
   /// the current call and its protection are unchanged, and no access is counted.
@@ -8962,13 +8970,23 @@ class slot_cache {
     std::size_t misses = 0;
     std::size_t from_free = 0;  // the first misses took free slots, the others evicted
   };
+  // Where a whole call keeps each key's slot before the call, its misses and its victims (at
+  // least as many entries each as the call has keys): the cache's own arrays, or a caller's.
+  struct call_scratch {
+    std::int32_t* slots;
+    cache_key* missed;
+    cache_key* victims;
+  };
+  [[nodiscard]] call_scratch own_scratch() noexcept {
+    return {call_slots_.data(), missed_.data(), victims_.data()};
+  }
   // The same accesses, slots and counters through the policy's `on_call`, in branch-free passes
   // over the protected distinct `keys` plus one over the misses. Calls `note(i, key, slot)` for
   // each key in order with its slot before the call (-1 for a miss), then `on_miss(key, slot)`
   // for each miss in order with its new slot.
   template <class Note, class OnMiss>
   whole_call access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                               Note& note, OnMiss& on_miss);
+                               Note& note, OnMiss& on_miss, call_scratch scratch);
   // `access_whole_call`, then `report_whole_call`; returns the misses.
   template <class Visit>
   std::size_t run_whole_call(std::span<const cache_key> keys, const access_context& ctx,
@@ -8978,7 +8996,8 @@ class slot_cache {
   std::size_t report_whole_call(std::span<const cache_key> keys, const access_context& ctx,
                                 whole_call call, Visit& visit);
   // Thrown by `access_whole_call` for a bad victim met at miss `j`, after undoing misses [0, j).
-  [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j);
+  [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j,
+                                     call_scratch scratch);
 
   key_layout layout_;
   std::int32_t capacity_ = 0;
@@ -9272,12 +9291,12 @@ template <eviction_policy Policy>
 template <class Note, class OnMiss>
 WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::whole_call
 slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                                      Note& note, OnMiss& on_miss) {
+                                      Note& note, OnMiss& on_miss, call_scratch scratch) {
   const std::size_t n = keys.size();
   std::int32_t* const key_to_slot = key_to_slot_.data();
   // Each key's slot before the call (-1: a miss) and the misses, in access order.
-  std::int32_t* const before = call_slots_.data();
-  cache_key* const missed = missed_.data();
+  std::int32_t* const before = scratch.slots;
+  cache_key* const missed = scratch.missed;
   std::size_t misses = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const cache_key key = keys[i];
@@ -9290,7 +9309,7 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   // The policy's victims for the last misses (the first ones pop free slots, as single accesses
   // do).
   const std::size_t from_free = std::min(misses, free_size_);
-  cache_key* const victims = victims_.data();
+  cache_key* const victims = scratch.victims;
   policy_.on_call(call_events{keys, std::span<const std::int32_t>(before, n),
                               std::span<cache_key>(victims, misses - from_free), ctx,
                               protect_.view()});
@@ -9320,7 +9339,7 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
     if constexpr (detail::checks_call_victims<Policy>) {
       if (v >= key_to_slot_.size() || key_to_slot[v] < 0 || protect_.contains(victim))
           [[unlikely]] {
-        fail_call_victim(victim, from_free, from_free + j);
+        fail_call_victim(victim, from_free, from_free + j, scratch);
       }
       victim_marks_[j] = evicted_in[v];
     }
@@ -9344,7 +9363,8 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::run_whole_call(
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
   auto no_note = [](std::size_t /*i*/, cache_key /*key*/, std::int32_t /*slot*/) {};
   auto no_miss = [](cache_key /*key*/, std::int32_t /*slot*/) {};
-  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, no_note, no_miss), visit);
+  return report_whole_call(keys, ctx,
+                           access_whole_call(keys, ctx, no_note, no_miss, own_scratch()), visit);
 }
 
 template <eviction_policy Policy>
@@ -9371,17 +9391,18 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::report_whole_call(
 }
 
 template <eviction_policy Policy>
-void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j) {
+void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j,
+                                          call_scratch scratch) {
   // Misses [0, j) are mapped: unmap them, give back the free slots and remap the victims.
   for (std::size_t u = 0; u < j; ++u) {
-    const cache_key key = missed_[u];
+    const cache_key key = scratch.missed[u];
     const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)];
     key_to_slot_[static_cast<std::size_t>(key)] = -1;
     slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
     if (u >= from_free) {
-      const auto v = static_cast<std::size_t>(victims_[u - from_free]);
+      const auto v = static_cast<std::size_t>(scratch.victims[u - from_free]);
       key_to_slot_[v] = slot;
-      slot_to_key_[static_cast<std::size_t>(slot)] = victims_[u - from_free];
+      slot_to_key_[static_cast<std::size_t>(slot)] = scratch.victims[u - from_free];
       evicted_in_[v] = victim_marks_[u - from_free];
     }
   }
@@ -9515,13 +9536,20 @@ requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
         slot_cache<Policy>::access_call_unchecked(std::span<const cache_key> keys,
                                                   const access_context& ctx, Note&& note,
                                                   OnMiss&& on_miss,
-                                                  std::span<const std::uint32_t> positions) {
+                                                  std::span<const std::uint32_t> positions,
+                                                  std::span<std::int32_t> scratch) {
   const std::span<const cache_key> distinct = protect_call(keys, ctx, "access_distinct");
   if constexpr (call_eviction_policy<Policy>) {
     access_context first = ctx;
     first.position = positions.empty() ? ctx.position : positions[0];
-    return {distinct, access_whole_call(distinct, first, note, on_miss).misses};
+    const std::size_t stride = scratch.size() / 3;
+    const call_scratch where =
+        distinct.size() <= stride
+            ? call_scratch{scratch.data(), scratch.data() + stride, scratch.data() + 2 * stride}
+            : own_scratch();
+    return {distinct, access_whole_call(distinct, first, note, on_miss, where).misses};
   } else {
+    (void)scratch;  // per-access policies need none
     auto report = [&on_miss](cache_key key, const access_result& r) {
       if (!r.hit) {
         on_miss(key, r.slot);
@@ -10440,6 +10468,9 @@ class pager {
   std::vector<std::int32_t> visible_count_;   // per layer
   std::vector<copy_op> copies_;               // [layers x experts]: the layer's last copy plan
   std::vector<cache_key> keys_;               // scratch [experts]: the call's keys (ids + base)
+  // [3 x experts]: the working arrays of every cache's whole calls, shared by the caches (one
+  // thread at a time), so that the calls of different layers reuse the same cache lines
+  std::vector<std::int32_t> call_scratch_;
   std::vector<std::uint32_t> key_positions_;  // scratch [experts]: their positions (per-row calls)
   protect_set seen_;                          // scratch: "expert seen" (wide calls, messages)
   protect_set keep_;                          // scratch of prefetch: keys it must not evict
@@ -10504,6 +10535,8 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   key_positions_.assign(experts, 0);
   seen_ = protect_set(experts_);
   keep_ = protect_set(layout.size());
+  // A call has at most `experts` distinct keys (one layer's), in either scope.
+  call_scratch_.assign(3 * experts, -1);
   prefetch_copies_.assign(experts, copy_op{});
   planner_ = group_planner(experts_, config.max_tokens, top_k_);
 }
@@ -10649,7 +10682,7 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   typename cache_type::unchecked_call call;
   if constexpr (call_eviction_policy<Policy>) {
     try {
-      call = cache.access_call_unchecked(keys, ctx, show, plan_copy, key_positions);
+      call = cache.access_call_unchecked(keys, ctx, show, plan_copy, key_positions, call_scratch_);
     } catch (...) {
       // The policy broke its contract and the cache undid the call; some of its keys may have
       // been shown already: show none.

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -159,6 +160,49 @@ TYPED_TEST(AccessDistinct, UncheckedCallEqualsAccessDistinct) {
     EXPECT_EQ(fast.stats(), checked.stats()) << "call " << c;
     ASSERT_TRUE(fast.invariants_hold());
     time += distinct.size();
+  }
+}
+
+// Two caches that share one scratch, as the caches of a pager do, decide call by call as their
+// twins with scratch of their own. A scratch too small for a call (stride 2 here: most calls
+// have more distinct keys) falls back to the cache's own arrays.
+TEST(SlotCacheUncheckedCall, SharedScratchDecidesAsOwnScratch) {
+  const key_layout layout = key_layout{cache_scope::global, 3, 6};
+  const random_calls script = make_random_calls(layout, 23);
+  struct outcome {
+    std::vector<cache_key> keys;
+    std::vector<std::pair<std::size_t, std::int32_t>> notes;
+    std::vector<std::pair<cache_key, std::int32_t>> misses;
+    bool operator==(const outcome&) const = default;
+  };
+  const auto run = [](slot_cache<lru>& cache, const std::vector<cache_key>& keys,
+                      const access_context& ctx, std::span<std::int32_t> scratch) {
+    outcome o;
+    const auto call = cache.access_call_unchecked(
+        keys, ctx, [&](std::size_t i, cache_key, std::int32_t slot) { o.notes.emplace_back(i, slot); },
+        [&](cache_key key, std::int32_t slot) { o.misses.emplace_back(key, slot); }, {}, scratch);
+    o.keys.assign(call.keys.begin(), call.keys.end());
+    EXPECT_EQ(call.misses, o.misses.size());
+    return o;
+  };
+  for (const std::size_t entries : {std::size_t{3 * 18}, std::size_t{3 * 2}}) {
+    std::vector<std::int32_t> scratch(entries, -1);
+    slot_cache<lru> a(layout, 5);
+    slot_cache<lru> b(layout, 4);
+    slot_cache<lru> own_a(layout, 5);
+    slot_cache<lru> own_b(layout, 4);
+    std::uint64_t time = 0;
+    for (std::size_t c = 0; c < script.calls.size(); ++c) {
+      const access_context ctx{script.where[c].first, script.where[c].second, time};
+      const std::vector<cache_key>& keys = script.calls[c];
+      EXPECT_EQ(run(a, keys, ctx, scratch), run(own_a, keys, ctx, {})) << "call " << c;
+      EXPECT_EQ(run(b, keys, ctx, scratch), run(own_b, keys, ctx, {})) << "call " << c;
+      EXPECT_EQ(snapshot(a), snapshot(own_a)) << "call " << c;
+      EXPECT_EQ(snapshot(b), snapshot(own_b)) << "call " << c;
+      EXPECT_EQ(a.stats(), own_a.stats()) << "call " << c;
+      EXPECT_EQ(b.stats(), own_b.stats()) << "call " << c;
+      time += first_seen(keys).size();
+    }
   }
 }
 

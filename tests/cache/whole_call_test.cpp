@@ -176,6 +176,15 @@ void expect_reported_and_unchanged() {
                logic_error);
   EXPECT_EQ(snapshot(cache), before);
   EXPECT_TRUE(cache.invariants_hold());
+  // The same through the unchecked call with a caller's scratch (the pager's path).
+  std::vector<std::int32_t> scratch(3 * 16, -1);
+  const auto ignore_note = [](std::size_t, cache_key, std::int32_t) {};
+  const auto ignore_miss = [](cache_key, std::int32_t) {};
+  EXPECT_THROW(cache.access_call_unchecked(std::array<cache_key, 4>{0, 1, 4, 5}, {2, 0, 8},
+                                           ignore_note, ignore_miss, {}, scratch),
+               logic_error);
+  EXPECT_EQ(snapshot(cache), before);
+  EXPECT_TRUE(cache.invariants_hold());
 }
 
 TEST(WholeCallPolicy, BadVictimsAreReportedAndTheCacheIsUnchanged) {

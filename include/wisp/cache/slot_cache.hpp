@@ -183,6 +183,13 @@ class slot_cache {
   /// sit at different positions; a whole-call policy's `call_events::ctx` has the first one).
   /// Empty: every access has `ctx.position`.
   ///
+  /// `scratch`, when not empty, is where a whole-call policy's call keeps its working arrays:
+  /// three of `scratch.size() / 3` entries each, used only during the call (a call of more keys
+  /// than that uses the cache's own). Components that run many caches on one thread, such as
+  /// `pager` with one cache per layer, give all of them one scratch, so that their calls touch
+  /// the same few cache lines instead of each cache's own. It must not be in use by another
+  /// call at the same time.
+  ///
   /// Precondition: `ctx.layer` is a layer of the layout and every key is in `[0, key_space())`;
   /// violating it is undefined behaviour (check with `access_distinct` when in doubt).
   /// O(keys.size()) + policy hooks; no allocation.
@@ -202,7 +209,8 @@ class slot_cache {
       std::invocable<OnMiss&, cache_key, std::int32_t>
           WISP_DETAIL_ALWAYS_INLINE unchecked_call access_call_unchecked(
               std::span<const cache_key> keys, const access_context& ctx, Note&& note,
-              OnMiss&& on_miss, std::span<const std::uint32_t> positions = {});
+              OnMiss&& on_miss, std::span<const std::uint32_t> positions = {},
+              std::span<std::int32_t> scratch = {});
 
   /// @brief Loads `key` ahead of the call that will request it (a prefetch), outside any call:
   /// the current call and its protection are unchanged, and no access is counted.
@@ -302,13 +310,23 @@ class slot_cache {
     std::size_t misses = 0;
     std::size_t from_free = 0;  // the first misses took free slots, the others evicted
   };
+  // Where a whole call keeps each key's slot before the call, its misses and its victims (at
+  // least as many entries each as the call has keys): the cache's own arrays, or a caller's.
+  struct call_scratch {
+    std::int32_t* slots;
+    cache_key* missed;
+    cache_key* victims;
+  };
+  [[nodiscard]] call_scratch own_scratch() noexcept {
+    return {call_slots_.data(), missed_.data(), victims_.data()};
+  }
   // The same accesses, slots and counters through the policy's `on_call`, in branch-free passes
   // over the protected distinct `keys` plus one over the misses. Calls `note(i, key, slot)` for
   // each key in order with its slot before the call (-1 for a miss), then `on_miss(key, slot)`
   // for each miss in order with its new slot.
   template <class Note, class OnMiss>
   whole_call access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                               Note& note, OnMiss& on_miss);
+                               Note& note, OnMiss& on_miss, call_scratch scratch);
   // `access_whole_call`, then `report_whole_call`; returns the misses.
   template <class Visit>
   std::size_t run_whole_call(std::span<const cache_key> keys, const access_context& ctx,
@@ -318,7 +336,8 @@ class slot_cache {
   std::size_t report_whole_call(std::span<const cache_key> keys, const access_context& ctx,
                                 whole_call call, Visit& visit);
   // Thrown by `access_whole_call` for a bad victim met at miss `j`, after undoing misses [0, j).
-  [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j);
+  [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j,
+                                     call_scratch scratch);
 
   key_layout layout_;
   std::int32_t capacity_ = 0;

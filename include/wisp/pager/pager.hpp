@@ -404,6 +404,9 @@ class pager {
   std::vector<std::int32_t> visible_count_;   // per layer
   std::vector<copy_op> copies_;               // [layers x experts]: the layer's last copy plan
   std::vector<cache_key> keys_;               // scratch [experts]: the call's keys (ids + base)
+  // [3 x experts]: the working arrays of every cache's whole calls, shared by the caches (one
+  // thread at a time), so that the calls of different layers reuse the same cache lines
+  std::vector<std::int32_t> call_scratch_;
   std::vector<std::uint32_t> key_positions_;  // scratch [experts]: their positions (per-row calls)
   protect_set seen_;                          // scratch: "expert seen" (wide calls, messages)
   protect_set keep_;                          // scratch of prefetch: keys it must not evict

@@ -261,12 +261,12 @@ template <eviction_policy Policy>
 template <class Note, class OnMiss>
 WISP_DETAIL_ALWAYS_INLINE typename slot_cache<Policy>::whole_call
 slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const access_context& ctx,
-                                      Note& note, OnMiss& on_miss) {
+                                      Note& note, OnMiss& on_miss, call_scratch scratch) {
   const std::size_t n = keys.size();
   std::int32_t* const key_to_slot = key_to_slot_.data();
   // Each key's slot before the call (-1: a miss) and the misses, in access order.
-  std::int32_t* const before = call_slots_.data();
-  cache_key* const missed = missed_.data();
+  std::int32_t* const before = scratch.slots;
+  cache_key* const missed = scratch.missed;
   std::size_t misses = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const cache_key key = keys[i];
@@ -279,7 +279,7 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   // The policy's victims for the last misses (the first ones pop free slots, as single accesses
   // do).
   const std::size_t from_free = std::min(misses, free_size_);
-  cache_key* const victims = victims_.data();
+  cache_key* const victims = scratch.victims;
   policy_.on_call(call_events{keys, std::span<const std::int32_t>(before, n),
                               std::span<cache_key>(victims, misses - from_free), ctx,
                               protect_.view()});
@@ -309,7 +309,7 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
     if constexpr (detail::checks_call_victims<Policy>) {
       if (v >= key_to_slot_.size() || key_to_slot[v] < 0 || protect_.contains(victim))
           [[unlikely]] {
-        fail_call_victim(victim, from_free, from_free + j);
+        fail_call_victim(victim, from_free, from_free + j, scratch);
       }
       victim_marks_[j] = evicted_in[v];
     }
@@ -333,7 +333,8 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::run_whole_call(
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
   auto no_note = [](std::size_t /*i*/, cache_key /*key*/, std::int32_t /*slot*/) {};
   auto no_miss = [](cache_key /*key*/, std::int32_t /*slot*/) {};
-  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, no_note, no_miss), visit);
+  return report_whole_call(keys, ctx,
+                           access_whole_call(keys, ctx, no_note, no_miss, own_scratch()), visit);
 }
 
 template <eviction_policy Policy>
@@ -360,17 +361,18 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::report_whole_call(
 }
 
 template <eviction_policy Policy>
-void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j) {
+void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j,
+                                          call_scratch scratch) {
   // Misses [0, j) are mapped: unmap them, give back the free slots and remap the victims.
   for (std::size_t u = 0; u < j; ++u) {
-    const cache_key key = missed_[u];
+    const cache_key key = scratch.missed[u];
     const std::int32_t slot = key_to_slot_[static_cast<std::size_t>(key)];
     key_to_slot_[static_cast<std::size_t>(key)] = -1;
     slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
     if (u >= from_free) {
-      const auto v = static_cast<std::size_t>(victims_[u - from_free]);
+      const auto v = static_cast<std::size_t>(scratch.victims[u - from_free]);
       key_to_slot_[v] = slot;
-      slot_to_key_[static_cast<std::size_t>(slot)] = victims_[u - from_free];
+      slot_to_key_[static_cast<std::size_t>(slot)] = scratch.victims[u - from_free];
       evicted_in_[v] = victim_marks_[u - from_free];
     }
   }
@@ -504,13 +506,20 @@ requires std::invocable<Note&, std::size_t, cache_key, std::int32_t> &&
         slot_cache<Policy>::access_call_unchecked(std::span<const cache_key> keys,
                                                   const access_context& ctx, Note&& note,
                                                   OnMiss&& on_miss,
-                                                  std::span<const std::uint32_t> positions) {
+                                                  std::span<const std::uint32_t> positions,
+                                                  std::span<std::int32_t> scratch) {
   const std::span<const cache_key> distinct = protect_call(keys, ctx, "access_distinct");
   if constexpr (call_eviction_policy<Policy>) {
     access_context first = ctx;
     first.position = positions.empty() ? ctx.position : positions[0];
-    return {distinct, access_whole_call(distinct, first, note, on_miss).misses};
+    const std::size_t stride = scratch.size() / 3;
+    const call_scratch where =
+        distinct.size() <= stride
+            ? call_scratch{scratch.data(), scratch.data() + stride, scratch.data() + 2 * stride}
+            : own_scratch();
+    return {distinct, access_whole_call(distinct, first, note, on_miss, where).misses};
   } else {
+    (void)scratch;  // per-access policies need none
     auto report = [&on_miss](cache_key key, const access_result& r) {
       if (!r.hit) {
         on_miss(key, r.slot);

@@ -56,6 +56,8 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   key_positions_.assign(experts, 0);
   seen_ = protect_set(experts_);
   keep_ = protect_set(layout.size());
+  // A call has at most `experts` distinct keys (one layer's), in either scope.
+  call_scratch_.assign(3 * experts, -1);
   prefetch_copies_.assign(experts, copy_op{});
   planner_ = group_planner(experts_, config.max_tokens, top_k_);
 }
@@ -201,7 +203,7 @@ prepare_result pager<Policy>::prepare_impl(const char* where, std::int32_t layer
   typename cache_type::unchecked_call call;
   if constexpr (call_eviction_policy<Policy>) {
     try {
-      call = cache.access_call_unchecked(keys, ctx, show, plan_copy, key_positions);
+      call = cache.access_call_unchecked(keys, ctx, show, plan_copy, key_positions, call_scratch_);
     } catch (...) {
       // The policy broke its contract and the cache undid the call; some of its keys may have
       // been shown already: show none.
