@@ -9363,8 +9363,8 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::run_whole_call(
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
   auto no_note = [](std::size_t /*i*/, cache_key /*key*/, std::int32_t /*slot*/) {};
   auto no_miss = [](cache_key /*key*/, std::int32_t /*slot*/) {};
-  return report_whole_call(keys, ctx,
-                           access_whole_call(keys, ctx, no_note, no_miss, own_scratch()), visit);
+  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, no_note, no_miss, own_scratch()),
+                           visit);
 }
 
 template <eviction_policy Policy>
@@ -10461,15 +10461,16 @@ class pager {
   std::int32_t top_k_ = 1;
   cache_scope scope_ = cache_scope::per_layer;
   std::uint32_t step_ = 0;
-  std::vector<cache_type> caches_;            // one per layer, or one (global)
-  std::vector<std::uint64_t> times_;          // per cache: accesses so far (ctx.time)
-  std::vector<std::int32_t> maps_;            // [layers x experts]: slot or -1
-  std::vector<std::int32_t> visible_;         // [layers x experts]: first visible_count_[l] used
-  std::vector<std::int32_t> visible_count_;   // per layer
-  std::vector<copy_op> copies_;               // [layers x experts]: the layer's last copy plan
-  std::vector<cache_key> keys_;               // scratch [experts]: the call's keys (ids + base)
-  // [3 x experts]: the working arrays of every cache's whole calls, shared by the caches (one
-  // thread at a time), so that the calls of different layers reuse the same cache lines
+  std::vector<cache_type> caches_;           // one per layer, or one (global)
+  std::vector<std::uint64_t> times_;         // per cache: accesses so far (ctx.time)
+  std::vector<std::int32_t> maps_;           // [layers x experts]: slot or -1
+  std::vector<std::int32_t> visible_;        // [layers x experts]: first visible_count_[l] used
+  std::vector<std::int32_t> visible_count_;  // per layer
+  std::vector<copy_op> copies_;              // [layers x experts]: the layer's last copy plan
+  std::vector<cache_key> keys_;              // scratch [experts]: the call's keys (ids + base)
+  // [3 x experts] for a whole-call policy (else empty): the working arrays of every cache's
+  // whole calls, shared by the caches (one thread at a time), so that the calls of different
+  // layers reuse the same cache lines
   std::vector<std::int32_t> call_scratch_;
   std::vector<std::uint32_t> key_positions_;  // scratch [experts]: their positions (per-row calls)
   protect_set seen_;                          // scratch: "expert seen" (wide calls, messages)
@@ -10535,8 +10536,10 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   key_positions_.assign(experts, 0);
   seen_ = protect_set(experts_);
   keep_ = protect_set(layout.size());
-  // A call has at most `experts` distinct keys (one layer's), in either scope.
-  call_scratch_.assign(3 * experts, -1);
+  if constexpr (call_eviction_policy<Policy>) {
+    // A call has at most `experts` distinct keys (one layer's), in either scope.
+    call_scratch_.assign(3 * experts, -1);
+  }
   prefetch_copies_.assign(experts, copy_op{});
   planner_ = group_planner(experts_, config.max_tokens, top_k_);
 }

@@ -179,7 +179,8 @@ TEST(SlotCacheUncheckedCall, SharedScratchDecidesAsOwnScratch) {
                       const access_context& ctx, std::span<std::int32_t> scratch) {
     outcome o;
     const auto call = cache.access_call_unchecked(
-        keys, ctx, [&](std::size_t i, cache_key, std::int32_t slot) { o.notes.emplace_back(i, slot); },
+        keys, ctx,
+        [&](std::size_t i, cache_key, std::int32_t slot) { o.notes.emplace_back(i, slot); },
         [&](cache_key key, std::int32_t slot) { o.misses.emplace_back(key, slot); }, {}, scratch);
     o.keys.assign(call.keys.begin(), call.keys.end());
     EXPECT_EQ(call.misses, o.misses.size());

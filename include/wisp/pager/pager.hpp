@@ -397,15 +397,16 @@ class pager {
   std::int32_t top_k_ = 1;
   cache_scope scope_ = cache_scope::per_layer;
   std::uint32_t step_ = 0;
-  std::vector<cache_type> caches_;            // one per layer, or one (global)
-  std::vector<std::uint64_t> times_;          // per cache: accesses so far (ctx.time)
-  std::vector<std::int32_t> maps_;            // [layers x experts]: slot or -1
-  std::vector<std::int32_t> visible_;         // [layers x experts]: first visible_count_[l] used
-  std::vector<std::int32_t> visible_count_;   // per layer
-  std::vector<copy_op> copies_;               // [layers x experts]: the layer's last copy plan
-  std::vector<cache_key> keys_;               // scratch [experts]: the call's keys (ids + base)
-  // [3 x experts]: the working arrays of every cache's whole calls, shared by the caches (one
-  // thread at a time), so that the calls of different layers reuse the same cache lines
+  std::vector<cache_type> caches_;           // one per layer, or one (global)
+  std::vector<std::uint64_t> times_;         // per cache: accesses so far (ctx.time)
+  std::vector<std::int32_t> maps_;           // [layers x experts]: slot or -1
+  std::vector<std::int32_t> visible_;        // [layers x experts]: first visible_count_[l] used
+  std::vector<std::int32_t> visible_count_;  // per layer
+  std::vector<copy_op> copies_;              // [layers x experts]: the layer's last copy plan
+  std::vector<cache_key> keys_;              // scratch [experts]: the call's keys (ids + base)
+  // [3 x experts] for a whole-call policy (else empty): the working arrays of every cache's
+  // whole calls, shared by the caches (one thread at a time), so that the calls of different
+  // layers reuse the same cache lines
   std::vector<std::int32_t> call_scratch_;
   std::vector<std::uint32_t> key_positions_;  // scratch [experts]: their positions (per-row calls)
   protect_set seen_;                          // scratch: "expert seen" (wide calls, messages)

@@ -333,8 +333,8 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::run_whole_call(
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
   auto no_note = [](std::size_t /*i*/, cache_key /*key*/, std::int32_t /*slot*/) {};
   auto no_miss = [](cache_key /*key*/, std::int32_t /*slot*/) {};
-  return report_whole_call(keys, ctx,
-                           access_whole_call(keys, ctx, no_note, no_miss, own_scratch()), visit);
+  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, no_note, no_miss, own_scratch()),
+                           visit);
 }
 
 template <eviction_policy Policy>

@@ -56,8 +56,10 @@ requires std::invocable<MakePolicy&, std::int32_t> &&
   key_positions_.assign(experts, 0);
   seen_ = protect_set(experts_);
   keep_ = protect_set(layout.size());
-  // A call has at most `experts` distinct keys (one layer's), in either scope.
-  call_scratch_.assign(3 * experts, -1);
+  if constexpr (call_eviction_policy<Policy>) {
+    // A call has at most `experts` distinct keys (one layer's), in either scope.
+    call_scratch_.assign(3 * experts, -1);
+  }
   prefetch_copies_.assign(experts, copy_op{});
   planner_ = group_planner(experts_, config.max_tokens, top_k_);
 }
