@@ -541,6 +541,39 @@ TEST(SlotCacheCollision, CountsMissesOnKeysEvictedInTheSamePass) {
   EXPECT_EQ(cache.stats().misses, 4u);
 }
 
+TEST(SlotCacheCollision, WholeCallsCountKeysOfEveryWordAndForgetThePassAtAStepChange) {
+  // Global scope, 3 layers x 64 experts (192 keys, three words of eviction bits), capacity 4.
+  // lru takes whole calls; its victims are the least recently used keys.
+  slot_cache<lru> cache(key_layout{cache_scope::global, 3, 64}, 4);
+  std::vector<access_result> out(4);
+  const std::vector<cache_key> first = {1, 70, 130, 191};
+  cache.access_call(first, {0, 0, 0}, out);
+  const std::vector<cache_key> second = {2, 71, 131, 190};  // evicts every key of `first`
+  cache.access_call(second, {0, 1, 4}, out);
+  const std::vector<cache_key> third = {191, 1, 130, 3};  // three of them again, same pass
+  cache.access_call(third, {0, 2, 8}, out);
+  EXPECT_TRUE(out[0].collision);
+  EXPECT_TRUE(out[1].collision);
+  EXPECT_TRUE(out[2].collision);
+  EXPECT_FALSE(out[3].collision);  // key 3 was never resident
+  EXPECT_EQ(cache.stats().collision_misses, 3u);
+  // Key 70 was evicted in pass 0; missed in pass 1 it is an ordinary miss.
+  const std::vector<cache_key> fourth = {70};
+  cache.access_call(fourth, {1, 0, 12}, out);
+  EXPECT_FALSE(out[0].hit);
+  EXPECT_FALSE(out[0].collision);
+  EXPECT_EQ(cache.stats().collision_misses, 3u);
+  // A key evicted by a prefetch in pass 1 and requested later in pass 1 is a collision.
+  const access_result loaded = cache.prefetch(100, {1, 1, 13}, protected_keys{});
+  ASSERT_FALSE(loaded.hit);
+  ASSERT_NE(loaded.evicted, no_key);
+  const std::vector<cache_key> fifth = {loaded.evicted};
+  cache.access_call(fifth, {1, 2, 13}, out);
+  EXPECT_TRUE(out[0].collision);
+  EXPECT_EQ(cache.stats().collision_misses, 4u);
+  EXPECT_TRUE(cache.invariants_hold());
+}
+
 TEST(SlotCacheCollision, InvalidateIsNotAnEviction) {
   slot_cache<lru> cache(4, 2);
   cache.access(0, {0, 0, 0});

@@ -195,6 +195,20 @@ TEST(WholeCallPolicy, BadVictimsAreReportedAndTheCacheIsUnchanged) {
   expect_reported_and_unchanged<bad_victim::missing>();
 }
 
+TEST(WholeCallPolicy, AFailedCallEvictsNothing) {
+  slot_cache<corrupt_on_call<bad_victim::repeated>> cache(16, 4);
+  std::array<access_result, 4> out{};
+  cache.access_call(std::array<cache_key, 4>{0, 1, 2, 3}, {0, 0, 0}, out);
+  // The first victim (2) is taken, the second (2 again) is refused: the call is undone.
+  EXPECT_THROW(cache.access_call(std::array<cache_key, 4>{0, 1, 4, 5}, {1, 0, 4}, out),
+               logic_error);
+  // Key 2 was not evicted: dropped and missed again in the same pass, it is no collision.
+  ASSERT_TRUE(cache.invalidate(2));
+  EXPECT_FALSE(cache.access(2, {1, 0, 8}).collision);
+  EXPECT_EQ(cache.stats().collision_misses, 0u);
+  EXPECT_EQ(cache.stats().evictions, 0u);
+}
+
 TEST(WholeCallPolicy, MessageNamesThePolicyAndTheVictim) {
   slot_cache<corrupt_on_call<bad_victim::out_of_range>> cache(16, 2);
   std::array<access_result, 2> out{};
