@@ -8948,16 +8948,6 @@ class slot_cache {
   void check_keys(std::span<const cache_key> keys, const char* what) const;
   void check_context(const access_context& ctx) const;
   void evict(cache_key victim, const access_context& ctx);
-  // Starts the pass of `step` for the eviction bits: clears them when the step changed.
-  // O(key_space / 64) then, O(1) otherwise.
-  void enter_pass(std::uint32_t step) noexcept;
-  // Bit `key` of eviction bits `bits` (`evicted_bits_`, or its data held in a register).
-  [[nodiscard]] static bool evicted_bit(const std::uint64_t* bits, std::size_t key) noexcept {
-    return ((bits[key >> 6] >> (key & 63u)) & 1u) != 0;
-  }
-  static void set_evicted_bit(std::uint64_t* bits, std::size_t key) noexcept {
-    bits[key >> 6] |= std::uint64_t{1} << (key & 63u);
-  }
   // The miss half of every access: `key` is in range, protected by the current call (which
   // matches `ctx`) and not resident. The 16-byte result comes back in registers.
   // `newly_protected`: the access itself protected `key` (undone if the access fails).
@@ -9003,7 +8993,8 @@ class slot_cache {
                              Visit& visit);
   // Reports every access of the last `access_whole_call` to `visit`, in order.
   template <class Visit>
-  std::size_t report_whole_call(std::span<const cache_key> keys, whole_call call, Visit& visit);
+  std::size_t report_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                                whole_call call, Visit& visit);
   // Thrown by `access_whole_call` for a bad victim met at miss `j`, after undoing misses [0, j).
   [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j,
                                      call_scratch scratch);
@@ -9015,19 +9006,15 @@ class slot_cache {
   std::vector<cache_key> slot_to_key_;     // key_space entries (capacity used), no_key if free
   std::vector<std::int32_t> free_;         // key_space entries, first free_size_ used
   std::size_t free_size_ = 0;
-  // A bit per key: evicted in the pass `evicted_step_` (cleared when the step changes; steps are
-  // non-decreasing). Key_space / 8 bytes, so it stays in the L1 cache beside the maps.
-  std::vector<std::uint64_t> evicted_bits_;
-  std::uint32_t evicted_step_ = 0;
-  protect_set protect_;  // the current call's keys
+  std::vector<std::uint64_t> evicted_in_;  // key -> step + 1 of its last eviction, 0 = never
+  protect_set protect_;                    // the current call's keys
   // Scratch of `access_whole_call` (empty unless the policy takes whole calls): each key's slot
-  // before the call, the missed keys, the victims and whether each was already evicted in this
-  // pass (to undo a failed call). A call has at most `capacity_` distinct keys, so key_space
-  // entries suffice.
+  // before the call, the missed keys, the victims and their previous eviction marks (to undo a
+  // failed call). A call has at most `capacity_` distinct keys, so key_space entries suffice.
   std::vector<std::int32_t> call_slots_;
   std::vector<cache_key> missed_;
   std::vector<cache_key> victims_;
-  std::vector<std::uint8_t> victim_marks_;
+  std::vector<std::uint64_t> victim_marks_;
   std::uint32_t call_step_ = 0;
   std::int32_t call_layer_ = -1;
   cache_stats stats_;
@@ -9061,7 +9048,7 @@ slot_cache<Policy>::slot_cache(key_layout layout, std::int32_t capacity, Policy 
   key_to_slot_.assign(size, -1);
   slot_to_key_.assign(size, no_key);
   free_.assign(size, -1);
-  evicted_bits_.assign((size + 63) / 64, 0);
+  evicted_in_.assign(size, 0);
   protect_ = protect_set(n);
   if constexpr (call_eviction_policy<Policy>) {
     call_slots_.assign(size, -1);
@@ -9119,26 +9106,13 @@ bool slot_cache<Policy>::protect(cache_key key) {
 }
 
 template <eviction_policy Policy>
-void slot_cache<Policy>::enter_pass(std::uint32_t step) noexcept {
-  if (step != evicted_step_) {
-    // A per-layer cache of up to 64 keys has one word, and clears it at every call: no memset.
-    evicted_bits_.front() = 0;
-    if (evicted_bits_.size() > 1) {
-      std::fill(evicted_bits_.begin() + 1, evicted_bits_.end(), std::uint64_t{0});
-    }
-    evicted_step_ = step;
-  }
-}
-
-template <eviction_policy Policy>
 void slot_cache<Policy>::evict(cache_key victim, const access_context& ctx) {
   const auto v = static_cast<std::size_t>(victim);
   const std::int32_t slot = key_to_slot_[v];
   key_to_slot_[v] = -1;
   slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
   free_[free_size_++] = slot;
-  enter_pass(ctx.step);
-  set_evicted_bit(evicted_bits_.data(), v);
+  evicted_in_[v] = static_cast<std::uint64_t>(ctx.step) + 1;
   policy_.on_erase(victim);
   ++stats_.evictions;
 }
@@ -9152,7 +9126,6 @@ access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_con
   const auto k = static_cast<std::size_t>(key);
   std::int32_t slot;
   cache_key evicted = no_key;
-  enter_pass(ctx.step);
   if (free_size_ == 0) {
     const cache_key victim = policy_.victim(ctx, protect_.view());
     const auto v = static_cast<std::size_t>(victim);
@@ -9173,7 +9146,7 @@ access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_con
     // `evict` then a free-list pop would do, without the round trip through the free list).
     slot = key_to_slot_[v];
     key_to_slot_[v] = -1;
-    set_evicted_bit(evicted_bits_.data(), v);
+    evicted_in_[v] = static_cast<std::uint64_t>(ctx.step) + 1;
     policy_.on_erase(victim);
     ++stats_.evictions;
     evicted = victim;
@@ -9182,7 +9155,7 @@ access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_con
   }
   key_to_slot_[k] = slot;
   slot_to_key_[static_cast<std::size_t>(slot)] = key;
-  const bool collision = evicted_bit(evicted_bits_.data(), k);
+  const bool collision = evicted_in_[k] == static_cast<std::uint64_t>(ctx.step) + 1;
   if constexpr (noexcept(policy_.on_insert(key, ctx))) {
     policy_.on_insert(key, ctx);
   } else {
@@ -9344,13 +9317,13 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   // victim is checked first (and unmapped, so a victim named twice fails the second time) unless
   // the policy is one of wisp's own whole-call policies, whose victims their tests prove against
   // the per-access events (debug builds check those too).
-  enter_pass(ctx.step);
-  std::uint64_t* const evicted_bits = evicted_bits_.data();
+  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
+  std::uint64_t* const evicted_in = evicted_in_.data();
   cache_key* const slot_to_key = slot_to_key_.data();
   std::uint64_t collisions = 0;
   const auto place = [&](cache_key key, std::int32_t slot) {
     const auto k = static_cast<std::size_t>(key);
-    collisions += evicted_bit(evicted_bits, k) ? 1u : 0u;
+    collisions += evicted_in[k] == mark ? 1u : 0u;
     key_to_slot[k] = slot;
     slot_to_key[static_cast<std::size_t>(slot)] = key;
     on_miss(key, slot);
@@ -9368,11 +9341,11 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
           [[unlikely]] {
         fail_call_victim(victim, from_free, from_free + j, scratch);
       }
-      victim_marks_[j] = evicted_bit(evicted_bits, v) ? 1 : 0;
+      victim_marks_[j] = evicted_in[v];
     }
     const std::int32_t slot = key_to_slot[v];
     key_to_slot[v] = -1;
-    set_evicted_bit(evicted_bits, v);
+    evicted_in[v] = mark;
     place(evicting[j], slot);
   }
   free_size_ -= from_free;
@@ -9390,16 +9363,17 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::run_whole_call(
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
   auto no_note = [](std::size_t /*i*/, cache_key /*key*/, std::int32_t /*slot*/) {};
   auto no_miss = [](cache_key /*key*/, std::int32_t /*slot*/) {};
-  return report_whole_call(keys, access_whole_call(keys, ctx, no_note, no_miss, own_scratch()),
+  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, no_note, no_miss, own_scratch()),
                            visit);
 }
 
 template <eviction_policy Policy>
 template <class Visit>
 WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::report_whole_call(
-    std::span<const cache_key> keys, whole_call call, Visit& visit) {
+    std::span<const cache_key> keys, const access_context& ctx, whole_call call, Visit& visit) {
   const std::int32_t* const before = call_slots_.data();
   const cache_key* const victims = victims_.data();
+  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
   const std::size_t from_free = call.from_free;
   // In access order, with no branch on hit or miss (it would mispredict on every miss).
   std::size_t j = 0;
@@ -9410,7 +9384,7 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::report_whole_call(
     const std::size_t victim_index = j - from_free;    // of this key if it is an evicting miss
     const cache_key evicted = (j < from_free ? no_key : victims[victim_index]) | hit_mask;
     visit(key, access_result{key_to_slot_[k], hit_mask != 0, evicted,
-                             hit_mask == 0 && evicted_bit(evicted_bits_.data(), k)});
+                             hit_mask == 0 && evicted_in_[k] == mark});
     j += static_cast<std::size_t>(hit_mask + 1);
   }
   return call.misses;
@@ -9429,9 +9403,7 @@ void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_fre
       const auto v = static_cast<std::size_t>(scratch.victims[u - from_free]);
       key_to_slot_[v] = slot;
       slot_to_key_[static_cast<std::size_t>(slot)] = scratch.victims[u - from_free];
-      if (victim_marks_[u - from_free] == 0) {  // restores the victim's bit of the pass
-        evicted_bits_[v >> 6] &= ~(std::uint64_t{1} << (v & 63u));
-      }
+      evicted_in_[v] = victim_marks_[u - from_free];
     }
   }
   if (victim == no_key) {

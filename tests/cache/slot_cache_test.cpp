@@ -541,9 +541,9 @@ TEST(SlotCacheCollision, CountsMissesOnKeysEvictedInTheSamePass) {
   EXPECT_EQ(cache.stats().misses, 4u);
 }
 
-TEST(SlotCacheCollision, WholeCallsCountKeysOfEveryWordAndForgetThePassAtAStepChange) {
-  // Global scope, 3 layers x 64 experts (192 keys, three words of eviction bits), capacity 4.
-  // lru takes whole calls; its victims are the least recently used keys.
+TEST(SlotCacheCollision, WholeCallsAndPrefetchesCountThemPerStep) {
+  // Global scope, 3 layers x 64 experts (192 keys), capacity 4. lru takes whole calls; its
+  // victims are the least recently used keys.
   slot_cache<lru> cache(key_layout{cache_scope::global, 3, 64}, 4);
   std::vector<access_result> out(4);
   const std::vector<cache_key> first = {1, 70, 130, 191};

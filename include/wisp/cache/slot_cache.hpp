@@ -288,16 +288,6 @@ class slot_cache {
   void check_keys(std::span<const cache_key> keys, const char* what) const;
   void check_context(const access_context& ctx) const;
   void evict(cache_key victim, const access_context& ctx);
-  // Starts the pass of `step` for the eviction bits: clears them when the step changed.
-  // O(key_space / 64) then, O(1) otherwise.
-  void enter_pass(std::uint32_t step) noexcept;
-  // Bit `key` of eviction bits `bits` (`evicted_bits_`, or its data held in a register).
-  [[nodiscard]] static bool evicted_bit(const std::uint64_t* bits, std::size_t key) noexcept {
-    return ((bits[key >> 6] >> (key & 63u)) & 1u) != 0;
-  }
-  static void set_evicted_bit(std::uint64_t* bits, std::size_t key) noexcept {
-    bits[key >> 6] |= std::uint64_t{1} << (key & 63u);
-  }
   // The miss half of every access: `key` is in range, protected by the current call (which
   // matches `ctx`) and not resident. The 16-byte result comes back in registers.
   // `newly_protected`: the access itself protected `key` (undone if the access fails).
@@ -343,7 +333,8 @@ class slot_cache {
                              Visit& visit);
   // Reports every access of the last `access_whole_call` to `visit`, in order.
   template <class Visit>
-  std::size_t report_whole_call(std::span<const cache_key> keys, whole_call call, Visit& visit);
+  std::size_t report_whole_call(std::span<const cache_key> keys, const access_context& ctx,
+                                whole_call call, Visit& visit);
   // Thrown by `access_whole_call` for a bad victim met at miss `j`, after undoing misses [0, j).
   [[noreturn]] void fail_call_victim(cache_key victim, std::size_t from_free, std::size_t j,
                                      call_scratch scratch);
@@ -355,19 +346,15 @@ class slot_cache {
   std::vector<cache_key> slot_to_key_;     // key_space entries (capacity used), no_key if free
   std::vector<std::int32_t> free_;         // key_space entries, first free_size_ used
   std::size_t free_size_ = 0;
-  // A bit per key: evicted in the pass `evicted_step_` (cleared when the step changes; steps are
-  // non-decreasing). Key_space / 8 bytes, so it stays in the L1 cache beside the maps.
-  std::vector<std::uint64_t> evicted_bits_;
-  std::uint32_t evicted_step_ = 0;
-  protect_set protect_;  // the current call's keys
+  std::vector<std::uint64_t> evicted_in_;  // key -> step + 1 of its last eviction, 0 = never
+  protect_set protect_;                    // the current call's keys
   // Scratch of `access_whole_call` (empty unless the policy takes whole calls): each key's slot
-  // before the call, the missed keys, the victims and whether each was already evicted in this
-  // pass (to undo a failed call). A call has at most `capacity_` distinct keys, so key_space
-  // entries suffice.
+  // before the call, the missed keys, the victims and their previous eviction marks (to undo a
+  // failed call). A call has at most `capacity_` distinct keys, so key_space entries suffice.
   std::vector<std::int32_t> call_slots_;
   std::vector<cache_key> missed_;
   std::vector<cache_key> victims_;
-  std::vector<std::uint8_t> victim_marks_;
+  std::vector<std::uint64_t> victim_marks_;
   std::uint32_t call_step_ = 0;
   std::int32_t call_layer_ = -1;
   cache_stats stats_;

@@ -18,7 +18,7 @@ slot_cache<Policy>::slot_cache(key_layout layout, std::int32_t capacity, Policy 
   key_to_slot_.assign(size, -1);
   slot_to_key_.assign(size, no_key);
   free_.assign(size, -1);
-  evicted_bits_.assign((size + 63) / 64, 0);
+  evicted_in_.assign(size, 0);
   protect_ = protect_set(n);
   if constexpr (call_eviction_policy<Policy>) {
     call_slots_.assign(size, -1);
@@ -76,26 +76,13 @@ bool slot_cache<Policy>::protect(cache_key key) {
 }
 
 template <eviction_policy Policy>
-void slot_cache<Policy>::enter_pass(std::uint32_t step) noexcept {
-  if (step != evicted_step_) {
-    // A per-layer cache of up to 64 keys has one word, and clears it at every call: no memset.
-    evicted_bits_.front() = 0;
-    if (evicted_bits_.size() > 1) {
-      std::fill(evicted_bits_.begin() + 1, evicted_bits_.end(), std::uint64_t{0});
-    }
-    evicted_step_ = step;
-  }
-}
-
-template <eviction_policy Policy>
 void slot_cache<Policy>::evict(cache_key victim, const access_context& ctx) {
   const auto v = static_cast<std::size_t>(victim);
   const std::int32_t slot = key_to_slot_[v];
   key_to_slot_[v] = -1;
   slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
   free_[free_size_++] = slot;
-  enter_pass(ctx.step);
-  set_evicted_bit(evicted_bits_.data(), v);
+  evicted_in_[v] = static_cast<std::uint64_t>(ctx.step) + 1;
   policy_.on_erase(victim);
   ++stats_.evictions;
 }
@@ -109,7 +96,6 @@ access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_con
   const auto k = static_cast<std::size_t>(key);
   std::int32_t slot;
   cache_key evicted = no_key;
-  enter_pass(ctx.step);
   if (free_size_ == 0) {
     const cache_key victim = policy_.victim(ctx, protect_.view());
     const auto v = static_cast<std::size_t>(victim);
@@ -130,7 +116,7 @@ access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_con
     // `evict` then a free-list pop would do, without the round trip through the free list).
     slot = key_to_slot_[v];
     key_to_slot_[v] = -1;
-    set_evicted_bit(evicted_bits_.data(), v);
+    evicted_in_[v] = static_cast<std::uint64_t>(ctx.step) + 1;
     policy_.on_erase(victim);
     ++stats_.evictions;
     evicted = victim;
@@ -139,7 +125,7 @@ access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_con
   }
   key_to_slot_[k] = slot;
   slot_to_key_[static_cast<std::size_t>(slot)] = key;
-  const bool collision = evicted_bit(evicted_bits_.data(), k);
+  const bool collision = evicted_in_[k] == static_cast<std::uint64_t>(ctx.step) + 1;
   if constexpr (noexcept(policy_.on_insert(key, ctx))) {
     policy_.on_insert(key, ctx);
   } else {
@@ -301,13 +287,13 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   // victim is checked first (and unmapped, so a victim named twice fails the second time) unless
   // the policy is one of wisp's own whole-call policies, whose victims their tests prove against
   // the per-access events (debug builds check those too).
-  enter_pass(ctx.step);
-  std::uint64_t* const evicted_bits = evicted_bits_.data();
+  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
+  std::uint64_t* const evicted_in = evicted_in_.data();
   cache_key* const slot_to_key = slot_to_key_.data();
   std::uint64_t collisions = 0;
   const auto place = [&](cache_key key, std::int32_t slot) {
     const auto k = static_cast<std::size_t>(key);
-    collisions += evicted_bit(evicted_bits, k) ? 1u : 0u;
+    collisions += evicted_in[k] == mark ? 1u : 0u;
     key_to_slot[k] = slot;
     slot_to_key[static_cast<std::size_t>(slot)] = key;
     on_miss(key, slot);
@@ -325,11 +311,11 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
           [[unlikely]] {
         fail_call_victim(victim, from_free, from_free + j, scratch);
       }
-      victim_marks_[j] = evicted_bit(evicted_bits, v) ? 1 : 0;
+      victim_marks_[j] = evicted_in[v];
     }
     const std::int32_t slot = key_to_slot[v];
     key_to_slot[v] = -1;
-    set_evicted_bit(evicted_bits, v);
+    evicted_in[v] = mark;
     place(evicting[j], slot);
   }
   free_size_ -= from_free;
@@ -347,16 +333,17 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::run_whole_call(
     std::span<const cache_key> keys, const access_context& ctx, Visit& visit) {
   auto no_note = [](std::size_t /*i*/, cache_key /*key*/, std::int32_t /*slot*/) {};
   auto no_miss = [](cache_key /*key*/, std::int32_t /*slot*/) {};
-  return report_whole_call(keys, access_whole_call(keys, ctx, no_note, no_miss, own_scratch()),
+  return report_whole_call(keys, ctx, access_whole_call(keys, ctx, no_note, no_miss, own_scratch()),
                            visit);
 }
 
 template <eviction_policy Policy>
 template <class Visit>
 WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::report_whole_call(
-    std::span<const cache_key> keys, whole_call call, Visit& visit) {
+    std::span<const cache_key> keys, const access_context& ctx, whole_call call, Visit& visit) {
   const std::int32_t* const before = call_slots_.data();
   const cache_key* const victims = victims_.data();
+  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
   const std::size_t from_free = call.from_free;
   // In access order, with no branch on hit or miss (it would mispredict on every miss).
   std::size_t j = 0;
@@ -367,7 +354,7 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::report_whole_call(
     const std::size_t victim_index = j - from_free;    // of this key if it is an evicting miss
     const cache_key evicted = (j < from_free ? no_key : victims[victim_index]) | hit_mask;
     visit(key, access_result{key_to_slot_[k], hit_mask != 0, evicted,
-                             hit_mask == 0 && evicted_bit(evicted_bits_.data(), k)});
+                             hit_mask == 0 && evicted_in_[k] == mark});
     j += static_cast<std::size_t>(hit_mask + 1);
   }
   return call.misses;
@@ -386,9 +373,7 @@ void slot_cache<Policy>::fail_call_victim(cache_key victim, std::size_t from_fre
       const auto v = static_cast<std::size_t>(scratch.victims[u - from_free]);
       key_to_slot_[v] = slot;
       slot_to_key_[static_cast<std::size_t>(slot)] = scratch.victims[u - from_free];
-      if (victim_marks_[u - from_free] == 0) {  // restores the victim's bit of the pass
-        evicted_bits_[v >> 6] &= ~(std::uint64_t{1} << (v & 63u));
-      }
+      evicted_in_[v] = victim_marks_[u - from_free];
     }
   }
   if (victim == no_key) {
