@@ -6304,9 +6304,11 @@ static_assert(eviction_policy<fld>);
 
 // ---- begin wisp/cache/detail/key_heap.hpp ------------------------------------------------------
 /// @file
-/// @brief Internal: an indexed binary min-heap over dense keys with a two-word priority, ties
-/// broken by the smaller key. push/update/erase O(log n), rebuild O(n); allocation-free after
-/// `reset`.
+/// @brief Internal: the resident keys of a policy by a two-word priority, ties broken by the
+/// smaller key, with the smallest unprotected one on demand. Kept as an indexed binary min-heap
+/// (set/erase O(log n), the smallest O(1 + p)) or unordered (set/erase O(1), the smallest by a
+/// scan, O(n): cheaper when every key is rescored between victims anyway); rebuild O(n).
+/// Allocation-free after `reset`.
 
 namespace wisp::detail {
 
@@ -6321,8 +6323,18 @@ struct heap_priority {
   }
 };
 
-class key_heap {
+/// How a `basic_key_heap` keeps its keys. Both answer every query the same; only the costs
+/// differ.
+enum class key_order : std::uint8_t {
+  heap,  ///< a binary heap: `set`, `erase` O(log n); `min_unprotected` O(1 + p)
+  scan,  ///< unordered: `set`, `erase` O(1); `min_unprotected` O(n), a scan of every key
+};
+
+template <key_order Order>
+class basic_key_heap {
  public:
+  static constexpr key_order order = Order;
+
   void reset(std::int32_t key_space) {
     heap_.clear();
     heap_.reserve(static_cast<std::size_t>(key_space));
@@ -6335,7 +6347,8 @@ class key_heap {
     return pos_[static_cast<std::size_t>(key)] != npos;
   }
   [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
-  /// The keys in heap order (the smallest first, the rest unordered). O(1).
+  /// The keys: in heap order (the smallest first, the rest unordered) with `key_order::heap`,
+  /// unordered with `key_order::scan`. O(1).
   [[nodiscard]] std::span<const cache_key> keys() const noexcept { return heap_; }
 
   /// Inserts `key` (absent) or changes its priority (present). O(log n).
@@ -6345,15 +6358,19 @@ class key_heap {
       prio_[k] = prio;
       pos_[k] = heap_.size();
       heap_.push_back(key);  // capacity reserved in reset: no allocation
-      sift_up(pos_[k]);
+      if constexpr (Order == key_order::heap) {
+        sift_up(pos_[k]);
+      }
       return;
     }
     const heap_priority old = prio_[k];
     prio_[k] = prio;
-    if (prio < old) {
-      sift_up(pos_[k]);
-    } else {
-      sift_down(pos_[k]);
+    if constexpr (Order == key_order::heap) {
+      if (prio < old) {
+        sift_up(pos_[k]);
+      } else {
+        sift_down(pos_[k]);
+      }
     }
   }
 
@@ -6370,8 +6387,10 @@ class key_heap {
     heap_.pop_back();
     if (i != last) {
       place(i, moved);
-      sift_up(i);
-      sift_down(pos_[static_cast<std::size_t>(moved)]);
+      if constexpr (Order == key_order::heap) {
+        sift_up(i);
+        sift_down(pos_[static_cast<std::size_t>(moved)]);
+      }
     }
   }
 
@@ -6382,17 +6401,32 @@ class key_heap {
     for (const cache_key key : heap_) {
       prio_[static_cast<std::size_t>(key)] = priority(key);
     }
-    for (std::size_t i = heap_.size() / 2; i-- > 0;) {
-      sift_down(i);
+    if constexpr (Order == key_order::heap) {
+      for (std::size_t i = heap_.size() / 2; i-- > 0;) {
+        sift_down(i);
+      }
     }
   }
 
   /// The smallest key (by priority, then key) with `!is_protected(key)`, or `no_key`.
-  /// O(1 + p), p = protected keys that sit above it in the heap (a search of the protected region
-  /// around the root; the answer has only protected ancestors). `is_protected` is a
-  /// `protected_keys` or any predicate on the heap's keys.
+  /// `key_order::heap`: O(1 + p), p = protected keys that sit above it in the heap (a search of
+  /// the protected region around the root; the answer has only protected ancestors).
+  /// `key_order::scan`: O(n). `is_protected` is a `protected_keys` or any predicate on the keys.
   template <class IsProtected>
   [[nodiscard]] cache_key min_unprotected(const IsProtected& is_protected) noexcept {
+    if constexpr (Order == key_order::scan) {
+      return scan_min_unprotected(is_protected);
+    } else {
+      return heap_min_unprotected(is_protected);
+    }
+  }
+
+ private:
+  static constexpr std::size_t npos = ~std::size_t{0};
+
+  // A search of the protected region around the root.
+  template <class IsProtected>
+  [[nodiscard]] cache_key heap_min_unprotected(const IsProtected& is_protected) noexcept {
     if (heap_.empty()) {
       return no_key;
     }
@@ -6420,10 +6454,20 @@ class key_heap {
     }
     return best;
   }
-
- private:
-  static constexpr std::size_t npos = ~std::size_t{0};
-
+  // Every key in turn; the protection test only for a key that would be the new smallest.
+  template <class IsProtected>
+  [[nodiscard]] cache_key scan_min_unprotected(const IsProtected& is_protected) const noexcept {
+    cache_key best = no_key;
+    heap_priority best_prio;
+    for (const cache_key k : heap_) {
+      const heap_priority& p = prio_[static_cast<std::size_t>(k)];
+      if ((best == no_key || p < best_prio || (p == best_prio && k < best)) && !is_protected(k)) {
+        best = k;
+        best_prio = p;
+      }
+    }
+    return best;
+  }
   [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
     const heap_priority& pa = prio_[static_cast<std::size_t>(a)];
     const heap_priority& pb = prio_[static_cast<std::size_t>(b)];
@@ -6465,11 +6509,17 @@ class key_heap {
     place(i, key);
   }
 
-  std::vector<cache_key> heap_;
+  std::vector<cache_key> heap_;  // the keys, in heap order or (scan) unordered
   std::vector<std::size_t> pos_;
   std::vector<heap_priority> prio_;
   std::vector<std::size_t> stack_;  // scratch for min_unprotected: key_space positions
 };
+
+/// The binary heap (decayed_frequency, predicted_next_use, belady; reuse_probability in global
+/// scope).
+using key_heap = basic_key_heap<key_order::heap>;
+/// The unordered keys (reuse_probability in per-layer scope).
+using scanned_keys = basic_key_heap<key_order::scan>;
 
 }  // namespace wisp::detail
 // ---- end wisp/cache/detail/key_heap.hpp --------------------------------------------------------
@@ -7891,21 +7941,26 @@ static_assert(eviction_policy<predicted_next_use>);
 ///     score(k) = (1 - position_weight) x own + position_weight x profile
 ///
 /// The victim is the unprotected resident key with the smallest score, then the least recently
-/// used. Without positions (`ctx.position` always 0, as from the pager), the profile is never
-/// consulted beyond position 0 and the policy ranks by its own-reuse estimate alone.
+/// used. Without positions (`ctx.position` always 0, as from `pager::prepare` without positions),
+/// the profile is never consulted beyond position 0 and the policy ranks by its own-reuse
+/// estimate alone.
 ///
 /// **How it is fast.** A key's score changes only when the key is used, when the pass or the token
 /// position changes, or when a pass at a position inside the horizon is counted. So the resident
 /// keys sit in a binary heap ordered by `(score, last use)`, scored for one `(pass, position)`: a
 /// used key is rescored in place, and the first `victim` at a new pass or position rescores every
-/// resident key and rebuilds the heap in O(r). Each key keeps its reuse distances as suffix counts
-/// (`at_least[d]`: recorded distances `>= d`), so its own-reuse estimate is two reads.
+/// resident key and rebuilds the heap in O(r). In per-layer scope a cache serves one call per pass,
+/// so every call rescores every resident key: there the keys are kept unordered and each victim
+/// is found by a scan, O(r), no more than the rescoring, and a use costs no heap sift. Each key
+/// keeps its reuse distances as suffix counts (`at_least[d]`: recorded distances `>= d`), so its
+/// own-reuse estimate is two reads.
 ///
 /// Cost, for r resident keys, distances up to `max_distance` = D and `horizon` = h:
 /// `on_insert`, `on_hit` O(D + h + log r); `on_erase` O(log r); `victim` O(1 + p) (p protected keys
 /// above the answer in the heap), plus O(r x h) once per pass and token position (per-row positions
-/// of a batch pay it at every change of position). Memory: `keys x (D + 2 + positions)` 32-bit
-/// counters. Not thread-safe; allocation-free after `reset`.
+/// of a batch pay it at every change of position). Per-layer scope: `on_insert`, `on_hit`
+/// O(D + h), `on_erase` O(1), `victim` O(r) plus the same rescoring. Memory: `keys x (D + 2 +
+/// positions)` 32-bit counters. Not thread-safe; allocation-free after `reset`.
 /// @code
 /// wisp::per_layer_cache<wisp::reuse_probability> caches(26, 64, 21);
 /// // ctx.position = the token's index in its sequence (wisp::sim fills it from the trace)
@@ -7956,14 +8011,18 @@ class reuse_probability {
     passes_.assign(static_cast<std::size_t>(config_.positions), 0);
     last_step_.assign(keys_, never);
     last_.assign(keys_, 0);
-    heap_.reset(layout.size());
+    scanned_ = layout.scope == cache_scope::per_layer;
+    heap_.reset(scanned_ ? 0 : layout.size());
+    scanned_keys_.reset(scanned_ ? layout.size() : 0);
     tick_ = 0;
     step_ = never;
     scored_ = false;
   }
   void on_insert(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
   void on_hit(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
-  void on_erase(cache_key key) noexcept { heap_.erase(key); }  // the histories stay
+  void on_erase(cache_key key) noexcept {  // the histories stay
+    with_keys([key](auto& keys) { keys.erase(key); });
+  }
   /// The unprotected resident key with the smallest `score`, then the least recently used; or
   /// `no_key`.
   [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) noexcept {
@@ -7971,9 +8030,9 @@ class reuse_probability {
       scored_ = true;
       scored_step_ = ctx.step;
       scored_position_ = ctx.position;
-      heap_.rebuild([this](cache_key k) { return priority(k); });
+      with_keys([this](auto& keys) { keys.rebuild([this](cache_key k) { return priority(k); }); });
     }
-    return heap_.min_unprotected(is_protected);
+    return with_keys([is_protected](auto& keys) { return keys.min_unprotected(is_protected); });
   }
 
   /// The estimated probability that `key` is used within `horizon` passes after `ctx.step`
@@ -8017,10 +8076,16 @@ class reuse_probability {
     last_[k] = ++tick_;
     // Inserted or moved in the heap: rescored in place while the heap is for this pass.
     scored_ = scored_ && ctx.step == scored_step_;
-    heap_.set(key, scored_ ? priority(key) : detail::heap_priority{});
+    const detail::heap_priority prio = scored_ ? priority(key) : detail::heap_priority{};
+    with_keys([key, prio](auto& keys) { keys.set(key, prio); });
   }
   // The heap order: (score at the scored pass and position, last use). A score is never -0.0, so
   // its bits order as the doubles do.
+  // Runs `f` on the resident keys, kept in whichever order the scope uses.
+  template <class F>
+  std::invoke_result_t<F&, detail::key_heap&> with_keys(F&& f) noexcept {
+    return scanned_ ? f(scanned_keys_) : f(heap_);
+  }
   [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
     access_context at;
     at.step = scored_step_;
@@ -8063,7 +8128,11 @@ class reuse_probability {
   std::vector<std::uint32_t> passes_;    // [position] passes seen at the position
   std::vector<std::int64_t> last_step_;  // [key] pass of the last use, or `never`
   std::vector<std::uint64_t> last_;      // [key] tick of the last use (ties)
-  detail::key_heap heap_;                // resident keys by priority(); exact while scored_
+  // The resident keys by priority(), exact while scored_: a heap in global scope, unordered
+  // (scanned) in per-layer scope, where every call rescores them
+  detail::key_heap heap_;
+  detail::scanned_keys scanned_keys_;
+  bool scanned_ = false;
   std::uint64_t tick_ = 0;
   std::int64_t step_ = never;  // the pass of the last access
   bool scored_ = false;        // every resident key's place is for the scored pass and position

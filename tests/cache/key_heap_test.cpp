@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The internal ordered structures of the frequency policies against brute force: `key_heap`
-// (decayed_frequency, predicted_next_use, reuse_probability, belady) and `frequency_classes`
-// (lfu, lfu_history, lfru), on random operations with random protection.
+// (decayed_frequency, predicted_next_use, reuse_probability, belady; as a heap and scanned) and
+// `frequency_classes` (lfu, lfu_history, lfru), on random operations with random protection.
 #include <wisp/cache/detail/frequency_classes.hpp>
 #include <wisp/cache/detail/key_heap.hpp>
 #include <wisp/cache/eviction_policy.hpp>
@@ -35,11 +35,14 @@ std::optional<cache_key> brute_min(const std::map<cache_key, heap_priority>& ent
   return best;
 }
 
-TEST(KeyHeap, MinUnprotectedMatchesBruteForceUnderRandomOperations) {
+// Random sets, erases, rescorings and protections; after each, the smallest unprotected key and
+// the whole order against brute force. Both orders must give the same answers.
+template <class Keys>
+void check_key_heap_against_brute_force() {
   constexpr std::int32_t keys = 40;
   std::mt19937_64 rng(7);
   for (int trial = 0; trial < 20; ++trial) {
-    detail::key_heap heap;
+    Keys heap;
     heap.reset(keys);
     std::map<cache_key, heap_priority> entries;
     protect_set protect(keys);
@@ -79,7 +82,7 @@ TEST(KeyHeap, MinUnprotectedMatchesBruteForceUnderRandomOperations) {
       const std::optional<cache_key> expected = brute_min(entries, protect);
       ASSERT_EQ(heap.min_unprotected(protect.view()), expected.value_or(no_key))
           << "trial " << trial << " op " << op;
-      if (!entries.empty()) {  // the top is the smallest of all
+      if (Keys::order == detail::key_order::heap && !entries.empty()) {  // the top: the smallest
         ASSERT_EQ(heap.keys()[0], *brute_min(entries, protect_set(keys)));
       }
       // The whole order: protecting the smallest keys one by one must name every key in turn
@@ -92,6 +95,15 @@ TEST(KeyHeap, MinUnprotectedMatchesBruteForceUnderRandomOperations) {
       }
     }
   }
+}
+
+TEST(KeyHeap, MinUnprotectedMatchesBruteForceUnderRandomOperations) {
+  check_key_heap_against_brute_force<detail::key_heap>();
+}
+
+// The unordered keys of reuse_probability's per-layer caches.
+TEST(KeyHeap, ScannedMinUnprotectedMatchesBruteForceUnderRandomOperations) {
+  check_key_heap_against_brute_force<detail::scanned_keys>();
 }
 
 // frequency_classes used as lfu and lfu_history use it: the victim is the first unprotected key

@@ -26,21 +26,26 @@
 ///     score(k) = (1 - position_weight) x own + position_weight x profile
 ///
 /// The victim is the unprotected resident key with the smallest score, then the least recently
-/// used. Without positions (`ctx.position` always 0, as from the pager), the profile is never
-/// consulted beyond position 0 and the policy ranks by its own-reuse estimate alone.
+/// used. Without positions (`ctx.position` always 0, as from `pager::prepare` without positions),
+/// the profile is never consulted beyond position 0 and the policy ranks by its own-reuse
+/// estimate alone.
 ///
 /// **How it is fast.** A key's score changes only when the key is used, when the pass or the token
 /// position changes, or when a pass at a position inside the horizon is counted. So the resident
 /// keys sit in a binary heap ordered by `(score, last use)`, scored for one `(pass, position)`: a
 /// used key is rescored in place, and the first `victim` at a new pass or position rescores every
-/// resident key and rebuilds the heap in O(r). Each key keeps its reuse distances as suffix counts
-/// (`at_least[d]`: recorded distances `>= d`), so its own-reuse estimate is two reads.
+/// resident key and rebuilds the heap in O(r). In per-layer scope a cache serves one call per pass,
+/// so every call rescores every resident key: there the keys are kept unordered and each victim
+/// is found by a scan, O(r), no more than the rescoring, and a use costs no heap sift. Each key
+/// keeps its reuse distances as suffix counts (`at_least[d]`: recorded distances `>= d`), so its
+/// own-reuse estimate is two reads.
 ///
 /// Cost, for r resident keys, distances up to `max_distance` = D and `horizon` = h:
 /// `on_insert`, `on_hit` O(D + h + log r); `on_erase` O(log r); `victim` O(1 + p) (p protected keys
 /// above the answer in the heap), plus O(r x h) once per pass and token position (per-row positions
-/// of a batch pay it at every change of position). Memory: `keys x (D + 2 + positions)` 32-bit
-/// counters. Not thread-safe; allocation-free after `reset`.
+/// of a batch pay it at every change of position). Per-layer scope: `on_insert`, `on_hit`
+/// O(D + h), `on_erase` O(1), `victim` O(r) plus the same rescoring. Memory: `keys x (D + 2 +
+/// positions)` 32-bit counters. Not thread-safe; allocation-free after `reset`.
 /// @code
 /// wisp::per_layer_cache<wisp::reuse_probability> caches(26, 64, 21);
 /// // ctx.position = the token's index in its sequence (wisp::sim fills it from the trace)
@@ -56,6 +61,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace wisp {
@@ -103,14 +109,18 @@ class reuse_probability {
     passes_.assign(static_cast<std::size_t>(config_.positions), 0);
     last_step_.assign(keys_, never);
     last_.assign(keys_, 0);
-    heap_.reset(layout.size());
+    scanned_ = layout.scope == cache_scope::per_layer;
+    heap_.reset(scanned_ ? 0 : layout.size());
+    scanned_keys_.reset(scanned_ ? layout.size() : 0);
     tick_ = 0;
     step_ = never;
     scored_ = false;
   }
   void on_insert(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
   void on_hit(cache_key key, const access_context& ctx) noexcept { record(key, ctx); }
-  void on_erase(cache_key key) noexcept { heap_.erase(key); }  // the histories stay
+  void on_erase(cache_key key) noexcept {  // the histories stay
+    with_keys([key](auto& keys) { keys.erase(key); });
+  }
   /// The unprotected resident key with the smallest `score`, then the least recently used; or
   /// `no_key`.
   [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) noexcept {
@@ -118,9 +128,9 @@ class reuse_probability {
       scored_ = true;
       scored_step_ = ctx.step;
       scored_position_ = ctx.position;
-      heap_.rebuild([this](cache_key k) { return priority(k); });
+      with_keys([this](auto& keys) { keys.rebuild([this](cache_key k) { return priority(k); }); });
     }
-    return heap_.min_unprotected(is_protected);
+    return with_keys([is_protected](auto& keys) { return keys.min_unprotected(is_protected); });
   }
 
   /// The estimated probability that `key` is used within `horizon` passes after `ctx.step`
@@ -164,10 +174,16 @@ class reuse_probability {
     last_[k] = ++tick_;
     // Inserted or moved in the heap: rescored in place while the heap is for this pass.
     scored_ = scored_ && ctx.step == scored_step_;
-    heap_.set(key, scored_ ? priority(key) : detail::heap_priority{});
+    const detail::heap_priority prio = scored_ ? priority(key) : detail::heap_priority{};
+    with_keys([key, prio](auto& keys) { keys.set(key, prio); });
   }
   // The heap order: (score at the scored pass and position, last use). A score is never -0.0, so
   // its bits order as the doubles do.
+  // Runs `f` on the resident keys, kept in whichever order the scope uses.
+  template <class F>
+  std::invoke_result_t<F&, detail::key_heap&> with_keys(F&& f) noexcept {
+    return scanned_ ? f(scanned_keys_) : f(heap_);
+  }
   [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
     access_context at;
     at.step = scored_step_;
@@ -210,7 +226,11 @@ class reuse_probability {
   std::vector<std::uint32_t> passes_;    // [position] passes seen at the position
   std::vector<std::int64_t> last_step_;  // [key] pass of the last use, or `never`
   std::vector<std::uint64_t> last_;      // [key] tick of the last use (ties)
-  detail::key_heap heap_;                // resident keys by priority(); exact while scored_
+  // The resident keys by priority(), exact while scored_: a heap in global scope, unordered
+  // (scanned) in per-layer scope, where every call rescores them
+  detail::key_heap heap_;
+  detail::scanned_keys scanned_keys_;
+  bool scanned_ = false;
   std::uint64_t tick_ = 0;
   std::int64_t step_ = never;  // the pass of the last access
   bool scored_ = false;        // every resident key's place is for the scored pass and position

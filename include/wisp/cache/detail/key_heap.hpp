@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
-/// @brief Internal: an indexed binary min-heap over dense keys with a two-word priority, ties
-/// broken by the smaller key. push/update/erase O(log n), rebuild O(n); allocation-free after
-/// `reset`.
+/// @brief Internal: the resident keys of a policy by a two-word priority, ties broken by the
+/// smaller key, with the smallest unprotected one on demand. Kept as an indexed binary min-heap
+/// (set/erase O(log n), the smallest O(1 + p)) or unordered (set/erase O(1), the smallest by a
+/// scan, O(n): cheaper when every key is rescored between victims anyway); rebuild O(n).
+/// Allocation-free after `reset`.
 #pragma once
 
 #include <wisp/cache/eviction_policy.hpp>
@@ -26,8 +28,18 @@ struct heap_priority {
   }
 };
 
-class key_heap {
+/// How a `basic_key_heap` keeps its keys. Both answer every query the same; only the costs
+/// differ.
+enum class key_order : std::uint8_t {
+  heap,  ///< a binary heap: `set`, `erase` O(log n); `min_unprotected` O(1 + p)
+  scan,  ///< unordered: `set`, `erase` O(1); `min_unprotected` O(n), a scan of every key
+};
+
+template <key_order Order>
+class basic_key_heap {
  public:
+  static constexpr key_order order = Order;
+
   void reset(std::int32_t key_space) {
     heap_.clear();
     heap_.reserve(static_cast<std::size_t>(key_space));
@@ -40,7 +52,8 @@ class key_heap {
     return pos_[static_cast<std::size_t>(key)] != npos;
   }
   [[nodiscard]] std::size_t size() const noexcept { return heap_.size(); }
-  /// The keys in heap order (the smallest first, the rest unordered). O(1).
+  /// The keys: in heap order (the smallest first, the rest unordered) with `key_order::heap`,
+  /// unordered with `key_order::scan`. O(1).
   [[nodiscard]] std::span<const cache_key> keys() const noexcept { return heap_; }
 
   /// Inserts `key` (absent) or changes its priority (present). O(log n).
@@ -50,15 +63,19 @@ class key_heap {
       prio_[k] = prio;
       pos_[k] = heap_.size();
       heap_.push_back(key);  // capacity reserved in reset: no allocation
-      sift_up(pos_[k]);
+      if constexpr (Order == key_order::heap) {
+        sift_up(pos_[k]);
+      }
       return;
     }
     const heap_priority old = prio_[k];
     prio_[k] = prio;
-    if (prio < old) {
-      sift_up(pos_[k]);
-    } else {
-      sift_down(pos_[k]);
+    if constexpr (Order == key_order::heap) {
+      if (prio < old) {
+        sift_up(pos_[k]);
+      } else {
+        sift_down(pos_[k]);
+      }
     }
   }
 
@@ -75,8 +92,10 @@ class key_heap {
     heap_.pop_back();
     if (i != last) {
       place(i, moved);
-      sift_up(i);
-      sift_down(pos_[static_cast<std::size_t>(moved)]);
+      if constexpr (Order == key_order::heap) {
+        sift_up(i);
+        sift_down(pos_[static_cast<std::size_t>(moved)]);
+      }
     }
   }
 
@@ -87,17 +106,32 @@ class key_heap {
     for (const cache_key key : heap_) {
       prio_[static_cast<std::size_t>(key)] = priority(key);
     }
-    for (std::size_t i = heap_.size() / 2; i-- > 0;) {
-      sift_down(i);
+    if constexpr (Order == key_order::heap) {
+      for (std::size_t i = heap_.size() / 2; i-- > 0;) {
+        sift_down(i);
+      }
     }
   }
 
   /// The smallest key (by priority, then key) with `!is_protected(key)`, or `no_key`.
-  /// O(1 + p), p = protected keys that sit above it in the heap (a search of the protected region
-  /// around the root; the answer has only protected ancestors). `is_protected` is a
-  /// `protected_keys` or any predicate on the heap's keys.
+  /// `key_order::heap`: O(1 + p), p = protected keys that sit above it in the heap (a search of
+  /// the protected region around the root; the answer has only protected ancestors).
+  /// `key_order::scan`: O(n). `is_protected` is a `protected_keys` or any predicate on the keys.
   template <class IsProtected>
   [[nodiscard]] cache_key min_unprotected(const IsProtected& is_protected) noexcept {
+    if constexpr (Order == key_order::scan) {
+      return scan_min_unprotected(is_protected);
+    } else {
+      return heap_min_unprotected(is_protected);
+    }
+  }
+
+ private:
+  static constexpr std::size_t npos = ~std::size_t{0};
+
+  // A search of the protected region around the root.
+  template <class IsProtected>
+  [[nodiscard]] cache_key heap_min_unprotected(const IsProtected& is_protected) noexcept {
     if (heap_.empty()) {
       return no_key;
     }
@@ -125,10 +159,20 @@ class key_heap {
     }
     return best;
   }
-
- private:
-  static constexpr std::size_t npos = ~std::size_t{0};
-
+  // Every key in turn; the protection test only for a key that would be the new smallest.
+  template <class IsProtected>
+  [[nodiscard]] cache_key scan_min_unprotected(const IsProtected& is_protected) const noexcept {
+    cache_key best = no_key;
+    heap_priority best_prio;
+    for (const cache_key k : heap_) {
+      const heap_priority& p = prio_[static_cast<std::size_t>(k)];
+      if ((best == no_key || p < best_prio || (p == best_prio && k < best)) && !is_protected(k)) {
+        best = k;
+        best_prio = p;
+      }
+    }
+    return best;
+  }
   [[nodiscard]] bool before(cache_key a, cache_key b) const noexcept {
     const heap_priority& pa = prio_[static_cast<std::size_t>(a)];
     const heap_priority& pb = prio_[static_cast<std::size_t>(b)];
@@ -170,10 +214,16 @@ class key_heap {
     place(i, key);
   }
 
-  std::vector<cache_key> heap_;
+  std::vector<cache_key> heap_;  // the keys, in heap order or (scan) unordered
   std::vector<std::size_t> pos_;
   std::vector<heap_priority> prio_;
   std::vector<std::size_t> stack_;  // scratch for min_unprotected: key_space positions
 };
+
+/// The binary heap (decayed_frequency, predicted_next_use, belady; reuse_probability in global
+/// scope).
+using key_heap = basic_key_heap<key_order::heap>;
+/// The unordered keys (reuse_probability in per-layer scope).
+using scanned_keys = basic_key_heap<key_order::scan>;
 
 }  // namespace wisp::detail
