@@ -52,13 +52,20 @@ class frequency_classes {
     join(key, c != end_ && count_of_class(c) == count ? c : new_class_after(before, count));
   }
 
-  /// Moves `key` (in a class) to the back of the class of one more (one more access).
+  /// Moves `key` (in a class) to the back of the class of one more (one more access). O(1); a
+  /// key alone in its class, with no class of one more, keeps its class, counted one more.
   void promote(cache_key key) noexcept {
     const class_id from = class_of_[static_cast<std::size_t>(key)];
     const std::uint64_t count = count_of_class(from) + 1;
     const class_id next = classes_[static_cast<std::size_t>(from)].next;
-    const class_id to =
-        next != end_ && count_of_class(next) == count ? next : new_class_after(from, count);
+    const bool next_counts = next != end_ && count_of_class(next) == count;
+    if (!next_counts && members_.front(from) == key && members_.next(key) == no_key) {
+      // Alone in its class, and no class of one more: the class itself counts one more (still
+      // below the next one). With counts spread out (whole-history counts) this is the usual hit.
+      classes_[static_cast<std::size_t>(from)].count = count;
+      return;
+    }
+    const class_id to = next_counts ? next : new_class_after(from, count);
     members_.remove(key);
     join(key, to);
     release_if_empty(from);
