@@ -6347,7 +6347,9 @@ class basic_key_heap {
     heap_.reserve(static_cast<std::size_t>(key_space));
     pos_.assign(static_cast<std::size_t>(key_space), npos);
     prio_.assign(static_cast<std::size_t>(key_space), heap_priority{});
-    stack_.resize(static_cast<std::size_t>(key_space));
+    if constexpr (Order == key_order::heap) {
+      stack_.resize(static_cast<std::size_t>(key_space));  // the scanned order needs no stack
+    }
   }
 
   [[nodiscard]] bool contains(cache_key key) const noexcept {
@@ -6519,7 +6521,7 @@ class basic_key_heap {
   std::vector<cache_key> heap_;  // the keys, in heap order or (scan) unordered
   std::vector<std::size_t> pos_;
   std::vector<heap_priority> prio_;
-  std::vector<std::size_t> stack_;  // scratch for min_unprotected: key_space positions
+  std::vector<std::size_t> stack_;  // heap order: scratch of min_unprotected, key_space positions
 };
 
 /// The binary heap (decayed_frequency, predicted_next_use, belady; reuse_probability in global
@@ -9024,6 +9026,11 @@ class slot_cache {
   void check_keys(std::span<const cache_key> keys, const char* what) const;
   void check_context(const access_context& ctx) const;
   void evict(cache_key victim, const access_context& ctx);
+  // What `evicted_in_` records for an eviction in `step`: step + 1, so that 0 means never, in 64
+  // bits, so that no step's mark is 0.
+  [[nodiscard]] static constexpr std::uint64_t eviction_mark(std::uint32_t step) noexcept {
+    return static_cast<std::uint64_t>(step) + 1;
+  }
   // The miss half of every access: `key` is in range, protected by the current call (which
   // matches `ctx`) and not resident. The 16-byte result comes back in registers.
   // `newly_protected`: the access itself protected `key` (undone if the access fails).
@@ -9188,7 +9195,7 @@ void slot_cache<Policy>::evict(cache_key victim, const access_context& ctx) {
   key_to_slot_[v] = -1;
   slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
   free_[free_size_++] = slot;
-  evicted_in_[v] = static_cast<std::uint64_t>(ctx.step) + 1;
+  evicted_in_[v] = eviction_mark(ctx.step);
   policy_.on_erase(victim);
   ++stats_.evictions;
 }
@@ -9222,7 +9229,7 @@ access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_con
     // `evict` then a free-list pop would do, without the round trip through the free list).
     slot = key_to_slot_[v];
     key_to_slot_[v] = -1;
-    evicted_in_[v] = static_cast<std::uint64_t>(ctx.step) + 1;
+    evicted_in_[v] = eviction_mark(ctx.step);
     policy_.on_erase(victim);
     ++stats_.evictions;
     evicted = victim;
@@ -9231,7 +9238,7 @@ access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_con
   }
   key_to_slot_[k] = slot;
   slot_to_key_[static_cast<std::size_t>(slot)] = key;
-  const bool collision = evicted_in_[k] == static_cast<std::uint64_t>(ctx.step) + 1;
+  const bool collision = evicted_in_[k] == eviction_mark(ctx.step);
   if constexpr (noexcept(policy_.on_insert(key, ctx))) {
     policy_.on_insert(key, ctx);
   } else {
@@ -9393,7 +9400,7 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   // victim is checked first (and unmapped, so a victim named twice fails the second time) unless
   // the policy is one of wisp's own whole-call policies, whose victims their tests prove against
   // the per-access events (debug builds check those too).
-  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
+  const std::uint64_t mark = eviction_mark(ctx.step);
   std::uint64_t* const evicted_in = evicted_in_.data();
   cache_key* const slot_to_key = slot_to_key_.data();
   std::uint64_t collisions = 0;
@@ -9449,7 +9456,7 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::report_whole_call(
     std::span<const cache_key> keys, const access_context& ctx, whole_call call, Visit& visit) {
   const std::int32_t* const before = call_slots_.data();
   const cache_key* const victims = victims_.data();
-  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
+  const std::uint64_t mark = eviction_mark(ctx.step);
   const std::size_t from_free = call.from_free;
   // In access order, with no branch on hit or miss (it would mispredict on every miss).
   std::size_t j = 0;

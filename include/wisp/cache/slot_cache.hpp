@@ -288,6 +288,11 @@ class slot_cache {
   void check_keys(std::span<const cache_key> keys, const char* what) const;
   void check_context(const access_context& ctx) const;
   void evict(cache_key victim, const access_context& ctx);
+  // What `evicted_in_` records for an eviction in `step`: step + 1, so that 0 means never, in 64
+  // bits, so that no step's mark is 0.
+  [[nodiscard]] static constexpr std::uint64_t eviction_mark(std::uint32_t step) noexcept {
+    return static_cast<std::uint64_t>(step) + 1;
+  }
   // The miss half of every access: `key` is in range, protected by the current call (which
   // matches `ctx`) and not resident. The 16-byte result comes back in registers.
   // `newly_protected`: the access itself protected `key` (undone if the access fails).

@@ -45,7 +45,9 @@ class basic_key_heap {
     heap_.reserve(static_cast<std::size_t>(key_space));
     pos_.assign(static_cast<std::size_t>(key_space), npos);
     prio_.assign(static_cast<std::size_t>(key_space), heap_priority{});
-    stack_.resize(static_cast<std::size_t>(key_space));
+    if constexpr (Order == key_order::heap) {
+      stack_.resize(static_cast<std::size_t>(key_space));  // the scanned order needs no stack
+    }
   }
 
   [[nodiscard]] bool contains(cache_key key) const noexcept {
@@ -217,7 +219,7 @@ class basic_key_heap {
   std::vector<cache_key> heap_;  // the keys, in heap order or (scan) unordered
   std::vector<std::size_t> pos_;
   std::vector<heap_priority> prio_;
-  std::vector<std::size_t> stack_;  // scratch for min_unprotected: key_space positions
+  std::vector<std::size_t> stack_;  // heap order: scratch of min_unprotected, key_space positions
 };
 
 /// The binary heap (decayed_frequency, predicted_next_use, belady; reuse_probability in global

@@ -82,7 +82,7 @@ void slot_cache<Policy>::evict(cache_key victim, const access_context& ctx) {
   key_to_slot_[v] = -1;
   slot_to_key_[static_cast<std::size_t>(slot)] = no_key;
   free_[free_size_++] = slot;
-  evicted_in_[v] = static_cast<std::uint64_t>(ctx.step) + 1;
+  evicted_in_[v] = eviction_mark(ctx.step);
   policy_.on_erase(victim);
   ++stats_.evictions;
 }
@@ -116,7 +116,7 @@ access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_con
     // `evict` then a free-list pop would do, without the round trip through the free list).
     slot = key_to_slot_[v];
     key_to_slot_[v] = -1;
-    evicted_in_[v] = static_cast<std::uint64_t>(ctx.step) + 1;
+    evicted_in_[v] = eviction_mark(ctx.step);
     policy_.on_erase(victim);
     ++stats_.evictions;
     evicted = victim;
@@ -125,7 +125,7 @@ access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_con
   }
   key_to_slot_[k] = slot;
   slot_to_key_[static_cast<std::size_t>(slot)] = key;
-  const bool collision = evicted_in_[k] == static_cast<std::uint64_t>(ctx.step) + 1;
+  const bool collision = evicted_in_[k] == eviction_mark(ctx.step);
   if constexpr (noexcept(policy_.on_insert(key, ctx))) {
     policy_.on_insert(key, ctx);
   } else {
@@ -287,7 +287,7 @@ slot_cache<Policy>::access_whole_call(std::span<const cache_key> keys, const acc
   // victim is checked first (and unmapped, so a victim named twice fails the second time) unless
   // the policy is one of wisp's own whole-call policies, whose victims their tests prove against
   // the per-access events (debug builds check those too).
-  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
+  const std::uint64_t mark = eviction_mark(ctx.step);
   std::uint64_t* const evicted_in = evicted_in_.data();
   cache_key* const slot_to_key = slot_to_key_.data();
   std::uint64_t collisions = 0;
@@ -343,7 +343,7 @@ WISP_DETAIL_ALWAYS_INLINE std::size_t slot_cache<Policy>::report_whole_call(
     std::span<const cache_key> keys, const access_context& ctx, whole_call call, Visit& visit) {
   const std::int32_t* const before = call_slots_.data();
   const cache_key* const victims = victims_.data();
-  const std::uint64_t mark = static_cast<std::uint64_t>(ctx.step) + 1;
+  const std::uint64_t mark = eviction_mark(ctx.step);
   const std::size_t from_free = call.from_free;
   // In access order, with no branch on hit or miss (it would mispredict on every miss).
   std::size_t j = 0;
