@@ -295,8 +295,11 @@ class slot_cache {
   }
   // The miss half of every access: `key` is in range, protected by the current call (which
   // matches `ctx`) and not resident. The 16-byte result comes back in registers.
-  // `newly_protected`: the access itself protected `key` (undone if the access fails).
-  access_result miss_unchecked(cache_key key, access_context ctx, bool newly_protected);
+  // `newly_protected`: the access itself protected `key` (undone if the access fails). Always
+  // inlined: as a call it cost `fifo`, `fld` and `least_stale` up to 40% of their time per bulk
+  // call (bench/results/2026-11-28-inlined-miss-path.md).
+  WISP_DETAIL_ALWAYS_INLINE access_result miss_unchecked(cache_key key, access_context ctx,
+                                                         bool newly_protected);
   // The bulk calls count their hits once: the accesses made minus the misses counted since.
   void count_hits(std::size_t accesses, std::uint64_t misses_before) noexcept;
   // Starts a call for `ctx` and protects `keys` (already checked); returns the distinct ones in

@@ -91,8 +91,9 @@ void slot_cache<Policy>::evict(cache_key victim, const access_context& ctx) {
 // validation here, every caller has checked the key and the context and protected the key. Only
 // the policy's victim is checked (a contract violation must not corrupt the maps).
 template <eviction_policy Policy>
-access_result slot_cache<Policy>::miss_unchecked(cache_key key, const access_context ctx,
-                                                 bool newly_protected) {
+WISP_DETAIL_ALWAYS_INLINE access_result slot_cache<Policy>::miss_unchecked(cache_key key,
+                                                                           const access_context ctx,
+                                                                           bool newly_protected) {
   const auto k = static_cast<std::size_t>(key);
   std::int32_t slot;
   cache_key evicted = no_key;
