@@ -128,10 +128,18 @@ class predicted_next_use {
   }
   void on_insert(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
   void on_hit(cache_key key, const access_context& ctx) noexcept { bump(key, ctx); }
-  void on_erase(cache_key key) noexcept { heap_of(key).erase(key % layout_.experts); }
+  void on_erase(cache_key key) noexcept {
+    const std::size_t h = heap_index(key);
+    heaps_[h].erase(expert_in(h, key));
+  }
   /// The unprotected resident key with the largest predicted next-use distance (then the least
   /// recently used), or `no_key`.
   [[nodiscard]] cache_key victim(const access_context& ctx, protected_keys is_protected) {
+    if (heaps_.size() == 1) {
+      // One heap (per layer, or a pool of one layer, where no layer lies ahead to predict): the
+      // heap's order is the distance's, so its smallest unprotected key is the farthest.
+      return heaps_[0].min_unprotected(is_protected);
+    }
     refresh_scores(ctx);
     if (ctx.layer != farthest_layer_ || passes_ != farthest_passes_) {
       forget_farthest();
@@ -210,14 +218,17 @@ class predicted_next_use {
     const auto k = static_cast<std::size_t>(key);
     count_[k] += clock_.weight();
     last_[k] = ++tick_;
-    heap_of(key).set(key % layout_.experts, priority(key));
-    farthest_[heap_index(key)].expert = no_key;
+    const std::size_t h = heap_index(key);
+    heaps_[h].set(expert_in(h, key), priority(key));
+    farthest_[h].expert = no_key;
   }
+  // The heap of `key`, and its expert there. One division in global scope, none per layer (the
+  // keys are the experts): a division takes tens of cycles, and every access runs these.
   [[nodiscard]] std::size_t heap_index(cache_key key) const noexcept {
     return heaps_.size() == 1 ? 0u : static_cast<std::size_t>(key / layout_.experts);
   }
-  [[nodiscard]] detail::key_heap& heap_of(cache_key key) noexcept {
-    return heaps_[heap_index(key)];
+  [[nodiscard]] cache_key expert_in(std::size_t heap, cache_key key) const noexcept {
+    return key - static_cast<cache_key>(heap) * layout_.experts;
   }
   void forget_farthest() noexcept {
     for (farthest& f : farthest_) {
