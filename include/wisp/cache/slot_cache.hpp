@@ -296,7 +296,7 @@ class slot_cache {
   // The miss half of every access: `key` is in range, protected by the current call (which
   // matches `ctx`) and not resident. The 16-byte result comes back in registers.
   // `newly_protected`: the access itself protected `key` (undone if the access fails). Always
-  // inlined: as a call it cost `fifo`, `fld` and `least_stale` up to 40% of their time per bulk
+  // inlined: as a call it cost `fifo`, `fld` and `least_stale` up to 44% of their time per bulk
   // call (bench/results/2026-11-28-inlined-miss-path.md).
   WISP_DETAIL_ALWAYS_INLINE access_result miss_unchecked(cache_key key, access_context ctx,
                                                          bool newly_protected);
