@@ -6410,11 +6410,25 @@ class basic_key_heap {
     for (const cache_key key : heap_) {
       prio_[static_cast<std::size_t>(key)] = priority(key);
     }
-    if constexpr (Order == key_order::heap) {
-      for (std::size_t i = heap_.size() / 2; i-- > 0;) {
-        sift_down(i);
-      }
+    restore_order();
+  }
+
+  /// The priority `key` was last given (by `set`, `rebuild` or `rescore_all`), whether or not it
+  /// is in the heap now; `{0, 0}` if none since `reset`. A policy may keep a per-key state here
+  /// instead of beside the heap (one cache line per key touched, not two). O(1).
+  [[nodiscard]] heap_priority priority(cache_key key) const noexcept {
+    return prio_[static_cast<std::size_t>(key)];
+  }
+
+  /// Replaces the priority of every key of the key space, in the heap or not, by
+  /// `change(priority)` and restores the heap order. O(key_space) calls of `change` and O(n) sift
+  /// steps.
+  template <class Change>
+  void rescore_all(Change&& change) noexcept {
+    for (heap_priority& prio : prio_) {
+      prio = change(prio);
     }
+    restore_order();
   }
 
   /// The smallest key (by priority, then key) with `!is_protected(key)`, or `no_key`.
@@ -6481,6 +6495,14 @@ class basic_key_heap {
     const heap_priority& pa = prio_[static_cast<std::size_t>(a)];
     const heap_priority& pb = prio_[static_cast<std::size_t>(b)];
     return pa < pb || (pa == pb && a < b);
+  }
+  // Floyd's bottom-up construction over the current priorities.
+  void restore_order() noexcept {
+    if constexpr (Order == key_order::heap) {
+      for (std::size_t i = heap_.size() / 2; i-- > 0;) {
+        sift_down(i);
+      }
+    }
   }
   void place(std::size_t i, cache_key key) noexcept {
     heap_[i] = key;
@@ -6652,7 +6674,8 @@ static_assert(eviction_policy<belady>);
 ///   keeps its decayed count after eviction, as TinyLFU keeps frequencies of non-resident items
 ///   (Einziger, Friedman and Manes, "TinyLFU: a highly efficient cache admission policy", ACM
 ///   Trans. Storage 13(4), 2017); with at most `L x E` experts the history costs one double per
-///   key, and an expert that returns is judged by its whole recent past, not as a newcomer.
+///   key (kept in the key's heap priority, beside its last access), and an expert that returns is
+///   judged by its whole recent past, not as a newcomer.
 /// - **Time is the forward pass** (`ctx.step`), not the access: every layer's cache decays at the
 ///   same rate whatever its traffic.
 ///
@@ -6748,8 +6771,6 @@ class decayed_frequency {
   /// Forgets every key (and every count); sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
     heap_.reset(layout.size());
-    count_.assign(static_cast<std::size_t>(layout.size()), 0.0);
-    last_.assign(static_cast<std::size_t>(layout.size()), 0);
     tick_ = 0;
     clock_.reset();
   }
@@ -6766,7 +6787,7 @@ class decayed_frequency {
   /// The decayed count of `key` at pass `step` (>= the last access): `sum_i 2^-((step - s_i) /
   /// half_life)`; 0 for a key never accessed.
   [[nodiscard]] double count(cache_key key, std::uint32_t step) const noexcept {
-    const double stored = count_[static_cast<std::size_t>(key)];
+    const double stored = stored_count(heap_.priority(key));
     return stored == 0.0 ? 0.0 : stored * clock_.to_count(step);
   }
   [[nodiscard]] double half_life() const noexcept { return clock_.half_life(); }
@@ -6776,32 +6797,29 @@ class decayed_frequency {
     if (!clock_.at(ctx.step)) {
       advance(ctx.step);
     }
-    const auto k = static_cast<std::size_t>(key);
-    count_[k] += clock_.weight();
-    last_[k] = ++tick_;
-    heap_.set(key, priority(key));
+    const double count = stored_count(heap_.priority(key)) + clock_.weight();
+    heap_.set(key, {std::bit_cast<std::uint64_t>(count), ++tick_});
   }
-  // Non-negative doubles order as their bit patterns.
-  [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    return {std::bit_cast<std::uint64_t>(count_[k]), last_[k]};
+  // Every key's priority in the heap is its state, kept after an eviction: (the bits of its
+  // count scaled by clock_, its last access tick). Non-negative doubles order as their bits.
+  [[nodiscard]] static double stored_count(detail::heap_priority prio) noexcept {
+    return std::bit_cast<double>(prio.major);
   }
   void advance(std::uint32_t step) noexcept {
     const int shift = clock_.advance(step);
     if (shift == 0) {
       return;
     }
-    for (double& c : count_) {
-      c = std::ldexp(c, -shift);
-    }
-    // Counts that became equal (or 0) may have changed order: rebuild the heap.
-    heap_.rebuild([this](cache_key k) { return priority(k); });
+    // Counts that became equal (or 0) may change the order: rescore_all restores it.
+    heap_.rescore_all([shift](detail::heap_priority prio) {
+      prio.major = std::bit_cast<std::uint64_t>(std::ldexp(stored_count(prio), -shift));
+      return prio;
+    });
   }
 
   detail::decay_clock clock_;
-  detail::key_heap heap_;            // resident keys by (scaled count, last access)
-  std::vector<double> count_;        // every key's count, scaled by clock_
-  std::vector<std::uint64_t> last_;  // every key's last access tick
+  // Every key of the key space by (scaled count, last access tick); the resident ones in order.
+  detail::key_heap heap_;
   std::uint64_t tick_ = 0;
 };
 static_assert(eviction_policy<decayed_frequency>);

@@ -35,8 +35,9 @@ std::optional<cache_key> brute_min(const std::map<cache_key, heap_priority>& ent
   return best;
 }
 
-// Random sets, erases, rescorings and protections; after each, the smallest unprotected key and
-// the whole order against brute force. Both orders must give the same answers.
+// Random sets, erases, rescorings and protections; after each, the smallest unprotected key, the
+// whole order and every key's last priority (kept after an erase) against brute force. Both
+// orders must give the same answers.
 template <class Keys>
 void check_key_heap_against_brute_force() {
   constexpr std::int32_t keys = 40;
@@ -45,16 +46,18 @@ void check_key_heap_against_brute_force() {
     Keys heap;
     heap.reset(keys);
     std::map<cache_key, heap_priority> entries;
+    std::vector<heap_priority> given(keys);  // every key's last priority, {0, 0} before any
     protect_set protect(keys);
     for (int op = 0; op < 2000; ++op) {
       const auto key = static_cast<cache_key>(rng() % keys);
       // Few distinct priorities, so that ties (broken by the smaller key) are common.
       const heap_priority prio{rng() % 4, rng() % 3};
-      switch (rng() % 5) {
+      switch (rng() % 6) {
         case 0:
         case 1:
           heap.set(key, prio);
           entries[key] = prio;
+          given[static_cast<std::size_t>(key)] = prio;
           break;
         case 2:
           heap.erase(key);
@@ -68,6 +71,21 @@ void check_key_heap_against_brute_force() {
           heap.rebuild(rescore);
           for (auto& [k, p] : entries) {
             p = rescore(k);
+            given[static_cast<std::size_t>(k)] = p;
+          }
+          break;
+        }
+        case 4: {  // every key of the key space changed, in the heap or not (decayed_frequency)
+          const std::uint64_t shift = 1 + rng() % 3;
+          const auto change = [shift](heap_priority p) {
+            return heap_priority{(p.major + shift) % 4, p.minor};
+          };
+          heap.rescore_all(change);
+          for (heap_priority& p : given) {
+            p = change(p);
+          }
+          for (auto& [k, p] : entries) {
+            p = given[static_cast<std::size_t>(k)];
           }
           break;
         }
@@ -79,6 +97,10 @@ void check_key_heap_against_brute_force() {
       }
       ASSERT_EQ(heap.size(), entries.size());
       ASSERT_EQ(heap.contains(key), entries.contains(key));
+      for (cache_key k = 0; k < keys; ++k) {
+        ASSERT_EQ(heap.priority(k), given[static_cast<std::size_t>(k)])
+            << "key " << k << " trial " << trial << " op " << op;
+      }
       const std::optional<cache_key> expected = brute_min(entries, protect);
       ASSERT_EQ(heap.min_unprotected(protect.view()), expected.value_or(no_key))
           << "trial " << trial << " op " << op;

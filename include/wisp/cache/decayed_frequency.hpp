@@ -14,7 +14,8 @@
 ///   keeps its decayed count after eviction, as TinyLFU keeps frequencies of non-resident items
 ///   (Einziger, Friedman and Manes, "TinyLFU: a highly efficient cache admission policy", ACM
 ///   Trans. Storage 13(4), 2017); with at most `L x E` experts the history costs one double per
-///   key, and an expert that returns is judged by its whole recent past, not as a newcomer.
+///   key (kept in the key's heap priority, beside its last access), and an expert that returns is
+///   judged by its whole recent past, not as a newcomer.
 /// - **Time is the forward pass** (`ctx.step`), not the access: every layer's cache decays at the
 ///   same rate whatever its traffic.
 ///
@@ -43,7 +44,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
-#include <vector>
 
 namespace wisp {
 
@@ -60,8 +60,6 @@ class decayed_frequency {
   /// Forgets every key (and every count); sizes for `layout.size()` keys. @throws std::bad_alloc
   void reset(const key_layout& layout) {
     heap_.reset(layout.size());
-    count_.assign(static_cast<std::size_t>(layout.size()), 0.0);
-    last_.assign(static_cast<std::size_t>(layout.size()), 0);
     tick_ = 0;
     clock_.reset();
   }
@@ -78,7 +76,7 @@ class decayed_frequency {
   /// The decayed count of `key` at pass `step` (>= the last access): `sum_i 2^-((step - s_i) /
   /// half_life)`; 0 for a key never accessed.
   [[nodiscard]] double count(cache_key key, std::uint32_t step) const noexcept {
-    const double stored = count_[static_cast<std::size_t>(key)];
+    const double stored = stored_count(heap_.priority(key));
     return stored == 0.0 ? 0.0 : stored * clock_.to_count(step);
   }
   [[nodiscard]] double half_life() const noexcept { return clock_.half_life(); }
@@ -88,32 +86,29 @@ class decayed_frequency {
     if (!clock_.at(ctx.step)) {
       advance(ctx.step);
     }
-    const auto k = static_cast<std::size_t>(key);
-    count_[k] += clock_.weight();
-    last_[k] = ++tick_;
-    heap_.set(key, priority(key));
+    const double count = stored_count(heap_.priority(key)) + clock_.weight();
+    heap_.set(key, {std::bit_cast<std::uint64_t>(count), ++tick_});
   }
-  // Non-negative doubles order as their bit patterns.
-  [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
-    const auto k = static_cast<std::size_t>(key);
-    return {std::bit_cast<std::uint64_t>(count_[k]), last_[k]};
+  // Every key's priority in the heap is its state, kept after an eviction: (the bits of its
+  // count scaled by clock_, its last access tick). Non-negative doubles order as their bits.
+  [[nodiscard]] static double stored_count(detail::heap_priority prio) noexcept {
+    return std::bit_cast<double>(prio.major);
   }
   void advance(std::uint32_t step) noexcept {
     const int shift = clock_.advance(step);
     if (shift == 0) {
       return;
     }
-    for (double& c : count_) {
-      c = std::ldexp(c, -shift);
-    }
-    // Counts that became equal (or 0) may have changed order: rebuild the heap.
-    heap_.rebuild([this](cache_key k) { return priority(k); });
+    // Counts that became equal (or 0) may change the order: rescore_all restores it.
+    heap_.rescore_all([shift](detail::heap_priority prio) {
+      prio.major = std::bit_cast<std::uint64_t>(std::ldexp(stored_count(prio), -shift));
+      return prio;
+    });
   }
 
   detail::decay_clock clock_;
-  detail::key_heap heap_;            // resident keys by (scaled count, last access)
-  std::vector<double> count_;        // every key's count, scaled by clock_
-  std::vector<std::uint64_t> last_;  // every key's last access tick
+  // Every key of the key space by (scaled count, last access tick); the resident ones in order.
+  detail::key_heap heap_;
   std::uint64_t tick_ = 0;
 };
 static_assert(eviction_policy<decayed_frequency>);

@@ -108,11 +108,25 @@ class basic_key_heap {
     for (const cache_key key : heap_) {
       prio_[static_cast<std::size_t>(key)] = priority(key);
     }
-    if constexpr (Order == key_order::heap) {
-      for (std::size_t i = heap_.size() / 2; i-- > 0;) {
-        sift_down(i);
-      }
+    restore_order();
+  }
+
+  /// The priority `key` was last given (by `set`, `rebuild` or `rescore_all`), whether or not it
+  /// is in the heap now; `{0, 0}` if none since `reset`. A policy may keep a per-key state here
+  /// instead of beside the heap (one cache line per key touched, not two). O(1).
+  [[nodiscard]] heap_priority priority(cache_key key) const noexcept {
+    return prio_[static_cast<std::size_t>(key)];
+  }
+
+  /// Replaces the priority of every key of the key space, in the heap or not, by
+  /// `change(priority)` and restores the heap order. O(key_space) calls of `change` and O(n) sift
+  /// steps.
+  template <class Change>
+  void rescore_all(Change&& change) noexcept {
+    for (heap_priority& prio : prio_) {
+      prio = change(prio);
     }
+    restore_order();
   }
 
   /// The smallest key (by priority, then key) with `!is_protected(key)`, or `no_key`.
@@ -179,6 +193,14 @@ class basic_key_heap {
     const heap_priority& pa = prio_[static_cast<std::size_t>(a)];
     const heap_priority& pb = prio_[static_cast<std::size_t>(b)];
     return pa < pb || (pa == pb && a < b);
+  }
+  // Floyd's bottom-up construction over the current priorities.
+  void restore_order() noexcept {
+    if constexpr (Order == key_order::heap) {
+      for (std::size_t i = heap_.size() / 2; i-- > 0;) {
+        sift_down(i);
+      }
+    }
   }
   void place(std::size_t i, cache_key key) noexcept {
     heap_[i] = key;
