@@ -8117,13 +8117,13 @@ class reuse_probability {
     const detail::heap_priority prio = scored_ ? priority(key) : detail::heap_priority{};
     with_keys([key, prio](auto& keys) { keys.set(key, prio); });
   }
-  // The heap order: (score at the scored pass and position, last use). A score is never -0.0, so
-  // its bits order as the doubles do.
   // Runs `f` on the resident keys, kept in whichever order the scope uses.
   template <class F>
   std::invoke_result_t<F&, detail::key_heap&> with_keys(F&& f) noexcept {
     return scanned_ ? f(scanned_keys_) : f(heap_);
   }
+  // The heap order: (score at the scored pass and position, last use). A score is never -0.0, so
+  // its bits order as the doubles do.
   [[nodiscard]] detail::heap_priority priority(cache_key key) const noexcept {
     access_context at;
     at.step = scored_step_;
