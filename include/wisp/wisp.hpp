@@ -102,6 +102,7 @@
 
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
+#include <wisp/sim/hindsight.hpp>
 #include <wisp/sim/timeline_sim.hpp>
 #include <wisp/sim/ep_sim.hpp>
 

@@ -197,6 +197,23 @@ class CliTest(unittest.TestCase):
         proc = wisp("sim", self.wtrace, "--capacity", "1", ok=False)
         self.assertNotEqual(proc.returncode, 0)
 
+    def test_sim_runs_the_hindsight_references_only_when_named(self):
+        names = ("hindsight_frequency", "hindsight_reuse")
+        for scope in ("global", "layer"):
+            out = json.loads(wisp("sim", self.wtrace, "--scope", scope, "--capacity", "3",
+                                  "--policy", ",".join(names) + ",belady", "--json").stdout)
+            by = {r["policy"]: r for r in out["results"]}
+            self.assertEqual(set(by), set(names) | {"belady"})
+            for name in names:
+                self.assertEqual(by[name]["hits"] + by[name]["misses"], len(self.stream))
+                self.assertLessEqual(by["belady"]["misses"], by[name]["misses"], name)
+        proc = wisp("sim", self.wtrace, "--capacity", "3", "--policy", "hindsight_reuse",
+                    "--timeline", ok=False)
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("hindsight reference", proc.stderr)
+        proc = wisp("sim", self.wtrace, "--policy", "mru", "--capacity", "4", ok=False)
+        self.assertIn("hindsight_frequency, hindsight_reuse", proc.stderr)
+
     def test_reuse_csv_has_header_and_rows(self):
         lines = wisp("reuse", self.wtrace, "--capacities", "2,4", "--csv").stdout.split()
         self.assertEqual(lines[0], "capacity,misses,miss_ratio,hit_ratio")

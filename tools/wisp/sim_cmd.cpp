@@ -14,6 +14,7 @@
 #include <wisp/alloc/units.hpp>
 #include <wisp/cache/visit_policy.hpp>
 #include <wisp/core/error.hpp>
+#include <wisp/sim/hindsight.hpp>
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
 #include <wisp/trace/routing_trace.hpp>
@@ -53,17 +54,35 @@ struct sim_options {
 };
 
 // The policies, by the library's names (builtin_policy_names), in the order they are reported.
-// The one place where the command turns a name into a policy: anything else is refused.
+// The one place where the command turns a name into a policy: anything else is refused. The
+// hindsight references (hindsight_policy_names) are accepted where `hindsight` is allowed: by the
+// plain replay, which builds them from the trace.
 std::string valid_policy_list() {
   return comma_list(builtin_policy_names);
 }
 
-std::string_view policy_named(std::string_view name) {
+std::string_view policy_named(std::string_view name, bool hindsight) {
   const std::string_view known = builtin_policy_name(name);  // "least-stale" too
   if (!known.empty()) {
     return known;
   }
-  usage_error("unknown policy '", name, "' (valid: ", valid_policy_list(), ")");
+  for (const std::string_view reference : hindsight_policy_names) {
+    if (name == reference) {
+      if (!hindsight) {
+        usage_error("--policy ", name,
+                    " is a hindsight reference: it replays only in wisp sim without --timeline "
+                    "or --ranks");
+      }
+      return reference;
+    }
+  }
+  usage_error("unknown policy '", name, "' (valid: ", valid_policy_list(), "; and, as references, ",
+              comma_list(hindsight_policy_names), ")");
+}
+
+bool is_hindsight(std::string_view policy) {
+  return std::find(std::begin(hindsight_policy_names), std::end(hindsight_policy_names), policy) !=
+         std::end(hindsight_policy_names);
 }
 
 // An access source over a trace that also advances the progress bar.
@@ -81,13 +100,14 @@ struct counted_source {
 
 // ------------------------------------------------------------------------------------ checks
 
-std::vector<std::string_view> checked_policies(const std::vector<std::string>& requested) {
+std::vector<std::string_view> checked_policies(const std::vector<std::string>& requested,
+                                               bool hindsight) {
   if (requested.empty()) {
     return {std::begin(builtin_policy_names), std::end(builtin_policy_names)};
   }
   std::vector<std::string_view> out;
   for (const auto& name : requested) {
-    const std::string_view policy = policy_named(name);
+    const std::string_view policy = policy_named(name, hindsight);
     if (std::find(out.begin(), out.end(), policy) == out.end()) {
       out.push_back(policy);
     }
@@ -272,9 +292,16 @@ std::vector<row> run_grid(const routing_trace& t, const std::vector<std::string_
       try {
         sim_config config = base;
         config.capacity = rows[i].capacity;
-        rows[i].result = bar.enabled() ? simulate_named(rows[i].policy, shape_of(t),
-                                                        counted_source{&t, &bar}, config)
-                                       : simulate_named(rows[i].policy, t, config);
+        const std::string_view policy = rows[i].policy;
+        if (is_hindsight(policy)) {
+          config.sequence_starts.assign(t.sequence_starts().begin(), t.sequence_starts().end());
+          rows[i].result =
+              simulate_hindsight(policy, shape_of(t), counted_source{&t, &bar}, config);
+        } else {
+          rows[i].result =
+              bar.enabled() ? simulate_named(policy, shape_of(t), counted_source{&t, &bar}, config)
+                            : simulate_named(policy, t, config);
+        }
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -297,7 +324,7 @@ std::vector<row> run_grid(const routing_trace& t, const std::vector<std::string_
 }
 
 void run(const sim_options& opt) {
-  const std::vector<std::string_view> policies = checked_policies(opt.policies);
+  const std::vector<std::string_view> policies = checked_policies(opt.policies, true);
   if (opt.bandwidth_gbps > 0 && opt.expert_bytes == 0) {
     warn(
         "--bandwidth-gbps without --expert-bytes: a miss moves 0 bytes, so no transfer stall is "
@@ -313,10 +340,11 @@ void run(const sim_options& opt) {
   config.expert_bytes = opt.expert_bytes;
   config.link = link_model::from_gbps(opt.bandwidth_gbps, opt.miss_latency_us);
 
-  // Work = accesses visited: one pass per run, two for belady (it reads the future first).
+  // Work = accesses visited: one pass per run, two for belady and the hindsight references (they
+  // read the trace first).
   std::uint64_t total = 0;
   for (const auto p : policies) {
-    total += (p == "belady" ? 2u : 1u) * t.access_count() * capacities.size();
+    total += (p == "belady" || is_hindsight(p) ? 2u : 1u) * t.access_count() * capacities.size();
   }
   progress_bar bar("sim " + opt.file, total, progress_wanted(opt.json || opt.csv));
   const std::vector<row> rows = run_grid(t, policies, capacities, config, opt.jobs, bar);
@@ -340,7 +368,11 @@ void add_sim_command(CLI::App& app) {
   auto opt = std::make_shared<sim_options>();
   cmd->add_option("FILE", opt->file, trace_source_help())->required();
   cmd->add_option("--policy,--policies", opt->policies,
-                  "comma-separated policies among " + valid_policy_list() + " (default: all)")
+                  "comma-separated policies among " + valid_policy_list() +
+                      " (default: all); also the hindsight references " +
+                      comma_list(hindsight_policy_names) +
+                      ", which know the trace's statistics in advance (not with --timeline or "
+                      "--ranks)")
       ->delimiter(',');
   cmd->add_option("--capacity,--capacities", opt->capacities,
                   "comma-separated capacities: slots per layer (--scope layer) or in total "
@@ -396,7 +428,7 @@ void add_sim_command(CLI::App& app) {
     timeline_common common{opt->file,           {},       opt->capacities,   opt->scope,
                            opt->json,           opt->csv, opt->expert_bytes, opt->bandwidth_gbps,
                            opt->miss_latency_us};
-    for (const std::string_view p : checked_policies(opt->policies)) {
+    for (const std::string_view p : checked_policies(opt->policies, false)) {
       common.policies.emplace_back(p);
     }
     run_timeline(*timeline, common);
