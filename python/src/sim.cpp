@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
-// simulate: replays a trace through built-in policies at several capacities, one row
-// per (capacity, policy) with the counters `wisp sim --json` reports.
+// simulate: replays a trace through built-in policies (and the hindsight references) at several
+// capacities, one row per (capacity, policy) with the counters `wisp sim --json` reports.
 #include "arrays.hpp"
 #include "bindings.hpp"
 #include "errors.hpp"
 
+#include <wisp/sim/hindsight.hpp>
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
 #include <wisp/trace/routing_trace.hpp>
@@ -12,12 +13,19 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <vector>
 
 namespace wisp_python {
 namespace {
+
+bool is_hindsight(std::string_view name) {
+  return std::find(std::begin(wisp::hindsight_policy_names), std::end(wisp::hindsight_policy_names),
+                   name) != std::end(wisp::hindsight_policy_names);
+}
 
 struct sim_row {
   std::string policy;
@@ -40,7 +48,7 @@ void bind_sim(nb::module_& m) {
                      " and ", miss_latency_us);
         std::vector<std::string_view> names;
         for (const std::string& p : policies) {
-          names.push_back(policy_name(p));
+          names.push_back(is_hindsight(p) ? std::string_view(p) : policy_name(p));
         }
         wisp::sim_config config;
         config.scope = cache_scope;
@@ -53,8 +61,9 @@ void bind_sim(nb::module_& m) {
           for (const std::int32_t capacity : capacities) {
             config.capacity = capacity;
             for (const std::string_view name : names) {
-              rows.push_back(
-                  {std::string(name), capacity, wisp::simulate_named(name, trace, config)});
+              rows.push_back({std::string(name), capacity,
+                              is_hindsight(name) ? wisp::simulate_hindsight(name, trace, config)
+                                                 : wisp::simulate_named(name, trace, config)});
             }
           }
         }

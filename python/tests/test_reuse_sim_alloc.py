@@ -158,6 +158,23 @@ def test_simulate_lru_matches_the_oracle(small_trace, scope):
     assert row["stall_s"] == pytest.approx(misses * 100 / 1e9)
 
 
+@pytest.mark.parametrize("scope", ["layer", "global"])
+def test_simulate_hindsight_references_agree_with_the_cli(cli, tmp_path, small_trace, scope):
+    names = ["hindsight_frequency", "hindsight_reuse", "belady"]
+    capacity = 5 if scope == "layer" else 24
+    rows = {r["policy"]: r for r in wisp.simulate(small_trace, names, [capacity], scope)}
+    trace = tmp_path / "t.wtrace"
+    small_trace.write(trace)
+    out = json.loads(cli("sim", trace, "--policy", ",".join(names), "--capacity", str(capacity),
+                         "--scope", scope, "--json"))["results"]
+    for cli_row in out:
+        row = rows[cli_row["policy"]]
+        assert (row["hits"], row["misses"]) == (cli_row["hits"], cli_row["misses"])
+        assert rows["belady"]["misses"] <= row["misses"]
+    with pytest.raises(wisp.LogicError, match="unknown policy 'hindsight'"):
+        wisp.simulate(small_trace, "hindsight", [capacity], scope)
+
+
 def test_simulate_as_frame(small_trace):
     pandas = pytest.importorskip("pandas")
     frame = wisp.simulate(small_trace, ["lru", "fifo"], [4, 8], as_frame=True)

@@ -77,6 +77,10 @@ def simulate(
 ):
     """Replays ``trace`` through each policy at each capacity (one C++ call; releases the GIL).
 
+    ``policies`` are names of ``POLICIES`` (``"least-stale"`` is accepted too) or the hindsight
+    references ``"hindsight_frequency"`` and ``"hindsight_reuse"``, which know the trace's
+    statistics in advance (docs/policies.md); they are never in the default.
+
     Every (step, layer) request is one call whose experts cannot evict each other (unless
     ``protect_calls`` is False). ``capacities`` are slots per layer (scope ``"layer"``) or in
     total (``"global"``). The stall model is serial: ``stall_s = misses x (miss_latency_us +
