@@ -13,19 +13,12 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <string>
 #include <vector>
 
 namespace wisp_python {
 namespace {
-
-bool is_hindsight(std::string_view name) {
-  return std::find(std::begin(wisp::hindsight_policy_names), std::end(wisp::hindsight_policy_names),
-                   name) != std::end(wisp::hindsight_policy_names);
-}
 
 struct sim_row {
   std::string policy;
@@ -48,7 +41,7 @@ void bind_sim(nb::module_& m) {
                      " and ", miss_latency_us);
         std::vector<std::string_view> names;
         for (const std::string& p : policies) {
-          names.push_back(is_hindsight(p) ? std::string_view(p) : policy_name(p));
+          names.push_back(wisp::is_hindsight_policy(p) ? std::string_view(p) : policy_name(p));
         }
         wisp::sim_config config;
         config.scope = cache_scope;
@@ -62,8 +55,9 @@ void bind_sim(nb::module_& m) {
             config.capacity = capacity;
             for (const std::string_view name : names) {
               rows.push_back({std::string(name), capacity,
-                              is_hindsight(name) ? wisp::simulate_hindsight(name, trace, config)
-                                                 : wisp::simulate_named(name, trace, config)});
+                              wisp::is_hindsight_policy(name)
+                                  ? wisp::simulate_hindsight(name, trace, config)
+                                  : wisp::simulate_named(name, trace, config)});
             }
           }
         }

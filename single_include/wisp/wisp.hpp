@@ -18771,6 +18771,11 @@ namespace wisp {
 inline constexpr std::string_view hindsight_policy_names[] = {"hindsight_frequency",
                                                               "hindsight_reuse"};
 
+/// True if `name` is one of `hindsight_policy_names` (exact spelling). O(1). Thread-safe.
+[[nodiscard]] constexpr bool is_hindsight_policy(std::string_view name) noexcept {
+  return name == hindsight_policy_names[0] || name == hindsight_policy_names[1];
+}
+
 namespace detail {
 
 /// The passes (steps) at which each key of one cache is used, from the cache's accesses in
@@ -19222,8 +19227,7 @@ static_assert(eviction_policy<hindsight_reuse>);
 template <access_source Source>
 sim_result simulate_hindsight(std::string_view policy, moe_shape shape, const Source& source,
                               const sim_config& config) {
-  WISP_EXPECTS(policy == hindsight_policy_names[0] || policy == hindsight_policy_names[1],
-               "simulate_hindsight: unknown policy '", policy,
+  WISP_EXPECTS(is_hindsight_policy(policy), "simulate_hindsight: unknown policy '", policy,
                "' (valid: ", hindsight_policy_names[0], ", ", hindsight_policy_names[1], ")");
   detail::check_shape(shape);
   const bool global = config.scope == cache_scope::global;

@@ -80,11 +80,6 @@ std::string_view policy_named(std::string_view name, bool hindsight) {
               comma_list(hindsight_policy_names), ")");
 }
 
-bool is_hindsight(std::string_view policy) {
-  return std::find(std::begin(hindsight_policy_names), std::end(hindsight_policy_names), policy) !=
-         std::end(hindsight_policy_names);
-}
-
 // An access source over a trace that also advances the progress bar.
 struct counted_source {
   const routing_trace* trace;
@@ -293,7 +288,7 @@ std::vector<row> run_grid(const routing_trace& t, const std::vector<std::string_
         sim_config config = base;
         config.capacity = rows[i].capacity;
         const std::string_view policy = rows[i].policy;
-        if (is_hindsight(policy)) {
+        if (is_hindsight_policy(policy)) {
           config.sequence_starts.assign(t.sequence_starts().begin(), t.sequence_starts().end());
           rows[i].result =
               simulate_hindsight(policy, shape_of(t), counted_source{&t, &bar}, config);
@@ -344,7 +339,8 @@ void run(const sim_options& opt) {
   // read the trace first).
   std::uint64_t total = 0;
   for (const auto p : policies) {
-    total += (p == "belady" || is_hindsight(p) ? 2u : 1u) * t.access_count() * capacities.size();
+    total +=
+        (p == "belady" || is_hindsight_policy(p) ? 2u : 1u) * t.access_count() * capacities.size();
   }
   progress_bar bar("sim " + opt.file, total, progress_wanted(opt.json || opt.csv));
   const std::vector<row> rows = run_grid(t, policies, capacities, config, opt.jobs, bar);
