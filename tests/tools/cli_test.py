@@ -7,9 +7,11 @@ Usage: cli_test.py WISP_BINARY
 import collections
 import json
 import os
+import pty
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
 import cli_support
@@ -213,6 +215,40 @@ class CliTest(unittest.TestCase):
         self.assertIn("hindsight reference", proc.stderr)
         proc = wisp("sim", self.wtrace, "--policy", "mru", "--capacity", "4", ok=False)
         self.assertIn("hindsight_frequency, hindsight_reuse", proc.stderr)
+
+    def test_sim_on_a_terminal_gives_the_counts_of_json(self):
+        """With a progress bar (stderr on a terminal) the replay still reads the trace's token
+        positions: position-aware policies count as with --json."""
+        need_esft(self)
+        args = ["sim", ESFT, "--policy", "reuse_probability,hindsight_frequency", "--scope",
+                "layer", "--capacity", "16"]
+        want = {r["policy"]: r["misses"]
+                for r in json.loads(wisp(*args, "--json").stdout)["results"]}
+        leader, follower = pty.openpty()
+        bar = []  # what the progress bar draws, read so that the terminal never fills up
+
+        def drain():
+            try:
+                while chunk := os.read(leader, 4096):
+                    bar.append(chunk)
+            except OSError:  # the follower side closed
+                pass
+
+        reader = threading.Thread(target=drain)
+        reader.start()
+        try:
+            proc = subprocess.run([cli_support.WISP, *args], stdout=subprocess.PIPE,
+                                  stderr=follower, text=True, timeout=300,
+                                  env=dict(os.environ, WISP_PROGRESS_DELAY_MS="0"))
+        finally:
+            os.close(follower)
+            reader.join(timeout=10)
+            os.close(leader)
+        self.assertEqual(proc.returncode, 0)
+        self.assertTrue(bar, "no progress bar: stderr was not a terminal")
+        got = {line.split()[0]: int(line.split()[4]) for line in proc.stdout.splitlines()
+               if line.split() and line.split()[0] in want}
+        self.assertEqual(got, want)
 
     def test_reuse_csv_has_header_and_rows(self):
         lines = wisp("reuse", self.wtrace, "--capacities", "2,4", "--csv").stdout.split()

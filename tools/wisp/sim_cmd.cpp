@@ -288,14 +288,14 @@ std::vector<row> run_grid(const routing_trace& t, const std::vector<std::string_
         sim_config config = base;
         config.capacity = rows[i].capacity;
         const std::string_view policy = rows[i].policy;
-        if (is_hindsight_policy(policy)) {
-          config.sequence_starts.assign(t.sequence_starts().begin(), t.sequence_starts().end());
-          rows[i].result =
-              simulate_hindsight(policy, shape_of(t), counted_source{&t, &bar}, config);
+        const bool hindsight = is_hindsight_policy(policy);
+        if (bar.enabled()) {
+          const counted_source source{&t, &bar};
+          rows[i].result = hindsight ? simulate_hindsight(policy, shape_of(t), source, config)
+                                     : simulate_named(policy, shape_of(t), source, config);
         } else {
           rows[i].result =
-              bar.enabled() ? simulate_named(policy, shape_of(t), counted_source{&t, &bar}, config)
-                            : simulate_named(policy, t, config);
+              hindsight ? simulate_hindsight(policy, t, config) : simulate_named(policy, t, config);
         }
       } catch (...) {
         errors[i] = std::current_exception();
@@ -334,6 +334,9 @@ void run(const sim_options& opt) {
   config.scope = cache_scope_from_string(opt.scope);
   config.expert_bytes = opt.expert_bytes;
   config.link = link_model::from_gbps(opt.bandwidth_gbps, opt.miss_latency_us);
+  // The trace's sequences give every run its token positions, whichever source replays it (the
+  // progress bar's counts the accesses, the plain one does not).
+  config.sequence_starts.assign(t.sequence_starts().begin(), t.sequence_starts().end());
 
   // Work = accesses visited: one pass per run, two for belady and the hindsight references (they
   // read the trace first).
