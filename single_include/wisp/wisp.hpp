@@ -8238,6 +8238,27 @@ static_assert(eviction_policy<reuse_probability>);
 ///                                          .capacity = 416, .scope = wisp::cache_scope::global});
 /// @endcode
 
+// ---- begin wisp/cache/detail/log_bins.hpp ------------------------------------------------------
+/// @file
+/// @brief Internal: `half_octave_bin`, the log-spaced bins of counts and distances that
+/// `learned_belady` and `hindsight_reuse` group by.
+
+namespace wisp::detail {
+
+/// The bin of `n`: `n` itself up to 4, then two bins per power of two (`n - 1` in
+/// `[2^e, 1.5 x 2^e)` is bin `2e + 1`, in `[1.5 x 2^e, 2^(e+1))` bin `2e + 2`). O(1).
+[[nodiscard]] constexpr std::int32_t half_octave_bin(std::uint64_t n) noexcept {
+  if (n <= 4) {
+    return static_cast<std::int32_t>(n);
+  }
+  const std::uint64_t x = n - 1;
+  const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
+  return 2 * e + static_cast<std::int32_t>((x >> (e - 1)) & 1u) + 1;
+}
+
+}  // namespace wisp::detail
+// ---- end wisp/cache/detail/log_bins.hpp --------------------------------------------------------
+
 namespace wisp {
 
 /// @brief Parameters of `learned_belady`. The defaults serve every trace, scope and capacity.
@@ -8411,14 +8432,9 @@ class learned_belady {
 
   [[nodiscard]] static std::int32_t bin_of(std::int64_t distance, std::int32_t window) noexcept {
     if (distance > window) {
-      return bin_of(window, window) + 1;
+      return detail::half_octave_bin(static_cast<std::uint64_t>(window)) + 1;
     }
-    if (distance <= 4) {
-      return static_cast<std::int32_t>(std::max<std::int64_t>(distance, 0));
-    }
-    const auto x = static_cast<std::uint64_t>(distance - 1);
-    const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
-    return 2 * e + static_cast<std::int32_t>((x >> (e - 1)) & 1u) + 1;
+    return detail::half_octave_bin(static_cast<std::uint64_t>(std::max<std::int64_t>(distance, 0)));
   }
   // Layers from `layer` forward to `key_layer`'s next execution, in [1, layers] (global scope).
   [[nodiscard]] std::int32_t layer_distance(std::int32_t key_layer,
@@ -18604,6 +18620,39 @@ class replayer {
   std::size_t start_ = 0;       // the start of step_'s sequence
 };
 
+/// One cache's accesses in replay order: the keys (in the cache's key space), their steps and
+/// their stream times. The futures `belady` and the hindsight references are built from.
+struct cache_history {
+  std::vector<cache_key> keys;
+  std::vector<std::uint32_t> steps;
+  std::vector<std::uint64_t> times;
+};
+
+/// Every cache's history from one visit of `source`: one cache in global scope, one per layer
+/// otherwise (index it with `history_index(layer)` of the `make_policy` argument).
+/// @throws wisp::logic_error on an access outside the shape's layers.
+template <class Source>
+std::vector<cache_history> cache_histories(moe_shape shape, const Source& source,
+                                           cache_scope scope) {
+  const bool global = scope == cache_scope::global;
+  std::vector<cache_history> out(global ? 1 : static_cast<std::size_t>(shape.layers));
+  std::uint64_t t = 0;
+  visit(source, [&](const access& a) {
+    WISP_EXPECTS(a.layer >= 0 && a.layer < shape.layers, "simulate: access ", t, " has layer ",
+                 a.layer, " outside [0, ", shape.layers, ")");
+    cache_history& h = out[global ? 0 : static_cast<std::size_t>(a.layer)];
+    h.keys.push_back(global ? a.layer * shape.experts + a.expert : a.expert);
+    h.steps.push_back(a.step);
+    h.times.push_back(t++);
+  });
+  return out;
+}
+
+/// The history of the cache `make_policy(layer)` builds: the layer's, or the one (layer -1).
+[[nodiscard]] inline std::size_t history_index(std::int32_t layer) noexcept {
+  return layer < 0 ? std::size_t{0} : static_cast<std::size_t>(layer);
+}
+
 inline void check_shape(moe_shape shape) {
   WISP_EXPECTS(shape.layers >= 1, "simulate: layers must be >= 1, got ", shape.layers);
   WISP_EXPECTS(shape.experts >= 1, "simulate: experts must be >= 1, got ", shape.experts);
@@ -18649,20 +18698,10 @@ sim_result simulate(moe_shape shape, const Source& source, const sim_config& con
   if constexpr (std::is_same_v<Policy, belady>) {
     detail::check_shape(shape);
     // Belady needs the future: one pass to collect each cache's key sequence and times.
-    const bool global = config.scope == cache_scope::global;
-    std::vector<std::vector<cache_key>> keys(global ? 1 : static_cast<std::size_t>(shape.layers));
-    std::vector<std::vector<std::uint64_t>> times(keys.size());
-    std::uint64_t t = 0;
-    detail::visit(source, [&](const access& a) {
-      WISP_EXPECTS(a.layer >= 0 && a.layer < shape.layers, "simulate: access ", t, " has layer ",
-                   a.layer, " outside [0, ", shape.layers, ")");
-      const auto l = global ? std::size_t{0} : static_cast<std::size_t>(a.layer);
-      keys[l].push_back(global ? a.layer * shape.experts + a.expert : a.expert);
-      times[l].push_back(t++);
-    });
+    const auto histories = detail::cache_histories(shape, source, config.scope);
     return simulate<belady>(shape, source, config, [&](std::int32_t layer) {
-      const auto l = layer < 0 ? std::size_t{0} : static_cast<std::size_t>(layer);
-      return global ? belady(keys[0]) : belady(keys[l], times[l]);
+      const detail::cache_history& h = histories[detail::history_index(layer)];
+      return config.scope == cache_scope::global ? belady(h.keys) : belady(h.keys, h.times);
     });
   } else {
     return simulate<Policy>(shape, source, config, [](std::int32_t) { return Policy{}; });
@@ -19114,16 +19153,10 @@ class hindsight_reuse {
     return best;
   }
 
-  /// The score of `key` at `ctx` (see the class description). O(1) amortised while the step
-  /// does not decrease, else O(log uses).
-  [[nodiscard]] double score(cache_key key, const access_context& ctx) {
-    return score(key, scoring_at(ctx));
-  }
-
  private:
   static constexpr std::size_t age_buckets = 16;
   static constexpr std::size_t short_buckets = short_window + 1;
-  static constexpr std::size_t popularity_buckets = 18;  // bucket_of_count(256) = 17
+  static constexpr std::size_t popularity_buckets = 18;  // half_octave_bin(256) = 17
   static constexpr std::size_t buckets = age_buckets * short_buckets * popularity_buckets;
   static constexpr std::size_t no_bucket = buckets;
 
@@ -19161,15 +19194,6 @@ class hindsight_reuse {
     const std::int32_t d = key_layer - layer - 1;
     return mean * layout_.layers + ((d < 0 ? d + layout_.layers : d) + 1);
   }
-  // 0..4 exactly, then two buckets per power of two.
-  [[nodiscard]] static std::size_t bucket_of_count(std::size_t c) noexcept {
-    if (c <= 4) {
-      return c;
-    }
-    const auto x = static_cast<std::uint64_t>(c - 1);
-    const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
-    return static_cast<std::size_t>(2 * e + static_cast<int>((x >> (e - 1)) & 1u) + 1);
-  }
   [[nodiscard]] double mean_of(std::size_t bucket) const noexcept {
     return bucket == no_bucket || samples_[bucket] == 0
                ? static_cast<double>(horizon)
@@ -19203,7 +19227,7 @@ class hindsight_reuse {
     const std::size_t uses = sequence.counts[static_cast<std::size_t>(key)];
     const std::size_t popularity = sequence.passes == 0 ? 0 : uses * 256 / sequence.passes;
     f.bucket = (age_bucket * short_buckets + (c.now - c.near)) * popularity_buckets +
-               bucket_of_count(popularity);
+               static_cast<std::size_t>(detail::half_octave_bin(popularity));
     f.next = c.now < u.size() ? u[c.now] - t : ~std::uint64_t{0};
     return f;
   }
@@ -19230,31 +19254,16 @@ sim_result simulate_hindsight(std::string_view policy, moe_shape shape, const So
   WISP_EXPECTS(is_hindsight_policy(policy), "simulate_hindsight: unknown policy '", policy,
                "' (valid: ", hindsight_policy_names[0], ", ", hindsight_policy_names[1], ")");
   detail::check_shape(shape);
-  const bool global = config.scope == cache_scope::global;
-  std::vector<std::vector<std::uint32_t>> steps(global ? 1
-                                                       : static_cast<std::size_t>(shape.layers));
-  std::vector<std::vector<cache_key>> keys(steps.size());
-  std::uint64_t n = 0;
-  detail::visit(source, [&](const access& a) {
-    WISP_EXPECTS(a.layer >= 0 && a.layer < shape.layers, "simulate: access ", n, " has layer ",
-                 a.layer, " outside [0, ", shape.layers, ")");
-    const auto l = global ? std::size_t{0} : static_cast<std::size_t>(a.layer);
-    steps[l].push_back(a.step);
-    keys[l].push_back(global ? a.layer * shape.experts + a.expert : a.expert);
-    ++n;
-  });
-  const auto history = [&](std::int32_t layer) {
-    return global ? std::size_t{0} : static_cast<std::size_t>(layer);
-  };
+  const auto histories = detail::cache_histories(shape, source, config.scope);
   if (policy == hindsight_frequency::name) {
     return simulate<hindsight_frequency>(shape, source, config, [&](std::int32_t layer) {
-      const std::size_t l = history(layer);
-      return hindsight_frequency(steps[l], keys[l], config.sequence_starts);
+      const detail::cache_history& h = histories[detail::history_index(layer)];
+      return hindsight_frequency(h.steps, h.keys, config.sequence_starts);
     });
   }
   return simulate<hindsight_reuse>(shape, source, config, [&](std::int32_t layer) {
-    const std::size_t l = history(layer);
-    return hindsight_reuse(steps[l], keys[l], config.sequence_starts);
+    const detail::cache_history& h = histories[detail::history_index(layer)];
+    return hindsight_reuse(h.steps, h.keys, config.sequence_starts);
   });
 }
 

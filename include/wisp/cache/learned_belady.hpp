@@ -56,6 +56,7 @@
 #pragma once
 
 #include <wisp/cache/detail/key_lists.hpp>
+#include <wisp/cache/detail/log_bins.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/error.hpp>
 
@@ -240,14 +241,9 @@ class learned_belady {
 
   [[nodiscard]] static std::int32_t bin_of(std::int64_t distance, std::int32_t window) noexcept {
     if (distance > window) {
-      return bin_of(window, window) + 1;
+      return detail::half_octave_bin(static_cast<std::uint64_t>(window)) + 1;
     }
-    if (distance <= 4) {
-      return static_cast<std::int32_t>(std::max<std::int64_t>(distance, 0));
-    }
-    const auto x = static_cast<std::uint64_t>(distance - 1);
-    const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
-    return 2 * e + static_cast<std::int32_t>((x >> (e - 1)) & 1u) + 1;
+    return detail::half_octave_bin(static_cast<std::uint64_t>(std::max<std::int64_t>(distance, 0)));
   }
   // Layers from `layer` forward to `key_layer`'s next execution, in [1, layers] (global scope).
   [[nodiscard]] std::int32_t layer_distance(std::int32_t key_layer,

@@ -26,6 +26,7 @@
 /// @endcode
 #pragma once
 
+#include <wisp/cache/detail/log_bins.hpp>
 #include <wisp/cache/eviction_policy.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/sim/simulate.hpp>
@@ -389,16 +390,10 @@ class hindsight_reuse {
     return best;
   }
 
-  /// The score of `key` at `ctx` (see the class description). O(1) amortised while the step
-  /// does not decrease, else O(log uses).
-  [[nodiscard]] double score(cache_key key, const access_context& ctx) {
-    return score(key, scoring_at(ctx));
-  }
-
  private:
   static constexpr std::size_t age_buckets = 16;
   static constexpr std::size_t short_buckets = short_window + 1;
-  static constexpr std::size_t popularity_buckets = 18;  // bucket_of_count(256) = 17
+  static constexpr std::size_t popularity_buckets = 18;  // half_octave_bin(256) = 17
   static constexpr std::size_t buckets = age_buckets * short_buckets * popularity_buckets;
   static constexpr std::size_t no_bucket = buckets;
 
@@ -436,15 +431,6 @@ class hindsight_reuse {
     const std::int32_t d = key_layer - layer - 1;
     return mean * layout_.layers + ((d < 0 ? d + layout_.layers : d) + 1);
   }
-  // 0..4 exactly, then two buckets per power of two.
-  [[nodiscard]] static std::size_t bucket_of_count(std::size_t c) noexcept {
-    if (c <= 4) {
-      return c;
-    }
-    const auto x = static_cast<std::uint64_t>(c - 1);
-    const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
-    return static_cast<std::size_t>(2 * e + static_cast<int>((x >> (e - 1)) & 1u) + 1);
-  }
   [[nodiscard]] double mean_of(std::size_t bucket) const noexcept {
     return bucket == no_bucket || samples_[bucket] == 0
                ? static_cast<double>(horizon)
@@ -478,7 +464,7 @@ class hindsight_reuse {
     const std::size_t uses = sequence.counts[static_cast<std::size_t>(key)];
     const std::size_t popularity = sequence.passes == 0 ? 0 : uses * 256 / sequence.passes;
     f.bucket = (age_bucket * short_buckets + (c.now - c.near)) * popularity_buckets +
-               bucket_of_count(popularity);
+               static_cast<std::size_t>(detail::half_octave_bin(popularity));
     f.next = c.now < u.size() ? u[c.now] - t : ~std::uint64_t{0};
     return f;
   }
@@ -505,31 +491,16 @@ sim_result simulate_hindsight(std::string_view policy, moe_shape shape, const So
   WISP_EXPECTS(is_hindsight_policy(policy), "simulate_hindsight: unknown policy '", policy,
                "' (valid: ", hindsight_policy_names[0], ", ", hindsight_policy_names[1], ")");
   detail::check_shape(shape);
-  const bool global = config.scope == cache_scope::global;
-  std::vector<std::vector<std::uint32_t>> steps(global ? 1
-                                                       : static_cast<std::size_t>(shape.layers));
-  std::vector<std::vector<cache_key>> keys(steps.size());
-  std::uint64_t n = 0;
-  detail::visit(source, [&](const access& a) {
-    WISP_EXPECTS(a.layer >= 0 && a.layer < shape.layers, "simulate: access ", n, " has layer ",
-                 a.layer, " outside [0, ", shape.layers, ")");
-    const auto l = global ? std::size_t{0} : static_cast<std::size_t>(a.layer);
-    steps[l].push_back(a.step);
-    keys[l].push_back(global ? a.layer * shape.experts + a.expert : a.expert);
-    ++n;
-  });
-  const auto history = [&](std::int32_t layer) {
-    return global ? std::size_t{0} : static_cast<std::size_t>(layer);
-  };
+  const auto histories = detail::cache_histories(shape, source, config.scope);
   if (policy == hindsight_frequency::name) {
     return simulate<hindsight_frequency>(shape, source, config, [&](std::int32_t layer) {
-      const std::size_t l = history(layer);
-      return hindsight_frequency(steps[l], keys[l], config.sequence_starts);
+      const detail::cache_history& h = histories[detail::history_index(layer)];
+      return hindsight_frequency(h.steps, h.keys, config.sequence_starts);
     });
   }
   return simulate<hindsight_reuse>(shape, source, config, [&](std::int32_t layer) {
-    const std::size_t l = history(layer);
-    return hindsight_reuse(steps[l], keys[l], config.sequence_starts);
+    const detail::cache_history& h = histories[detail::history_index(layer)];
+    return hindsight_reuse(h.steps, h.keys, config.sequence_starts);
   });
 }
 

@@ -74,6 +74,39 @@ class replayer {
   std::size_t start_ = 0;       // the start of step_'s sequence
 };
 
+/// One cache's accesses in replay order: the keys (in the cache's key space), their steps and
+/// their stream times. The futures `belady` and the hindsight references are built from.
+struct cache_history {
+  std::vector<cache_key> keys;
+  std::vector<std::uint32_t> steps;
+  std::vector<std::uint64_t> times;
+};
+
+/// Every cache's history from one visit of `source`: one cache in global scope, one per layer
+/// otherwise (index it with `history_index(layer)` of the `make_policy` argument).
+/// @throws wisp::logic_error on an access outside the shape's layers.
+template <class Source>
+std::vector<cache_history> cache_histories(moe_shape shape, const Source& source,
+                                           cache_scope scope) {
+  const bool global = scope == cache_scope::global;
+  std::vector<cache_history> out(global ? 1 : static_cast<std::size_t>(shape.layers));
+  std::uint64_t t = 0;
+  visit(source, [&](const access& a) {
+    WISP_EXPECTS(a.layer >= 0 && a.layer < shape.layers, "simulate: access ", t, " has layer ",
+                 a.layer, " outside [0, ", shape.layers, ")");
+    cache_history& h = out[global ? 0 : static_cast<std::size_t>(a.layer)];
+    h.keys.push_back(global ? a.layer * shape.experts + a.expert : a.expert);
+    h.steps.push_back(a.step);
+    h.times.push_back(t++);
+  });
+  return out;
+}
+
+/// The history of the cache `make_policy(layer)` builds: the layer's, or the one (layer -1).
+[[nodiscard]] inline std::size_t history_index(std::int32_t layer) noexcept {
+  return layer < 0 ? std::size_t{0} : static_cast<std::size_t>(layer);
+}
+
 inline void check_shape(moe_shape shape) {
   WISP_EXPECTS(shape.layers >= 1, "simulate: layers must be >= 1, got ", shape.layers);
   WISP_EXPECTS(shape.experts >= 1, "simulate: experts must be >= 1, got ", shape.experts);
@@ -119,20 +152,10 @@ sim_result simulate(moe_shape shape, const Source& source, const sim_config& con
   if constexpr (std::is_same_v<Policy, belady>) {
     detail::check_shape(shape);
     // Belady needs the future: one pass to collect each cache's key sequence and times.
-    const bool global = config.scope == cache_scope::global;
-    std::vector<std::vector<cache_key>> keys(global ? 1 : static_cast<std::size_t>(shape.layers));
-    std::vector<std::vector<std::uint64_t>> times(keys.size());
-    std::uint64_t t = 0;
-    detail::visit(source, [&](const access& a) {
-      WISP_EXPECTS(a.layer >= 0 && a.layer < shape.layers, "simulate: access ", t, " has layer ",
-                   a.layer, " outside [0, ", shape.layers, ")");
-      const auto l = global ? std::size_t{0} : static_cast<std::size_t>(a.layer);
-      keys[l].push_back(global ? a.layer * shape.experts + a.expert : a.expert);
-      times[l].push_back(t++);
-    });
+    const auto histories = detail::cache_histories(shape, source, config.scope);
     return simulate<belady>(shape, source, config, [&](std::int32_t layer) {
-      const auto l = layer < 0 ? std::size_t{0} : static_cast<std::size_t>(layer);
-      return global ? belady(keys[0]) : belady(keys[l], times[l]);
+      const detail::cache_history& h = histories[detail::history_index(layer)];
+      return config.scope == cache_scope::global ? belady(h.keys) : belady(h.keys, h.times);
     });
   } else {
     return simulate<Policy>(shape, source, config, [](std::int32_t) { return Policy{}; });

@@ -1,0 +1,23 @@
+// SPDX-License-Identifier: Apache-2.0
+/// @file
+/// @brief Internal: `half_octave_bin`, the log-spaced bins of counts and distances that
+/// `learned_belady` and `hindsight_reuse` group by.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+namespace wisp::detail {
+
+/// The bin of `n`: `n` itself up to 4, then two bins per power of two (`n - 1` in
+/// `[2^e, 1.5 x 2^e)` is bin `2e + 1`, in `[1.5 x 2^e, 2^(e+1))` bin `2e + 2`). O(1).
+[[nodiscard]] constexpr std::int32_t half_octave_bin(std::uint64_t n) noexcept {
+  if (n <= 4) {
+    return static_cast<std::int32_t>(n);
+  }
+  const std::uint64_t x = n - 1;
+  const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
+  return 2 * e + static_cast<std::int32_t>((x >> (e - 1)) & 1u) + 1;
+}
+
+}  // namespace wisp::detail
