@@ -49,6 +49,7 @@
 #include <wisp/cache/decayed_frequency.hpp>
 #include <wisp/cache/predicted_next_use.hpp>
 #include <wisp/cache/reuse_probability.hpp>
+#include <wisp/cache/log_bins.hpp>
 #include <wisp/cache/learned_belady.hpp>
 #include <wisp/cache/visit_policy.hpp>
 #include <wisp/cache/policies.hpp>

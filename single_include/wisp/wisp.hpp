@@ -8182,6 +8182,31 @@ static_assert(eviction_policy<reuse_probability>);
 }  // namespace wisp
 // ---- end wisp/cache/reuse_probability.hpp ------------------------------------------------------
 
+// ---- begin wisp/cache/log_bins.hpp -------------------------------------------------------------
+/// @file
+/// @brief `half_octave_bin`: the log-spaced bins of counts and distances that `learned_belady`
+/// (reuse distances) and `hindsight_reuse` (popularity) group by.
+/// @code
+/// static_assert(wisp::half_octave_bin(4) == 4 && wisp::half_octave_bin(6) == 5);
+/// @endcode
+
+namespace wisp {
+
+/// The bin of `n`: `n` itself up to 4, then two bins per power of two (`n - 1` in
+/// `[2^e, 1.5 x 2^e)` is bin `2e + 1`, in `[1.5 x 2^e, 2^(e+1))` bin `2e + 2`). O(1);
+/// thread-safe.
+[[nodiscard]] constexpr std::int32_t half_octave_bin(std::uint64_t n) noexcept {
+  if (n <= 4) {
+    return static_cast<std::int32_t>(n);
+  }
+  const std::uint64_t x = n - 1;
+  const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
+  return 2 * e + static_cast<std::int32_t>((x >> (e - 1)) & 1u) + 1;
+}
+
+}  // namespace wisp
+// ---- end wisp/cache/log_bins.hpp ---------------------------------------------------------------
+
 // ---- begin wisp/cache/learned_belady.hpp -------------------------------------------------------
 /// @file
 /// @brief `learned_belady`: evicts the key that Belady's offline optimum would most likely not
@@ -8237,27 +8262,6 @@ static_assert(eviction_policy<reuse_probability>);
 /// wisp::pager<wisp::learned_belady> pager({.layers = 26, .experts = 64, .top_k = 6,
 ///                                          .capacity = 416, .scope = wisp::cache_scope::global});
 /// @endcode
-
-// ---- begin wisp/cache/detail/log_bins.hpp ------------------------------------------------------
-/// @file
-/// @brief Internal: `half_octave_bin`, the log-spaced bins of counts and distances that
-/// `learned_belady` and `hindsight_reuse` group by.
-
-namespace wisp::detail {
-
-/// The bin of `n`: `n` itself up to 4, then two bins per power of two (`n - 1` in
-/// `[2^e, 1.5 x 2^e)` is bin `2e + 1`, in `[1.5 x 2^e, 2^(e+1))` bin `2e + 2`). O(1).
-[[nodiscard]] constexpr std::int32_t half_octave_bin(std::uint64_t n) noexcept {
-  if (n <= 4) {
-    return static_cast<std::int32_t>(n);
-  }
-  const std::uint64_t x = n - 1;
-  const int e = static_cast<int>(std::bit_width(x)) - 1;  // >= 2
-  return 2 * e + static_cast<std::int32_t>((x >> (e - 1)) & 1u) + 1;
-}
-
-}  // namespace wisp::detail
-// ---- end wisp/cache/detail/log_bins.hpp --------------------------------------------------------
 
 namespace wisp {
 
@@ -8432,9 +8436,9 @@ class learned_belady {
 
   [[nodiscard]] static std::int32_t bin_of(std::int64_t distance, std::int32_t window) noexcept {
     if (distance > window) {
-      return detail::half_octave_bin(static_cast<std::uint64_t>(window)) + 1;
+      return half_octave_bin(static_cast<std::uint64_t>(window)) + 1;
     }
-    return detail::half_octave_bin(static_cast<std::uint64_t>(std::max<std::int64_t>(distance, 0)));
+    return half_octave_bin(static_cast<std::uint64_t>(std::max<std::int64_t>(distance, 0)));
   }
   // Layers from `layer` forward to `key_layer`'s next execution, in [1, layers] (global scope).
   [[nodiscard]] std::int32_t layer_distance(std::int32_t key_layer,
@@ -19227,7 +19231,7 @@ class hindsight_reuse {
     const std::size_t uses = sequence.counts[static_cast<std::size_t>(key)];
     const std::size_t popularity = sequence.passes == 0 ? 0 : uses * 256 / sequence.passes;
     f.bucket = (age_bucket * short_buckets + (c.now - c.near)) * popularity_buckets +
-               static_cast<std::size_t>(detail::half_octave_bin(popularity));
+               static_cast<std::size_t>(half_octave_bin(popularity));
     f.next = c.now < u.size() ? u[c.now] - t : ~std::uint64_t{0};
     return f;
   }

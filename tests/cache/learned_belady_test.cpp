@@ -8,6 +8,7 @@
 #include "support/expect_error.hpp"
 
 #include <wisp/cache/learned_belady.hpp>
+#include <wisp/cache/log_bins.hpp>
 #include <wisp/cache/lru.hpp>
 #include <wisp/cache/per_layer_cache.hpp>
 #include <wisp/cache/slot_cache.hpp>
@@ -203,6 +204,24 @@ TEST(LearnedBelady, ClassesAndBinsFollowTheirDefinitions) {
   for (const auto& [distance, bin] : bins) {
     EXPECT_EQ(policy.bin_of(distance), bin) << "distance " << distance;
   }
+}
+
+TEST(HalfOctaveBin, MatchesItsIntervals) {
+  // n up to 4 is its own bin; n - 1 in [2^e, 1.5 x 2^e) is bin 2e + 1, in [1.5 x 2^e, 2^(e+1))
+  // bin 2e + 2: walked here interval by interval, up to 2^40.
+  for (std::uint64_t n = 0; n <= 4; ++n) {
+    EXPECT_EQ(half_octave_bin(n), static_cast<std::int32_t>(n));
+  }
+  for (std::int32_t e = 2; e < 40; ++e) {
+    const std::uint64_t low = std::uint64_t{1} << e, mid = low + low / 2, high = 2 * low;
+    for (const std::uint64_t x : {low, low + 1, mid - 1}) {
+      EXPECT_EQ(half_octave_bin(x + 1), 2 * e + 1) << "n " << x + 1;
+    }
+    for (const std::uint64_t x : {mid, mid + 1, high - 1}) {
+      EXPECT_EQ(half_octave_bin(x + 1), 2 * e + 2) << "n " << x + 1;
+    }
+  }
+  static_assert(half_octave_bin(4) == 4 && half_octave_bin(6) == 5);
 }
 
 TEST(LearnedBelady, RejectsBadParametersNamingThem) {

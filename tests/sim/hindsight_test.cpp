@@ -5,6 +5,7 @@
 #include "cache/reference.hpp"
 #include "support/expect_error.hpp"
 
+#include <wisp/cache/log_bins.hpp>
 #include <wisp/cache/policies.hpp>
 #include <wisp/cache/slot_cache.hpp>
 #include <wisp/sim/hindsight.hpp>
@@ -77,25 +78,8 @@ struct history {
   }
 };
 
-// "0..4 exactly, then two buckets per power of two": c - 1 in [2^e, 1.5 x 2^e) is 2e + 1, in
-// [1.5 x 2^e, 2^(e+1)) it is 2e + 2.
-std::size_t count_bucket(std::size_t c) {
-  if (c <= 4) {
-    return c;
-  }
-  const double x = static_cast<double>(c - 1);
-  for (std::size_t e = 2;; ++e) {
-    const double low = static_cast<double>(std::uint64_t{1} << e);
-    if (x < 1.5 * low) {
-      return 2 * e + 1;
-    }
-    if (x < 2 * low) {
-      return 2 * e + 2;
-    }
-  }
-}
-
-/// hindsight_reuse recomputed from its definition: features by scans of the whole history.
+/// hindsight_reuse recomputed from its definition: features by scans of the whole history (the
+/// bins of `half_octave_bin`, checked against their intervals in the cache tests).
 class reuse_reference {
  public:
   reuse_reference(const history& h, key_layout layout) : h_(h), layout_(layout) {
@@ -125,7 +109,7 @@ class reuse_reference {
     const auto [from, to] = h_.sequence(t);
     const std::size_t passes = h_.passes(-1, from, to);
     const std::size_t popularity = passes == 0 ? 0 : h_.passes(k, from, to) * 256 / passes;
-    return (age * 9 + near) * 18 + count_bucket(popularity);
+    return (age * 9 + near) * 18 + static_cast<std::size_t>(half_octave_bin(popularity));
   }
   [[nodiscard]] double score(cache_key k, const access_context& ctx) const {
     const bool global = layout_.scope == cache_scope::global;

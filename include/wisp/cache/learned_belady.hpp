@@ -56,8 +56,8 @@
 #pragma once
 
 #include <wisp/cache/detail/key_lists.hpp>
-#include <wisp/cache/detail/log_bins.hpp>
 #include <wisp/cache/eviction_policy.hpp>
+#include <wisp/cache/log_bins.hpp>
 #include <wisp/core/error.hpp>
 
 #include <algorithm>
@@ -241,9 +241,9 @@ class learned_belady {
 
   [[nodiscard]] static std::int32_t bin_of(std::int64_t distance, std::int32_t window) noexcept {
     if (distance > window) {
-      return detail::half_octave_bin(static_cast<std::uint64_t>(window)) + 1;
+      return half_octave_bin(static_cast<std::uint64_t>(window)) + 1;
     }
-    return detail::half_octave_bin(static_cast<std::uint64_t>(std::max<std::int64_t>(distance, 0)));
+    return half_octave_bin(static_cast<std::uint64_t>(std::max<std::int64_t>(distance, 0)));
   }
   // Layers from `layer` forward to `key_layer`'s next execution, in [1, layers] (global scope).
   [[nodiscard]] std::int32_t layer_distance(std::int32_t key_layer,

@@ -26,8 +26,8 @@
 /// @endcode
 #pragma once
 
-#include <wisp/cache/detail/log_bins.hpp>
 #include <wisp/cache/eviction_policy.hpp>
+#include <wisp/cache/log_bins.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/sim/simulate.hpp>
 #include <wisp/sim/trace_sim.hpp>
@@ -464,7 +464,7 @@ class hindsight_reuse {
     const std::size_t uses = sequence.counts[static_cast<std::size_t>(key)];
     const std::size_t popularity = sequence.passes == 0 ? 0 : uses * 256 / sequence.passes;
     f.bucket = (age_bucket * short_buckets + (c.now - c.near)) * popularity_buckets +
-               static_cast<std::size_t>(detail::half_octave_bin(popularity));
+               static_cast<std::size_t>(half_octave_bin(popularity));
     f.next = c.now < u.size() ? u[c.now] - t : ~std::uint64_t{0};
     return f;
   }
