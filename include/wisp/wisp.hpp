@@ -85,6 +85,7 @@
 #include <wisp/kernel/swiglu.hpp>
 #include <wisp/kernel/fused_moe.hpp>
 #include <wisp/kernel/reference_moe.hpp>
+#include <wisp/kernel/host_swiglu.hpp>
 
 #include <wisp/alloc/model_spec.hpp>
 #include <wisp/alloc/model_file.hpp>
