@@ -8,7 +8,8 @@
 # checked byte for byte. Arms: full residency (infeasible at this budget, so also run at the
 # smallest budget where it fits, as an upper bound), layer offload, on-demand copies, static
 # pinned hot experts, llama.cpp's expert cache, hot experts on the GPU with the rest computed by
-# the host (cpu-experts), the wisp pager per eviction policy, sized by the offline configurator,
+# the host (cpu-experts), llama.cpp's --n-cpu-moe (the first layers' experts computed by the host:
+# cpu-moe-layers), the wisp pager per eviction policy, sized by the offline configurator,
 # with dynamic resizing, with predictor-driven prefetch, paging compressed experts, the
 # compression-aware pools, and the pager with hybrid misses (copied or computed by the host); each
 # 5 times, interleaved. It prints median [min-max] figures, each wisp arm against the strongest
@@ -22,4 +23,10 @@ scripts/deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release --target wisp-engine wisp_tool >/dev/null
 
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  echo "wisp: a GPU is present, but wisp-engine models the device; the GPU's own measurement is" \
+    "scripts/gpu_check.sh" >&2
+else
+  echo "wisp: no GPU here: wisp-engine models the device (its profile's roofline and link)" >&2
+fi
 build/release/examples/engine/wisp-engine "$@"

@@ -1,6 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 /// @file
 /// @brief The arms that compute experts on the host:
+/// - `cpu-moe-layers` (`cpu_moe_layers_residency`), llama.cpp's `--n-cpu-moe N`: the experts of
+///   the first N layers stay in host memory and the host computes every expert routed there; the
+///   other layers' experts are all resident. N is the fewest layers that leave the budget's rows
+///   for the rest (and `2k` staging rows). A call of at least 32 rows (llama.cpp's
+///   `GGML_OP_OFFLOAD_MIN_BATCH`) copies its routed experts of a host layer to the staging rows
+///   and computes them on the device instead, as llama.cpp offloads large batches' host weights
+///   (modelled copying only the routed experts, the cheaper of llama.cpp's two behaviours).
 /// - `cpu-experts` (`cpu_experts_residency`), what low-VRAM users run today (llama.cpp
 ///   `--n-cpu-moe` / `-ot exps=CPU`, KTransformers, Fiddler): per layer the warm-up's most routed
 ///   experts are resident; every other routed expert is computed by the host, unless copying it
@@ -22,10 +29,11 @@
 /// nothing beyond it (the call's later chunks evict it). Every host expert of the call runs in
 /// one host launch.
 ///
-/// **Memory.** `pager+hybrid` has the pager's rows. `cpu-experts` has the same bytes: `2k`
-/// staging rows shared by every layer (two halves, alternating launch by launch, so one launch's
-/// copies overlap the previous launch) and, per layer, the `cap - ceil(2k / layers)` hottest
-/// experts pinned.
+/// **Memory.** `pager+hybrid` has the pager's rows. `cpu-experts` and `cpu-moe-layers` have the
+/// same bytes: `2k` staging rows shared by every layer (two halves, alternating launch by launch,
+/// so one launch's copies overlap the previous launch) and, per layer, the `cap - ceil(2k /
+/// layers)` hottest experts pinned (`cpu-experts`), or every expert of the resident layers
+/// (`cpu-moe-layers`).
 #pragma once
 
 #include "arm_pager.hpp"
@@ -36,6 +44,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -197,37 +206,12 @@ class hybrid_pager_residency final : public pager_arm<Policy> {
   std::vector<double> resident_values_, losses_;
 };
 
-/// @brief `cpu-experts` (see the file comment).
-class cpu_experts_residency final : public residency {
+/// @brief What `cpu-experts` and `cpu-moe-layers` share: per layer a set of pinned experts
+/// (the layer's tensor holds them in rows 0..n-1) and `2k` staging rows shared by the layers; each
+/// call's other experts are computed by the host or staged, as the arm's `to_host` rule says.
+/// Staged experts are not kept: nothing adapts while serving.
+class host_experts_residency : public residency {
  public:
-  memory_plan setup(const arm_context& ctx) override {
-    L_ = ctx.model.layers;
-    E_ = ctx.model.experts;
-    K_ = ctx.model.top_k;
-    const std::int32_t cap = budget_cap(ctx);
-    const std::int32_t staging = 2 * K_;
-    const std::int32_t pinned = std::max(0, cap - (staging + L_ - 1) / L_);
-    memory_plan m;
-    m.kv_blocks = kv_blocks_beside(ctx, "cpu-experts", idx(pinned) * idx(L_) + idx(staging));
-    row_of_.assign(idx(L_) * idx(E_), -1);
-    for (std::int32_t l = 0; l < L_; ++l) {
-      const std::vector<std::int32_t> order = experts_by_frequency(ctx.warmup, l, E_, K_);
-      const std::int32_t t = ctx.dev.add_tensor(idx(pinned));  // tensor l is layer l's
-      for (std::int32_t r = 0; r < pinned; ++r) {
-        ctx.dev.fill(l, {.tensor = t, .row = r, .expert = at(order, r)});
-        at(row_of_, l * E_ + at(order, r)) = r;
-      }
-    }
-    staging_ = ctx.dev.add_tensor(idx(staging));
-    dev_ = &ctx.dev;
-    seen_.assign(idx(E_), 0);
-    positions_.assign(idx(E_), 0);
-    m.rows = pinned;
-    m.note = std::to_string(pinned) + " pinned per layer, " + std::to_string(staging) +
-             " staging rows, " + std::to_string(m.kv_blocks) + " KV blocks";
-    return m;
-  }
-
   std::span<const moe_launch> layer(std::int32_t layer, std::span<const std::int32_t> ids,
                                     std::int32_t tokens) override {
     distinct_experts(ids, seen_, experts_);
@@ -242,8 +226,8 @@ class cpu_experts_residency final : public residency {
     for (const std::int32_t e : experts_) {
       if (at(rows, e) >= 0) {
         hits_.push_back(e);
-      } else if (cost.call_seconds + cost.host_seconds(1, at(positions_, e)) <= cost.copy_seconds) {
-        host_.push_back(e);  // alone, the host finishes it no later than a copy would land
+      } else if (to_host(cost, at(positions_, e), tokens)) {
+        host_.push_back(e);
       } else {
         copied_.push_back(e);
       }
@@ -277,6 +261,49 @@ class cpu_experts_residency final : public residency {
     return launches_;
   }
 
+ protected:
+  /// Whether an expert that is not pinned, routed `positions` times by a call of `tokens` rows,
+  /// is computed by the host (otherwise it is staged and computed on the device).
+  [[nodiscard]] virtual bool to_host(const wisp::hybrid_cost_model& cost, std::int32_t positions,
+                                     std::int32_t tokens) const = 0;
+
+  /// Pins `pinned[l]` in layer `l`'s tensor (row `r` holds `pinned[l][r]`) and adds the `2k`
+  /// staging rows (none when every layer pins all its experts). @returns the plan, KV blocks
+  /// beside those rows. @throws wisp::infeasible_error (see `kv_blocks_beside`).
+  memory_plan place(const arm_context& ctx, std::string_view arm,
+                    const std::vector<std::vector<std::int32_t>>& pinned) {
+    L_ = ctx.model.layers;
+    E_ = ctx.model.experts;
+    K_ = ctx.model.top_k;
+    std::uint64_t rows = 0;
+    bool all = true;
+    for (const auto& p : pinned) {
+      rows += p.size();
+      all = all && count(p) == E_;
+    }
+    const std::int32_t staging = all ? 0 : 2 * K_;
+    memory_plan m;
+    m.kv_blocks = kv_blocks_beside(ctx, arm, rows + idx(staging));
+    row_of_.assign(idx(L_) * idx(E_), -1);
+    for (std::int32_t l = 0; l < L_; ++l) {
+      const std::vector<std::int32_t>& p = pinned[idx(l)];
+      const std::int32_t t = ctx.dev.add_tensor(p.size());  // tensor l is layer l's
+      for (std::int32_t r = 0; r < count(p); ++r) {
+        ctx.dev.fill(l, {.tensor = t, .row = r, .expert = at(p, r)});
+        at(row_of_, l * E_ + at(p, r)) = r;
+      }
+    }
+    staging_ = ctx.dev.add_tensor(idx(staging));
+    dev_ = &ctx.dev;
+    seen_.assign(idx(E_), 0);
+    positions_.assign(idx(E_), 0);
+    m.note =
+        std::to_string(staging) + " staging rows, " + std::to_string(m.kv_blocks) + " KV blocks";
+    return m;
+  }
+
+  std::int32_t L_ = 0, E_ = 0, K_ = 0;
+
  private:
   /// Launch `i` of layer `layer` shows `experts` at `rows` of the layer's tensor; with `copy`, each
   /// is copied there first.
@@ -297,7 +324,6 @@ class cpu_experts_residency final : public residency {
     launches_[i] = {layer, maps_[i], copies_[i], false};
   }
 
-  std::int32_t L_ = 0, E_ = 0, K_ = 0;
   std::int32_t staging_ = 0;          // the staging tensor
   std::int32_t half_ = 0;             // the staging half the last copies went to
   std::vector<std::int32_t> row_of_;  // [layers x experts]: pinned row or -1
@@ -308,6 +334,72 @@ class cpu_experts_residency final : public residency {
   std::vector<std::vector<std::int32_t>> maps_;
   std::vector<std::vector<row_copy>> copies_;
   std::vector<moe_launch> launches_;
+};
+
+/// @brief `cpu-experts` (see the file comment).
+class cpu_experts_residency final : public host_experts_residency {
+ public:
+  memory_plan setup(const arm_context& ctx) override {
+    const std::int32_t layers = ctx.model.layers;
+    const std::int32_t cap = budget_cap(ctx);
+    const std::int32_t staging = 2 * ctx.model.top_k;
+    const std::int32_t n = std::max(0, cap - (staging + layers - 1) / layers);
+    std::vector<std::vector<std::int32_t>> pinned;
+    for (std::int32_t l = 0; l < layers; ++l) {
+      std::vector<std::int32_t> order =
+          experts_by_frequency(ctx.warmup, l, ctx.model.experts, ctx.model.top_k);
+      order.resize(idx(n));
+      pinned.push_back(std::move(order));
+    }
+    memory_plan m = place(ctx, "cpu-experts", pinned);
+    m.rows = n;
+    m.note = std::to_string(n) + " pinned per layer, " + m.note;
+    return m;
+  }
+
+ private:
+  // Alone, the host finishes the expert no later than a copy would land.
+  [[nodiscard]] bool to_host(const wisp::hybrid_cost_model& cost, std::int32_t positions,
+                             std::int32_t /*tokens*/) const override {
+    return cost.call_seconds + cost.host_seconds(1, positions) <= cost.copy_seconds;
+  }
+};
+
+/// @brief `cpu-moe-layers` (see the file comment).
+class cpu_moe_layers_residency final : public host_experts_residency {
+ public:
+  /// llama.cpp's `GGML_OP_OFFLOAD_MIN_BATCH` default: a call of at least this many rows copies
+  /// the host layer's weights to the device instead of computing them on the CPU.
+  static constexpr std::int32_t op_offload_min_batch = 32;
+
+  memory_plan setup(const arm_context& ctx) override {
+    const std::int32_t layers = ctx.model.layers;
+    const std::int32_t experts = ctx.model.experts;
+    const auto rows = static_cast<std::int64_t>(budget_cap(ctx)) * layers;
+    // Every layer resident when they all fit; otherwise the staging rows come first.
+    std::int64_t resident = rows / experts;
+    if (resident < layers) {
+      resident = std::max<std::int64_t>(0, (rows - 2 * ctx.model.top_k) / experts);
+    }
+    host_layers_ = layers - static_cast<std::int32_t>(std::min<std::int64_t>(resident, layers));
+    std::vector<std::vector<std::int32_t>> pinned(idx(layers));
+    for (std::int32_t l = host_layers_; l < layers; ++l) {  // llama.cpp: the first N on the CPU
+      pinned[idx(l)].resize(idx(experts));
+      std::iota(pinned[idx(l)].begin(), pinned[idx(l)].end(), 0);
+    }
+    memory_plan m = place(ctx, "cpu-moe-layers", pinned);
+    m.rows = layers > host_layers_ ? experts : 0;
+    m.note = "--n-cpu-moe " + std::to_string(host_layers_) + ", " + m.note;
+    return m;
+  }
+
+ private:
+  [[nodiscard]] bool to_host(const wisp::hybrid_cost_model& /*cost*/, std::int32_t /*positions*/,
+                             std::int32_t tokens) const override {
+    return tokens < op_offload_min_batch;
+  }
+
+  std::int32_t host_layers_ = 0;
 };
 
 }  // namespace wisp_engine

@@ -29,15 +29,15 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
                         a device profile file (JSON, see docs/transfer.md), or host (compute
                         charged by this machine's CPU time: the engine's original timing)
   --arms A,B,...        arms (default: full,layer-offload,on-demand,static-hot,llama.cpp-cache,
-                        cpu-experts,pager,pager+plan,pager+dynamic,pager+prefetch,pager+zip,
-                        tiered,pager+hybrid); full also runs at the smallest budget where it fits
+                        cpu-experts,cpu-moe-layers,pager,pager+plan,pager+dynamic,
+                        pager+prefetch,pager+zip,tiered,pager+hybrid); full also runs at the smallest budget where it fits
                         when it does not fit the budget (the upper bound)
   --policies P,Q,...    eviction policies of the pager arm, one arm each (default: lru,fifo,lfu,
                         lfu_history,lfru,fld,least_stale,decayed_frequency,predicted_next_use,
                         reuse_probability,learned_belady; least-stale is accepted too)
   --policy NAME         policy of pager+plan, pager+dynamic, pager+prefetch, pager+zip and
                         pager+hybrid (default lru)
-  --host-compute HOW    cpu-experts and pager+hybrid: host experts charged by the profile's host
+  --host-compute HOW    cpu-experts, cpu-moe-layers and pager+hybrid: host experts charged by the profile's host
                         roofline (roofline, default) or by this machine's CPU time (measured)
   --host-thread-gflops G
                         the profile's host: GFLOP/s of one thread (default 64)
@@ -55,7 +55,8 @@ inline constexpr const char* usage = R"(usage: wisp-engine [options]
   --bandwidth GBPS      host->device link, GB/s (default: the profile's h2d_gbps; 25 for host)
   --latency-us US       latency of one copy, microseconds (default: the profile's; 10 for host)
   --cap N               caching arms: per-layer expert rows (default: the largest that leaves the
-                        KV floor; tiered, llama.cpp-cache and cpu-experts take the same bytes)
+                        KV floor; tiered, llama.cpp-cache, cpu-experts and
+                        cpu-moe-layers take the same bytes)
   --hot N               static-hot: pinned experts per layer (default: chosen on the warm-up)
   --workload NAME       chat (default; stationary routing) or shift (routing domains change)
   --sessions N          evaluated sessions (default 16; with a trace: every sequence after the
@@ -89,9 +90,9 @@ struct cli_options {
   std::vector<arm_kind> arms = {
       arm_kind::full,           arm_kind::layer_offload,   arm_kind::on_demand,
       arm_kind::static_hot,     arm_kind::llama_cpp_cache, arm_kind::cpu_experts,
-      arm_kind::pager,          arm_kind::pager_plan,      arm_kind::pager_dynamic,
-      arm_kind::pager_prefetch, arm_kind::pager_zip,       arm_kind::tiered,
-      arm_kind::pager_hybrid};
+      arm_kind::cpu_moe_layers, arm_kind::pager,           arm_kind::pager_plan,
+      arm_kind::pager_dynamic,  arm_kind::pager_prefetch,  arm_kind::pager_zip,
+      arm_kind::tiered,         arm_kind::pager_hybrid};
   std::string device = "rtx-4090";  ///< `--device`: a preset, a file, or "host"
   std::vector<std::string> policies = all_policies();
   std::string workload = "chat";

@@ -6,9 +6,9 @@
 /// modelled device (device.hpp); the per-layer residency interface (residency.hpp) and its arms
 /// (arm_full.hpp, arm_layer_offload.hpp, arm_on_demand.hpp, arm_static_hot.hpp,
 /// arm_llama_cpp.hpp, arm_pager.hpp with pager_resize.hpp, arm_tiered.hpp, arm_hybrid.hpp with
-/// `cpu-experts` and `pager+hybrid`); the dense math of a forward (forward.hpp); the scheduler
-/// (scheduler.hpp); the serving loop (loop.hpp); repeated, interleaved runs and their report
-/// (report.hpp). See docs/engine.md.
+/// `cpu-experts`, `cpu-moe-layers` and `pager+hybrid`); the dense math of a forward (forward.hpp);
+/// the scheduler (scheduler.hpp); the serving loop (loop.hpp); repeated, interleaved runs and their
+/// report (report.hpp). See docs/engine.md.
 #pragma once
 
 #include "arm_full.hpp"
@@ -105,6 +105,8 @@ inline constexpr bool pager_arm_policy = !std::is_same_v<Policy, wisp::belady>;
       return std::make_unique<llama_cpp_residency>();
     case arm_kind::cpu_experts:
       return std::make_unique<cpu_experts_residency>();
+    case arm_kind::cpu_moe_layers:
+      return std::make_unique<cpu_moe_layers_residency>();
     default:
       break;
   }

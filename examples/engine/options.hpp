@@ -36,6 +36,7 @@ enum class arm_kind : std::uint8_t {
   static_hot,       ///< per layer, the warm-up's most frequent experts pinned, misses staged
   llama_cpp_cache,  ///< llama.cpp's expert cache: one global LRU pool, sorted merged uploads
   cpu_experts,      ///< the warm-up's hottest experts resident, the others computed by the host
+  cpu_moe_layers,   ///< llama.cpp `--n-cpu-moe`: the first layers' experts computed by the host
   pager,            ///< `wisp::pager<Policy>` at the largest cap that leaves the KV floor
   pager_plan,       ///< the pager at the cap and KV blocks of `wisp::configure`
   pager_dynamic,    ///< `pager_plan`, then the online controller resizes at drained barriers
@@ -45,9 +46,9 @@ enum class arm_kind : std::uint8_t {
   pager_hybrid      ///< `pager`, each miss copied or computed by the host (`miss_policy::hybrid`)
 };
 inline constexpr std::string_view arm_names[] = {
-    "full",        "layer-offload", "on-demand",   "static-hot",    "llama.cpp-cache",
-    "cpu-experts", "pager",         "pager+plan",  "pager+dynamic", "pager+prefetch",
-    "pager+zip",   "tiered",        "pager+hybrid"};
+    "full",           "layer-offload",  "on-demand", "static-hot",  "llama.cpp-cache",
+    "cpu-experts",    "cpu-moe-layers", "pager",     "pager+plan",  "pager+dynamic",
+    "pager+prefetch", "pager+zip",      "tiered",    "pager+hybrid"};
 
 [[nodiscard]] inline std::string_view arm_name(arm_kind a) noexcept {
   return arm_names[static_cast<std::size_t>(a)];
@@ -69,7 +70,7 @@ inline constexpr std::string_view arm_names[] = {
 }
 /// Whether the arm computes experts on the host (and so reports host compute).
 [[nodiscard]] constexpr bool computes_on_host(arm_kind a) noexcept {
-  return a == arm_kind::cpu_experts || a == arm_kind::pager_hybrid;
+  return a == arm_kind::cpu_experts || a == arm_kind::cpu_moe_layers || a == arm_kind::pager_hybrid;
 }
 /// Whether wisp places the arm's experts (`wisp::pager` or the tiered pools); the others are the
 /// baselines.
@@ -92,8 +93,8 @@ struct engine_options {
   /// The modelled GPU: compute charged by its roofline (device.hpp); nullopt (`--device host`):
   /// compute charged by the host's thread CPU time.
   std::optional<wisp::device_profile> device;
-  /// cpu-experts, pager+hybrid: host experts charged by their measured CPU time instead of the
-  /// profile's host roofline (`--host-compute measured`).
+  /// cpu-experts, cpu-moe-layers, pager+hybrid: host experts charged by their measured CPU time
+  /// instead of the profile's host roofline (`--host-compute measured`).
   bool host_measured = false;
   /// The profile's host: FLOP/s of one thread (`--host-thread-gflops`, see docs/engine.md).
   double host_thread_flops = 64e9;
@@ -172,8 +173,9 @@ struct arm_result {
   std::uint64_t raw_bytes = 0;    ///< BF16 bytes of the experts copied (bytes_moved unless zip)
   std::uint64_t expert_copies = 0, expert_accesses = 0;  ///< copies a call or schedule needed
   std::uint64_t prefetch_copies = 0;  ///< pager+prefetch: predicted experts copied
-  /// cpu-experts, pager+hybrid: (call, expert) pairs the host computed, their positions, and the
-  /// host queue's busy time (modelled, or measured with `--host-compute measured`).
+  /// cpu-experts, cpu-moe-layers, pager+hybrid: (call, expert) pairs the host computed, their
+  /// positions, and the host queue's busy time (modelled, or measured with `--host-compute
+  /// measured`).
   std::uint64_t host_experts = 0, host_positions = 0;
   double host_seconds = 0;
   /// llama.cpp-cache: uploads once consecutive rows merge, and calls that bypassed the cache.

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The example engine on a modelled GPU: a device profile's roofline charges computed by hand; the
-// arms of the low-VRAM regime (cpu-experts, llama.cpp-cache, pager+hybrid) against hand-computed
-// schedules; determinism of the modelled times; the deterministic arms' copies, bytes and outputs
-// the same under the profile as under the host's CPU time.
+// arms of the low-VRAM regime (cpu-experts, cpu-moe-layers, llama.cpp-cache, pager+hybrid) against
+// hand-computed schedules; determinism of the modelled times; the deterministic arms' copies, bytes
+// and outputs the same under the profile as under the host's CPU time.
 #include "support.hpp"
 
 #include <gtest/gtest.h>
@@ -188,6 +188,53 @@ TEST(EngineRegime, CpuExpertsMatchesTheHandComputedSchedule) {
   EXPECT_EQ(staged.host_experts, 0u);
   EXPECT_EQ(staged.expert_copies, 3u);
   expect_same(r, staged);
+}
+
+// cpu-moe-layers, 2 layers of 4 experts, k = 1, 3 rows a layer: 6 rows hold one whole layer (4)
+// beside the 2k = 2 staging rows, so `--n-cpu-moe 1`: layer 0's experts stay on the host and
+// every expert routed there is computed by the host, while layer 1 always hits. Decode calls
+// route one expert per layer, so half of all accesses hit and the other half are host experts.
+TEST(EngineRegime, CpuMoeLayersComputesTheFirstLayersOnTheHost) {
+  const model_config c = micro(2, 1);
+  engine_options o = regime_options(arm_kind::cpu_moe_layers);
+  o.cap = 3;
+  const workload w = micro_workload(c, {{1, 2}, {3, 0}, {2, 1}}, 1, 2);
+  const arm_result r = run_micro(c, w, o);
+  ASSERT_TRUE(r.feasible) << r.note;
+  EXPECT_EQ(r.cap, 4);  // a resident layer's rows
+  EXPECT_NE(r.note.find("--n-cpu-moe 1"), std::string::npos) << r.note;
+  EXPECT_EQ(r.expert_copies, 0u);
+  EXPECT_EQ(2 * r.host_experts, r.expert_accesses);
+  EXPECT_DOUBLE_EQ(r.hit_rate, 0.5);
+  expect_same(run_micro(c, w, regime_options(arm_kind::full)), r);
+  // When every layer fits (4 rows a layer), nothing is left on the host.
+  o.cap = 4;
+  const arm_result all = run_micro(c, w, o);
+  ASSERT_TRUE(all.feasible) << all.note;
+  EXPECT_NE(all.note.find("--n-cpu-moe 0"), std::string::npos) << all.note;
+  EXPECT_EQ(all.host_experts, 0u);
+  EXPECT_DOUBLE_EQ(all.hit_rate, 1.0);
+}
+
+// A call of at least 32 rows copies its routed experts of a host layer to the staging rows, as
+// llama.cpp offloads large batches: the 36-token prompt's layer-0 call routes all 4 experts and
+// stages them; each decode call's expert is computed by the host.
+TEST(EngineRegime, CpuMoeLayersStagesTheHostLayersOfCallsOf32RowsOrMore) {
+  const model_config c = micro(2, 1);
+  std::vector<std::vector<std::int32_t>> steps;
+  for (std::int32_t s = 0; s < 40; ++s) {
+    steps.push_back({s % 4, (s + 1) % 4});
+  }
+  const workload w = micro_workload(c, steps, 36, 3);
+  engine_options o = regime_options(arm_kind::cpu_moe_layers);
+  o.cap = 3;
+  const arm_result r = run_micro(c, w, o);
+  ASSERT_TRUE(r.feasible) << r.note;
+  EXPECT_EQ(r.expert_copies, 4u);
+  EXPECT_EQ(r.bytes_moved, 4 * c.expert_bytes());
+  EXPECT_EQ(2 * (r.host_experts + r.expert_copies), r.expert_accesses);
+  EXPECT_GE(r.host_experts, 1u);
+  expect_same(run_micro(c, w, regime_options(arm_kind::full)), r);
 }
 
 // llama.cpp-cache, 2 layers of 4 experts, k = 2, 3 rows a layer: 6 rows, 2k = 4 staging rows, a

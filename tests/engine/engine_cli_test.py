@@ -40,7 +40,7 @@ class EngineJson(unittest.TestCase):
             ("full", None, False), ("full", None, True), ("layer-offload", None, False),
             ("on-demand", None, False), ("static-hot", None, False),
             ("llama.cpp-cache", None, False), ("cpu-experts", None, False),
-            ("pager", "lru", False), ("pager", "least_stale", False),
+            ("cpu-moe-layers", None, False), ("pager", "lru", False), ("pager", "least_stale", False),
             ("pager+plan", "lru", False), ("pager+dynamic", "lru", False),
             ("pager+prefetch", "lru", False), ("pager+zip", "lru", False),
             ("tiered", None, False), ("pager+hybrid", "lru", False)])
@@ -66,7 +66,7 @@ class EngineJson(unittest.TestCase):
 
     def test_host_and_llama_arms_report_their_own_figures(self):
         arms = {(a["name"], a.get("policy")): a for a in self.doc["arms"]}
-        for key in (("cpu-experts", None), ("pager+hybrid", "lru")):
+        for key in (("cpu-experts", None), ("cpu-moe-layers", None), ("pager+hybrid", "lru")):
             arm = arms[key]
             self.assertGreaterEqual(arm["host_positions"], arm["host_experts"])
             self.assertEqual(len(arm["host_compute_s"]["runs"]), 3)
@@ -75,7 +75,8 @@ class EngineJson(unittest.TestCase):
         self.assertLessEqual(llama["upload_runs"], llama["expert_copies"])
         self.assertGreaterEqual(llama["bypassed_calls"], 0)
         for arm in self.doc["arms"]:
-            if arm["feasible"] and arm["name"] not in ("cpu-experts", "pager+hybrid"):
+            if arm["feasible"] and arm["name"] not in ("cpu-experts", "cpu-moe-layers",
+                                                       "pager+hybrid"):
                 self.assertNotIn("host_experts", arm)
 
     def test_full_is_infeasible_and_its_upper_bound_is_not(self):
@@ -219,7 +220,7 @@ class EngineCommandLine(unittest.TestCase):
         self.assertIn("--repeat N", p.stdout)
         help_text = p.stdout.replace("\n", " ").replace(" ", "")
         for name in ("full", "layer-offload", "on-demand", "static-hot", "llama.cpp-cache",
-                     "cpu-experts", "pager+plan", "pager+dynamic", "pager+prefetch",
+                     "cpu-experts", "cpu-moe-layers", "pager+plan", "pager+dynamic", "pager+prefetch",
                      "pager+zip", "tiered", "pager+hybrid", "rtx-4090", "h100-pcie", "lru", "fifo",
                      "lfu_history", "lfru", "fld", "least_stale", "least-stale",
                      "decayed_frequency", "predicted_next_use"):

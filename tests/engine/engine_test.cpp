@@ -21,9 +21,11 @@ namespace {
 using namespace engine_test;
 
 constexpr arm_kind every_arm_but_full[] = {
-    arm_kind::layer_offload,  arm_kind::on_demand, arm_kind::static_hot, arm_kind::llama_cpp_cache,
-    arm_kind::cpu_experts,    arm_kind::pager,     arm_kind::pager_plan, arm_kind::pager_dynamic,
-    arm_kind::pager_prefetch, arm_kind::pager_zip, arm_kind::tiered,     arm_kind::pager_hybrid};
+    arm_kind::layer_offload,   arm_kind::on_demand,   arm_kind::static_hot,
+    arm_kind::llama_cpp_cache, arm_kind::cpu_experts, arm_kind::cpu_moe_layers,
+    arm_kind::pager,           arm_kind::pager_plan,  arm_kind::pager_dynamic,
+    arm_kind::pager_prefetch,  arm_kind::pager_zip,   arm_kind::tiered,
+    arm_kind::pager_hybrid};
 
 // The reference is `full` at a budget where everything fits; the other arms run at a budget with
 // room for k + 2 experts per layer beside the KV floor, so every caching arm evicts. Under the

@@ -352,9 +352,10 @@ TEST(EngineWorkload, RealEsftRoutingKeepsEveryArmIdentical) {
   o.budget_bytes = static_cast<std::uint64_t>(21) * c.layers * c.expert_bytes() +
                    workload_floor(w.evaluated, o.max_running).bytes(alloc_spec(c)).count();
   o.device = wisp::device_profile_preset("rtx-4090");
-  for (const arm_kind arm : {arm_kind::layer_offload, arm_kind::on_demand, arm_kind::static_hot,
-                             arm_kind::llama_cpp_cache, arm_kind::cpu_experts, arm_kind::pager,
-                             arm_kind::tiered, arm_kind::pager_hybrid}) {
+  for (const arm_kind arm :
+       {arm_kind::layer_offload, arm_kind::on_demand, arm_kind::static_hot,
+        arm_kind::llama_cpp_cache, arm_kind::cpu_experts, arm_kind::cpu_moe_layers, arm_kind::pager,
+        arm_kind::tiered, arm_kind::pager_hybrid}) {
     SCOPED_TRACE(std::string(arm_name(arm)));
     o.arm = arm;
     const arm_result r = run_arm(weights, o, w, log);
