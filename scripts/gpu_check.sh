@@ -2,7 +2,7 @@
 # Builds wisp::cuda's tests and benchmarks with nvcc for this machine's GPU, runs the tests with
 # WISP_REQUIRE_GPU=1 (a test that would skip for want of a device fails instead), then the GPU
 # benchmark (wisp_cuda_gpu_bench: the device step, the device profile, the MoE decode arms on
-# DeepSeek-V2-Lite and Qwen3-30B-A3B), a budget sweep of a few arms on DeepSeek-V2-Lite at larger
+# DeepSeek-V2-Lite and gpt-oss-20b, each routed by its real trace), a budget sweep of a few arms on DeepSeek-V2-Lite at larger
 # budgets (where fewer misses leave the per-layer host sync a larger share) and, if time is left,
 # the host benchmark of the step.
 # Needs nvcc, CMake >= 3.24, Ninja, GoogleTest and Google Benchmark; no network.
@@ -12,9 +12,10 @@
 #   CUDACXX            nvcc (default /usr/local/cuda/bin/nvcc)
 #   CUDA_ARCHS         default: the GPU's compute capability from nvidia-smi (e.g. 90), else native
 #   JOBS               build jobs (default: all cores)
-#   TRACES_DIR         folder holding raw/esft_deepseek_v2_lite_intent (default: .traces in the
-#                      checkout if present, else ../shared/traces); without it DeepSeek-V2-Lite is
-#                      routed by the synthetic router and every file says so
+#   TRACES_DIR         folder holding raw/esft_deepseek_v2_lite_intent and
+#                      raw/gptoss20b_mmlu_pro_decode (default: .traces in the checkout if present,
+#                      else ../shared/traces); without a trace its model is routed by the
+#                      synthetic router and every file says so
 #   GPU_CHECK_SECONDS  wall-clock budget of the whole script, build included (default 450); the
 #                      benchmark stops starting repetitions so that the script ends within it
 #   GPU_CHECK_COMMIT   the commit recorded in the results (default: git rev-parse, else unknown)
@@ -70,12 +71,14 @@ if [[ -z ${TRACES_DIR:-} ]]; then
 fi
 log "device: ${smi_name:-unknown} (compute capability ${capability:-?}), architectures $archs, commit $commit"
 log "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
-if [[ -d $TRACES_DIR/raw/esft_deepseek_v2_lite_intent ]]; then
-  log "ESFT trace: $TRACES_DIR/raw/esft_deepseek_v2_lite_intent"
-else
-  log "WARNING: no ESFT trace under $TRACES_DIR: DeepSeek-V2-Lite is routed by the synthetic router" \
-    "(copy ../shared/traces into .traces and carry it)"
-fi
+for trace in esft_deepseek_v2_lite_intent gptoss20b_mmlu_pro_decode; do
+  if [[ -e $TRACES_DIR/raw/$trace ]]; then
+    log "trace: $TRACES_DIR/raw/$trace"
+  else
+    log "WARNING: no $trace under $TRACES_DIR: its model is routed by the synthetic router" \
+      "(copy ../shared/traces/raw into .traces/raw and carry it)"
+  fi
+done
 
 # CCCL's CMake package: wherever the toolkit keeps it (lib/cmake, lib64/cmake, targets/...). If
 # the toolkit has the headers but no package, a minimal one over the headers stands in.

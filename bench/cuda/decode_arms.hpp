@@ -10,11 +10,8 @@
 
 #include "decode_model.hpp"
 
-#include <wisp/cache/fifo.hpp>
-#include <wisp/cache/least_stale.hpp>
-#include <wisp/cache/lfru.hpp>
-#include <wisp/cache/lfu.hpp>
 #include <wisp/cache/lru.hpp>
+#include <wisp/cache/visit_policy.hpp>
 #include <wisp/core/error.hpp>
 #include <wisp/core/topk.hpp>
 #include <wisp/cuda/pager_step.hpp>
@@ -30,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace wisp::bench {
@@ -144,7 +142,7 @@ class offload_rule {
         identity_(detail::identity_map(shape.experts)),
         distinct_(shape.experts) {}
 
-  void begin_token() noexcept {}
+  void begin_token(std::uint32_t /*position*/) noexcept {}
   layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
     const auto d = static_cast<std::int32_t>(distinct_(ids).size());
     if (resident(layer)) {
@@ -193,7 +191,7 @@ class on_demand_rule {
     WISP_EXPECTS(staging >= shape.top_k, "on-demand: ", staging, " staging rows for top-",
                  shape.top_k);
   }
-  void begin_token() noexcept {}
+  void begin_token(std::uint32_t /*position*/) noexcept {}
   layer_call call(std::int32_t, std::span<const std::int32_t> ids) {
     for (const copy_op& c : copies_) {
       map_[static_cast<std::size_t>(c.expert)] = -1;
@@ -271,7 +269,7 @@ class static_hot_rule {
       }
     }
   }
-  void begin_token() noexcept {}
+  void begin_token(std::uint32_t /*position*/) noexcept {}
   layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
     for (const std::int32_t e : shown_) {
       map_[static_cast<std::size_t>(e)] = -1;
@@ -348,7 +346,7 @@ class llama_rule {
                 .top_k = shape.top_k,
                 .capacity = shape.layers * capacity,
                 .scope = cache_scope::global}) {}
-  void begin_token() noexcept {}
+  void begin_token(std::uint32_t /*position*/) noexcept {}
   layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
     const llama_cpp_plan p =
         cache_.plan(layer, ids, static_cast<std::int32_t>(ids.size()) / shape_.top_k);
@@ -384,10 +382,14 @@ class pager_rule {
                 .experts = shape.experts,
                 .top_k = shape.top_k,
                 .capacity = capacity}) {}
-  void begin_token() noexcept { pager_.begin_step(); }
+  void begin_token(std::uint32_t position) noexcept {
+    pager_.begin_step();
+    position_ = position;
+  }
   layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
-    const prepare_result r = pager_.prepare(
-        layer, ids, static_cast<std::int32_t>(ids.size()) / shape_.top_k, shape_.top_k);
+    const prepare_result r =
+        pager_.prepare(layer, ids, static_cast<std::int32_t>(ids.size()) / shape_.top_k,
+                       shape_.top_k, std::span<const std::uint32_t>(&position_, 1));
     return {r.expert_map, r.copy_plan, static_cast<std::int64_t>(layer) * capacity_,
             capacity_,    false,       r.hits,
             r.misses,     r.misses};
@@ -401,6 +403,7 @@ class pager_rule {
   moe_shape shape_;
   std::int32_t capacity_;
   pager<Policy> pager_;
+  std::uint32_t position_ = 0;  // the current token's position in its sequence
 };
 
 /// The device step's policy for wisp-graph when the wisp arm runs the host policy `name`, and why
@@ -441,7 +444,7 @@ class device_step_rule {
                 .experts = shape.experts,
                 .capacity = capacity,
                 .policy = policy}) {}
-  void begin_token() noexcept {}
+  void begin_token(std::uint32_t /*position*/) noexcept {}
   layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
     const cuda::pager_step_status s = state_.step(layer, ids, cuda::step_kernel::automatic);
     WISP_EXPECTS(s == cuda::pager_step_status::ok, "wisp-graph: the step of layer ", layer,
@@ -476,7 +479,7 @@ class all_resident_rule {
 
   explicit all_resident_rule(const moe_shape& shape)
       : shape_(shape), identity_(detail::identity_map(shape.experts)), distinct_(shape.experts) {}
-  void begin_token() noexcept {}
+  void begin_token(std::uint32_t /*position*/) noexcept {}
   layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
     const auto d = static_cast<std::int32_t>(distinct_(ids).size());
     return {
@@ -641,7 +644,7 @@ call_totals replay(Rule& rule, arena_mirror& mirror, const decode_routing& r, st
                    std::int32_t end, bool check = false) {
   call_totals totals;
   for (std::int32_t t = begin; t < end; ++t) {
-    rule.begin_token();
+    rule.begin_token(r.position_of(t));
     for (std::int32_t l = 0; l < r.shape.layers; ++l) {
       const std::span<const std::int32_t> ids = r.ids_of(t, l);
       const layer_call c = rule.call(l, ids);
@@ -669,32 +672,31 @@ arena_mirror preloaded(const Rule& rule, std::int64_t rows, const moe_shape& sha
 
 // ---- wisp's policy ---------------------------------------------------------------------------
 
-/// The policies the wisp arm chooses from: the online built-ins that pager serves per layer.
-inline constexpr std::array<std::string_view, 6> wisp_policy_names{
-    lru::name, lfu_history::name, lfru::name, lfu::name, fifo::name, least_stale::name};
+/// The policies the wisp arm chooses from: every built-in that `pager` serves online (each of
+/// `builtin_policy_names` but `belady`, which needs the future), in the tools' order.
+inline constexpr auto wisp_policy_names = [] {
+  std::array<std::string_view, std::size(builtin_policy_names) - 1> names{};
+  std::size_t n = 0;
+  for (const std::string_view name : builtin_policy_names) {
+    if (name != belady::name) {
+      names[n++] = name;
+    }
+  }
+  return names;
+}();
 
 /// Calls `f(std::type_identity<Policy>{})` for the policy `name` of `wisp_policy_names`.
 /// @throws wisp::logic_error listing the names if `name` is not one of them.
 template <class F>
 decltype(auto) visit_wisp_policy(std::string_view name, F&& f) {
-  if (name == lru::name) {
-    return f(std::type_identity<lru>{});
-  }
-  if (name == lfu_history::name) {
-    return f(std::type_identity<lfu_history>{});
-  }
-  if (name == lfru::name) {
-    return f(std::type_identity<lfru>{});
-  }
-  if (name == lfu::name) {
-    return f(std::type_identity<lfu>{});
-  }
-  if (name == fifo::name) {
-    return f(std::type_identity<fifo>{});
-  }
-  WISP_EXPECTS(name == least_stale::name, "unknown wisp policy '", name,
-               "' (lru, lfu_history, lfru, lfu, fifo, least_stale)");
-  return f(std::type_identity<least_stale>{});
+  WISP_EXPECTS(name != belady::name, "the wisp arm's policy must be online, got '", name, "'");
+  return visit_policy(name, [&]<class P>(std::type_identity<P> policy) -> decltype(auto) {
+    if constexpr (std::is_same_v<P, belady>) {
+      return f(std::type_identity<lru>{});  // unreachable: refused above; belady needs the future
+    } else {
+      return f(policy);
+    }
+  });
 }
 
 /// The policy with the fewest misses over a history, and every candidate's misses.

@@ -11,6 +11,7 @@
 #include <wisp/kernel/bf16.hpp>
 #include <wisp/kernel/swiglu.hpp>
 #include <wisp/trace/esft.hpp>
+#include <wisp/trace/jsonl.hpp>
 #include <wisp/trace/routing_trace.hpp>
 #include <wisp/trace/synthetic.hpp>
 
@@ -33,7 +34,7 @@ struct decode_model {
   std::string name;
   moe_shape shape;
   swiglu_shape expert;
-  std::string routing;  // "esft", or "synthetic:<preset>"
+  std::string routing;  // "esft", "gptoss", or "synthetic:<preset>"
 
   [[nodiscard]] std::size_t expert_bytes() const noexcept { return expert.row_bytes(); }
   [[nodiscard]] std::uint64_t layer_bytes() const noexcept {
@@ -47,15 +48,21 @@ struct decode_model {
 /// The models: "deepseek-v2-lite" (26 x 64, top-6, H 2048, I 1408: 16.5 MiB per expert, 27.5 GiB,
 /// routed by the ESFT trace) and "qwen3-30b-a3b" (48 x 128, top-8, H 2048, I 768: 9 MiB per
 /// expert, 54 GiB, routed by the synthetic router's preset of that name), both from the preset
-/// table of `wisp::model_presets()`; "tiny" (4 x 16, top-2, H 256, I 128), the GPU test's.
+/// table of `wisp::model_presets()`; "gpt-oss-20b" (24 x 32, top-4, H 2880, I 2880: its MXFP4
+/// experts stored as bf16, 47.5 MiB each, 35.6 GiB, routed by the shared gpt-oss-20b decode
+/// trace); "tiny" (4 x 16, top-2, H 256, I 128), the GPU test's.
 /// @throws wisp::logic_error naming the valid names.
 [[nodiscard]] inline decode_model decode_model_named(std::string_view name) {
   if (name == "tiny") {
     return {"tiny", {4, 16, 2}, {256, 128}, "synthetic:tiny"};
   }
+  if (name == "gpt-oss-20b") {  // openai/gpt-oss-20b's config.json; its MXFP4 experts as bf16
+    return {"gpt-oss-20b", {24, 32, 4}, {2880, 2880}, "gptoss"};
+  }
   const model_preset_entry* p = find_model_preset(name);
   WISP_EXPECTS(p != nullptr && (name == "deepseek-v2-lite" || name == "qwen3-30b-a3b"),
-               "unknown decode model '", name, "' (models: deepseek-v2-lite, qwen3-30b-a3b, tiny)");
+               "unknown decode model '", name,
+               "' (models: deepseek-v2-lite, qwen3-30b-a3b, gpt-oss-20b, tiny)");
   const model_config& c = p->config;
   return {std::string(name),
           {static_cast<std::int32_t>(c.moe_layers), static_cast<std::int32_t>(c.experts),
@@ -97,6 +104,14 @@ struct decode_routing {
   std::vector<std::int32_t> ids;
   std::vector<float> weights;
   std::string source;  // what routes it, for the report
+  /// `[tokens]`: each token's position in its sequence (the positions position-aware policies
+  /// read); empty: every token at position 0.
+  std::vector<std::uint32_t> positions;
+
+  /// Token `token`'s position in its sequence.
+  [[nodiscard]] std::uint32_t position_of(std::int32_t token) const noexcept {
+    return positions.empty() ? 0u : positions[static_cast<std::size_t>(token)];
+  }
 
   [[nodiscard]] std::size_t offset(std::int32_t token, std::int32_t layer) const noexcept {
     return (static_cast<std::size_t>(token) * static_cast<std::size_t>(shape.layers) +
@@ -125,7 +140,7 @@ struct decode_routing {
                                                        std::string source) {
   WISP_EXPECTS(tokens >= 0 && static_cast<std::size_t>(tokens) <= t.steps(), "routing: ", tokens,
                " tokens asked of a trace of ", t.steps(), " steps (", source, ")");
-  decode_routing r{t.shape(), tokens, {}, {}, std::move(source)};
+  decode_routing r{t.shape(), tokens, {}, {}, std::move(source), {}};
   const std::size_t n = static_cast<std::size_t>(tokens) * r.per_token();
   r.ids.reserve(n);
   r.weights.reserve(n);
@@ -140,6 +155,16 @@ struct decode_routing {
       }
     }
   }
+  const std::span<const std::size_t> starts = t.sequence_starts();
+  r.positions.reserve(static_cast<std::size_t>(tokens));
+  std::size_t next = 0;  // the first start after the current token's sequence's
+  std::size_t start = 0;
+  for (std::size_t s = 0; s < static_cast<std::size_t>(tokens); ++s) {
+    while (next < starts.size() && starts[next] <= s) {
+      start = starts[next++];
+    }
+    r.positions.push_back(static_cast<std::uint32_t>(s - start));
+  }
   return r;
 }
 
@@ -149,7 +174,9 @@ inline constexpr std::uint64_t decode_routing_seed = 1;
 /// @brief The routing of `model` for `tokens` tokens. "esft": the ESFT trace under `traces_dir`
 /// (`raw/esft_deepseek_v2_lite_intent`, replayed in its canonical order); when that folder is
 /// absent, the synthetic "deepseek-v2-lite" preset (calibrated against ESFT) with a source that
-/// says so. "synthetic:<preset>": `make_synthetic_trace` of the preset ("tiny": the synthetic
+/// says so. "gptoss": the gpt-oss-20b decode trace (`raw/gptoss20b_mmlu_pro_decode/routing.jsonl`,
+/// requests in file order); when absent, the synthetic router at its shape, and the source says
+/// so. "synthetic:<preset>": `make_synthetic_trace` of the preset ("tiny": the synthetic
 /// router's default dynamics at the tiny shape), seed `decode_routing_seed`.
 /// @throws wisp::logic_error if the model's shape and the trace's differ or the trace is short;
 ///   wisp::format_error if the ESFT files are malformed.
@@ -172,6 +199,19 @@ inline constexpr std::uint64_t decode_routing_seed = 1;
                     "ESFT ABSENT at " + dir.string() +
                         ": synthetic router, preset deepseek-v2-lite (calibrated against ESFT), "
                         "seed 1");
+    }
+  } else if (model.routing == "gptoss") {
+    const std::filesystem::path file =
+        traces_dir / "raw" / "gptoss20b_mmlu_pro_decode" / "routing.jsonl";
+    if (std::filesystem::is_regular_file(file)) {
+      jsonl_config c;
+      c.group_key = "request";
+      r = routing_from_trace(import_jsonl(file, c).trace, tokens,
+                             "gpt-oss-20b decode trace (" + file.string() + "), file order");
+    } else {
+      r = synthetic(synthetic_for_shape(model.shape),
+                    "gpt-oss-20b trace ABSENT at " + file.string() +
+                        ": synthetic router at its shape, seed 1");
     }
   } else {
     WISP_EXPECTS(model.routing.starts_with("synthetic:"), "decode model '", model.name,
@@ -196,7 +236,8 @@ inline constexpr std::uint64_t decode_routing_seed = 1;
 [[nodiscard]] inline decode_routing first_layers(const decode_routing& r, std::int32_t layers) {
   WISP_EXPECTS(layers >= 1 && layers <= r.shape.layers, "first_layers: ", layers,
                " layers of a routing of ", r.shape.layers);
-  decode_routing out{{layers, r.shape.experts, r.shape.top_k}, r.tokens, {}, {}, r.source};
+  decode_routing out{
+      {layers, r.shape.experts, r.shape.top_k}, r.tokens, {}, {}, r.source, r.positions};
   const auto k = static_cast<std::ptrdiff_t>(r.shape.top_k);
   for (std::int32_t t = 0; t < r.tokens; ++t) {
     const auto from = static_cast<std::ptrdiff_t>(r.offset(t, 0));

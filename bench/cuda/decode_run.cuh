@@ -680,7 +680,7 @@ class model_bench {
                call_totals* totals) {
     const std::size_t k = static_cast<std::size_t>(shape().top_k);
     route(t);
-    rule.begin_token();
+    rule.begin_token(routing_.position_of(t));
     for (std::int32_t l = 0; l < shape().layers; ++l) {
       std::span<const std::int32_t> ids = routing_.ids_of(t, l);
       if constexpr (Rule::ids_on_host) {  // the router ran on the GPU: read its ids back

@@ -45,7 +45,7 @@ using clock_type = std::chrono::steady_clock;
 namespace wb = wisp::bench;
 
 constexpr std::string_view usage = R"(usage: wisp_cuda_gpu_bench [options]
-  --models LIST          deepseek-v2-lite,qwen3-30b-a3b (default), or tiny
+  --models LIST          deepseek-v2-lite,gpt-oss-20b (default), qwen3-30b-a3b, or tiny
   --budgets LIST         fractions of each layer's experts (default 0.25,0.5); one JSON file
                          per (model, budget)
   --arms LIST            the arms that run (default all): layer-offload, on-demand, static-hot,
@@ -58,7 +58,8 @@ constexpr std::string_view usage = R"(usage: wisp_cuda_gpu_bench [options]
   --out-dir DIR          where the JSON files go (default .)
   --file-prefix P        prefix of their names (e.g. 2026-11-27-nvidia-h100-80gb-hbm3-)
   --write-profile FILE   measure and write the device profile (JSON)
-  --traces DIR           the traces folder holding raw/esft_deepseek_v2_lite_intent
+  --traces DIR           the traces folder holding raw/esft_deepseek_v2_lite_intent and
+                         raw/gptoss20b_mmlu_pro_decode
   --commit C --smi-name NAME   recorded in every file
   --host-reserve-gib G --device-reserve-gib G   memory left to others (default 16, 2)
   --no-cublas            skip the cuBLAS kernel
@@ -67,7 +68,7 @@ constexpr std::string_view usage = R"(usage: wisp_cuda_gpu_bench [options]
 )";
 
 struct options {
-  std::vector<std::string> models{"deepseek-v2-lite", "qwen3-30b-a3b"};
+  std::vector<std::string> models{"deepseek-v2-lite", "gpt-oss-20b"};
   wb::decode_options decode;
   double deadline_s = 0;
   std::filesystem::path out_dir = ".";

@@ -20,6 +20,7 @@
 #include <wisp/kernel/reference_moe.hpp>
 #include <wisp/pager/llama_cpp_cache.hpp>
 #include <wisp/pager/pager.hpp>
+#include <wisp/trace/jsonl.hpp>
 #include <wisp/trace/synthetic.hpp>
 #include <wisp/transfer/device_profile.hpp>
 
@@ -59,6 +60,17 @@ TEST(DecodeModel, ShapesAreThePublishedOnes) {
   EXPECT_EQ(q.model_bytes(), std::uint64_t{54} * gib);
   expect_error([] { (void)wb::decode_model_named("mixtral-8x7b"); }, "mixtral-8x7b",
                "deepseek-v2-lite");
+}
+
+// gpt-oss-20b's config.json: 24 layers of 32 experts, top-4, hidden and expert width 2880; its
+// MXFP4 experts are stored as bf16 here.
+TEST(DecodeModel, GptOss20bIsItsPublishedShapeInBf16) {
+  const wb::decode_model g = wb::decode_model_named("gpt-oss-20b");
+  EXPECT_EQ(g.shape, (wisp::moe_shape{24, 32, 4}));
+  EXPECT_EQ(g.expert.hidden, 2880);
+  EXPECT_EQ(g.expert.intermediate, 2880);
+  EXPECT_EQ(g.expert_bytes(), std::size_t{3} * 2880 * 2880 * 2);
+  EXPECT_EQ(g.routing, "gptoss");
 }
 
 TEST(DecodeModel, WindowAndBudgetsAreChecked) {
@@ -101,6 +113,58 @@ TEST(DecodeRouting, DeepSeekIsTheEsftTraceInCanonicalOrder) {
         (void)wb::load_decode_routing(m, wisp::test::esft_dir().parent_path().parent_path(), 9000);
       },
       "9000", "8222");
+}
+
+// A token's position is its distance from the latest sequence start at or before it.
+void expect_positions_restart_at_every_sequence(const wb::decode_routing& r,
+                                                const wisp::routing_trace& t) {
+  const auto starts = t.sequence_starts();
+  ASSERT_EQ(r.positions.size(), static_cast<std::size_t>(r.tokens));
+  std::size_t restarts = 0;
+  for (std::int32_t tok = 0; tok < r.tokens; ++tok) {
+    const auto s = static_cast<std::size_t>(tok);
+    const auto start = *(std::upper_bound(starts.begin(), starts.end(), s) - 1);
+    ASSERT_EQ(r.position_of(tok), s - start) << "token " << tok;
+    restarts += r.position_of(tok) == 0 ? 1 : 0;
+  }
+  EXPECT_GE(restarts, 2u) << "the window should cross a sequence start";
+}
+
+TEST(DecodeRouting, EsftPositionsRestartAtEverySequence) {
+  const std::optional<wisp::routing_trace> esft = wisp::test::esft_trace();
+  WISP_TEST_NEEDS_TRACE(esft.has_value());
+  const wb::decode_routing r = wb::load_decode_routing(wb::decode_model_named("deepseek-v2-lite"),
+                                                       wisp::test::traces_dir(), 300);
+  expect_positions_restart_at_every_sequence(r, *esft);
+  // first_layers keeps them.
+  EXPECT_EQ(wb::first_layers(r, 3).positions, r.positions);
+}
+
+TEST(DecodeRouting, GptOssIsItsDecodeTraceInFileOrder) {
+  WISP_TEST_NEEDS_TRACE(std::filesystem::is_regular_file(wisp::test::gptoss_file()));
+  wisp::jsonl_config c;
+  c.group_key = "request";
+  const wisp::routing_trace t = wisp::import_jsonl(wisp::test::gptoss_file(), c).trace;
+  const wb::decode_routing r = wb::load_decode_routing(wb::decode_model_named("gpt-oss-20b"),
+                                                       wisp::test::traces_dir(), 1200);
+  EXPECT_NE(r.source.find("gpt-oss-20b decode trace"), std::string::npos) << r.source;
+  ASSERT_EQ(r.shape, (wisp::moe_shape{24, 32, 4}));
+  for (std::int32_t tok = 0; tok < 1200; ++tok) {
+    for (std::int32_t l = 0; l < 24; ++l) {
+      for (std::int32_t j = 0; j < 4; ++j) {
+        ASSERT_EQ(r.ids_of(tok, l)[static_cast<std::size_t>(j)],
+                  t.expert(static_cast<std::size_t>(tok), l, j));
+      }
+    }
+  }
+  expect_positions_restart_at_every_sequence(r, t);
+}
+
+TEST(DecodeRouting, WithoutItsTraceGptOssSaysItIsSynthetic) {
+  const wb::decode_routing r =
+      wb::load_decode_routing(wb::decode_model_named("gpt-oss-20b"), "/nonexistent", 50);
+  EXPECT_NE(r.source.find("ABSENT"), std::string::npos) << r.source;
+  EXPECT_EQ(r.shape, (wisp::moe_shape{24, 32, 4}));
 }
 
 TEST(DecodeRouting, WithoutTheEsftFolderDeepSeekSaysItIsSynthetic) {
@@ -387,7 +451,8 @@ std::set<std::int32_t> distinct_of(std::span<const std::int32_t> ids) {
 
 TEST_P(EsftArms, WispEqualsThePagerCallByCall) {
   const wisp::moe_shape s = routing_->shape;
-  for (const std::string_view policy : {std::string_view("lru"), std::string_view("lfu_history")}) {
+  for (const std::string_view policy : {std::string_view("lru"), std::string_view("lfu_history"),
+                                        std::string_view("learned_belady")}) {
     wb::visit_wisp_policy(policy, [&]<class P>(std::type_identity<P>) {
       wb::pager_rule<P> rule(s, capacity());
       wisp::pager<P> pager(
@@ -395,14 +460,16 @@ TEST_P(EsftArms, WispEqualsThePagerCallByCall) {
       wb::arena_mirror mirror(rule.arena_rows(), s);
       ASSERT_LE(rule.arena_rows(), budget_rows());
       for (std::int32_t t = 0; t < tokens; ++t) {
-        rule.begin_token();
+        rule.begin_token(routing_->position_of(t));
         pager.begin_step();
         for (std::int32_t l = 0; l < s.layers; ++l) {
           const auto ids = routing_->ids_of(t, l);
           const wb::layer_call c = rule.call(l, ids);
           mirror.apply(l, c);
           ASSERT_EQ(mirror.check(l, c, ids), "") << policy << " token " << t;
-          const wisp::prepare_result p = pager.prepare(l, ids, 1, s.top_k);
+          const std::uint32_t position = routing_->position_of(t);
+          const wisp::prepare_result p =
+              pager.prepare(l, ids, 1, s.top_k, std::span<const std::uint32_t>(&position, 1));
           ASSERT_TRUE(std::ranges::equal(c.map, p.expert_map)) << policy << " token " << t;
           ASSERT_TRUE(std::ranges::equal(c.copies, p.copy_plan)) << policy << " token " << t;
           ASSERT_EQ(c.first_row, static_cast<std::int64_t>(l) * capacity());
@@ -444,7 +511,7 @@ TEST_P(EsftArms, WispGraphUnderLfuHistoryEqualsPagerLfuHistory) {
   wb::arena_mirror host_mirror(host.arena_rows(), s);
   expect_graph_rule_equals(rule, [&](std::int32_t l, std::span<const std::int32_t> ids) {
     if (l == 0) {
-      host.begin_token();
+      host.begin_token(0);
     }
     const wb::layer_call p = host.call(l, ids);
     host_mirror.apply(l, p);
@@ -583,6 +650,21 @@ TEST_P(EsftArms, ThePolicyChoiceHasTheFewestMisses) {
   const auto [hits, accesses] = lru_counts(*routing_, capacity());
   EXPECT_EQ(wb::wisp_policy_names[0], "lru");
   EXPECT_EQ(choice.misses[0], accesses - hits);
+}
+
+// The wisp arm chooses among every online built-in: all of builtin_policy_names but belady.
+TEST(PolicyChoice, CandidatesAreEveryOnlineBuiltin) {
+  std::vector<std::string_view> want;
+  for (const std::string_view name : wisp::builtin_policy_names) {
+    if (name != "belady") {
+      want.push_back(name);
+    }
+  }
+  EXPECT_TRUE(std::ranges::equal(wb::wisp_policy_names, want));
+  EXPECT_NE(std::ranges::find(wb::wisp_policy_names, "learned_belady"),
+            wb::wisp_policy_names.end());
+  expect_error([] { (void)wb::visit_wisp_policy("belady", [](auto) { return 0; }); }, "online");
+  expect_error([] { (void)wb::visit_wisp_policy("nope", [](auto) { return 0; }); }, "nope");
 }
 
 // A mirror catches an arm that reads a row holding another expert.

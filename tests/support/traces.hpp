@@ -25,6 +25,11 @@ inline std::filesystem::path esft_dir() {
   return traces_dir() / "raw" / "esft_deepseek_v2_lite_intent";
 }
 
+/// The gpt-oss-20b decode routing (24 layers x 32 experts, top-4; JSONL grouped by "request").
+inline std::filesystem::path gptoss_file() {
+  return traces_dir() / "raw" / "gptoss20b_mmlu_pro_decode" / "routing.jsonl";
+}
+
 /// True when WISP_REQUIRE_TRACES is set to anything but "" or "0".
 inline bool traces_required() {
   const char* value = std::getenv("WISP_REQUIRE_TRACES");
