@@ -14512,9 +14512,10 @@ static_assert(fused_moe_kernel<reference_fused_moe, basic_fused_moe_args<bf16>>)
 /// measures the bound on random and trained-like weights). The ISAs compute the same products and
 /// differ only in the order of the fp32 sums.
 ///
-/// **Speed.** One row reads each weight once (memory bound: the host's read bandwidth); more rows
-/// reuse each weight tile from L1 over blocks of 8 rows, so the cost per row falls until the
-/// FMA or `vdpbf16ps` rate binds. `bench/kernel` measures it beside a STREAM-like read over the
+/// **Speed.** One row reads each weight once (memory bound: the host's read bandwidth), each
+/// weight row from start to end before the next, the order hardware prefetchers follow best;
+/// more rows reuse two weight rows (gate and up, or two of down) from L1 over blocks of 8 rows,
+/// so the cost per row falls until the FMA or `vdpbf16ps` rate binds. `bench/kernel` measures it beside a STREAM-like read over the
 /// same threads, and `bench/peers/ggml` beside ggml's `MUL_MAT_ID`.
 ///
 /// **Threads.** A call runs in two phases, gate/up then down, each split into items of 16
@@ -14650,9 +14651,12 @@ inline void dot2_scalar(const bf16* a, const bf16* b, const bf16* x, std::size_t
       float* ar = oa + static_cast<std::size_t>(r) * os;                                        \
       float* br = ob + static_cast<std::size_t>(r) * os;                                        \
       switch (std::min(host_block_rows, rows - r)) {                                            \
-        case 1:                                                                                 \
-          block<1>(a, b, xr, xs, n, ar, br, os);                                                \
+        case 1: { /* one weight row after the other: one stream the prefetcher follows */       \
+          float twin = 0.0f;                                                                    \
+          block<1>(a, a, xr, xs, n, ar, &twin, os);                                             \
+          block<1>(b, b, xr, xs, n, br, &twin, os);                                             \
           break;                                                                                \
+        }                                                                                       \
         case 2:                                                                                 \
           block<2>(a, b, xr, xs, n, ar, br, os);                                                \
           break;                                                                                \
