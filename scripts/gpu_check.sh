@@ -23,10 +23,11 @@
 #   GPU_CHECK_SWEEP_BUDGETS  its budgets (default 0.75,0.9)
 #   GPU_CHECK_SWEEP_ARMS     its arms (default wisp,wisp-graph,llama.cpp-cache)
 #
-# What comes back in $OUT (8 files, the most a device run returns): gpu_check.log (everything
-# that matters, as it happens), <date>-<device>-device-step.json, -device-profile.json,
-# -moe-<model>-<budget>.json (four; rewritten after every repetition, so a run cut short still
-# leaves figures) and logs.tar.gz (configure, build and test logs, the gtest XML, the benchmarks'
+# What comes back in $OUT (9 files): gpu_check.log (everything that matters, as it happens),
+# <date>-<device>-device-step.json, -device-profile.json, -moe-<model>-<budget>.json (four;
+# rewritten after every repetition, so a run cut short still leaves figures),
+# -host-expert-kernel.json (the host's expert kernel beside its read bandwidth, and beside ggml's
+# MUL_MAT_ID when .peers/ggml-src was carried) and logs.tar.gz (configure, build and test logs, the gtest XML, the benchmarks'
 # full output, and the budget sweep's -moe-deepseek-v2-lite-<budget>.json files under sweep/).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -120,7 +121,8 @@ tests=$build/tests/cuda/wisp_cuda_test
 host_bench=$build/bench/cuda/wisp_cuda_bench
 rm -f "$gpu_bench" "$tests" "$host_bench"  # never run a binary left by an earlier build
 # Keep going past a failed target: the benchmark runs even if a test fails to build.
-cmake --build "$build" -j "$jobs" --target wisp_cuda_gpu_bench wisp_cuda_test wisp_cuda_bench -- -k 0 \
+cmake --build "$build" -j "$jobs" --target wisp_cuda_gpu_bench wisp_cuda_test wisp_cuda_bench \
+  wisp_kernel_bench -- -k 0 \
   >"$work/build.log" 2>&1 || { log "BUILD FAILED (see logs.tar.gz: build.log)"; grep -E 'error|FAILED' "$work/build.log" | head -n 40 >>"$out/gpu_check.log"; }
 log "built in $((SECONDS - build_start)) s"
 [[ -x $gpu_bench ]] || { log "wisp_cuda_gpu_bench did not build: nothing to measure"; exit 1; }
@@ -185,6 +187,31 @@ if [[ -x $host_bench ]] && (($(left) > 30)); then
   grep -E '_median|_cv' "$work/host_bench.txt" >>"$out/gpu_check.log" || true
 else
   log "host benchmark skipped (not built, or out of time)"
+fi
+
+# The host's expert kernel beside its read bandwidth and ggml's MUL_MAT_ID, on this host's
+# cores (issue 45's host-kernel targets): built against ggml when its source was carried
+# (bench/peers/ggml/build.sh --pack .peers/ggml-src on a machine with PyPI), else wisp and the
+# read only. JSON in $out.
+kernel_json="$out/${prefix}host-expert-kernel.json"
+if [[ -d .peers/ggml-src ]] && (($(left) > 150)); then
+  log "host expert kernel beside ggml (building the peer from .peers/ggml-src)"
+  if timeout $(($(left) - 100)) bench/peers/ggml/build.sh --src .peers/ggml-src \
+    --build "$build/peers-ggml" >"$work/ggml_peer_build.log" 2>&1; then
+    timeout $(($(left) - 10)) "$build/peers-ggml/wisp_ggml_peer_bench" --threads "$(nproc)" \
+      --rounds 5 --shapes deepseek-v2-lite,gpt-oss-20b --rows 1,4,16,64 --json "$kernel_json" \
+      2>&1 | tee "$work/host_expert_kernel.txt" | grep -E 'speedup|of stream|target|NOT' \
+      >>"$out/gpu_check.log" || status=1
+  else
+    log "ggml peer did not build (see logs.tar.gz: ggml_peer_build.log)"; status=1
+  fi
+elif [[ -x $build/bench/wisp_kernel_bench ]] && (($(left) > 40)); then
+  log "host expert kernel beside the read bandwidth (no .peers/ggml-src: ggml not measured)"
+  timeout $(($(left) - 10)) "$build/bench/wisp_kernel_bench" --threads "$(nproc)" --rounds 5 \
+    --shapes deepseek-v2-lite,gpt-oss-20b --rows 1,4,16,64 --json "$kernel_json" 2>&1 |
+    tee "$work/host_expert_kernel.txt" | grep -E 'of stream|target' >>"$out/gpu_check.log" || status=1
+else
+  log "host expert kernel skipped (not built, or out of time)"
 fi
 
 [[ $status -eq 0 ]] && log "gpu_check: OK" || log "gpu_check: FAILED"
