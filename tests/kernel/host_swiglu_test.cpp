@@ -21,8 +21,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <random>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 namespace {
@@ -262,6 +265,44 @@ TEST(HostSwiglu, ARowIsTheSameBitsInAnyBatchTaskGroupingOrThreadCount) {
                                   << t;
       }
     }
+  }
+}
+
+// An executor that runs the tasks it takes on the calling thread, before `execute` returns, and
+// refuses (throws) after `capacity` of them.
+struct limited_inline_executor {
+  std::shared_ptr<int> taken = std::make_shared<int>(0);
+  int capacity = 0;
+  void execute(const std::function<void()>& task) const {
+    if (*taken >= capacity) {
+      throw std::runtime_error("limited_inline_executor: no more tasks");
+    }
+    ++*taken;
+    task();
+  }
+};
+
+TEST(HostSwiglu, CompletesTheSameOnAnExecutorThatRunsInlineOrRefusesTasks) {
+  // Threads that wait for a phase to end must not wait for a task that runs on the caller before
+  // the caller's own share, nor for one the executor refused.
+  const wisp::swiglu_shape s{.hidden = 40, .intermediate = 24};
+  const expert_case c(s, 2, 4);
+  const auto x = random_inputs(5 * sz(s.hidden), 8);
+  const auto run = [&](wisp::host_swiglu_kernel& kernel) {
+    std::vector<float> y0(x.size()), y1(x.size());
+    const std::vector<wisp::host_expert_task> tasks = {
+        {.weights = c.expert(0), .x = x.data(), .y = y0.data(), .rows = 5},
+        {.weights = c.expert(1), .x = x.data(), .y = y1.data(), .rows = 5}};
+    kernel(tasks);
+    y0.insert(y0.end(), y1.begin(), y1.end());
+    return y0;
+  };
+  wisp::host_swiglu_kernel single(s, {.threads = 1});
+  const std::vector<float> want = run(single);
+  for (const int capacity : {0, 1, 2, 100}) {
+    wisp::host_swiglu_kernel kernel(s, {.threads = 4},
+                                    limited_inline_executor{.capacity = capacity});
+    EXPECT_EQ(run(kernel), want) << "capacity " << capacity;
   }
 }
 

@@ -22,12 +22,15 @@
 /// **Speed.** One row reads each weight once (memory bound: the host's read bandwidth), each
 /// weight row from start to end before the next, the order hardware prefetchers follow best;
 /// more rows reuse two weight rows (gate and up, or two of down) from L1 over blocks of 8 rows,
-/// so the cost per row falls until the FMA or `vdpbf16ps` rate binds. `bench/kernel` measures it beside a STREAM-like read over the
-/// same threads, and `bench/peers/ggml` beside ggml's `MUL_MAT_ID`.
+/// so the cost per row falls until the FMA or `vdpbf16ps` rate binds. `bench/kernel` measures it
+/// beside a STREAM-like read over the same threads, and `bench/peers/ggml` beside ggml's
+/// `MUL_MAT_ID`.
 ///
-/// **Threads.** A call runs in two phases, gate/up then down, each split into items of 16
-/// intermediate or 32 output rows of every task; `threads - 1` workers go to the executor and the
-/// calling thread works too, then waits for them (no wisp thread is ever started).
+/// **Threads.** A call runs in three phases: the inputs to bf16 (a row per item), gate/up, then
+/// down (items of 16 intermediate or 32 output rows of every task). `threads - 1` tasks go to the
+/// executor once per call and the calling thread works too; each thread takes the next item of
+/// its phase and waits (yielding) for the phase to finish before the next. No wisp thread is ever
+/// started.
 /// @code
 /// wisp::thread_pool pool(7);
 /// wisp::host_swiglu_kernel kernel({.hidden = 2048, .intermediate = 1408},
@@ -52,6 +55,7 @@
 #include <latch>
 #include <optional>
 #include <span>
+#include <thread>
 #include <vector>
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -435,25 +439,30 @@ class host_swiglu_kernel {
     first_row_[0] = 0;
     for (std::size_t t = 0; t < tasks.size(); ++t) {
       first_row_[t + 1] = first_row_[t] + static_cast<std::size_t>(tasks[t].rows);
-      const std::size_t values = static_cast<std::size_t>(tasks[t].rows) * h;
-      for (std::size_t v = 0; v < values; ++v) {
-        xb_[first_row_[t] * h + v] = to_bf16(tasks[t].x[v]);
-      }
-    }
-    if (tasks.empty()) {
-      return;
     }
     const std::size_t up_items = (in + detail::host_up_item_rows - 1) / detail::host_up_item_rows;
-    parallel(up_items * tasks.size(), [&](std::size_t item) {
-      up_item(tasks[item / up_items], item / up_items,
-              static_cast<std::int32_t>(item % up_items) * detail::host_up_item_rows);
-    });
     const std::size_t down_items =
         (h + detail::host_down_item_rows - 1) / detail::host_down_item_rows;
-    parallel(down_items * tasks.size(), [&](std::size_t item) {
-      down_item(tasks[item / down_items], item / down_items,
-                static_cast<std::int32_t>(item % down_items) * detail::host_down_item_rows);
-    });
+    run_phases({total_rows, up_items * tasks.size(), down_items * tasks.size()},
+               [&](std::size_t phase, std::size_t item) {
+                 if (phase == 0) {  // one input row to bf16
+                   const auto t = static_cast<std::size_t>(
+                       std::upper_bound(first_row_.begin(), first_row_.end(), item) -
+                       first_row_.begin() - 1);
+                   const float* x = tasks[t].x + (item - first_row_[t]) * h;
+                   bf16* xb = xb_.data() + item * h;
+                   for (std::size_t v = 0; v < h; ++v) {
+                     xb[v] = to_bf16(x[v]);
+                   }
+                 } else if (phase == 1) {
+                   up_item(tasks[item / up_items], item / up_items,
+                           static_cast<std::int32_t>(item % up_items) * detail::host_up_item_rows);
+                 } else {
+                   down_item(
+                       tasks[item / down_items], item / down_items,
+                       static_cast<std::int32_t>(item % down_items) * detail::host_down_item_rows);
+                 }
+               });
   }
 
  private:
@@ -510,38 +519,53 @@ class host_swiglu_kernel {
     }
   }
 
-  // Runs f(0..n) on `threads_` threads (the caller's and threads_ - 1 executor tasks), each
-  // taking the next item; returns when all are done. A task the executor cannot take is run by
-  // the caller's loop instead, so no failure is possible after validation.
+  // Runs f(p, i) for every item i < n[p] of phase p = 0, 1, 2, each phase after the one before
+  // it, on `threads_` threads: the caller's and threads_ - 1 executor tasks, submitted once per
+  // call. A thread takes the next item of its phase, then waits for the phase's last item to be
+  // done before the next phase; only running threads take items, so a task the executor runs
+  // late (or on the caller, as an inline executor does) never blocks the others. A task the
+  // executor cannot take leaves its share to the others, so no failure is possible after
+  // validation.
   template <class F>
-  void parallel(std::size_t n, const F& f) {
-    const std::size_t workers = std::min(n, static_cast<std::size_t>(threads_));
+  void run_phases(const std::array<std::size_t, 3>& n, const F& f) {
+    const std::size_t workers =
+        std::min(*std::max_element(n.begin(), n.end()), static_cast<std::size_t>(threads_));
     if (workers <= 1) {
-      for (std::size_t i = 0; i < n; ++i) {
-        f(i);
+      for (std::size_t p = 0; p < n.size(); ++p) {
+        for (std::size_t i = 0; i < n[p]; ++i) {
+          f(p, i);
+        }
       }
       return;
     }
-    std::atomic<std::size_t> next{0};
-    const auto loop = [&] {
-      for (std::size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
-        f(i);
+    std::array<std::atomic<std::size_t>, 3> next{};
+    std::array<std::atomic<std::size_t>, 3> done{};
+    const auto work = [&] {
+      for (std::size_t p = 0; p < n.size(); ++p) {
+        while (p > 0 && done[p - 1].load(std::memory_order_acquire) < n[p - 1]) {
+          std::this_thread::yield();
+        }
+        for (std::size_t i = next[p].fetch_add(1, std::memory_order_relaxed); i < n[p];
+             i = next[p].fetch_add(1, std::memory_order_relaxed)) {
+          f(p, i);
+          done[p].fetch_add(1, std::memory_order_release);
+        }
       }
     };
-    std::latch done(static_cast<std::ptrdiff_t>(workers - 1));
+    std::latch finished(static_cast<std::ptrdiff_t>(workers - 1));
     std::size_t submitted = 0;
     try {
       for (; submitted + 1 < workers; ++submitted) {
         executor_.execute([&] {
-          loop();
-          done.count_down();
+          work();
+          finished.count_down();
         });
       }
-    } catch (...) {  // the executor took no more: the caller's loop does their share
-      done.count_down(static_cast<std::ptrdiff_t>(workers - 1 - submitted));
+    } catch (...) {  // the executor took no more: the running threads do their share
+      finished.count_down(static_cast<std::ptrdiff_t>(workers - 1 - submitted));
     }
-    loop();
-    done.wait();
+    work();
+    finished.wait();
   }
 
   swiglu_shape shape_;
