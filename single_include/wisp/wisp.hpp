@@ -14644,46 +14644,46 @@ inline void dot2_scalar(const bf16* a, const bf16* b, const bf16* x, std::size_t
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
-// Each ISA's block: NR input rows (NR <= host_block_rows) against the two weight rows; the first
-// `vec` values in vectors, the tail in scalar code.
-#define WISP_HOST_SWIGLU_DOT2_DRIVER(name, block)                                               \
-  inline void name(const bf16* a, const bf16* b, const bf16* x, std::size_t xs, std::int32_t n, \
-                   std::int32_t rows, float* oa, float* ob, std::size_t os) noexcept {          \
-    for (std::int32_t r = 0; r < rows; r += host_block_rows) {                                  \
-      const bf16* xr = x + static_cast<std::size_t>(r) * xs;                                    \
-      float* ar = oa + static_cast<std::size_t>(r) * os;                                        \
-      float* br = ob + static_cast<std::size_t>(r) * os;                                        \
-      switch (std::min(host_block_rows, rows - r)) {                                            \
-        case 1: { /* one weight row after the other: one stream the prefetcher follows */       \
-          float twin = 0.0f;                                                                    \
-          block<1>(a, a, xr, xs, n, ar, &twin, os);                                             \
-          block<1>(b, b, xr, xs, n, br, &twin, os);                                             \
-          break;                                                                                \
-        }                                                                                       \
-        case 2:                                                                                 \
-          block<2>(a, b, xr, xs, n, ar, br, os);                                                \
-          break;                                                                                \
-        case 3:                                                                                 \
-          block<3>(a, b, xr, xs, n, ar, br, os);                                                \
-          break;                                                                                \
-        case 4:                                                                                 \
-          block<4>(a, b, xr, xs, n, ar, br, os);                                                \
-          break;                                                                                \
-        case 5:                                                                                 \
-          block<5>(a, b, xr, xs, n, ar, br, os);                                                \
-          break;                                                                                \
-        case 6:                                                                                 \
-          block<6>(a, b, xr, xs, n, ar, br, os);                                                \
-          break;                                                                                \
-        case 7:                                                                                 \
-          block<7>(a, b, xr, xs, n, ar, br, os);                                                \
-          break;                                                                                \
-        default:                                                                                \
-          block<8>(a, b, xr, xs, n, ar, br, os);                                                \
-          break;                                                                                \
-      }                                                                                         \
-    }                                                                                           \
+// `dot2` over blocks of at most `host_block_rows` input rows, for an ISA's `Block<NR>::run` (NR
+// input rows against the two weight rows: the vector part, then the scalar tail).
+template <template <std::size_t> class Block>
+inline void dot2_blocks(const bf16* a, const bf16* b, const bf16* x, std::size_t xs, std::int32_t n,
+                        std::int32_t rows, float* oa, float* ob, std::size_t os) noexcept {
+  for (std::int32_t r = 0; r < rows; r += host_block_rows) {
+    const bf16* xr = x + static_cast<std::size_t>(r) * xs;
+    float* ar = oa + static_cast<std::size_t>(r) * os;
+    float* br = ob + static_cast<std::size_t>(r) * os;
+    switch (std::min(host_block_rows, rows - r)) {
+      case 1: {  // one weight row after the other: one stream the prefetcher follows
+        float twin = 0.0f;
+        Block<1>::run(a, a, xr, xs, n, ar, &twin, os);
+        Block<1>::run(b, b, xr, xs, n, br, &twin, os);
+        break;
+      }
+      case 2:
+        Block<2>::run(a, b, xr, xs, n, ar, br, os);
+        break;
+      case 3:
+        Block<3>::run(a, b, xr, xs, n, ar, br, os);
+        break;
+      case 4:
+        Block<4>::run(a, b, xr, xs, n, ar, br, os);
+        break;
+      case 5:
+        Block<5>::run(a, b, xr, xs, n, ar, br, os);
+        break;
+      case 6:
+        Block<6>::run(a, b, xr, xs, n, ar, br, os);
+        break;
+      case 7:
+        Block<7>::run(a, b, xr, xs, n, ar, br, os);
+        break;
+      default:
+        Block<8>::run(a, b, xr, xs, n, ar, br, os);
+        break;
+    }
   }
+}
 
 // The scalar tail of a block: values [from, n).
 template <std::size_t NR>
@@ -14705,37 +14705,39 @@ inline void dot2_tail(const bf16* a, const bf16* b, const bf16* x, std::size_t x
 #define WISP_TARGET_AVX2 __attribute__((target("avx2,fma")))
 
 template <std::size_t NR>
-WISP_TARGET_AVX512BF16 inline void block_avx512_bf16(const bf16* a, const bf16* b, const bf16* x,
-                                                     std::size_t xs, std::int32_t n, float* oa,
-                                                     float* ob, std::size_t os) noexcept {
-  __m512 acc_a[NR];
-  __m512 acc_b[NR];
-  for (std::size_t r = 0; r < NR; ++r) {
-    acc_a[r] = _mm512_setzero_ps();
-    acc_b[r] = _mm512_setzero_ps();
-  }
-  std::int32_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    const __m512i wa = _mm512_loadu_si512(a + i);
-    const __m512i wb = _mm512_loadu_si512(b + i);
+struct block_avx512_bf16 {
+  WISP_TARGET_AVX512BF16 static void run(const bf16* a, const bf16* b, const bf16* x,
+                                         std::size_t xs, std::int32_t n, float* oa, float* ob,
+                                         std::size_t os) noexcept {
+    __m512 acc_a[NR];
+    __m512 acc_b[NR];
     for (std::size_t r = 0; r < NR; ++r) {
-      const __m512i xv = _mm512_loadu_si512(x + r * xs + static_cast<std::size_t>(i));
-      acc_a[r] = _mm512_dpbf16_ps(acc_a[r], (__m512bh)wa, (__m512bh)xv);
-      acc_b[r] = _mm512_dpbf16_ps(acc_b[r], (__m512bh)wb, (__m512bh)xv);
+      acc_a[r] = _mm512_setzero_ps();
+      acc_b[r] = _mm512_setzero_ps();
+    }
+    std::int32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+      const __m512i wa = _mm512_loadu_si512(a + i);
+      const __m512i wb = _mm512_loadu_si512(b + i);
+      for (std::size_t r = 0; r < NR; ++r) {
+        const __m512i xv = _mm512_loadu_si512(x + r * xs + static_cast<std::size_t>(i));
+        acc_a[r] = _mm512_dpbf16_ps(acc_a[r], (__m512bh)wa, (__m512bh)xv);
+        acc_b[r] = _mm512_dpbf16_ps(acc_b[r], (__m512bh)wb, (__m512bh)xv);
+      }
+    }
+    float sa[NR];
+    float sb[NR];
+    for (std::size_t r = 0; r < NR; ++r) {
+      sa[r] = _mm512_reduce_add_ps(acc_a[r]);
+      sb[r] = _mm512_reduce_add_ps(acc_b[r]);
+    }
+    dot2_tail<NR>(a, b, x, xs, i, n, sa, sb);
+    for (std::size_t r = 0; r < NR; ++r) {
+      oa[r * os] = sa[r];
+      ob[r * os] = sb[r];
     }
   }
-  float sa[NR];
-  float sb[NR];
-  for (std::size_t r = 0; r < NR; ++r) {
-    sa[r] = _mm512_reduce_add_ps(acc_a[r]);
-    sb[r] = _mm512_reduce_add_ps(acc_b[r]);
-  }
-  dot2_tail<NR>(a, b, x, xs, i, n, sa, sb);
-  for (std::size_t r = 0; r < NR; ++r) {
-    oa[r * os] = sa[r];
-    ob[r * os] = sb[r];
-  }
-}
+};
 
 // 16 bf16 at p widened to fp32 (a bf16 is the upper half of its float).
 WISP_TARGET_AVX512 inline __m512 widen16(const bf16* p) noexcept {
@@ -14744,37 +14746,39 @@ WISP_TARGET_AVX512 inline __m512 widen16(const bf16* p) noexcept {
 }
 
 template <std::size_t NR>
-WISP_TARGET_AVX512 inline void block_avx512(const bf16* a, const bf16* b, const bf16* x,
-                                            std::size_t xs, std::int32_t n, float* oa, float* ob,
-                                            std::size_t os) noexcept {
-  __m512 acc_a[NR];
-  __m512 acc_b[NR];
-  for (std::size_t r = 0; r < NR; ++r) {
-    acc_a[r] = _mm512_setzero_ps();
-    acc_b[r] = _mm512_setzero_ps();
-  }
-  std::int32_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const __m512 wa = widen16(a + i);
-    const __m512 wb = widen16(b + i);
+struct block_avx512 {
+  WISP_TARGET_AVX512 static void run(const bf16* a, const bf16* b, const bf16* x, std::size_t xs,
+                                     std::int32_t n, float* oa, float* ob,
+                                     std::size_t os) noexcept {
+    __m512 acc_a[NR];
+    __m512 acc_b[NR];
     for (std::size_t r = 0; r < NR; ++r) {
-      const __m512 xv = widen16(x + r * xs + static_cast<std::size_t>(i));
-      acc_a[r] = _mm512_fmadd_ps(wa, xv, acc_a[r]);
-      acc_b[r] = _mm512_fmadd_ps(wb, xv, acc_b[r]);
+      acc_a[r] = _mm512_setzero_ps();
+      acc_b[r] = _mm512_setzero_ps();
+    }
+    std::int32_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+      const __m512 wa = widen16(a + i);
+      const __m512 wb = widen16(b + i);
+      for (std::size_t r = 0; r < NR; ++r) {
+        const __m512 xv = widen16(x + r * xs + static_cast<std::size_t>(i));
+        acc_a[r] = _mm512_fmadd_ps(wa, xv, acc_a[r]);
+        acc_b[r] = _mm512_fmadd_ps(wb, xv, acc_b[r]);
+      }
+    }
+    float sa[NR];
+    float sb[NR];
+    for (std::size_t r = 0; r < NR; ++r) {
+      sa[r] = _mm512_reduce_add_ps(acc_a[r]);
+      sb[r] = _mm512_reduce_add_ps(acc_b[r]);
+    }
+    dot2_tail<NR>(a, b, x, xs, i, n, sa, sb);
+    for (std::size_t r = 0; r < NR; ++r) {
+      oa[r * os] = sa[r];
+      ob[r * os] = sb[r];
     }
   }
-  float sa[NR];
-  float sb[NR];
-  for (std::size_t r = 0; r < NR; ++r) {
-    sa[r] = _mm512_reduce_add_ps(acc_a[r]);
-    sb[r] = _mm512_reduce_add_ps(acc_b[r]);
-  }
-  dot2_tail<NR>(a, b, x, xs, i, n, sa, sb);
-  for (std::size_t r = 0; r < NR; ++r) {
-    oa[r * os] = sa[r];
-    ob[r * os] = sb[r];
-  }
-}
+};
 
 // 8 bf16 at p widened to fp32.
 WISP_TARGET_AVX2 inline __m256 widen8(const bf16* p) noexcept {
@@ -14789,43 +14793,39 @@ WISP_TARGET_AVX2 inline float sum8(__m256 v) noexcept {
 }
 
 template <std::size_t NR>
-WISP_TARGET_AVX2 inline void block_avx2(const bf16* a, const bf16* b, const bf16* x, std::size_t xs,
-                                        std::int32_t n, float* oa, float* ob,
-                                        std::size_t os) noexcept {
-  __m256 acc_a[NR];
-  __m256 acc_b[NR];
-  for (std::size_t r = 0; r < NR; ++r) {
-    acc_a[r] = _mm256_setzero_ps();
-    acc_b[r] = _mm256_setzero_ps();
-  }
-  std::int32_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256 wa = widen8(a + i);
-    const __m256 wb = widen8(b + i);
+struct block_avx2 {
+  WISP_TARGET_AVX2 static void run(const bf16* a, const bf16* b, const bf16* x, std::size_t xs,
+                                   std::int32_t n, float* oa, float* ob, std::size_t os) noexcept {
+    __m256 acc_a[NR];
+    __m256 acc_b[NR];
     for (std::size_t r = 0; r < NR; ++r) {
-      const __m256 xv = widen8(x + r * xs + static_cast<std::size_t>(i));
-      acc_a[r] = _mm256_fmadd_ps(wa, xv, acc_a[r]);
-      acc_b[r] = _mm256_fmadd_ps(wb, xv, acc_b[r]);
+      acc_a[r] = _mm256_setzero_ps();
+      acc_b[r] = _mm256_setzero_ps();
+    }
+    std::int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const __m256 wa = widen8(a + i);
+      const __m256 wb = widen8(b + i);
+      for (std::size_t r = 0; r < NR; ++r) {
+        const __m256 xv = widen8(x + r * xs + static_cast<std::size_t>(i));
+        acc_a[r] = _mm256_fmadd_ps(wa, xv, acc_a[r]);
+        acc_b[r] = _mm256_fmadd_ps(wb, xv, acc_b[r]);
+      }
+    }
+    float sa[NR];
+    float sb[NR];
+    for (std::size_t r = 0; r < NR; ++r) {
+      sa[r] = sum8(acc_a[r]);
+      sb[r] = sum8(acc_b[r]);
+    }
+    dot2_tail<NR>(a, b, x, xs, i, n, sa, sb);
+    for (std::size_t r = 0; r < NR; ++r) {
+      oa[r * os] = sa[r];
+      ob[r * os] = sb[r];
     }
   }
-  float sa[NR];
-  float sb[NR];
-  for (std::size_t r = 0; r < NR; ++r) {
-    sa[r] = sum8(acc_a[r]);
-    sb[r] = sum8(acc_b[r]);
-  }
-  dot2_tail<NR>(a, b, x, xs, i, n, sa, sb);
-  for (std::size_t r = 0; r < NR; ++r) {
-    oa[r * os] = sa[r];
-    ob[r * os] = sb[r];
-  }
-}
+};
 
-WISP_HOST_SWIGLU_DOT2_DRIVER(dot2_avx512_bf16, block_avx512_bf16)
-WISP_HOST_SWIGLU_DOT2_DRIVER(dot2_avx512, block_avx512)
-WISP_HOST_SWIGLU_DOT2_DRIVER(dot2_avx2, block_avx2)
-
-#undef WISP_HOST_SWIGLU_DOT2_DRIVER
 #undef WISP_TARGET_AVX512BF16
 #undef WISP_TARGET_AVX512
 #undef WISP_TARGET_AVX2
@@ -14840,11 +14840,11 @@ WISP_HOST_SWIGLU_DOT2_DRIVER(dot2_avx2, block_avx2)
 #if defined(WISP_HOST_SWIGLU_X86)
   switch (isa) {
     case host_isa::avx512_bf16:
-      return &dot2_avx512_bf16;
+      return &dot2_blocks<block_avx512_bf16>;
     case host_isa::avx512:
-      return &dot2_avx512;
+      return &dot2_blocks<block_avx512>;
     case host_isa::avx2:
-      return &dot2_avx2;
+      return &dot2_blocks<block_avx2>;
     case host_isa::scalar:
       break;
   }
