@@ -108,6 +108,9 @@ def parse_args(argv=None):
 def load_trace(spec: str, sequences: int, tokens: int = 0):
     """The trace and its default total slots."""
     path, slots = pathlib.Path(spec), 0
+    for name, (rel, named_slots) in NAMED_TRACES.items():  # a shared trace given by its path
+        if path.exists() and path.resolve() == (TRACES / rel).resolve():
+            slots = named_slots
     if spec in NAMED_TRACES:
         rel, slots = NAMED_TRACES[spec]
         path = TRACES / rel
@@ -226,8 +229,9 @@ def prepare_rank(args, rank, world):
         if maps.ndim != 3 or maps.shape[0] != world:
             raise Refused(f"--expert-map has shape {maps.shape}, want (ranks = {world}, "
                           f"layers, experts)")
-        try:
-            p.check_expert_map(rank, maps[rank])
+        try:  # every rank's map, so that every rank refuses, not only the one it names
+            for r in range(world):
+                p.check_expert_map(r, maps[r])
         except wisp.LogicError as e:
             raise Refused(str(e)) from None
     return trace, plan, capacity, expert_bytes
