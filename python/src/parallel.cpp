@@ -133,8 +133,10 @@ class python_chooser {
     nb::ndarray<> holder;
     numpy_array fresh;
     std::span<std::int32_t> ranks;
+    nb::object flat;  // a 1-D view of `out` (the same memory when it is contiguous)
     if (out) {
-      ranks = writable_int32(*out, n, "out", holder);
+      flat = nb::getattr(*out, "reshape")(-1);
+      ranks = writable_int32(flat, n, "out", holder);
     } else {
       std::int32_t* data = nullptr;
       fresh = numpy_empty<std::int32_t>({ids.rows, ids.cols}, data);
