@@ -134,7 +134,10 @@ class python_chooser {
     numpy_array fresh;
     std::span<std::int32_t> ranks;
     nb::object flat;  // a 1-D view of `out` (the same memory when it is contiguous)
-    if (out) {
+    if (out) {  // numpy only: a reshape of a strided array would be a copy, written in vain
+      WISP_EXPECTS(detail::is_numpy_array(out->ptr()) &&
+                       nb::cast<bool>(out->attr("flags").attr("c_contiguous")),
+                   "ReplicaChooser.choose: out must be a C-contiguous int32 numpy array");
       flat = nb::getattr(*out, "reshape")(-1);
       ranks = writable_int32(flat, n, "out", holder);
     } else {

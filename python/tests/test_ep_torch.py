@@ -129,6 +129,8 @@ def test_replica_chooser_reads_ids_in_place_and_picks_replicas(small_trace):
     out = np.empty_like(targets)
     assert wisp.ReplicaChooser(plan).choose(1, wide[:, ::2], out=out) is out
     assert (out == targets).all()
+    with pytest.raises(wisp.LogicError, match="out must be a C-contiguous int32 numpy array"):
+        wisp.ReplicaChooser(plan).choose(1, ids, out=np.empty((16, 6), np.int32)[:, ::2])
     # one replica per expert: the chooser can only send each pair to its holder
     linear = wisp.Placement.linear(small_trace.layers, 16, 4)
     only = wisp.ReplicaChooser(linear, [1e-5] * 4, 1e-6, 1e-9).choose(1, ids)
