@@ -132,11 +132,11 @@ class ExpertCache:
         self._map_host_np = self._map_host.numpy()
         self.expert_map = self._map_host if not cuda else self._map_host.to(self.device)
         self._map_rows = list(self.expert_map)  # per-layer views, made once
-        # On the CPU a copy is a row memcpy: numpy byte views of the masters and the slots do it
-        # without torch's per-call dispatch (copy_ has no asynchrony to offer there).
         #: The pager's result of the last prepare (hits, misses, copy_plan of (local row, slot)
         #: pairs): what an expert-parallel rank publishes as its residency changes.
         self.last_prepare = None
+        # On the CPU a copy is a row memcpy: numpy byte views of the masters and the slots do it
+        # without torch's per-call dispatch (copy_ has no asynchrony to offer there).
         self._cpu_rows = None if cuda else [
             [(_byte_rows(m[layer]), _byte_rows(b if self._global else b[layer]))
              for m, b in zip(self._masters, self._buffers)] for layer in range(layers)]
