@@ -167,7 +167,8 @@ class python_pager {
   }
 
   prepare_snapshot prepare(std::int32_t layer, array_like topk_ids,
-                           const std::optional<array_like>& out, const nb::object& positions) {
+                           const std::optional<array_like>& out, const nb::object& positions,
+                           const std::optional<array_like>& targets) {
     nb::ndarray<> out_holder;
     std::span<std::int32_t> map_out;
     if (out) {
@@ -177,8 +178,17 @@ class python_pager {
     WISP_EXPECTS(!ep_ || token_positions.empty(),
                  "Pager.prepare: positions are not supported with an expert_map (got ",
                  token_positions.size(), ")");
+    WISP_EXPECTS(!targets || ep_,
+                 "Pager.prepare: targets (the rank of each pair) need an expert_map");
     const core::prepare_result r =
         with_batch(topk_ids, [&](auto& pager, auto ids, std::int32_t tokens, std::int32_t k) {
+          if (targets) {  // a dispatched call: this rank's pairs, in the simulator's order
+            const std::span<const std::int32_t> ranks = target_span(*targets, ids.size());
+            const auto locals = ep_->select(layer, ids, ranks, tokens, k);
+            rows_.assign(locals.begin(), locals.end());
+            core::order_resident_first(pager, layer, std::span<std::int32_t>(rows_));
+            return to_global(pager.prepare_experts(layer, rows_));
+          }
           if (ep_) {  // the rank's rows of the call, then the global map
             return to_global(pager.prepare_experts(layer, ep_->select(layer, ids, tokens, k)));
           }
@@ -390,6 +400,15 @@ class python_pager {
     });
     return {rank, layers, to_int32(experts, "experts (columns of expert_map)"), rows, maps};
   }
+  // `targets` as int32 (read in place when contiguous int32), with as many entries as the ids.
+  std::span<const std::int32_t> target_span(const array_like& targets, std::size_t pairs) {
+    const nb::object a = nb::module_::import_("numpy").attr("asarray")(targets);
+    const int_matrix m = nb::cast<int>(a.attr("ndim")) == 1 ? int_vector_from(targets, "targets")
+                                                           : int_matrix_from(targets, "targets");
+    WISP_EXPECTS(static_cast<std::size_t>(m.rows * m.cols) == pairs, "Pager.prepare: targets holds ",
+                 m.rows * m.cols, " ranks for ", pairs, " (token, expert) pairs");
+    return int32_ids(m, targets_, "targets");
+  }
   // Global ids -> the rank's rows; an expert the rank does not hold is an error.
   std::span<const std::int32_t> local_rows(std::int32_t layer, std::span<const std::int32_t> ids) {
     rows_.clear();
@@ -412,6 +431,7 @@ class python_pager {
   std::optional<core::rank_expert_map> ep_;  // the engine's EP map, if given
   std::vector<std::int32_t> global_;         // the last prepare's global map
   std::vector<std::int32_t> rows_;           // prepare_experts' ids as local rows
+  std::vector<std::int32_t> targets_;        // gathered targets of non-contiguous arrays
   std::vector<std::int32_t> scratch32_;      // gathered ids of non-contiguous arrays
   std::vector<std::int64_t> scratch64_;
   std::vector<std::uint32_t> positions_;  // the last prepare's token positions
@@ -533,6 +553,7 @@ void bind_pager(nb::module_& m) {
            nb::arg("rank") = 0)
       .def("prepare", &python_pager::prepare, nb::arg("layer"), nb::arg("topk_ids"),
            nb::arg("out").none() = nb::none(), nb::arg("positions").none() = nb::none(),
+           nb::arg("targets").none() = nb::none(),
            "Makes exactly the experts of topk_ids ([tokens, k], int32 or int64, numpy or torch "
            "CPU, any strides) of `layer` resident and visible; O(tokens x k).\n\n"
            "C-contiguous ids are read in place; other layouts are gathered once into a buffer the "
@@ -544,7 +565,12 @@ void bind_pager(nb::module_& m) {
            "expert_map). Raises LogicError (nothing changed) on a bad layer, shape, id or "
            "position count, or a call with more distinct experts than the capacity (split it "
            "with plan_token_groups / "
-           "plan_expert_groups).")
+           "plan_expert_groups).\n\n"
+           "With an expert_map, `targets` (int32 [tokens, k], the rank computing each pair: "
+           "ReplicaChooser.choose's output) keeps only this rank's pairs, prepared as the "
+           "expert-parallel simulator does (order_resident_first: resident experts first, then "
+           "first seen), so a live rank counts what `wisp sim --ranks` counts; a pair sent here "
+           "whose expert the rank holds no replica of is refused.")
       .def("prepare_experts", &python_pager::prepare_experts, nb::arg("layer"), nb::arg("experts"),
            "Makes exactly `experts` (1-D, duplicates allowed) of `layer` visible: one group of a "
            "split. Same semantics and errors as prepare over [len(experts), 1] ids.")

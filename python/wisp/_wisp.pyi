@@ -1,6 +1,6 @@
 from collections.abc import Sequence
 import os
-from typing import Annotated
+from typing import Annotated, overload
 
 import numpy
 import numpy.typing
@@ -101,11 +101,13 @@ class Pager:
 
     def __init__(self, layers: int, experts: int, top_k: int, capacity: int, policy: str = 'lru', scope: str = 'layer', layer_capacities: Sequence[int] | None = None, max_tokens: int = 0, future: Sequence[numpy.typing.ArrayLike] | None = None, expert_map: numpy.typing.ArrayLike | None = None, rank: int = 0) -> None: ...
 
-    def prepare(self, layer: int, topk_ids: numpy.typing.ArrayLike, out: numpy.typing.ArrayLike | None = None, positions: object | None = None) -> PrepareResult:
+    def prepare(self, layer: int, topk_ids: numpy.typing.ArrayLike, out: numpy.typing.ArrayLike | None = None, positions: object | None = None, targets: numpy.typing.ArrayLike | None = None) -> PrepareResult:
         """
         Makes exactly the experts of topk_ids ([tokens, k], int32 or int64, numpy or torch CPU, any strides) of `layer` resident and visible; O(tokens x k).
 
         C-contiguous ids are read in place; other layouts are gathered once into a buffer the pager reuses. `out`, if given, is a writable int32[experts] array (numpy or torch CPU) that receives the expert map in place. `positions`, if given, are the token positions that position-aware policies read (reuse_probability, learned_belady): an int for the whole call (decode at batch 1) or a 1-D array with one per row (each distinct expert then carries the position of the first row routed to it; not with an expert_map). Raises LogicError (nothing changed) on a bad layer, shape, id or position count, or a call with more distinct experts than the capacity (split it with plan_token_groups / plan_expert_groups).
+
+        With an expert_map, `targets` (int32 [tokens, k], the rank computing each pair: ReplicaChooser.choose's output) keeps only this rank's pairs, prepared as the expert-parallel simulator does (order_resident_first: resident experts first, then first seen), so a live rank counts what `wisp sim --ranks` counts; a pair sent here whose expert the rank holds no replica of is refused.
         """
 
     def prepare_experts(self, layer: int, experts: numpy.typing.ArrayLike) -> PrepareResult:
@@ -654,3 +656,136 @@ def plan(model: ModelSpec | str, budget: int | str, trace: Trace, concurrency: i
     """
     Splits a device budget (bytes or a size such as '24GiB') between expert slots and KV blocks (MV-WSA's offline configurator, what `wisp plan --trace` prints): the expert miss curve comes from `trace` (per-layer scope), the KV stream is the admission floor's working set read every round. Raises InfeasibleError (with .minimum_budget) when no cap is feasible. Releases the GIL for the profile and the sweep.
     """
+
+class Placement:
+    """
+    Every MoE layer's logical experts and their replicas on `ranks` ranks (wisp::expert_placement): rank r holds, per layer, up to `local_experts` physical experts (rows 0..local_experts-1 of its expert tensors); vLLM describes a rank by its expert_map, int32[experts]: logical id -> local row or -1. Immutable; validated when made.
+    """
+
+    @staticmethod
+    def linear(layers: int, experts: int, ranks: int) -> Placement:
+        """
+        vLLM's default placement: contiguous blocks of experts per rank, no redundancy.
+        """
+
+    @staticmethod
+    def from_expert_maps(maps: numpy.typing.ArrayLike, local_experts: int) -> Placement:
+        """
+        A placement from vLLM-style maps, int[layers, ranks, experts] (what expert_maps() returns). Raises LogicError naming the values on a value outside [-1, local_experts), two experts on one local row, or an expert with no replica.
+        """
+
+    @property
+    def layers(self) -> int: ...
+
+    @property
+    def experts(self) -> int: ...
+
+    @property
+    def ranks(self) -> int: ...
+
+    @property
+    def local_experts(self) -> int:
+        """rows (physical experts) each rank holds per layer"""
+
+    def expert_map(self, rank: int, layer: int) -> numpy.typing.NDArray:
+        """
+        vLLM's expert_map of (rank, layer): int32[experts], logical id -> local row or -1.
+        """
+
+    def rank_maps(self, rank: int) -> numpy.typing.NDArray:
+        """
+        int32[layers, experts]: `rank`'s expert_map of every layer (what ExpertCache and Pager take as expert_map=).
+        """
+
+    def expert_maps(self) -> numpy.typing.NDArray:
+        """
+        int32[layers, ranks, experts]: every map (what from_expert_maps reads back).
+        """
+
+    def replicas(self, layer: int, expert: int) -> numpy.typing.NDArray:
+        """
+        int32[replicas, 2]: (rank, local row) of each replica of the expert, by rank.
+        """
+
+    def physical_experts(self, layer: int) -> int:
+        """replicas of every expert of the layer"""
+
+    def check_expert_map(self, rank: int, expert_map: numpy.typing.ArrayLike) -> None:
+        """
+        Raises LogicError, naming the first (layer, expert) and both values, unless `expert_map` (int[experts] for every layer, or int[layers, experts]: an engine's EP map) is `rank`'s map in this placement. Touches no process group: call it before any collective, on every rank.
+        """
+
+    def __repr__(self) -> str: ...
+
+class EpPlan:
+    """
+    The plan one arm of the expert-parallel simulator replays under (wisp.plan_placement): its placement, each rank's device slots (its pager's capacity), and the costs its ReplicaChooser weighs. The same inputs give the same plan on every rank.
+    """
+
+    @property
+    def placement(self) -> Placement: ...
+
+    @property
+    def rank_slots(self) -> numpy.typing.NDArray:
+        """
+        int32[ranks]: each rank's device slots, one pool over its (layer, local row) keys; the `slots` of `wisp sim --ranks --json`
+        """
+
+    @property
+    def copy_seconds(self) -> numpy.typing.NDArray:
+        """
+        float64[ranks]: one expert copy over each rank's link (the modelled link time)
+        """
+
+    @property
+    def expert_seconds(self) -> float:
+        """modelled compute of one expert active on a rank in a call"""
+
+    @property
+    def token_seconds(self) -> float:
+        """modelled compute of one (token, expert) pair"""
+
+    @property
+    def batch(self) -> int:
+        """concurrent sequences of the serving steps"""
+
+    @property
+    def total_slots(self) -> int: ...
+
+    @property
+    def arm(self) -> str: ...
+
+    def __repr__(self) -> str: ...
+
+class ReplicaChooser:
+    """
+    Residency- and load-aware replica choice (wisp::replica_chooser, docs/expert_parallel.md): the rank of each (token, expert) of a call. Deterministic: every rank running it on the same calls and the same published residency computes the same targets. O(tokens x k x replicas) per call, no allocation but the returned array; not thread-safe.
+    """
+
+    @overload
+    def __init__(self, plan: EpPlan) -> None:
+        """The chooser of a plan (its placement and costs)."""
+
+    @overload
+    def __init__(self, placement: Placement, copy_seconds: Sequence[float], expert_seconds: float, token_seconds: float) -> None:
+        """
+        A chooser over `placement` with the modelled costs: one expert copy per rank (copy_seconds[ranks]), an active expert, a (token, expert) pair.
+        """
+
+    def choose(self, layer: int, topk_ids: numpy.typing.ArrayLike, out: numpy.typing.ArrayLike | None = None) -> numpy.typing.NDArray:
+        """
+        The rank computing each pair of a call of `layer`: topk_ids is [tokens, k] int32 or int64 (numpy or torch CPU), read in place when C-contiguous; returns int32[tokens, k] (written into `out`, a writable C-contiguous int32 numpy array of tokens x k, and returned, when given). The whole call at once, as `wisp sim --ranks` does (replica_chooser::choose). Raises LogicError (nothing changed) on a bad layer, shape or id.
+        """
+
+    def set_resident(self, rank: int, layer: int, local: int, resident: bool) -> None:
+        """
+        Records whether row `local` of `rank` for `layer` is resident on its device (ranks publish it from their copy plans). O(1).
+        """
+
+    def resident(self, rank: int, layer: int, local: int) -> bool: ...
+
+    def reset_load(self) -> None:
+        """Forgets the long-run pair counts (the last tie-breaker)."""
+
+    @property
+    def ranks(self) -> int: ...

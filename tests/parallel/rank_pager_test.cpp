@@ -169,5 +169,24 @@ TEST(rank_pager, bad_input_is_refused_and_changes_nothing) {
   EXPECT_EQ(r.expert_map[3], -1);
 }
 
+TEST(rank_pager, order_resident_first_keeps_each_part_in_its_order) {
+  // A global pool of 4 slots over 2 layers x 6 local ids: make (0, 1), (0, 4) and (1, 2)
+  // resident, then order a call of layer 0 that holds two of them among others.
+  pager<lru> pg(pager_config{.layers = 2, .experts = 6, .top_k = 1, .capacity = 4,
+                             .scope = cache_scope::global});
+  const std::vector<std::int32_t> first = {1, 4};
+  (void)pg.prepare_experts(0, first);
+  const std::vector<std::int32_t> other = {2};
+  (void)pg.prepare_experts(1, other);
+  std::vector<std::int32_t> call = {5, 4, 0, 2, 1, 3};  // 2 is resident in layer 1, not 0
+  order_resident_first(pg, 0, std::span<std::int32_t>(call));
+  EXPECT_EQ(call, (std::vector<std::int32_t>{4, 1, 5, 0, 2, 3}));
+  std::vector<std::int32_t> none = {3, 0};
+  order_resident_first(pg, 0, std::span<std::int32_t>(none));
+  EXPECT_EQ(none, (std::vector<std::int32_t>{3, 0}));
+  std::vector<std::int32_t> bad = {6};
+  expect_error([&] { order_resident_first(pg, 0, std::span<std::int32_t>(bad)); }, "6");
+}
+
 }  // namespace
 }  // namespace wisp

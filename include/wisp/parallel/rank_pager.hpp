@@ -224,6 +224,21 @@ class rank_expert_map {
   std::uint32_t stamp_ = 0;
 };
 
+/// @brief Orders a rank's distinct local experts of one call as the expert-parallel simulator
+/// prepares them (`simulate_ep`, and the Python `Pager.prepare(..., targets=...)` of a live rank,
+/// so that both count the same hits and misses): the experts already resident in `pager` first,
+/// then the others, each part in its given (first-seen) order. The order is what the policy sees
+/// within the call, and a call wider than the pager is prepared in groups of its capacity in
+/// this order (resident experts in the first). O(n) (`std::stable_partition` may allocate a
+/// buffer of `n` ids). Not thread-safe (reads the pager).
+/// @throws wisp::logic_error if `layer` or an id is out of range for `pager`.
+template <class Pager>
+void order_resident_first(const Pager& pager, std::int32_t layer,
+                          std::span<std::int32_t> locals) {
+  std::stable_partition(locals.begin(), locals.end(),
+                        [&](std::int32_t e) { return pager.slot_of(layer, e) >= 0; });
+}
+
 /// @brief What one `rank_pager::prepare` did, as views into pager-owned buffers (the lifetime of
 /// `prepare_result`, per-layer or global as the pager's scope). Trivially copyable.
 struct rank_prepare_result {

@@ -42,6 +42,7 @@
 #include <wisp/pager/pager.hpp>
 #include <wisp/parallel/placement.hpp>
 #include <wisp/parallel/planner.hpp>
+#include <wisp/parallel/rank_pager.hpp>
 #include <wisp/parallel/replica_choice.hpp>
 #include <wisp/trace/routing_trace.hpp>
 #include <wisp/transfer/timeline.hpp>
@@ -461,8 +462,7 @@ class ep_arm_replay {
     pager<Policy>& pg = pagers_[ur];
     std::vector<std::int32_t>& list = sent_[ur];
     std::int32_t misses = 0;
-    std::stable_partition(list.begin(), list.end(),
-                          [&](std::int32_t e) { return pg.slot_of(l, e) >= 0; });
+    order_resident_first(pg, l, std::span<std::int32_t>(list));
     const auto width = static_cast<std::size_t>(pg.capacity(0));
     for (std::size_t first = 0; first < list.size(); first += width) {
       const prepare_result res = pg.prepare_experts(

@@ -48,9 +48,11 @@ def _byte_rows(t: torch.Tensor) -> np.ndarray:
     return t.reshape(t.shape[0], -1).view(torch.uint8).numpy()
 
 
-def _cpu_ids(topk_ids: torch.Tensor) -> np.ndarray:
-    """The ids as a numpy view (zero-copy for CPU tensors; one device-to-host copy otherwise,
-    the sync vLLM's ``unique().tolist()`` also pays)."""
+def _cpu_ids(topk_ids) -> np.ndarray:
+    """The ids as a numpy view (zero-copy for numpy arrays and CPU tensors; one device-to-host
+    copy otherwise, the sync vLLM's ``unique().tolist()`` also pays)."""
+    if isinstance(topk_ids, np.ndarray):
+        return topk_ids
     if topk_ids.device.type != "cpu":
         topk_ids = topk_ids.cpu()
     return topk_ids.numpy()
@@ -130,6 +132,9 @@ class ExpertCache:
         self._map_host_np = self._map_host.numpy()
         self.expert_map = self._map_host if not cuda else self._map_host.to(self.device)
         self._map_rows = list(self.expert_map)  # per-layer views, made once
+        #: The pager's result of the last prepare (hits, misses, copy_plan of (local row, slot)
+        #: pairs): what an expert-parallel rank publishes as its residency changes.
+        self.last_prepare = None
         # On the CPU a copy is a row memcpy: numpy byte views of the masters and the slots do it
         # without torch's per-call dispatch (copy_ has no asynchrony to offer there).
         self._cpu_rows = None if cuda else [
@@ -163,19 +168,37 @@ class ExpertCache:
         return self._pager.stats().misses
 
     @property
+    def expert_bytes(self) -> int:
+        """Bytes one miss copies: one expert's row of every master (weights and scales)."""
+        return sum(m[0, 0].numel() * m.element_size() for m in self._masters)
+
+    @property
+    def link_bytes(self) -> int:
+        """Bytes copied host-to-device so far: ``misses x expert_bytes`` (the ``link_bytes`` of
+        ``wisp sim --ranks`` when ``expert_bytes`` is the simulator's)."""
+        return self.misses * self.expert_bytes
+
+    @property
     def pager(self) -> Pager:
         """The pager doing the bookkeeping (stats, slot_of, begin_step, resize_layer...)."""
         return self._pager
 
-    def prepare(self, layer: int, topk_ids: torch.Tensor) -> torch.Tensor:
+    def prepare(self, layer: int, topk_ids: torch.Tensor, targets=None) -> torch.Tensor:
         """Makes exactly the experts of ``topk_ids`` ([tokens, k], int32 or int64) resident in
         ``layer``'s slots and returns the layer's persistent expert map (int32[experts]: slot or
         -1), updated in place. The misses' copies are queued on the current stream before this
         returns (on CUDA; done, on the CPU). Raises :class:`wisp.LogicError` (nothing changed) when the call has more
         distinct experts than the capacity: split it with :meth:`plan_token_groups` /
-        :meth:`plan_expert_groups`, or use :meth:`run`."""
+        :meth:`plan_expert_groups`, or use :meth:`run`.
+
+        On an expert-parallel rank, ``targets`` (int32 ``[tokens, k]``, the rank computing each
+        pair: :meth:`wisp.ReplicaChooser.choose`'s output, numpy or torch CPU) keeps only this
+        rank's pairs, prepared in the order ``wisp sim --ranks`` prepares them
+        (:meth:`wisp.Pager.prepare`)."""
+        if isinstance(targets, torch.Tensor):
+            targets = _cpu_ids(targets)
         return self._apply(layer, self._pager.prepare(layer, _cpu_ids(topk_ids),
-                                                      out=self._map_row(layer)))
+                                                      out=self._map_row(layer), targets=targets))
 
     def prepare_experts(self, layer: int, experts) -> torch.Tensor:
         """Makes exactly ``experts`` (one group of a split) resident and visible."""
@@ -256,6 +279,7 @@ class ExpertCache:
             self._map_copied[layer] = event
 
     def _apply(self, layer: int, result) -> torch.Tensor:
+        self.last_prepare = result
         if result.misses:
             if self._cpu_rows is not None:
                 rows = self._cpu_rows[layer]
