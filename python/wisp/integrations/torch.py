@@ -121,6 +121,8 @@ class ExpertCache:
         self._buffers = [torch.empty(slots + tuple(m.shape[2:]), dtype=m.dtype, device=self.device)
                          for m in self._masters]
         self._has_scales = (w13_scale is not None, w2_scale is not None)
+        #: The :class:`wisp.PrepareResult` of the latest prepare (its hits, misses, copy plan).
+        self.last_result = None
         # The persistent map: updated in place, never reallocated. The pager writes each call's
         # map straight into a host mirror row (pinned on CUDA), which is then copied to the device.
         self._map_host = torch.full((layers, map_experts), -1, dtype=torch.int32)
@@ -256,6 +258,7 @@ class ExpertCache:
             self._map_copied[layer] = event
 
     def _apply(self, layer: int, result) -> torch.Tensor:
+        self.last_result = result
         if result.misses:
             if self._cpu_rows is not None:
                 rows = self._cpu_rows[layer]

@@ -26,10 +26,10 @@ Usage::
 transformers and torch are optional dependencies of wisp (``pip install wisp[transformers]``);
 importing this module needs them.
 """
-import contextlib
+import copy
 import time
-from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Union
 
 import numpy as np
 import torch
@@ -223,7 +223,7 @@ class _Paged:
         self.seconds = np.zeros(layers, np.float64)
         self.calls = np.zeros(layers, np.int64)
         self.saved = []     # (module, name, parameter) of the weights moved to the masters
-        self.configs = []   # (config, implementation) to restore
+        self.configs = []   # (experts module, its own config) to restore
         self.moved_rest = False
         self.hook = None
 
@@ -257,7 +257,6 @@ class _Paged:
 
     def _prepare(self, layer: int, ids: torch.Tensor) -> torch.Tensor:
         cache = self.cache
-        before = cache.pager.stats()
         if self.copy_stream is None:
             expert_map = cache.prepare(layer, ids)
         else:
@@ -268,9 +267,9 @@ class _Paged:
             with torch.cuda.stream(self.copy_stream):
                 expert_map = cache.prepare(layer, ids)
             compute.wait_stream(self.copy_stream)
-        after = cache.pager.stats()
-        self.hits[layer] += after.hits - before.hits
-        self.misses[layer] += after.misses - before.misses
+        result = cache.last_result
+        self.hits[layer] += result.hits
+        self.misses[layer] += result.misses
         self.calls[layer] += 1
         return expert_map
 
@@ -374,10 +373,13 @@ def page_experts(
             paged.saved.append((m, n, m._parameters.pop(n)))
         m._wisp_layer = (paged, layer)
     for m in modules:
-        config = m.config
-        if all(config is not c for c, _ in paged.configs):
-            paged.configs.append((config, config._experts_implementation))
-            config._experts_implementation = IMPLEMENTATION
+        # Each experts module dispatches on its own config's implementation: it gets a shallow
+        # copy that selects "wisp", so the model's config (maybe shared with other models) and
+        # its sub-configs stay as they are.
+        paged.configs.append((m, m.config))
+        own = copy.copy(m.config)
+        own.__dict__["_experts_implementation_internal"] = IMPLEMENTATION
+        m.config = own
     if any(not _same_device(d, device) for d in rest):
         model.to(device)
         paged.moved_rest = True
@@ -405,8 +407,8 @@ def unpage_experts(model: torch.nn.Module) -> torch.nn.Module:
         m._parameters[n] = parameter
     for m in paged.modules:
         del m._wisp_layer
-    for config, implementation in paged.configs:
-        config._experts_implementation = implementation
+    for m, config in paged.configs:
+        m.config = config
     del model._wisp_paged
     del model.wisp_stats
     return model
