@@ -7,6 +7,7 @@ recorded trace's (step, layer) calls are exactly the pager's calls."""
 import copy
 import json
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -246,6 +247,7 @@ def test_recorder_and_plan(tmp_path):
     assert proposed.choice == direct.choice
     assert spec.top_k <= proposed.choice["expert_cap"] <= spec.experts
     wt.page_experts(model, budget=proposed.choice["expert_cap"], device="cpu")
+    assert wt.plan(model, budget, trace, concurrency=1, context=64).choice == direct.choice
     with pytest.raises(wisp.LogicError, match=r"does not hold"):
         wt.plan(build("qwen3_moe"), resident // 2, trace)
 
@@ -266,3 +268,12 @@ def test_offload_benchmark_runs_end_to_end(tmp_path):
     assert arms["wisp-0.25"]["capacity"] == 4
     stats = arms["wisp-0.25"]["wisp_stats"]
     assert stats["hits"] + stats["misses"] == 2 * 4 * (2 + 4)  # layers x k x forwards (warm-up: 2)
+
+
+def test_docs_example_runs(capsys):
+    """docs/python.md's transformers example runs as written (a tiny model, offline)."""
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md").read_text()
+    section = doc.split("## Hugging Face transformers", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    exec(compile(code, "docs/python.md", "exec"), {})
+    assert "hit rate" in capsys.readouterr().out

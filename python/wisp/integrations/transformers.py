@@ -499,14 +499,19 @@ def model_spec(model: torch.nn.Module, name: Optional[str] = None) -> ModelSpec:
     its attention layers (``2 x layers x key-value heads x head_dim x element size``)."""
     modules = _experts_modules(model)
     first = modules[0]
-    weights = [getattr(first, n) for n in _weight_names(first)]
-    expert_bytes = sum(w[0].numel() * w.element_size() for w in weights)
+    paged = getattr(model, "_wisp_paged", None)
+    if paged is not None:  # the weights are the masters'
+        expert_bytes = paged.expert_bytes
+    else:
+        expert_bytes = sum(getattr(first, n)[0].numel() * getattr(first, n).element_size()
+                           for n in _weight_names(first))
     config = first.config
     heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
     if hasattr(config, "qk_nope_head_dim"):  # multi-head latent attention caches k and v widths
         head_dim = (config.qk_nope_head_dim + config.qk_rope_head_dim + config.v_head_dim) / 2
-    element = next(model.parameters()).element_size()
+    element = model.get_input_embeddings().weight.element_size() if hasattr(
+        model, "get_input_embeddings") else next(model.parameters()).element_size()
     kv = int(2 * config.num_hidden_layers * heads * head_dim * element)
     return ModelSpec(name or type(model).__name__, len(modules), int(first.num_experts),
                      _top_k(first), int(expert_bytes), max(kv, 1))
