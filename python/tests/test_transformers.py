@@ -157,6 +157,28 @@ def test_long_prompt_splits_the_prefill(name):
     assert (stats.calls > TOKENS).all()  # the prefill took several calls per layer
 
 
+# The policies that read no token positions and no future (the pager is given neither here).
+STEP_POLICIES = [p for p in wisp.POLICIES
+                 if p not in ("reuse_probability", "learned_belady", "belady", "lru")]
+
+
+@pytest.mark.parametrize("scope", ["layer", "global"])
+def test_misses_match_simulate_for_every_policy(scope):
+    """Each forward is one step of the pager (begin_step), as each trace step is one of
+    simulate's: the policies that count steps (least_stale, decayed_frequency...) agree too."""
+    reference = build("qwen3_moe")
+    capacity = 6 if scope == "layer" else 12
+    for policy in STEP_POLICIES:
+        model = copy.deepcopy(reference)
+        wt.page_experts(model, budget=capacity, policy=policy, scope=scope, device="cpu")
+        with wt.record_routing(model) as recorder:
+            greedy(model)
+        [expected] = wisp.simulate(recorder.trace(), policy, capacity, scope)
+        stats = model.wisp_stats()
+        assert (int(stats.hits.sum()), int(stats.misses.sum())) == (
+            expected["hits"], expected["misses"]), policy
+
+
 def model_state(model):
     return ({k: (v.data_ptr(), v.device) for k, v in model.state_dict().items()},
             model.config._experts_implementation, hasattr(model, "wisp_stats"))
