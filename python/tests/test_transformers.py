@@ -142,14 +142,14 @@ def test_unpage_restores_the_model(family):
     torch.testing.assert_close(again_logits, logits, atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("name", ["qwen2_moe", "gpt_oss"])
-def test_long_prompt_splits_the_prefill(name):
+@pytest.mark.parametrize("name, scope", [("qwen2_moe", "layer"), ("gpt_oss", "global")])
+def test_long_prompt_splits_the_prefill(name, scope):
     """A prompt whose experts exceed the budget is split into token groups; still exact."""
     reference = build(name)
     prompt = tuple(range(3, 40))
     tokens, logits = greedy(reference, prompt)
     model = copy.deepcopy(reference)
-    wt.page_experts(model, budget=wt.model_spec(model).top_k, device="cpu")
+    wt.page_experts(model, budget=wt.model_spec(model).top_k, scope=scope, device="cpu")
     paged_tokens, paged_logits = greedy(model, prompt)
     assert torch.equal(paged_tokens, tokens)
     torch.testing.assert_close(paged_logits, logits, atol=ATOL, rtol=RTOL)
