@@ -23,14 +23,19 @@ def traces_required():
     return os.environ.get("WISP_REQUIRE_TRACES", "") not in ("", "0")
 
 
-@pytest.fixture(scope="session")
-def esft_dir():
-    if not ESFT.is_dir():
-        message = f"ESFT trace not found at {ESFT}"
+def need_trace(path):
+    """``path`` if it exists; otherwise skips the test, or fails it when traces are required."""
+    if not path.exists():
+        message = f"trace not found at {path}"
         if traces_required():
             pytest.fail(f"{message} (WISP_REQUIRE_TRACES is set)")
         pytest.skip(message)
-    return ESFT
+    return path
+
+
+@pytest.fixture(scope="session")
+def esft_dir():
+    return need_trace(ESFT)
 
 
 @pytest.fixture(scope="session")

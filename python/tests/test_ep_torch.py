@@ -17,7 +17,7 @@ import pytest
 
 import wisp
 
-from conftest import ESFT, REPO, TRACES, traces_required
+from conftest import ESFT, REPO, TRACES, need_trace
 
 torch = pytest.importorskip("torch", reason="torch is not installed: the ep_torch example needs it")
 
@@ -31,15 +31,6 @@ def example():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def need(path):
-    if not path.exists():
-        message = f"trace not found at {path}"
-        if traces_required():
-            pytest.fail(f"{message} (WISP_REQUIRE_TRACES is set)")
-        pytest.skip(message)
-    return path
 
 
 def torchrun(ranks, *args, timeout=120):
@@ -249,18 +240,18 @@ def run_and_compare(tmp_path, trace_path, sequences, tokens, capacity, cli=None)
 
 def test_two_gloo_ranks_count_what_the_simulator_counts(tmp_path):
     """Both shared traces, prefixes of 16 sequences: exact counts, reference outputs."""
-    seconds = run_and_compare(tmp_path, need(ESFT), 16, 6, 555)
-    seconds += run_and_compare(tmp_path, need(GPTOSS), 16, 6, 256)
+    seconds = run_and_compare(tmp_path, need_trace(ESFT), 16, 6, 555)
+    seconds += run_and_compare(tmp_path, need_trace(GPTOSS), 16, 6, 256)
     assert seconds < 60
 
 
 def test_the_cli_counts_the_same(tmp_path, cli):
-    run_and_compare(tmp_path, need(ESFT), 8, 4, 555, cli=cli)
+    run_and_compare(tmp_path, need_trace(ESFT), 8, 4, 555, cli=cli)
 
 
 def test_bad_input_ends_every_rank_before_any_collective(tmp_path):
     ep = example()
-    trace, _ = ep.load_trace(str(need(ESFT)), 8, 4)
+    trace, _ = ep.load_trace(str(need_trace(ESFT)), 8, 4)
     plan = wisp.plan_placement(trace, 2, 555, **COSTS)
     maps = np.stack([plan.placement.rank_maps(r) for r in range(2)])
     e = int(np.flatnonzero(maps[1, 3] >= 0)[0])
@@ -288,7 +279,7 @@ def test_bad_input_ends_every_rank_before_any_collective(tmp_path):
 
 
 def test_a_rank_failing_mid_step_ends_the_run(tmp_path):
-    code, log, seconds = torchrun(2, "--trace", need(ESFT), "--sequences", 8, "--tokens", 4,
+    code, log, seconds = torchrun(2, "--trace", need_trace(ESFT), "--sequences", 8, "--tokens", 4,
                                   "--fail-rank", 1, "--fail-step", 2, "--timeout", 20)
     assert code != 0
     assert "rank 1: injected failure at step 2" in log
