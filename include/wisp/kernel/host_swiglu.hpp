@@ -386,10 +386,12 @@ struct block_avx2 {
 /// its error bound and its threads).
 ///
 /// Cost of a call: every task's `3 x H x I` weights read once per 8 of its rows, `6 x H x I`
-/// FLOPs per row; two phases, each ending when every thread is done. Its scratch (the inputs and
-/// activations in bf16) grows to the largest call seen and is kept: a call no larger than an
-/// earlier one allocates nothing. Not thread-safe: one call at a time per object (its threads are
-/// the executor's and the caller's). The executor must outlive the kernel.
+/// FLOPs per row; three phases, each ending when its last item is done, and `threads - 1`
+/// submissions to the executor. Its scratch (the inputs and activations in bf16, the tasks' row
+/// offsets) grows to the largest call seen and is kept: a call no larger than an earlier one
+/// allocates nothing of its own (a `thread_pool` allocates one `std::function` per submission).
+/// Not thread-safe: one call at a time per object (its threads are the executor's and the
+/// caller's). The executor must outlive the kernel.
 class host_swiglu_kernel {
  public:
   /// @throws wisp::logic_error naming the value on an invalid shape, `threads < 1`, or an ISA
