@@ -262,7 +262,8 @@ struct weight_pool {
   weight_pool(wisp::swiglu_shape s, std::size_t n, std::int32_t threads) : shape(s), experts(n) {
     const std::size_t bytes = shape.row_bytes() * experts;
     const std::size_t align = std::size_t{2} << 20;
-    data.reset(static_cast<wisp::bf16*>(std::aligned_alloc(align, (bytes + align - 1) / align * align)));
+    data.reset(
+        static_cast<wisp::bf16*>(std::aligned_alloc(align, (bytes + align - 1) / align * align)));
     if (!data) {
       throw std::bad_alloc();
     }
@@ -345,7 +346,8 @@ __attribute__((target("avx512f"))) std::uint64_t read_avx512(const std::byte* p,
   return s;
 }
 
-__attribute__((target("avx2"))) std::uint64_t read_avx2(const std::byte* p, std::size_t n) noexcept {
+__attribute__((target("avx2"))) std::uint64_t read_avx2(const std::byte* p,
+                                                        std::size_t n) noexcept {
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   std::size_t i = 0;
   for (; i + 128 <= n; i += 128) {
@@ -397,19 +399,19 @@ enum class arm { wisp, stream, ggml };
 // One (shape, rows) case: its inputs, outputs and what each arm needs between calls.
 struct bench_case {
   std::int32_t rows = 0;
-  std::vector<float> x;               // rows x H, shared by the E experts (one token each row)
-  std::vector<float> y;               // E x rows x H: wisp's outputs, task e at e * rows * H
+  std::vector<float> x;  // rows x H, shared by the E experts (one token each row)
+  std::vector<float> y;  // E x rows x H: wisp's outputs, task e at e * rows * H
   std::vector<wisp::host_expert_task> tasks;
   std::int64_t calls[3] = {1, 1, 1};  // calls per sample, per arm
   std::vector<double> seconds[3];     // per round: seconds per call, per arm
   double err_ref = -1.0;
   double err_ggml = -1.0;
 #if defined(WISP_BENCH_WITH_GGML)
-  ggml_context* ctx = nullptr;        // inputs, ids, intermediates and the graph
+  ggml_context* ctx = nullptr;  // inputs, ids, intermediates and the graph
   ggml_cgraph* graph = nullptr;
-  ggml_tensor* ids = nullptr;         // [E, rows] i32
-  ggml_tensor* out = nullptr;         // [H, E, rows] f32
-  std::vector<std::uint8_t> work;     // the plan's work buffer
+  ggml_tensor* ids = nullptr;      // [E, rows] i32
+  ggml_tensor* out = nullptr;      // [H, E, rows] f32
+  std::vector<std::uint8_t> work;  // the plan's work buffer
 #endif
 };
 
@@ -430,11 +432,14 @@ struct shape_bench {
 #endif
 
   shape_bench(const named_shape& s, const options& o, wisp::any_executor& e, std::size_t experts)
-      : ns(s), opt(o), ex(e), pool(s.shape, experts, o.threads),
+      : ns(s),
+        opt(o),
+        ex(e),
+        pool(s.shape, experts, o.threads),
         kernel(s.shape, {.threads = o.threads, .isa = o.isa}, e) {
 #if defined(WISP_BENCH_WITH_GGML)
-    const ggml_init_params p{.mem_size = 8 * ggml_tensor_overhead(), .mem_buffer = nullptr,
-                             .no_alloc = true};
+    const ggml_init_params p{
+        .mem_size = 8 * ggml_tensor_overhead(), .mem_buffer = nullptr, .no_alloc = true};
     wctx = ggml_init(p);
     const auto h = static_cast<std::int64_t>(s.shape.hidden);
     const auto in = static_cast<std::int64_t>(s.shape.intermediate);
@@ -483,8 +488,10 @@ struct shape_bench {
     c.y.assign(e * static_cast<std::size_t>(rows) * h, 0.0f);
     c.tasks.resize(e);
     for (std::size_t t = 0; t < e; ++t) {
-      c.tasks[t] = {.weights = pool.row(t), .x = c.x.data(),
-                    .y = c.y.data() + t * static_cast<std::size_t>(rows) * h, .rows = rows};
+      c.tasks[t] = {.weights = pool.row(t),
+                    .x = c.x.data(),
+                    .y = c.y.data() + t * static_cast<std::size_t>(rows) * h,
+                    .rows = rows};
     }
 #if defined(WISP_BENCH_WITH_GGML)
     const auto hh = static_cast<std::int64_t>(h);
@@ -499,10 +506,10 @@ struct shape_bench {
     std::memcpy(cur->data, c.x.data(), c.x.size() * sizeof(float));
     c.ids = ggml_new_tensor_2d(c.ctx, GGML_TYPE_I32, ee, rows);
     // As llama.cpp's build_moe_ffn (separate gate and up tensors, LLM_FFN_SILU, gated).
-    ggml_tensor* u = ggml_mul_mat_id(c.ctx, up, cur, c.ids);   // [I, E, rows]
+    ggml_tensor* u = ggml_mul_mat_id(c.ctx, up, cur, c.ids);    // [I, E, rows]
     ggml_tensor* g = ggml_mul_mat_id(c.ctx, gate, cur, c.ids);  // [I, E, rows]
     ggml_tensor* act = ggml_swiglu_split(c.ctx, g, u);
-    c.out = ggml_mul_mat_id(c.ctx, down, act, c.ids);          // [H, E, rows]
+    c.out = ggml_mul_mat_id(c.ctx, down, act, c.ids);  // [H, E, rows]
     c.graph = ggml_new_graph(c.ctx);
     ggml_build_forward_expand(c.graph, c.out);
     ggml_cplan plan = ggml_graph_plan(c.graph, opt.threads, nullptr);
@@ -710,8 +717,8 @@ struct case_result {
   double bytes = 0.0;
   double flops = 0.0;
   stats ms[3];
-  stats gbps[3];  // weight bytes / time
-  stats speedup;  // ggml / wisp, per round
+  stats gbps[3];    // weight bytes / time
+  stats speedup;    // ggml / wisp, per round
   stats of_stream;  // stream / wisp, per round (the fraction of the read bandwidth wisp reaches)
   double err_ref = -1.0, err_ggml = -1.0;
 };
@@ -739,9 +746,9 @@ int main(int argc, char** argv) {
   }
   const wisp::host_isa isa = opt.isa.value_or(wisp::best_host_isa());
   std::cout << "wisp host expert kernel: " << opt.threads << " threads, isa "
-            << wisp::to_string(isa) << ", " << opt.experts << " experts per call, "
-            << opt.rounds << " rounds, " << (opt.cpu_clock ? "CPU" : "wall") << " time, pool " << (pool_bytes >> 20) << " MiB (L3 " << (llc >> 20)
-            << " MiB), peer: "
+            << wisp::to_string(isa) << ", " << opt.experts << " experts per call, " << opt.rounds
+            << " rounds, " << (opt.cpu_clock ? "CPU" : "wall") << " time, pool "
+            << (pool_bytes >> 20) << " MiB (L3 " << (llc >> 20) << " MiB), peer: "
 #if defined(WISP_BENCH_WITH_GGML)
             << "ggml, " << WISP_GGML_PEER_VERSION
 #else
@@ -803,12 +810,13 @@ int main(int argc, char** argv) {
       r.dims = it->shape;
       r.rows = c.rows;
       r.bytes = static_cast<double>(bench.call_bytes());
-      r.flops = 6.0 * static_cast<double>(it->shape.matrix_values()) * static_cast<double>(e) *
-                c.rows;
+      r.flops =
+          6.0 * static_cast<double>(it->shape.matrix_values()) * static_cast<double>(e) * c.rows;
       const auto rounds = static_cast<std::size_t>(opt.rounds);
       for (const arm a : arms) {
         const auto& s = c.seconds[static_cast<std::size_t>(a)];
-        r.ms[static_cast<std::size_t>(a)] = over_rounds(rounds, [&](std::size_t k) { return s[k] * 1e3; });
+        r.ms[static_cast<std::size_t>(a)] =
+            over_rounds(rounds, [&](std::size_t k) { return s[k] * 1e3; });
         r.gbps[static_cast<std::size_t>(a)] =
             over_rounds(rounds, [&](std::size_t k) { return r.bytes / s[k] * 1e-9; });
       }
@@ -832,12 +840,11 @@ int main(int argc, char** argv) {
   std::cout << "\nper call (" << opt.experts << " experts x rows), median [min-max] over "
             << opt.rounds << " rounds; GB/s = expert weight bytes / time\n";
   for (const case_result& r : results) {
-    std::cout << "\n" << r.shape << " (H " << r.dims.hidden << ", I " << r.dims.intermediate
-              << ") rows " << r.rows << ": " << fmt("%.1f", r.bytes / 1048576.0)
-              << " MiB of weights\n";
+    std::cout << "\n"
+              << r.shape << " (H " << r.dims.hidden << ", I " << r.dims.intermediate << ") rows "
+              << r.rows << ": " << fmt("%.1f", r.bytes / 1048576.0) << " MiB of weights\n";
     std::cout << "  wisp    " << range("%.3f", r.ms[0]) << " ms  " << range("%.1f", r.gbps[0])
-              << " GB/s  " << fmt("%.1f", r.flops / (r.ms[0].median * 1e-3) * 1e-9)
-              << " GFLOP/s\n";
+              << " GB/s  " << fmt("%.1f", r.flops / (r.ms[0].median * 1e-3) * 1e-9) << " GFLOP/s\n";
     std::cout << "  stream  " << range("%.3f", r.ms[1]) << " ms  " << range("%.1f", r.gbps[1])
               << " GB/s\n";
     if (with_ggml) {
@@ -846,8 +853,9 @@ int main(int argc, char** argv) {
                 << " GFLOP/s\n";
       std::cout << "  wisp/ggml speedup " << range("%.2f", r.speedup) << "x\n";
     }
-    std::cout << "  wisp of stream " << range("%.0f", {r.of_stream.median * 100,
-                                                       r.of_stream.min * 100, r.of_stream.max * 100})
+    std::cout << "  wisp of stream "
+              << range("%.0f",
+                       {r.of_stream.median * 100, r.of_stream.min * 100, r.of_stream.max * 100})
               << " %\n";
     std::cout << "  error vs fp32 reference " << fmt("%.2e", r.err_ref);
     if (with_ggml) {
@@ -865,8 +873,8 @@ int main(int argc, char** argv) {
     }
     if (with_ggml && (r.rows == 1 || r.rows == 16)) {
       std::cout << "  " << r.shape << " rows " << r.rows << ": wisp/ggml "
-                << fmt("%.2f", r.speedup.median) << "x (target >= 1.0x): "
-                << (r.speedup.median >= 1.0 ? "met" : "NOT met") << "\n";
+                << fmt("%.2f", r.speedup.median)
+                << "x (target >= 1.0x): " << (r.speedup.median >= 1.0 ? "met" : "NOT met") << "\n";
     }
   }
   bool ok = true;
@@ -879,9 +887,10 @@ int main(int argc, char** argv) {
     std::ostringstream j;
     j << "{\n  \"bench\": \"wisp_kernel_bench\",\n  \"threads\": " << opt.threads
       << ",\n  \"clock\": \"" << (opt.cpu_clock ? "cpu" : "wall") << "\""
-      << ",\n  \"isa\": \"" << wisp::to_string(isa) << "\",\n  \"experts_per_call\": "
-      << opt.experts << ",\n  \"rounds\": " << opt.rounds << ",\n  \"pool_mib\": "
-      << (pool_bytes >> 20) << ",\n  \"l3_mib\": " << (llc >> 20) << ",\n  \"peer\": "
+      << ",\n  \"isa\": \"" << wisp::to_string(isa)
+      << "\",\n  \"experts_per_call\": " << opt.experts << ",\n  \"rounds\": " << opt.rounds
+      << ",\n  \"pool_mib\": " << (pool_bytes >> 20) << ",\n  \"l3_mib\": " << (llc >> 20)
+      << ",\n  \"peer\": "
 #if defined(WISP_BENCH_WITH_GGML)
       << "\"ggml: " << WISP_GGML_PEER_VERSION << "\""
 #else
@@ -890,8 +899,8 @@ int main(int argc, char** argv) {
       << ",\n  \"tolerance\": " << wisp::host_swiglu_tolerance << ",\n  \"cases\": [";
     for (std::size_t k = 0; k < results.size(); ++k) {
       const case_result& r = results[k];
-      j << (k ? "," : "") << "\n    {\"shape\": \"" << r.shape << "\", \"hidden\": "
-        << r.dims.hidden << ", \"intermediate\": " << r.dims.intermediate
+      j << (k ? "," : "") << "\n    {\"shape\": \"" << r.shape
+        << "\", \"hidden\": " << r.dims.hidden << ", \"intermediate\": " << r.dims.intermediate
         << ", \"rows\": " << r.rows << ", \"weight_bytes\": " << std::fixed << r.bytes
         << std::defaultfloat << ",\n     \"wisp_ms\": " << json_stats(r.ms[0])
         << ", \"wisp_gbps\": " << json_stats(r.gbps[0])

@@ -16,7 +16,8 @@
 ///   host, and nothing else. Without a profile (`--device host`), by the thread CPU time the host
 ///   spent on it; in tests by a `compute_clock`. It starts when the compute queue is free and its
 ///   waits have happened. A launch waits only for the copies into the rows it reads.
-/// - **Host experts** (`cpu-experts`, `cpu-moe-layers`, `pager+hybrid`): experts the host computes from its masters
+/// - **Host experts** (`cpu-experts`, `cpu-moe-layers`, `pager+hybrid`): experts the host computes
+/// from its masters
 ///   run on a host queue beside the device's: the hidden states of their tokens cross to the host
 ///   (`tokens x hidden x 2` bytes, one copy on an activation link with the link's figures), the
 ///   host computes (charged by the profile's host roofline, the larger of the experts' weight bytes

@@ -404,9 +404,10 @@ class python_pager {
   std::span<const std::int32_t> target_span(const array_like& targets, std::size_t pairs) {
     const nb::object a = nb::module_::import_("numpy").attr("asarray")(targets);
     const int_matrix m = nb::cast<int>(a.attr("ndim")) == 1 ? int_vector_from(targets, "targets")
-                                                           : int_matrix_from(targets, "targets");
-    WISP_EXPECTS(static_cast<std::size_t>(m.rows * m.cols) == pairs, "Pager.prepare: targets holds ",
-                 m.rows * m.cols, " ranks for ", pairs, " (token, expert) pairs");
+                                                            : int_matrix_from(targets, "targets");
+    WISP_EXPECTS(static_cast<std::size_t>(m.rows * m.cols) == pairs,
+                 "Pager.prepare: targets holds ", m.rows * m.cols, " ranks for ", pairs,
+                 " (token, expert) pairs");
     return int32_ids(m, targets_, "targets");
   }
   // Global ids -> the rank's rows; an expert the rank does not hold is an error.

@@ -95,14 +95,18 @@ void check_rank_map(const wisp::expert_placement& p, std::int32_t rank, const ar
                " is outside [0, ranks = ", p.ranks(), ")");
   const nb::object a = nb::module_::import_("numpy").attr("asarray")(map);
   const auto ndim = nb::cast<int>(a.attr("ndim"));
-  WISP_EXPECTS(ndim == 1 || ndim == 2, "Placement.check_expert_map: expert_map must be "
-               "int[experts] or int[layers, experts], got ", ndim, " dimensions");
-  const int_matrix m = ndim == 1 ? int_vector_from(a, "expert_map") : int_matrix_from(a, "expert_map");
+  WISP_EXPECTS(ndim == 1 || ndim == 2,
+               "Placement.check_expert_map: expert_map must be "
+               "int[experts] or int[layers, experts], got ",
+               ndim, " dimensions");
+  const int_matrix m =
+      ndim == 1 ? int_vector_from(a, "expert_map") : int_matrix_from(a, "expert_map");
   const std::int64_t experts = ndim == 1 ? m.rows : m.cols;
-  WISP_EXPECTS(experts == p.experts() && (ndim == 1 || m.rows == p.layers()),
-               "Placement.check_expert_map: rank ", rank, "'s expert_map has shape ",
-               ndim == 1 ? std::to_string(m.rows) : std::to_string(m.rows) + " x " + std::to_string(m.cols),
-               " but the placement has ", p.layers(), " layers x ", p.experts(), " experts");
+  WISP_EXPECTS(
+      experts == p.experts() && (ndim == 1 || m.rows == p.layers()),
+      "Placement.check_expert_map: rank ", rank, "'s expert_map has shape ",
+      ndim == 1 ? std::to_string(m.rows) : std::to_string(m.rows) + " x " + std::to_string(m.cols),
+      " but the placement has ", p.layers(), " layers x ", p.experts(), " experts");
   with_values(m, [&](const auto& values) {
     for (std::int32_t l = 0; l < p.layers(); ++l) {
       const auto want = p.expert_map(rank, l);
@@ -123,10 +127,12 @@ class python_chooser {
   python_chooser(const wisp::expert_placement& placement, wisp::dispatch_costs costs)
       : chooser_(placement, std::move(costs)), layers_(placement.layers()) {}
 
-  numpy_array choose(std::int32_t layer, array_like topk_ids, const std::optional<array_like>& out) {
+  numpy_array choose(std::int32_t layer, array_like topk_ids,
+                     const std::optional<array_like>& out) {
     const int_matrix ids = int_matrix_from(topk_ids, "topk_ids");
-    WISP_EXPECTS(ids.rows <= std::numeric_limits<std::int32_t>::max() / std::max<std::int64_t>(ids.cols, 1),
-                 "ReplicaChooser.choose: ", ids.rows, " x ", ids.cols, " ids do not fit int32");
+    WISP_EXPECTS(
+        ids.rows <= std::numeric_limits<std::int32_t>::max() / std::max<std::int64_t>(ids.cols, 1),
+        "ReplicaChooser.choose: ", ids.rows, " x ", ids.cols, " ids do not fit int32");
     const auto tokens = static_cast<std::int32_t>(ids.rows);
     const auto k = static_cast<std::int32_t>(ids.cols);
     const auto n = static_cast<std::size_t>(ids.rows * ids.cols);
@@ -134,7 +140,7 @@ class python_chooser {
     numpy_array fresh;
     std::span<std::int32_t> ranks;
     nb::object flat;  // a 1-D view of `out` (the same memory when it is contiguous)
-    if (out) {  // numpy only: a reshape of a strided array would be a copy, written in vain
+    if (out) {        // numpy only: a reshape of a strided array would be a copy, written in vain
       WISP_EXPECTS(detail::is_numpy_array(out->ptr()) &&
                        nb::cast<bool>(out->attr("flags").attr("c_contiguous")),
                    "ReplicaChooser.choose: out must be a C-contiguous int32 numpy array");
@@ -146,13 +152,13 @@ class python_chooser {
       ranks = {data, n};
     }
     if (ids.wide) {
-      const std::span<const std::int64_t> span = ids.contiguous() ? ids.span<std::int64_t>()
-                                                                  : gathered(ids, scratch64_);
+      const std::span<const std::int64_t> span =
+          ids.contiguous() ? ids.span<std::int64_t>() : gathered(ids, scratch64_);
       last_ids_address_ = reinterpret_cast<std::uintptr_t>(span.data());
       chooser_.choose(layer, span, tokens, k, ranks);
     } else {
-      const std::span<const std::int32_t> span = ids.contiguous() ? ids.span<std::int32_t>()
-                                                                  : gathered(ids, scratch32_);
+      const std::span<const std::int32_t> span =
+          ids.contiguous() ? ids.span<std::int32_t>() : gathered(ids, scratch32_);
       last_ids_address_ = reinterpret_cast<std::uintptr_t>(span.data());
       chooser_.choose(layer, span, tokens, k, ranks);
     }
@@ -272,12 +278,13 @@ void bind_parallel(nb::module_& m) {
             const nb::object a = nb::module_::import_("numpy").attr("ascontiguousarray")(
                 maps, nb::module_::import_("numpy").attr("int32"));
             const auto shape = nb::cast<std::vector<std::int64_t>>(a.attr("shape"));
-            WISP_EXPECTS(shape.size() == 3, "Placement.from_expert_maps: maps must be "
-                         "int[layers, ranks, experts], got ", shape.size(), " dimensions");
+            WISP_EXPECTS(shape.size() == 3,
+                         "Placement.from_expert_maps: maps must be "
+                         "int[layers, ranks, experts], got ",
+                         shape.size(), " dimensions");
             std::vector<std::int32_t> values;
-            with_values(int_vector_from(a.attr("reshape")(-1), "maps"), [&](const auto& v) {
-              values.assign(v.begin(), v.end());
-            });
+            with_values(int_vector_from(a.attr("reshape")(-1), "maps"),
+                        [&](const auto& v) { values.assign(v.begin(), v.end()); });
             return wisp::expert_placement::from_expert_maps(
                 static_cast<std::int32_t>(shape[0]), static_cast<std::int32_t>(shape[2]),
                 static_cast<std::int32_t>(shape[1]), local_experts, values);
@@ -356,10 +363,12 @@ void bind_parallel(nb::module_& m) {
             return numpy_copy(std::span<const double>(p.costs.copy_seconds));
           },
           "float64[ranks]: one expert copy over each rank's link (the modelled link time)")
-      .def_prop_ro("expert_seconds", [](const ep_plan_view& p) { return p.costs.expert_seconds; },
-                   "modelled compute of one expert active on a rank in a call")
-      .def_prop_ro("token_seconds", [](const ep_plan_view& p) { return p.costs.token_seconds; },
-                   "modelled compute of one (token, expert) pair")
+      .def_prop_ro(
+          "expert_seconds", [](const ep_plan_view& p) { return p.costs.expert_seconds; },
+          "modelled compute of one expert active on a rank in a call")
+      .def_prop_ro(
+          "token_seconds", [](const ep_plan_view& p) { return p.costs.token_seconds; },
+          "modelled compute of one (token, expert) pair")
       .def_ro("batch", &ep_plan_view::batch, "concurrent sequences of the serving steps")
       .def_ro("total_slots", &ep_plan_view::total_slots)
       .def_ro("arm", &ep_plan_view::arm)
@@ -379,10 +388,9 @@ void bind_parallel(nb::module_& m) {
          std::uint64_t expert_bytes, double bandwidth_gbps, double miss_latency_us,
          std::int32_t hidden, double a2a_gbps, double a2a_latency_us, double hbm_gbps,
          double tflops, std::uint64_t expert_params) {
-        wisp::ep_sim_config config =
-            ep_config(ranks, batch, local_experts, "lru", expert_bytes, bandwidth_gbps,
-                      miss_latency_us, hidden, a2a_gbps, a2a_latency_us, hbm_gbps, tflops,
-                      expert_params, "plan_placement");
+        wisp::ep_sim_config config = ep_config(
+            ranks, batch, local_experts, "lru", expert_bytes, bandwidth_gbps, miss_latency_us,
+            hidden, a2a_gbps, a2a_latency_us, hbm_gbps, tflops, expert_params, "plan_placement");
         config.total_slots = total_slots;
         const wisp::ep_arm which = arm_from_name(arm);
         wisp::detail::ep_arm_plan plan = [&] {
@@ -393,14 +401,17 @@ void bind_parallel(nb::module_& m) {
         for (std::int32_t& s : plan.slots) {
           s = std::min(s, rows);  // a rank cannot use more slots than it has rows (as the sim)
         }
-        return ep_plan_view{std::move(plan.placement), std::move(plan.slots),
-                            std::move(plan.costs), batch, total_slots, arm};
+        return ep_plan_view{std::move(plan.placement),
+                            std::move(plan.slots),
+                            std::move(plan.costs),
+                            batch,
+                            total_slots,
+                            arm};
       },
       nb::arg("trace"), nb::arg("ranks"), nb::arg("total_slots"), nb::arg("batch"),
-      nb::arg("local_experts"), nb::arg("arm"), nb::arg("expert_bytes"),
-      nb::arg("bandwidth_gbps"), nb::arg("miss_latency_us"), nb::arg("hidden"),
-      nb::arg("a2a_gbps"), nb::arg("a2a_latency_us"), nb::arg("hbm_gbps"), nb::arg("tflops"),
-      nb::arg("expert_params"));
+      nb::arg("local_experts"), nb::arg("arm"), nb::arg("expert_bytes"), nb::arg("bandwidth_gbps"),
+      nb::arg("miss_latency_us"), nb::arg("hidden"), nb::arg("a2a_gbps"), nb::arg("a2a_latency_us"),
+      nb::arg("hbm_gbps"), nb::arg("tflops"), nb::arg("expert_params"));
 
   m.def(
       "_ep_batches",
@@ -431,9 +442,9 @@ void bind_parallel(nb::module_& m) {
           "__init__",
           [](python_chooser* self, const wisp::expert_placement& placement,
              std::vector<double> copy_seconds, double expert_seconds, double token_seconds) {
-            new (self) python_chooser(placement, wisp::dispatch_costs{std::move(copy_seconds),
-                                                                      expert_seconds,
-                                                                      token_seconds});
+            new (self) python_chooser(
+                placement,
+                wisp::dispatch_costs{std::move(copy_seconds), expert_seconds, token_seconds});
           },
           nb::arg("placement"), nb::arg("copy_seconds"), nb::arg("expert_seconds"),
           nb::arg("token_seconds"),

@@ -172,8 +172,8 @@ TEST(rank_pager, bad_input_is_refused_and_changes_nothing) {
 TEST(rank_pager, order_resident_first_keeps_each_part_in_its_order) {
   // A global pool of 4 slots over 2 layers x 6 local ids: make (0, 1), (0, 4) and (1, 2)
   // resident, then order a call of layer 0 that holds two of them among others.
-  pager<lru> pg(pager_config{.layers = 2, .experts = 6, .top_k = 1, .capacity = 4,
-                             .scope = cache_scope::global});
+  pager<lru> pg(pager_config{
+      .layers = 2, .experts = 6, .top_k = 1, .capacity = 4, .scope = cache_scope::global});
   const std::vector<std::int32_t> first = {1, 4};
   (void)pg.prepare_experts(0, first);
   const std::vector<std::int32_t> other = {2};

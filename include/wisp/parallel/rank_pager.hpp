@@ -233,8 +233,7 @@ class rank_expert_map {
 /// buffer of `n` ids). Not thread-safe (reads the pager).
 /// @throws wisp::logic_error if `layer` or an id is out of range for `pager`.
 template <class Pager>
-void order_resident_first(const Pager& pager, std::int32_t layer,
-                          std::span<std::int32_t> locals) {
+void order_resident_first(const Pager& pager, std::int32_t layer, std::span<std::int32_t> locals) {
   std::stable_partition(locals.begin(), locals.end(),
                         [&](std::int32_t e) { return pager.slot_of(layer, e) >= 0; });
 }
