@@ -272,7 +272,7 @@ class host_experts_residency : public residency {
   /// beside those rows. @throws wisp::infeasible_error (see `kv_blocks_beside`).
   memory_plan place(const arm_context& ctx, std::string_view arm,
                     const std::vector<std::vector<std::int32_t>>& pinned) {
-    L_ = ctx.model.layers;
+    const std::int32_t layers = ctx.model.layers;
     E_ = ctx.model.experts;
     K_ = ctx.model.top_k;
     std::uint64_t rows = 0;
@@ -284,8 +284,8 @@ class host_experts_residency : public residency {
     const std::int32_t staging = all ? 0 : 2 * K_;
     memory_plan m;
     m.kv_blocks = kv_blocks_beside(ctx, arm, rows + idx(staging));
-    row_of_.assign(idx(L_) * idx(E_), -1);
-    for (std::int32_t l = 0; l < L_; ++l) {
+    row_of_.assign(idx(layers) * idx(E_), -1);
+    for (std::int32_t l = 0; l < layers; ++l) {
       const std::vector<std::int32_t>& p = pinned[idx(l)];
       const std::int32_t t = ctx.dev.add_tensor(p.size());  // tensor l is layer l's
       for (std::int32_t r = 0; r < count(p); ++r) {
@@ -301,8 +301,6 @@ class host_experts_residency : public residency {
         std::to_string(staging) + " staging rows, " + std::to_string(m.kv_blocks) + " KV blocks";
     return m;
   }
-
-  std::int32_t L_ = 0, E_ = 0, K_ = 0;
 
  private:
   /// Launch `i` of layer `layer` shows `experts` at `rows` of the layer's tensor; with `copy`, each
@@ -324,6 +322,7 @@ class host_experts_residency : public residency {
     launches_[i] = {layer, maps_[i], copies_[i], false};
   }
 
+  std::int32_t E_ = 0, K_ = 0;
   std::int32_t staging_ = 0;          // the staging tensor
   std::int32_t half_ = 0;             // the staging half the last copies went to
   std::vector<std::int32_t> row_of_;  // [layers x experts]: pinned row or -1
@@ -381,15 +380,16 @@ class cpu_moe_layers_residency final : public host_experts_residency {
     if (resident < layers) {
       resident = std::max<std::int64_t>(0, (rows - 2 * ctx.model.top_k) / experts);
     }
-    host_layers_ = layers - static_cast<std::int32_t>(std::min<std::int64_t>(resident, layers));
+    const std::int32_t host_layers =
+        layers - static_cast<std::int32_t>(std::min<std::int64_t>(resident, layers));
     std::vector<std::vector<std::int32_t>> pinned(idx(layers));
-    for (std::int32_t l = host_layers_; l < layers; ++l) {  // llama.cpp: the first N on the CPU
+    for (std::int32_t l = host_layers; l < layers; ++l) {  // llama.cpp: the first N on the CPU
       pinned[idx(l)].resize(idx(experts));
       std::iota(pinned[idx(l)].begin(), pinned[idx(l)].end(), 0);
     }
     memory_plan m = place(ctx, "cpu-moe-layers", pinned);
-    m.rows = layers > host_layers_ ? experts : 0;
-    m.note = "--n-cpu-moe " + std::to_string(host_layers_) + ", " + m.note;
+    m.rows = layers > host_layers ? experts : 0;
+    m.note = "--n-cpu-moe " + std::to_string(host_layers) + ", " + m.note;
     return m;
   }
 
@@ -398,8 +398,6 @@ class cpu_moe_layers_residency final : public host_experts_residency {
                              std::int32_t tokens) const override {
     return tokens < op_offload_min_batch;
   }
-
-  std::int32_t host_layers_ = 0;
 };
 
 }  // namespace wisp_engine
