@@ -67,6 +67,9 @@ commit=${GPU_CHECK_COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo u
 if [[ $commit != unknown && -z ${GPU_CHECK_COMMIT:-} ]] && [[ -n $(git status --porcelain 2>/dev/null) ]]; then
   commit="$commit (with uncommitted changes)"
 fi
+# The carried inputs may come compressed (the device runner's 64 MiB carry limit): unpack them.
+[[ -f .traces/raw.tar.xz && ! -d .traces/raw ]] && tar -xJf .traces/raw.tar.xz -C .traces
+[[ -f .peers/ggml-src.tar.xz && ! -d .peers/ggml-src ]] && tar -xJf .peers/ggml-src.tar.xz -C .peers
 if [[ -z ${TRACES_DIR:-} ]]; then
   if [[ -d .traces/raw ]]; then TRACES_DIR=$PWD/.traces; else TRACES_DIR=$PWD/../shared/traces; fi
 fi
@@ -155,6 +158,35 @@ run_bench() {
   fi
 }
 
+# The host's expert kernel beside its read bandwidth and ggml's MUL_MAT_ID, on this host's
+# cores (issue 45's host-kernel targets): built against ggml when its source was carried
+# (bench/peers/ggml/build.sh --pack .peers/ggml-src on a machine with PyPI), else wisp and the
+# read only. JSON in $out. It runs before the GPU benchmark, with its own time limits
+# (GPU_CHECK_KERNEL_SECONDS, default 90, for the measurement), so the GPU's figures get the rest.
+kernel_seconds=${GPU_CHECK_KERNEL_SECONDS:-90}
+kernel_json="$out/${prefix}host-expert-kernel.json"
+if ((kernel_seconds <= 0)); then
+  log "host expert kernel skipped (GPU_CHECK_KERNEL_SECONDS=$kernel_seconds)"
+elif [[ -d .peers/ggml-src ]] && (($(left) > 150)); then
+  log "host expert kernel beside ggml (building the peer from .peers/ggml-src)"
+  if timeout 150 bench/peers/ggml/build.sh --src .peers/ggml-src \
+    --build "$build/peers-ggml" >"$work/ggml_peer_build.log" 2>&1; then
+    timeout "$kernel_seconds" "$build/peers-ggml/wisp_ggml_peer_bench" --threads "$(nproc)" \
+      --rounds 5 --shapes deepseek-v2-lite,gpt-oss-20b --rows 1,4,16,64 --json "$kernel_json" \
+      2>&1 | tee "$work/host_expert_kernel.txt" | grep -E 'speedup|of stream|target|NOT' \
+      >>"$out/gpu_check.log" || status=1
+  else
+    log "ggml peer did not build (see logs.tar.gz: ggml_peer_build.log)"; status=1
+  fi
+elif [[ -x $build/bench/wisp_kernel_bench ]] && (($(left) > 40)); then
+  log "host expert kernel beside the read bandwidth (no .peers/ggml-src: ggml not measured)"
+  timeout "$kernel_seconds" "$build/bench/wisp_kernel_bench" --threads "$(nproc)" --rounds 5 \
+    --shapes deepseek-v2-lite,gpt-oss-20b --rows 1,4,16,64 --json "$kernel_json" 2>&1 |
+    tee "$work/host_expert_kernel.txt" | grep -E 'of stream|target' >>"$out/gpu_check.log" || status=1
+else
+  log "host expert kernel skipped (not built, or out of time)"
+fi
+
 # The GPU benchmark gets what is left, less a margin for the host benchmark and packing and the
 # time kept for the sweep (which gets whatever the benchmark leaves).
 deadline=$(($(left) - 40 - sweep_seconds))
@@ -187,31 +219,6 @@ if [[ -x $host_bench ]] && (($(left) > 30)); then
   grep -E '_median|_cv' "$work/host_bench.txt" >>"$out/gpu_check.log" || true
 else
   log "host benchmark skipped (not built, or out of time)"
-fi
-
-# The host's expert kernel beside its read bandwidth and ggml's MUL_MAT_ID, on this host's
-# cores (issue 45's host-kernel targets): built against ggml when its source was carried
-# (bench/peers/ggml/build.sh --pack .peers/ggml-src on a machine with PyPI), else wisp and the
-# read only. JSON in $out.
-kernel_json="$out/${prefix}host-expert-kernel.json"
-if [[ -d .peers/ggml-src ]] && (($(left) > 150)); then
-  log "host expert kernel beside ggml (building the peer from .peers/ggml-src)"
-  if timeout $(($(left) - 100)) bench/peers/ggml/build.sh --src .peers/ggml-src \
-    --build "$build/peers-ggml" >"$work/ggml_peer_build.log" 2>&1; then
-    timeout $(($(left) - 10)) "$build/peers-ggml/wisp_ggml_peer_bench" --threads "$(nproc)" \
-      --rounds 5 --shapes deepseek-v2-lite,gpt-oss-20b --rows 1,4,16,64 --json "$kernel_json" \
-      2>&1 | tee "$work/host_expert_kernel.txt" | grep -E 'speedup|of stream|target|NOT' \
-      >>"$out/gpu_check.log" || status=1
-  else
-    log "ggml peer did not build (see logs.tar.gz: ggml_peer_build.log)"; status=1
-  fi
-elif [[ -x $build/bench/wisp_kernel_bench ]] && (($(left) > 40)); then
-  log "host expert kernel beside the read bandwidth (no .peers/ggml-src: ggml not measured)"
-  timeout $(($(left) - 10)) "$build/bench/wisp_kernel_bench" --threads "$(nproc)" --rounds 5 \
-    --shapes deepseek-v2-lite,gpt-oss-20b --rows 1,4,16,64 --json "$kernel_json" 2>&1 |
-    tee "$work/host_expert_kernel.txt" | grep -E 'of stream|target' >>"$out/gpu_check.log" || status=1
-else
-  log "host expert kernel skipped (not built, or out of time)"
 fi
 
 [[ $status -eq 0 ]] && log "gpu_check: OK" || log "gpu_check: FAILED"

@@ -15,6 +15,7 @@
 #include <wisp/core/error.hpp>
 #include <wisp/core/topk.hpp>
 #include <wisp/cuda/pager_step.hpp>
+#include <wisp/pager/hybrid.hpp>
 #include <wisp/pager/llama_cpp_cache.hpp>
 #include <wisp/pager/pager.hpp>
 
@@ -38,20 +39,32 @@ enum class decode_arm : std::int32_t {
   on_demand,        ///< exactly the routed experts copied each call
   static_hot,       ///< the history's hottest experts pinned, staging rows for the rest
   llama_cpp_cache,  ///< llama.cpp's upstream cache: global LRU, sorted misses
+  cpu_moe_layers,   ///< llama.cpp `--n-cpu-moe N`: the first N layers' experts on the host
+  cpu_experts,      ///< KTransformers: the hottest experts resident, the host computes the rest
   wisp,             ///< the host pager, the trace's best policy, per-layer caches
+  pager_hybrid,     ///< wisp's pager, each miss copied or computed by the host (hybrid_splitter)
   wisp_graph,       ///< the device pager: step, copies and MoE of every layer in one graph
   all_resident,     ///< every expert in device memory: the upper bound
 };
-inline constexpr std::array<decode_arm, 7> decode_arms{
-    decode_arm::layer_offload,   decode_arm::on_demand, decode_arm::static_hot,
-    decode_arm::llama_cpp_cache, decode_arm::wisp,      decode_arm::wisp_graph,
-    decode_arm::all_resident};
+inline constexpr std::array<decode_arm, 10> decode_arms{
+    decode_arm::layer_offload,  decode_arm::on_demand,
+    decode_arm::static_hot,     decode_arm::llama_cpp_cache,
+    decode_arm::cpu_moe_layers, decode_arm::cpu_experts,
+    decode_arm::wisp,           decode_arm::pager_hybrid,
+    decode_arm::wisp_graph,     decode_arm::all_resident};
 
 [[nodiscard]] constexpr std::string_view arm_name(decode_arm a) noexcept {
-  constexpr std::array<std::string_view, 7> names{"layer-offload",   "on-demand", "static-hot",
-                                                  "llama.cpp-cache", "wisp",      "wisp-graph",
-                                                  "all-resident"};
+  constexpr std::array<std::string_view, 10> names{
+      "layer-offload", "on-demand", "static-hot",   "llama.cpp-cache", "cpu-moe-layers",
+      "cpu-experts",   "wisp",      "pager+hybrid", "wisp-graph",      "all-resident"};
   return names[static_cast<std::size_t>(a)];
+}
+
+/// Whether arm `a` computes experts on the host (its outputs are then within
+/// `host_swiglu_tolerance` of the reference instead of equal to it).
+[[nodiscard]] constexpr bool computes_on_host(decode_arm a) noexcept {
+  return a == decode_arm::cpu_moe_layers || a == decode_arm::cpu_experts ||
+         a == decode_arm::pager_hybrid;
 }
 
 /// The arm named `name` (as `arm_name` spells it). O(arms).
@@ -63,12 +76,13 @@ inline constexpr std::array<decode_arm, 7> decode_arms{
     }
   }
   WISP_FAIL(logic_error, "unknown arm '", name,
-            "' (layer-offload, on-demand, static-hot, llama.cpp-cache, wisp, wisp-graph, "
-            "all-resident)");
+            "' (layer-offload, on-demand, static-hot, llama.cpp-cache, cpu-moe-layers, "
+            "cpu-experts, wisp, pager+hybrid, wisp-graph, all-resident)");
 }
 
 /// @brief One layer call as an arm decided it: the view of memory its kernel reads, the map
-/// into that view, the copies that must land first, and the counts.
+/// into that view, the copies that must land first, the experts the host computes, and the
+/// counts.
 struct layer_call {
   /// `int32[experts]`: the row (within the view) of each expert the kernel may read, else -1.
   std::span<const std::int32_t> map;
@@ -78,8 +92,12 @@ struct layer_call {
   std::int64_t rows = 0;
   bool masters = false;        ///< the kernel reads the layer's pinned masters (UVA) instead
   std::int32_t hits = 0;       ///< distinct experts found in device memory
-  std::int32_t misses = 0;     ///< distinct experts that were not (copied, or read over the link)
+  std::int32_t misses = 0;     ///< distinct experts that were not (copied, read over the link, or
+                               ///< computed by the host)
   std::int32_t link_rows = 0;  ///< expert rows that crossed the link for this call
+  /// Distinct experts the host computes from their masters (hidden in `map`); their outputs
+  /// join the layer's on the device.
+  std::span<const std::int32_t> host{};
 };
 
 /// One arena row's content: expert `expert` of layer `layer`.
@@ -235,6 +253,30 @@ class on_demand_rule {
   return counts;
 }
 
+/// Per layer, the row (rank) of each of the `n` experts routed most often in the history
+/// (`counts`, `[layers x experts]`; ties to the lower id), else -1: `[layers x experts]`.
+/// O(layers x experts log experts).
+/// @throws wisp::logic_error if `counts` has the wrong size.
+[[nodiscard]] inline std::vector<std::int32_t> hottest_rows(const moe_shape& shape,
+                                                            std::span<const std::uint64_t> counts,
+                                                            std::int32_t n) {
+  const std::size_t e = static_cast<std::size_t>(shape.experts);
+  std::vector<std::int32_t> rows(static_cast<std::size_t>(shape.layers) * e, -1);
+  WISP_EXPECTS(counts.size() == rows.size(), "hottest_rows: ", counts.size(), " counts for ",
+               rows.size(), " experts");
+  std::vector<std::int32_t> order(e);
+  for (std::size_t l = 0; l < static_cast<std::size_t>(shape.layers); ++l) {
+    const std::uint64_t* c = counts.data() + l * e;
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [c](std::int32_t a, std::int32_t b) { return c[a] > c[b]; });
+    for (std::int32_t rank = 0; rank < std::min(n, shape.experts); ++rank) {
+      rows[l * e + static_cast<std::size_t>(order[static_cast<std::size_t>(rank)])] = rank;
+    }
+  }
+  return rows;
+}
+
 /// static-hot: per layer, the `capacity - staging` experts routed most often in the history
 /// (`counts`, ties to the lower id) are pinned in rows `[0, hot)` of the layer's `capacity` rows,
 /// in rank order; the other experts of a call are copied into the `staging` rows after them.
@@ -250,24 +292,11 @@ class static_hot_rule {
       : shape_(shape),
         capacity_(capacity),
         hot_(capacity - staging),
-        hot_row_(static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(shape.experts),
-                 -1),
         map_(static_cast<std::size_t>(shape.experts), -1),
         distinct_(shape.experts) {
     WISP_EXPECTS(staging >= shape.top_k && staging <= capacity, "static-hot: staging ", staging,
                  " must be in [top_k = ", shape.top_k, ", capacity = ", capacity, "]");
-    WISP_EXPECTS(counts.size() == hot_row_.size(), "static-hot: ", counts.size(), " counts for ",
-                 hot_row_.size(), " experts");
-    std::vector<std::int32_t> order(static_cast<std::size_t>(shape.experts));
-    for (std::int32_t l = 0; l < shape.layers; ++l) {
-      const std::uint64_t* c = counts.data() + index(l, 0);
-      std::iota(order.begin(), order.end(), 0);
-      std::stable_sort(order.begin(), order.end(),
-                       [c](std::int32_t a, std::int32_t b) { return c[a] > c[b]; });
-      for (std::int32_t rank = 0; rank < hot_; ++rank) {
-        hot_row_[index(l, order[static_cast<std::size_t>(rank)])] = rank;
-      }
-    }
+    hot_row_ = hottest_rows(shape, counts, hot_);
   }
   void begin_token(std::uint32_t /*position*/) noexcept {}
   layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
@@ -367,6 +396,132 @@ class llama_rule {
   std::uint64_t upload_runs_ = 0;
 };
 
+/// Whether `Rule`'s calls may list experts for the host (`layer_call::host`): the driver then
+/// reads each layer's input and routing weights back with its ids.
+template <class Rule>
+inline constexpr bool host_compute_v = requires {
+  requires Rule::host_compute;
+};
+
+/// cpu-moe-layers (llama.cpp `--n-cpu-moe N`): the experts of the first N layers stay in host
+/// memory and the host computes every expert routed there; the other layers' experts are all
+/// resident, as many whole layers as the budget's rows hold (`layers x capacity / experts`, the
+/// same rows as layer-offload). Nothing crosses the link. At batch 1 llama.cpp computes a host
+/// layer on the host (it offloads host weights to the GPU only for 32 rows and more), so the
+/// benchmark's one-token calls never stage.
+class cpu_moe_layers_rule {
+ public:
+  static constexpr bool ids_on_host = true;  // the host reads the routing of its layers
+  static constexpr bool static_map = false;
+  static constexpr bool host_compute = true;
+
+  cpu_moe_layers_rule(const moe_shape& shape, std::int32_t capacity)
+      : shape_(shape),
+        offload_(shape, capacity),
+        hidden_(static_cast<std::size_t>(shape.experts), -1),
+        identity_(detail::identity_map(shape.experts)),
+        distinct_(shape.experts) {}
+
+  void begin_token(std::uint32_t /*position*/) noexcept {}
+  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
+    const std::span<const std::int32_t> d = distinct_(ids);
+    const auto n = static_cast<std::int32_t>(d.size());
+    if (offload_.resident(layer)) {
+      return {identity_, {}, offload_.first_row(layer), shape_.experts, false, n, 0, 0};
+    }
+    return {hidden_, {}, 0, 0, false, 0, n, 0, d};
+  }
+  /// Layers `[0, host_layers())` are computed by the host.
+  [[nodiscard]] std::int32_t host_layers() const noexcept {
+    return shape_.layers - offload_.resident_layers();
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const { return offload_.preload(); }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept { return offload_.arena_rows(); }
+
+ private:
+  moe_shape shape_;
+  offload_rule offload_;
+  std::vector<std::int32_t> hidden_;  // every expert hidden: the device computes nothing
+  std::vector<std::int32_t> identity_;
+  distinct_ids distinct_;
+};
+
+/// cpu-experts (KTransformers; llama.cpp `-ot exps=CPU` with hot experts kept on the GPU): per
+/// layer the `capacity` experts routed most often in the history are resident in rows
+/// `[0, capacity)` of the layer's rows (rank order, as `static-hot` pins them but without staging
+/// rows); every other routed expert is computed by the host from its master. Nothing crosses the
+/// link and nothing adapts while serving.
+class cpu_experts_rule {
+ public:
+  static constexpr bool ids_on_host = true;
+  static constexpr bool static_map = false;
+  static constexpr bool host_compute = true;
+
+  /// @throws wisp::logic_error if `counts` has the wrong size.
+  cpu_experts_rule(const moe_shape& shape, std::int32_t capacity,
+                   std::span<const std::uint64_t> counts)
+      : shape_(shape),
+        capacity_(capacity),
+        hot_row_(hottest_rows(shape, counts, capacity)),
+        map_(static_cast<std::size_t>(shape.experts), -1),
+        distinct_(shape.experts) {}
+
+  void begin_token(std::uint32_t /*position*/) noexcept {}
+  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
+    for (const std::int32_t e : shown_) {
+      map_[static_cast<std::size_t>(e)] = -1;
+    }
+    shown_.clear();
+    host_.clear();
+    for (const std::int32_t e : distinct_(ids)) {
+      const std::int32_t row = hot_row_[index(layer, e)];
+      if (row >= 0) {
+        map_[static_cast<std::size_t>(e)] = row;
+        shown_.push_back(e);
+      } else {
+        host_.push_back(e);
+      }
+    }
+    return {map_,
+            {},
+            static_cast<std::int64_t>(layer) * capacity_,
+            capacity_,
+            false,
+            static_cast<std::int32_t>(shown_.size()),
+            static_cast<std::int32_t>(host_.size()),
+            0,
+            host_};
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const {
+    std::vector<arena_row> rows;
+    for (std::int32_t l = 0; l < shape_.layers; ++l) {
+      for (std::int32_t e = 0; e < shape_.experts; ++e) {
+        if (const std::int32_t r = hot_row_[index(l, e)]; r >= 0) {
+          rows.push_back({static_cast<std::int64_t>(l) * capacity_ + r, l, e});
+        }
+      }
+    }
+    return rows;
+  }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept {
+    return static_cast<std::int64_t>(shape_.layers) * capacity_;
+  }
+
+ private:
+  [[nodiscard]] std::size_t index(std::int32_t layer, std::int32_t expert) const noexcept {
+    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.experts) +
+           static_cast<std::size_t>(expert);
+  }
+
+  moe_shape shape_;
+  std::int32_t capacity_;
+  std::vector<std::int32_t> hot_row_;  // [layers x experts]: resident row, or -1
+  std::vector<std::int32_t> map_;
+  std::vector<std::int32_t> shown_;
+  std::vector<std::int32_t> host_;
+  distinct_ids distinct_;
+};
+
 /// wisp: `pager<Policy>` with one cache of `capacity` slots per layer, in rows
 /// `[layer x capacity, (layer + 1) x capacity)`; the map shows exactly the call's experts.
 template <eviction_policy Policy>
@@ -404,6 +559,119 @@ class pager_rule {
   std::int32_t capacity_;
   pager<Policy> pager_;
   std::uint32_t position_ = 0;  // the current token's position in its sequence
+};
+
+/// pager+hybrid: `pager<Policy>` as `pager_rule` keeps it, each call's misses split between
+/// copies into the cache and host compute by `wisp::hybrid_splitter` under `cost` (the run's
+/// measured link and host rates), as wisp-engine's `pager+hybrid` splits them: a copied miss is
+/// worth its expected hits before eviction (`wisp::reuse_value_estimator` over the layer's calls,
+/// in units of `cost.miss_seconds()`) less what it evicts (`wisp::eviction_losses`), so an expert
+/// about to be reused is copied and a one-off one goes to the host. Host experts never enter the
+/// cache. Both queues are empty when a layer is decided: the driver synchronises every layer.
+template <eviction_policy Policy>
+class hybrid_pager_rule {
+ public:
+  static constexpr bool ids_on_host = true;
+  static constexpr bool static_map = false;
+  static constexpr bool host_compute = true;
+
+  /// @throws wisp::logic_error on an invalid `cost` (`hybrid_cost_model::validate`) or
+  ///   `value_rate` outside (0, 1].
+  hybrid_pager_rule(const moe_shape& shape, std::int32_t capacity, const hybrid_cost_model& cost,
+                    double value_rate = 0.25)
+      : shape_(shape),
+        capacity_(capacity),
+        cost_(cost),
+        pager_({.layers = shape.layers,
+                .experts = shape.experts,
+                .top_k = shape.top_k,
+                .capacity = capacity}),
+        values_(shape.layers, shape.experts, value_rate),
+        hidden_(static_cast<std::size_t>(shape.experts), -1),
+        in_call_(static_cast<std::size_t>(shape.experts), 0),
+        distinct_(shape.experts) {
+    cost_.validate();
+  }
+  void begin_token(std::uint32_t position) noexcept {
+    pager_.begin_step();
+    position_ = position;
+  }
+  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
+    const std::span<const std::int32_t> experts = distinct_(ids);
+    for (const std::int32_t e : ids) {
+      ++in_call_[static_cast<std::size_t>(e)];
+    }
+    const double miss = cost_.miss_seconds();
+    const auto value = [&](std::int32_t e) {
+      return values_.expected_hits(layer, e, capacity_) * miss;
+    };
+    misses_.clear();
+    for (const std::int32_t e : experts) {
+      if (pager_.slot_of(layer, e) < 0) {
+        misses_.push_back({.expert = e,
+                           .positions = in_call_[static_cast<std::size_t>(e)],
+                           .value_seconds = value(e)});
+      }
+    }
+    resident_values_.clear();  // what a copy may evict: the resident experts the call does not use
+    pager_.cache(layer).for_each_resident([&](cache_key e, std::int32_t) {
+      if (in_call_[static_cast<std::size_t>(e)] == 0) {
+        resident_values_.push_back(value(static_cast<std::int32_t>(e)));
+      }
+    });
+    for (const std::int32_t e : ids) {
+      in_call_[static_cast<std::size_t>(e)] = 0;
+    }
+    eviction_losses(capacity_ - pager_.cache(layer).size(), resident_values_, losses_);
+    flags_.resize(misses_.size());
+    (void)splitter_.split(cost_, {}, misses_, flags_, -1, losses_);
+    host_.clear();
+    for (std::size_t i = 0; i < misses_.size(); ++i) {
+      if (flags_[i] == 0) {
+        host_.push_back(misses_[i].expert);
+      }
+    }
+    device_.clear();
+    for (const std::int32_t e : experts) {
+      if (std::find(host_.begin(), host_.end(), e) == host_.end()) {
+        device_.push_back(e);
+      }
+    }
+    const auto first = static_cast<std::int64_t>(layer) * capacity_;
+    const auto n_host = static_cast<std::int32_t>(host_.size());
+    if (device_.empty()) {
+      values_.record_call(layer, experts, 0);
+      return {hidden_, {}, first, capacity_, false, 0, n_host, 0, host_};
+    }
+    positions_.assign(device_.size(), position_);
+    const prepare_result r =
+        pager_.prepare(layer, device_, static_cast<std::int32_t>(device_.size()), 1, positions_);
+    values_.record_call(layer, experts, r.misses);
+    return {r.expert_map, r.copy_plan,       first,    capacity_, false,
+            r.hits,       r.misses + n_host, r.misses, host_};
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const { return {}; }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept {
+    return static_cast<std::int64_t>(shape_.layers) * capacity_;
+  }
+  [[nodiscard]] const hybrid_cost_model& cost() const noexcept { return cost_; }
+
+ private:
+  moe_shape shape_;
+  std::int32_t capacity_;
+  hybrid_cost_model cost_;
+  pager<Policy> pager_;
+  reuse_value_estimator values_;
+  hybrid_splitter splitter_;
+  std::vector<std::int32_t> hidden_;   // every expert hidden: a call the host computes whole
+  std::vector<std::int32_t> in_call_;  // [experts]: positions of the current call
+  std::vector<hybrid_miss> misses_;
+  std::vector<std::uint8_t> flags_;
+  std::vector<double> resident_values_, losses_;
+  std::vector<std::int32_t> host_, device_;
+  std::vector<std::uint32_t> positions_;
+  distinct_ids distinct_;
+  std::uint32_t position_ = 0;
 };
 
 /// The device step's policy for wisp-graph when the wisp arm runs the host policy `name`, and why
@@ -541,18 +809,32 @@ class arena_mirror {
     }
   }
 
-  /// @brief Empty when the kernel of `c` (run after its copies) reads every routed id of `ids`
-  /// from a row that holds that expert of `layer`; else what is wrong with the first that is not.
+  /// @brief Empty when every routed id of `ids` is computed exactly once: by the host (listed
+  /// in `c.host` and hidden in the map), or by the kernel of `c` (run after its copies) from a
+  /// row that holds that expert of `layer`; else what is wrong with the first that is not.
   [[nodiscard]] std::string check(std::int32_t layer, const layer_call& c,
                                   std::span<const std::int32_t> ids) const {
     if (c.first_row < 0 || c.rows < 0 || c.first_row + c.rows > rows()) {
       return "the view [" + std::to_string(c.first_row) + ", +" + std::to_string(c.rows) +
              ") is outside the arena of " + std::to_string(rows()) + " rows";
     }
+    for (const std::int32_t e : c.host) {
+      if (std::find(ids.begin(), ids.end(), e) == ids.end()) {
+        return "layer " + std::to_string(layer) + ": the host computes expert " +
+               std::to_string(e) + ", which the call does not route";
+      }
+    }
     for (const std::int32_t id : ids) {
       const std::int32_t row = id >= 0 && static_cast<std::size_t>(id) < c.map.size()
                                    ? c.map[static_cast<std::size_t>(id)]
                                    : -1;
+      if (std::find(c.host.begin(), c.host.end(), id) != c.host.end()) {  // the host's
+        if (row >= 0 && row < c.rows) {
+          return "layer " + std::to_string(layer) + ": expert " + std::to_string(id) +
+                 " is computed by the host and visible to the kernel (counted twice)";
+        }
+        continue;
+      }
       if (row < 0 || row >= c.rows) {
         return "layer " + std::to_string(layer) + ": routed expert " + std::to_string(id) +
                " is not visible in the map";
@@ -620,9 +902,10 @@ class arena_mirror {
 /// What a replay's calls added up to.
 struct call_totals {
   std::uint64_t calls = 0;
-  std::uint64_t hits = 0;       ///< distinct experts found in device memory
-  std::uint64_t misses = 0;     ///< distinct experts that were not
-  std::uint64_t link_rows = 0;  ///< expert rows across the link
+  std::uint64_t hits = 0;          ///< distinct experts found in device memory
+  std::uint64_t misses = 0;        ///< distinct experts that were not
+  std::uint64_t link_rows = 0;     ///< expert rows across the link
+  std::uint64_t host_experts = 0;  ///< distinct experts computed by the host
   [[nodiscard]] double hit_rate() const noexcept {
     return hits + misses == 0 ? 0.0
                               : static_cast<double>(hits) / static_cast<double>(hits + misses);
@@ -632,6 +915,7 @@ struct call_totals {
     hits += static_cast<std::uint64_t>(c.hits);
     misses += static_cast<std::uint64_t>(c.misses);
     link_rows += static_cast<std::uint64_t>(c.link_rows);
+    host_experts += c.host.size();
     return *this;
   }
 };

@@ -393,6 +393,26 @@ struct link_rates {
   std::size_t row_bytes = 0;
   double dma_gbps = 0;
   double uva_copy_kernel_gbps = 0;
+  double dma_latency_us = 0;  ///< a 4 KiB copy's
+};
+
+/// @brief The host's expert kernel (`wisp::host_swiglu_kernel`) on one model's experts, read from
+/// the pinned masters, on the threads the host arms use; absent (threads 0) when no host arm ran.
+struct host_figures {
+  std::int32_t threads = 0;
+  std::string isa;
+  std::int32_t experts_per_call = 0;  ///< top-k
+  std::int32_t wide_rows = 0;
+  std::uint64_t row_bytes = 0;
+  summary call_us;        ///< top-k experts at 1 row
+  summary one_expert_us;  ///< one expert at 1 row
+  summary wide_call_us;   ///< top-k experts at `wide_rows` rows
+  /// Expert bytes per second at 1 row, in GB/s.
+  [[nodiscard]] double gbps() const noexcept {
+    return call_us.median > 0 ? static_cast<double>(experts_per_call) *
+                                    static_cast<double>(row_bytes) / (call_us.median * 1e3)
+                              : 0.0;
+  }
 };
 
 /// One (model, budget): what the JSON file of that pair holds.
@@ -416,13 +436,57 @@ struct config_report {
   double device_memory_gbps = 0;  ///< the profile's, to put the kernels' rates in proportion
   link_rates link;                ///< measured once per run, to put the arms' copies in proportion
   std::vector<kernel_report> kernels;
+  host_figures host;
   std::vector<arm_report> arms;
   std::vector<arm_report> cublas_arms;  ///< arms run again with the cuBLAS kernel
   std::string truncated;                ///< why fewer repetitions ran than asked, when they did
 };
 
+/// @brief What the measured rates allow an arm: every timed token needs its link bytes at the
+/// link's DMA rate, its host experts at the host kernel's 1-row rate and the device's MoE work at
+/// the all-resident arm's time per token; with the three overlapping perfectly, a token takes at
+/// least the longest of them. 0 where a rate the arm needs was not measured.
+struct arm_ceiling {
+  double link_s = 0;    ///< per token
+  double host_s = 0;    ///< per token
+  double device_s = 0;  ///< per token: all-resident's median
+  double tok_s = 0;     ///< 1 / the longest
+  [[nodiscard]] std::string_view bound() const noexcept {
+    return link_s >= host_s && link_s >= device_s ? "link" : host_s >= device_s ? "host" : "device";
+  }
+};
+
+[[nodiscard]] inline arm_ceiling ceiling_of(const config_report& r, const arm_report& a) {
+  arm_ceiling c;
+  if (a.timed_tokens <= 0) {
+    return c;
+  }
+  const double tokens = a.timed_tokens;
+  for (const arm_report& b : r.arms) {
+    if (b.arm == decode_arm::all_resident && !b.tok_s.empty()) {
+      c.device_s = 1.0 / b.decode_tok_s().median;
+    }
+  }
+  bool measured = c.device_s > 0;
+  if (a.link_bytes() > 0) {
+    measured = measured && r.link.dma_gbps > 0;
+    c.link_s = r.link.dma_gbps > 0
+                   ? static_cast<double>(a.link_bytes()) / tokens / (r.link.dma_gbps * 1e9)
+                   : 0.0;
+  }
+  if (a.totals.host_experts > 0) {
+    measured = measured && r.host.gbps() > 0;
+    c.host_s = r.host.gbps() > 0 ? static_cast<double>(a.totals.host_experts) / tokens *
+                                       static_cast<double>(a.row_bytes) / (r.host.gbps() * 1e9)
+                                 : 0.0;
+  }
+  const double longest = std::max({c.link_s, c.host_s, c.device_s});
+  c.tok_s = measured && longest > 0 ? 1.0 / longest : 0.0;
+  return c;
+}
+
 namespace detail {
-inline void write_arm(json_writer& j, const arm_report& a) {
+inline void write_arm(json_writer& j, const arm_report& a, const arm_ceiling& c) {
   j.open(arm_name(a.arm), '{');
   j.stats("decode_tok_s", a.decode_tok_s());
   j.stats("us_per_layer", a.us_per_layer());
@@ -437,6 +501,19 @@ inline void write_arm(json_writer& j, const arm_report& a) {
   }
   j.close();
   j.integer("hits", a.totals.hits).integer("misses", a.totals.misses);
+  j.integer("host_experts", a.totals.host_experts);
+  j.number("host_experts_per_token",
+           a.timed_tokens > 0 ? static_cast<double>(a.totals.host_experts) / a.timed_tokens : 0.0);
+  j.open("ceiling", '{')
+      .number("tok_s", c.tok_s)
+      .number("fraction_reached", c.tok_s > 0 ? a.decode_tok_s().median / c.tok_s : 0.0)
+      .text("bound_by", c.tok_s > 0 ? c.bound() : "not measured")
+      .number("link_s_per_token", c.link_s)
+      .number("host_s_per_token", c.host_s)
+      .number("device_s_per_token", c.device_s)
+      .close();
+  // Outputs: bit for bit for arms the device computes whole, within host_swiglu_tolerance of
+  // the reference for the host arms (output_check says which).
   j.text("output_check", a.output_check).boolean("output_equal", a.output_ok);
   if (!a.error.empty()) {
     j.text("error", a.error);
@@ -497,7 +574,20 @@ inline void write_arm(json_writer& j, const arm_report& a) {
       .integer("row_bytes", r.link.row_bytes)
       .number("dma_h2d_gbps", r.link.dma_gbps)
       .number("uva_copy_kernel_gbps", r.link.uva_copy_kernel_gbps)
+      .number("dma_latency_us", r.link.dma_latency_us)
       .close();
+  if (r.host.threads > 0) {
+    j.open("host_kernel", '{')
+        .integer("threads", r.host.threads)
+        .text("isa", r.host.isa)
+        .integer("experts_per_call", r.host.experts_per_call)
+        .stats("call_us", r.host.call_us)
+        .stats("one_expert_us", r.host.one_expert_us)
+        .integer("wide_rows", r.host.wide_rows)
+        .stats("wide_call_us", r.host.wide_call_us)
+        .number("expert_read_gbps", r.host.gbps())
+        .close();
+  }
   j.open("kernels", '{');
   for (const kernel_report& k : r.kernels) {
     j.open(k.name, '{');
@@ -516,12 +606,12 @@ inline void write_arm(json_writer& j, const arm_report& a) {
   j.close();
   j.open("arms", '{');
   for (const arm_report& a : r.arms) {
-    detail::write_arm(j, a);
+    detail::write_arm(j, a, ceiling_of(r, a));
   }
   j.close();
   j.open("cublas_arms", '{');
   for (const arm_report& a : r.cublas_arms) {
-    detail::write_arm(j, a);
+    detail::write_arm(j, a, ceiling_of(r, a));
   }
   j.close();
   j.close();
@@ -536,8 +626,8 @@ inline void write_arm(json_writer& j, const arm_report& a) {
   o << r.model << ", budget " << r.budget_fraction << " (" << r.capacity << " slots per layer, "
     << r.memory.layers << " of " << r.shape.shape.layers << " layers), " << r.device << "\n";
   o << "  arm               tok/s median (min-max)      us/layer   hit rate   link MiB/token  "
-       "output\n";
-  const auto row = [&o](const arm_report& a, std::string_view suffix) {
+       "host experts/token  ceiling tok/s (bound, reached)  output\n";
+  const auto row = [&o, &r](const arm_report& a, std::string_view suffix) {
     const summary s = a.decode_tok_s();
     std::string name = std::string(arm_name(a.arm)) + std::string(suffix);
     name.resize(18, ' ');
@@ -549,7 +639,12 @@ inline void write_arm(json_writer& j, const arm_report& a) {
     o << s.median << " (" << s.min << "-" << s.max << ")    " << a.us_per_layer().median << "    "
       << a.totals.hit_rate() << "    "
       << (a.timed_tokens > 0 ? static_cast<double>(a.link_bytes()) / a.timed_tokens / (1 << 20) : 0)
-      << "    " << (a.output_ok ? "equal" : a.output_check) << "\n";
+      << "    "
+      << (a.timed_tokens > 0 ? static_cast<double>(a.totals.host_experts) / a.timed_tokens : 0);
+    const arm_ceiling c = ceiling_of(r, a);
+    o << "    " << c.tok_s << " (" << (c.tok_s > 0 ? c.bound() : "not measured") << ", "
+      << (c.tok_s > 0 ? 100 * s.median / c.tok_s : 0) << "%)    "
+      << (a.output_ok ? (computes_on_host(a.arm) ? "close" : "equal") : a.output_check) << "\n";
   };
   for (const arm_report& a : r.arms) {
     row(a, "");
@@ -560,6 +655,13 @@ inline void write_arm(json_writer& j, const arm_report& a) {
   for (const kernel_report& k : r.kernels) {
     o << "  kernel " << k.name << ": " << k.us_per_call.median << " us per layer call, " << k.gbps()
       << " GB/s of expert bytes; " << (k.error.empty() ? k.check : k.error) << "\n";
+  }
+  if (r.host.threads > 0) {
+    o << "  host kernel " << r.host.isa << " on " << r.host.threads
+      << " threads: " << r.host.call_us.median << " us for " << r.host.experts_per_call
+      << " experts at 1 row (" << r.host.gbps() << " GB/s of expert bytes), "
+      << r.host.one_expert_us.median << " us for one, " << r.host.wide_call_us.median << " us for "
+      << r.host.experts_per_call << " at " << r.host.wide_rows << " rows\n";
   }
   if (r.link.row_bytes > 0) {
     o << "  link, one " << static_cast<double>(r.link.row_bytes) / (1 << 20)

@@ -22,13 +22,16 @@
 #include "gpu_support.cuh"
 
 #include <wisp/core/error.hpp>
+#include <wisp/core/executor.hpp>
 #include <wisp/cuda/copy_engine.cuh>
 #include <wisp/cuda/device_expert_map.cuh>
 #include <wisp/cuda/device_pager.cuh>
 #include <wisp/cuda/pinned_host_store.cuh>
 #include <wisp/cuda/runtime.cuh>
 #include <wisp/kernel/fused_moe.hpp>
+#include <wisp/kernel/host_swiglu.hpp>
 #include <wisp/kernel/reference_moe.hpp>
+#include <wisp/pager/hybrid.hpp>
 #include <wisp/transfer/copy_engine.hpp>
 #include <wisp/transfer/row_layout.hpp>
 
@@ -63,6 +66,8 @@ struct decode_options {
   std::uint64_t device_reserve = std::uint64_t{2} << 30;
   bool cublas = true;  ///< also run the cuBLAS kernel (its figures, and two arms with it)
   std::int32_t pin_threads = 8;
+  /// Threads of the host's expert kernel (the host arms), the caller's included (0: every core).
+  std::int32_t host_threads = 0;
   std::filesystem::path traces_dir;
   std::string device;
   std::string smi_name;
@@ -140,6 +145,14 @@ inline pinned_masters pin_masters(std::int32_t layers, std::int32_t experts,
   return out;
 }
 
+// out[o] = bf16(out[o] + partial[o]): the host's experts join a layer's output.
+__global__ inline void add_partial_kernel(bf16* out, const float* partial, std::int32_t n) {
+  for (std::int32_t i = static_cast<std::int32_t>(blockIdx.x * blockDim.x + threadIdx.x); i < n;
+       i += static_cast<std::int32_t>(gridDim.x * blockDim.x)) {
+    out[i] = to_bf16(to_float(out[i]) + partial[i]);
+  }
+}
+
 }  // namespace detail
 
 /// @brief One model on the GPU (see the file comment). Not copyable.
@@ -169,6 +182,15 @@ class model_bench {
     engine_.emplace(compute_.get());
     maps_.emplace(shape().layers, shape().experts, 2);
     reference();
+    if (std::any_of(o.arms.begin(), o.arms.end(), computes_on_host)) {
+      try {
+        start_host();
+      } catch (const std::exception& e) {  // the other arms still run
+        host_.reset();
+        host_error_ = e.what();
+        log_("  the host side did not start: " + host_error_);
+      }
+    }
   }
 
   [[nodiscard]] const memory_plan& plan() const noexcept { return plan_; }
@@ -219,6 +241,11 @@ class model_bench {
     }
     for (arm_report& a : r.cublas_arms) {
       units.push_back({a.arm, true, &a});
+    }
+    for (unit& u : units) {
+      if (computes_on_host(u.arm) && !host_) {
+        u.report->skipped = "the host side did not start: " + host_error_;
+      }
     }
     if (!plan_.all_resident) {
       for (unit& u : units) {
@@ -522,6 +549,136 @@ class model_bench {
                  "; against wisp::reference_fused_moe: " + close.describe(kernel_tolerance);
   }
 
+  // ---- the host's experts ---------------------------------------------------------------------
+
+  // What the host arms compute with: `wisp::host_swiglu_kernel` on a `wisp::thread_pool` of
+  // threads - 1 workers and the driver's thread, pinned buffers for the layer's input and routing
+  // weights (read back with the ids) and for the host's weighted sum (uploaded, then added to the
+  // layer's output by `add_partial_kernel`).
+  struct host_side {
+    host_side(const decode_model& m, std::int32_t threads)
+        : pool(static_cast<std::uint32_t>(std::max(1, threads - 1))),
+          kernel(m.expert, {.threads = threads}, pool.executor()),
+          input(static_cast<std::size_t>(m.expert.hidden),
+                "the host's layer input: cudaMallocHost"),
+          weights(static_cast<std::size_t>(m.shape.top_k), "the host's routing weights"),
+          partial(static_cast<std::size_t>(m.expert.hidden), "the host's partial sum"),
+          partial_device(static_cast<std::size_t>(m.expert.hidden)),
+          x(static_cast<std::size_t>(m.expert.hidden)),
+          y(static_cast<std::size_t>(m.shape.top_k) * static_cast<std::size_t>(m.expert.hidden)) {}
+    thread_pool pool;
+    host_swiglu_kernel kernel;
+    detail::pinned_array<bf16> input;
+    detail::pinned_array<float> weights;
+    detail::pinned_array<float> partial;
+    detail::device_array<float> partial_device;
+    std::vector<float> x;  // the input in fp32
+    std::vector<float> y;  // one output row per host expert
+    std::vector<host_expert_task> tasks;
+  };
+
+  // Starts the host side and measures its kernel on this model's experts, read from the pinned
+  // masters (each call on another layer's experts, so none is in the caches): the hybrid split's
+  // costs and the arms' ceilings come from these figures.
+  void start_host() {
+    const std::int32_t threads =
+        options_.host_threads > 0
+            ? options_.host_threads
+            : static_cast<std::int32_t>(std::max(1u, std::thread::hardware_concurrency()));
+    host_.emplace(model_, threads);
+    const std::int32_t k = shape().top_k;
+    const std::size_t h = static_cast<std::size_t>(model_.expert.hidden);
+    constexpr std::int32_t wide = 16;  // rows of the FLOP-bound measurement
+    std::vector<float> x(static_cast<std::size_t>(wide) * h);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      x[i] = to_float(hidden_host_[i % hidden_host_.size()]);
+    }
+    std::vector<float> y(static_cast<std::size_t>(k) * wide * h);
+    std::int32_t next_layer = 0;
+    const auto time = [&](std::int32_t experts, std::int32_t rows) {
+      std::vector<double> us;
+      for (std::int32_t rep = 0; rep < 7; ++rep) {
+        const std::int32_t l = next_layer++ % shape().layers;
+        std::vector<host_expert_task> tasks;
+        for (std::int32_t e = 0; e < experts; ++e) {
+          tasks.push_back(
+              {reinterpret_cast<const bf16*>(masters_[static_cast<std::size_t>(l)].row(e).data()),
+               x.data(), y.data() + static_cast<std::size_t>(e) * wide * h, rows});
+        }
+        const auto begin = detail::clock::now();
+        host_->kernel(tasks);
+        us.push_back(
+            std::chrono::duration<double, std::micro>(detail::clock::now() - begin).count());
+      }
+      return summarize(us);
+    };
+    (void)time(k, 1);  // wakes the pool and grows the scratch
+    host_figures& f = host_figures_;
+    f.threads = threads;
+    f.isa = std::string(to_string(host_->kernel.isa()));
+    f.call_us = time(k, 1);
+    f.one_expert_us = time(1, 1);
+    f.wide_call_us = time(k, wide);
+    f.experts_per_call = k;
+    f.wide_rows = wide;
+    f.row_bytes = row_bytes();
+    const double expert_s = f.call_us.median * 1e-6 / k;
+    const double latency_s = options_.link.dma_latency_us * 1e-6;
+    costs_ = {
+        .copy_seconds =
+            static_cast<double>(row_bytes()) / (std::max(options_.link.dma_gbps, 1e-3) * 1e9) +
+            latency_s,
+        .expert_seconds = expert_s,
+        .position_seconds = f.wide_call_us.median * 1e-6 / (static_cast<double>(k) * wide),
+        // a call's fixed cost: the pool's start and the transfers of its input and output
+        .call_seconds = std::max(0.0, f.one_expert_us.median * 1e-6 - expert_s) + 2 * latency_s};
+    costs_.validate();
+    log_("  host kernel (" + f.isa + ", " + std::to_string(threads) + " threads): " +
+         std::to_string(f.call_us.median) + " us for " + std::to_string(k) + " experts at 1 row (" +
+         std::to_string(f.gbps()) + " GB/s), " + std::to_string(f.one_expert_us.median) +
+         " us for 1, " + std::to_string(f.wide_call_us.median) + " us for " + std::to_string(k) +
+         " at " + std::to_string(wide) + " rows");
+  }
+
+  // The host's share of `layer`: every expert of `experts` on the layer's input (read back with
+  // the ids), weighted by the routing and summed, then added to the layer's output on the
+  // device (after the kernel's combine, in stream order).
+  void host_moe(std::int32_t layer, std::span<const std::int32_t> experts,
+                std::span<const std::int32_t> ids) {
+    host_side& hs = *host_;
+    const std::size_t h = static_cast<std::size_t>(model_.expert.hidden);
+    for (std::size_t i = 0; i < h; ++i) {
+      hs.x[i] = to_float(hs.input.data()[i]);
+    }
+    hs.tasks.clear();
+    for (std::size_t j = 0; j < experts.size(); ++j) {
+      hs.tasks.push_back({reinterpret_cast<const bf16*>(
+                              masters_[static_cast<std::size_t>(layer)].row(experts[j]).data()),
+                          hs.x.data(), hs.y.data() + j * h, 1});
+    }
+    hs.kernel(hs.tasks);
+    float* partial = hs.partial.data();
+    std::fill(partial, partial + h, 0.0f);
+    for (std::size_t p = 0; p < ids.size(); ++p) {
+      const auto j = static_cast<std::size_t>(std::find(experts.begin(), experts.end(), ids[p]) -
+                                              experts.begin());
+      if (j == experts.size()) {
+        continue;  // the device's
+      }
+      const float w = hs.weights.data()[p];
+      const float* y = hs.y.data() + j * h;
+      for (std::size_t o = 0; o < h; ++o) {
+        partial[o] += w * y[o];
+      }
+    }
+    WISP_CUDA_TRY(cudaMemcpyAsync(hs.partial_device.data(), partial, h * sizeof(float),
+                                  cudaMemcpyHostToDevice, compute_.get()));
+    detail::add_partial_kernel<<<static_cast<unsigned>((h + 255) / 256), 256, 0, compute_.get()>>>(
+        out_.data() + static_cast<std::size_t>(layer) * h, hs.partial_device.data(),
+        static_cast<std::int32_t>(h));
+    WISP_CUDA_TRY(cudaGetLastError());
+  }
+
   // ---- the arms ------------------------------------------------------------------------------
 
   arm_report new_report(decode_arm a) const {
@@ -574,6 +731,37 @@ class model_bench {
         with_kernel(rule);
         return;
       }
+      case decode_arm::cpu_moe_layers: {
+        cpu_moe_layers_rule rule(shape(), c);
+        report.notes =
+            "the first " + std::to_string(rule.host_layers()) + " of " +
+            std::to_string(shape().layers) + " layers' experts computed by the host (--n-cpu-moe " +
+            std::to_string(rule.host_layers()) + "), the others resident; " + host_note();
+        with_kernel(rule);
+        return;
+      }
+      case decode_arm::cpu_experts: {
+        cpu_experts_rule rule(shape(), c, budget_.counts);
+        report.notes = std::to_string(c) +
+                       " experts per layer resident (the most routed over the history), every "
+                       "other routed expert computed by the host; " +
+                       host_note();
+        with_kernel(rule);
+        return;
+      }
+      case decode_arm::pager_hybrid:
+        visit_wisp_policy(budget_.policy, [&]<class P>(std::type_identity<P>) {
+          hybrid_pager_rule<P> rule(shape(), c, costs_);
+          report.notes = "pager<" + std::string(P::name) + ">, " + std::to_string(c) +
+                         " slots per layer, each miss copied or computed by the host "
+                         "(hybrid_splitter; copy " +
+                         std::to_string(costs_.copy_seconds * 1e6) + " us, host " +
+                         std::to_string(costs_.expert_seconds * 1e6) + " us per expert + " +
+                         std::to_string(costs_.call_seconds * 1e6) + " us per call, measured); " +
+                         host_note();
+          with_kernel(rule);
+        });
+        return;
       case decode_arm::wisp:
         visit_wisp_policy(budget_.policy, [&]<class P>(std::type_identity<P>) {
           pager_rule<P> rule(shape(), c);
@@ -601,6 +789,11 @@ class model_bench {
         return;
       }
     }
+  }
+
+  [[nodiscard]] std::string host_note() const {
+    return "host kernel " + host_figures_.isa + " on " + std::to_string(host_figures_.threads) +
+           " threads beside the device's launches, a host sync per layer";
   }
 
   // Routes token `t`: its ids and weights, for every layer, where a router would leave them.
@@ -687,6 +880,15 @@ class model_bench {
         WISP_CUDA_TRY(
             cudaMemcpyAsync(host_ids_->data(), ids_.data() + static_cast<std::size_t>(l) * k,
                             k * sizeof(std::int32_t), cudaMemcpyDeviceToHost, compute_.get()));
+        if constexpr (host_compute_v<Rule>) {  // and what the host computes with: input, weights
+          const std::size_t h = static_cast<std::size_t>(model_.expert.hidden);
+          WISP_CUDA_TRY(cudaMemcpyAsync(host_->input.data(),
+                                        hidden_.data() + static_cast<std::size_t>(l) * h,
+                                        h * sizeof(bf16), cudaMemcpyDeviceToHost, compute_.get()));
+          WISP_CUDA_TRY(cudaMemcpyAsync(host_->weights.data(),
+                                        weights_.data() + static_cast<std::size_t>(l) * k,
+                                        k * sizeof(float), cudaMemcpyDeviceToHost, compute_.get()));
+        }
         WISP_CUDA_TRY(cudaStreamSynchronize(compute_.get()));
         const std::span<const std::int32_t> read(host_ids_->data(), k);
         WISP_EXPECTS(std::equal(read.begin(), read.end(), ids.begin()), "token ", t, " layer ", l,
@@ -707,6 +909,11 @@ class model_bench {
       }
       kernel(routed_args(l, rows, maps_->acquire(l, compute_.get())));
       maps_->release(l, compute_.get());
+      if constexpr (host_compute_v<Rule>) {  // beside the device's copies and kernel
+        if (!c.host.empty()) {
+          host_moe(l, c.host, ids);
+        }
+      }
       if (totals != nullptr) {
         *totals += c;
       }
@@ -729,15 +936,17 @@ class model_bench {
     return got;
   }
 
-  void record_check(arm_report& report, const std::vector<bf16>& got, bool exact) {
+  // Bit for bit when `exact`, else within `tolerance` of the GEMV reference.
+  void record_check(arm_report& report, const std::vector<bf16>& got, bool exact,
+                    double tolerance = kernel_tolerance) {
     if (exact) {
       const output_check c = compare_outputs(reference_, got);
       report.output_ok = c.equal();
       report.output_check = c.describe(shape().layers, model_.expert.hidden);
     } else {
       const closeness c = compare_close(reference_, got);
-      report.output_ok = c.within(kernel_tolerance);
-      report.output_check = "against the GEMV reference: " + c.describe(kernel_tolerance);
+      report.output_ok = c.within(tolerance);
+      report.output_check = "against the GEMV reference: " + c.describe(tolerance);
     }
   }
 
@@ -770,10 +979,12 @@ class model_bench {
     report.tok_s.push_back(w.timed / seconds);
     record_totals(report, totals);
     if (verify) {
+      // The host's experts round their activations to bf16 (`host_swiglu_tolerance`).
+      constexpr bool host = host_compute_v<Rule>;
       record_check(report, verify_outputs([&](std::int32_t t) {
                      forward(rule, kernel, t, map_ready, nullptr);
                    }),
-                   exact);
+                   exact && !host, host ? host_swiglu_tolerance : kernel_tolerance);
     }
   }
 
@@ -889,6 +1100,7 @@ class model_bench {
     r.device_memory_gbps = options_.device_memory_gbps;
     r.link = options_.link;
     r.kernels = kernels_;
+    r.host = host_figures_;
     return r;
   }
 
@@ -923,6 +1135,10 @@ class model_bench {
   budget_state budget_;
   std::unique_ptr<cuda::device_pager> graph_pager_;
   detail::cuda_graph graph_;
+  std::optional<host_side> host_;  // when a host arm runs
+  std::string host_error_;         // why it did not start, when it did not
+  host_figures host_figures_;
+  hybrid_cost_model costs_;  // pager+hybrid's, from the measured link and host
 };
 
 }  // namespace wisp::bench

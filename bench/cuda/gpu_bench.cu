@@ -49,7 +49,9 @@ constexpr std::string_view usage = R"(usage: wisp_cuda_gpu_bench [options]
   --budgets LIST         fractions of each layer's experts (default 0.25,0.5); one JSON file
                          per (model, budget)
   --arms LIST            the arms that run (default all): layer-offload, on-demand, static-hot,
-                         llama.cpp-cache, wisp, wisp-graph, all-resident
+                         llama.cpp-cache, cpu-moe-layers, cpu-experts, wisp, pager+hybrid,
+                         wisp-graph, all-resident
+  --host-threads N       threads of the host arms' expert kernel (default: every core)
   --history N --warmup N --timed N --verify N
                          the token window (default 4096, 4, 64, 2; see docs/cuda.md)
   --repetitions N        interleaved repetitions of every arm (default 5)
@@ -149,6 +151,10 @@ options parse(int argc, char** argv) {
       o.decode.window.verify = number<std::int32_t>(flag, next());
     } else if (flag == "--repetitions") {
       o.decode.repetitions = number<std::int32_t>(flag, next());
+    } else if (flag == "--host-threads") {
+      o.decode.host_threads = number<std::int32_t>(flag, next());
+      WISP_EXPECTS(o.decode.host_threads >= 1, "--host-threads must be >= 1, got ",
+                   o.decode.host_threads);
     } else if (flag == "--max-layers") {
       o.decode.max_layers = number<std::int32_t>(flag, next());
     } else if (flag == "--deadline-s") {
@@ -302,7 +308,7 @@ int main(int argc, char** argv) {
     attempt("the link measurement", [&] {
       dma = wb::measure_h2d(link_row);
       const wb::link_figures uva = wb::measure_uva_copy_kernel(link_row);
-      o.decode.link = {link_row, dma->gbps.median, uva.gbps.median};
+      o.decode.link = {link_row, dma->gbps.median, uva.gbps.median, dma->latency_us.median};
       std::printf(
           "link, one %.2f MiB row from pinned memory: DMA %.2f GB/s (%.2f-%.2f), UVA copy "
           "kernel %.2f GB/s (%.2f-%.2f)\n",

@@ -629,6 +629,135 @@ TEST_P(EsftArms, LayerOffloadKeepsWholeLayersAndReadsTheRestOverTheLink) {
   EXPECT_EQ(totals.link_rows, totals.misses);
 }
 
+TEST_P(EsftArms, CpuMoeLayersComputesTheFirstLayersOnTheHost) {
+  const wisp::moe_shape s = routing_->shape;
+  wb::cpu_moe_layers_rule rule(s, capacity());
+  const std::int32_t resident = static_cast<std::int32_t>(budget_rows() / s.experts);
+  EXPECT_EQ(rule.host_layers(), s.layers - resident);
+  EXPECT_LE(rule.arena_rows(), budget_rows());
+  const wb::call_totals totals = checked_replay(rule, rule.arena_rows());
+  const auto calls = static_cast<std::uint64_t>(tokens) * static_cast<std::uint64_t>(s.top_k);
+  EXPECT_EQ(totals.hits, calls * static_cast<std::uint64_t>(resident));
+  EXPECT_EQ(totals.host_experts, calls * static_cast<std::uint64_t>(s.layers - resident));
+  EXPECT_EQ(totals.misses, totals.host_experts);
+  EXPECT_EQ(totals.link_rows, 0u);
+  // The host's layers are the first ones, whole.
+  const wb::layer_call first = rule.call(0, routing_->ids_of(0, 0));
+  EXPECT_EQ(distinct_of(first.host), distinct_of(routing_->ids_of(0, 0)));
+  EXPECT_TRUE(std::ranges::all_of(first.map, [](std::int32_t r) { return r < 0; }));
+  EXPECT_TRUE(rule.call(s.layers - 1, routing_->ids_of(0, s.layers - 1)).host.empty());
+}
+
+TEST_P(EsftArms, CpuExpertsKeepsTheHistorysHottestAndComputesTheRestOnTheHost) {
+  const wisp::moe_shape s = routing_->shape;
+  const std::vector<std::uint64_t> counts = wb::expert_counts(*routing_, 0, tokens / 2);
+  wb::cpu_experts_rule rule(s, capacity(), counts);
+  ASSERT_LE(rule.arena_rows(), budget_rows());
+  // Brute force: per layer, the resident set is the `capacity` most counted (ties: lower id).
+  std::vector<std::set<std::int32_t>> hot(static_cast<std::size_t>(s.layers));
+  for (std::int32_t l = 0; l < s.layers; ++l) {
+    std::vector<std::pair<std::int64_t, std::int32_t>> ranked;  // (-count, expert)
+    for (std::int32_t e = 0; e < s.experts; ++e) {
+      ranked.emplace_back(
+          -static_cast<std::int64_t>(counts[static_cast<std::size_t>(l * s.experts + e)]), e);
+    }
+    std::sort(ranked.begin(), ranked.end());
+    for (std::int32_t i = 0; i < capacity(); ++i) {
+      hot[static_cast<std::size_t>(l)].insert(ranked[static_cast<std::size_t>(i)].second);
+    }
+  }
+  wb::arena_mirror mirror = wb::preloaded(rule, rule.arena_rows(), s);
+  wb::call_totals totals;
+  for (std::int32_t t = 0; t < tokens; ++t) {
+    for (std::int32_t l = 0; l < s.layers; ++l) {
+      const auto ids = routing_->ids_of(t, l);
+      const wb::layer_call c = rule.call(l, ids);
+      mirror.apply(l, c);
+      ASSERT_EQ(mirror.check(l, c, ids), "") << "token " << t;
+      ASSERT_TRUE(c.copies.empty());
+      std::set<std::int32_t> want_host;
+      for (const std::int32_t e : distinct_of(ids)) {
+        if (!hot[static_cast<std::size_t>(l)].contains(e)) {
+          want_host.insert(e);
+        }
+      }
+      ASSERT_EQ(distinct_of(c.host), want_host) << "token " << t << " layer " << l;
+      totals += c;
+    }
+  }
+  EXPECT_EQ(totals.link_rows, 0u);
+  EXPECT_EQ(totals.misses, totals.host_experts);
+  EXPECT_GT(totals.hits, 0u);
+  EXPECT_GT(totals.host_experts, 0u);
+}
+
+// pager+hybrid against `pager_rule` under the same policy, call by call: with `every_miss_copied`
+// the calls must be equal (every miss copied), else every miss must go to the host and the cache
+// stay empty.
+template <class P>
+void expect_hybrid(const wb::decode_routing& r, std::int32_t capacity, std::int32_t tokens,
+                   const wisp::hybrid_cost_model& cost, bool every_miss_copied) {
+  const wisp::moe_shape s = r.shape;
+  wb::hybrid_pager_rule<P> rule(s, capacity, cost);
+  wb::pager_rule<P> pager(s, capacity);
+  wb::arena_mirror mirror(rule.arena_rows(), s);
+  for (std::int32_t t = 0; t < tokens; ++t) {
+    rule.begin_token(r.position_of(t));
+    pager.begin_token(r.position_of(t));
+    for (std::int32_t l = 0; l < s.layers; ++l) {
+      const auto ids = r.ids_of(t, l);
+      const wb::layer_call c = rule.call(l, ids);
+      mirror.apply(l, c);
+      ASSERT_EQ(mirror.check(l, c, ids), "") << P::name << " token " << t;
+      ASSERT_EQ(c.hits + c.misses, static_cast<std::int32_t>(distinct_of(ids).size()));
+      ASSERT_EQ(c.link_rows, static_cast<std::int32_t>(c.copies.size()));
+      if (every_miss_copied) {
+        const wb::layer_call p = pager.call(l, ids);
+        ASSERT_TRUE(c.host.empty()) << P::name << " token " << t << " layer " << l;
+        ASSERT_TRUE(std::ranges::equal(c.map, p.map)) << P::name << " token " << t;
+        ASSERT_TRUE(std::ranges::equal(c.copies, p.copies)) << P::name << " token " << t;
+        ASSERT_EQ(c.hits, p.hits);
+      } else {
+        ASSERT_EQ(c.hits, 0);
+        ASSERT_TRUE(c.copies.empty());
+        ASSERT_EQ(distinct_of(c.host), distinct_of(ids));
+      }
+    }
+  }
+}
+
+TEST_P(EsftArms, PagerHybridCopiesEveryMissWhenTheLinkIsFreeAndComputesItWhenTheHostIs) {
+  for (const std::string_view policy :
+       {std::string_view("lru"), std::string_view("learned_belady")}) {
+    wb::visit_wisp_policy(policy, [&]<class P>(std::type_identity<P>) {
+      // Copies cost nothing, the host a second: every miss is copied, as the pager copies it.
+      expect_hybrid<P>(
+          *routing_, capacity(), tokens,
+          {.copy_seconds = 0, .expert_seconds = 1, .position_seconds = 0, .call_seconds = 0}, true);
+      // The host costs nothing, a copy a second: every miss is computed by the host.
+      expect_hybrid<P>(
+          *routing_, capacity(), tokens / 10,
+          {.copy_seconds = 1, .expert_seconds = 0, .position_seconds = 0, .call_seconds = 0},
+          false);
+    });
+  }
+}
+
+TEST_P(EsftArms, PagerHybridAtTheH200sRatesBothCopiesAndComputes) {
+  const wisp::moe_shape s = routing_->shape;
+  // An expert row (17.3 MB) at 55 GB/s over the link, at 61 GB/s on the host's 16 threads.
+  const wisp::hybrid_cost_model cost{.copy_seconds = 320e-6,
+                                     .expert_seconds = 280e-6,
+                                     .position_seconds = 30e-6,
+                                     .call_seconds = 20e-6};
+  wb::hybrid_pager_rule<wisp::lru> rule(s, capacity(), cost);
+  const wb::call_totals totals = checked_replay(rule, rule.arena_rows());
+  EXPECT_GT(totals.link_rows, 0u);
+  EXPECT_GT(totals.host_experts, 0u);
+  EXPECT_GT(totals.hits, 0u);
+  EXPECT_EQ(totals.misses, totals.link_rows + totals.host_experts);
+}
+
 TEST_P(EsftArms, AllResidentHitsEverything) {
   const wisp::moe_shape s = routing_->shape;
   wb::all_resident_rule rule(s);
@@ -687,6 +816,18 @@ TEST(ArenaMirror, CatchesAWrongRowAndCopiesOnlyWhatDiffers) {
   const std::vector<std::int32_t> hidden{3, 6};
   EXPECT_NE(m.check(1, c, hidden).find("not visible"), std::string::npos);
   expect_error([&] { m.apply(1, {map, copies, 4, 3, false, 0, 0, 0}); }, "outside the arena");
+  // The host's experts: hidden from the kernel, routed by the call, each computed once.
+  const std::vector<std::int32_t> host_six{6};
+  const std::vector<std::int32_t> routed{3, 5, 6};
+  EXPECT_EQ(m.check(1, {map, copies, 2, 3, false, 0, 1, 1, host_six}, routed), "");
+  EXPECT_NE(m.check(1, c, routed).find("expert 6 is not visible"), std::string::npos);
+  const std::vector<std::int32_t> host_five{5};
+  EXPECT_NE(m.check(1, {map, copies, 2, 3, false, 0, 1, 1, host_five}, routed)
+                .find("computed by the host and visible to the kernel"),
+            std::string::npos);
+  EXPECT_NE(m.check(1, {map, copies, 2, 3, false, 0, 1, 1, host_six}, ids)
+                .find("the host computes expert 6, which the call does not route"),
+            std::string::npos);
   // copies_to: exactly the rows whose content differs and that the target fills.
   wb::arena_mirror target(6, s);
   target.load({0, 0, 1});
@@ -898,8 +1039,9 @@ TEST(Reports, TheDecodeFileHoldsWhatTheIssueNames) {
   EXPECT_EQ(doc.find("wisp_graph_policy_note")->text, r.wisp_graph_policy_note);
   const wisp::detail::json_value* arms = doc.find("arms");
   ASSERT_NE(arms, nullptr);
-  for (const char* name : {"layer-offload", "on-demand", "static-hot", "llama.cpp-cache", "wisp",
-                           "wisp-graph", "all-resident"}) {
+  for (const char* name :
+       {"layer-offload", "on-demand", "static-hot", "llama.cpp-cache", "cpu-moe-layers",
+        "cpu-experts", "wisp", "pager+hybrid", "wisp-graph", "all-resident"}) {
     const wisp::detail::json_value* a = arms->find(name);
     ASSERT_NE(a, nullptr) << name;
     const wisp::detail::json_value* tok = a->find("decode_tok_s");
@@ -914,6 +1056,58 @@ TEST(Reports, TheDecodeFileHoldsWhatTheIssueNames) {
   EXPECT_NE(wb::to_table(r).find("wisp-graph's device step lru (the device step has no lfru"),
             std::string::npos)
       << wb::to_table(r);
+}
+
+TEST(Reports, EachArmsCeilingIsItsLongestResourceAtTheMeasuredRates) {
+  wb::config_report r;
+  r.shape = wb::decode_model_named("deepseek-v2-lite");
+  r.link = {1000000, 50.0, 40.0, 5.0};  // 50 GB/s
+  r.host.threads = 16;
+  r.host.experts_per_call = 6;
+  r.host.row_bytes = 1000000;
+  r.host.call_us = wb::summarize({60.0});  // 6 MB in 60 us: 100 GB/s
+  const auto arm = [](wb::decode_arm a, double tok_s, std::uint64_t link_rows,
+                      std::uint64_t host_experts) {
+    wb::arm_report x;
+    x.arm = a;
+    x.tok_s = {tok_s};
+    x.timed_tokens = 16;
+    x.layers = 26;
+    x.row_bytes = 1000000;
+    x.totals.link_rows = link_rows;
+    x.totals.host_experts = host_experts;
+    return x;
+  };
+  r.arms.push_back(arm(wb::decode_arm::all_resident, 100, 0, 0));  // 10 ms per token
+  // 1 GB per token over the link: 20 ms; 100 MB per token on the host: 1 ms.
+  r.arms.push_back(arm(wb::decode_arm::pager_hybrid, 40, 16 * 1000, 16 * 100));
+  // 4 GB per token on the host: 40 ms.
+  r.arms.push_back(arm(wb::decode_arm::cpu_experts, 20, 0, 16 * 4000));
+  const wb::arm_ceiling device = wb::ceiling_of(r, r.arms[0]);
+  EXPECT_DOUBLE_EQ(device.tok_s, 100);
+  EXPECT_EQ(device.bound(), "device");
+  const wb::arm_ceiling hybrid = wb::ceiling_of(r, r.arms[1]);
+  EXPECT_DOUBLE_EQ(hybrid.link_s, 0.02);
+  EXPECT_DOUBLE_EQ(hybrid.host_s, 0.001);
+  EXPECT_DOUBLE_EQ(hybrid.device_s, 0.01);
+  EXPECT_DOUBLE_EQ(hybrid.tok_s, 50);
+  EXPECT_EQ(hybrid.bound(), "link");
+  const wb::arm_ceiling host = wb::ceiling_of(r, r.arms[2]);
+  EXPECT_DOUBLE_EQ(host.tok_s, 25);
+  EXPECT_EQ(host.bound(), "host");
+  const wisp::detail::json_value doc = parse(wb::to_json(r));
+  const wisp::detail::json_value* h = doc.find("arms")->find("pager+hybrid");
+  ASSERT_NE(h, nullptr);
+  EXPECT_EQ(h->find("host_experts")->number, 1600);
+  EXPECT_EQ(h->find("host_experts_per_token")->number, 100);
+  EXPECT_DOUBLE_EQ(h->find("ceiling")->find("tok_s")->number, 50);
+  EXPECT_DOUBLE_EQ(h->find("ceiling")->find("fraction_reached")->number, 0.8);
+  EXPECT_EQ(h->find("ceiling")->find("bound_by")->text, "link");
+  EXPECT_DOUBLE_EQ(doc.find("host_kernel")->find("expert_read_gbps")->number, 100);
+  EXPECT_NE(wb::to_table(r).find("50.00 (link, 80.00%)"), std::string::npos) << wb::to_table(r);
+  // Without the all-resident arm's time, no ceiling is claimed.
+  r.arms.erase(r.arms.begin());
+  EXPECT_EQ(wb::ceiling_of(r, r.arms[0]).tok_s, 0);
 }
 
 TEST(Reports, TheDeviceStepFileHoldsEveryForm) {
