@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds wisp::cuda's tests and benchmarks with nvcc for this machine's GPU, runs the tests with
-# WISP_REQUIRE_GPU=1 (a test that would skip for want of a device fails instead), then the GPU
-# benchmark (wisp_cuda_gpu_bench: the device step, the device profile, the MoE decode arms on
-# DeepSeek-V2-Lite and gpt-oss-20b, each routed by its real trace), a budget sweep of a few arms on DeepSeek-V2-Lite at larger
-# budgets (where fewer misses leave the per-layer host sync a larger share) and, if time is left,
-# the host benchmark of the step.
+# WISP_REQUIRE_GPU=1 (a test that would skip for want of a device fails instead), then the host's
+# expert kernel beside the host's read bandwidth (and ggml's MUL_MAT_ID when its source was
+# carried), then the GPU benchmark (wisp_cuda_gpu_bench: the device step, the device profile, the
+# MoE decode arms on DeepSeek-V2-Lite and gpt-oss-20b, each routed by its real trace, the host
+# arms computing experts on this host's cores), a budget sweep of a few arms on DeepSeek-V2-Lite
+# at larger budgets (where fewer misses leave the per-layer host sync a larger share) and, if
+# time is left, the host benchmark of the step.
 # Needs nvcc, CMake >= 3.24, Ninja, GoogleTest and Google Benchmark; no network.
 #
 # Usage: scripts/gpu_check.sh       results go to $OUT if set, else build/gpu-check/out
@@ -15,15 +17,18 @@
 #   TRACES_DIR         folder holding raw/esft_deepseek_v2_lite_intent and
 #                      raw/gptoss20b_mmlu_pro_decode (default: .traces in the checkout if present,
 #                      else ../shared/traces); without a trace its model is routed by the
-#                      synthetic router and every file says so
+#                      synthetic router and every file says so; .traces/raw.tar.xz and
+#                      .peers/ggml-src.tar.xz are unpacked first when carried that way
 #   GPU_CHECK_SECONDS  wall-clock budget of the whole script, build included (default 450); the
 #                      benchmark stops starting repetitions so that the script ends within it
 #   GPU_CHECK_COMMIT   the commit recorded in the results (default: git rev-parse, else unknown)
 #   GPU_CHECK_SWEEP_SECONDS  time kept for the budget sweep (default 90; 0 skips it)
 #   GPU_CHECK_SWEEP_BUDGETS  its budgets (default 0.75,0.9)
 #   GPU_CHECK_SWEEP_ARMS     its arms (default wisp,wisp-graph,llama.cpp-cache)
+#   GPU_CHECK_KERNEL_SECONDS time for the host expert kernel's measurement (default 90; 0 skips it)
 #
-# What comes back in $OUT (9 files): gpu_check.log (everything that matters, as it happens),
+# What comes back in $OUT (9 files; the device runner returns 8, so logs.tar.gz is left out
+# unless a part is skipped): gpu_check.log (everything that matters, as it happens),
 # <date>-<device>-device-step.json, -device-profile.json, -moe-<model>-<budget>.json (four;
 # rewritten after every repetition, so a run cut short still leaves figures),
 # -host-expert-kernel.json (the host's expert kernel beside its read bandwidth, and beside ggml's
