@@ -253,85 +253,40 @@ class on_demand_rule {
   return counts;
 }
 
-/// Per layer, the row (rank) of each of the `n` experts routed most often in the history
-/// (`counts`, `[layers x experts]`; ties to the lower id), else -1: `[layers x experts]`.
-/// O(layers x experts log experts).
-/// @throws wisp::logic_error if `counts` has the wrong size.
-[[nodiscard]] inline std::vector<std::int32_t> hottest_rows(const moe_shape& shape,
-                                                            std::span<const std::uint64_t> counts,
-                                                            std::int32_t n) {
-  const std::size_t e = static_cast<std::size_t>(shape.experts);
-  std::vector<std::int32_t> rows(static_cast<std::size_t>(shape.layers) * e, -1);
-  WISP_EXPECTS(counts.size() == rows.size(), "hottest_rows: ", counts.size(), " counts for ",
-               rows.size(), " experts");
-  std::vector<std::int32_t> order(e);
-  for (std::size_t l = 0; l < static_cast<std::size_t>(shape.layers); ++l) {
-    const std::uint64_t* c = counts.data() + l * e;
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [c](std::int32_t a, std::int32_t b) { return c[a] > c[b]; });
-    for (std::int32_t rank = 0; rank < std::min(n, shape.experts); ++rank) {
-      rows[l * e + static_cast<std::size_t>(order[static_cast<std::size_t>(rank)])] = rank;
-    }
-  }
-  return rows;
-}
-
-/// static-hot: per layer, the `capacity - staging` experts routed most often in the history
-/// (`counts`, ties to the lower id) are pinned in rows `[0, hot)` of the layer's `capacity` rows,
-/// in rank order; the other experts of a call are copied into the `staging` rows after them.
-class static_hot_rule {
+/// @brief Per layer, the `n` experts routed most often in the history (`counts`,
+/// `[layers x experts]`; ties to the lower id) pinned in rows `[0, n)` of the layer's
+/// `capacity` rows, in rank order: static-hot's and cpu-experts' resident experts.
+class hot_set {
  public:
-  static constexpr bool ids_on_host = true;
-  static constexpr bool static_map = false;
-
-  /// @throws wisp::logic_error if `staging` is outside `[top_k, capacity]` or `counts` has the
-  ///   wrong size.
-  static_hot_rule(const moe_shape& shape, std::int32_t capacity, std::int32_t staging,
-                  std::span<const std::uint64_t> counts)
+  /// O(layers x experts log experts). @throws wisp::logic_error if `counts` has the wrong size.
+  hot_set(const moe_shape& shape, std::int32_t capacity, std::int32_t n,
+          std::span<const std::uint64_t> counts)
       : shape_(shape),
         capacity_(capacity),
-        hot_(capacity - staging),
-        map_(static_cast<std::size_t>(shape.experts), -1),
-        distinct_(shape.experts) {
-    WISP_EXPECTS(staging >= shape.top_k && staging <= capacity, "static-hot: staging ", staging,
-                 " must be in [top_k = ", shape.top_k, ", capacity = ", capacity, "]");
-    hot_row_ = hottest_rows(shape, counts, hot_);
-  }
-  void begin_token(std::uint32_t /*position*/) noexcept {}
-  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
-    for (const std::int32_t e : shown_) {
-      map_[static_cast<std::size_t>(e)] = -1;
-    }
-    shown_.clear();
-    copies_.clear();
-    std::int32_t hits = 0;
-    for (const std::int32_t e : distinct_(ids)) {
-      std::int32_t row = hot_row_[index(layer, e)];
-      if (row >= 0) {
-        ++hits;
-      } else {
-        row = hot_ + static_cast<std::int32_t>(copies_.size());
-        WISP_EXPECTS(row < capacity_, "static-hot: more misses in one call than ", capacity_ - hot_,
-                     " staging rows");
-        copies_.push_back({e, row});
+        row_(static_cast<std::size_t>(shape.layers) * static_cast<std::size_t>(shape.experts), -1) {
+    WISP_EXPECTS(counts.size() == row_.size(), "hot_set: ", counts.size(), " counts for ",
+                 row_.size(), " experts");
+    std::vector<std::int32_t> order(static_cast<std::size_t>(shape.experts));
+    for (std::int32_t l = 0; l < shape.layers; ++l) {
+      const std::uint64_t* c = counts.data() + index(l, 0);
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(),
+                       [c](std::int32_t a, std::int32_t b) { return c[a] > c[b]; });
+      for (std::int32_t rank = 0; rank < std::min(n, shape.experts); ++rank) {
+        row_[index(l, order[static_cast<std::size_t>(rank)])] = rank;
       }
-      map_[static_cast<std::size_t>(e)] = row;
-      shown_.push_back(e);
     }
-    const auto misses = static_cast<std::int32_t>(copies_.size());
-    return {map_,   copies_, static_cast<std::int64_t>(layer) * capacity_, capacity_, false, hits,
-            misses, misses};
   }
-  /// Whether `expert` of `layer` is pinned.
-  [[nodiscard]] bool hot(std::int32_t layer, std::int32_t expert) const {
-    return hot_row_[index(layer, expert)] >= 0;
+  /// The row of `expert` within `layer`'s rows, or -1 when it is not pinned. O(1).
+  [[nodiscard]] std::int32_t row(std::int32_t layer, std::int32_t expert) const {
+    return row_[index(layer, expert)];
   }
+  /// Every pinned expert at its arena row (`layer x capacity + row`).
   [[nodiscard]] std::vector<arena_row> preload() const {
     std::vector<arena_row> rows;
     for (std::int32_t l = 0; l < shape_.layers; ++l) {
       for (std::int32_t e = 0; e < shape_.experts; ++e) {
-        if (const std::int32_t r = hot_row_[index(l, e)]; r >= 0) {
+        if (const std::int32_t r = row(l, e); r >= 0) {
           rows.push_back({static_cast<std::int64_t>(l) * capacity_ + r, l, e});
         }
       }
@@ -350,8 +305,65 @@ class static_hot_rule {
 
   moe_shape shape_;
   std::int32_t capacity_;
+  std::vector<std::int32_t> row_;  // [layers x experts]: pinned row, or -1
+};
+
+/// static-hot: per layer, the `capacity - staging` experts routed most often in the history
+/// (`counts`, ties to the lower id) are pinned in rows `[0, hot)` of the layer's `capacity` rows,
+/// in rank order; the other experts of a call are copied into the `staging` rows after them.
+class static_hot_rule {
+ public:
+  static constexpr bool ids_on_host = true;
+  static constexpr bool static_map = false;
+
+  /// @throws wisp::logic_error if `staging` is outside `[top_k, capacity]` or `counts` has the
+  ///   wrong size.
+  static_hot_rule(const moe_shape& shape, std::int32_t capacity, std::int32_t staging,
+                  std::span<const std::uint64_t> counts)
+      : capacity_(capacity),
+        hot_(capacity - staging),
+        pinned_(shape, capacity, capacity - staging, counts),
+        map_(static_cast<std::size_t>(shape.experts), -1),
+        distinct_(shape.experts) {
+    WISP_EXPECTS(staging >= shape.top_k && staging <= capacity, "static-hot: staging ", staging,
+                 " must be in [top_k = ", shape.top_k, ", capacity = ", capacity, "]");
+  }
+  void begin_token(std::uint32_t /*position*/) noexcept {}
+  layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
+    for (const std::int32_t e : shown_) {
+      map_[static_cast<std::size_t>(e)] = -1;
+    }
+    shown_.clear();
+    copies_.clear();
+    std::int32_t hits = 0;
+    for (const std::int32_t e : distinct_(ids)) {
+      std::int32_t row = pinned_.row(layer, e);
+      if (row >= 0) {
+        ++hits;
+      } else {
+        row = hot_ + static_cast<std::int32_t>(copies_.size());
+        WISP_EXPECTS(row < capacity_, "static-hot: more misses in one call than ", capacity_ - hot_,
+                     " staging rows");
+        copies_.push_back({e, row});
+      }
+      map_[static_cast<std::size_t>(e)] = row;
+      shown_.push_back(e);
+    }
+    const auto misses = static_cast<std::int32_t>(copies_.size());
+    return {map_,   copies_, static_cast<std::int64_t>(layer) * capacity_, capacity_, false, hits,
+            misses, misses};
+  }
+  /// Whether `expert` of `layer` is pinned.
+  [[nodiscard]] bool hot(std::int32_t layer, std::int32_t expert) const {
+    return pinned_.row(layer, expert) >= 0;
+  }
+  [[nodiscard]] std::vector<arena_row> preload() const { return pinned_.preload(); }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept { return pinned_.arena_rows(); }
+
+ private:
+  std::int32_t capacity_;
   std::int32_t hot_;
-  std::vector<std::int32_t> hot_row_;  // [layers x experts]: pinned row, or -1
+  hot_set pinned_;
   std::vector<std::int32_t> map_;
   std::vector<std::int32_t> shown_;
   std::vector<copy_op> copies_;
@@ -460,9 +472,8 @@ class cpu_experts_rule {
   /// @throws wisp::logic_error if `counts` has the wrong size.
   cpu_experts_rule(const moe_shape& shape, std::int32_t capacity,
                    std::span<const std::uint64_t> counts)
-      : shape_(shape),
-        capacity_(capacity),
-        hot_row_(hottest_rows(shape, counts, capacity)),
+      : capacity_(capacity),
+        resident_(shape, capacity, capacity, counts),
         map_(static_cast<std::size_t>(shape.experts), -1),
         distinct_(shape.experts) {}
 
@@ -474,7 +485,7 @@ class cpu_experts_rule {
     shown_.clear();
     host_.clear();
     for (const std::int32_t e : distinct_(ids)) {
-      const std::int32_t row = hot_row_[index(layer, e)];
+      const std::int32_t row = resident_.row(layer, e);
       if (row >= 0) {
         map_[static_cast<std::size_t>(e)] = row;
         shown_.push_back(e);
@@ -492,30 +503,12 @@ class cpu_experts_rule {
             0,
             host_};
   }
-  [[nodiscard]] std::vector<arena_row> preload() const {
-    std::vector<arena_row> rows;
-    for (std::int32_t l = 0; l < shape_.layers; ++l) {
-      for (std::int32_t e = 0; e < shape_.experts; ++e) {
-        if (const std::int32_t r = hot_row_[index(l, e)]; r >= 0) {
-          rows.push_back({static_cast<std::int64_t>(l) * capacity_ + r, l, e});
-        }
-      }
-    }
-    return rows;
-  }
-  [[nodiscard]] std::int64_t arena_rows() const noexcept {
-    return static_cast<std::int64_t>(shape_.layers) * capacity_;
-  }
+  [[nodiscard]] std::vector<arena_row> preload() const { return resident_.preload(); }
+  [[nodiscard]] std::int64_t arena_rows() const noexcept { return resident_.arena_rows(); }
 
  private:
-  [[nodiscard]] std::size_t index(std::int32_t layer, std::int32_t expert) const noexcept {
-    return static_cast<std::size_t>(layer) * static_cast<std::size_t>(shape_.experts) +
-           static_cast<std::size_t>(expert);
-  }
-
-  moe_shape shape_;
   std::int32_t capacity_;
-  std::vector<std::int32_t> hot_row_;  // [layers x experts]: resident row, or -1
+  hot_set resident_;
   std::vector<std::int32_t> map_;
   std::vector<std::int32_t> shown_;
   std::vector<std::int32_t> host_;
