@@ -556,7 +556,9 @@ class pager_rule {
 
 /// pager+hybrid: `pager<Policy>` as `pager_rule` keeps it, each call's misses split between
 /// copies into the cache and host compute by `wisp::hybrid_splitter` under `cost` (the run's
-/// measured link and host rates), as wisp-engine's `pager+hybrid` splits them: a copied miss is
+/// measured link and host rates; the host's side then follows the host calls the driver times,
+/// `observe_host`, through `wisp::host_cost_tracker`), as wisp-engine's `pager+hybrid` splits
+/// them: a copied miss is
 /// worth its expected hits before eviction (`wisp::reuse_value_estimator` over the layer's calls,
 /// in units of `cost.miss_seconds()`) less what it evicts (`wisp::eviction_losses`), so an expert
 /// about to be reused is copied and a one-off one goes to the host. Host experts never enter the
@@ -574,7 +576,7 @@ class hybrid_pager_rule {
                     double value_rate = 0.25)
       : shape_(shape),
         capacity_(capacity),
-        cost_(cost),
+        host_(cost),
         pager_({.layers = shape.layers,
                 .experts = shape.experts,
                 .top_k = shape.top_k,
@@ -582,9 +584,7 @@ class hybrid_pager_rule {
         values_(shape.layers, shape.experts, value_rate),
         hidden_(static_cast<std::size_t>(shape.experts), -1),
         in_call_(static_cast<std::size_t>(shape.experts), 0),
-        distinct_(shape.experts) {
-    cost_.validate();
-  }
+        distinct_(shape.experts) {}
   void begin_token(std::uint32_t position) noexcept {
     pager_.begin_step();
     position_ = position;
@@ -594,7 +594,8 @@ class hybrid_pager_rule {
     for (const std::int32_t e : ids) {
       ++in_call_[static_cast<std::size_t>(e)];
     }
-    const double miss = cost_.miss_seconds();
+    const hybrid_cost_model& cost = host_.costs();
+    const double miss = cost.miss_seconds();
     const auto value = [&](std::int32_t e) {
       return values_.expected_hits(layer, e, capacity_) * miss;
     };
@@ -617,42 +618,48 @@ class hybrid_pager_rule {
     }
     eviction_losses(capacity_ - pager_.cache(layer).size(), resident_values_, losses_);
     flags_.resize(misses_.size());
-    (void)splitter_.split(cost_, {}, misses_, flags_, -1, losses_);
-    host_.clear();
+    (void)splitter_.split(cost, {}, misses_, flags_, -1, losses_);
+    on_host_.clear();
     for (std::size_t i = 0; i < misses_.size(); ++i) {
       if (flags_[i] == 0) {
-        host_.push_back(misses_[i].expert);
+        on_host_.push_back(misses_[i].expert);
       }
     }
     device_.clear();
     for (const std::int32_t e : experts) {
-      if (std::find(host_.begin(), host_.end(), e) == host_.end()) {
+      if (std::find(on_host_.begin(), on_host_.end(), e) == on_host_.end()) {
         device_.push_back(e);
       }
     }
     const auto first = static_cast<std::int64_t>(layer) * capacity_;
-    const auto n_host = static_cast<std::int32_t>(host_.size());
+    const auto n_host = static_cast<std::int32_t>(on_host_.size());
     if (device_.empty()) {
       values_.record_call(layer, experts, 0);
-      return {hidden_, {}, first, capacity_, false, 0, n_host, 0, host_};
+      return {hidden_, {}, first, capacity_, false, 0, n_host, 0, on_host_};
     }
     positions_.assign(device_.size(), position_);
     const prepare_result r =
         pager_.prepare(layer, device_, static_cast<std::int32_t>(device_.size()), 1, positions_);
     values_.record_call(layer, experts, r.misses);
     return {r.expert_map, r.copy_plan,       first,    capacity_, false,
-            r.hits,       r.misses + n_host, r.misses, host_};
+            r.hits,       r.misses + n_host, r.misses, on_host_};
   }
   [[nodiscard]] std::vector<arena_row> preload() const { return {}; }
   [[nodiscard]] std::int64_t arena_rows() const noexcept {
     return static_cast<std::int64_t>(shape_.layers) * capacity_;
   }
-  [[nodiscard]] const hybrid_cost_model& cost() const noexcept { return cost_; }
+  /// The host computed the last call's host experts (`experts` of them, over `positions`) in
+  /// `seconds`: the costs of the next splits follow it (`wisp::host_cost_tracker`).
+  void observe_host(std::int32_t experts, std::int64_t positions, double seconds) {
+    host_.record(experts, positions, seconds);
+  }
+  /// The costs the next call is split under.
+  [[nodiscard]] const hybrid_cost_model& cost() const noexcept { return host_.costs(); }
 
  private:
   moe_shape shape_;
   std::int32_t capacity_;
-  hybrid_cost_model cost_;
+  host_cost_tracker host_;
   pager<Policy> pager_;
   reuse_value_estimator values_;
   hybrid_splitter splitter_;
@@ -661,7 +668,7 @@ class hybrid_pager_rule {
   std::vector<hybrid_miss> misses_;
   std::vector<std::uint8_t> flags_;
   std::vector<double> resident_values_, losses_;
-  std::vector<std::int32_t> host_, device_;
+  std::vector<std::int32_t> on_host_, device_;
   std::vector<std::uint32_t> positions_;
   distinct_ids distinct_;
   std::uint32_t position_ = 0;

@@ -642,9 +642,9 @@ class model_bench {
 
   // The host's share of `layer`: every expert of `experts` on the layer's input (read back with
   // the ids), weighted by the routing and summed, then added to the layer's output on the
-  // device (after the kernel's combine, in stream order).
-  void host_moe(std::int32_t layer, std::span<const std::int32_t> experts,
-                std::span<const std::int32_t> ids) {
+  // device (after the kernel's combine, in stream order). Returns the positions it computed.
+  std::int64_t host_moe(std::int32_t layer, std::span<const std::int32_t> experts,
+                        std::span<const std::int32_t> ids) {
     host_side& hs = *host_;
     const std::size_t h = static_cast<std::size_t>(model_.expert.hidden);
     for (std::size_t i = 0; i < h; ++i) {
@@ -659,12 +659,14 @@ class model_bench {
     hs.kernel(hs.tasks);
     float* partial = hs.partial.data();
     std::fill(partial, partial + h, 0.0f);
+    std::int64_t positions = 0;
     for (std::size_t p = 0; p < ids.size(); ++p) {
       const auto j = static_cast<std::size_t>(std::find(experts.begin(), experts.end(), ids[p]) -
                                               experts.begin());
       if (j == experts.size()) {
         continue;  // the device's
       }
+      ++positions;
       const float w = hs.weights.data()[p];
       const float* y = hs.y.data() + j * h;
       for (std::size_t o = 0; o < h; ++o) {
@@ -677,6 +679,7 @@ class model_bench {
         out_.data() + static_cast<std::size_t>(layer) * h, hs.partial_device.data(),
         static_cast<std::int32_t>(h));
     WISP_CUDA_TRY(cudaGetLastError());
+    return positions;
   }
 
   // ---- the arms ------------------------------------------------------------------------------
@@ -757,9 +760,14 @@ class model_bench {
                          "(hybrid_splitter; copy " +
                          std::to_string(costs_.copy_seconds * 1e6) + " us, host " +
                          std::to_string(costs_.expert_seconds * 1e6) + " us per expert + " +
-                         std::to_string(costs_.call_seconds * 1e6) + " us per call, measured); " +
+                         std::to_string(costs_.call_seconds * 1e6) +
+                         " us per call, measured at set-up, then following the timed host "
+                         "calls); " +
                          host_note();
           with_kernel(rule);
+          report.notes +=
+              "; host per expert at the end: " + std::to_string(rule.cost().expert_seconds * 1e6) +
+              " us";
         });
         return;
       case decode_arm::wisp:
@@ -911,7 +919,12 @@ class model_bench {
       maps_->release(l, compute_.get());
       if constexpr (host_compute_v<Rule>) {  // beside the device's copies and kernel
         if (!c.host.empty()) {
-          host_moe(l, c.host, ids);
+          const auto begin = detail::clock::now();
+          const std::int64_t positions = host_moe(l, c.host, ids);
+          if constexpr (requires { rule.observe_host(1, 1, 0.0); }) {
+            rule.observe_host(static_cast<std::int32_t>(c.host.size()), positions,
+                              std::chrono::duration<double>(detail::clock::now() - begin).count());
+          }
         }
       }
       if (totals != nullptr) {

@@ -758,6 +758,22 @@ TEST_P(EsftArms, PagerHybridAtTheH200sRatesBothCopiesAndComputes) {
   EXPECT_EQ(totals.misses, totals.link_rows + totals.host_experts);
 }
 
+TEST_P(EsftArms, PagerHybridFollowsTheHostTheDriverTimes) {
+  const wisp::moe_shape s = routing_->shape;
+  // Costed as if the host took 10 ms an expert: every miss is copied...
+  wb::hybrid_pager_rule<wisp::lru> rule(
+      s, capacity(),
+      {.copy_seconds = 320e-6, .expert_seconds = 10e-3, .position_seconds = 0, .call_seconds = 0});
+  wb::arena_mirror mirror(rule.arena_rows(), s);
+  EXPECT_EQ(wb::replay(rule, mirror, *routing_, 0, 100, true).host_experts, 0u);
+  // ...until the host's calls are timed at 100 us an expert.
+  for (int i = 0; i < 200; ++i) {
+    rule.observe_host(2, 2, 200e-6);
+  }
+  EXPECT_NEAR(rule.cost().expert_seconds, 100e-6, 1e-9);
+  EXPECT_GT(wb::replay(rule, mirror, *routing_, 100, 200, true).host_experts, 0u);
+}
+
 TEST_P(EsftArms, AllResidentHitsEverything) {
   const wisp::moe_shape s = routing_->shape;
   wb::all_resident_rule rule(s);

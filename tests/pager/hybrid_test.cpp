@@ -3,7 +3,8 @@
 // evaluated by the cost model's definition written out again here) on random small calls, with
 // and without a copy limit and eviction losses; hand-worked decisions (a one-off expert goes to
 // the host, one about to be reused is copied, a busy host sends work to the link); the reuse
-// value estimator against its formula; bad input.
+// value estimator against its formula; the host cost tracker against a known host and its
+// moving average; bad input.
 #include "support/expect_error.hpp"
 
 #include <wisp/pager/hybrid.hpp>
@@ -216,6 +217,69 @@ TEST(HybridMissPolicy, IsExactSoRewriteLeavesTheBatchAlone) {
 
 // The estimator's formula, step by step: f is the moving average of "routed", R = capacity /
 // copies per call, p = 1 - (1 - f)^R, hits = min(p / (1 - p), f / rate).
+TEST(HostCostTracker, ConvergesToTheHostsTrueRateFromAWrongPrior) {
+  // The truth: 20 us per call and 300 us per expert (memory-bound at 1 row), 5 us per position.
+  const auto truth = [](std::int32_t n, std::int64_t p) {
+    return 20e-6 + std::max(n * 300e-6, static_cast<double>(p) * 5e-6);
+  };
+  host_cost_tracker t({.copy_seconds = 320e-6,
+                       .expert_seconds = 600e-6,
+                       .position_seconds = 5e-6,
+                       .call_seconds = 20e-6});
+  std::mt19937 rng(7);
+  for (int i = 0; i < 200; ++i) {
+    const auto n = static_cast<std::int32_t>(1 + rng() % 6);
+    t.record(n, n, truth(n, n));
+  }
+  EXPECT_NEAR(t.costs().expert_seconds, 300e-6, 1e-9);
+  EXPECT_EQ(t.costs().call_seconds, 20e-6);  // left as given
+  EXPECT_EQ(t.costs().copy_seconds, 320e-6);
+  EXPECT_EQ(t.costs().position_seconds, 5e-6);  // no FLOP-bound call seen
+  EXPECT_EQ(t.calls(), 200u);
+  // The host slows down (DMA now shares its memory): the estimate follows.
+  for (int i = 0; i < 200; ++i) {
+    t.record(2, 2, 20e-6 + 2 * 450e-6);
+  }
+  EXPECT_NEAR(t.costs().expert_seconds, 450e-6, 1e-9);
+  // A call bound by its FLOPs (many positions) moves the position time, not the expert time.
+  t.record(1, 1000, 20e-6 + 1000 * 8e-6);
+  EXPECT_NEAR(t.costs().expert_seconds, 450e-6, 1e-9);
+  EXPECT_DOUBLE_EQ(t.costs().position_seconds, 0.875 * 5e-6 + 0.125 * 8e-6);
+}
+
+TEST(HostCostTracker, EachCallIsOneStepOfTheMovingAverage) {
+  const hybrid_cost_model prior{.copy_seconds = 1e-3,
+                                .expert_seconds = 400e-6,
+                                .position_seconds = 1e-6,
+                                .call_seconds = 50e-6};
+  host_cost_tracker t(prior, 0.5);
+  t.record(2, 2, 50e-6 + 2 * 200e-6);
+  EXPECT_DOUBLE_EQ(t.costs().expert_seconds, 0.5 * 400e-6 + 0.5 * 200e-6);
+  t.record(1, 1, 10e-6);  // shorter than the call's fixed cost: no work, not negative
+  EXPECT_DOUBLE_EQ(t.costs().expert_seconds, 0.5 * 300e-6);
+}
+
+TEST(HostCostTracker, RefusesBadInputAndLeavesTheCostsAlone) {
+  const hybrid_cost_model prior{.copy_seconds = 1e-3,
+                                .expert_seconds = 400e-6,
+                                .position_seconds = 1e-6,
+                                .call_seconds = 50e-6};
+  expect_error([&] { host_cost_tracker(prior, 0.0); }, "rate must be in (0, 1], got 0");
+  expect_error(
+      [&] {
+        host_cost_tracker(
+            {.copy_seconds = -1, .expert_seconds = 1, .position_seconds = 1, .call_seconds = 0});
+      },
+      "copy_seconds");
+  host_cost_tracker t(prior);
+  expect_error([&] { t.record(0, 1, 1e-3); }, "experts must be >= 1, got 0");
+  expect_error([&] { t.record(3, 2, 1e-3); }, "2 positions for 3 experts");
+  expect_error([&] { t.record(1, 1, -1e-3); }, "got -0.001");
+  expect_error([&] { t.record(1, 1, std::numeric_limits<double>::quiet_NaN()); }, "got nan");
+  EXPECT_EQ(t.costs().expert_seconds, prior.expert_seconds);
+  EXPECT_EQ(t.calls(), 0u);
+}
+
 TEST(ReuseValueEstimator, FollowsItsFormula) {
   const double rate = 0.25;
   reuse_value_estimator est(2, 8, rate);

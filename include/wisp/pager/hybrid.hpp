@@ -112,6 +112,62 @@ struct hybrid_host {
   return c;
 }
 
+/// @brief Follows the host's measured speed: each host call's seconds update the host side of a
+/// `hybrid_cost_model`, so a split is costed at the rate the host runs at now (its memory shared
+/// with the DMA engines, its clock, its other work) rather than at a rate measured once.
+///
+/// The model: a call of `n` experts over `p` positions takes `call_seconds + max(n x
+/// expert_seconds, p x position_seconds)`. `record` attributes what a call took beyond
+/// `call_seconds` to the side of the roofline the current costs say bound it, and moves that
+/// side's per-unit time toward the call's by an exponential moving average of rate `rate`:
+/// `t <- (1 - rate) x t + rate x max(0, seconds - call_seconds) / units`. `call_seconds` and
+/// `copy_seconds` stay as given. O(1) per call; not thread-safe.
+/// @code
+/// wisp::host_cost_tracker host(cost);      // the prior: a measurement at set-up
+/// host.record(3, 3, 0.9e-3);               // a call of 3 experts at 1 row took 0.9 ms
+/// splitter.split(host.costs(), queues, misses, copy);
+/// @endcode
+class host_cost_tracker {
+ public:
+  /// @throws wisp::logic_error naming the value if `prior` is invalid
+  ///   (`hybrid_cost_model::validate`) or `rate` is not in (0, 1].
+  explicit host_cost_tracker(const hybrid_cost_model& prior, double rate = 0.125)
+      : costs_(prior), rate_(rate) {
+    costs_.validate();
+    WISP_EXPECTS(std::isfinite(rate) && rate > 0 && rate <= 1,
+                 "host_cost_tracker: rate must be in (0, 1], got ", rate);
+  }
+
+  /// A host call of `experts` experts over `positions` positions took `seconds`, its transfers
+  /// included. @throws wisp::logic_error naming the value (the costs unchanged) if `experts < 1`,
+  ///   `positions < experts` or `seconds` is negative or not finite.
+  void record(std::int32_t experts, std::int64_t positions, double seconds) {
+    WISP_EXPECTS(experts >= 1, "host_cost_tracker::record: experts must be >= 1, got ", experts);
+    WISP_EXPECTS(positions >= experts, "host_cost_tracker::record: ", positions, " positions for ",
+                 experts, " experts (each has at least one)");
+    WISP_EXPECTS(std::isfinite(seconds) && seconds >= 0,
+                 "host_cost_tracker::record: seconds must be a finite number >= 0, got ", seconds);
+    const double work = std::max(0.0, seconds - costs_.call_seconds);
+    const auto n = static_cast<double>(experts);
+    const auto p = static_cast<double>(positions);
+    if (n * costs_.expert_seconds >= p * costs_.position_seconds) {  // bound by its bytes
+      costs_.expert_seconds = (1 - rate_) * costs_.expert_seconds + rate_ * work / n;
+    } else {  // bound by its FLOPs
+      costs_.position_seconds = (1 - rate_) * costs_.position_seconds + rate_ * work / p;
+    }
+    ++calls_;
+  }
+  /// The costs as of the last call recorded.
+  [[nodiscard]] const hybrid_cost_model& costs() const noexcept { return costs_; }
+  /// Calls recorded.
+  [[nodiscard]] std::uint64_t calls() const noexcept { return calls_; }
+
+ private:
+  hybrid_cost_model costs_;
+  double rate_;
+  std::uint64_t calls_ = 0;
+};
+
 /// @brief One miss of a call: its expert, the positions routed to it and what keeping it
 /// resident is worth.
 struct hybrid_miss {
