@@ -906,6 +906,8 @@ struct call_totals {
   std::uint64_t misses = 0;        ///< distinct experts that were not
   std::uint64_t link_rows = 0;     ///< expert rows across the link
   std::uint64_t host_experts = 0;  ///< distinct experts computed by the host
+  /// Wall seconds the host spent computing them (the GPU driver's clock; 0 in host replays).
+  double host_seconds = 0;
   [[nodiscard]] double hit_rate() const noexcept {
     return hits + misses == 0 ? 0.0
                               : static_cast<double>(hits) / static_cast<double>(hits + misses);

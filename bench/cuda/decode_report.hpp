@@ -504,6 +504,14 @@ inline void write_arm(json_writer& j, const arm_report& a, const arm_ceiling& c)
   j.integer("host_experts", a.totals.host_experts);
   j.number("host_experts_per_token",
            a.timed_tokens > 0 ? static_cast<double>(a.totals.host_experts) / a.timed_tokens : 0.0);
+  // The host's own time (the last repetition's): beside the ceiling's host rate, what the host
+  // kernel ran at while the arm ran (its memory shared with the DMA engines, say).
+  j.number("host_compute_s_per_token",
+           a.timed_tokens > 0 ? a.totals.host_seconds / a.timed_tokens : 0.0);
+  j.number("host_us_per_expert",
+           a.totals.host_experts > 0
+               ? 1e6 * a.totals.host_seconds / static_cast<double>(a.totals.host_experts)
+               : 0.0);
   j.open("ceiling", '{')
       .number("tok_s", c.tok_s)
       .number("fraction_reached", c.tok_s > 0 ? a.decode_tok_s().median / c.tok_s : 0.0)

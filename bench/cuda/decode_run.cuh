@@ -921,9 +921,13 @@ class model_bench {
         if (!c.host.empty()) {
           const auto begin = detail::clock::now();
           const std::int64_t positions = host_moe(l, c.host, ids);
+          const double seconds =
+              std::chrono::duration<double>(detail::clock::now() - begin).count();
           if constexpr (requires { rule.observe_host(1, 1, 0.0); }) {
-            rule.observe_host(static_cast<std::int32_t>(c.host.size()), positions,
-                              std::chrono::duration<double>(detail::clock::now() - begin).count());
+            rule.observe_host(static_cast<std::int32_t>(c.host.size()), positions, seconds);
+          }
+          if (totals != nullptr) {
+            totals->host_seconds += seconds;
           }
         }
       }

@@ -1097,6 +1097,7 @@ TEST(Reports, EachArmsCeilingIsItsLongestResourceAtTheMeasuredRates) {
   r.arms.push_back(arm(wb::decode_arm::all_resident, 100, 0, 0));  // 10 ms per token
   // 1 GB per token over the link: 20 ms; 100 MB per token on the host: 1 ms.
   r.arms.push_back(arm(wb::decode_arm::pager_hybrid, 40, 16 * 1000, 16 * 100));
+  r.arms.back().totals.host_seconds = 16 * 0.002;  // the host's own clock: 2 ms per token
   // 4 GB per token on the host: 40 ms.
   r.arms.push_back(arm(wb::decode_arm::cpu_experts, 20, 0, 16 * 4000));
   const wb::arm_ceiling device = wb::ceiling_of(r, r.arms[0]);
@@ -1116,6 +1117,8 @@ TEST(Reports, EachArmsCeilingIsItsLongestResourceAtTheMeasuredRates) {
   ASSERT_NE(h, nullptr);
   EXPECT_EQ(h->find("host_experts")->number, 1600);
   EXPECT_EQ(h->find("host_experts_per_token")->number, 100);
+  EXPECT_DOUBLE_EQ(h->find("host_compute_s_per_token")->number, 0.002);
+  EXPECT_DOUBLE_EQ(h->find("host_us_per_expert")->number, 20);
   EXPECT_DOUBLE_EQ(h->find("ceiling")->find("tok_s")->number, 50);
   EXPECT_DOUBLE_EQ(h->find("ceiling")->find("fraction_reached")->number, 0.8);
   EXPECT_EQ(h->find("ceiling")->find("bound_by")->text, "link");
