@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 // The arms of the GPU decode benchmark as host rules. For each layer call a rule says which rows
 // of the device's slot arena the fused-MoE kernel reads (the expert map over a view of the
-// arena, or the layer's pinned masters), which masters are copied into those rows first, and
-// what the call hit and missed. The GPU driver (decode_run.cuh) executes exactly these decisions
-// (wisp-graph's are made on the device by the same step as `device_step_rule`). Host-safe: the
-// host tests replay every rule on the ESFT trace against the host pager, llama_cpp_cache and an
-// `arena_mirror`, which checks that every routed expert is read from a row that holds its bytes.
+// arena, or the layer's pinned masters), which masters are copied into those rows first, which
+// experts the host computes instead, and what the call hit and missed. The GPU driver
+// (decode_run.cuh) executes exactly these decisions (wisp-graph's are made on the device by the
+// same step as `device_step_rule`). Host-safe: the host tests replay every rule on the ESFT trace
+// against the host pager, llama_cpp_cache and an `arena_mirror`, which checks that every routed
+// expert is computed once: read from a row that holds its bytes, or by the host.
 #pragma once
 
 #include "decode_model.hpp"
@@ -555,14 +556,14 @@ class pager_rule {
 };
 
 /// pager+hybrid: `pager<Policy>` as `pager_rule` keeps it, each call's misses split between
-/// copies into the cache and host compute by `wisp::hybrid_splitter` under `cost` (the run's
-/// measured link and host rates; the host's side then follows the host calls the driver times,
-/// `observe_host`, through `wisp::host_cost_tracker`), as wisp-engine's `pager+hybrid` splits
-/// them: a copied miss is
-/// worth its expected hits before eviction (`wisp::reuse_value_estimator` over the layer's calls,
-/// in units of `cost.miss_seconds()`) less what it evicts (`wisp::eviction_losses`), so an expert
-/// about to be reused is copied and a one-off one goes to the host. Host experts never enter the
-/// cache. Both queues are empty when a layer is decided: the driver synchronises every layer.
+/// copies into the cache and host compute by `wisp::hybrid_splitter`, as wisp-engine's
+/// `pager+hybrid` splits them, under `cost` (the run's measured link and host rates; the host's
+/// side then follows the host calls the driver times, `observe_host`, through
+/// `wisp::host_cost_tracker`). A copied miss is worth its expected hits before eviction
+/// (`wisp::reuse_value_estimator` over the layer's calls, in units of `cost.miss_seconds()`) less
+/// what it evicts (`wisp::eviction_losses`), so an expert about to be reused is copied and a
+/// one-off one goes to the host. Host experts never enter the cache. Both queues are empty when a
+/// layer is decided: the driver synchronises every layer.
 template <eviction_policy Policy>
 class hybrid_pager_rule {
  public:

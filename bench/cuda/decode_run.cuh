@@ -5,11 +5,14 @@
 // shares, write random bf16 experts on the device and copy them to the masters. Reference: every
 // layer's output of the verification tokens with all of a layer's experts resident (the GEMV
 // kernel; checked against its host arithmetic, wisp::reference_fused_moe and the cuBLAS kernel),
-// and each kernel's time per layer call. Then per budget, interleaved repetitions of every arm:
+// and each kernel's time per layer call; when a host arm runs, the host's expert kernel timed on
+// the masters (its costs for pager+hybrid). Then per budget, interleaved repetitions of every arm:
 // replay the history on the host (`decode_arms.hpp`), copy the rows the arm's state holds that the
 // arena does not, run the warm-up tokens, time the timed ones (wall clock between two
 // synchronisations), and in the first repetition compare the verification tokens' outputs with
-// the reference, bit for bit. nvcc only.
+// the reference, bit for bit (the host arms': within host_swiglu_tolerance). The host arms
+// compute their experts on a thread pool beside the device's copies and kernel, and add the
+// weighted sum to the layer's output on the device. nvcc only.
 #pragma once
 
 #include "cublas_moe.cuh"
