@@ -166,7 +166,8 @@ run_bench() {
 # The host's expert kernel beside its read bandwidth and ggml's MUL_MAT_ID, on this host's
 # cores (issue 45's host-kernel targets): built against ggml when its source was carried
 # (bench/peers/ggml/build.sh --pack .peers/ggml-src on a machine with PyPI), else wisp and the
-# read only. JSON in $out. It runs before the GPU benchmark, with its own time limits
+# read only, the pool's idle threads spinning 2 ms between calls as ggml's OpenMP threads spin
+# (the host arms' pool does the same). JSON in $out. It runs before the GPU benchmark, with its own time limits
 # (GPU_CHECK_KERNEL_SECONDS, default 90, for the measurement), so the GPU's figures get the rest.
 kernel_seconds=${GPU_CHECK_KERNEL_SECONDS:-90}
 kernel_json="$out/${prefix}host-expert-kernel.json"
@@ -177,7 +178,7 @@ elif [[ -d .peers/ggml-src ]] && (($(left) > 150)); then
   if timeout 150 bench/peers/ggml/build.sh --src .peers/ggml-src \
     --build "$build/peers-ggml" >"$work/ggml_peer_build.log" 2>&1; then
     timeout "$kernel_seconds" "$build/peers-ggml/wisp_ggml_peer_bench" --threads "$(nproc)" \
-      --rounds 5 --shapes deepseek-v2-lite,gpt-oss-20b --rows 1,4,16,64 --json "$kernel_json" \
+      --spin-us 2000 --rounds 5 --shapes deepseek-v2-lite,gpt-oss-20b --rows 1,4,16,64 --json "$kernel_json" \
       2>&1 | tee "$work/host_expert_kernel.txt" | grep -E 'speedup|of stream|target|NOT' \
       >>"$out/gpu_check.log" || status=1
   else
@@ -185,7 +186,7 @@ elif [[ -d .peers/ggml-src ]] && (($(left) > 150)); then
   fi
 elif [[ -x $build/bench/wisp_kernel_bench ]] && (($(left) > 40)); then
   log "host expert kernel beside the read bandwidth (no .peers/ggml-src: ggml not measured)"
-  timeout "$kernel_seconds" "$build/bench/wisp_kernel_bench" --threads "$(nproc)" --rounds 5 \
+  timeout "$kernel_seconds" "$build/bench/wisp_kernel_bench" --threads "$(nproc)" --spin-us 2000 --rounds 5 \
     --shapes deepseek-v2-lite,gpt-oss-20b --rows 1,4,16,64 --json "$kernel_json" 2>&1 |
     tee "$work/host_expert_kernel.txt" | grep -E 'of stream|target' >>"$out/gpu_check.log" || status=1
 else

@@ -555,12 +555,15 @@ class model_bench {
   // ---- the host's experts ---------------------------------------------------------------------
 
   // What the host arms compute with: `wisp::host_swiglu_kernel` on a `wisp::thread_pool` of
-  // threads - 1 workers and the driver's thread, pinned buffers for the layer's input and routing
+  // threads - 1 workers and the driver's thread (the workers spin `host_spin` between a layer's
+  // call and the next, as ggml's OpenMP threads do, rather than being woken one by one by each
+  // call), pinned buffers for the layer's input and routing
   // weights (read back with the ids) and for the host's weighted sum (uploaded, then added to the
   // layer's output by `add_partial_kernel`).
+  static constexpr std::chrono::microseconds host_spin{2000};  // longer than a layer's call
   struct host_side {
     host_side(const decode_model& m, std::int32_t threads)
-        : pool(static_cast<std::uint32_t>(std::max(1, threads - 1))),
+        : pool(static_cast<std::uint32_t>(std::max(1, threads - 1)), {.spin = host_spin}),
           kernel(m.expert, {.threads = threads}, pool.executor()),
           input(static_cast<std::size_t>(m.expert.hidden),
                 "the host's layer input: cudaMallocHost"),

@@ -30,7 +30,10 @@
 //
 //   wisp_kernel_bench [--threads N] [--rounds N] [--shapes a,b] [--rows 1,4] [--experts E]
 //                     [--pool-mib M] [--sample-ms T] [--isa NAME] [--clock wall|cpu]
-//                     [--json FILE|-]
+//                     [--spin-us U] [--json FILE|-]
+// --spin-us U: the pool's idle threads look for work for U microseconds before they sleep
+// (wisp::thread_pool_options::spin), as ggml's OpenMP threads spin between calls; 0 (default):
+// they sleep at once, and every call wakes them.
 // --clock cpu (with --threads 1) times the calling thread's CPU time instead of wall time: on a
 // machine shared with other work it drops the time the thread was not scheduled.
 // A plain main with its own timing loop rather than Google Benchmark: the figures are per-round
@@ -97,6 +100,7 @@ const std::vector<named_shape>& all_shapes() {
 
 struct options {
   std::int32_t threads = 0;
+  std::int64_t spin_us = 0;
   std::int32_t rounds = 7;
   std::int32_t experts = 6;
   std::vector<std::string> shapes;
@@ -125,6 +129,7 @@ std::vector<std::string> split(const std::string& s) {
   std::cerr << "wisp_kernel_bench: " << what
             << "\nusage: wisp_kernel_bench [--threads N] [--rounds N] [--shapes a,b] [--rows 1,4]"
                " [--experts E] [--pool-mib M] [--sample-ms T] [--isa NAME] [--clock wall|cpu]"
+               " [--spin-us U]"
                " [--json FILE|-]\n";
   std::exit(2);
 }
@@ -143,6 +148,8 @@ options parse(int argc, char** argv) {
     try {
       if (arg == "--threads") {
         o.threads = std::stoi(value);
+      } else if (arg == "--spin-us") {
+        o.spin_us = std::stoll(value);
       } else if (arg == "--rounds") {
         o.rounds = std::stoi(value);
       } else if (arg == "--experts") {
@@ -588,6 +595,10 @@ struct shape_bench {
   // Seconds per call over `calls` calls: wall time, or with --clock cpu the calling thread's CPU
   // time (one thread: the time the scheduler gave it, so other processes' load drops out).
   double sample(arm a, bench_case& c, std::int64_t calls) {
+    // The other arm's threads (wisp's spinning pool, ggml's OpenMP threads) stop looking for
+    // work before this one starts: no arm is timed beside another's spinning threads.
+    std::this_thread::sleep_for(std::chrono::microseconds(opt.spin_us) +
+                                std::chrono::milliseconds(1));
     const double t0 = now();
     for (std::int64_t i = 0; i < calls; ++i) {
       run(a, c);
@@ -741,13 +752,14 @@ int main(int argc, char** argv) {
   std::optional<wisp::thread_pool> threads;
   wisp::any_executor ex;
   if (opt.threads > 1) {
-    threads.emplace(static_cast<std::uint32_t>(opt.threads - 1));
+    threads.emplace(static_cast<std::uint32_t>(opt.threads - 1),
+                    wisp::thread_pool_options{.spin = std::chrono::microseconds(opt.spin_us)});
     ex = threads->executor();
   }
   const wisp::host_isa isa = opt.isa.value_or(wisp::best_host_isa());
-  std::cout << "wisp host expert kernel: " << opt.threads << " threads, isa "
-            << wisp::to_string(isa) << ", " << opt.experts << " experts per call, " << opt.rounds
-            << " rounds, " << (opt.cpu_clock ? "CPU" : "wall") << " time, pool "
+  std::cout << "wisp host expert kernel: " << opt.threads << " threads (idle spin " << opt.spin_us
+            << " us), isa " << wisp::to_string(isa) << ", " << opt.experts << " experts per call, "
+            << opt.rounds << " rounds, " << (opt.cpu_clock ? "CPU" : "wall") << " time, pool "
             << (pool_bytes >> 20) << " MiB (L3 " << (llc >> 20) << " MiB), peer: "
 #if defined(WISP_BENCH_WITH_GGML)
             << "ggml, " << WISP_GGML_PEER_VERSION
@@ -886,7 +898,8 @@ int main(int argc, char** argv) {
   if (!opt.json.empty()) {
     std::ostringstream j;
     j << "{\n  \"bench\": \"wisp_kernel_bench\",\n  \"threads\": " << opt.threads
-      << ",\n  \"clock\": \"" << (opt.cpu_clock ? "cpu" : "wall") << "\""
+      << ",\n  \"spin_us\": " << opt.spin_us << ",\n  \"clock\": \""
+      << (opt.cpu_clock ? "cpu" : "wall") << "\""
       << ",\n  \"isa\": \"" << wisp::to_string(isa)
       << "\",\n  \"experts_per_call\": " << opt.experts << ",\n  \"rounds\": " << opt.rounds
       << ",\n  \"pool_mib\": " << (pool_bytes >> 20) << ",\n  \"l3_mib\": " << (llc >> 20)

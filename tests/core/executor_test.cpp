@@ -12,6 +12,7 @@
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -29,13 +30,23 @@ TEST(InlineExecutor, RunsEachTaskOnTheCallerBeforeReturning) {
   EXPECT_EQ(where, std::this_thread::get_id());
 }
 
-TEST(ThreadPool, RunsEveryTaskOnceOnItsOwnThreads) {
+// Each pool test runs with threads that sleep at once and with threads that spin first.
+class ThreadPool : public ::testing::TestWithParam<int> {
+ protected:
+  [[nodiscard]] static wisp::thread_pool_options options() {
+    return {.spin = std::chrono::microseconds(GetParam())};
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Spin, ThreadPool, ::testing::Values(0, 200),
+                         [](const auto& info) { return "spin_us_" + std::to_string(info.param); });
+
+TEST_P(ThreadPool, RunsEveryTaskOnceOnItsOwnThreads) {
   constexpr int tasks = 2000;
   std::vector<std::atomic<int>> ran(tasks);
   std::mutex mutex;
   std::set<std::thread::id> threads;
   {
-    wisp::thread_pool pool(3);
+    wisp::thread_pool pool(3, options());
     EXPECT_EQ(pool.size(), 3u);
     const wisp::thread_pool::executor_type ex = pool.executor();
     EXPECT_TRUE(ex == pool.executor());
@@ -54,9 +65,9 @@ TEST(ThreadPool, RunsEveryTaskOnceOnItsOwnThreads) {
   EXPECT_LE(threads.size(), 3u);
 }
 
-TEST(ThreadPool, RunsTasksConcurrently) {
+TEST_P(ThreadPool, RunsTasksConcurrently) {
   // Two tasks that each wait for the other can only both finish on two threads at once.
-  wisp::thread_pool pool(2);
+  wisp::thread_pool pool(2, options());
   std::atomic<int> arrived{0};
   std::atomic<int> done{0};
   for (int i = 0; i < 2; ++i) {
@@ -76,8 +87,38 @@ TEST(ThreadPool, RunsTasksConcurrently) {
   EXPECT_EQ(done.load(), 2);
 }
 
-TEST(ThreadPool, NeedsAThread) {
+TEST_P(ThreadPool, TakesBurstsAfterIdleGapsShorterAndLongerThanTheSpin) {
+  // Bursts of tasks (some submitted by tasks) with idle gaps around the spin's length: a
+  // thread that went back to sleep, or is still spinning, must take every one of them.
+  std::atomic<int> ran{0};
+  int submitted = 0;
+  {
+    wisp::thread_pool pool(2, options());
+    const auto ex = pool.executor();
+    for (const int gap_us : {0, 50, 400, 0, 2000, 100}) {
+      std::this_thread::sleep_for(std::chrono::microseconds(gap_us));
+      for (int i = 0; i < 5; ++i) {
+        ex.execute([&, ex] {
+          ran.fetch_add(1);
+          ex.execute([&] { ran.fetch_add(1); });
+        });
+        submitted += 2;
+      }
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (ran.load() < submitted && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::yield();
+      }
+      ASSERT_EQ(ran.load(), submitted) << "after a gap of " << gap_us << " us";
+    }
+  }  // idle (sleeping or spinning) threads join
+  EXPECT_EQ(ran.load(), submitted);
+}
+
+TEST(ThreadPoolOptions, NeedsAThreadAndASpinOfZeroOrMore) {
   wisp::test::expect_error([] { wisp::thread_pool pool(0); }, "threads must be >= 1, got 0");
+  wisp::test::expect_error(
+      [] { wisp::thread_pool pool(1, {.spin = std::chrono::microseconds(-5)}); },
+      "spin must be >= 0 us, got -5");
 }
 
 TEST(AnyExecutor, DefaultsToInlineAndForwardsToWhatItWraps) {
