@@ -456,6 +456,7 @@ struct arm_ceiling {
   }
 };
 
+/// Arm `a`'s ceiling at run `r`'s measured rates (see `arm_ceiling`). O(arms).
 [[nodiscard]] inline arm_ceiling ceiling_of(const config_report& r, const arm_report& a) {
   arm_ceiling c;
   if (a.timed_tokens <= 0) {
