@@ -432,17 +432,15 @@ class cpu_moe_layers_rule {
       : shape_(shape),
         offload_(shape, capacity),
         hidden_(static_cast<std::size_t>(shape.experts), -1),
-        identity_(detail::identity_map(shape.experts)),
         distinct_(shape.experts) {}
 
   void begin_token(std::uint32_t /*position*/) noexcept {}
   layer_call call(std::int32_t layer, std::span<const std::int32_t> ids) {
-    const std::span<const std::int32_t> d = distinct_(ids);
-    const auto n = static_cast<std::int32_t>(d.size());
     if (offload_.resident(layer)) {
-      return {identity_, {}, offload_.first_row(layer), shape_.experts, false, n, 0, 0};
+      return offload_.call(layer, ids);  // the same resident layers as layer-offload's
     }
-    return {hidden_, {}, 0, 0, false, 0, n, 0, d};
+    const std::span<const std::int32_t> d = distinct_(ids);
+    return {hidden_, {}, 0, 0, false, 0, static_cast<std::int32_t>(d.size()), 0, d};
   }
   /// Layers `[0, host_layers())` are computed by the host.
   [[nodiscard]] std::int32_t host_layers() const noexcept {
@@ -455,7 +453,6 @@ class cpu_moe_layers_rule {
   moe_shape shape_;
   offload_rule offload_;
   std::vector<std::int32_t> hidden_;  // every expert hidden: the device computes nothing
-  std::vector<std::int32_t> identity_;
   distinct_ids distinct_;
 };
 

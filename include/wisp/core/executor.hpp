@@ -101,8 +101,7 @@ class thread_pool {
   ~thread_pool() {
     {
       const std::lock_guard lock(mutex_);
-      stop_ = true;
-      stopping_.store(true, std::memory_order_relaxed);
+      stop_.store(true, std::memory_order_relaxed);
     }
     ready_.notify_all();
     workers_.clear();  // joins
@@ -148,7 +147,7 @@ class thread_pool {
   void spin() const {
     const auto until = std::chrono::steady_clock::now() + spin_;
     for (std::uint32_t i = 0;
-         queued_.load(std::memory_order_acquire) == 0 && !stopping_.load(std::memory_order_relaxed);
+         queued_.load(std::memory_order_acquire) == 0 && !stop_.load(std::memory_order_relaxed);
          ++i) {
 #if defined(__x86_64__) || defined(__i386__)
       __builtin_ia32_pause();
@@ -166,9 +165,8 @@ class thread_pool {
   std::condition_variable ready_;
   std::deque<std::function<void()>> queue_;
   std::atomic<std::size_t> queued_{0};  // queue_.size(), for the spinning threads
-  std::atomic<bool> stopping_{false};   // stop_, for the spinning threads
-  bool stop_ = false;
-  std::vector<std::jthread> workers_;  // last: joined before the state they use is destroyed
+  std::atomic<bool> stop_{false};       // written under the lock; read without it while spinning
+  std::vector<std::jthread> workers_;   // last: joined before the state they use is destroyed
 };
 static_assert(executor<thread_pool::executor_type>);
 
